@@ -1,0 +1,111 @@
+#include "cli_util.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace phaselab::cli {
+
+Result<Args> Args::parse(int argc, char** argv, const std::vector<OptionSpec>& specs) {
+  Args a;
+  bool only_positional = false;
+  for (int i = 0; i < argc; i++) {
+    std::string arg = argv[i];
+    if (only_positional || arg.size() < 2 || arg[0] != '-' || (arg[1] >= '0' && arg[1] <= '9')) {
+      a.positional_.push_back(arg);
+      continue;
+    }
+    if (arg == "--") {
+      only_positional = true;
+      continue;
+    }
+    std::string value;
+    bool inline_value = false;
+    if (auto eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+      inline_value = true;
+    }
+    const OptionSpec* spec = nullptr;
+    for (const auto& s : specs)
+      if (arg == s.long_name || (!s.short_name.empty() && arg == s.short_name)) spec = &s;
+    if (!spec) return invalid_argument("unknown option '" + arg + "' (see --help)");
+    if (spec->takes_value) {
+      if (!inline_value) {
+        if (i + 1 >= argc) return invalid_argument("option " + spec->long_name + " needs a value");
+        value = argv[++i];
+      }
+    } else if (inline_value) {
+      return invalid_argument("option " + spec->long_name + " takes no value");
+    }
+    a.values_[spec->long_name] = value;
+  }
+  return a;
+}
+
+std::optional<std::string> Args::get(const std::string& long_name) const {
+  auto it = values_.find(long_name);
+  if (it == values_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::string Args::get_or(const std::string& long_name, const std::string& def) const {
+  return get(long_name).value_or(def);
+}
+
+Result<int> Args::get_int(const std::string& long_name, int def, int min, int max) const {
+  auto v = get(long_name);
+  if (!v) return def;
+  char* end = nullptr;
+  errno = 0;
+  const long long x = std::strtoll(v->c_str(), &end, 10);
+  if (v->empty() || *end != '\0' || errno == ERANGE || x < min || x > max)
+    return invalid_argument(long_name + " must be an integer from " + std::to_string(min) + " to " +
+                            std::to_string(max) + " (got '" + *v + "')");
+  return static_cast<int>(x);
+}
+
+Result<double> Args::get_double(const std::string& long_name, double def, double min, double max) const {
+  auto v = get(long_name);
+  if (!v) return def;
+  char* end = nullptr;
+  errno = 0;
+  const double x = std::strtod(v->c_str(), &end);
+  if (v->empty() || *end != '\0' || errno == ERANGE || !(x >= min && x <= max)) {
+    std::ostringstream os;
+    os << long_name << " must be a number from " << min << " to " << max << " (got '" << *v << "')";
+    return invalid_argument(os.str());
+  }
+  return x;
+}
+
+int report(const Status& st) {
+  std::string msg = st.message();
+  for (auto& c : msg)
+    if (c == '\n') c = ' ';
+  std::fprintf(stderr, "phaselab-cli: error: %s\n", msg.c_str());
+  switch (st.code()) {
+    case StatusCode::invalid_argument:
+    case StatusCode::invalid_file:
+    case StatusCode::unsupported:
+    case StatusCode::io_error:
+    case StatusCode::context_full:
+    case StatusCode::out_of_memory: return kExitBadInput;
+    default: return kExitFailure;
+  }
+}
+
+int usage_error(const std::string& message) { return report(invalid_argument(message)); }
+
+Result<std::string> read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return io_error(path + ": cannot open: " + std::strerror(errno));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace phaselab::cli

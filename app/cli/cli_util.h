@@ -1,0 +1,49 @@
+// Small helpers shared by the phaselab-cli commands: argument parsing and the
+// exit-code contract (0 success, 2 bad input with a one-line error, 1 other).
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "phaselab/status.h"
+
+namespace phaselab::cli {
+
+constexpr int kExitOk = 0;
+constexpr int kExitFailure = 1;
+constexpr int kExitBadInput = 2;
+
+struct OptionSpec {
+  std::string long_name;   // "--model"
+  std::string short_name;  // "-m" or ""
+  bool takes_value = false;
+};
+
+class Args {
+ public:
+  // Parses argv (after the command name). Unknown options are errors.
+  static Result<Args> parse(int argc, char** argv, const std::vector<OptionSpec>& specs);
+
+  bool has(const std::string& long_name) const { return values_.count(long_name) > 0; }
+  std::optional<std::string> get(const std::string& long_name) const;
+  std::string get_or(const std::string& long_name, const std::string& def) const;
+  Result<int> get_int(const std::string& long_name, int def, int min, int max) const;
+  Result<double> get_double(const std::string& long_name, double def, double min, double max) const;
+  const std::vector<std::string>& positional() const { return positional_; }
+
+ private:
+  std::map<std::string, std::string> values_;
+  std::vector<std::string> positional_;
+};
+
+// Prints "phaselab-cli: <message>" on one line to stderr and returns the exit
+// code for the status (2 for bad input / bad files / unsupported, else 1).
+int report(const Status& st);
+int usage_error(const std::string& message);
+
+// Reads a whole file (for --file); errors name the path.
+Result<std::string> read_text_file(const std::string& path);
+
+}  // namespace phaselab::cli

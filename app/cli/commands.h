@@ -1,0 +1,9 @@
+#pragma once
+
+namespace phaselab::cli {
+// Each takes the arguments after the command name and returns the exit code.
+int cmd_info(int argc, char** argv);
+int cmd_tokenize(int argc, char** argv);
+int cmd_generate(int argc, char** argv);
+int cmd_chat(int argc, char** argv);
+}  // namespace phaselab::cli

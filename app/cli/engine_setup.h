@@ -1,0 +1,22 @@
+// Opening a model and a session from the common command-line options.
+#pragma once
+
+#include <memory>
+
+#include "cli_util.h"
+#include "phaselab/chat_template.h"
+#include "phaselab/session.h"
+
+namespace phaselab::cli {
+
+struct EngineSetup {
+  std::shared_ptr<Model> model;
+  std::unique_ptr<Session> session;
+  ChatTemplateFamily chat_family = ChatTemplateFamily::plain;
+};
+
+// Reads --model, --threads, --ctx-size, --backend, --batch-size.
+Result<EngineSetup> open_session(const Args& args);
+int default_threads();
+
+}  // namespace phaselab::cli

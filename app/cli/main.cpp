@@ -1,0 +1,47 @@
+// phaselab-cli: the command-line face of the PhaseLab engine.
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "cli_util.h"
+#include "commands.h"
+#include "phaselab/log.h"
+
+namespace {
+
+void print_usage(FILE* out) {
+  std::fprintf(out,
+               "usage: phaselab-cli COMMAND [options]\n\n"
+               "commands:\n"
+               "  info MODEL [--json]           what a GGUF model holds and whether PhaseLab can run it\n"
+               "  tokenize -m MODEL TEXT        token ids of TEXT (--no-bos, --pieces, --file PATH)\n"
+               "  generate -m MODEL -p TEXT     stream a completion (--chat, -n, --temp, --seed, --json, ...)\n"
+               "  chat -m MODEL                 interactive multi-turn chat in the terminal\n\n"
+               "Run 'phaselab-cli COMMAND --help' for a command's options. Exit codes: 0 success,\n"
+               "2 bad input (a one-line error on stderr), 1 other failure.\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace phaselab::cli;
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
+    print_usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? kExitBadInput : kExitOk;
+  }
+  phaselab::init_logging(std::getenv("PHASELAB_LOG") ? std::getenv("PHASELAB_LOG") : "warn");
+  const std::string cmd = argv[1];
+  try {
+    if (cmd == "info") return cmd_info(argc - 2, argv + 2);
+    if (cmd == "tokenize") return cmd_tokenize(argc - 2, argv + 2);
+    if (cmd == "generate") return cmd_generate(argc - 2, argv + 2);
+    if (cmd == "chat") return cmd_chat(argc - 2, argv + 2);
+  } catch (const std::bad_alloc&) {
+    return report(phaselab::out_of_memory("out of memory (try a smaller model or context size)"));
+  } catch (const std::exception& e) {
+    return report(phaselab::internal_error(std::string("unexpected error: ") + e.what()));
+  }
+  std::fprintf(stderr, "phaselab-cli: error: unknown command '%s'\n", cmd.c_str());
+  print_usage(stderr);
+  return kExitBadInput;
+}

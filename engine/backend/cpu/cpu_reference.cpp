@@ -1,0 +1,231 @@
+// The CPU reference forward pass: readable top to bottom, every buffer
+// allocated once, weights dequantized a row at a time as they are used.
+// Batched prefill and token-by-token decode do the same arithmetic in the
+// same order for every token, so their results are bitwise equal.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <new>
+
+#include "phaselab/backend.h"
+#include "phaselab/quant.h"
+#include "phaselab/thread_pool.h"
+#include "ref_ops.h"
+
+namespace phaselab {
+
+Result<std::unique_ptr<KvCache>> KvCache::create(const ModelConfig& c, int n_ctx) {
+  if (n_ctx < 1) return invalid_argument("context size must be at least 1");
+  auto kv = std::unique_ptr<KvCache>(new KvCache());
+  kv->n_ctx_ = n_ctx;
+  kv->n_layer_ = c.n_layer;
+  kv->n_embd_kv_ = c.n_embd_kv();
+  const size_t n = static_cast<size_t>(c.n_layer) * n_ctx * c.n_embd_kv();
+  try {
+    kv->k_.assign(n, 0.f);
+    kv->v_.assign(n, 0.f);
+    kv->tokens_.reserve(n_ctx);
+  } catch (const std::bad_alloc&) {
+    return out_of_memory("the KV cache for " + std::to_string(n_ctx) + " tokens needs " +
+                         std::to_string(2 * n * sizeof(float) >> 20) + " MiB, which could not be allocated: lower the context size");
+  }
+  return kv;
+}
+
+namespace {
+
+class CpuReferenceBackend final : public Backend {
+ public:
+  CpuReferenceBackend(std::shared_ptr<const Model> model, int n_threads, int max_batch)
+      : model_(std::move(model)), c_(model_->config()), w_(model_->weights()), pool_(n_threads), max_batch_(max_batch) {}
+
+  Status init() {
+    const int B = max_batch_;
+    try {
+      x_.resize(static_cast<size_t>(B) * c_.n_embd);
+      xb_.resize(static_cast<size_t>(B) * std::max(c_.n_embd, c_.n_embd_q()));
+      xb2_.resize(static_cast<size_t>(B) * c_.n_embd);
+      q_.resize(static_cast<size_t>(B) * c_.n_embd_q());
+      k_.resize(static_cast<size_t>(B) * c_.n_embd_kv());
+      v_.resize(static_cast<size_t>(B) * c_.n_embd_kv());
+      hb_.resize(static_cast<size_t>(B) * c_.n_ff);
+      hb2_.resize(static_cast<size_t>(B) * c_.n_ff);
+      const int64_t max_in = std::max<int64_t>({c_.n_embd, c_.n_ff, c_.n_embd_q()});
+      row_buf_.assign(pool_.size(), std::vector<float>(max_in));
+      score_buf_.assign(pool_.size(), std::vector<float>());
+    } catch (const std::bad_alloc&) {
+      return out_of_memory("not enough memory for the work buffers of a batch of " + std::to_string(B) + " tokens");
+    }
+    return Status::ok();
+  }
+
+  std::string name() const override { return "cpu-reference"; }
+  int max_batch() const override { return max_batch_; }
+
+  Status forward(const int32_t* tokens, int T, KvCache& kv, float* logits, LogitsMode mode) override {
+    if (T < 1 || T > max_batch_) return invalid_argument("batch of " + std::to_string(T) + " tokens (1.." + std::to_string(max_batch_) + ")");
+    const int p0 = kv.n_past();
+    if (p0 + T > kv.n_ctx())
+      return Status(StatusCode::context_full, "the context is full (" + std::to_string(kv.n_ctx()) +
+                                                  " tokens): start a new conversation or raise the context size");
+    for (int t = 0; t < T; t++)
+      if (tokens[t] < 0 || tokens[t] >= c_.n_vocab) return invalid_argument("token id " + std::to_string(tokens[t]) + " is outside the vocabulary");
+    for (auto& s : score_buf_)
+      if (static_cast<int>(s.size()) < p0 + T) s.resize(kv.n_ctx());
+
+    const int D = c_.n_embd, HD = c_.head_dim, NQ = c_.n_embd_q(), NKV = c_.n_embd_kv();
+    // x: (T, n_embd) the residual stream
+    for (int t = 0; t < T; t++) {
+      PHASELAB_TRY(dequantize_row(w_.tok_embd.type, w_.tok_embd.row(tokens[t]), &x_[static_cast<size_t>(t) * D], D));
+      if (c_.embd_scale != 1.f)
+        for (int i = 0; i < D; i++) x_[static_cast<size_t>(t) * D + i] *= c_.embd_scale;
+    }
+
+    for (int il = 0; il < c_.n_layer; il++) {
+      const LayerWeights& L = w_.layers[il];
+      // ---- attention ----
+      for (int t = 0; t < T; t++) ref::rmsnorm(&xb_[t * D], &x_[t * D], L.attn_norm.data(), D, c_.rms_eps);
+      matmul(L.wq, xb_.data(), q_.data(), T);   // q: (T, n_head*head_dim)
+      matmul(L.wk, xb_.data(), k_.data(), T);   // k: (T, n_head_kv*head_dim)
+      matmul(L.wv, xb_.data(), v_.data(), T);   // v: (T, n_head_kv*head_dim)
+      if (c_.attn_bias)
+        for (int t = 0; t < T; t++) {
+          ref::add(&q_[t * NQ], L.bq.data(), NQ);
+          ref::add(&k_[t * NKV], L.bk.data(), NKV);
+          ref::add(&v_[t * NKV], L.bv.data(), NKV);
+        }
+      const float base = c_.is_swa(il) ? c_.rope_base_swa : c_.rope_base;
+      const float* ff = w_.rope_freq_factors.empty() ? nullptr : w_.rope_freq_factors.data();
+      for (int t = 0; t < T; t++) {
+        for (int h = 0; h < c_.n_head; h++) {
+          float* qh = &q_[t * NQ + h * HD];
+          if (c_.qk_norm) ref::rmsnorm(qh, qh, L.q_norm.data(), HD, c_.rms_eps);
+          ref::rope(qh, HD, c_.n_rot, p0 + t, base, ff, c_.rope_neox);
+        }
+        for (int h = 0; h < c_.n_head_kv; h++) {
+          float* kh = &k_[t * NKV + h * HD];
+          if (c_.qk_norm) ref::rmsnorm(kh, kh, L.k_norm.data(), HD, c_.rms_eps);
+          ref::rope(kh, HD, c_.n_rot, p0 + t, base, ff, c_.rope_neox);
+        }
+        std::memcpy(kv.k(il, p0 + t), &k_[t * NKV], sizeof(float) * NKV);
+        std::memcpy(kv.v(il, p0 + t), &v_[t * NKV], sizeof(float) * NKV);
+      }
+      attention(kv, il, p0, T);  // -> xb: (T, n_head*head_dim)
+      matmul(L.wo, xb_.data(), xb2_.data(), T);
+      for (int t = 0; t < T; t++) {
+        if (c_.post_norms) ref::rmsnorm(&xb2_[t * D], &xb2_[t * D], L.post_attn_norm.data(), D, c_.rms_eps);
+        ref::add(&x_[t * D], &xb2_[t * D], D);
+      }
+      // ---- feed-forward ----
+      for (int t = 0; t < T; t++) ref::rmsnorm(&xb_[t * D], &x_[t * D], L.ffn_norm.data(), D, c_.rms_eps);
+      matmul(L.w_gate, xb_.data(), hb_.data(), T);  // (T, n_ff)
+      matmul(L.w_up, xb_.data(), hb2_.data(), T);   // (T, n_ff)
+      const size_t nh = static_cast<size_t>(T) * c_.n_ff;
+      if (c_.act == Activation::gelu_tanh)
+        for (size_t i = 0; i < nh; i++) hb_[i] = ref::gelu_tanh(hb_[i]) * hb2_[i];
+      else
+        for (size_t i = 0; i < nh; i++) hb_[i] = ref::silu(hb_[i]) * hb2_[i];
+      matmul(L.w_down, hb_.data(), xb2_.data(), T);  // (T, n_embd)
+      for (int t = 0; t < T; t++) {
+        if (c_.post_norms) ref::rmsnorm(&xb2_[t * D], &xb2_[t * D], L.post_ffw_norm.data(), D, c_.rms_eps);
+        ref::add(&x_[t * D], &xb2_[t * D], D);
+      }
+    }
+    kv.append(tokens, T);
+
+    if (mode == LogitsMode::none) return Status::ok();
+    const int first = mode == LogitsMode::last ? T - 1 : 0;
+    const int n_out = T - first;
+    for (int t = first; t < T; t++) ref::rmsnorm(&xb_[(t - first) * D], &x_[t * D], w_.output_norm.data(), D, c_.rms_eps);
+    matmul(w_.output, xb_.data(), logits, n_out);  // (n_out, n_vocab)
+    if (c_.final_logit_softcap > 0) {
+      const float cap = c_.final_logit_softcap;
+      for (size_t i = 0; i < static_cast<size_t>(n_out) * c_.n_vocab; i++) logits[i] = cap * std::tanh(logits[i] / cap);
+    }
+    return Status::ok();
+  }
+
+ private:
+  // out[t, r] = W.row(r) · in[t, :] for T tokens; each weight row is
+  // dequantized once and used for every token of the batch.
+  void matmul(const WeightView& W, const float* in, float* out, int T) {
+    const int64_t n_in = W.n_in, n_out = W.n_out;
+    pool_.run([&](int ith, int nth) {
+      float* row = row_buf_[ith].data();
+      const int64_t chunk = (n_out + nth - 1) / nth;
+      const int64_t r0 = ith * chunk, r1 = std::min(n_out, r0 + chunk);
+      for (int64_t r = r0; r < r1; r++) {
+        (void)dequantize_row(W.type, W.row(r), row, n_in);  // types were checked at load
+        for (int t = 0; t < T; t++) out[t * n_out + r] = ref::dot(row, in + t * n_in, n_in);
+      }
+    });
+  }
+
+  // Causal attention of T queries at positions p0.. over the cache of layer il.
+  void attention(const KvCache& kv, int il, int p0, int T) {
+    const int HD = c_.head_dim, NQ = c_.n_embd_q(), NKV = c_.n_embd_kv();
+    const int group = c_.n_head / c_.n_head_kv;
+    const bool swa = c_.is_swa(il) && c_.sliding_window > 0;
+    const int n_work = T * c_.n_head;
+    pool_.run([&](int ith, int nth) {
+      float* scores = score_buf_[ith].data();
+      for (int wi = ith; wi < n_work; wi += nth) {
+        const int t = wi / c_.n_head, h = wi % c_.n_head;
+        const int pos = p0 + t;
+        const int kvh = h / group;
+        const float* q = &q_[t * NQ + h * HD];
+        // Keys in [j0, pos]: a local layer sees only the last sliding_window.
+        const int j0 = swa ? std::max(0, pos - c_.sliding_window + 1) : 0;
+        float mx = -INFINITY;
+        for (int j = j0; j <= pos; j++) {
+          float s = ref::dot(q, kv.k(il, j) + kvh * HD, HD) * c_.attn_scale;
+          if (c_.attn_logit_softcap > 0) s = c_.attn_logit_softcap * std::tanh(s / c_.attn_logit_softcap);
+          scores[j] = s;
+          mx = std::max(mx, s);
+        }
+        float sum = 0;
+        for (int j = j0; j <= pos; j++) {
+          scores[j] = std::exp(scores[j] - mx);
+          sum += scores[j];
+        }
+        float* out = &xb_[t * NQ + h * HD];
+        std::fill(out, out + HD, 0.f);
+        for (int j = j0; j <= pos; j++) {
+          const float a = scores[j] / sum;
+          const float* vj = kv.v(il, j) + kvh * HD;
+          for (int i = 0; i < HD; i++) out[i] += a * vj[i];
+        }
+      }
+    });
+    (void)NKV;
+  }
+
+  std::shared_ptr<const Model> model_;
+  const ModelConfig& c_;
+  const ModelWeights& w_;
+  ThreadPool pool_;
+  int max_batch_;
+  // Scratch, allocated once (shapes for a batch of T <= max_batch tokens):
+  std::vector<float> x_;    // (T, n_embd) residual stream
+  std::vector<float> xb_;   // (T, max(n_embd, n_head*head_dim)) normed input / attention output
+  std::vector<float> xb2_;  // (T, n_embd) branch output
+  std::vector<float> q_;    // (T, n_head*head_dim)
+  std::vector<float> k_;    // (T, n_head_kv*head_dim)
+  std::vector<float> v_;    // (T, n_head_kv*head_dim)
+  std::vector<float> hb_;   // (T, n_ff) gate, then gated hidden
+  std::vector<float> hb2_;  // (T, n_ff) up
+  std::vector<std::vector<float>> row_buf_;      // per thread: one dequantized weight row
+  std::vector<std::vector<float>> score_buf_;    // per thread: (n_ctx) attention scores
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Backend>> make_cpu_reference_backend(std::shared_ptr<const Model> model, int n_threads, int max_batch) {
+  if (n_threads < 1 || n_threads > 256) return invalid_argument("threads must be from 1 to 256");
+  if (max_batch < 1) return invalid_argument("batch size must be at least 1");
+  auto b = std::make_unique<CpuReferenceBackend>(std::move(model), n_threads, max_batch);
+  PHASELAB_TRY(b->init());
+  return std::unique_ptr<Backend>(std::move(b));
+}
+
+}  // namespace phaselab

@@ -1,0 +1,76 @@
+// Model = Config (hyperparameters) + Weights (views into the memory-mapped
+// GGUF, still quantized) + the tokenizer. Loading validates that every tensor
+// the architecture needs is present with the shape the config implies.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "phaselab/gguf.h"
+#include "phaselab/model_config.h"
+#include "phaselab/status.h"
+#include "phaselab/tensor_type.h"
+#include "phaselab/tokenizer.h"
+
+namespace phaselab {
+
+// A 2-D (or 1-D) weight in the file's layout: n_out rows of n_in values,
+// each row row_bytes long. data points into the mapping.
+struct WeightView {
+  const uint8_t* data = nullptr;
+  TensorType type = TensorType::F32;
+  int64_t n_in = 0;   // ne[0]: values per row
+  int64_t n_out = 0;  // ne[1]: rows
+  size_t row_bytes = 0;
+  bool present() const { return data != nullptr; }
+  const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes; }
+};
+
+struct LayerWeights {
+  std::vector<float> attn_norm;       // [n_embd]
+  WeightView wq, wk, wv, wo;          // [n_embd -> n_head*head_dim], ..., [n_head*head_dim -> n_embd]
+  std::vector<float> bq, bk, bv;      // qwen2 biases, else empty
+  std::vector<float> q_norm, k_norm;  // [head_dim] (qk_norm)
+  std::vector<float> post_attn_norm;  // [n_embd] (gemma3)
+  std::vector<float> ffn_norm;        // [n_embd]
+  WeightView w_gate, w_up, w_down;    // [n_embd -> n_ff], [n_embd -> n_ff], [n_ff -> n_embd]
+  std::vector<float> post_ffw_norm;   // [n_embd] (gemma3)
+};
+
+struct ModelWeights {
+  WeightView tok_embd;            // [n_embd, n_vocab]
+  std::vector<float> output_norm; // [n_embd]
+  WeightView output;              // [n_embd, n_vocab]; tok_embd when tied
+  bool tied_output = false;
+  std::vector<float> rope_freq_factors;  // [n_rot/2] or empty
+  std::vector<LayerWeights> layers;
+};
+
+class Model {
+ public:
+  // Opens, validates and maps a model. Unsupported architectures or tensor
+  // types are refused with a message naming them.
+  static Result<std::shared_ptr<Model>> load(const std::string& path);
+
+  const ModelConfig& config() const { return config_; }
+  const ModelWeights& weights() const { return weights_; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  const GgufFile& file() const { return *file_; }
+  const std::string& path() const { return path_; }
+  // Bytes of weights read per decoded token (all matrices once): the
+  // numerator of the achieved-bandwidth figure.
+  uint64_t weight_bytes() const { return weight_bytes_; }
+  // A short description of the type mix, e.g. "Q4_K 61%, Q6_K 30%, F32 9%".
+  std::string type_mix() const;
+
+ private:
+  std::string path_;
+  std::shared_ptr<GgufFile> file_;
+  ModelConfig config_;
+  ModelWeights weights_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  uint64_t weight_bytes_ = 0;
+};
+
+}  // namespace phaselab

@@ -1,0 +1,59 @@
+// ModelConfig: the hyperparameters and switches of the one parameterized
+// decoder-only transformer, read from GGUF metadata (never from constants).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "phaselab/gguf.h"
+#include "phaselab/status.h"
+
+namespace phaselab {
+
+enum class Arch { llama, qwen2, qwen3, gemma3 };
+enum class Activation { silu, gelu_tanh };  // of the gate in a gated FFN
+
+const char* arch_name(Arch a);
+
+struct ModelConfig {
+  Arch arch = Arch::llama;
+  std::string arch_str;   // general.architecture as written
+  std::string name;       // general.name, may be empty
+
+  int n_vocab = 0;
+  int n_ctx_train = 0;    // the context the model was trained for
+  int n_embd = 0;
+  int n_layer = 0;
+  int n_head = 0;
+  int n_head_kv = 0;
+  int head_dim = 0;       // of Q and K (key_length)
+  int head_dim_v = 0;     // of V (value_length)
+  int n_ff = 0;
+  int n_rot = 0;          // rotated dims per head
+  float rms_eps = 1e-5f;
+
+  float rope_base = 10000.f;      // global layers
+  float rope_base_swa = 10000.f;  // sliding-window layers
+  bool rope_neox = false;         // rotate (x[i], x[i + n_rot/2]) instead of adjacent pairs
+
+  bool attn_bias = false;         // qwen2: biases on Q, K, V
+  bool qk_norm = false;           // qwen3, gemma3: RMSNorm per head of Q and K
+  bool post_norms = false;        // gemma3: norms after attention and FFN
+  Activation act = Activation::silu;
+  float embd_scale = 1.f;         // gemma: sqrt(n_embd)
+  float attn_scale = 0.f;         // multiplier on Q·K
+  float final_logit_softcap = 0;  // 0: none
+  float attn_logit_softcap = 0;   // 0: none
+
+  int sliding_window = 0;            // 0: no sliding-window layers
+  std::vector<uint8_t> layer_is_swa;  // per layer: 1 = local (sliding window)
+
+  int n_embd_kv() const { return n_head_kv * head_dim; }
+  int n_embd_q() const { return n_head * head_dim; }
+  bool is_swa(int il) const { return il < static_cast<int>(layer_is_swa.size()) && layer_is_swa[il]; }
+
+  static Result<ModelConfig> from_gguf(const GgufFile& file);
+};
+
+}  // namespace phaselab

@@ -1,0 +1,56 @@
+// Logit processing and sampling. The chain, in order: repetition /
+// frequency / presence penalties over the last penalty_last_n tokens; then
+// greedy (temperature <= 0) or top-k -> top-p -> min-p -> temperature -> draw.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "phaselab/status.h"
+
+namespace phaselab {
+
+struct SamplingParams {
+  float temperature = 0.8f;  // <= 0: greedy
+  int top_k = 40;            // <= 0: off
+  float top_p = 0.95f;       // >= 1: off
+  float min_p = 0.05f;       // <= 0: off
+  float repeat_penalty = 1.0f;     // 1: off
+  float frequency_penalty = 0.0f;  // 0: off
+  float presence_penalty = 0.0f;   // 0: off
+  int penalty_last_n = 64;
+  uint64_t seed = 0;
+
+  bool greedy() const { return temperature <= 0.f; }
+  // A message for the first out-of-range parameter, or ok.
+  Status validate() const;
+};
+
+class Sampler {
+ public:
+  Sampler(const SamplingParams& p, int n_vocab);
+  void reset(uint64_t seed);
+  const SamplingParams& params() const { return p_; }
+
+  // Picks the next token from logits[n_vocab] (modified in place by the
+  // penalties). history: the tokens so far (prompt and generated).
+  int32_t sample(float* logits, const std::vector<int32_t>& history);
+  // The probabilities the draw used (after the whole chain) of the last
+  // sample() call, for speculative verification and tests; greedy -> empty.
+  const std::vector<std::pair<float, int32_t>>& last_candidates() const { return cand_; }
+
+ private:
+  void apply_penalties(float* logits, const std::vector<int32_t>& history);
+
+  SamplingParams p_;
+  int n_vocab_;
+  std::mt19937_64 rng_;
+  std::vector<std::pair<float, int32_t>> cand_;    // (logit or prob, id), reserved n_vocab
+  std::vector<std::pair<int32_t, int>> counts_;    // (id, count) over the penalty window
+};
+
+int32_t argmax(const float* logits, int n);
+
+}  // namespace phaselab

@@ -1,0 +1,89 @@
+// Session: one sequence on one backend. generate() runs a request end to end:
+// reuse of the cached prefix, prefill in batches, decode with sampling, stop
+// conditions, streaming text deltas, and the per-request metrics.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "phaselab/backend.h"
+#include "phaselab/model.h"
+#include "phaselab/sampler.h"
+#include "phaselab/status.h"
+
+namespace phaselab {
+
+struct GenerateOptions {
+  int n_predict = 256;             // token limit of the answer
+  SamplingParams sampling;
+  std::vector<std::string> stop;   // stop strings (not included in the text)
+  bool use_kv_cache = true;        // false: recompute the whole sequence every step
+  bool ignore_eos = false;         // benchmarks: run to n_predict
+};
+
+// Definitions as in docs/architecture.md: TTFT = request submitted -> first
+// token ready; decode tokens/s = (generated - 1) / (t_last - t_first);
+// TPOT = its inverse; prefill tokens/s = tokens prefilled / prefill time.
+struct RequestMetrics {
+  int n_prompt = 0;      // prompt tokens
+  int n_reused = 0;      // of which came from the cache (common prefix)
+  int n_generated = 0;   // tokens sampled, the stop token included
+  double ttft_ms = 0;
+  double prefill_ms = 0;
+  double prefill_tps = 0;
+  double decode_ms = 0;  // first token -> last token
+  double decode_tps = 0;
+  double tpot_ms = 0;
+  uint64_t kv_used = 0, kv_capacity = 0;  // positions
+  std::string stop_reason;  // eos | stop_string | length | cancelled | context_full
+};
+
+struct TokenEvent {
+  int32_t id;
+  std::string_view text;  // the complete-UTF-8 text this token released (may be empty)
+  int index;              // 0 for the first generated token
+  double t_ms;            // since the request was submitted
+};
+using TokenCallback = std::function<void(const TokenEvent&)>;
+
+struct GenerateResult {
+  std::vector<int32_t> tokens;  // generated ids (the stop token included)
+  std::string text;             // generated text (stop string excluded)
+  RequestMetrics metrics;
+};
+
+class Session {
+ public:
+  // n_ctx <= 0 takes the model's trained context, capped at 4096.
+  static Result<std::unique_ptr<Session>> create(std::shared_ptr<const Model> model, std::unique_ptr<Backend> backend,
+                                                 int n_ctx);
+
+  // Runs one request. The prompt is the whole sequence (e.g. a rendered chat);
+  // the part already in the cache is not computed again. cancel is read
+  // between steps.
+  Result<GenerateResult> generate(const std::vector<int32_t>& prompt, const GenerateOptions& opt,
+                                  const TokenCallback& on_token = {}, const std::atomic<bool>* cancel = nullptr);
+
+  // Lower level, for tests and the benchmark: logits of the last token after
+  // appending tokens to the cache.
+  Status eval(const std::vector<int32_t>& tokens, std::vector<float>* logits_last);
+
+  const Model& model() const { return *model_; }
+  Backend& backend() { return *backend_; }
+  KvCache& kv() { return *kv_; }
+  int n_ctx() const { return kv_->n_ctx(); }
+
+ private:
+  Session() = default;
+  Status prefill(const int32_t* tokens, int n, bool want_logits);
+
+  std::shared_ptr<const Model> model_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<KvCache> kv_;
+  std::vector<float> logits_;  // (n_vocab)
+};
+
+}  // namespace phaselab

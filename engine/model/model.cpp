@@ -1,0 +1,149 @@
+#include "phaselab/model.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+
+#include "phaselab/quant.h"
+
+namespace phaselab {
+
+namespace {
+
+class Loader {
+ public:
+  Loader(const GgufFile& f, const ModelConfig& c) : f_(f), c_(c) {}
+
+  // A matrix [n_in, n_out] that the kernels can compute with.
+  Status matrix(const std::string& name, int64_t n_in, int64_t n_out, WeightView* out, bool required = true) {
+    const GgufTensorInfo* t = f_.find_tensor(name);
+    if (!t) {
+      if (!required) return Status::ok();
+      return invalid_file(f_.path() + ": tensor '" + name + "' is missing (is the file complete and really a " +
+                          c_.arch_str + " model?)");
+    }
+    if (t->n_dims > 2 || t->ne[0] != n_in || t->ne[1] != n_out)
+      return invalid_file(f_.path() + ": tensor '" + name + "' has shape [" + std::to_string(t->ne[0]) + ", " +
+                          std::to_string(t->ne[1]) + "], expected [" + std::to_string(n_in) + ", " +
+                          std::to_string(n_out) + "]");
+    if (!traits_of(t->type).can_dequantize)
+      return unsupported(f_.path() + ": tensor '" + name + "' has type " + std::string(tensor_type_name(t->type)) +
+                         ", which PhaseLab cannot compute with yet (supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, "
+                         "Q5_1, Q8_0, Q4_K, Q5_K, Q6_K); re-quantize the model");
+    out->data = t->data;
+    out->type = t->type;
+    out->n_in = n_in;
+    out->n_out = n_out;
+    out->row_bytes = row_size(t->type, n_in);
+    bytes_ += t->n_bytes;
+    return Status::ok();
+  }
+
+  // A small vector (norm weights, biases), converted to F32 once.
+  Status vec(const std::string& name, int64_t n, std::vector<float>* out, bool required = true) {
+    const GgufTensorInfo* t = f_.find_tensor(name);
+    if (!t) {
+      if (!required) return Status::ok();
+      return invalid_file(f_.path() + ": tensor '" + name + "' is missing");
+    }
+    if (static_cast<int64_t>(t->n_elements) != n)
+      return invalid_file(f_.path() + ": tensor '" + name + "' has " + std::to_string(t->n_elements) +
+                          " values, expected " + std::to_string(n));
+    out->resize(n);
+    PHASELAB_TRY(dequantize_row(t->type, t->data, out->data(), n).with_context(f_.path() + ": tensor '" + name + "'"));
+    bytes_ += t->n_bytes;
+    return Status::ok();
+  }
+
+  uint64_t bytes() const { return bytes_; }
+
+ private:
+  const GgufFile& f_;
+  const ModelConfig& c_;
+  uint64_t bytes_ = 0;
+};
+
+}  // namespace
+
+Result<std::shared_ptr<Model>> Model::load(const std::string& path) {
+  auto file = GgufFile::open(path);
+  if (!file) return file.status();
+  auto cfg = ModelConfig::from_gguf(**file);
+  if (!cfg) return cfg.status();
+  auto tok = Tokenizer::from_gguf(**file);
+  if (!tok) return tok.status().with_context("loading the vocabulary");
+
+  auto m = std::make_shared<Model>();
+  m->path_ = path;
+  m->file_ = std::move(*file);
+  m->config_ = std::move(*cfg);
+  m->tokenizer_ = std::move(*tok);
+  const ModelConfig& c = m->config_;
+  ModelWeights& w = m->weights_;
+  if (m->tokenizer_->n_vocab() != c.n_vocab)
+    return invalid_file(path + ": the vocabulary has " + std::to_string(m->tokenizer_->n_vocab()) +
+                        " tokens but the model says " + std::to_string(c.n_vocab));
+
+  Loader L(*m->file_, c);
+  PHASELAB_TRY(L.matrix("token_embd.weight", c.n_embd, c.n_vocab, &w.tok_embd));
+  PHASELAB_TRY(L.vec("output_norm.weight", c.n_embd, &w.output_norm));
+  PHASELAB_TRY(L.matrix("output.weight", c.n_embd, c.n_vocab, &w.output, false));
+  if (!w.output.present()) {
+    w.output = w.tok_embd;
+    w.tied_output = true;
+  }
+  PHASELAB_TRY(L.vec("rope_freqs.weight", c.n_rot / 2, &w.rope_freq_factors, false));
+
+  const int64_t nq = c.n_embd_q(), nkv = c.n_embd_kv();
+  w.layers.resize(c.n_layer);
+  for (int il = 0; il < c.n_layer; il++) {
+    LayerWeights& l = w.layers[il];
+    const std::string p = "blk." + std::to_string(il) + ".";
+    PHASELAB_TRY(L.vec(p + "attn_norm.weight", c.n_embd, &l.attn_norm));
+    PHASELAB_TRY(L.matrix(p + "attn_q.weight", c.n_embd, nq, &l.wq));
+    PHASELAB_TRY(L.matrix(p + "attn_k.weight", c.n_embd, nkv, &l.wk));
+    PHASELAB_TRY(L.matrix(p + "attn_v.weight", c.n_embd, nkv, &l.wv));
+    PHASELAB_TRY(L.matrix(p + "attn_output.weight", nq, c.n_embd, &l.wo));
+    if (c.attn_bias) {
+      PHASELAB_TRY(L.vec(p + "attn_q.bias", nq, &l.bq));
+      PHASELAB_TRY(L.vec(p + "attn_k.bias", nkv, &l.bk));
+      PHASELAB_TRY(L.vec(p + "attn_v.bias", nkv, &l.bv));
+    }
+    if (c.qk_norm) {
+      PHASELAB_TRY(L.vec(p + "attn_q_norm.weight", c.head_dim, &l.q_norm));
+      PHASELAB_TRY(L.vec(p + "attn_k_norm.weight", c.head_dim, &l.k_norm));
+    }
+    if (c.post_norms) {
+      PHASELAB_TRY(L.vec(p + "post_attention_norm.weight", c.n_embd, &l.post_attn_norm));
+      PHASELAB_TRY(L.vec(p + "post_ffw_norm.weight", c.n_embd, &l.post_ffw_norm));
+    }
+    PHASELAB_TRY(L.vec(p + "ffn_norm.weight", c.n_embd, &l.ffn_norm));
+    PHASELAB_TRY(L.matrix(p + "ffn_gate.weight", c.n_embd, c.n_ff, &l.w_gate));
+    PHASELAB_TRY(L.matrix(p + "ffn_up.weight", c.n_embd, c.n_ff, &l.w_up));
+    PHASELAB_TRY(L.matrix(p + "ffn_down.weight", c.n_ff, c.n_embd, &l.w_down));
+  }
+  // Per decoded token every matrix is read once, the embedding only one row.
+  m->weight_bytes_ = L.bytes() - (w.tied_output ? 0 : w.tok_embd.row_bytes * (c.n_vocab - 1));
+  return m;
+}
+
+std::string Model::type_mix() const {
+  std::map<std::string, uint64_t> bytes;
+  uint64_t total = 0;
+  for (const auto& t : file_->tensors()) {
+    bytes[std::string(tensor_type_name(t.type))] += t.n_bytes;
+    total += t.n_bytes;
+  }
+  std::vector<std::pair<uint64_t, std::string>> order;
+  for (auto& [k, v] : bytes) order.emplace_back(v, k);
+  std::sort(order.rbegin(), order.rend());
+  std::string out;
+  for (auto& [v, k] : order) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%s%s %.0f%%", out.empty() ? "" : ", ", k.c_str(), 100.0 * v / std::max<uint64_t>(total, 1));
+    out += buf;
+  }
+  return out;
+}
+
+}  // namespace phaselab

@@ -1,0 +1,129 @@
+#include "phaselab/model_config.h"
+
+#include <cmath>
+
+namespace phaselab {
+
+const char* arch_name(Arch a) {
+  switch (a) {
+    case Arch::llama: return "llama";
+    case Arch::qwen2: return "qwen2";
+    case Arch::qwen3: return "qwen3";
+    case Arch::gemma3: return "gemma3";
+  }
+  return "?";
+}
+
+namespace {
+
+// An integer hyperparameter that may be a scalar or a per-layer array; PhaseLab
+// supports only uniform values.
+Status read_uniform_int(const GgufFile& f, const std::string& key, int* out, bool required) {
+  const GgufValue* v = f.find(key);
+  if (!v) {
+    if (required) return invalid_file(f.path() + ": missing metadata '" + key + "' (is this a complete model file?)");
+    return Status::ok();
+  }
+  if (v->is_integer()) {
+    if (v->i <= 0 || v->i > (1 << 30)) return invalid_file(f.path() + ": '" + key + "' = " + std::to_string(v->i) + " is out of range");
+    *out = static_cast<int>(v->i);
+    return Status::ok();
+  }
+  if (v->type == GgufValueType::ARRAY && v->elems && v->count > 0) {
+    const int64_t first = v->int_at(0);
+    for (uint64_t k = 1; k < v->count; k++)
+      if (v->int_at(k) != first)
+        return unsupported(f.path() + ": '" + key + "' varies per layer; PhaseLab supports uniform layers only");
+    if (first <= 0 || first > (1 << 30)) return invalid_file(f.path() + ": '" + key + "' is out of range");
+    *out = static_cast<int>(first);
+    return Status::ok();
+  }
+  return invalid_file(f.path() + ": '" + key + "' is not an integer");
+}
+
+}  // namespace
+
+Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& f) {
+  ModelConfig c;
+  const auto arch = f.get_string("general.architecture");
+  if (!arch) return invalid_file(f.path() + ": missing general.architecture (not a model file?)");
+  c.arch_str = std::string(*arch);
+  if (c.arch_str == "llama") c.arch = Arch::llama;
+  else if (c.arch_str == "qwen2") c.arch = Arch::qwen2;
+  else if (c.arch_str == "qwen3") c.arch = Arch::qwen3;
+  else if (c.arch_str == "gemma3") c.arch = Arch::gemma3;
+  else
+    return unsupported(f.path() + ": architecture '" + c.arch_str +
+                       "' is not supported (PhaseLab runs llama, qwen2, qwen3 and gemma3 models)");
+  if (auto n = f.get_string("general.name")) c.name = std::string(*n);
+
+  const std::string a = c.arch_str + ".";
+  PHASELAB_TRY(read_uniform_int(f, a + "embedding_length", &c.n_embd, true));
+  PHASELAB_TRY(read_uniform_int(f, a + "block_count", &c.n_layer, true));
+  PHASELAB_TRY(read_uniform_int(f, a + "attention.head_count", &c.n_head, true));
+  c.n_head_kv = c.n_head;
+  PHASELAB_TRY(read_uniform_int(f, a + "attention.head_count_kv", &c.n_head_kv, false));
+  PHASELAB_TRY(read_uniform_int(f, a + "feed_forward_length", &c.n_ff, true));
+  c.n_ctx_train = 2048;
+  PHASELAB_TRY(read_uniform_int(f, a + "context_length", &c.n_ctx_train, false));
+  if (c.n_embd % c.n_head != 0 && !f.find(a + "attention.key_length"))
+    return invalid_file(f.path() + ": embedding_length is not a multiple of head_count");
+  c.head_dim = c.n_embd / c.n_head;
+  PHASELAB_TRY(read_uniform_int(f, a + "attention.key_length", &c.head_dim, false));
+  c.head_dim_v = c.head_dim;
+  PHASELAB_TRY(read_uniform_int(f, a + "attention.value_length", &c.head_dim_v, false));
+  if (c.head_dim_v != c.head_dim)
+    return unsupported(f.path() + ": key_length != value_length is not supported");
+  c.n_rot = c.head_dim;
+  PHASELAB_TRY(read_uniform_int(f, a + "rope.dimension_count", &c.n_rot, false));
+  if (c.n_rot > c.head_dim || c.n_rot % 2) return invalid_file(f.path() + ": rope.dimension_count is invalid");
+  if (c.n_head % c.n_head_kv != 0)
+    return invalid_file(f.path() + ": head_count " + std::to_string(c.n_head) + " is not a multiple of head_count_kv " +
+                        std::to_string(c.n_head_kv));
+
+  c.rms_eps = static_cast<float>(f.get_float(a + "attention.layer_norm_rms_epsilon").value_or(1e-5));
+  c.rope_base = static_cast<float>(f.get_float(a + "rope.freq_base").value_or(10000.0));
+  c.rope_base_swa = static_cast<float>(f.get_float(a + "rope.freq_base_swa").value_or(10000.0));
+  if (auto sc = f.get_string(a + "rope.scaling.type"); sc && *sc != "none" && *sc != "")
+    if (auto fac = f.get_float(a + "rope.scaling.factor"); fac && *fac != 1.0)
+      return unsupported(f.path() + ": RoPE scaling '" + std::string(*sc) + "' is not supported yet");
+
+  // Vocabulary size: from the token list (the metadata key is often absent).
+  if (const GgufValue* toks = f.find("tokenizer.ggml.tokens"); toks && toks->type == GgufValueType::ARRAY)
+    c.n_vocab = static_cast<int>(toks->count);
+  if (auto nv = f.get_int(a + "vocab_size")) c.n_vocab = static_cast<int>(*nv);
+  if (c.n_vocab <= 0) return invalid_file(f.path() + ": no vocabulary (tokenizer.ggml.tokens missing)");
+
+  c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  c.layer_is_swa.assign(c.n_layer, 0);
+  switch (c.arch) {
+    case Arch::llama: break;
+    case Arch::qwen2: c.rope_neox = true; c.attn_bias = true; break;
+    case Arch::qwen3: c.rope_neox = true; c.qk_norm = true; break;
+    case Arch::gemma3: {
+      c.rope_neox = true;
+      c.qk_norm = true;
+      c.post_norms = true;
+      c.act = Activation::gelu_tanh;
+      c.embd_scale = std::sqrt(static_cast<float>(c.n_embd));
+      // Gemma 3 27B scales queries by 1/sqrt(n_embd / n_head); the others by
+      // 1/sqrt(head_dim). The file does not say which: 62 layers is the 27B.
+      if (c.n_layer == 62) c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.n_embd / c.n_head));
+      c.sliding_window = static_cast<int>(f.get_int(a + "attention.sliding_window").value_or(512));
+      const GgufValue* pat = f.find(a + "attention.sliding_window_pattern");
+      if (pat && pat->type == GgufValueType::ARRAY && pat->elems) {
+        for (int il = 0; il < c.n_layer && il < static_cast<int>(pat->count); il++) c.layer_is_swa[il] = pat->int_at(il) != 0;
+      } else {
+        int period = 6;
+        if (pat && pat->is_integer() && pat->i > 0) period = static_cast<int>(pat->i);
+        for (int il = 0; il < c.n_layer; il++) c.layer_is_swa[il] = (il % period) != (period - 1);
+      }
+      break;
+    }
+  }
+  c.final_logit_softcap = static_cast<float>(f.get_float(a + "final_logit_softcapping").value_or(0.0));
+  c.attn_logit_softcap = static_cast<float>(f.get_float(a + "attn_logit_softcapping").value_or(0.0));
+  return c;
+}
+
+}  // namespace phaselab

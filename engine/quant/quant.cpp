@@ -1,0 +1,458 @@
+#include "phaselab/quant.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+namespace phaselab {
+
+float fp16_to_fp32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1F;
+  uint32_t mant = h & 0x3FF;
+  uint32_t bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // subnormal: normalise
+      int e = -1;
+      do {
+        e++;
+        mant <<= 1;
+      } while ((mant & 0x400) == 0);
+      bits = sign | (static_cast<uint32_t>(127 - 15 - e) << 23) | ((mant & 0x3FF) << 13);
+    }
+  } else if (exp == 0x1F) {
+    bits = sign | 0x7F800000 | (mant << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t fp32_to_fp16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint32_t sign = (x >> 16) & 0x8000;
+  const uint32_t absx = x & 0x7FFFFFFF;
+  if (absx >= 0x7F800000) return static_cast<uint16_t>(sign | 0x7C00 | (absx > 0x7F800000 ? 0x200 : 0));
+  if (absx >= 0x477FF000) return static_cast<uint16_t>(sign | 0x7C00);  // overflow -> inf
+  if (absx < 0x38800000) {  // subnormal or zero in half
+    if (absx < 0x33000000) return static_cast<uint16_t>(sign);
+    const uint32_t e = absx >> 23;
+    const uint32_t m = (absx & 0x7FFFFF) | 0x800000;
+    const uint32_t shift = 126 - e;  // 14 + (113 - e)
+    uint32_t half = m >> (shift);
+    const uint32_t rem = m & ((1u << shift) - 1);
+    const uint32_t halfway = 1u << (shift - 1);
+    if (rem > halfway || (rem == halfway && (half & 1))) half++;
+    return static_cast<uint16_t>(sign | half);
+  }
+  uint32_t half = ((absx >> 13) - (112u << 10));
+  const uint32_t rem = absx & 0x1FFF;
+  if (rem > 0x1000 || (rem == 0x1000 && (half & 1))) half++;
+  return static_cast<uint16_t>(sign | half);
+}
+
+uint16_t fp32_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7FFFFFFF) > 0x7F800000) return static_cast<uint16_t>((u >> 16) | 0x40);
+  u += 0x7FFF + ((u >> 16) & 1);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+namespace {
+
+void dequant_q4_0(const BlockQ4_0* x, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; i++) {
+    const float d = fp16_to_fp32(x[i].d);
+    for (int j = 0; j < QK4_0 / 2; j++) {
+      y[i * QK4_0 + j] = ((x[i].qs[j] & 0x0F) - 8) * d;
+      y[i * QK4_0 + j + QK4_0 / 2] = ((x[i].qs[j] >> 4) - 8) * d;
+    }
+  }
+}
+
+void dequant_q4_1(const BlockQ4_1* x, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; i++) {
+    const float d = fp16_to_fp32(x[i].d), m = fp16_to_fp32(x[i].m);
+    for (int j = 0; j < QK4_1 / 2; j++) {
+      y[i * QK4_1 + j] = (x[i].qs[j] & 0x0F) * d + m;
+      y[i * QK4_1 + j + QK4_1 / 2] = (x[i].qs[j] >> 4) * d + m;
+    }
+  }
+}
+
+// Q5: the fifth bit of value j is bit j of qh (j in 0..31).
+void dequant_q5_0(const BlockQ5_0* x, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; i++) {
+    const float d = fp16_to_fp32(x[i].d);
+    uint32_t qh;
+    std::memcpy(&qh, x[i].qh, 4);
+    for (int j = 0; j < QK5_0 / 2; j++) {
+      const int h0 = ((qh >> j) << 4) & 0x10;
+      const int h1 = (qh >> (j + 12)) & 0x10;
+      y[i * QK5_0 + j] = (((x[i].qs[j] & 0x0F) | h0) - 16) * d;
+      y[i * QK5_0 + j + QK5_0 / 2] = (((x[i].qs[j] >> 4) | h1) - 16) * d;
+    }
+  }
+}
+
+void dequant_q5_1(const BlockQ5_1* x, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; i++) {
+    const float d = fp16_to_fp32(x[i].d), m = fp16_to_fp32(x[i].m);
+    uint32_t qh;
+    std::memcpy(&qh, x[i].qh, 4);
+    for (int j = 0; j < QK5_1 / 2; j++) {
+      const int h0 = ((qh >> j) << 4) & 0x10;
+      const int h1 = (qh >> (j + 12)) & 0x10;
+      y[i * QK5_1 + j] = ((x[i].qs[j] & 0x0F) | h0) * d + m;
+      y[i * QK5_1 + j + QK5_1 / 2] = ((x[i].qs[j] >> 4) | h1) * d + m;
+    }
+  }
+}
+
+void dequant_q8_0(const BlockQ8_0* x, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; i++) {
+    const float d = fp16_to_fp32(x[i].d);
+    for (int j = 0; j < QK8_0; j++) y[i * QK8_0 + j] = x[i].qs[j] * d;
+  }
+}
+
+// Q4_K: 4 groups of 64 values; each group is 32 low nibbles (sub-block 2g)
+// then 32 high nibbles (sub-block 2g+1) of the same 32 bytes.
+void dequant_q4_k(const BlockQ4_K* x, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; i++) {
+    const float d = fp16_to_fp32(x[i].d), dmin = fp16_to_fp32(x[i].dmin);
+    const uint8_t* q = x[i].qs;
+    int is = 0;
+    for (int j = 0; j < QK_K; j += 64) {
+      uint8_t sc, m;
+      get_scale_min_k4(is, x[i].scales, &sc, &m);
+      const float d1 = d * sc, m1 = dmin * m;
+      get_scale_min_k4(is + 1, x[i].scales, &sc, &m);
+      const float d2 = d * sc, m2 = dmin * m;
+      for (int l = 0; l < 32; l++) *y++ = d1 * (q[l] & 0xF) - m1;
+      for (int l = 0; l < 32; l++) *y++ = d2 * (q[l] >> 4) - m2;
+      q += 32;
+      is += 2;
+    }
+  }
+}
+
+void dequant_q5_k(const BlockQ5_K* x, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; i++) {
+    const float d = fp16_to_fp32(x[i].d), dmin = fp16_to_fp32(x[i].dmin);
+    const uint8_t* ql = x[i].qs;
+    const uint8_t* qh = x[i].qh;
+    int is = 0;
+    uint8_t u1 = 1, u2 = 2;
+    for (int j = 0; j < QK_K; j += 64) {
+      uint8_t sc, m;
+      get_scale_min_k4(is, x[i].scales, &sc, &m);
+      const float d1 = d * sc, m1 = dmin * m;
+      get_scale_min_k4(is + 1, x[i].scales, &sc, &m);
+      const float d2 = d * sc, m2 = dmin * m;
+      for (int l = 0; l < 32; l++) *y++ = d1 * ((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
+      for (int l = 0; l < 32; l++) *y++ = d2 * ((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
+      ql += 32;
+      is += 2;
+      u1 <<= 2;
+      u2 <<= 2;
+    }
+  }
+}
+
+// Q6_K: 2 halves of 128 values; in each, ql holds 64 bytes of low nibbles and
+// qh 32 bytes of 2-bit high parts for four interleaved runs of 32.
+void dequant_q6_k(const BlockQ6_K* x, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; i++) {
+    const float d = fp16_to_fp32(x[i].d);
+    const uint8_t* ql = x[i].ql;
+    const uint8_t* qh = x[i].qh;
+    const int8_t* sc = x[i].scales;
+    for (int n = 0; n < QK_K; n += 128) {
+      for (int l = 0; l < 32; l++) {
+        const int is = l / 16;
+        const int q1 = static_cast<int>((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+        const int q2 = static_cast<int>((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+        const int q3 = static_cast<int>((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+        const int q4 = static_cast<int>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+        y[l] = d * sc[is + 0] * q1;
+        y[l + 32] = d * sc[is + 2] * q2;
+        y[l + 64] = d * sc[is + 4] * q3;
+        y[l + 96] = d * sc[is + 6] * q4;
+      }
+      y += 128;
+      ql += 64;
+      qh += 32;
+      sc += 8;
+    }
+  }
+}
+
+// ---- reference quantizers ---------------------------------------------------
+
+void quant_q8_0(const float* x, BlockQ8_0* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; i++) {
+    float amax = 0;
+    for (int j = 0; j < QK8_0; j++) amax = std::max(amax, std::fabs(x[i * QK8_0 + j]));
+    const float d = amax / 127.f;
+    const float id = d ? 1.f / d : 0.f;
+    y[i].d = fp32_to_fp16(d);
+    for (int j = 0; j < QK8_0; j++) y[i].qs[j] = static_cast<int8_t>(std::lround(x[i * QK8_0 + j] * id));
+  }
+}
+
+// Symmetric 4/5-bit: the value of largest magnitude maps to -8 (-16).
+template <int kLevels>
+float symmetric_scale(const float* x, int n) {
+  float amax = 0, max = 0;
+  for (int j = 0; j < n; j++)
+    if (std::fabs(x[j]) > amax) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  return max / -static_cast<float>(kLevels);
+}
+
+void quant_q4_0(const float* x, BlockQ4_0* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; i++, x += QK4_0) {
+    const float d = symmetric_scale<8>(x, QK4_0), id = d ? 1.f / d : 0.f;
+    y[i].d = fp32_to_fp16(d);
+    for (int j = 0; j < QK4_0 / 2; j++) {
+      const int a = std::min(15, static_cast<int>(x[j] * id + 8.5f));
+      const int b = std::min(15, static_cast<int>(x[j + QK4_0 / 2] * id + 8.5f));
+      y[i].qs[j] = static_cast<uint8_t>(a | (b << 4));
+    }
+  }
+}
+
+void quant_q4_1(const float* x, BlockQ4_1* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; i++, x += QK4_1) {
+    const float mn = *std::min_element(x, x + QK4_1), mx = *std::max_element(x, x + QK4_1);
+    const float d = (mx - mn) / 15.f, id = d ? 1.f / d : 0.f;
+    y[i].d = fp32_to_fp16(d);
+    y[i].m = fp32_to_fp16(mn);
+    for (int j = 0; j < QK4_1 / 2; j++) {
+      const int a = std::min(15, static_cast<int>((x[j] - mn) * id + 0.5f));
+      const int b = std::min(15, static_cast<int>((x[j + QK4_1 / 2] - mn) * id + 0.5f));
+      y[i].qs[j] = static_cast<uint8_t>(a | (b << 4));
+    }
+  }
+}
+
+void quant_q5_0(const float* x, BlockQ5_0* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; i++, x += QK5_0) {
+    const float d = symmetric_scale<16>(x, QK5_0), id = d ? 1.f / d : 0.f;
+    y[i].d = fp32_to_fp16(d);
+    uint32_t qh = 0;
+    for (int j = 0; j < QK5_0 / 2; j++) {
+      const int a = std::min(31, static_cast<int>(x[j] * id + 16.5f));
+      const int b = std::min(31, static_cast<int>(x[j + QK5_0 / 2] * id + 16.5f));
+      y[i].qs[j] = static_cast<uint8_t>((a & 0xF) | ((b & 0xF) << 4));
+      qh |= ((a & 0x10u) >> 4) << j;
+      qh |= ((b & 0x10u) >> 4) << (j + QK5_0 / 2);
+    }
+    std::memcpy(y[i].qh, &qh, 4);
+  }
+}
+
+void quant_q5_1(const float* x, BlockQ5_1* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; i++, x += QK5_1) {
+    const float mn = *std::min_element(x, x + QK5_1), mx = *std::max_element(x, x + QK5_1);
+    const float d = (mx - mn) / 31.f, id = d ? 1.f / d : 0.f;
+    y[i].d = fp32_to_fp16(d);
+    y[i].m = fp32_to_fp16(mn);
+    uint32_t qh = 0;
+    for (int j = 0; j < QK5_1 / 2; j++) {
+      const int a = std::min(31, static_cast<int>((x[j] - mn) * id + 0.5f));
+      const int b = std::min(31, static_cast<int>((x[j + QK5_1 / 2] - mn) * id + 0.5f));
+      y[i].qs[j] = static_cast<uint8_t>((a & 0xF) | ((b & 0xF) << 4));
+      qh |= ((a & 0x10u) >> 4) << j;
+      qh |= ((b & 0x10u) >> 4) << (j + QK5_1 / 2);
+    }
+    std::memcpy(y[i].qh, &qh, 4);
+  }
+}
+
+// Packs 8 6-bit scales and 8 6-bit mins into the 12-byte Q4_K/Q5_K layout
+// (the inverse of get_scale_min_k4).
+void pack_scales_k4(const uint8_t sc[8], const uint8_t mn[8], uint8_t out[12]) {
+  for (int j = 0; j < 4; j++) {
+    out[j] = static_cast<uint8_t>((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
+    out[j + 4] = static_cast<uint8_t>((mn[j] & 63) | ((mn[j + 4] >> 4) << 6));
+    out[j + 8] = static_cast<uint8_t>((sc[j + 4] & 0xF) | ((mn[j + 4] & 0xF) << 4));
+  }
+}
+
+// Asymmetric K-quant of one super-block: per sub-block of 32 a scale and a
+// min (value = d*sc*q - dmin*m), both 6-bit relative to the super-block's.
+template <int kMaxQ>
+void quant_k_asym(const float* x, float* d_out, float* dmin_out, uint8_t sc_q[8], uint8_t m_q[8],
+                  uint8_t q[QK_K]) {
+  float scales[8], mins[8];
+  float max_scale = 0, max_min = 0;
+  for (int s = 0; s < 8; s++) {
+    const float* xs = x + 32 * s;
+    float mn = std::min(0.f, *std::min_element(xs, xs + 32));
+    float mx = *std::max_element(xs, xs + 32);
+    scales[s] = (mx - mn) / kMaxQ;
+    mins[s] = -mn;
+    max_scale = std::max(max_scale, scales[s]);
+    max_min = std::max(max_min, mins[s]);
+  }
+  const float d = max_scale / 63.f, dmin = max_min / 63.f;
+  *d_out = fp16_to_fp32(fp32_to_fp16(d));
+  *dmin_out = fp16_to_fp32(fp32_to_fp16(dmin));
+  for (int s = 0; s < 8; s++) {
+    sc_q[s] = static_cast<uint8_t>(*d_out ? std::min(63L, std::lround(scales[s] / *d_out)) : 0);
+    m_q[s] = static_cast<uint8_t>(*dmin_out ? std::min(63L, std::lround(mins[s] / *dmin_out)) : 0);
+    const float ds = *d_out * sc_q[s], ms = *dmin_out * m_q[s];
+    for (int l = 0; l < 32; l++) {
+      const long v = ds ? std::lround((x[32 * s + l] + ms) / ds) : 0;
+      q[32 * s + l] = static_cast<uint8_t>(std::clamp(v, 0L, static_cast<long>(kMaxQ)));
+    }
+  }
+}
+
+void quant_q4_k(const float* x, BlockQ4_K* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; i++, x += QK_K) {
+    float d, dmin;
+    uint8_t sc[8], mn[8], q[QK_K];
+    quant_k_asym<15>(x, &d, &dmin, sc, mn, q);
+    y[i].d = fp32_to_fp16(d);
+    y[i].dmin = fp32_to_fp16(dmin);
+    pack_scales_k4(sc, mn, y[i].scales);
+    for (int g = 0; g < 4; g++)
+      for (int l = 0; l < 32; l++)
+        y[i].qs[32 * g + l] = static_cast<uint8_t>(q[64 * g + l] | (q[64 * g + 32 + l] << 4));
+  }
+}
+
+void quant_q5_k(const float* x, BlockQ5_K* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; i++, x += QK_K) {
+    float d, dmin;
+    uint8_t sc[8], mn[8], q[QK_K];
+    quant_k_asym<31>(x, &d, &dmin, sc, mn, q);
+    y[i].d = fp32_to_fp16(d);
+    y[i].dmin = fp32_to_fp16(dmin);
+    pack_scales_k4(sc, mn, y[i].scales);
+    std::memset(y[i].qh, 0, sizeof(y[i].qh));
+    for (int g = 0; g < 4; g++)
+      for (int l = 0; l < 32; l++) {
+        const uint8_t lo = q[64 * g + l], hi = q[64 * g + 32 + l];
+        y[i].qs[32 * g + l] = static_cast<uint8_t>((lo & 0xF) | ((hi & 0xF) << 4));
+        if (lo & 16) y[i].qh[l] |= static_cast<uint8_t>(1u << (2 * g));
+        if (hi & 16) y[i].qh[l] |= static_cast<uint8_t>(2u << (2 * g));
+      }
+  }
+}
+
+void quant_q6_k(const float* x, BlockQ6_K* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; i++, x += QK_K) {
+    float scales[16], max_abs_scale = 0, max_scale = 0;
+    for (int s = 0; s < 16; s++) {
+      scales[s] = symmetric_scale<32>(x + 16 * s, 16);
+      if (std::fabs(scales[s]) > max_abs_scale) {
+        max_abs_scale = std::fabs(scales[s]);
+        max_scale = scales[s];
+      }
+    }
+    const float d = max_scale / -128.f;
+    const float dq = fp16_to_fp32(fp32_to_fp16(d));
+    y[i].d = fp32_to_fp16(d);
+    uint8_t q[QK_K];
+    for (int s = 0; s < 16; s++) {
+      const long sq = dq ? std::clamp(std::lround(scales[s] / dq), -128L, 127L) : 0;
+      y[i].scales[s] = static_cast<int8_t>(sq);
+      const float ds = dq * static_cast<float>(sq);
+      for (int l = 0; l < 16; l++) {
+        const long v = ds ? std::lround(x[16 * s + l] / ds) : 0;
+        q[16 * s + l] = static_cast<uint8_t>(std::clamp(v, -32L, 31L) + 32);
+      }
+    }
+    for (int h = 0; h < 2; h++) {
+      uint8_t* ql = y[i].ql + 64 * h;
+      uint8_t* qh = y[i].qh + 32 * h;
+      const uint8_t* qq = q + 128 * h;
+      for (int l = 0; l < 32; l++) {
+        ql[l] = static_cast<uint8_t>((qq[l] & 0xF) | ((qq[l + 64] & 0xF) << 4));
+        ql[l + 32] = static_cast<uint8_t>((qq[l + 32] & 0xF) | ((qq[l + 96] & 0xF) << 4));
+        qh[l] = static_cast<uint8_t>((qq[l] >> 4) | ((qq[l + 32] >> 4) << 2) | ((qq[l + 64] >> 4) << 4) |
+                                     ((qq[l + 96] >> 4) << 6));
+      }
+    }
+  }
+}
+
+Status check_multiple(TensorType type, int64_t n) {
+  const auto& tr = traits_of(type);
+  if (n % tr.block_size != 0)
+    return invalid_argument("row of " + std::to_string(n) + " values is not a multiple of the " +
+                            std::string(tr.name) + " block size " + std::to_string(tr.block_size));
+  return Status::ok();
+}
+
+}  // namespace
+
+Status dequantize_row(TensorType type, const void* src, float* dst, int64_t n) {
+  PHASELAB_TRY(check_multiple(type, n));
+  const int64_t nb = n / traits_of(type).block_size;
+  switch (type) {
+    case TensorType::F32: std::memcpy(dst, src, n * 4); return Status::ok();
+    case TensorType::F16: {
+      const auto* s = static_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < n; i++) dst[i] = fp16_to_fp32(s[i]);
+      return Status::ok();
+    }
+    case TensorType::BF16: {
+      const auto* s = static_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < n; i++) dst[i] = bf16_to_fp32(s[i]);
+      return Status::ok();
+    }
+    case TensorType::Q4_0: dequant_q4_0(static_cast<const BlockQ4_0*>(src), dst, nb); return Status::ok();
+    case TensorType::Q4_1: dequant_q4_1(static_cast<const BlockQ4_1*>(src), dst, nb); return Status::ok();
+    case TensorType::Q5_0: dequant_q5_0(static_cast<const BlockQ5_0*>(src), dst, nb); return Status::ok();
+    case TensorType::Q5_1: dequant_q5_1(static_cast<const BlockQ5_1*>(src), dst, nb); return Status::ok();
+    case TensorType::Q8_0: dequant_q8_0(static_cast<const BlockQ8_0*>(src), dst, nb); return Status::ok();
+    case TensorType::Q4_K: dequant_q4_k(static_cast<const BlockQ4_K*>(src), dst, nb); return Status::ok();
+    case TensorType::Q5_K: dequant_q5_k(static_cast<const BlockQ5_K*>(src), dst, nb); return Status::ok();
+    case TensorType::Q6_K: dequant_q6_k(static_cast<const BlockQ6_K*>(src), dst, nb); return Status::ok();
+    default:
+      return unsupported("no dequantizer for tensor type " + std::string(tensor_type_name(type)));
+  }
+}
+
+Status quantize_row(TensorType type, const float* src, void* dst, int64_t n) {
+  PHASELAB_TRY(check_multiple(type, n));
+  const int64_t nb = n / traits_of(type).block_size;
+  switch (type) {
+    case TensorType::F32: std::memcpy(dst, src, n * 4); return Status::ok();
+    case TensorType::F16: {
+      auto* d = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; i++) d[i] = fp32_to_fp16(src[i]);
+      return Status::ok();
+    }
+    case TensorType::BF16: {
+      auto* d = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; i++) d[i] = fp32_to_bf16(src[i]);
+      return Status::ok();
+    }
+    case TensorType::Q4_0: quant_q4_0(src, static_cast<BlockQ4_0*>(dst), nb); return Status::ok();
+    case TensorType::Q4_1: quant_q4_1(src, static_cast<BlockQ4_1*>(dst), nb); return Status::ok();
+    case TensorType::Q5_0: quant_q5_0(src, static_cast<BlockQ5_0*>(dst), nb); return Status::ok();
+    case TensorType::Q5_1: quant_q5_1(src, static_cast<BlockQ5_1*>(dst), nb); return Status::ok();
+    case TensorType::Q8_0: quant_q8_0(src, static_cast<BlockQ8_0*>(dst), nb); return Status::ok();
+    case TensorType::Q4_K: quant_q4_k(src, static_cast<BlockQ4_K*>(dst), nb); return Status::ok();
+    case TensorType::Q5_K: quant_q5_k(src, static_cast<BlockQ5_K*>(dst), nb); return Status::ok();
+    case TensorType::Q6_K: quant_q6_k(src, static_cast<BlockQ6_K*>(dst), nb); return Status::ok();
+    default:
+      return unsupported("no quantizer for tensor type " + std::string(tensor_type_name(type)));
+  }
+}
+
+}  // namespace phaselab

@@ -1,0 +1,119 @@
+#include "phaselab/chat_template.h"
+
+namespace phaselab {
+
+ChatTemplateFamily detect_chat_template(std::string_view s) {
+  if (s.find("<start_of_turn>") != std::string_view::npos) return ChatTemplateFamily::gemma;
+  if (s.find("<|im_start|>") != std::string_view::npos) return ChatTemplateFamily::chatml;
+  if (s.find("<|start_header_id|>") != std::string_view::npos) return ChatTemplateFamily::llama3;
+  if (s.find("[INST]") != std::string_view::npos) return ChatTemplateFamily::llama2;
+  return ChatTemplateFamily::plain;
+}
+
+const char* chat_template_family_name(ChatTemplateFamily f) {
+  switch (f) {
+    case ChatTemplateFamily::plain: return "plain";
+    case ChatTemplateFamily::gemma: return "gemma";
+    case ChatTemplateFamily::chatml: return "chatml";
+    case ChatTemplateFamily::llama3: return "llama3";
+    case ChatTemplateFamily::llama2: return "llama2";
+  }
+  return "plain";
+}
+
+namespace {
+
+// Gemma has no system role: the system prompt opens the first user turn.
+std::string render_gemma(const std::vector<ChatMessage>& msgs, bool gen) {
+  std::string out, pending_system;
+  for (const auto& m : msgs) {
+    if (m.role == "system") {
+      pending_system += m.content;
+      continue;
+    }
+    const bool user = m.role != "assistant";
+    out += std::string("<start_of_turn>") + (user ? "user" : "model") + "\n";
+    if (user && !pending_system.empty()) {
+      out += pending_system + "\n\n";
+      pending_system.clear();
+    }
+    out += m.content + "<end_of_turn>\n";
+  }
+  if (gen) out += "<start_of_turn>model\n";
+  return out;
+}
+
+std::string render_chatml(const std::vector<ChatMessage>& msgs, bool gen) {
+  std::string out;
+  for (const auto& m : msgs) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+  if (gen) out += "<|im_start|>assistant\n";
+  return out;
+}
+
+std::string render_llama3(const std::vector<ChatMessage>& msgs, bool gen) {
+  std::string out;
+  for (const auto& m : msgs) out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + m.content + "<|eot_id|>";
+  if (gen) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  return out;
+}
+
+// Llama 2 / Mistral: [INST] user [/INST] answer</s><s>[INST] ...; the system
+// prompt sits in <<SYS>> inside the first instruction.
+std::string render_llama2(const std::vector<ChatMessage>& msgs, bool /*gen*/) {
+  std::string out, system;
+  bool first = true;
+  for (const auto& m : msgs) {
+    if (m.role == "system") {
+      system = m.content;
+    } else if (m.role == "user") {
+      if (!first) out += "<s>";
+      out += "[INST] ";
+      if (!system.empty()) {
+        out += "<<SYS>>\n" + system + "\n<</SYS>>\n\n";
+        system.clear();
+      }
+      out += m.content + " [/INST]";
+      first = false;
+    } else {
+      out += " " + m.content + " </s>";
+    }
+  }
+  return out;
+}
+
+std::string render_plain(const std::vector<ChatMessage>& msgs, bool gen) {
+  std::string out;
+  for (const auto& m : msgs) {
+    const char* who = m.role == "system" ? "System" : m.role == "assistant" ? "Assistant" : "User";
+    out += std::string(who) + ": " + m.content + "\n";
+  }
+  if (gen) out += "Assistant:";
+  return out;
+}
+
+}  // namespace
+
+std::string apply_chat_template(ChatTemplateFamily family, const std::vector<ChatMessage>& messages,
+                                bool add_generation_prompt) {
+  switch (family) {
+    case ChatTemplateFamily::gemma: return render_gemma(messages, add_generation_prompt);
+    case ChatTemplateFamily::chatml: return render_chatml(messages, add_generation_prompt);
+    case ChatTemplateFamily::llama3: return render_llama3(messages, add_generation_prompt);
+    case ChatTemplateFamily::llama2: return render_llama2(messages, add_generation_prompt);
+    case ChatTemplateFamily::plain: break;
+  }
+  return render_plain(messages, add_generation_prompt);
+}
+
+std::vector<std::string> chat_stop_strings(ChatTemplateFamily family) {
+  switch (family) {
+    case ChatTemplateFamily::gemma: return {"<end_of_turn>", "<start_of_turn>"};
+    case ChatTemplateFamily::chatml: return {"<|im_end|>", "<|im_start|>"};
+    case ChatTemplateFamily::llama3: return {"<|eot_id|>", "<|start_header_id|>"};
+    case ChatTemplateFamily::llama2: return {"[INST]", "</s>"};
+    case ChatTemplateFamily::plain: return {"\nUser:", "\nSystem:"};
+  }
+  return {};
+}
+
+}  // namespace phaselab

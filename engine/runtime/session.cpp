@@ -1,0 +1,193 @@
+#include "phaselab/session.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace phaselab {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// Holds back text that might be the start of a stop string, so that a stop
+// string is never streamed out before it is recognised.
+class StopMatcher {
+ public:
+  explicit StopMatcher(const std::vector<std::string>& stops) : stops_(stops) {}
+  // Appends text; returns true when a stop string is complete. Text that is
+  // safe to show is moved to *out.
+  bool push(std::string_view text, std::string* out) {
+    held_ += text;
+    for (const auto& s : stops_) {
+      if (s.empty()) continue;
+      if (auto at = held_.find(s); at != std::string::npos) {
+        *out += held_.substr(0, at);
+        held_.clear();
+        return true;
+      }
+    }
+    // Keep the longest suffix of held_ that is a prefix of some stop string.
+    size_t keep = 0;
+    for (const auto& s : stops_)
+      for (size_t k = std::min(s.size() - 1, held_.size()); k > keep; k--)
+        if (held_.compare(held_.size() - k, k, s, 0, k) == 0) {
+          keep = k;
+          break;
+        }
+    *out += held_.substr(0, held_.size() - keep);
+    held_.erase(0, held_.size() - keep);
+    return false;
+  }
+  std::string flush() { return std::exchange(held_, {}); }
+
+ private:
+  const std::vector<std::string>& stops_;
+  std::string held_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Model> model, std::unique_ptr<Backend> backend,
+                                                 int n_ctx) {
+  if (!model || !backend) return invalid_argument("a session needs a model and a backend");
+  if (n_ctx <= 0) n_ctx = std::min(model->config().n_ctx_train, 4096);
+  if (n_ctx > model->config().n_ctx_train)
+    return invalid_argument("context size " + std::to_string(n_ctx) + " exceeds the " +
+                            std::to_string(model->config().n_ctx_train) + " tokens the model was trained for");
+  auto kv = KvCache::create(model->config(), n_ctx);
+  if (!kv) return kv.status();
+  std::unique_ptr<Session> s(new Session());
+  s->model_ = std::move(model);
+  s->backend_ = std::move(backend);
+  s->kv_ = std::move(*kv);
+  s->logits_.resize(s->model_->config().n_vocab);
+  return s;
+}
+
+Status Session::prefill(const int32_t* tokens, int n, bool want_logits) {
+  const int B = backend_->max_batch();
+  for (int i = 0; i < n; i += B) {
+    const int m = std::min(B, n - i);
+    const bool last = i + m == n;
+    PHASELAB_TRY(backend_->forward(tokens + i, m, *kv_, logits_.data(),
+                                   last && want_logits ? LogitsMode::last : LogitsMode::none));
+  }
+  return Status::ok();
+}
+
+Status Session::eval(const std::vector<int32_t>& tokens, std::vector<float>* logits_last) {
+  if (tokens.empty()) return invalid_argument("nothing to evaluate");
+  PHASELAB_TRY(prefill(tokens.data(), static_cast<int>(tokens.size()), true));
+  if (logits_last) *logits_last = logits_;
+  return Status::ok();
+}
+
+Result<GenerateResult> Session::generate(const std::vector<int32_t>& prompt, const GenerateOptions& opt,
+                                         const TokenCallback& on_token, const std::atomic<bool>* cancel) {
+  const auto t0 = Clock::now();
+  if (prompt.empty()) return invalid_argument("the prompt is empty (nothing to continue from)");
+  if (opt.n_predict < 1) return invalid_argument("the token limit must be at least 1");
+  PHASELAB_TRY(opt.sampling.validate());
+  const int n_prompt = static_cast<int>(prompt.size());
+  if (n_prompt >= n_ctx())
+    return Status(StatusCode::context_full, "the prompt has " + std::to_string(n_prompt) + " tokens but the context holds " +
+                                                std::to_string(n_ctx()) + ": shorten it or raise the context size");
+  const Tokenizer& tok = model_->tokenizer();
+
+  GenerateResult res;
+  RequestMetrics& m = res.metrics;
+  m.n_prompt = n_prompt;
+  m.kv_capacity = static_cast<uint64_t>(n_ctx());
+
+  // Reuse the longest common prefix of the cache (at least one token is
+  // always computed, to get logits).
+  int reuse = 0;
+  if (opt.use_kv_cache) {
+    const auto& cached = kv_->tokens();
+    const int lim = std::min<int>(static_cast<int>(cached.size()), n_prompt - 1);
+    while (reuse < lim && cached[reuse] == prompt[reuse]) reuse++;
+  }
+  kv_->truncate(reuse);
+  m.n_reused = reuse;
+  PHASELAB_TRY(prefill(prompt.data() + reuse, n_prompt - reuse, true));
+
+  Sampler sampler(opt.sampling, model_->config().n_vocab);
+  std::vector<int32_t> history;
+  history.reserve(static_cast<size_t>(n_prompt + opt.n_predict));
+  history.assign(prompt.begin(), prompt.end());
+  IncrementalDetokenizer detok(tok);
+  StopMatcher stops(opt.stop);
+  res.tokens.reserve(opt.n_predict);
+  std::string piece, shown;
+
+  double t_first = 0, t_last = 0;
+  for (int i = 0;; i++) {
+    const int32_t id = sampler.sample(logits_.data(), history);
+    const double t_now = ms_since(t0);
+    if (i == 0) {
+      t_first = t_now;
+      m.ttft_ms = t_now;
+      m.prefill_ms = t_now;
+      m.prefill_tps = (n_prompt - reuse) / std::max(t_now / 1000.0, 1e-9);
+    }
+    t_last = t_now;
+    res.tokens.push_back(id);
+    history.push_back(id);
+    m.n_generated = i + 1;
+
+    bool stop = false;
+    if (tok.is_eog(id) && !opt.ignore_eos) {
+      m.stop_reason = "eos";
+      stop = true;
+    } else {
+      piece = detok.push(id);
+      shown.clear();
+      if (stops.push(piece, &shown)) {
+        m.stop_reason = "stop_string";
+        stop = true;
+      }
+      res.text += shown;
+      if (on_token) on_token(TokenEvent{id, shown, i, t_now});
+    }
+    if (!stop && m.n_generated >= opt.n_predict) {
+      m.stop_reason = "length";
+      stop = true;
+    }
+    if (!stop && cancel && cancel->load(std::memory_order_relaxed)) {
+      m.stop_reason = "cancelled";
+      stop = true;
+    }
+    if (!stop && static_cast<int>(history.size()) >= n_ctx()) {
+      m.stop_reason = "context_full";
+      stop = true;
+    }
+    if (stop) break;
+
+    if (opt.use_kv_cache) {
+      PHASELAB_TRY(backend_->forward(&id, 1, *kv_, logits_.data(), LogitsMode::last));
+    } else {
+      kv_->clear();  // recompute everything: slow on purpose
+      PHASELAB_TRY(prefill(history.data(), static_cast<int>(history.size()), true));
+    }
+  }
+  if (m.stop_reason != "stop_string" && m.stop_reason != "eos") {
+    std::string tail = detok.flush();
+    std::string shown_tail;
+    stops.push(tail, &shown_tail);
+    shown_tail += stops.flush();
+    res.text += shown_tail;
+    if (on_token && !shown_tail.empty()) on_token(TokenEvent{-1, shown_tail, m.n_generated, ms_since(t0)});
+  }
+  m.decode_ms = t_last - t_first;
+  if (m.n_generated > 1 && m.decode_ms > 0) {
+    m.decode_tps = (m.n_generated - 1) / (m.decode_ms / 1000.0);
+    m.tpot_ms = m.decode_ms / (m.n_generated - 1);
+  }
+  m.kv_used = static_cast<uint64_t>(kv_->n_past());
+  return res;
+}
+
+}  // namespace phaselab

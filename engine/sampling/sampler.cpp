@@ -1,0 +1,110 @@
+#include "phaselab/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace phaselab {
+
+Status SamplingParams::validate() const {
+  if (!(temperature >= 0.f && temperature <= 100.f)) return invalid_argument("temperature must be from 0 to 100");
+  if (top_k < 0) return invalid_argument("top-k must be 0 (off) or positive");
+  if (!(top_p > 0.f && top_p <= 1.f)) return invalid_argument("top-p must be in (0, 1]");
+  if (!(min_p >= 0.f && min_p < 1.f)) return invalid_argument("min-p must be in [0, 1)");
+  if (!(repeat_penalty > 0.f && repeat_penalty <= 10.f)) return invalid_argument("repeat penalty must be in (0, 10]");
+  if (!(std::fabs(frequency_penalty) <= 10.f)) return invalid_argument("frequency penalty must be in [-10, 10]");
+  if (!(std::fabs(presence_penalty) <= 10.f)) return invalid_argument("presence penalty must be in [-10, 10]");
+  if (penalty_last_n < 0) return invalid_argument("penalty window must be >= 0");
+  return Status::ok();
+}
+
+int32_t argmax(const float* logits, int n) {
+  int32_t best = 0;
+  for (int i = 1; i < n; i++)
+    if (logits[i] > logits[best]) best = i;
+  return best;
+}
+
+Sampler::Sampler(const SamplingParams& p, int n_vocab) : p_(p), n_vocab_(n_vocab), rng_(p.seed) {
+  cand_.reserve(n_vocab);
+  counts_.reserve(static_cast<size_t>(std::max(p.penalty_last_n, 0)));
+}
+
+void Sampler::reset(uint64_t seed) { rng_.seed(seed); }
+
+void Sampler::apply_penalties(float* logits, const std::vector<int32_t>& history) {
+  const bool any = p_.repeat_penalty != 1.f || p_.frequency_penalty != 0.f || p_.presence_penalty != 0.f;
+  if (!any || p_.penalty_last_n == 0 || history.empty()) return;
+  counts_.clear();
+  const size_t n = std::min(history.size(), static_cast<size_t>(p_.penalty_last_n));
+  for (size_t i = history.size() - n; i < history.size(); i++) {
+    const int32_t id = history[i];
+    auto it = std::find_if(counts_.begin(), counts_.end(), [id](const auto& c) { return c.first == id; });
+    if (it == counts_.end()) counts_.emplace_back(id, 1);
+    else it->second++;
+  }
+  for (const auto& [id, count] : counts_) {
+    if (id < 0 || id >= n_vocab_) continue;
+    float& l = logits[id];
+    if (p_.repeat_penalty != 1.f) l = l > 0 ? l / p_.repeat_penalty : l * p_.repeat_penalty;
+    l -= static_cast<float>(count) * p_.frequency_penalty + p_.presence_penalty;
+  }
+}
+
+int32_t Sampler::sample(float* logits, const std::vector<int32_t>& history) {
+  apply_penalties(logits, history);
+  cand_.clear();
+  if (p_.greedy()) return argmax(logits, n_vocab_);
+
+  for (int i = 0; i < n_vocab_; i++) cand_.emplace_back(logits[i], i);
+  auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  // top-k: keep the k largest, sorted.
+  size_t n = cand_.size();
+  if (p_.top_k > 0 && static_cast<size_t>(p_.top_k) < n) {
+    std::partial_sort(cand_.begin(), cand_.begin() + p_.top_k, cand_.end(), by_logit);
+    n = static_cast<size_t>(p_.top_k);
+  } else {
+    std::sort(cand_.begin(), cand_.end(), by_logit);
+  }
+  cand_.resize(n);
+  // Softmax of the raw logits for top-p and min-p.
+  const float mx = cand_[0].first;
+  double sum = 0;
+  for (auto& c : cand_) sum += std::exp(static_cast<double>(c.first - mx));
+  // top-p: the smallest prefix whose probability reaches top_p.
+  if (p_.top_p < 1.f) {
+    double cum = 0;
+    size_t keep = n;
+    for (size_t i = 0; i < n; i++) {
+      cum += std::exp(static_cast<double>(cand_[i].first - mx)) / sum;
+      if (cum >= p_.top_p) {
+        keep = i + 1;
+        break;
+      }
+    }
+    cand_.resize(keep);
+  }
+  // min-p: drop tokens less likely than min_p times the most likely one.
+  if (p_.min_p > 0.f) {
+    const float threshold = mx + std::log(p_.min_p);
+    size_t keep = 1;
+    while (keep < cand_.size() && cand_[keep].first >= threshold) keep++;
+    cand_.resize(keep);
+  }
+  // Temperature, then draw from the renormalised distribution.
+  double total = 0;
+  for (auto& c : cand_) {
+    c.first = static_cast<float>(std::exp(static_cast<double>(c.first - mx) / p_.temperature));
+    total += c.first;
+  }
+  for (auto& c : cand_) c.first = static_cast<float>(c.first / total);
+  std::uniform_real_distribution<double> uni(0.0, 1.0);
+  const double r = uni(rng_);
+  double cum = 0;
+  for (const auto& c : cand_) {
+    cum += c.first;
+    if (r < cum) return c.second;
+  }
+  return cand_.back().second;
+}
+
+}  // namespace phaselab

@@ -1,0 +1,59 @@
+#include "phaselab/log.h"
+
+#include <spdlog/sinks/rotating_file_sink.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <mutex>
+
+namespace phaselab {
+
+namespace {
+std::mutex g_mutex;
+std::string g_log_path;
+bool g_initialised = false;
+}  // namespace
+
+std::string user_data_dir() {
+  if (const char* x = std::getenv("XDG_DATA_HOME"); x && *x) return std::string(x) + "/PhaseLab";
+  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.local/share/PhaseLab";
+  return "./PhaseLab";
+}
+
+std::string user_model_dir() {
+  if (const char* m = std::getenv("PHASELAB_MODEL_DIR"); m && *m) return m;
+  return user_data_dir() + "/models";
+}
+
+void init_logging(const std::string& console_level, bool to_file) {
+  std::lock_guard lock(g_mutex);
+  auto console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+  console->set_level(spdlog::level::from_str(console_level));
+  std::vector<spdlog::sink_ptr> sinks{console};
+  g_log_path.clear();
+  if (to_file) {
+    try {
+      const std::string dir = user_data_dir() + "/logs";
+      std::filesystem::create_directories(dir);
+      auto file = std::make_shared<spdlog::sinks::rotating_file_sink_mt>(dir + "/phaselab.log", 5 * 1024 * 1024, 3);
+      file->set_level(spdlog::level::info);
+      sinks.push_back(file);
+      g_log_path = dir + "/phaselab.log";
+    } catch (const std::exception&) {
+      // A read-only home must not stop the program: console logging only.
+    }
+  }
+  auto logger = std::make_shared<spdlog::logger>("phaselab", sinks.begin(), sinks.end());
+  logger->set_level(spdlog::level::trace);
+  logger->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] %v");
+  spdlog::set_default_logger(logger);
+  g_initialised = true;
+}
+
+std::string log_file_path() {
+  std::lock_guard lock(g_mutex);
+  return g_log_path;
+}
+
+}  // namespace phaselab

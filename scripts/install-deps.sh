@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs the Debian packages PhaseLab needs to build and run (idempotent:
+# nothing is installed when everything is present). Uses sudo when not root.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config git python3 python3-pip
+  qt6-base-dev libqt6charts6-dev libqt6sql6-sqlite libqt6svg6-dev libgl-dev
+  libspdlog-dev libfmt-dev nlohmann-json3-dev libpcre2-dev
+  xvfb xauth
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+# python3 -m pip may come from a non-Debian Python; then python3-pip is not needed.
+if [[ " ${missing[*]} " == *" python3-pip "* ]] && python3 -m pip --version >/dev/null 2>&1; then
+  missing=("${missing[@]/python3-pip}")
+fi
+read -r -a missing <<< "${missing[*]:-}"
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "install-deps: all packages present" >&2
+  exit 0
+fi
+
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then
+  if command -v sudo >/dev/null; then SUDO="sudo"; else
+    echo "install-deps: need root (or sudo) to install: ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+echo "install-deps: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

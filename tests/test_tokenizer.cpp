@@ -1,0 +1,399 @@
+// Tokenizer conformance and behaviour: the llama.cpp / Hugging Face vectors
+// must match exactly, special tokens, round trips, streaming detokenization.
+#include <QtTest/QtTest>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "phaselab/gguf.h"
+#include "phaselab/tokenizer.h"
+
+using namespace phaselab;
+
+namespace {
+
+std::string vocab_path(const std::string& name) {
+  return std::string(PHASELAB_TEST_DATA) + "/tokenizer-vectors/ggml-vocab-" + name + ".gguf";
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::string ids_to_string(const std::vector<TokenId>& ids) {
+  std::string s;
+  for (TokenId id : ids) {
+    if (!s.empty()) s += ' ';
+    s += std::to_string(id);
+  }
+  return s;
+}
+
+// Shows control characters so a failing string can be read in the log.
+std::string printable(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '\n') out += "\\n";
+    else if (c == '\t') out += "\\t";
+    else if (c == '\r') out += "\\r";
+    else out += c;
+  }
+  return out;
+}
+
+bool valid_utf8(const std::string& s) { return utf8_complete_prefix(s) == s.size(); }
+
+struct Loaded {
+  std::shared_ptr<GgufFile> file;
+  std::unique_ptr<Tokenizer> tok;
+};
+
+Loaded load(const std::string& path) {
+  Loaded l;
+  auto f = GgufFile::open(path);
+  if (!f) {
+    qWarning("open %s: %s", path.c_str(), f.status().message().c_str());
+    return l;
+  }
+  l.file = f.value();
+  auto t = Tokenizer::from_gguf(*l.file);
+  if (!t) {
+    qWarning("from_gguf %s: %s", path.c_str(), t.status().message().c_str());
+    return l;
+  }
+  l.tok = std::move(t.value());
+  return l;
+}
+
+std::string find_gemma() {
+  std::vector<std::string> candidates;
+  if (const char* home = std::getenv("HOME")) {
+    candidates.push_back(std::string(home) + "/.local/share/PhaseLab/models/gemma-3-270m-q4_k_m.gguf");
+  }
+  candidates.push_back("/tmp/models/gemma-3-270m-q4_k_m.gguf");
+  for (const auto& c : candidates) {
+    if (std::filesystem::exists(c)) return c;
+  }
+  return {};
+}
+
+// A minimal gpt2 vocabulary; callers change keys to make it bad.
+GgufWriter tiny_bpe_writer() {
+  GgufWriter w;
+  w.set("tokenizer.ggml.model", GgufWriteValue::string("gpt2"));
+  w.set("tokenizer.ggml.pre", GgufWriteValue::string("gpt-2"));
+  w.set("tokenizer.ggml.tokens", GgufWriteValue::string_array({"a", "b", "ab"}));
+  w.set("tokenizer.ggml.token_type", GgufWriteValue::i32_array({1, 1, 1}));
+  w.set("tokenizer.ggml.merges", GgufWriteValue::string_array({"a b"}));
+  return w;
+}
+
+Result<std::unique_ptr<Tokenizer>> from_writer(const GgufWriter& w) {
+  auto f = GgufFile::from_bytes(w.serialize());
+  if (!f) return f.status();
+  return Tokenizer::from_gguf(*f.value());
+}
+
+}  // namespace
+
+class TestTokenizer : public QObject {
+  Q_OBJECT
+
+ private:
+  // Every line of NAME.gguf.inp must encode (no BOS, no special parsing) to
+  // the ids on the same line of NAME.gguf.out.
+  void check_vectors(const std::string& name) {
+    const std::string path = vocab_path(name);
+    Loaded l = load(path);
+    QVERIFY2(l.tok, path.c_str());
+
+    const std::string raw = read_file(path + ".inp");
+    const std::string sep = "\n__ggml_vocab_test__\n";
+    // Split as llama.cpp's test-tokenizer-0 does: a trailing separator does
+    // not start another (empty) string.
+    std::vector<std::string> inputs;
+    for (size_t pos = 0; pos < raw.size();) {
+      const size_t next = raw.find(sep, pos);
+      if (next == std::string::npos) {
+        inputs.push_back(raw.substr(pos));
+        break;
+      }
+      inputs.push_back(raw.substr(pos, next - pos));
+      pos = next + sep.size();
+    }
+
+    std::vector<std::vector<TokenId>> expected;
+    std::istringstream out(read_file(path + ".out"));
+    for (std::string line; std::getline(out, line);) {
+      std::vector<TokenId> ids;
+      std::istringstream ls(line);
+      for (long v; ls >> v;) ids.push_back(static_cast<TokenId>(v));
+      expected.push_back(std::move(ids));
+    }
+    QCOMPARE(inputs.size(), expected.size());
+    QVERIFY(!inputs.empty());
+
+    int failures = 0;
+    for (size_t i = 0; i < inputs.size(); i++) {
+      const std::vector<TokenId> got = l.tok->encode(inputs[i], /*add_special=*/false, /*parse_special=*/false);
+      if (got != expected[i]) {
+        failures++;
+        qWarning("%s vector %zu mismatch for '%s'\n  expected: %s\n  got:      %s", name.c_str(), i,
+                 printable(inputs[i]).c_str(), ids_to_string(expected[i]).c_str(), ids_to_string(got).c_str());
+      }
+    }
+    QVERIFY2(failures == 0, (std::to_string(failures) + " of " + std::to_string(inputs.size()) +
+                             " vectors differ for " + name).c_str());
+  }
+
+ private slots:
+  void vectors_llama_spm() { check_vectors("llama-spm"); }
+  void vectors_gpt2() { check_vectors("gpt-2"); }
+  void vectors_deepseek_coder() { check_vectors("deepseek-coder"); }
+
+  void vocab_metadata() {
+    Loaded spm = load(vocab_path("llama-spm"));
+    QVERIFY(spm.tok);
+    QCOMPARE(spm.tok->kind(), Tokenizer::Kind::spm);
+    QCOMPARE(spm.tok->bos(), 1);
+    QCOMPARE(spm.tok->eos(), 2);
+    QVERIFY(spm.tok->add_bos());
+    QVERIFY(!spm.tok->add_eos());
+    QVERIFY(spm.tok->add_space_prefix());
+    QVERIFY(spm.tok->is_eog(2));
+    QVERIFY(!spm.tok->is_eog(1));
+    QCOMPARE(spm.tok->find_token("<0x0A>").value_or(-1), 13);
+    QCOMPARE(spm.tok->token_attr(1), TokenAttr::control);
+
+    Loaded bpe = load(vocab_path("gpt-2"));
+    QVERIFY(bpe.tok);
+    QCOMPARE(bpe.tok->kind(), Tokenizer::Kind::bpe);
+    QCOMPARE(bpe.tok->pre(), std::string("gpt-2"));
+    QVERIFY(!bpe.tok->add_bos());
+    const auto eot = bpe.tok->find_token("<|endoftext|>");
+    QVERIFY(eot.has_value());
+    QVERIFY(bpe.tok->is_eog(*eot));
+  }
+
+  void add_special_adds_bos() {
+    Loaded l = load(vocab_path("llama-spm"));
+    QVERIFY(l.tok);
+    const auto with = l.tok->encode("Hello", true, false);
+    const auto without = l.tok->encode("Hello", false, false);
+    QVERIFY(!with.empty());
+    QCOMPARE(with.front(), l.tok->bos());
+    QCOMPARE(std::vector<TokenId>(with.begin() + 1, with.end()), without);
+    QCOMPARE(l.tok->encode("", true, false), std::vector<TokenId>{l.tok->bos()});
+    QVERIFY(l.tok->encode("", false, false).empty());
+  }
+
+  void special_tokens_parsed() {
+    Loaded l = load(vocab_path("llama-spm"));
+    QVERIFY(l.tok);
+    const TokenId bos = l.tok->bos(), eos = l.tok->eos();
+    const auto parsed = l.tok->encode("Hello</s><s>world", false, true);
+    QVERIFY2(std::find(parsed.begin(), parsed.end(), eos) != parsed.end(), ids_to_string(parsed).c_str());
+    QVERIFY2(std::find(parsed.begin(), parsed.end(), bos) != parsed.end(), ids_to_string(parsed).c_str());
+    // Text around the special tokens is encoded as on its own (a fragment
+    // right after a special token gets the space prefix, as in llama.cpp).
+    std::vector<TokenId> expect = l.tok->encode("Hello", false, false);
+    expect.push_back(eos);
+    expect.push_back(bos);
+    const auto world = l.tok->encode("world", false, false);
+    expect.insert(expect.end(), world.begin(), world.end());
+    QCOMPARE(parsed, expect);
+
+    // Without parse_special the same text is plain text.
+    const auto plain = l.tok->encode("Hello</s><s>world", false, false);
+    QVERIFY(std::find(plain.begin(), plain.end(), eos) == plain.end());
+    QVERIFY(std::find(plain.begin(), plain.end(), bos) == plain.end());
+    QCOMPARE(l.tok->decode(plain), std::string("Hello</s><s>world"));
+
+    // Control tokens render only on request.
+    QCOMPARE(l.tok->token_to_piece(eos), std::string());
+    QCOMPARE(l.tok->token_to_piece(eos, true), std::string("</s>"));
+
+    Loaded g = load(vocab_path("gpt-2"));
+    QVERIFY(g.tok);
+    const TokenId eot = g.tok->find_token("<|endoftext|>").value();
+    const auto bpe = g.tok->encode("Hi<|endoftext|>there", false, true);
+    std::vector<TokenId> bpe_expect = g.tok->encode("Hi", false, false);
+    bpe_expect.push_back(eot);
+    const auto there = g.tok->encode("there", false, false);
+    bpe_expect.insert(bpe_expect.end(), there.begin(), there.end());
+    QCOMPARE(bpe, bpe_expect);
+    const auto bpe_plain = g.tok->encode("Hi<|endoftext|>there", false, false);
+    QVERIFY(std::find(bpe_plain.begin(), bpe_plain.end(), eot) == bpe_plain.end());
+  }
+
+  void round_trip_spm() {
+    // SPM adds a space prefix on encode; decode drops it again for the first
+    // token (after any BOS), so the round trip is exact.
+    Loaded l = load(vocab_path("llama-spm"));
+    QVERIFY(l.tok);
+    const std::vector<std::string> texts = {
+        "Hello world",
+        " leading space",
+        "   three leading spaces and trailing  ",
+        "emoji 🙂🚀 and 😶‍🌫️",
+        "中文 你好，世界 日本語 한국어",
+        "tabs\tand\nnewlines\n\n",
+        "Ünïcödé ½ ∑ x²",
+        "",
+    };
+    for (const auto& t : texts) {
+      for (bool add_special : {false, true}) {
+        const auto ids = l.tok->encode(t, add_special, false);
+        const std::string back = l.tok->decode(ids);
+        QVERIFY2(back == t, ("'" + t + "' decoded as '" + back + "' from " + ids_to_string(ids)).c_str());
+      }
+    }
+  }
+
+  void round_trip_bpe() {
+    // Byte-level BPE represents any byte, so even invalid UTF-8 survives.
+    for (const char* name : {"gpt-2", "deepseek-coder"}) {
+      Loaded l = load(vocab_path(name));
+      QVERIFY(l.tok);
+      const std::vector<std::string> texts = {
+          "Hello world", "  two spaces", "emoji 🙂 CJK 你好 ñ", "a\r\n\tb   \n", std::string("bad \xFF\xC3 utf8 \xE4\xBD"),
+      };
+      for (const auto& t : texts) {
+        const auto ids = l.tok->encode(t, false, false);
+        QVERIFY2(l.tok->decode(ids) == t, (std::string(name) + ": '" + printable(t) + "'").c_str());
+      }
+    }
+  }
+
+  void detokenizer_never_splits_utf8() {
+    Loaded l = load(vocab_path("llama-spm"));
+    QVERIFY(l.tok);
+    // Emoji are not in the Llama 2 vocabulary: they come out as byte tokens,
+    // one byte per token.
+    const std::string text = "a🙂b 你好 🚀🦙 end";
+    const auto ids = l.tok->encode(text, false, false);
+    IncrementalDetokenizer det(*l.tok);
+    std::string streamed;
+    int held = 0;
+    for (TokenId id : ids) {
+      const std::string part = det.push(id);
+      QVERIFY2(valid_utf8(part), ("partial output is not valid UTF-8 after token " + std::to_string(id)).c_str());
+      if (part.empty()) held++;
+      streamed += part;
+    }
+    streamed += det.flush();
+    QVERIFY(held > 0);  // some byte tokens really were held back
+    QCOMPARE(streamed, l.tok->token_to_piece(ids[0]) + l.tok->decode(std::vector<TokenId>(ids.begin() + 1, ids.end())));
+
+    // A truncated sequence is held, then becomes U+FFFD on flush.
+    const TokenId f0 = l.tok->find_token("<0xF0>").value();
+    const TokenId f9f = l.tok->find_token("<0x9F>").value();
+    det.reset();
+    QCOMPARE(det.push(f0), std::string());
+    QCOMPARE(det.push(f9f), std::string());
+    QCOMPARE(det.flush(), std::string("\xEF\xBF\xBD"));
+    // A byte that can never start a sequence is replaced at once.
+    const TokenId ff = l.tok->find_token("<0xFF>").value();
+    QCOMPARE(det.push(ff), std::string("\xEF\xBF\xBD"));
+    QCOMPARE(det.flush(), std::string());
+  }
+
+  void utf8_prefix() {
+    QCOMPARE(utf8_complete_prefix(""), size_t(0));
+    QCOMPARE(utf8_complete_prefix("abc"), size_t(3));
+    QCOMPARE(utf8_complete_prefix("a\xF0\x9F\x99"), size_t(1));      // truncated emoji
+    QCOMPARE(utf8_complete_prefix("a\xF0\x9F\x99\x82"), size_t(5));  // complete emoji
+    QCOMPARE(utf8_complete_prefix("ab\xFF" "c"), size_t(2));         // invalid byte
+    QCOMPARE(utf8_complete_prefix("\xC0\x80"), size_t(0));           // overlong
+    QCOMPARE(utf8_complete_prefix("\xED\xA0\x80"), size_t(0));       // surrogate
+  }
+
+  void unknown_pre_tokenizer_refused() {
+    GgufWriter w = tiny_bpe_writer();
+    w.set("tokenizer.ggml.pre", GgufWriteValue::string("nonsense"));
+    auto t = from_writer(w);
+    QVERIFY(!t.is_ok());
+    QVERIFY2(t.status().message().find("nonsense") != std::string::npos, t.status().message().c_str());
+    QVERIFY2(t.status().message().find("pre-tokenizer") != std::string::npos, t.status().message().c_str());
+
+    // The same file with a known pre-tokenizer loads and merges.
+    auto ok = from_writer(tiny_bpe_writer());
+    QVERIFY2(ok.is_ok(), ok.status().message().c_str());
+    QCOMPARE(ok.value()->encode("ab", false, false), std::vector<TokenId>{2});
+  }
+
+  void malformed_vocab_refused() {
+    {
+      GgufWriter w = tiny_bpe_writer();
+      w.set("tokenizer.ggml.token_type", GgufWriteValue::i32_array({1, 1}));
+      auto t = from_writer(w);
+      QVERIFY(!t.is_ok());
+      QVERIFY2(t.status().message().find("token_type") != std::string::npos, t.status().message().c_str());
+    }
+    {
+      GgufWriter w;
+      w.set("tokenizer.ggml.model", GgufWriteValue::string("llama"));
+      w.set("tokenizer.ggml.tokens", GgufWriteValue::string_array({"<unk>", "<s>", "</s>", "a"}));
+      w.set("tokenizer.ggml.scores", GgufWriteValue::f32_array({0, 0, 0}));
+      auto t = from_writer(w);
+      QVERIFY(!t.is_ok());
+      QVERIFY2(t.status().message().find("scores") != std::string::npos, t.status().message().c_str());
+    }
+    {
+      GgufWriter w = tiny_bpe_writer();
+      w.set("tokenizer.ggml.model", GgufWriteValue::string("bert"));
+      auto t = from_writer(w);
+      QVERIFY(!t.is_ok());
+      QVERIFY2(t.status().message().find("bert") != std::string::npos, t.status().message().c_str());
+    }
+    {
+      GgufWriter w;
+      w.set("general.architecture", GgufWriteValue::string("llama"));
+      auto t = from_writer(w);
+      QVERIFY(!t.is_ok());
+      QVERIFY2(t.status().message().find("tokenizer.ggml.model") != std::string::npos, t.status().message().c_str());
+    }
+  }
+
+  void gemma_round_trip() {
+    const std::string path = find_gemma();
+    if (path.empty()) {
+      QSKIP("gemma-3-270m-q4_k_m.gguf not found in ~/.local/share/PhaseLab/models or /tmp/models "
+            "(the test script downloads it)");
+    }
+    Loaded l = load(path);
+    QVERIFY(l.tok);
+    QCOMPARE(l.tok->kind(), Tokenizer::Kind::spm);
+
+    const std::string text = "Hello world! Ünïcödé 你好 🙂\n  code()";
+    const auto ids = l.tok->encode(text, false, false);
+    QVERIFY(!ids.empty());
+    QCOMPARE(l.tok->decode(ids), text);
+    const auto with_bos = l.tok->encode(text, true, false);
+    QCOMPARE(l.tok->decode(with_bos), text);
+
+    const TokenId sot = l.tok->find_token("<start_of_turn>").value_or(-1);
+    const TokenId eot = l.tok->find_token("<end_of_turn>").value_or(-1);
+    QVERIFY(sot >= 0 && eot >= 0);
+    const auto chat = l.tok->encode("<start_of_turn>user\nHi<end_of_turn>", false, true);
+    QVERIFY(!chat.empty());
+    QCOMPARE(chat.front(), sot);
+    QCOMPARE(chat.back(), eot);
+    QVERIFY(l.tok->is_eog(eot));
+    QVERIFY(l.tok->is_eog(l.tok->eos()));
+    QCOMPARE(l.tok->eot(), eot);
+    // Without parse_special the markers are ordinary text.
+    const auto plain = l.tok->encode("<start_of_turn>user", false, false);
+    QVERIFY(std::find(plain.begin(), plain.end(), sot) == plain.end());
+  }
+};
+
+QTEST_APPLESS_MAIN(TestTokenizer)
+#include "test_tokenizer.moc"
