@@ -258,13 +258,14 @@ class TestTokenizer : public QObject {
   }
 
   void round_trip_bpe() {
-    // Byte-level BPE represents any byte, so even invalid UTF-8 survives.
     for (const char* name : {"gpt-2", "deepseek-coder"}) {
       Loaded l = load(vocab_path(name));
       QVERIFY(l.tok);
-      const std::vector<std::string> texts = {
-          "Hello world", "  two spaces", "emoji 🙂 CJK 你好 ñ", "a\r\n\tb   \n", std::string("bad \xFF\xC3 utf8 \xE4\xBD"),
-      };
+      std::vector<std::string> texts = {"Hello world", "  two spaces", "emoji 🙂 CJK 你好 ñ", "a\r\n\tb   \n"};
+      // Byte-level BPE represents any byte, so even invalid UTF-8 survives;
+      // not with deepseek-coder, whose vocabulary redefines some byte
+      // characters (e.g. the one for 0xFF) as user-defined tokens.
+      if (std::string(name) == "gpt-2") texts.push_back("bad \xFF\xC3 utf8 \xE4\xBD");
       for (const auto& t : texts) {
         const auto ids = l.tok->encode(t, false, false);
         QVERIFY2(l.tok->decode(ids) == t, (std::string(name) + ": '" + printable(t) + "'").c_str());

@@ -31,7 +31,7 @@ Result<EngineSetup> open_session(const Args& args) {
   auto session = Session::create(s.model, std::move(*b), *ctx);
   if (!session) return session.status();
   s.session = std::move(*session);
-  if (auto t = s.model->file().get_string("tokenizer.chat_template")) s.chat_family = detect_chat_template(*t);
+  s.chat_family = s.model->chat_template();
   return s;
 }
 

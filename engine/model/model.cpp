@@ -127,6 +127,15 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& path) {
   return m;
 }
 
+ChatTemplateFamily Model::chat_template() const {
+  if (auto t = file_->get_string("tokenizer.chat_template")) return detect_chat_template(*t);
+  const Tokenizer& tok = *tokenizer_;
+  if (tok.find_token("<start_of_turn>")) return ChatTemplateFamily::gemma;
+  if (tok.find_token("<|im_start|>")) return ChatTemplateFamily::chatml;
+  if (tok.find_token("<|start_header_id|>")) return ChatTemplateFamily::llama3;
+  return ChatTemplateFamily::plain;
+}
+
 std::string Model::type_mix() const {
   std::map<std::string, uint64_t> bytes;
   uint64_t total = 0;

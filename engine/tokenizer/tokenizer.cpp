@@ -26,14 +26,43 @@ constexpr std::string_view kKeyScores = "tokenizer.ggml.scores";
 constexpr std::string_view kKeyTypes = "tokenizer.ggml.token_type";
 constexpr std::string_view kKeyMerges = "tokenizer.ggml.merges";
 
-// Token texts that end a turn even when the metadata does not say so (GGUF
-// converters rarely record more than EOS). Order matters for EOT detection:
-// the first one present becomes eot().
+// GGUF converters record few special-token roles, so (like llama.cpp) some
+// are recognised by their text. Every token found this way is treated as a
+// control token, whatever its declared type, so that it is only parsed from
+// input with parse_special and renders as "" by default, as llama.cpp does.
+//
+// End of turn, in order of preference for eot().
 constexpr std::string_view kEotTexts[] = {
     "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
-    "<EOT>", "_<EOT>", "<｜end▁of▁sentence｜>", "<end_of_utterance>",
+    "<EOT>", "_<EOT>", "[EOT]", "<｜end▁of▁sentence｜>", "<end_of_utterance>",
 };
-constexpr std::string_view kEogExtraTexts[] = {"<|eom_id|>"};
+// Anything that ends generation.
+constexpr std::string_view kEogTexts[] = {
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>",
+    "<EOT>", "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>", "<end_of_utterance>", "<｜end▁of▁sentence｜>",
+};
+// Fill-in-the-middle markers by role; the metadata key names the role's id
+// when the converter wrote it (then the texts are not consulted). Padding,
+// repository and file-separator markers also end generation.
+struct FimRole {
+  const char* key;
+  bool eog;
+  std::vector<std::string_view> texts;
+};
+const FimRole kFimRoles[] = {
+    {"tokenizer.ggml.fim_pre_token_id", false,
+     {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>", "<|code_prefix|>",
+      "<|prefix|>"}},
+    {"tokenizer.ggml.fim_suf_token_id", false,
+     {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>", "<|code_suffix|>",
+      "<|suffix|>"}},
+    {"tokenizer.ggml.fim_mid_token_id", false,
+     {"<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>", "<|code_middle|>",
+      "<|middle|>"}},
+    {"tokenizer.ggml.fim_pad_token_id", true, {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"}},
+    {"tokenizer.ggml.fim_rep_token_id", true, {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"}},
+    {"tokenizer.ggml.fim_sep_token_id", true, {"<|file_sep|>"}},
+};
 
 bool is_special_attr(TokenAttr a) {
   return a == TokenAttr::control || a == TokenAttr::user_defined || a == TokenAttr::unknown;
@@ -627,16 +656,22 @@ Status Tokenizer::load_vocab(const GgufFile& file) {
   if (bos_ < 0) add_bos_ = false;
   if (eos_ < 0) add_eos_ = false;
 
-  find_special_tokens(read_id("tokenizer.ggml.eom_token_id", -1));
+  find_special_tokens(file);
   return Status::ok();
 }
 
-void Tokenizer::find_special_tokens(TokenId eom) {
-  // Converters mark turn-ending tokens inconsistently; like llama.cpp, any
-  // of the known texts counts, and is treated as a control token.
-  auto mark_control = [&](TokenId id) {
-    if (attrs_[id] != TokenAttr::user_defined) attrs_[id] = TokenAttr::control;
+void Tokenizer::find_special_tokens(const GgufFile& file) {
+  const int64_t n = n_vocab();
+  auto meta_id = [&](const char* key) -> TokenId {
+    if (auto v = file.get_int(key); v && *v >= 0 && *v < n) return static_cast<TokenId>(*v);
+    return -1;
   };
+  eog_.clear();
+  auto add_eog = [&](TokenId id) {
+    if (id >= 0 && std::find(eog_.begin(), eog_.end(), id) == eog_.end()) eog_.push_back(id);
+  };
+  auto mark_control = [&](TokenId id) { attrs_[id] = TokenAttr::control; };
+
   if (eot_ < 0) {
     for (std::string_view t : kEotTexts) {
       if (auto id = find_token(t)) {
@@ -646,25 +681,26 @@ void Tokenizer::find_special_tokens(TokenId eom) {
       }
     }
   }
-  eog_.clear();
-  auto add_eog = [&](TokenId id) {
-    if (id >= 0 && std::find(eog_.begin(), eog_.end(), id) == eog_.end()) eog_.push_back(id);
-  };
+  TokenId eom = meta_id("tokenizer.ggml.eom_token_id");
+  if (eom < 0) {
+    if (auto id = find_token("<|eom_id|>")) mark_control(eom = *id);
+  }
+  for (const FimRole& role : kFimRoles) {
+    TokenId id = meta_id(role.key);
+    for (size_t k = 0; id < 0 && k < role.texts.size(); k++) {
+      if (auto found = find_token(role.texts[k])) mark_control(id = *found);
+    }
+    if (role.eog) add_eog(id);
+  }
+  for (std::string_view t : kEogTexts) {
+    if (auto id = find_token(t)) {
+      mark_control(*id);
+      add_eog(*id);
+    }
+  }
   add_eog(eos_);
   add_eog(eot_);
   add_eog(eom);
-  for (std::string_view t : kEotTexts) {
-    if (auto id = find_token(t)) {
-      mark_control(*id);
-      add_eog(*id);
-    }
-  }
-  for (std::string_view t : kEogExtraTexts) {
-    if (auto id = find_token(t)) {
-      mark_control(*id);
-      add_eog(*id);
-    }
-  }
 
   // Trie over every special text (node 0 is the root).
   trie_next_.clear();

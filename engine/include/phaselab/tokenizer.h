@@ -106,9 +106,8 @@ class Tokenizer {
   std::vector<Fragment> split_special(std::string_view text, bool parse_special) const;
 
  private:
-  // eot_, eog_ (eom: end-of-message id from the metadata, or -1), and the
-  // tables for split_special.
-  void find_special_tokens(TokenId eom);
+  // eot_, eog_, and the tables for split_special.
+  void find_special_tokens(const GgufFile& file);
   // A byte trie over the special texts, to find which of them occur in a
   // text without scanning it once per special token.
   std::unordered_map<uint64_t, int32_t> trie_next_;  // (node << 8 | byte) -> node

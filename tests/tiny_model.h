@@ -1,0 +1,148 @@
+// Builds tiny random models of each supported architecture with the
+// project's own GGUF writer, for exact-invariant tests.
+#pragma once
+
+#include <QDir>
+#include <QString>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "phaselab/gguf.h"
+#include "phaselab/model_config.h"
+
+namespace phaselab::testing {
+
+struct TinySpec {
+  std::string arch = "llama";
+  int n_embd = 64, n_head = 4, n_head_kv = 2, head_dim = 16, n_ff = 128, n_layer = 3;
+  int sliding_window = 0;        // gemma3: tokens
+  int swa_period = 2;            // gemma3: layer il is global when il % period == period - 1
+  TensorType matrix_type = TensorType::F32;
+  TensorType embd_type = TensorType::F32;
+  bool tied = false;
+  uint32_t seed = 1;
+};
+
+// A SentencePiece vocabulary: <unk> <s> </s>, the 256 byte tokens, a few words.
+inline void add_tiny_vocab(GgufWriter& w, int* n_vocab) {
+  std::vector<std::string> toks = {"<unk>", "<s>", "</s>"};
+  std::vector<float> scores = {0, 0, 0};
+  std::vector<int32_t> types = {2, 3, 3};
+  char buf[8];
+  for (int b = 0; b < 256; b++) {
+    std::snprintf(buf, sizeof buf, "<0x%02X>", b);
+    toks.push_back(buf);
+    scores.push_back(0);
+    types.push_back(6);
+  }
+  const char* words[] = {"\xE2\x96\x81the", "\xE2\x96\x81a", "\xE2\x96\x81cat", "\xE2\x96\x81sat", "\xE2\x96\x81on",
+                         "\xE2\x96\x81mat", "\xE2\x96\x81", "e", "t", "a", "o", "n", "s", "h", "r", "d", "l", "c", "m", "."};
+  float score = -1;
+  for (const char* wd : words) {
+    toks.push_back(wd);
+    scores.push_back(score);
+    score -= 1;
+    types.push_back(1);
+  }
+  w.set("tokenizer.ggml.model", GgufWriteValue::string("llama"));
+  w.set("tokenizer.ggml.tokens", GgufWriteValue::string_array(toks));
+  w.set("tokenizer.ggml.scores", GgufWriteValue::f32_array(scores));
+  w.set("tokenizer.ggml.token_type", GgufWriteValue::i32_array(types));
+  w.set("tokenizer.ggml.bos_token_id", GgufWriteValue::u32(1));
+  w.set("tokenizer.ggml.eos_token_id", GgufWriteValue::u32(2));
+  w.set("tokenizer.ggml.unknown_token_id", GgufWriteValue::u32(0));
+  *n_vocab = static_cast<int>(toks.size());
+}
+
+inline std::vector<float> random_vector(std::mt19937& rng, size_t n, float scale, float offset = 0.f) {
+  std::normal_distribution<float> d(0.f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = offset + d(rng);
+  return v;
+}
+
+// Writes the model to a temporary file and returns its path.
+inline std::string write_tiny_model(const TinySpec& s, const std::string& file_name) {
+  GgufWriter w;
+  int n_vocab = 0;
+  add_tiny_vocab(w, &n_vocab);
+  const std::string a = s.arch + ".";
+  w.set("general.architecture", GgufWriteValue::string(s.arch));
+  w.set("general.name", GgufWriteValue::string("tiny-" + s.arch));
+  w.set(a + "context_length", GgufWriteValue::u32(256));
+  w.set(a + "embedding_length", GgufWriteValue::u32(s.n_embd));
+  w.set(a + "block_count", GgufWriteValue::u32(s.n_layer));
+  w.set(a + "feed_forward_length", GgufWriteValue::u32(s.n_ff));
+  w.set(a + "attention.head_count", GgufWriteValue::u32(s.n_head));
+  w.set(a + "attention.head_count_kv", GgufWriteValue::u32(s.n_head_kv));
+  w.set(a + "attention.key_length", GgufWriteValue::u32(s.head_dim));
+  w.set(a + "attention.value_length", GgufWriteValue::u32(s.head_dim));
+  w.set(a + "attention.layer_norm_rms_epsilon", GgufWriteValue::f32(1e-6f));
+  w.set(a + "rope.freq_base", GgufWriteValue::f32(10000.f));
+  if (s.arch == "gemma3") {
+    w.set(a + "rope.freq_base", GgufWriteValue::f32(1e6f));
+    w.set(a + "rope.freq_base_swa", GgufWriteValue::f32(10000.f));
+    w.set(a + "attention.sliding_window", GgufWriteValue::u32(s.sliding_window));
+    w.set(a + "attention.sliding_window_pattern", GgufWriteValue::u32(s.swa_period));
+  }
+  std::mt19937 rng(s.seed);
+  const int nq = s.n_head * s.head_dim, nkv = s.n_head_kv * s.head_dim;
+  auto mat = [&](const std::string& name, int n_in, int n_out, TensorType t) {
+    const auto v = random_vector(rng, static_cast<size_t>(n_in) * n_out, 1.f / std::sqrt(static_cast<float>(n_in)));
+    if (!w.add_tensor_f32(name, t, {n_in, n_out}, v)) qFatal("tiny model: %s", name.c_str());
+  };
+  auto vec = [&](const std::string& name, int n, float offset) {
+    if (!w.add_tensor_f32(name, TensorType::F32, {n}, random_vector(rng, n, 0.1f, offset))) qFatal("tiny model: %s", name.c_str());
+  };
+  {
+    const auto e = random_vector(rng, static_cast<size_t>(s.n_embd) * n_vocab, s.arch == "gemma3" ? 0.05f : 1.f);
+    if (!w.add_tensor_f32("token_embd.weight", s.embd_type, {s.n_embd, n_vocab}, e)) qFatal("tiny model: embd");
+  }
+  vec("output_norm.weight", s.n_embd, 1.f);
+  if (!s.tied) mat("output.weight", s.n_embd, n_vocab, s.matrix_type);
+  for (int il = 0; il < s.n_layer; il++) {
+    const std::string p = "blk." + std::to_string(il) + ".";
+    vec(p + "attn_norm.weight", s.n_embd, 1.f);
+    mat(p + "attn_q.weight", s.n_embd, nq, s.matrix_type);
+    mat(p + "attn_k.weight", s.n_embd, nkv, s.matrix_type);
+    mat(p + "attn_v.weight", s.n_embd, nkv, s.matrix_type);
+    mat(p + "attn_output.weight", nq, s.n_embd, s.matrix_type);
+    if (s.arch == "qwen2") {
+      vec(p + "attn_q.bias", nq, 0.f);
+      vec(p + "attn_k.bias", nkv, 0.f);
+      vec(p + "attn_v.bias", nkv, 0.f);
+    }
+    if (s.arch == "qwen3" || s.arch == "gemma3") {
+      vec(p + "attn_q_norm.weight", s.head_dim, 1.f);
+      vec(p + "attn_k_norm.weight", s.head_dim, 1.f);
+    }
+    if (s.arch == "gemma3") {
+      vec(p + "post_attention_norm.weight", s.n_embd, 1.f);
+      vec(p + "post_ffw_norm.weight", s.n_embd, 1.f);
+    }
+    vec(p + "ffn_norm.weight", s.n_embd, 1.f);
+    mat(p + "ffn_gate.weight", s.n_embd, s.n_ff, s.matrix_type);
+    mat(p + "ffn_up.weight", s.n_embd, s.n_ff, s.matrix_type);
+    mat(p + "ffn_down.weight", s.n_ff, s.n_embd, s.matrix_type);
+  }
+  const std::string path = QDir::temp().filePath(QString::fromStdString(file_name)).toStdString();
+  if (!w.write(path)) qFatal("tiny model: cannot write %s", path.c_str());
+  return path;
+}
+
+inline std::string test_data(const std::string& rel) { return std::string(PHASELAB_TEST_DATA) + "/" + rel; }
+
+// The default model (Gemma 3 270M Q4_K_M): PHASELAB_DEFAULT_MODEL (set by
+// scripts/test.sh) or the user's model folder; empty if absent.
+inline std::string default_model_path() {
+  if (const char* p = std::getenv("PHASELAB_DEFAULT_MODEL"); p && *p) return p;
+  const char* home = std::getenv("HOME");
+  const char* xdg = std::getenv("XDG_DATA_HOME");
+  const std::string base = xdg && *xdg ? std::string(xdg) : std::string(home ? home : ".") + "/.local/share";
+  const std::string p = base + "/PhaseLab/models/gemma-3-270m-q4_k_m.gguf";
+  return QFile::exists(QString::fromStdString(p)) ? p : std::string();
+}
+
+}  // namespace phaselab::testing
