@@ -224,6 +224,25 @@ class TestEngine : public QObject {
     QVERIFY(tok.is_eog(*tok.find_token("<end_of_turn>")));
   }
 
+  // The default model is the base (pre-trained) Gemma 3 270M and has no chat
+  // template, so chat uses the plain transcript format; its answer must name
+  // Paris. (With Gemma's turn markers the base model only repeats the
+  // question, in llama.cpp as here: see the reference file.)
+  void gemma_chat_answer_names_paris() {
+    REQUIRE_DEFAULT_MODEL(path);
+    auto session = open_session(path, 256, 64);
+    const Model& m = session->model();
+    QCOMPARE(m.chat_template(), ChatTemplateFamily::plain);
+    const auto prompt = m.tokenizer().encode(
+        apply_chat_template(m.chat_template(), {{"user", "What is the capital of France?"}}), true, true);
+    GenerateOptions o = greedy(32);
+    o.ignore_eos = false;
+    o.stop = chat_stop_strings(m.chat_template());
+    auto r = session->generate(prompt, o);
+    QVERIFY2(r.is_ok(), r.status().message().c_str());
+    QVERIFY2(r->text.find("Paris") != std::string::npos, r->text.c_str());
+  }
+
   void kv_cache_on_equals_off_data() {
     QTest::addColumn<QString>("arch");
     for (const char* a : kArchs) QTest::newRow(a) << a;

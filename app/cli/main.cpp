@@ -41,7 +41,5 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     return report(phaselab::internal_error(std::string("unexpected error: ") + e.what()));
   }
-  std::fprintf(stderr, "phaselab-cli: error: unknown command '%s'\n", cmd.c_str());
-  print_usage(stderr);
-  return kExitBadInput;
+  return usage_error("unknown command '" + cmd + "' (run phaselab-cli --help)");
 }

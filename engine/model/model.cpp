@@ -129,10 +129,9 @@ Result<std::shared_ptr<Model>> Model::load(const std::string& path) {
 
 ChatTemplateFamily Model::chat_template() const {
   if (auto t = file_->get_string("tokenizer.chat_template")) return detect_chat_template(*t);
-  const Tokenizer& tok = *tokenizer_;
-  if (tok.find_token("<start_of_turn>")) return ChatTemplateFamily::gemma;
-  if (tok.find_token("<|im_start|>")) return ChatTemplateFamily::chatml;
-  if (tok.find_token("<|start_header_id|>")) return ChatTemplateFamily::llama3;
+  // No template: a base (pre-trained) model. Such models answer a plain
+  // "User: / Assistant:" transcript far better than the turn markers of
+  // their instruction-tuned siblings (the default Gemma 3 270M is one).
   return ChatTemplateFamily::plain;
 }
 

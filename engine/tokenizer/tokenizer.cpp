@@ -96,6 +96,10 @@ class Regex {
       return internal_error("pre-tokenizer regex " + quoted(pattern) + " does not compile at offset " +
                             std::to_string(err_off) + ": " + reinterpret_cast<const char*>(buf));
     }
+    // The interpreter re-validates the UTF-8 of the rest of the subject on
+    // every call, which is quadratic over a long chunk; the JIT does not.
+    // Without JIT support the interpreter still gives the same results.
+    (void)pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE);
     return Status::ok();
   }
   const pcre2_code* code() const { return code_; }
@@ -131,7 +135,12 @@ void regex_split(std::string_view text, const std::vector<Regex>& regexes, Match
       const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data() + c.off);
       size_t start = 0, prev = 0;
       while (start < c.len) {
-        const int rc = pcre2_match(re.code(), subject, c.len, start, 0, m.md, nullptr);
+        int rc = pcre2_match(re.code(), subject, c.len, start, 0, m.md, nullptr);
+        if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {
+          // Pathological input for the JIT's small stack: the interpreter
+          // keeps its backtracking state on the heap.
+          rc = pcre2_match(re.code(), subject, c.len, start, PCRE2_NO_JIT, m.md, nullptr);
+        }
         if (rc < 0) break;  // no match (or a resource limit): the rest is one gap
         const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(m.md);
         const size_t ms = ov[0], me = ov[1];

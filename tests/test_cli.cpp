@@ -1,0 +1,155 @@
+// The phaselab-cli contract other tools build on: output formats and exit
+// codes (0 success, 2 bad input with a one-line error on stderr).
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QProcess>
+#include <QtTest>
+
+#include "tiny_model.h"
+
+using namespace phaselab::testing;
+
+namespace {
+
+struct Run {
+  int code = -1;
+  QString out, err;
+};
+
+Run cli(const QStringList& args, const QByteArray& stdin_data = {}) {
+  QProcess p;
+  p.start(PHASELAB_CLI_PATH, args);
+  if (!p.waitForStarted()) qFatal("cannot start phaselab-cli");
+  if (!stdin_data.isEmpty()) p.write(stdin_data);
+  p.closeWriteChannel();
+  if (!p.waitForFinished(600000)) qFatal("phaselab-cli did not finish");
+  return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1, QString::fromUtf8(p.readAllStandardOutput()),
+          QString::fromUtf8(p.readAllStandardError())};
+}
+
+QString stories() { return QString::fromStdString(test_data("stories260K.gguf")); }
+
+void expect_bad_input(const Run& r) {
+  QCOMPARE(r.code, 2);
+  QVERIFY2(r.err.trimmed().count('\n') == 0 && r.err.contains("error"), qPrintable(r.err));
+}
+
+}  // namespace
+
+class TestCli : public QObject {
+  Q_OBJECT
+ private slots:
+  void info_describes_stories260k() {
+    const Run r = cli({"info", stories()});
+    QCOMPARE(r.code, 0);
+    QVERIFY(r.out.contains("llama"));
+    QVERIFY(r.out.contains("layers          5, n_embd 64, n_ff 172"));
+    QVERIFY(r.out.contains("8 heads, 4 KV heads, head_dim 8"));
+    QVERIFY(r.out.contains("512 tokens"));
+    const Run j = cli({"info", stories(), "--json"});
+    QCOMPARE(j.code, 0);
+    const QJsonObject o = QJsonDocument::fromJson(j.out.toUtf8()).object();
+    QCOMPARE(o["architecture"].toString(), QString("llama"));
+    QCOMPARE(o["hparams"].toObject()["n_layer"].toInt(), 5);
+    QCOMPARE(o["hparams"].toObject()["n_head_kv"].toInt(), 4);
+    QCOMPARE(o["hparams"].toObject()["n_vocab"].toInt(), 512);
+    QCOMPARE(o["tensor_types"].toObject()["F32"].toObject()["tensors"].toInt(), 48);
+    QCOMPARE(o["vocab"].toObject()["model"].toString(), QString("llama"));
+    QCOMPARE(o["chat_template"].toObject()["present"].toBool(), false);
+  }
+
+  void info_describes_the_default_model() {
+    const std::string path = default_model_path();
+    if (path.empty()) {
+      if (std::getenv("CI")) QFAIL("default model missing");
+      QSKIP("default model not fetched (run scripts/fetch-model.sh)");
+    }
+    const Run j = cli({"info", QString::fromStdString(path), "--json"});
+    QCOMPARE(j.code, 0);
+    const QJsonObject o = QJsonDocument::fromJson(j.out.toUtf8()).object();
+    const QJsonObject h = o["hparams"].toObject();
+    QCOMPARE(o["architecture"].toString(), QString("gemma3"));
+    QCOMPARE(h["n_layer"].toInt(), 18);
+    QCOMPARE(h["n_embd"].toInt(), 640);
+    QCOMPARE(h["n_head"].toInt(), 4);
+    QCOMPARE(h["n_head_kv"].toInt(), 1);
+    QCOMPARE(h["head_dim"].toInt(), 256);
+    QCOMPARE(h["n_ff"].toInt(), 2048);
+    QCOMPARE(h["n_vocab"].toInt(), 262144);
+    QCOMPARE(h["sliding_window"].toInt(), 512);
+    QCOMPARE(h["n_swa_layers"].toInt(), 15);
+    QCOMPARE(h["rope_base"].toDouble(), 1e6);
+    QCOMPARE(h["rope_base_swa"].toDouble(), 1e4);
+    QVERIFY(o["tensor_types"].toObject().contains("Q4_K"));
+    QVERIFY(o["tensor_types"].toObject().contains("Q6_K"));
+  }
+
+  void info_on_a_corrupt_file_is_a_one_line_error() {
+    const QString path = QDir::temp().filePath("phaselab_corrupt.gguf");
+    QFile f(path);
+    QVERIFY(f.open(QIODevice::WriteOnly));
+    f.write("GGUF\x03\x00\x00\x00\xff\xff\xff\xff\xff\xff\xff\x7f", 16);
+    f.close();
+    const Run r = cli({"info", path});
+    expect_bad_input(r);
+    QVERIFY(r.err.contains("phaselab_corrupt.gguf"));
+    expect_bad_input(cli({"info", "/nonexistent.gguf"}));
+  }
+
+  void tokenize_prints_ids_on_one_line() {
+    const Run r = cli({"tokenize", "-m", stories(), "Once upon a time"});
+    QCOMPARE(r.code, 0);
+    QCOMPARE(r.out, QString("1 403 407 261 378\n"));
+    QCOMPARE(cli({"tokenize", "-m", stories(), "--no-bos", "Once upon a time"}).out, QString("403 407 261 378\n"));
+    const Run p = cli({"tokenize", "-m", stories(), "--no-bos", "--pieces", "Once upon"});
+    QCOMPARE(p.code, 0);
+    QVERIFY2(p.out.contains("' Once'"), qPrintable(p.out));
+    const QString file = QDir::temp().filePath("phaselab_prompt.txt");
+    QFile f(file);
+    QVERIFY(f.open(QIODevice::WriteOnly));
+    f.write("Once upon a time");
+    f.close();
+    QCOMPARE(cli({"tokenize", "-m", stories(), "--file", file}).out, QString("1 403 407 261 378\n"));
+  }
+
+  void generate_json_has_the_contract_fields() {
+    const Run r = cli({"generate", "-m", stories(), "-p", "Once upon a time", "-n", "16", "--temp", "0", "--json", "-q"});
+    QCOMPARE(r.code, 0);
+    const QJsonObject o = QJsonDocument::fromJson(r.out.toUtf8()).object();
+    for (const char* key : {"prompt_tokens", "tokens", "text", "ttft_ms", "prefill_tps", "decode_tps", "tpot_ms",
+                            "n_prompt", "n_generated", "stop_reason"})
+      QVERIFY2(o.contains(key), key);
+    QCOMPARE(o["n_prompt"].toInt(), 5);
+    QCOMPARE(o["n_generated"].toInt(), 16);
+    QCOMPARE(o["tokens"].toArray().size(), 16);
+    QCOMPARE(o["stop_reason"].toString(), QString("length"));
+    QVERIFY(o["text"].toString().startsWith(", there was a little girl named Lily."));
+    QVERIFY(r.err.contains("decode"));  // the metrics line
+    // Streaming mode writes the same text to stdout.
+    const Run s = cli({"generate", "-m", stories(), "-p", "Once upon a time", "-n", "16", "--temp", "0", "--no-kv-cache"});
+    QCOMPARE(s.code, 0);
+    QCOMPARE(s.out.trimmed(), o["text"].toString().trimmed());
+  }
+
+  void bad_parameters_exit_2_with_one_line() {
+    expect_bad_input(cli({"generate", "-m", stories(), "-p", "x", "--temp", "-1"}));
+    expect_bad_input(cli({"generate", "-m", stories(), "-p", "x", "--top-p", "7"}));
+    expect_bad_input(cli({"generate", "-m", stories(), "-p", "x", "-n", "zero"}));
+    expect_bad_input(cli({"generate", "-m", stories(), "-p", "x", "--bogus"}));
+    expect_bad_input(cli({"generate", "-p", "x"}));
+    expect_bad_input(cli({"generate", "-m", stories(), "-p", "x", "--ctx-size", "100000"}));
+    expect_bad_input(cli({"tokenize", "-m", stories()}));
+    expect_bad_input(cli({"frobnicate"}));
+  }
+
+  void chat_runs_turns_from_stdin() {
+    const Run r = cli({"chat", "-m", stories(), "--temp", "0", "-n", "12"}, "Once upon a time\nThe end\n/quit\n");
+    QCOMPARE(r.code, 0);
+    QCOMPARE(r.err.count("decode"), 2);  // one stats line per answer
+    QVERIFY(r.err.contains("reused"));
+  }
+};
+
+QTEST_GUILESS_MAIN(TestCli)
+#include "test_cli.moc"
