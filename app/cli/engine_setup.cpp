@@ -9,12 +9,12 @@ int default_threads() {
   return n == 0 ? 1 : static_cast<int>(n);
 }
 
-Result<EngineSetup> open_session(const Args& args) {
+Result<EngineSetup> open_session(const Args& args, int default_ctx) {
   const auto path = args.get("--model");
   if (!path) return invalid_argument("no model given: pass -m MODEL.gguf (scripts/fetch-model.sh gets the default one)");
   auto threads = args.get_int("--threads", default_threads(), 1, 256);
   if (!threads) return threads.status();
-  auto ctx = args.get_int("--ctx-size", 0, 0, 1 << 20);
+  auto ctx = args.get_int("--ctx-size", default_ctx, 0, 1 << 20);
   if (!ctx) return ctx.status();
   auto batch = args.get_int("--batch-size", 64, 1, 4096);
   if (!batch) return batch.status();

@@ -16,7 +16,8 @@ struct EngineSetup {
 };
 
 // Reads --model, --threads, --ctx-size, --backend, --batch-size.
-Result<EngineSetup> open_session(const Args& args);
+// default_ctx: the context when --ctx-size is absent (0: the model's, at most 4096).
+Result<EngineSetup> open_session(const Args& args, int default_ctx = 0);
 int default_threads();
 
 }  // namespace phaselab::cli
