@@ -94,7 +94,7 @@ const char* kModelHelp =
     "  -t, --threads N          CPU threads (default: all cores)\n"
     "  -c, --ctx-size N         context size in tokens (default: the model's, at most 4096)\n"
     "  -b, --batch-size N       prefill batch (default 64)\n"
-    "      --backend NAME       cpu (the reference path)\n"
+    "      --backend NAME       cpu (fast, default), cpu-portable (no SIMD), cpu-reference (the oracle)\n"
     "      --no-kv-cache        recompute the whole sequence every step (slow on purpose)\n";
 const char* kSamplingHelp =
     "  -n, --n-predict N        token limit (default 256)\n"

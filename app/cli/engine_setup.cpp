@@ -19,14 +19,15 @@ Result<EngineSetup> open_session(const Args& args, int default_ctx) {
   auto batch = args.get_int("--batch-size", 64, 1, 4096);
   if (!batch) return batch.status();
   const std::string backend = args.get_or("--backend", "cpu");
-  if (backend != "cpu" && backend != "cpu-reference")
-    return invalid_argument("unknown backend '" + backend + "' (available: cpu)");
+  if (backend != "cpu" && backend != "cpu-reference" && backend != "cpu-portable")
+    return invalid_argument("unknown backend '" + backend + "' (available: cpu, cpu-portable, cpu-reference)");
 
   auto model = Model::load(*path);
   if (!model) return model.status();
   EngineSetup s;
   s.model = std::move(*model);
-  auto b = make_cpu_reference_backend(s.model, *threads, *batch);
+  auto b = backend == "cpu-reference" ? make_cpu_reference_backend(s.model, *threads, *batch)
+                                      : make_cpu_backend(s.model, *threads, *batch, backend == "cpu-portable");
   if (!b) return b.status();
   auto session = Session::create(s.model, std::move(*b), *ctx);
   if (!session) return session.status();

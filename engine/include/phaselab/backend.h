@@ -62,6 +62,12 @@ class Backend {
   virtual Status forward(const int32_t* tokens, int n_tokens, KvCache& kv, float* logits, LogitsMode mode) = 0;
 };
 
+// The fast CPU backend (the default): 8-bit quantized activations, integer
+// SIMD dot products (AVX2 when the CPU has it, else portable C++; with
+// portable_only always the latter), a persistent thread pool.
+Result<std::unique_ptr<Backend>> make_cpu_backend(std::shared_ptr<const Model> model, int n_threads,
+                                                  int max_batch = 64, bool portable_only = false);
+
 // The plain reference path: dequantizes weight rows on the fly, float math,
 // no SIMD beyond what the compiler does. The oracle for every other backend.
 Result<std::unique_ptr<Backend>> make_cpu_reference_backend(std::shared_ptr<const Model> model, int n_threads,

@@ -1,7 +1,13 @@
-// The CPU reference forward pass: readable top to bottom, every buffer
-// allocated once, weights dequantized a row at a time as they are used.
-// Batched prefill and token-by-token decode do the same arithmetic in the
-// same order for every token, so their results are bitwise equal.
+// The CPU forward pass, in two flavours that share everything but the
+// innermost arithmetic:
+//  - reference: weights dequantized a row at a time to F32, float dot
+//    products in plain C++. The oracle.
+//  - fast (the default "cpu" backend): activations quantized once per matrix
+//    product to 8 bits per block of 32, integer dot products against the
+//    weights' own block formats with SIMD kernels chosen for the CPU.
+// Every buffer is allocated once. Batched prefill and token-by-token decode do
+// the same arithmetic in the same order for every token, so their results are
+// bitwise equal in both flavours.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -10,6 +16,7 @@
 #include "phaselab/backend.h"
 #include "phaselab/quant.h"
 #include "phaselab/thread_pool.h"
+#include "cpu_kernels.h"
 #include "ref_ops.h"
 
 namespace phaselab {
@@ -34,10 +41,11 @@ Result<std::unique_ptr<KvCache>> KvCache::create(const ModelConfig& c, int n_ctx
 
 namespace {
 
-class CpuReferenceBackend final : public Backend {
+class CpuBackend final : public Backend {
  public:
-  CpuReferenceBackend(std::shared_ptr<const Model> model, int n_threads, int max_batch)
-      : model_(std::move(model)), c_(model_->config()), w_(model_->weights()), pool_(n_threads), max_batch_(max_batch) {}
+  CpuBackend(std::shared_ptr<const Model> model, int n_threads, int max_batch, const cpu::Kernels* kernels)
+      : model_(std::move(model)), c_(model_->config()), w_(model_->weights()), pool_(n_threads), max_batch_(max_batch),
+        k_fast_(kernels) {}
 
   Status init() {
     const int B = max_batch_;
@@ -53,13 +61,18 @@ class CpuReferenceBackend final : public Backend {
       const int64_t max_in = std::max<int64_t>({c_.n_embd, c_.n_ff, c_.n_embd_q()});
       row_buf_.assign(pool_.size(), std::vector<float>(max_in));
       score_buf_.assign(pool_.size(), std::vector<float>());
+      if (k_fast_) {
+        act_.resize(static_cast<size_t>(B) * (max_in / 32));
+        act_lo_.resize(static_cast<size_t>(B) * (c_.n_embd / 32));
+        resid_.resize(static_cast<size_t>(B) * c_.n_embd);
+      }
     } catch (const std::bad_alloc&) {
       return out_of_memory("not enough memory for the work buffers of a batch of " + std::to_string(B) + " tokens");
     }
     return Status::ok();
   }
 
-  std::string name() const override { return "cpu-reference"; }
+  std::string name() const override { return k_fast_ ? std::string("cpu-") + k_fast_->isa : "cpu-reference"; }
   int max_batch() const override { return max_batch_; }
 
   Status forward(const int32_t* tokens, int T, KvCache& kv, float* logits, LogitsMode mode) override {
@@ -85,9 +98,12 @@ class CpuReferenceBackend final : public Backend {
       const LayerWeights& L = w_.layers[il];
       // ---- attention ----
       for (int t = 0; t < T; t++) ref::rmsnorm(&xb_[t * D], &x_[t * D], L.attn_norm.data(), D, c_.rms_eps);
-      matmul(L.wq, xb_.data(), q_.data(), T);   // q: (T, n_head*head_dim)
-      matmul(L.wk, xb_.data(), k_.data(), T);   // k: (T, n_head_kv*head_dim)
-      matmul(L.wv, xb_.data(), v_.data(), T);   // v: (T, n_head_kv*head_dim)
+      // Q goes through the softmax of sharp attention scores and is the most
+      // sensitive product to 8-bit activations: the fast path gives it twice
+      // the activation precision (see matmul_fast).
+      matmul(L.wq, xb_.data(), q_.data(), T, false, true);  // q: (T, n_head*head_dim)
+      matmul(L.wk, xb_.data(), k_.data(), T, true);  // k: (T, n_head_kv*head_dim)
+      matmul(L.wv, xb_.data(), v_.data(), T, true);  // v: (T, n_head_kv*head_dim)
       if (c_.attn_bias)
         for (int t = 0; t < T; t++) {
           ref::add(&q_[t * NQ], L.bq.data(), NQ);
@@ -119,7 +135,7 @@ class CpuReferenceBackend final : public Backend {
       // ---- feed-forward ----
       for (int t = 0; t < T; t++) ref::rmsnorm(&xb_[t * D], &x_[t * D], L.ffn_norm.data(), D, c_.rms_eps);
       matmul(L.w_gate, xb_.data(), hb_.data(), T);  // (T, n_ff)
-      matmul(L.w_up, xb_.data(), hb2_.data(), T);   // (T, n_ff)
+      matmul(L.w_up, xb_.data(), hb2_.data(), T, true);  // (T, n_ff)
       const size_t nh = static_cast<size_t>(T) * c_.n_ff;
       if (c_.act == Activation::gelu_tanh)
         for (size_t i = 0; i < nh; i++) hb_[i] = ref::gelu_tanh(hb_[i]) * hb2_[i];
@@ -137,7 +153,7 @@ class CpuReferenceBackend final : public Backend {
     const int first = mode == LogitsMode::last ? T - 1 : 0;
     const int n_out = T - first;
     for (int t = first; t < T; t++) ref::rmsnorm(&xb_[(t - first) * D], &x_[t * D], w_.output_norm.data(), D, c_.rms_eps);
-    matmul(w_.output, xb_.data(), logits, n_out);  // (n_out, n_vocab)
+    { auto* kf = k_fast_; if (getenv("PL_EXP")) k_fast_ = nullptr; matmul(w_.output, xb_.data(), logits, n_out); k_fast_ = kf; }  // (n_out, n_vocab)
     if (c_.final_logit_softcap > 0) {
       const float cap = c_.final_logit_softcap;
       for (size_t i = 0; i < static_cast<size_t>(n_out) * c_.n_vocab; i++) logits[i] = cap * std::tanh(logits[i] / cap);
@@ -146,9 +162,12 @@ class CpuReferenceBackend final : public Backend {
   }
 
  private:
-  // out[t, r] = W.row(r) · in[t, :] for T tokens; each weight row is
-  // dequantized once and used for every token of the batch.
-  void matmul(const WeightView& W, const float* in, float* out, int T) {
+  // out[t, r] = W.row(r) · in[t, :] for T tokens. Each weight row is read
+  // once and used for every token of the batch while it is in L1.
+  // same_input: in is what the previous matmul read (its quantized form is
+  // still in act_).
+  void matmul(const WeightView& W, const float* in, float* out, int T, bool same_input = false, bool precise = false) {
+    if (k_fast_) return matmul_fast(W, in, out, T, same_input, precise);
     const int64_t n_in = W.n_in, n_out = W.n_out;
     pool_.run([&](int ith, int nth) {
       float* row = row_buf_[ith].data();
@@ -160,6 +179,55 @@ class CpuReferenceBackend final : public Backend {
       }
     });
   }
+
+  // precise: the activations are quantized twice, x ~= d1*q1 + d2*q2 with q2
+  // the 8-bit quantization of the residual x - d1*q1 (about 15 bits in all),
+  // at the cost of a second integer dot product per row. The dot is linear in
+  // the activations, so the two parts simply add.
+  void matmul_fast(const WeightView& W, const float* in, float* out, int T, bool same_input, bool precise = false) {
+    const int64_t n_in = W.n_in, n_out = W.n_out;
+    const int type = static_cast<int>(W.type);
+    if (!same_input) act_of_ = nullptr;
+    if (!cpu::uses_q8_activations(W.type)) {
+      const cpu::DotF32Fn dot = k_fast_->dot_f32[type];
+      pool_.run([&](int ith, int nth) {
+        const int64_t chunk = (n_out + nth - 1) / nth;
+        const int64_t r0 = ith * chunk, r1 = std::min(n_out, r0 + chunk);
+        for (int64_t r = r0; r < r1; r++)
+          for (int t = 0; t < T; t++) out[t * n_out + r] = dot(W.row(r), in + t * n_in, n_in);
+      });
+      return;
+    }
+    const int64_t nb = n_in / 32;  // activation blocks per token
+    if (act_of_ != in || precise) {
+      pool_.parallel_for(T, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; t++) {
+          cpu::ActQ8* a = &act_[t * nb];
+          k_fast_->quantize_act(in + t * n_in, a, n_in);
+          if (!precise) continue;
+          float* r = &resid_[t * n_in];
+          for (int64_t i = 0; i < n_in; i++) r[i] = in[t * n_in + i] - a[i / 32].d * a[i / 32].qs[i % 32];
+          k_fast_->quantize_act(r, &act_lo_[t * nb], n_in);
+        }
+      });
+      act_of_ = in;
+    }
+    const cpu::DotQ8Fn dot = k_fast_->dot_q8[type];
+    pool_.run([&](int ith, int nth) {
+      const int64_t chunk = (n_out + nth - 1) / nth;
+      const int64_t r0 = ith * chunk, r1 = std::min(n_out, r0 + chunk);
+      for (int64_t r = r0; r < r1; r++) {
+        const uint8_t* row = W.row(r);
+        for (int t = 0; t < T; t++) {
+          float v = dot(row, &act_[t * nb], n_in);
+          if (precise) v += dot(row, &act_lo_[t * nb], n_in);
+          out[t * n_out + r] = v;
+        }
+      }
+    });
+  }
+
+  float dot(const float* a, const float* b, int64_t n) const { return k_fast_ ? k_fast_->dot(a, b, n) : ref::dot(a, b, n); }
 
   // Causal attention of T queries at positions p0.. over the cache of layer il.
   void attention(const KvCache& kv, int il, int p0, int T) {
@@ -178,7 +246,7 @@ class CpuReferenceBackend final : public Backend {
         const int j0 = swa ? std::max(0, pos - c_.sliding_window + 1) : 0;
         float mx = -INFINITY;
         for (int j = j0; j <= pos; j++) {
-          float s = ref::dot(q, kv.k(il, j) + kvh * HD, HD) * c_.attn_scale;
+          float s = dot(q, kv.k(il, j) + kvh * HD, HD) * c_.attn_scale;
           if (c_.attn_logit_softcap > 0) s = c_.attn_logit_softcap * std::tanh(s / c_.attn_logit_softcap);
           scores[j] = s;
           mx = std::max(mx, s);
@@ -193,7 +261,11 @@ class CpuReferenceBackend final : public Backend {
         for (int j = j0; j <= pos; j++) {
           const float a = scores[j] / sum;
           const float* vj = kv.v(il, j) + kvh * HD;
-          for (int i = 0; i < HD; i++) out[i] += a * vj[i];
+          if (k_fast_) {
+            k_fast_->axpy(out, a, vj, HD);
+          } else {
+            for (int i = 0; i < HD; i++) out[i] += a * vj[i];
+          }
         }
       }
     });
@@ -216,16 +288,37 @@ class CpuReferenceBackend final : public Backend {
   std::vector<float> hb2_;  // (T, n_ff) up
   std::vector<std::vector<float>> row_buf_;      // per thread: one dequantized weight row
   std::vector<std::vector<float>> score_buf_;    // per thread: (n_ctx) attention scores
+  const cpu::Kernels* k_fast_;                   // null: the reference path
+  std::vector<cpu::ActQ8> act_;                  // (T, n_in / 32) quantized input of the last matmul
+  const float* act_of_ = nullptr;                // which input act_ holds (null: none)
+  std::vector<cpu::ActQ8> act_lo_;               // (T, n_embd / 32) residual quantization (precise products)
+  std::vector<float> resid_;                     // (T, n_embd) the residual itself
 };
 
 }  // namespace
 
-Result<std::unique_ptr<Backend>> make_cpu_reference_backend(std::shared_ptr<const Model> model, int n_threads, int max_batch) {
+namespace {
+
+Result<std::unique_ptr<Backend>> make_cpu(std::shared_ptr<const Model> model, int n_threads, int max_batch,
+                                         const cpu::Kernels* kernels) {
+  if (!model) return invalid_argument("no model");
   if (n_threads < 1 || n_threads > 256) return invalid_argument("threads must be from 1 to 256");
   if (max_batch < 1) return invalid_argument("batch size must be at least 1");
-  auto b = std::make_unique<CpuReferenceBackend>(std::move(model), n_threads, max_batch);
+  auto b = std::make_unique<CpuBackend>(std::move(model), n_threads, max_batch, kernels);
   PHASELAB_TRY(b->init());
   return std::unique_ptr<Backend>(std::move(b));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Backend>> make_cpu_reference_backend(std::shared_ptr<const Model> model, int n_threads, int max_batch) {
+  return make_cpu(std::move(model), n_threads, max_batch, nullptr);
+}
+
+Result<std::unique_ptr<Backend>> make_cpu_backend(std::shared_ptr<const Model> model, int n_threads, int max_batch,
+                                                  bool portable_only) {
+  return make_cpu(std::move(model), n_threads, max_batch,
+                  portable_only ? &cpu::portable_kernels() : &cpu::best_kernels());
 }
 
 }  // namespace phaselab

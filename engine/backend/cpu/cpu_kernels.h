@@ -1,0 +1,51 @@
+// Kernels of the fast CPU backend: activations quantized to 8 bits per block
+// of 32, integer dot products against the weights' own block formats, picked
+// at run time for the CPU (AVX2 when present, else portable C++).
+#pragma once
+
+#include <cstdint>
+
+#include "phaselab/tensor_type.h"
+
+namespace phaselab::cpu {
+
+// One block of 32 activations: x[i] ~= d * qs[i]. s[h] = sum of qs over
+// half h (values 16h .. 16h+15), for the offset and min terms of the weight
+// formats (Q4_0's -8, Q4_1's m, Q6_K's -32, ...).
+struct ActQ8 {
+  float d;
+  int16_t s[2];
+  int8_t qs[32];
+};
+static_assert(sizeof(ActQ8) == 40);
+
+// dot(weight row of n values in its block format, n quantized activations)
+using DotQ8Fn = float (*)(const uint8_t* w_row, const ActQ8* a, int64_t n);
+// dot(weight row of n values in F32/F16/BF16, n float activations)
+using DotF32Fn = float (*)(const uint8_t* w_row, const float* x, int64_t n);
+using QuantizeActFn = void (*)(const float* x, ActQ8* out, int64_t n);
+using DotF32F32Fn = float (*)(const float* a, const float* b, int64_t n);
+using AxpyFn = void (*)(float* y, float a, const float* x, int64_t n);  // y += a * x
+
+struct Kernels {
+  const char* isa = "portable";
+  QuantizeActFn quantize_act = nullptr;
+  DotQ8Fn dot_q8[32] = {};    // by TensorType id; null: not a block type
+  DotF32Fn dot_f32[32] = {};  // F32, F16, BF16 weights
+  DotF32F32Fn dot = nullptr;  // attention scores
+  AxpyFn axpy = nullptr;      // attention output
+};
+
+// The portable kernels (always available; the oracle for the SIMD ones).
+const Kernels& portable_kernels();
+// The AVX2 (+FMA, F16C) kernels, or nullptr when not compiled in.
+const Kernels* avx2_kernels();
+// The best kernels this CPU runs. PHASELAB_CPU_ISA=portable forces the
+// portable ones.
+const Kernels& best_kernels();
+
+inline bool uses_q8_activations(TensorType t) {
+  return t != TensorType::F32 && t != TensorType::F16 && t != TensorType::BF16;
+}
+
+}  // namespace phaselab::cpu

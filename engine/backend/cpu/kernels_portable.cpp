@@ -1,0 +1,233 @@
+// Portable kernels: the integer dot products of every weight block format
+// against 8-bit activations, in plain C++. Integer sums are exact, so the SIMD
+// kernels must agree with these up to float rounding of the per-block scales.
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "cpu_kernels.h"
+#include "phaselab/quant.h"
+
+namespace phaselab::cpu {
+
+namespace {
+
+void quantize_act(const float* x, ActQ8* out, int64_t n) {
+  for (int64_t b = 0; b < n / 32; b++, x += 32) {
+    float amax = 0;
+    for (int i = 0; i < 32; i++) amax = std::fmax(amax, std::fabs(x[i]));
+    const float d = amax / 127.f;
+    const float id = d > 0 ? 1.f / d : 0.f;
+    ActQ8& a = out[b];
+    a.d = d;
+    int s0 = 0, s1 = 0;
+    for (int i = 0; i < 32; i++) {
+      const int q = static_cast<int>(std::nearbyint(x[i] * id));
+      a.qs[i] = static_cast<int8_t>(q);
+      (i < 16 ? s0 : s1) += q;
+    }
+    a.s[0] = static_cast<int16_t>(s0);
+    a.s[1] = static_cast<int16_t>(s1);
+  }
+}
+
+inline int asum(const ActQ8& a) { return a.s[0] + a.s[1]; }
+
+float dot_q8_0(const uint8_t* w, const ActQ8* a, int64_t n) {
+  const auto* x = reinterpret_cast<const BlockQ8_0*>(w);
+  float acc = 0;
+  for (int64_t b = 0; b < n / 32; b++) {
+    int isum = 0;
+    for (int i = 0; i < 32; i++) isum += x[b].qs[i] * a[b].qs[i];
+    acc += static_cast<float>(isum) * (fp16_to_fp32(x[b].d) * a[b].d);
+  }
+  return acc;
+}
+
+float dot_q4_0(const uint8_t* w, const ActQ8* a, int64_t n) {
+  const auto* x = reinterpret_cast<const BlockQ4_0*>(w);
+  float acc = 0;
+  for (int64_t b = 0; b < n / 32; b++) {
+    int isum = 0;
+    for (int i = 0; i < 16; i++) isum += (x[b].qs[i] & 0xF) * a[b].qs[i] + (x[b].qs[i] >> 4) * a[b].qs[i + 16];
+    isum -= 8 * asum(a[b]);
+    acc += static_cast<float>(isum) * (fp16_to_fp32(x[b].d) * a[b].d);
+  }
+  return acc;
+}
+
+float dot_q4_1(const uint8_t* w, const ActQ8* a, int64_t n) {
+  const auto* x = reinterpret_cast<const BlockQ4_1*>(w);
+  float acc = 0;
+  for (int64_t b = 0; b < n / 32; b++) {
+    int isum = 0;
+    for (int i = 0; i < 16; i++) isum += (x[b].qs[i] & 0xF) * a[b].qs[i] + (x[b].qs[i] >> 4) * a[b].qs[i + 16];
+    acc += static_cast<float>(isum) * (fp16_to_fp32(x[b].d) * a[b].d) + fp16_to_fp32(x[b].m) * a[b].d * asum(a[b]);
+  }
+  return acc;
+}
+
+template <typename Block>
+int q5_isum(const Block& x, const ActQ8& a) {
+  uint32_t qh;
+  std::memcpy(&qh, x.qh, 4);
+  int isum = 0;
+  for (int i = 0; i < 16; i++) {
+    const int lo = (x.qs[i] & 0xF) | (((qh >> i) & 1) << 4);
+    const int hi = (x.qs[i] >> 4) | (((qh >> (i + 16)) & 1) << 4);
+    isum += lo * a.qs[i] + hi * a.qs[i + 16];
+  }
+  return isum;
+}
+
+float dot_q5_0(const uint8_t* w, const ActQ8* a, int64_t n) {
+  const auto* x = reinterpret_cast<const BlockQ5_0*>(w);
+  float acc = 0;
+  for (int64_t b = 0; b < n / 32; b++) {
+    const int isum = q5_isum(x[b], a[b]) - 16 * asum(a[b]);
+    acc += static_cast<float>(isum) * (fp16_to_fp32(x[b].d) * a[b].d);
+  }
+  return acc;
+}
+
+float dot_q5_1(const uint8_t* w, const ActQ8* a, int64_t n) {
+  const auto* x = reinterpret_cast<const BlockQ5_1*>(w);
+  float acc = 0;
+  for (int64_t b = 0; b < n / 32; b++)
+    acc += static_cast<float>(q5_isum(x[b], a[b])) * (fp16_to_fp32(x[b].d) * a[b].d) +
+           fp16_to_fp32(x[b].m) * a[b].d * asum(a[b]);
+  return acc;
+}
+
+// Q4_K / Q5_K: sub-block j (32 values) lines up with activation block j.
+float dot_q4_k(const uint8_t* w, const ActQ8* a, int64_t n) {
+  const auto* x = reinterpret_cast<const BlockQ4_K*>(w);
+  float acc = 0;
+  for (int64_t b = 0; b < n / QK_K; b++, a += 8) {
+    const float d = fp16_to_fp32(x[b].d), dmin = fp16_to_fp32(x[b].dmin);
+    for (int j = 0; j < 8; j++) {
+      uint8_t sc, m;
+      get_scale_min_k4(j, x[b].scales, &sc, &m);
+      const uint8_t* q = x[b].qs + 32 * (j / 2);
+      const int shift = (j % 2) * 4;
+      int isum = 0;
+      for (int i = 0; i < 32; i++) isum += ((q[i] >> shift) & 0xF) * a[j].qs[i];
+      acc += a[j].d * (d * sc * static_cast<float>(isum) - dmin * m * static_cast<float>(asum(a[j])));
+    }
+  }
+  return acc;
+}
+
+float dot_q5_k(const uint8_t* w, const ActQ8* a, int64_t n) {
+  const auto* x = reinterpret_cast<const BlockQ5_K*>(w);
+  float acc = 0;
+  for (int64_t b = 0; b < n / QK_K; b++, a += 8) {
+    const float d = fp16_to_fp32(x[b].d), dmin = fp16_to_fp32(x[b].dmin);
+    for (int j = 0; j < 8; j++) {
+      uint8_t sc, m;
+      get_scale_min_k4(j, x[b].scales, &sc, &m);
+      const uint8_t* q = x[b].qs + 32 * (j / 2);
+      const int shift = (j % 2) * 4;
+      int isum = 0;
+      for (int i = 0; i < 32; i++) isum += (((q[i] >> shift) & 0xF) | (((x[b].qh[i] >> j) & 1) << 4)) * a[j].qs[i];
+      acc += a[j].d * (d * sc * static_cast<float>(isum) - dmin * m * static_cast<float>(asum(a[j])));
+    }
+  }
+  return acc;
+}
+
+// Q6_K: activation block 4h + r holds run r of half h; its two 16-value
+// halves have scales sc[8h + 2r] and sc[8h + 2r + 1].
+float dot_q6_k(const uint8_t* w, const ActQ8* a, int64_t n) {
+  const auto* x = reinterpret_cast<const BlockQ6_K*>(w);
+  float acc = 0;
+  for (int64_t b = 0; b < n / QK_K; b++, a += 8) {
+    const float d = fp16_to_fp32(x[b].d);
+    for (int h = 0; h < 2; h++) {
+      const uint8_t* ql = x[b].ql + 64 * h;
+      const uint8_t* qh = x[b].qh + 32 * h;
+      for (int r = 0; r < 4; r++) {
+        const ActQ8& ab = a[4 * h + r];
+        int isum[2] = {0, 0};
+        for (int i = 0; i < 32; i++) {
+          const uint8_t lq = ql[i + 32 * (r & 1)];
+          const int q = ((r < 2 ? lq & 0xF : lq >> 4) | (((qh[i] >> (2 * r)) & 3) << 4)) - 32;
+          isum[i / 16] += q * ab.qs[i];
+        }
+        const int8_t* sc = x[b].scales + 8 * h + 2 * r;
+        acc += d * ab.d * static_cast<float>(sc[0] * isum[0] + sc[1] * isum[1]);
+      }
+    }
+  }
+  return acc;
+}
+
+float dot_f32(const uint8_t* w, const float* x, int64_t n) {
+  const auto* f = reinterpret_cast<const float*>(w);
+  float acc = 0;
+  for (int64_t i = 0; i < n; i++) acc += f[i] * x[i];
+  return acc;
+}
+
+float dot_f16(const uint8_t* w, const float* x, int64_t n) {
+  const auto* h = reinterpret_cast<const uint16_t*>(w);
+  float acc = 0;
+  for (int64_t i = 0; i < n; i++) acc += fp16_to_fp32(h[i]) * x[i];
+  return acc;
+}
+
+float dot_bf16(const uint8_t* w, const float* x, int64_t n) {
+  const auto* h = reinterpret_cast<const uint16_t*>(w);
+  float acc = 0;
+  for (int64_t i = 0; i < n; i++) acc += bf16_to_fp32(h[i]) * x[i];
+  return acc;
+}
+
+float dot(const float* a, const float* b, int64_t n) {
+  float acc = 0;
+  for (int64_t i = 0; i < n; i++) acc += a[i] * b[i];
+  return acc;
+}
+
+void axpy(float* y, float a, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+Kernels make_portable() {
+  Kernels k;
+  k.isa = "portable";
+  k.quantize_act = quantize_act;
+  k.dot_q8[static_cast<int>(TensorType::Q8_0)] = dot_q8_0;
+  k.dot_q8[static_cast<int>(TensorType::Q4_0)] = dot_q4_0;
+  k.dot_q8[static_cast<int>(TensorType::Q4_1)] = dot_q4_1;
+  k.dot_q8[static_cast<int>(TensorType::Q5_0)] = dot_q5_0;
+  k.dot_q8[static_cast<int>(TensorType::Q5_1)] = dot_q5_1;
+  k.dot_q8[static_cast<int>(TensorType::Q4_K)] = dot_q4_k;
+  k.dot_q8[static_cast<int>(TensorType::Q5_K)] = dot_q5_k;
+  k.dot_q8[static_cast<int>(TensorType::Q6_K)] = dot_q6_k;
+  k.dot_f32[static_cast<int>(TensorType::F32)] = dot_f32;
+  k.dot_f32[static_cast<int>(TensorType::F16)] = dot_f16;
+  k.dot_f32[static_cast<int>(TensorType::BF16)] = dot_bf16;
+  k.dot = dot;
+  k.axpy = axpy;
+  return k;
+}
+
+}  // namespace
+
+const Kernels& portable_kernels() {
+  static const Kernels k = make_portable();
+  return k;
+}
+
+const Kernels& best_kernels() {
+  static const Kernels* best = [] {
+    const char* force = std::getenv("PHASELAB_CPU_ISA");
+    if (force && std::strcmp(force, "portable") == 0) return &portable_kernels();
+    if (const Kernels* k = avx2_kernels()) return k;
+    return &portable_kernels();
+  }();
+  return *best;
+}
+
+}  // namespace phaselab::cpu

@@ -1,0 +1,142 @@
+// Kernels of the fast CPU backend against the reference definitions:
+//  - activation quantization of the SIMD path equals the portable one exactly;
+//  - every dot product (portable and SIMD) equals the float dot of the
+//    dequantized weights with the dequantized activations, up to float
+//    rounding (integer sums are exact, only the scale products round).
+#include <QtTest>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/cpu_kernels.h"
+#include "phaselab/quant.h"
+
+using namespace phaselab;
+using namespace phaselab::cpu;
+
+namespace {
+
+std::vector<float> randn(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d;
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+// The exact value the quantized dot stands for: sum_i w_i * (d_a * q_a_i).
+double exact_dot(TensorType t, const std::vector<uint8_t>& w, const std::vector<ActQ8>& a, int n) {
+  std::vector<float> wf(n);
+  if (!dequantize_row(t, w.data(), wf.data(), n)) qFatal("dequantize");
+  double s = 0;
+  for (int i = 0; i < n; i++) s += static_cast<double>(wf[i]) * a[i / 32].d * a[i / 32].qs[i % 32];
+  return s;
+}
+
+}  // namespace
+
+class TestCpuKernels : public QObject {
+  Q_OBJECT
+ private slots:
+  void simd_kernels_are_available_on_this_machine() {
+    // CI and development machines are x86-64 with AVX2: the fast path must
+    // really be the SIMD one there, or the other tests compare portable to itself.
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2")) {
+      QVERIFY(avx2_kernels() != nullptr);
+      QCOMPARE(QString(best_kernels().isa), QString("avx2"));
+    }
+#endif
+    QVERIFY(best_kernels().quantize_act != nullptr);
+  }
+
+  void activation_quantization_matches_portable_exactly() {
+    const Kernels* simd = avx2_kernels();
+    if (!simd) QSKIP("no AVX2 on this CPU");
+    const int n = 1024;
+    auto x = randn(n, 7);
+    x[5] = 0;  // a block with a zero and one of all zeros
+    std::fill(x.begin() + 64, x.begin() + 96, 0.f);
+    std::vector<ActQ8> a(n / 32), b(n / 32);
+    portable_kernels().quantize_act(x.data(), a.data(), n);
+    simd->quantize_act(x.data(), b.data(), n);
+    for (int i = 0; i < n / 32; i++) {
+      QCOMPARE(a[i].d, b[i].d);
+      QCOMPARE(a[i].s[0], b[i].s[0]);
+      QCOMPARE(a[i].s[1], b[i].s[1]);
+      QVERIFY(std::memcmp(a[i].qs, b[i].qs, 32) == 0);
+      int s0 = 0, s1 = 0;
+      for (int j = 0; j < 16; j++) s0 += a[i].qs[j], s1 += a[i].qs[j + 16];
+      QCOMPARE(int(a[i].s[0]), s0);
+      QCOMPARE(int(a[i].s[1]), s1);
+      for (int j = 0; j < 32; j++) QVERIFY(std::fabs(x[i * 32 + j] - a[i].d * a[i].qs[j]) <= a[i].d * 0.5f + 1e-6f);
+    }
+  }
+
+  void dot_products_match_the_dequantized_definition_data() {
+    QTest::addColumn<int>("type");
+    for (TensorType t : {TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1,
+                         TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K})
+      QTest::newRow(std::string(tensor_type_name(t)).c_str()) << static_cast<int>(t);
+  }
+  void dot_products_match_the_dequantized_definition() {
+    QFETCH(int, type);
+    const auto t = static_cast<TensorType>(type);
+    const int n = 2048;
+    for (uint32_t seed = 1; seed <= 20; seed++) {
+      const auto wf = randn(n, seed);
+      std::vector<uint8_t> w(row_size(t, n));
+      QVERIFY(quantize_row(t, wf.data(), w.data(), n));
+      const auto x = randn(n, 1000 + seed);
+      std::vector<ActQ8> a(n / 32);
+      portable_kernels().quantize_act(x.data(), a.data(), n);
+      const double want = exact_dot(t, w, a, n);
+      const double tol = 1e-4 * (1.0 + std::fabs(want)) + 1e-3;
+      const float got_p = portable_kernels().dot_q8[type](w.data(), a.data(), n);
+      QVERIFY2(std::fabs(got_p - want) < tol, qPrintable(QString("portable %1 vs %2").arg(got_p).arg(want)));
+      if (const Kernels* simd = avx2_kernels()) {
+        const float got_s = simd->dot_q8[type](w.data(), a.data(), n);
+        QVERIFY2(std::fabs(got_s - want) < tol, qPrintable(QString("avx2 %1 vs %2").arg(got_s).arg(want)));
+      }
+    }
+  }
+
+  void float_weight_dots_match_data() {
+    QTest::addColumn<int>("type");
+    for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16})
+      QTest::newRow(std::string(tensor_type_name(t)).c_str()) << static_cast<int>(t);
+  }
+  void float_weight_dots_match() {
+    QFETCH(int, type);
+    const auto t = static_cast<TensorType>(type);
+    const int n = 1000;  // not a multiple of 8: the tails are exercised
+    const auto wf = randn(n, 3);
+    std::vector<uint8_t> w(row_size(t, n));
+    QVERIFY(quantize_row(t, wf.data(), w.data(), n));
+    std::vector<float> back(n);
+    QVERIFY(dequantize_row(t, w.data(), back.data(), n));
+    const auto x = randn(n, 4);
+    double want = 0;
+    for (int i = 0; i < n; i++) want += static_cast<double>(back[i]) * x[i];
+    QVERIFY(std::fabs(portable_kernels().dot_f32[type](w.data(), x.data(), n) - want) < 1e-3);
+    if (const Kernels* simd = avx2_kernels()) QVERIFY(std::fabs(simd->dot_f32[type](w.data(), x.data(), n) - want) < 1e-3);
+  }
+
+  void axpy_and_dot() {
+    const auto a = randn(77, 5), b = randn(77, 6);
+    for (const Kernels* k : {&portable_kernels(), avx2_kernels()}) {
+      if (!k) continue;
+      double want = 0;
+      for (int i = 0; i < 77; i++) want += static_cast<double>(a[i]) * b[i];
+      QVERIFY(std::fabs(k->dot(a.data(), b.data(), 77) - want) < 1e-4);
+      std::vector<float> y(a);
+      k->axpy(y.data(), 0.5f, b.data(), 77);
+      for (int i = 0; i < 77; i++) QCOMPARE(y[i], a[i] + 0.5f * b[i]);
+    }
+  }
+};
+
+QTEST_APPLESS_MAIN(TestCpuKernels)
+#include "test_cpu_kernels.moc"
