@@ -103,6 +103,28 @@ class TestCpuKernels : public QObject {
     }
   }
 
+  void four_row_kernels_equal_one_row_kernels_bitwise_data() { dot_products_match_the_dequantized_definition_data(); }
+  void four_row_kernels_equal_one_row_kernels_bitwise() {
+    QFETCH(int, type);
+    const auto t = static_cast<TensorType>(type);
+    const int n = 512, nb = n / 32;
+    const auto wf = randn(n, 11);
+    std::vector<uint8_t> w(row_size(t, n));
+    QVERIFY(quantize_row(t, wf.data(), w.data(), n));
+    const auto x = randn(4 * n, 12);
+    std::vector<ActQ8> a(4 * nb);
+    portable_kernels().quantize_act(x.data(), a.data(), 4 * n);
+    for (const Kernels* k : {&portable_kernels(), avx2_kernels()}) {
+      if (!k || !k->dot_q8_x4[type]) continue;
+      float four[4];
+      k->dot_q8_x4[type](w.data(), a.data(), nb, n, four);
+      for (int j = 0; j < 4; j++) {
+        const float one = k->dot_q8[type](w.data(), a.data() + j * nb, n);
+        QVERIFY2(std::memcmp(&one, &four[j], sizeof(float)) == 0, k->isa);
+      }
+    }
+  }
+
   void float_weight_dots_match_data() {
     QTest::addColumn<int>("type");
     for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16})

@@ -213,12 +213,21 @@ class CpuBackend final : public Backend {
       act_of_ = in;
     }
     const cpu::DotQ8Fn dot = k_fast_->dot_q8[type];
+    const cpu::DotQ8x4Fn dot4 = k_fast_->dot_q8_x4[type];
     pool_.run([&](int ith, int nth) {
       const int64_t chunk = (n_out + nth - 1) / nth;
       const int64_t r0 = ith * chunk, r1 = std::min(n_out, r0 + chunk);
+      float v4[4], lo4[4];
       for (int64_t r = r0; r < r1; r++) {
         const uint8_t* row = W.row(r);
-        for (int t = 0; t < T; t++) {
+        int t = 0;
+        // Four tokens per pass over the row: its blocks are unpacked once.
+        for (; dot4 && t + 4 <= T; t += 4) {
+          dot4(row, &act_[t * nb], nb, n_in, v4);
+          if (precise) dot4(row, &act_lo_[t * nb], nb, n_in, lo4);
+          for (int j = 0; j < 4; j++) out[(t + j) * n_out + r] = precise ? v4[j] + lo4[j] : v4[j];
+        }
+        for (; t < T; t++) {
           float v = dot(row, &act_[t * nb], n_in);
           if (precise) v += dot(row, &act_lo_[t * nb], n_in);
           out[t * n_out + r] = v;

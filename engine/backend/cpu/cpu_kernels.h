@@ -21,6 +21,9 @@ static_assert(sizeof(ActQ8) == 40);
 
 // dot(weight row of n values in its block format, n quantized activations)
 using DotQ8Fn = float (*)(const uint8_t* w_row, const ActQ8* a, int64_t n);
+// The same for 4 activation rows at once (row j at a + j * a_stride blocks),
+// bitwise equal to 4 calls of the one-row kernel.
+using DotQ8x4Fn = void (*)(const uint8_t* w_row, const ActQ8* a, int64_t a_stride, int64_t n, float* out4);
 // dot(weight row of n values in F32/F16/BF16, n float activations)
 using DotF32Fn = float (*)(const uint8_t* w_row, const float* x, int64_t n);
 using QuantizeActFn = void (*)(const float* x, ActQ8* out, int64_t n);
@@ -31,6 +34,7 @@ struct Kernels {
   const char* isa = "portable";
   QuantizeActFn quantize_act = nullptr;
   DotQ8Fn dot_q8[32] = {};    // by TensorType id; null: not a block type
+  DotQ8x4Fn dot_q8_x4[32] = {};  // null: use dot_q8 four times
   DotF32Fn dot_f32[32] = {};  // F32, F16, BF16 weights
   DotF32F32Fn dot = nullptr;  // attention scores
   AxpyFn axpy = nullptr;      // attention output

@@ -6,6 +6,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <type_traits>
 
 #include "cpu_kernels.h"
 #include "phaselab/quant.h"
@@ -93,129 +94,112 @@ void quantize_act(const float* x, ActQ8* out, int64_t n) {
   }
 }
 
-float dot_q8_0(const uint8_t* w, const ActQ8* a, int64_t n) {
+// Each format's kernel takes N activation rows (a + j * as, j < N) against
+// one weight row: the weight blocks are unpacked once for all N. Every row's
+// sequence of float operations is the same for any N, so the N = 4 kernel
+// gives bitwise the results of four N = 1 calls (batched prefill stays equal
+// to token-by-token decoding).
+
+template <int N>
+void dot_q8_0_n(const uint8_t* w, const ActQ8* a, int64_t as, int64_t n, float* out) {
   const auto* x = reinterpret_cast<const BlockQ8_0*>(w);
-  __m256 acc = _mm256_setzero_ps();
+  __m256 acc[N];
+  for (int j = 0; j < N; j++) acc[j] = _mm256_setzero_ps();
   for (int64_t b = 0; b < n / 32; b++) {
     const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs));
-    const __m256i aq = load_act(a[b]);
-    const __m256i p = dot_u8s8(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(aq, wq));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(h2f(x[b].d) * a[b].d), acc);
-  }
-  return hsum(acc);
-}
-
-float dot_q4_0(const uint8_t* w, const ActQ8* a, int64_t n) {
-  const auto* x = reinterpret_cast<const BlockQ4_0*>(w);
-  __m256 acc = _mm256_setzero_ps();
-  float off = 0;
-  for (int64_t b = 0; b < n / 32; b++) {
-    const float s = h2f(x[b].d) * a[b].d;
-    const __m256i p = dot_u8s8(nibbles_16(x[b].qs), load_act(a[b]));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(s), acc);
-    off += s * static_cast<float>(8 * asum(a[b]));
-  }
-  return hsum(acc) - off;
-}
-
-float dot_q4_1(const uint8_t* w, const ActQ8* a, int64_t n) {
-  const auto* x = reinterpret_cast<const BlockQ4_1*>(w);
-  __m256 acc = _mm256_setzero_ps();
-  float off = 0;
-  for (int64_t b = 0; b < n / 32; b++) {
-    const __m256i p = dot_u8s8(nibbles_16(x[b].qs), load_act(a[b]));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(h2f(x[b].d) * a[b].d), acc);
-    off += h2f(x[b].m) * a[b].d * static_cast<float>(asum(a[b]));
-  }
-  return hsum(acc) + off;
-}
-
-float dot_q5_0(const uint8_t* w, const ActQ8* a, int64_t n) {
-  const auto* x = reinterpret_cast<const BlockQ5_0*>(w);
-  __m256 acc = _mm256_setzero_ps();
-  float off = 0;
-  for (int64_t b = 0; b < n / 32; b++) {
-    const float s = h2f(x[b].d) * a[b].d;
-    const __m256i q = _mm256_or_si256(nibbles_16(x[b].qs), fifth_bits(x[b].qh));
-    const __m256i p = dot_u8s8(q, load_act(a[b]));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(s), acc);
-    off += s * static_cast<float>(16 * asum(a[b]));
-  }
-  return hsum(acc) - off;
-}
-
-float dot_q5_1(const uint8_t* w, const ActQ8* a, int64_t n) {
-  const auto* x = reinterpret_cast<const BlockQ5_1*>(w);
-  __m256 acc = _mm256_setzero_ps();
-  float off = 0;
-  for (int64_t b = 0; b < n / 32; b++) {
-    const __m256i q = _mm256_or_si256(nibbles_16(x[b].qs), fifth_bits(x[b].qh));
-    const __m256i p = dot_u8s8(q, load_act(a[b]));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(h2f(x[b].d) * a[b].d), acc);
-    off += h2f(x[b].m) * a[b].d * static_cast<float>(asum(a[b]));
-  }
-  return hsum(acc) + off;
-}
-
-float dot_q4_k(const uint8_t* w, const ActQ8* a, int64_t n) {
-  const auto* x = reinterpret_cast<const BlockQ4_K*>(w);
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
-  __m256 acc = _mm256_setzero_ps();
-  float mins = 0;
-  for (int64_t b = 0; b < n / QK_K; b++, a += 8) {
-    const float d = h2f(x[b].d), dmin = h2f(x[b].dmin);
-    for (int g = 0; g < 4; g++) {
-      const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs + 32 * g));
-      uint8_t sc0, m0, sc1, m1;
-      get_scale_min_k4(2 * g, x[b].scales, &sc0, &m0);
-      get_scale_min_k4(2 * g + 1, x[b].scales, &sc1, &m1);
-      const __m256i p0 = dot_u8s8(_mm256_and_si256(bytes, m4), load_act(a[2 * g]));
-      const __m256i p1 = dot_u8s8(_mm256_and_si256(_mm256_srli_epi16(bytes, 4), m4), load_act(a[2 * g + 1]));
-      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(d * sc0 * a[2 * g].d), acc);
-      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(d * sc1 * a[2 * g + 1].d), acc);
-      mins += dmin * (m0 * a[2 * g].d * static_cast<float>(asum(a[2 * g])) +
-                      m1 * a[2 * g + 1].d * static_cast<float>(asum(a[2 * g + 1])));
+    const __m256i wabs = _mm256_sign_epi8(wq, wq);
+    const float wd = h2f(x[b].d);
+    for (int j = 0; j < N; j++) {
+      const ActQ8& ab = a[j * as + b];
+      const __m256i p = dot_u8s8(wabs, _mm256_sign_epi8(load_act(ab), wq));
+      acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(wd * ab.d), acc[j]);
     }
   }
-  return hsum(acc) - mins;
+  for (int j = 0; j < N; j++) out[j] = hsum(acc[j]);
 }
 
-float dot_q5_k(const uint8_t* w, const ActQ8* a, int64_t n) {
-  const auto* x = reinterpret_cast<const BlockQ5_K*>(w);
+// Q4_0 / Q5_0 (kSub = 8 / 16 subtracted from every quant) and Q4_1 / Q5_1
+// (a min m added): unsigned quants q, value = d * (q - kSub) or d * q + m.
+template <typename Block, bool kFive, int kSub, int N>
+void dot_q45_n(const uint8_t* w, const ActQ8* a, int64_t as, int64_t n, float* out) {
+  const auto* x = reinterpret_cast<const Block*>(w);
+  __m256 acc[N];
+  float off[N];
+  for (int j = 0; j < N; j++) {
+    acc[j] = _mm256_setzero_ps();
+    off[j] = 0;
+  }
+  for (int64_t b = 0; b < n / 32; b++) {
+    __m256i q = nibbles_16(x[b].qs);
+    if constexpr (kFive) q = _mm256_or_si256(q, fifth_bits(x[b].qh));
+    const float wd = h2f(x[b].d);
+    for (int j = 0; j < N; j++) {
+      const ActQ8& ab = a[j * as + b];
+      const float s = wd * ab.d;
+      acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8s8(q, load_act(ab))), _mm256_set1_ps(s), acc[j]);
+      if constexpr (kSub > 0) {
+        off[j] += s * static_cast<float>(kSub * asum(ab));
+      } else {
+        off[j] -= h2f(x[b].m) * ab.d * static_cast<float>(asum(ab));
+      }
+    }
+  }
+  for (int j = 0; j < N; j++) out[j] = hsum(acc[j]) - off[j];
+}
+
+template <bool kFive, int N>
+void dot_qk45_n(const uint8_t* w, const ActQ8* a, int64_t as, int64_t n, float* out) {
+  using Block = std::conditional_t<kFive, BlockQ5_K, BlockQ4_K>;
+  const auto* x = reinterpret_cast<const Block*>(w);
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   const __m256i b16 = _mm256_set1_epi8(0x10);
-  __m256 acc = _mm256_setzero_ps();
-  float mins = 0;
-  for (int64_t b = 0; b < n / QK_K; b++, a += 8) {
+  __m256 acc[N];
+  float mins[N];
+  for (int j = 0; j < N; j++) {
+    acc[j] = _mm256_setzero_ps();
+    mins[j] = 0;
+  }
+  for (int64_t b = 0; b < n / QK_K; b++) {
     const float d = h2f(x[b].d), dmin = h2f(x[b].dmin);
-    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qh));
+    __m256i qh = _mm256_setzero_si256();
+    if constexpr (kFive) qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qh));
     for (int g = 0; g < 4; g++) {
       const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs + 32 * g));
       uint8_t sc0, m0, sc1, m1;
       get_scale_min_k4(2 * g, x[b].scales, &sc0, &m0);
       get_scale_min_k4(2 * g + 1, x[b].scales, &sc1, &m1);
-      // Bit j of qh[i] is the fifth bit of value i of sub-block j: move it to 0x10.
-      const __m256i h0 = _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, 2 * g), 4), b16);
-      const __m256i h1 = _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, 2 * g + 1), 4), b16);
-      const __m256i q0 = _mm256_or_si256(_mm256_and_si256(bytes, m4), h0);
-      const __m256i q1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bytes, 4), m4), h1);
-      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8s8(q0, load_act(a[2 * g]))), _mm256_set1_ps(d * sc0 * a[2 * g].d), acc);
-      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8s8(q1, load_act(a[2 * g + 1]))),
-                            _mm256_set1_ps(d * sc1 * a[2 * g + 1].d), acc);
-      mins += dmin * (m0 * a[2 * g].d * static_cast<float>(asum(a[2 * g])) +
-                      m1 * a[2 * g + 1].d * static_cast<float>(asum(a[2 * g + 1])));
+      __m256i q0 = _mm256_and_si256(bytes, m4);
+      __m256i q1 = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), m4);
+      if constexpr (kFive) {
+        // Bit j of qh[i] is the fifth bit of value i of sub-block j: move it to 0x10.
+        q0 = _mm256_or_si256(q0, _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, 2 * g), 4), b16));
+        q1 = _mm256_or_si256(q1, _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, 2 * g + 1), 4), b16));
+      }
+      for (int j = 0; j < N; j++) {
+        const ActQ8* ab = a + j * as + 8 * b;
+        acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8s8(q0, load_act(ab[2 * g]))), _mm256_set1_ps(d * sc0 * ab[2 * g].d), acc[j]);
+        acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8s8(q1, load_act(ab[2 * g + 1]))),
+                                 _mm256_set1_ps(d * sc1 * ab[2 * g + 1].d), acc[j]);
+        mins[j] += dmin * (m0 * ab[2 * g].d * static_cast<float>(asum(ab[2 * g])) +
+                           m1 * ab[2 * g + 1].d * static_cast<float>(asum(ab[2 * g + 1])));
+      }
     }
   }
-  return hsum(acc) - mins;
+  for (int j = 0; j < N; j++) out[j] = hsum(acc[j]) - mins[j];
 }
 
-float dot_q6_k(const uint8_t* w, const ActQ8* a, int64_t n) {
+template <int N>
+void dot_q6_k_n(const uint8_t* w, const ActQ8* a, int64_t as, int64_t n, float* out) {
   const auto* x = reinterpret_cast<const BlockQ6_K*>(w);
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   const __m256i m3 = _mm256_set1_epi8(0x03);
-  __m256 acc = _mm256_setzero_ps();
-  float off = 0;
-  for (int64_t b = 0; b < n / QK_K; b++, a += 8) {
+  __m256 acc[N];
+  float off[N];
+  for (int j = 0; j < N; j++) {
+    acc[j] = _mm256_setzero_ps();
+    off[j] = 0;
+  }
+  for (int64_t b = 0; b < n / QK_K; b++) {
     const float d = h2f(x[b].d);
     for (int h = 0; h < 2; h++) {
       const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].ql + 64 * h));
@@ -230,17 +214,28 @@ float dot_q6_k(const uint8_t* w, const ActQ8* a, int64_t n) {
                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m3), 4)),
       };
       for (int r = 0; r < 4; r++) {
-        const ActQ8& ab = a[4 * h + r];
         const int8_t* sc = x[b].scales + 8 * h + 2 * r;
         // Lanes 0-3 hold the first 16 values' sums, lanes 4-7 the second's.
-        const __m256i p = _mm256_mullo_epi32(dot_u8s8(q[r], load_act(ab)), _mm256_setr_epi32(sc[0], sc[0], sc[0], sc[0], sc[1], sc[1], sc[1], sc[1]));
-        const float s = d * ab.d;
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(s), acc);
-        off += s * static_cast<float>(32 * (sc[0] * ab.s[0] + sc[1] * ab.s[1]));
+        const __m256i scv = _mm256_setr_epi32(sc[0], sc[0], sc[0], sc[0], sc[1], sc[1], sc[1], sc[1]);
+        for (int j = 0; j < N; j++) {
+          const ActQ8& ab = a[j * as + 8 * b + 4 * h + r];
+          const __m256i p = _mm256_mullo_epi32(dot_u8s8(q[r], load_act(ab)), scv);
+          const float s = d * ab.d;
+          acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(s), acc[j]);
+          off[j] += s * static_cast<float>(32 * (sc[0] * ab.s[0] + sc[1] * ab.s[1]));
+        }
       }
     }
   }
-  return hsum(acc) - off;
+  for (int j = 0; j < N; j++) out[j] = hsum(acc[j]) - off[j];
+}
+
+// The one-row entry points are the N = 1 instances of the same code.
+template <void (*F)(const uint8_t*, const ActQ8*, int64_t, int64_t, float*)>
+float one(const uint8_t* w, const ActQ8* a, int64_t n) {
+  float r;
+  F(w, a, 0, n, &r);
+  return r;
 }
 
 float dot_f32(const uint8_t* w, const float* x, int64_t n) {
@@ -293,14 +288,18 @@ Kernels make_avx2() {
   Kernels k;
   k.isa = "avx2";
   k.quantize_act = quantize_act;
-  k.dot_q8[static_cast<int>(TensorType::Q8_0)] = dot_q8_0;
-  k.dot_q8[static_cast<int>(TensorType::Q4_0)] = dot_q4_0;
-  k.dot_q8[static_cast<int>(TensorType::Q4_1)] = dot_q4_1;
-  k.dot_q8[static_cast<int>(TensorType::Q5_0)] = dot_q5_0;
-  k.dot_q8[static_cast<int>(TensorType::Q5_1)] = dot_q5_1;
-  k.dot_q8[static_cast<int>(TensorType::Q4_K)] = dot_q4_k;
-  k.dot_q8[static_cast<int>(TensorType::Q5_K)] = dot_q5_k;
-  k.dot_q8[static_cast<int>(TensorType::Q6_K)] = dot_q6_k;
+  auto set = [&](TensorType t, DotQ8Fn one_fn, DotQ8x4Fn four_fn) {
+    k.dot_q8[static_cast<int>(t)] = one_fn;
+    k.dot_q8_x4[static_cast<int>(t)] = four_fn;
+  };
+  set(TensorType::Q8_0, one<dot_q8_0_n<1>>, dot_q8_0_n<4>);
+  set(TensorType::Q4_0, one<dot_q45_n<BlockQ4_0, false, 8, 1>>, dot_q45_n<BlockQ4_0, false, 8, 4>);
+  set(TensorType::Q4_1, one<dot_q45_n<BlockQ4_1, false, 0, 1>>, dot_q45_n<BlockQ4_1, false, 0, 4>);
+  set(TensorType::Q5_0, one<dot_q45_n<BlockQ5_0, true, 16, 1>>, dot_q45_n<BlockQ5_0, true, 16, 4>);
+  set(TensorType::Q5_1, one<dot_q45_n<BlockQ5_1, true, 0, 1>>, dot_q45_n<BlockQ5_1, true, 0, 4>);
+  set(TensorType::Q4_K, one<dot_qk45_n<false, 1>>, dot_qk45_n<false, 4>);
+  set(TensorType::Q5_K, one<dot_qk45_n<true, 1>>, dot_qk45_n<true, 4>);
+  set(TensorType::Q6_K, one<dot_q6_k_n<1>>, dot_q6_k_n<4>);
   k.dot_f32[static_cast<int>(TensorType::F32)] = dot_f32;
   k.dot_f32[static_cast<int>(TensorType::F16)] = dot_f16;
   k.dot_f32[static_cast<int>(TensorType::BF16)] = dot_bf16;
