@@ -42,10 +42,12 @@ struct Kernels {
 
 // The portable kernels (always available; the oracle for the SIMD ones).
 const Kernels& portable_kernels();
-// The AVX2 (+FMA, F16C) kernels, or nullptr when not compiled in.
+// The AVX2 (+FMA, F16C) kernels, or nullptr when the CPU lacks them.
 const Kernels* avx2_kernels();
-// The best kernels this CPU runs. PHASELAB_CPU_ISA=portable forces the
-// portable ones.
+// The same with AVX-VNNI dot products (bitwise equal results), or nullptr.
+const Kernels* avxvnni_kernels();
+// The best kernels this CPU runs. PHASELAB_CPU_ISA=portable or =avx2 caps
+// the choice (for comparisons).
 const Kernels& best_kernels();
 
 inline bool uses_q8_activations(TensorType t) {

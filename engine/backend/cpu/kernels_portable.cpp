@@ -224,6 +224,8 @@ const Kernels& best_kernels() {
   static const Kernels* best = [] {
     const char* force = std::getenv("PHASELAB_CPU_ISA");
     if (force && std::strcmp(force, "portable") == 0) return &portable_kernels();
+    const bool no_vnni = force && std::strcmp(force, "avx2") == 0;
+    if (const Kernels* k = avxvnni_kernels(); k && !no_vnni) return k;
     if (const Kernels* k = avx2_kernels()) return k;
     return &portable_kernels();
   }();
