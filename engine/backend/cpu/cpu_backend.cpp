@@ -60,6 +60,7 @@ class CpuBackend final : public Backend {
       hb2_.resize(static_cast<size_t>(B) * c_.n_ff);
       const int64_t max_in = std::max<int64_t>({c_.n_embd, c_.n_ff, c_.n_embd_q()});
       row_buf_.assign(pool_.size(), std::vector<float>(max_in));
+      rope_cs_.resize(static_cast<size_t>(2) * B * c_.n_rot);
       score_buf_.assign(pool_.size(), std::vector<float>());
       if (k_fast_) {
         act_.resize(static_cast<size_t>(B) * (max_in / 32));
@@ -87,6 +88,7 @@ class CpuBackend final : public Backend {
       if (static_cast<int>(s.size()) < p0 + T) s.resize(kv.n_ctx());
 
     const int D = c_.n_embd, HD = c_.head_dim, NQ = c_.n_embd_q(), NKV = c_.n_embd_kv();
+    rope_ready_ = 0;
     // x: (T, n_embd) the residual stream
     for (int t = 0; t < T; t++) {
       PHASELAB_TRY(dequantize_row(w_.tok_embd.type, w_.tok_embd.row(tokens[t]), &x_[static_cast<size_t>(t) * D], D));
@@ -98,11 +100,12 @@ class CpuBackend final : public Backend {
       const LayerWeights& L = w_.layers[il];
       // ---- attention ----
       for (int t = 0; t < T; t++) ref::rmsnorm(&xb_[t * D], &x_[t * D], L.attn_norm.data(), D, c_.rms_eps);
-      // Q goes through the softmax of sharp attention scores and is the most
-      // sensitive product to 8-bit activations: the fast path gives it twice
-      // the activation precision (see matmul_fast).
+      // Q and K meet in the softmax of sharp attention scores: the products
+      // most sensitive to 8-bit activations (on Gemma 3 they alone take the
+      // logits' NMSE from ~6e-4 to ~1.5e-4). The fast path gives them twice
+      // the activation precision (see matmul_fast); V and the rest need not.
       matmul(L.wq, xb_.data(), q_.data(), T, false, true);  // q: (T, n_head*head_dim)
-      matmul(L.wk, xb_.data(), k_.data(), T, true);  // k: (T, n_head_kv*head_dim)
+      matmul(L.wk, xb_.data(), k_.data(), T, true, true);   // k: (T, n_head_kv*head_dim)
       matmul(L.wv, xb_.data(), v_.data(), T, true);  // v: (T, n_head_kv*head_dim)
       if (c_.attn_bias)
         for (int t = 0; t < T; t++) {
@@ -110,18 +113,25 @@ class CpuBackend final : public Backend {
           ref::add(&k_[t * NKV], L.bk.data(), NKV);
           ref::add(&v_[t * NKV], L.bv.data(), NKV);
         }
-      const float base = c_.is_swa(il) ? c_.rope_base_swa : c_.rope_base;
-      const float* ff = w_.rope_freq_factors.empty() ? nullptr : w_.rope_freq_factors.data();
+      // Angles for these positions, computed once per forward and base.
+      const int which = c_.is_swa(il) ? 1 : 0;
+      if (!(rope_ready_ & (1 << which))) {
+        const float base = which ? c_.rope_base_swa : c_.rope_base;
+        const float* ff = w_.rope_freq_factors.empty() ? nullptr : w_.rope_freq_factors.data();
+        for (int t = 0; t < T; t++) ref::rope_angles(&rope_cs_[(which * max_batch_ + t) * c_.n_rot], c_.n_rot, p0 + t, base, ff);
+        rope_ready_ |= 1 << which;
+      }
       for (int t = 0; t < T; t++) {
+        const float* cs = &rope_cs_[(which * max_batch_ + t) * c_.n_rot];
         for (int h = 0; h < c_.n_head; h++) {
           float* qh = &q_[t * NQ + h * HD];
           if (c_.qk_norm) ref::rmsnorm(qh, qh, L.q_norm.data(), HD, c_.rms_eps);
-          ref::rope(qh, HD, c_.n_rot, p0 + t, base, ff, c_.rope_neox);
+          ref::rope_apply(qh, c_.n_rot, cs, c_.rope_neox);
         }
         for (int h = 0; h < c_.n_head_kv; h++) {
           float* kh = &k_[t * NKV + h * HD];
           if (c_.qk_norm) ref::rmsnorm(kh, kh, L.k_norm.data(), HD, c_.rms_eps);
-          ref::rope(kh, HD, c_.n_rot, p0 + t, base, ff, c_.rope_neox);
+          ref::rope_apply(kh, c_.n_rot, cs, c_.rope_neox);
         }
         std::memcpy(kv.k(il, p0 + t), &k_[t * NKV], sizeof(float) * NKV);
         std::memcpy(kv.v(il, p0 + t), &v_[t * NKV], sizeof(float) * NKV);
@@ -137,10 +147,13 @@ class CpuBackend final : public Backend {
       matmul(L.w_gate, xb_.data(), hb_.data(), T);  // (T, n_ff)
       matmul(L.w_up, xb_.data(), hb2_.data(), T, true);  // (T, n_ff)
       const size_t nh = static_cast<size_t>(T) * c_.n_ff;
-      if (c_.act == Activation::gelu_tanh)
+      if (k_fast_) {
+        (c_.act == Activation::gelu_tanh ? k_fast_->gelu_mul : k_fast_->silu_mul)(hb_.data(), hb2_.data(), nh);
+      } else if (c_.act == Activation::gelu_tanh) {
         for (size_t i = 0; i < nh; i++) hb_[i] = ref::gelu_tanh(hb_[i]) * hb2_[i];
-      else
+      } else {
         for (size_t i = 0; i < nh; i++) hb_[i] = ref::silu(hb_[i]) * hb2_[i];
+      }
       matmul(L.w_down, hb_.data(), xb2_.data(), T);  // (T, n_embd)
       for (int t = 0; t < T; t++) {
         if (c_.post_norms) ref::rmsnorm(&xb2_[t * D], &xb2_[t * D], L.post_ffw_norm.data(), D, c_.rms_eps);
@@ -187,7 +200,7 @@ class CpuBackend final : public Backend {
   void matmul_fast(const WeightView& W, const float* in, float* out, int T, bool same_input, bool precise = false) {
     const int64_t n_in = W.n_in, n_out = W.n_out;
     const int type = static_cast<int>(W.type);
-    if (!same_input) act_of_ = nullptr;
+    if (!same_input) act_of_ = lo_of_ = nullptr;
     if (!cpu::uses_q8_activations(W.type)) {
       const cpu::DotF32Fn dot = k_fast_->dot_f32[type];
       pool_.run([&](int ith, int nth) {
@@ -199,7 +212,7 @@ class CpuBackend final : public Backend {
       return;
     }
     const int64_t nb = n_in / 32;  // activation blocks per token
-    if (act_of_ != in || precise) {
+    if (act_of_ != in || (precise && lo_of_ != in)) {
       pool_.parallel_for(T, [&](int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; t++) {
           cpu::ActQ8* a = &act_[t * nb];
@@ -211,6 +224,7 @@ class CpuBackend final : public Backend {
         }
       });
       act_of_ = in;
+      lo_of_ = precise ? in : nullptr;
     }
     const cpu::DotQ8Fn dot = k_fast_->dot_q8[type];
     const cpu::DotQ8x4Fn dot4 = k_fast_->dot_q8_x4[type];
@@ -297,10 +311,13 @@ class CpuBackend final : public Backend {
   std::vector<float> hb2_;  // (T, n_ff) up
   std::vector<std::vector<float>> row_buf_;      // per thread: one dequantized weight row
   std::vector<std::vector<float>> score_buf_;    // per thread: (n_ctx) attention scores
+  std::vector<float> rope_cs_;  // (2 bases, T, n_rot) cos/sin pairs of this forward's positions
+  int rope_ready_ = 0;          // bit b: rope_cs_ of base b filled for this forward
   const cpu::Kernels* k_fast_;                   // null: the reference path
   std::vector<cpu::ActQ8> act_;                  // (T, n_in / 32) quantized input of the last matmul
   const float* act_of_ = nullptr;                // which input act_ holds (null: none)
   std::vector<cpu::ActQ8> act_lo_;               // (T, n_embd / 32) residual quantization (precise products)
+  const float* lo_of_ = nullptr;                 // which input act_lo_ holds
   std::vector<float> resid_;                     // (T, n_embd) the residual itself
 };
 

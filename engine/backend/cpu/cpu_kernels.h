@@ -29,6 +29,7 @@ using DotF32Fn = float (*)(const uint8_t* w_row, const float* x, int64_t n);
 using QuantizeActFn = void (*)(const float* x, ActQ8* out, int64_t n);
 using DotF32F32Fn = float (*)(const float* a, const float* b, int64_t n);
 using AxpyFn = void (*)(float* y, float a, const float* x, int64_t n);  // y += a * x
+using GatedActFn = void (*)(float* g, const float* u, int64_t n);       // g = act(g) * u
 
 struct Kernels {
   const char* isa = "portable";
@@ -38,6 +39,8 @@ struct Kernels {
   DotF32Fn dot_f32[32] = {};  // F32, F16, BF16 weights
   DotF32F32Fn dot = nullptr;  // attention scores
   AxpyFn axpy = nullptr;      // attention output
+  GatedActFn gelu_mul = nullptr;  // GELU (tanh approximation) gate
+  GatedActFn silu_mul = nullptr;  // SiLU gate
 };
 
 // The portable kernels (always available; the oracle for the SIMD ones).

@@ -193,6 +193,18 @@ void axpy(float* y, float a, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
 }
 
+void gelu_mul(float* g, const float* u, int64_t n) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  for (int64_t i = 0; i < n; i++) {
+    const float x = g[i];
+    g[i] = 0.5f * x * (1.f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x))) * u[i];
+  }
+}
+
+void silu_mul(float* g, const float* u, int64_t n) {
+  for (int64_t i = 0; i < n; i++) g[i] = g[i] / (1.f + std::exp(-g[i])) * u[i];
+}
+
 Kernels make_portable() {
   Kernels k;
   k.isa = "portable";
@@ -210,6 +222,8 @@ Kernels make_portable() {
   k.dot_f32[static_cast<int>(TensorType::BF16)] = dot_bf16;
   k.dot = dot;
   k.axpy = axpy;
+  k.gelu_mul = gelu_mul;
+  k.silu_mul = silu_mul;
   return k;
 }
 

@@ -31,6 +31,32 @@ inline float gelu_tanh(float x) {
   return 0.5f * x * (1.f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
 }
 
+// cos/sin of the rotation angles of one position: cs[2i] = cos, cs[2i+1] =
+// sin of pos * base^(-2i/n_rot) (divided by freq_factors[i] when given).
+// Shared by every head of the position.
+inline void rope_angles(float* cs, int n_rot, int pos, float base, const float* freq_factors) {
+  for (int i = 0; i < n_rot / 2; i++) {
+    double freq = std::pow(static_cast<double>(base), -2.0 * i / n_rot);
+    if (freq_factors) freq /= freq_factors[i];
+    const double theta = pos * freq;
+    cs[2 * i] = static_cast<float>(std::cos(theta));
+    cs[2 * i + 1] = static_cast<float>(std::sin(theta));
+  }
+}
+
+// Applies precomputed angles (rope_angles) to one head.
+inline void rope_apply(float* x, int n_rot, const float* cs, bool neox) {
+  const int half = n_rot / 2;
+  for (int i = 0; i < half; i++) {
+    const float c = cs[2 * i], s = cs[2 * i + 1];
+    const int a = neox ? i : 2 * i;
+    const int b = neox ? i + half : 2 * i + 1;
+    const float x0 = x[a], x1 = x[b];
+    x[a] = x0 * c - x1 * s;
+    x[b] = x0 * s + x1 * c;
+  }
+}
+
 // Rotary embedding of one head x[head_dim] at position pos. Pair i (of
 // n_rot/2) turns by pos * base^(-2i/n_rot) (divided by freq_factors[i] when
 // given). Normal layout pairs (x[2i], x[2i+1]); NeoX pairs (x[i], x[i+n_rot/2]).
