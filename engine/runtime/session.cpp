@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "phaselab/speculative.h"
+
 namespace phaselab {
 
 namespace {
@@ -124,8 +126,9 @@ Result<GenerateResult> Session::generate(const std::vector<int32_t>& prompt, con
   std::string piece, shown;
 
   double t_first = 0, t_last = 0;
-  for (int i = 0;; i++) {
-    const int32_t id = sampler.sample(logits_.data(), history);
+  // Appends one chosen token to the answer; true when generation must stop.
+  auto emit = [&](int32_t id) -> bool {
+    const int i = m.n_generated;
     const double t_now = ms_since(t0);
     if (i == 0) {
       t_first = t_now;
@@ -137,49 +140,97 @@ Result<GenerateResult> Session::generate(const std::vector<int32_t>& prompt, con
     res.tokens.push_back(id);
     history.push_back(id);
     m.n_generated = i + 1;
-
-    bool stop = false;
     if (tok.is_eog(id) && !opt.ignore_eos) {
       m.stop_reason = "eos";
-      stop = true;
-    } else {
-      piece = detok.push(id);
-      shown.clear();
-      if (stops.push(piece, &shown)) {
-        m.stop_reason = "stop_string";
-        stop = true;
-      }
-      res.text += shown;
-      if (on_token) on_token(TokenEvent{id, shown, i, t_now});
+      return true;
     }
-    if (!stop && m.n_generated >= opt.n_predict) {
+    piece = detok.push(id);
+    shown.clear();
+    const bool stop_string = stops.push(piece, &shown);
+    res.text += shown;
+    if (on_token) on_token(TokenEvent{id, shown, i, t_now});
+    if (stop_string) {
+      m.stop_reason = "stop_string";
+      return true;
+    }
+    if (m.n_generated >= opt.n_predict) {
       m.stop_reason = "length";
-      stop = true;
+      return true;
     }
-    if (!stop && cancel && cancel->load(std::memory_order_relaxed)) {
+    if (cancel && cancel->load(std::memory_order_relaxed)) {
       m.stop_reason = "cancelled";
-      stop = true;
+      return true;
     }
-    if (!stop && static_cast<int>(history.size()) >= n_ctx()) {
+    if (static_cast<int>(history.size()) >= n_ctx()) {
       m.stop_reason = "context_full";
-      stop = true;
+      return true;
     }
-    if (stop) break;
+    return false;
+  };
 
-    if (opt.use_kv_cache) {
-      PHASELAB_TRY(backend_->forward(&id, 1, *kv_, logits_.data(), LogitsMode::last));
-    } else {
+  DraftSource* draft = opt.use_kv_cache ? opt.draft : nullptr;
+  const int n_vocab = model_->config().n_vocab;
+  int32_t forced = -1;  // a token already chosen by verification
+  for (;;) {
+    const int32_t id = forced >= 0 ? forced : sampler.sample(logits_.data(), history);
+    forced = -1;
+    if (emit(id)) break;
+
+    if (!opt.use_kv_cache) {
       kv_->clear();  // recompute everything: slow on purpose
       PHASELAB_TRY(prefill(history.data(), static_cast<int>(history.size()), true));
+      continue;
     }
-  }
-  if (m.stop_reason != "stop_string" && m.stop_reason != "eos") {
-    std::string tail = detok.flush();
-    std::string shown_tail;
-    stops.push(tail, &shown_tail);
-    shown_tail += stops.flush();
-    res.text += shown_tail;
-    if (on_token && !shown_tail.empty()) on_token(TokenEvent{-1, shown_tail, m.n_generated, ms_since(t0)});
+    // How many tokens a verification may add: the answer's and the context's room.
+    const int room = std::min(opt.n_predict - m.n_generated, n_ctx() - static_cast<int>(history.size()) - 1);
+    if (draft && room > 0) PHASELAB_TRY(draft->propose(history, std::min(opt.spec_k, room), opt.sampling, &draft_));
+    if (!draft || room <= 0 || draft_.tokens.empty()) {
+      PHASELAB_TRY(backend_->forward(&id, 1, *kv_, logits_.data(), LogitsMode::last));
+      m.target_passes++;
+      continue;
+    }
+    // Verify: [id, d1..dk] in one pass; logits row j predicts the token after
+    // the j-th of them.
+    const int k = static_cast<int>(draft_.tokens.size());
+    const int base = kv_->n_past();
+    verify_.assign(1, id);
+    verify_.insert(verify_.end(), draft_.tokens.begin(), draft_.tokens.end());
+    spec_logits_.resize(static_cast<size_t>(k + 1) * n_vocab);
+    PHASELAB_TRY(backend_->forward(verify_.data(), k + 1, *kv_, spec_logits_.data(), LogitsMode::all));
+    m.target_passes++;
+    m.spec_drafted += k;
+    int accepted = 0;
+    bool stop = false;
+    for (int j = 0; j < k; j++) {
+      float* lj = spec_logits_.data() + static_cast<size_t>(j) * n_vocab;
+      const int32_t d = draft_.tokens[j];
+      int32_t replacement;
+      if (opt.sampling.greedy()) {
+        const int32_t pick = sampler.sample(lj, history);
+        replacement = pick == d ? -1 : pick;
+      } else {
+        sampler.distribution(lj, history, &p_dist_);
+        replacement = speculative_accept_or_resample(p_dist_, j < static_cast<int>(draft_.probs.size()) ? draft_.probs[j] : TokenDist{},
+                                                     d, sampler, &resid_dist_);
+      }
+      if (replacement >= 0) {
+        forced = replacement;
+        break;
+      }
+      accepted++;
+      m.spec_accepted++;
+      if (emit(d)) {
+        stop = true;
+        break;
+      }
+    }
+    // Keep id and the accepted drafts in the cache; drop the rest.
+    kv_->truncate(base + 1 + accepted);
+    if (stop) break;
+    if (forced < 0) {
+      // Every draft was accepted: the last row predicts the next token.
+      std::copy_n(spec_logits_.data() + static_cast<size_t>(k) * n_vocab, n_vocab, logits_.data());
+    }
   }
   m.decode_ms = t_last - t_first;
   if (m.n_generated > 1 && m.decode_ms > 0) {
@@ -187,6 +238,8 @@ Result<GenerateResult> Session::generate(const std::vector<int32_t>& prompt, con
     m.tpot_ms = m.decode_ms / (m.n_generated - 1);
   }
   m.kv_used = static_cast<uint64_t>(kv_->n_past());
+  if (m.spec_drafted > 0) m.spec_acceptance = static_cast<double>(m.spec_accepted) / m.spec_drafted;
+  if (m.target_passes > 0) m.tokens_per_pass = static_cast<double>(m.n_generated - 1) / m.target_passes;
   return res;
 }
 

@@ -54,7 +54,38 @@ int32_t Sampler::sample(float* logits, const std::vector<int32_t>& history) {
   apply_penalties(logits, history);
   cand_.clear();
   if (p_.greedy()) return argmax(logits, n_vocab_);
+  chain(logits);
+  return draw(cand_);
+}
 
+void Sampler::distribution(float* logits, const std::vector<int32_t>& history,
+                           std::vector<std::pair<float, int32_t>>* out) {
+  apply_penalties(logits, history);
+  cand_.clear();
+  if (p_.greedy()) {
+    cand_.emplace_back(1.f, argmax(logits, n_vocab_));
+  } else {
+    chain(logits);
+  }
+  out->assign(cand_.begin(), cand_.end());
+}
+
+double Sampler::uniform() {
+  std::uniform_real_distribution<double> uni(0.0, 1.0);
+  return uni(rng_);
+}
+
+int32_t Sampler::draw(const std::vector<std::pair<float, int32_t>>& dist) {
+  const double r = uniform();
+  double cum = 0;
+  for (const auto& c : dist) {
+    cum += c.first;
+    if (r < cum) return c.second;
+  }
+  return dist.back().second;
+}
+
+void Sampler::chain(float* logits) {
   for (int i = 0; i < n_vocab_; i++) cand_.emplace_back(logits[i], i);
   auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
   // top-k: keep the k largest, sorted.
@@ -97,14 +128,6 @@ int32_t Sampler::sample(float* logits, const std::vector<int32_t>& history) {
     total += c.first;
   }
   for (auto& c : cand_) c.first = static_cast<float>(c.first / total);
-  std::uniform_real_distribution<double> uni(0.0, 1.0);
-  const double r = uni(rng_);
-  double cum = 0;
-  for (const auto& c : cand_) {
-    cum += c.first;
-    if (r < cum) return c.second;
-  }
-  return cand_.back().second;
 }
 
 }  // namespace phaselab

@@ -37,12 +37,18 @@ class Sampler {
   // Picks the next token from logits[n_vocab] (modified in place by the
   // penalties). history: the tokens so far (prompt and generated).
   int32_t sample(float* logits, const std::vector<int32_t>& history);
-  // The probabilities the draw used (after the whole chain) of the last
-  // sample() call, for speculative verification and tests; greedy -> empty.
-  const std::vector<std::pair<float, int32_t>>& last_candidates() const { return cand_; }
+  // The distribution the chain ends in, without drawing: (probability, id)
+  // pairs summing to 1, largest first; greedy gives the argmax with 1.
+  // logits are modified in place (penalties). For speculative verification.
+  void distribution(float* logits, const std::vector<int32_t>& history, std::vector<std::pair<float, int32_t>>* out);
+  // Draws from a distribution like the one above with this sampler's RNG.
+  int32_t draw(const std::vector<std::pair<float, int32_t>>& dist);
+  // A uniform number in [0, 1) from this sampler's RNG.
+  double uniform();
 
  private:
   void apply_penalties(float* logits, const std::vector<int32_t>& history);
+  void chain(float* logits);  // fills cand_ with the final (prob, id) list
 
   SamplingParams p_;
   int n_vocab_;

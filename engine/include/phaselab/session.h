@@ -12,6 +12,7 @@
 #include "phaselab/backend.h"
 #include "phaselab/model.h"
 #include "phaselab/sampler.h"
+#include "phaselab/speculative.h"
 #include "phaselab/status.h"
 
 namespace phaselab {
@@ -22,6 +23,8 @@ struct GenerateOptions {
   std::vector<std::string> stop;   // stop strings (not included in the text)
   bool use_kv_cache = true;        // false: recompute the whole sequence every step
   bool ignore_eos = false;         // benchmarks: run to n_predict
+  DraftSource* draft = nullptr;    // speculative decoding (needs the KV cache); null: off
+  int spec_k = 4;                  // tokens drafted per target pass
 };
 
 // Definitions as in docs/architecture.md: TTFT = request submitted -> first
@@ -38,6 +41,10 @@ struct RequestMetrics {
   double decode_tps = 0;
   double tpot_ms = 0;
   uint64_t kv_used = 0, kv_capacity = 0;  // positions
+  // Speculative decoding: tokens drafted and accepted, target forward passes
+  // during decode, and generated tokens per pass (1 without speculation).
+  int spec_drafted = 0, spec_accepted = 0, target_passes = 0;
+  double spec_acceptance = 0, tokens_per_pass = 0;
   std::string stop_reason;  // eos | stop_string | length | cancelled | context_full
 };
 
@@ -84,6 +91,11 @@ class Session {
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<KvCache> kv_;
   std::vector<float> logits_;  // (n_vocab)
+  // Speculative decoding scratch, kept between requests.
+  Draft draft_;
+  std::vector<int32_t> verify_;        // (k + 1) tokens of one verification
+  std::vector<float> spec_logits_;     // (k + 1, n_vocab)
+  TokenDist p_dist_, resid_dist_;
 };
 
 }  // namespace phaselab
