@@ -13,6 +13,7 @@
 #include "cli_util.h"
 #include "commands.h"
 #include "engine_setup.h"
+#include "phaselab/chat_template.h"
 #include "phaselab/session.h"
 
 namespace phaselab::cli {
@@ -52,15 +53,20 @@ Result<double> run_once(Session& s, const std::vector<int32_t>& tokens, bool dec
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
-  auto args = Args::parse(argc, argv,
-                          {{"--model", "-m", true},      {"--n-prompt", "-p", true}, {"--n-gen", "-n", true},
-                           {"--repetitions", "-r", true}, {"--threads", "-t", true}, {"--backend", "", true},
-                           {"--batch-size", "-b", true},  {"--ctx-size", "-c", true}, {"--json", "", false},
+  std::vector<OptionSpec> opts = engine_options();
+  opts.insert(opts.end(), {{"--n-prompt", "-p", true},
+                           {"--n-gen", "-n", true},
+                           {"--repetitions", "-r", true},
+                           {"--json", "", false},
                            {"--help", "-h", false}});
+  auto args = Args::parse(argc, argv, opts);
   if (!args) return report(args.status());
   if (args->has("--help")) {
     std::printf("usage: phaselab-cli bench -m MODEL [-p 512] [-n 128] [-r 5] [-t N] [--backend cpu] [--json]\n"
-                "  pp<N>: prefill of N tokens; tg<N>: N single-token decode steps; -p 0 or -n 0 skips a test\n");
+                "  pp<N>: prefill of N tokens; tg<N>: N single-token decode steps; -p 0 or -n 0 skips a test.\n"
+                "  With --spec lookup|draft: also sg<N>, greedy generation of N tokens on a built-in\n"
+                "  rewrite-the-text prompt with and without speculation (acceptance, speed-up).\n%s",
+                kEngineHelp);
     return kExitOk;
   }
   auto n_prompt = args->get_int("--n-prompt", 512, 0, 1 << 16);
@@ -70,7 +76,7 @@ int cmd_bench(int argc, char** argv) {
     if (!st.is_ok()) return report(st);
   if (*n_prompt == 0 && *n_gen == 0) return usage_error("nothing to measure: -p and -n are both 0");
   // The context holds the longest test (unless --ctx-size says otherwise).
-  auto setup = open_session(*args, std::max(*n_prompt, *n_gen));
+  auto setup = open_session(*args, std::max(*n_prompt, *n_gen) + (args->has("--spec") || args->has("--draft") ? 512 : 0));
   if (!setup) return report(setup.status());
   Session& s = *setup->session;
   const int need = std::max(*n_prompt, *n_gen);
@@ -107,6 +113,58 @@ int cmd_bench(int argc, char** argv) {
     results.push_back(r);
   }
 
+  // Speculative: the same greedy request with and without drafting.
+  struct SpecResult {
+    double plain_tps = 0, spec_tps = 0, acceptance = 0, tokens_per_pass = 0;
+    int drafted = 0, accepted = 0;
+    bool same_output = true;
+  } spec;
+  const bool with_spec = setup->draft != nullptr && *n_gen > 0;
+  if (with_spec) {
+    const Tokenizer& tok = s.model().tokenizer();
+    const std::string text =
+        "The old lighthouse stood at the edge of the cliff, its white paint peeling in long strips. Every night the "
+        "keeper climbed the spiral stairs, wound the clockwork, and lit the great lamp, so that ships far out at sea "
+        "would know where the rocks were hidden beneath the waves.";
+    // A rewrite task a base model follows too: one worked example, then the
+    // text to copy again.
+    const auto prompt = tok.encode("Original: " + text + "\nCopy: " + text + "\nOriginal: " + text + "\nCopy:", true, false);
+    GenerateOptions o;
+    o.n_predict = *n_gen;
+    o.sampling.temperature = 0;
+    o.ignore_eos = true;
+    BenchResult plain_r, spec_r;
+    std::vector<int32_t> plain_tokens;
+    for (int rep = 0; rep <= *reps; rep++) {
+      for (int mode = 0; mode < 2; mode++) {
+        o.draft = mode ? setup->draft.get() : nullptr;
+        o.spec_k = setup->spec_k;
+        s.kv().clear();
+        auto r = s.generate(prompt, o);
+        if (!r) return report(r.status());
+        if (rep == 0) {  // warm-up
+          if (mode == 0) plain_tokens = r->tokens;
+          else spec.same_output = r->tokens == plain_tokens;
+          continue;
+        }
+        (mode ? spec_r : plain_r).samples.push_back(r->metrics.decode_tps);
+        if (mode) {
+          spec.drafted = r->metrics.spec_drafted;
+          spec.accepted = r->metrics.spec_accepted;
+          spec.acceptance = r->metrics.spec_acceptance;
+          spec.tokens_per_pass = r->metrics.tokens_per_pass;
+        }
+      }
+    }
+    auto mean = [](const std::vector<double>& v) {
+      double x = 0;
+      for (double y : v) x += y;
+      return x / v.size();
+    };
+    spec.plain_tps = mean(plain_r.samples);
+    spec.spec_tps = mean(spec_r.samples);
+  }
+
   const Model& m = s.model();
   const double size_mib = m.file().file_size() / 1048576.0;
   const std::string backend = s.backend().name();
@@ -134,6 +192,24 @@ int cmd_bench(int argc, char** argv) {
                      {"type_mix", m.type_mix()},
                      {"kv_cache_mib", s.kv().bytes() / 1048576.0},
                      {"peak_rss_mib", rss}});
+    if (with_spec)
+      arr.push_back({{"test", "sg" + std::to_string(*n_gen)},
+                     {"n_prompt", 0},
+                     {"n_gen", *n_gen},
+                     {"tokens_per_s", spec.spec_tps},
+                     {"tokens_per_s_plain", spec.plain_tps},
+                     {"speedup", spec.spec_tps / spec.plain_tps},
+                     {"spec", setup->draft->name()},
+                     {"spec_k", setup->spec_k},
+                     {"spec_drafted", spec.drafted},
+                     {"spec_accepted", spec.accepted},
+                     {"spec_acceptance", spec.acceptance},
+                     {"tokens_per_pass", spec.tokens_per_pass},
+                     {"same_output_as_plain", spec.same_output},
+                     {"backend", backend},
+                     {"threads", threads},
+                     {"model", m.path()},
+                     {"peak_rss_mib", rss}});
     std::printf("%s\n", arr.dump(2).c_str());
     return kExitOk;
   }
@@ -142,6 +218,15 @@ int cmd_bench(int argc, char** argv) {
   for (const auto& r : results)
     std::printf("| %s | %.2f MiB | %s | %s | %d | %s | %.2f ± %.2f |\n", m.config().name.empty() ? m.config().arch_str.c_str() : m.config().name.c_str(),
                 size_mib, m.type_mix().c_str(), backend.c_str(), threads, r.test.c_str(), r.mean, r.sd);
+  if (with_spec)
+    std::printf("| %s | | | %s +%s k=%d | %d | sg%d | %.2f (plain %.2f, x%.2f) |\n",
+                m.config().name.empty() ? m.config().arch_str.c_str() : m.config().name.c_str(), backend.c_str(),
+                setup->draft->name().c_str(), setup->spec_k, threads, *n_gen, spec.spec_tps, spec.plain_tps,
+                spec.spec_tps / spec.plain_tps);
+  if (with_spec)
+    std::printf("\nspeculative: drafted %d, accepted %d (%.0f%%), %.2f tokens per target pass, output %s plain greedy\n",
+                spec.drafted, spec.accepted, 100 * spec.acceptance, spec.tokens_per_pass,
+                spec.same_output ? "identical to" : "DIFFERENT from");
   std::printf("\npeak RSS %.1f MiB (model file %.1f MiB, KV cache %.1f MiB)\n", rss, size_mib, s.kv().bytes() / 1048576.0);
   return kExitOk;
 }

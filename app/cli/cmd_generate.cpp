@@ -21,10 +21,12 @@ namespace {
 std::atomic<bool> g_cancel{false};
 extern "C" void on_sigint(int) { g_cancel.store(true); }
 
-const std::vector<OptionSpec> kModelOptions = {
-    {"--model", "-m", true},   {"--threads", "-t", true}, {"--ctx-size", "-c", true}, {"--backend", "", true},
-    {"--batch-size", "-b", true}, {"--no-kv-cache", "", false}, {"--help", "-h", false},
-};
+std::vector<OptionSpec> model_options() {
+  std::vector<OptionSpec> o = engine_options();
+  o.push_back({"--no-kv-cache", "", false});
+  o.push_back({"--help", "-h", false});
+  return o;
+}
 
 const std::vector<OptionSpec> kSamplingOptions = {
     {"--n-predict", "-n", true},  {"--temp", "", true},          {"--top-k", "", true},
@@ -84,18 +86,15 @@ void print_stats(const RequestMetrics& m, const std::string& backend) {
                "TPOT %.2f ms | stop: %s\n",
                backend.c_str(), m.n_prompt, m.n_reused, m.ttft_ms, m.prefill_tps, m.n_generated, m.decode_tps, m.tpot_ms,
                m.stop_reason.c_str());
+  if (m.spec_drafted > 0)
+    std::fprintf(stderr, "[speculative] drafted %d, accepted %d (%.0f%%), %.2f tokens per target pass\n", m.spec_drafted,
+                 m.spec_accepted, 100.0 * m.spec_acceptance, m.tokens_per_pass);
   if (m.stop_reason == "context_full")
     std::fprintf(stderr, "the context (%llu tokens) is full: start a new chat or raise --ctx-size\n",
                  static_cast<unsigned long long>(m.kv_capacity));
 }
 
-const char* kModelHelp =
-    "  -m, --model PATH         GGUF model file\n"
-    "  -t, --threads N          CPU threads (default: all cores)\n"
-    "  -c, --ctx-size N         context size in tokens (default: the model's, at most 4096)\n"
-    "  -b, --batch-size N       prefill batch (default 64)\n"
-    "      --backend NAME       cpu (fast, default), cpu-portable (no SIMD), cpu-reference (the oracle)\n"
-    "      --no-kv-cache        recompute the whole sequence every step (slow on purpose)\n";
+const char* kModelHelp = "      --no-kv-cache        recompute the whole sequence every step (slow on purpose)\n";
 const char* kSamplingHelp =
     "  -n, --n-predict N        token limit (default 256)\n"
     "      --temp T             temperature, 0 = greedy (default 0.8)\n"
@@ -109,7 +108,7 @@ const char* kSamplingHelp =
 
 int cmd_generate(int argc, char** argv) {
   auto args = Args::parse(argc, argv,
-                          join(join(kModelOptions, kSamplingOptions),
+                          join(join(model_options(), kSamplingOptions),
                                {{"--prompt", "-p", true}, {"--file", "-f", true}, {"--chat", "", false},
                                 {"--system", "", true}, {"--json", "", false}, {"--quiet", "-q", false}}));
   if (!args) return report(args.status());
@@ -121,7 +120,8 @@ int cmd_generate(int argc, char** argv) {
                 "      --system TEXT        system prompt (with --chat)\n"
                 "      --json               print one JSON object with ids, text and metrics at the end\n"
                 "  -q, --quiet              do not stream the text (with --json)\n%s%s",
-                kModelHelp, kSamplingHelp);
+                kEngineHelp, kSamplingHelp);
+    std::printf("%s", kModelHelp);
     return kExitOk;
   }
   if (!args->positional().empty()) return usage_error("unexpected argument '" + args->positional()[0] + "'");
@@ -141,6 +141,8 @@ int cmd_generate(int argc, char** argv) {
   Session& session = *setup->session;
   const Model& model = session.model();
   const Tokenizer& tok = model.tokenizer();
+  opt.draft = setup->draft.get();
+  opt.spec_k = setup->spec_k;
 
   std::vector<int32_t> prompt;
   if (args->has("--chat")) {
@@ -184,6 +186,13 @@ int cmd_generate(int argc, char** argv) {
     j["tpot_ms"] = m.tpot_ms;
     j["stop_reason"] = m.stop_reason;
     j["kv_cache"] = opt.use_kv_cache;
+    j["spec"] = opt.draft ? opt.draft->name() : "none";
+    j["spec_k"] = opt.spec_k;
+    j["spec_drafted"] = m.spec_drafted;
+    j["spec_accepted"] = m.spec_accepted;
+    j["spec_acceptance"] = m.spec_acceptance;
+    j["target_passes"] = m.target_passes;
+    j["tokens_per_pass"] = m.tokens_per_pass;
     j["seed"] = opt.sampling.seed;
     j["temperature"] = opt.sampling.temperature;
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
@@ -192,12 +201,12 @@ int cmd_generate(int argc, char** argv) {
 }
 
 int cmd_chat(int argc, char** argv) {
-  auto args = Args::parse(argc, argv, join(join(kModelOptions, kSamplingOptions), {{"--system", "", true}}));
+  auto args = Args::parse(argc, argv, join(join(model_options(), kSamplingOptions), {{"--system", "", true}}));
   if (!args) return report(args.status());
   if (args->has("--help")) {
     std::printf("usage: phaselab-cli chat -m MODEL [--system TEXT] [options]\n"
-                "  type a message and press Enter; /reset starts over, /quit (or Ctrl+D) leaves\n%s%s",
-                kModelHelp, kSamplingHelp);
+                "  type a message and press Enter; /reset starts over, /quit (or Ctrl+D) leaves\n%s%s%s",
+                kEngineHelp, kSamplingHelp, kModelHelp);
     return kExitOk;
   }
   GenerateOptions opt;
@@ -207,6 +216,8 @@ int cmd_chat(int argc, char** argv) {
   Session& session = *setup->session;
   const Tokenizer& tok = session.model().tokenizer();
   const auto family = setup->chat_family;
+  opt.draft = setup->draft.get();
+  opt.spec_k = setup->spec_k;
   for (auto& s : chat_stop_strings(family)) opt.stop.push_back(s);
 
   std::vector<ChatMessage> history;

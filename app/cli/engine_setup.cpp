@@ -4,6 +4,25 @@
 
 namespace phaselab::cli {
 
+const std::vector<OptionSpec>& engine_options() {
+  static const std::vector<OptionSpec> opts = {
+      {"--model", "-m", true},  {"--threads", "-t", true}, {"--ctx-size", "-c", true}, {"--backend", "", true},
+      {"--batch-size", "-b", true}, {"--spec", "", true},  {"--draft", "", true},      {"--spec-k", "", true},
+  };
+  return opts;
+}
+
+const char* const kEngineHelp =
+    "  -m, --model PATH         GGUF model file\n"
+    "  -t, --threads N          CPU threads (default: all cores)\n"
+    "  -c, --ctx-size N         context size in tokens (default: the model's, at most 4096)\n"
+    "  -b, --batch-size N       prefill batch (default 64)\n"
+    "      --backend NAME       cpu (fast, default), cpu-portable (no SIMD), cpu-reference (the oracle)\n"
+    "      --spec MODE          speculative decoding: none (default), lookup (n-grams of the context),\n"
+    "                           draft (a smaller model: --draft MODEL)\n"
+    "      --draft PATH         draft model with the target's vocabulary (implies --spec draft)\n"
+    "      --spec-k K           tokens drafted per target pass (default 4)\n";
+
 int default_threads() {
   const unsigned n = std::thread::hardware_concurrency();
   return n == 0 ? 1 : static_cast<int>(n);
@@ -33,6 +52,26 @@ Result<EngineSetup> open_session(const Args& args, int default_ctx) {
   if (!session) return session.status();
   s.session = std::move(*session);
   s.chat_family = s.model->chat_template();
+
+  const std::string spec = args.get_or("--spec", args.has("--draft") ? "draft" : "none");
+  auto k = args.get_int("--spec-k", 4, 1, 32);
+  if (!k) return k.status();
+  s.spec_k = *k;
+  if (spec == "lookup") {
+    s.draft = make_prompt_lookup_draft();
+  } else if (spec == "draft") {
+    const auto draft_path = args.get("--draft");
+    if (!draft_path) return invalid_argument("--spec draft needs --draft MODEL (a smaller model with the same vocabulary)");
+    auto dm = Model::load(*draft_path);
+    if (!dm) return dm.status().with_context("draft model");
+    auto db = make_cpu_backend(*dm, *threads, *batch);
+    if (!db) return db.status();
+    auto src = make_draft_model_source(*dm, std::move(*db), s.session->n_ctx(), *s.model);
+    if (!src) return src.status();
+    s.draft = std::move(*src);
+  } else if (spec != "none") {
+    return invalid_argument("--spec must be none, lookup or draft (got '" + spec + "')");
+  }
   return s;
 }
 

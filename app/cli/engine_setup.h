@@ -6,6 +6,7 @@
 #include "cli_util.h"
 #include "phaselab/chat_template.h"
 #include "phaselab/session.h"
+#include "phaselab/speculative.h"
 
 namespace phaselab::cli {
 
@@ -13,11 +14,17 @@ struct EngineSetup {
   std::shared_ptr<Model> model;
   std::unique_ptr<Session> session;
   ChatTemplateFamily chat_family = ChatTemplateFamily::plain;
+  std::unique_ptr<DraftSource> draft;  // --spec lookup|draft; null for none
+  int spec_k = 4;
 };
 
-// Reads --model, --threads, --ctx-size, --backend, --batch-size.
+// Reads --model, --threads, --ctx-size, --backend, --batch-size, and the
+// speculative options --spec none|lookup|draft, --draft MODEL, --spec-k K.
 // default_ctx: the context when --ctx-size is absent (0: the model's, at most 4096).
 Result<EngineSetup> open_session(const Args& args, int default_ctx = 0);
 int default_threads();
+// The options every model-running command accepts.
+const std::vector<OptionSpec>& engine_options();
+extern const char* const kEngineHelp;
 
 }  // namespace phaselab::cli
