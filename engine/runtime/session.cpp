@@ -107,12 +107,13 @@ Result<GenerateResult> Session::generate(const std::vector<int32_t>& prompt, con
   // Reuse the longest common prefix of the cache (at least one token is
   // always computed, to get logits).
   int reuse = 0;
-  if (opt.use_kv_cache) {
-    const auto& cached = kv_->tokens();
-    const int lim = std::min<int>(static_cast<int>(cached.size()), n_prompt - 1);
-    while (reuse < lim && cached[reuse] == prompt[reuse]) reuse++;
+  if (opt.use_kv_cache && opt.prefix_cache) {
+    kv_->set_prefix_cache(true);
+    reuse = kv_->reuse_prefix(prompt.data(), n_prompt - 1);
+  } else {
+    kv_->set_prefix_cache(opt.prefix_cache);
+    kv_->truncate(0);
   }
-  kv_->truncate(reuse);
   m.n_reused = reuse;
   PHASELAB_TRY(prefill(prompt.data() + reuse, n_prompt - reuse, true));
 
@@ -238,6 +239,11 @@ Result<GenerateResult> Session::generate(const std::vector<int32_t>& prompt, con
     m.tpot_ms = m.decode_ms / (m.n_generated - 1);
   }
   m.kv_used = static_cast<uint64_t>(kv_->n_past());
+  const KvPool& pool = kv_->pool();
+  m.kv_blocks_total = pool.n_blocks();
+  m.kv_blocks_used = pool.n_used();
+  m.kv_blocks_cached = pool.n_cached();
+  m.kv_blocks_shared = pool.n_shared();
   if (m.spec_drafted > 0) m.spec_acceptance = static_cast<double>(m.spec_accepted) / m.spec_drafted;
   if (m.target_passes > 0) m.tokens_per_pass = static_cast<double>(m.n_generated - 1) / m.target_passes;
   return res;

@@ -21,24 +21,6 @@
 
 namespace phaselab {
 
-Result<std::unique_ptr<KvCache>> KvCache::create(const ModelConfig& c, int n_ctx) {
-  if (n_ctx < 1) return invalid_argument("context size must be at least 1");
-  auto kv = std::unique_ptr<KvCache>(new KvCache());
-  kv->n_ctx_ = n_ctx;
-  kv->n_layer_ = c.n_layer;
-  kv->n_embd_kv_ = c.n_embd_kv();
-  const size_t n = static_cast<size_t>(c.n_layer) * n_ctx * c.n_embd_kv();
-  try {
-    kv->k_.assign(n, 0.f);
-    kv->v_.assign(n, 0.f);
-    kv->tokens_.reserve(n_ctx);
-  } catch (const std::bad_alloc&) {
-    return out_of_memory("the KV cache for " + std::to_string(n_ctx) + " tokens needs " +
-                         std::to_string(2 * n * sizeof(float) >> 20) + " MiB, which could not be allocated: lower the context size");
-  }
-  return kv;
-}
-
 namespace {
 
 class CpuBackend final : public Backend {
@@ -79,9 +61,7 @@ class CpuBackend final : public Backend {
   Status forward(const int32_t* tokens, int T, KvCache& kv, float* logits, LogitsMode mode) override {
     if (T < 1 || T > max_batch_) return invalid_argument("batch of " + std::to_string(T) + " tokens (1.." + std::to_string(max_batch_) + ")");
     const int p0 = kv.n_past();
-    if (p0 + T > kv.n_ctx())
-      return Status(StatusCode::context_full, "the context is full (" + std::to_string(kv.n_ctx()) +
-                                                  " tokens): start a new conversation or raise the context size");
+    PHASELAB_TRY(kv.reserve(T));  // blocks for the new positions (copy on write)
     for (int t = 0; t < T; t++)
       if (tokens[t] < 0 || tokens[t] >= c_.n_vocab) return invalid_argument("token id " + std::to_string(tokens[t]) + " is outside the vocabulary");
     for (auto& s : score_buf_)
@@ -148,7 +128,10 @@ class CpuBackend final : public Backend {
       matmul(L.w_up, xb_.data(), hb2_.data(), T, true);  // (T, n_ff)
       const size_t nh = static_cast<size_t>(T) * c_.n_ff;
       if (k_fast_) {
-        (c_.act == Activation::gelu_tanh ? k_fast_->gelu_mul : k_fast_->silu_mul)(hb_.data(), hb2_.data(), nh);
+        // Token by token: a vector kernel's tail is computed differently, and
+        // a token's result must not depend on where it sits in the batch.
+        const auto gate = c_.act == Activation::gelu_tanh ? k_fast_->gelu_mul : k_fast_->silu_mul;
+        for (int t = 0; t < T; t++) gate(&hb_[static_cast<size_t>(t) * c_.n_ff], &hb2_[static_cast<size_t>(t) * c_.n_ff], c_.n_ff);
       } else if (c_.act == Activation::gelu_tanh) {
         for (size_t i = 0; i < nh; i++) hb_[i] = ref::gelu_tanh(hb_[i]) * hb2_[i];
       } else {

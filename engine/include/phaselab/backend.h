@@ -1,4 +1,4 @@
-// The Backend interface and the per-sequence KV cache it reads and appends to.
+// The Backend interface. Backends read and append to a KvCache (kv_cache.h).
 #pragma once
 
 #include <cstdint>
@@ -6,43 +6,11 @@
 #include <string>
 #include <vector>
 
+#include "phaselab/kv_cache.h"
 #include "phaselab/model.h"
 #include "phaselab/status.h"
 
 namespace phaselab {
-
-// Contiguous KV cache of one sequence: K and V of every layer for positions
-// [0, n_past). tokens[i] is the token at position i, so a new prompt can reuse
-// the longest common prefix.
-class KvCache {
- public:
-  // Allocates n_ctx positions; a failure says how much was needed.
-  static Result<std::unique_ptr<KvCache>> create(const ModelConfig& c, int n_ctx);
-
-  int n_ctx() const { return n_ctx_; }
-  int n_past() const { return static_cast<int>(tokens_.size()); }
-  const std::vector<int32_t>& tokens() const { return tokens_; }
-  uint64_t bytes() const { return (k_.size() + v_.size()) * sizeof(float); }
-
-  // K/V rows of one layer and position: [n_embd_kv]
-  float* k(int il, int pos) { return k_.data() + (static_cast<size_t>(il) * n_ctx_ + pos) * n_embd_kv_; }
-  float* v(int il, int pos) { return v_.data() + (static_cast<size_t>(il) * n_ctx_ + pos) * n_embd_kv_; }
-  const float* k(int il, int pos) const { return k_.data() + (static_cast<size_t>(il) * n_ctx_ + pos) * n_embd_kv_; }
-  const float* v(int il, int pos) const { return v_.data() + (static_cast<size_t>(il) * n_ctx_ + pos) * n_embd_kv_; }
-
-  // Backends call this after writing K/V for the new tokens.
-  void append(const int32_t* tokens, int n) { tokens_.insert(tokens_.end(), tokens, tokens + n); }
-  // Forgets positions >= n (rollback, or reuse of a common prefix).
-  void truncate(int n) {
-    if (n < n_past()) tokens_.resize(n < 0 ? 0 : n);
-  }
-  void clear() { tokens_.clear(); }
-
- private:
-  int n_ctx_ = 0, n_layer_ = 0, n_embd_kv_ = 0;
-  std::vector<float> k_, v_;  // (layer, n_ctx, n_embd_kv)
-  std::vector<int32_t> tokens_;
-};
 
 enum class LogitsMode {
   none,  // only fill the KV cache (all prefill chunks but the last)

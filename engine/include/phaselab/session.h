@@ -23,6 +23,7 @@ struct GenerateOptions {
   std::vector<std::string> stop;   // stop strings (not included in the text)
   bool use_kv_cache = true;        // false: recompute the whole sequence every step
   bool ignore_eos = false;         // benchmarks: run to n_predict
+  bool prefix_cache = true;        // reuse cached blocks of earlier requests (else prefill everything)
   DraftSource* draft = nullptr;    // speculative decoding (needs the KV cache); null: off
   int spec_k = 4;                  // tokens drafted per target pass
 };
@@ -41,6 +42,9 @@ struct RequestMetrics {
   double decode_tps = 0;
   double tpot_ms = 0;
   uint64_t kv_used = 0, kv_capacity = 0;  // positions
+  // Paged KV pool after the request: blocks referenced by a sequence, kept
+  // for reuse, shared by more than one reference, and in all.
+  int kv_blocks_used = 0, kv_blocks_cached = 0, kv_blocks_shared = 0, kv_blocks_total = 0;
   // Speculative decoding: tokens drafted and accepted, target forward passes
   // during decode, and generated tokens per pass (1 without speculation).
   int spec_drafted = 0, spec_accepted = 0, target_passes = 0;

@@ -1,0 +1,238 @@
+// The paged KV cache: the block allocator under random workloads (a property
+// test: no leak, no double free, shared blocks never overwritten), prefix
+// reuse across conversations, LRU eviction, and prefix-cache hits giving
+// exactly the logits of a cold prefill.
+#include <QtTest>
+
+#include <map>
+#include <random>
+
+#include "phaselab/kv_cache.h"
+#include "phaselab/session.h"
+#include "tiny_model.h"
+
+using namespace phaselab;
+using namespace phaselab::testing;
+
+namespace {
+
+ModelConfig small_config() {
+  ModelConfig c;
+  c.n_layer = 2;
+  c.n_head = 1;
+  c.n_head_kv = 1;
+  c.head_dim = 2;
+  return c;
+}
+
+// Plays a backend: writes K = token id, V = -token id for the new positions.
+Status write_tokens(KvCache& kv, const std::vector<int32_t>& toks) {
+  PHASELAB_TRY(kv.reserve(static_cast<int>(toks.size())));
+  const int p0 = kv.n_past();
+  for (size_t i = 0; i < toks.size(); i++)
+    for (int il = 0; il < 2; il++) {
+      kv.k(il, p0 + static_cast<int>(i))[0] = static_cast<float>(toks[i]);
+      kv.v(il, p0 + static_cast<int>(i))[0] = -static_cast<float>(toks[i]);
+    }
+  kv.append(toks.data(), static_cast<int>(toks.size()));
+  return Status::ok();
+}
+
+void check_invariants(const KvPool& pool, const std::vector<std::unique_ptr<KvCache>>& seqs) {
+  std::map<int, int> refs;
+  for (const auto& s : seqs) {
+    QVERIFY(static_cast<int>(s->block_table().size()) * KvPool::kBlockTokens >= s->n_past());
+    for (int b : s->block_table()) refs[b]++;
+    // Contents: every position holds what was written for its token.
+    for (int p = 0; p < s->n_past(); p++)
+      for (int il = 0; il < 2; il++) {
+        QCOMPARE(s->k(il, p)[0], static_cast<float>(s->tokens()[p]));
+        QCOMPARE(s->v(il, p)[0], -static_cast<float>(s->tokens()[p]));
+      }
+  }
+  int free_blocks = 0, cached = 0;
+  for (int b = 0; b < pool.n_blocks(); b++) {
+    QCOMPARE(pool.refcount(b), refs.count(b) ? refs[b] : 0);
+    if (pool.refcount(b) == 0) (pool.published(b) ? cached : free_blocks)++;
+  }
+  QCOMPARE(pool.n_free(), free_blocks);  // a double free would count twice
+  QCOMPARE(pool.n_cached(), cached);
+  QCOMPARE(pool.n_free() + pool.n_cached() + pool.n_used(), pool.n_blocks());
+}
+
+GenerateOptions greedy(int n) {
+  GenerateOptions o;
+  o.n_predict = n;
+  o.sampling.temperature = 0;
+  o.ignore_eos = true;
+  return o;
+}
+
+}  // namespace
+
+class TestKvCache : public QObject {
+  Q_OBJECT
+ private slots:
+  void allocator_never_leaks_or_double_frees_under_random_workloads() {
+    auto pool = KvPool::create(small_config(), 24);
+    QVERIFY(pool.is_ok());
+    std::mt19937 rng(7);
+    std::vector<std::unique_ptr<KvCache>> seqs;
+    for (int i = 0; i < 4; i++) seqs.push_back(KvCache::create_in(*pool, 96));
+    // Few distinct tokens and shared beginnings, so that prefixes repeat.
+    auto random_tokens = [&](int n) {
+      std::vector<int32_t> t(n);
+      for (auto& x : t) x = static_cast<int32_t>(rng() % 3);
+      return t;
+    };
+    std::vector<std::vector<int32_t>> history(4);
+    for (int step = 0; step < 3000; step++) {
+      const int si = static_cast<int>(rng() % 4);
+      KvCache& kv = *seqs[si];
+      switch (rng() % 5) {
+        case 0:
+        case 1: {  // append
+          const auto t = random_tokens(1 + static_cast<int>(rng() % 20));
+          const Status st = write_tokens(kv, t);
+          if (!st.is_ok()) {
+            QVERIFY(st.code() == StatusCode::context_full || st.code() == StatusCode::out_of_memory);
+            kv.truncate(kv.n_past());  // drop blocks reserved for the failed write
+          }
+          break;
+        }
+        case 2:  // rollback
+          kv.truncate(static_cast<int>(rng() % (kv.n_past() + 1)));
+          break;
+        case 3: {  // a new request that starts like another sequence
+          const auto& other = seqs[rng() % 4]->tokens();
+          std::vector<int32_t> prompt(other.begin(), other.begin() + static_cast<long>(rng() % (other.size() + 1)));
+          const auto tail = random_tokens(static_cast<int>(rng() % 8));
+          prompt.insert(prompt.end(), tail.begin(), tail.end());
+          if (prompt.empty()) break;
+          const int reused = kv.reuse_prefix(prompt.data(), static_cast<int>(prompt.size()));
+          QVERIFY(reused <= static_cast<int>(prompt.size()));
+          QVERIFY(std::equal(prompt.begin(), prompt.begin() + reused, kv.tokens().begin()));
+          QCOMPARE(kv.n_past(), reused);
+          break;
+        }
+        case 4:
+          kv.clear();
+          break;
+      }
+      check_invariants(**pool, seqs);
+      if (QTest::currentTestFailed()) QFAIL(qPrintable(QString("after step %1").arg(step)));
+    }
+    seqs.clear();  // every block returns to the pool
+    QCOMPARE((*pool)->n_used(), 0);
+  }
+
+  void two_conversations_share_the_system_prompt_blocks() {
+    auto pool = KvPool::create(small_config(), 16);
+    QVERIFY(pool.is_ok());
+    auto a = KvCache::create_in(*pool, 128);
+    auto b = KvCache::create_in(*pool, 128);
+    std::vector<int32_t> system(40);
+    for (int i = 0; i < 40; i++) system[i] = 100 + i;
+    QVERIFY(write_tokens(*a, system));
+    std::vector<int32_t> prompt_b = system;
+    prompt_b.insert(prompt_b.end(), {7, 8, 9});
+    QCOMPARE(b->reuse_prefix(prompt_b.data(), static_cast<int>(prompt_b.size())), 32);  // two full blocks
+    QCOMPARE(b->block_table()[0], a->block_table()[0]);
+    QCOMPARE(b->block_table()[1], a->block_table()[1]);
+    QCOMPARE((*pool)->n_shared(), 2);
+    // b continues: its own block 2; a's blocks are untouched.
+    QVERIFY(write_tokens(*b, std::vector<int32_t>(prompt_b.begin() + 32, prompt_b.end())));
+    QVERIFY(b->block_table()[2] != a->block_table()[2]);
+    std::vector<std::unique_ptr<KvCache>> both;
+    both.push_back(std::move(a));
+    both.push_back(std::move(b));
+    check_invariants(**pool, both);
+  }
+
+  void rolled_back_shared_block_is_copied_before_writing() {
+    auto pool = KvPool::create(small_config(), 8);
+    QVERIFY(pool.is_ok());
+    auto a = KvCache::create_in(*pool, 64);
+    std::vector<int32_t> t(16, 5);
+    QVERIFY(write_tokens(*a, t));  // one full, published block
+    const int first = a->block_table()[0];
+    a->truncate(10);                              // rollback inside it
+    QVERIFY(write_tokens(*a, {1, 2, 3, 4, 5, 6}));  // must not change the published block
+    QVERIFY(a->block_table()[0] != first);
+    QCOMPARE((*pool)->k(first, 0, 12)[0], 5.f);
+    QCOMPARE(a->k(0, 12)[0], 3.f);
+  }
+
+  void unreferenced_blocks_are_evicted_least_recently_used_first() {
+    auto pool = KvPool::create(small_config(), 3);
+    QVERIFY(pool.is_ok());
+    auto kv = KvCache::create_in(*pool, 64);
+    std::vector<int32_t> a(16, 1), b(16, 2);
+    QVERIFY(write_tokens(*kv, a));
+    kv->clear();  // a's block: cached
+    QVERIFY(write_tokens(*kv, b));
+    kv->clear();  // b's block: cached, more recent
+    QCOMPARE((*pool)->n_cached(), 2);
+    // Two new blocks: the free one first, then the oldest cached (a's).
+    std::vector<int32_t> c(32, 3);
+    QVERIFY(write_tokens(*kv, c));
+    kv->clear();
+    QCOMPARE(kv->reuse_prefix(b.data(), 16), 16);  // b survived
+    kv->clear();
+    QCOMPARE(kv->reuse_prefix(a.data(), 16), 0);  // a was evicted
+  }
+
+  // A prefix-cache hit must give exactly the logits of a cold prefill, on a
+  // real model, across a switch between two conversations.
+  void prefix_cache_hit_equals_cold_prefill_data() {
+    QTest::addColumn<bool>("fast");
+    QTest::newRow("fast") << true;
+    QTest::newRow("reference") << false;
+  }
+  void prefix_cache_hit_equals_cold_prefill() {
+    QFETCH(bool, fast);
+    auto m = Model::load(test_data("stories260K.gguf"));
+    QVERIFY(m.is_ok());
+    auto open = [&] {
+      auto b = fast ? make_cpu_backend(*m, 2, 8) : make_cpu_reference_backend(*m, 2, 8);
+      return std::move(*Session::create(*m, std::move(*b), 256));
+    };
+    auto s = open();
+    const Tokenizer& tok = (*m)->tokenizer();
+    const auto conv_a = tok.encode("Lily and Tom went to the park with their dog. They played with a red ball all day.", true, false);
+    const auto conv_b = tok.encode("Once upon a time there was a big old tree in the forest near the river.", true, false);
+    auto ra = s->generate(conv_a, greedy(20));
+    QVERIFY(ra.is_ok());
+    auto rb = s->generate(conv_b, greedy(20));  // switches the sequence to b
+    QVERIFY(rb.is_ok());
+    QCOMPARE(rb->metrics.n_reused, 1);  // only the BOS token is common
+    // Back to a, one turn later: its blocks are found again by hash.
+    std::vector<int32_t> turn2 = conv_a;
+    turn2.insert(turn2.end(), ra->tokens.begin(), ra->tokens.end());
+    const auto more = tok.encode(" Then they went home.", false, false);
+    turn2.insert(turn2.end(), more.begin(), more.end());
+    auto warm = s->generate(turn2, greedy(16));
+    QVERIFY(warm.is_ok());
+    QVERIFY2(warm->metrics.n_reused >= static_cast<int>(conv_a.size()) / 16 * 16,
+             qPrintable(QString("reused %1").arg(warm->metrics.n_reused)));
+    GenerateOptions cold_opt = greedy(16);
+    cold_opt.prefix_cache = false;
+    auto cold_session = open();
+    auto cold = cold_session->generate(turn2, cold_opt);
+    QVERIFY(cold.is_ok());
+    QCOMPARE(cold->metrics.n_reused, 0);
+    QCOMPARE(warm->tokens, cold->tokens);
+    // And bit for bit on the logits.
+    std::vector<float> lw, lc;
+    s->kv().reuse_prefix(turn2.data(), static_cast<int>(turn2.size()) - 1);
+    const int reused = s->kv().n_past();
+    QVERIFY(reused > 0);
+    QVERIFY(s->eval(std::vector<int32_t>(turn2.begin() + reused, turn2.end()), &lw));
+    cold_session->kv().clear();
+    QVERIFY(cold_session->eval(turn2, &lc));
+    QVERIFY(lw == lc);
+  }
+};
+
+QTEST_APPLESS_MAIN(TestKvCache)
+#include "test_kv_cache.moc"
