@@ -143,6 +143,32 @@ class TestCli : public QObject {
     expect_bad_input(cli({"frobnicate"}));
   }
 
+  void quantize_rewrites_the_matrices() {
+    const QString out = QDir::temp().filePath("phaselab_stories_q8.gguf");
+    const Run q = cli({"quantize", stories(), out, "Q8_0"});
+    QCOMPARE(q.code, 0);
+    const Run j = cli({"info", out, "--json"});
+    const QJsonObject types = QJsonDocument::fromJson(j.out.toUtf8()).object()["tensor_types"].toObject();
+    QVERIFY(types.contains("Q8_0"));
+    QVERIFY(types["F32"].toObject()["tensors"].toInt() < 48);  // norms stay F32
+    const Run g = cli({"generate", "-m", out, "-p", "Once upon a time", "-n", "12", "--temp", "0"});
+    QCOMPARE(g.code, 0);
+    QVERIFY2(g.out.contains("Lily"), qPrintable(g.out));
+    expect_bad_input(cli({"quantize", stories(), out, "Q9_9"}));
+  }
+
+  void speculative_options_report_their_metrics() {
+    const Run r = cli({"generate", "-m", stories(), "-p", "Once upon a time, there was a little girl named Lily. Once upon a time",
+                       "-n", "24", "--temp", "0", "--spec", "lookup", "--spec-k", "3", "--json", "-q"});
+    QCOMPARE(r.code, 0);
+    const QJsonObject o = QJsonDocument::fromJson(r.out.toUtf8()).object();
+    QCOMPARE(o["spec"].toString(), QString("lookup"));
+    QVERIFY(o["spec_drafted"].toInt() > 0);
+    QVERIFY(o.contains("spec_acceptance") && o.contains("tokens_per_pass") && o.contains("kv_blocks"));
+    expect_bad_input(cli({"generate", "-m", stories(), "-p", "x", "--spec", "draft"}));  // no --draft
+    expect_bad_input(cli({"generate", "-m", stories(), "-p", "x", "--spec", "maybe"}));
+  }
+
   void chat_runs_turns_from_stdin() {
     const Run r = cli({"chat", "-m", stories(), "--temp", "0", "-n", "12"}, "Once upon a time\nThe end\n/quit\n");
     QCOMPARE(r.code, 0);

@@ -57,6 +57,7 @@ int cmd_bench(int argc, char** argv) {
   opts.insert(opts.end(), {{"--n-prompt", "-p", true},
                            {"--n-gen", "-n", true},
                            {"--repetitions", "-r", true},
+                           {"--chat-turns", "", true},
                            {"--json", "", false},
                            {"--help", "-h", false}});
   auto args = Args::parse(argc, argv, opts);
@@ -65,7 +66,8 @@ int cmd_bench(int argc, char** argv) {
     std::printf("usage: phaselab-cli bench -m MODEL [-p 512] [-n 128] [-r 5] [-t N] [--backend cpu] [--json]\n"
                 "  pp<N>: prefill of N tokens; tg<N>: N single-token decode steps; -p 0 or -n 0 skips a test.\n"
                 "  With --spec lookup|draft: also sg<N>, greedy generation of N tokens on a built-in\n"
-                "  rewrite-the-text prompt with and without speculation (acceptance, speed-up).\n%s",
+                "  rewrite-the-text prompt with and without speculation (acceptance, speed-up).\n"
+                "  --chat-turns N: TTFT of the N-th turn of a scripted chat, with and without prefix reuse.\n%s",
                 kEngineHelp);
     return kExitOk;
   }
@@ -76,7 +78,8 @@ int cmd_bench(int argc, char** argv) {
     if (!st.is_ok()) return report(st);
   if (*n_prompt == 0 && *n_gen == 0) return usage_error("nothing to measure: -p and -n are both 0");
   // The context holds the longest test (unless --ctx-size says otherwise).
-  auto setup = open_session(*args, std::max(*n_prompt, *n_gen) + (args->has("--spec") || args->has("--draft") ? 512 : 0));
+  auto setup = open_session(*args, std::max(*n_prompt, *n_gen) +
+                                      (args->has("--spec") || args->has("--draft") || args->has("--chat-turns") ? 1024 : 0));
   if (!setup) return report(setup.status());
   Session& s = *setup->session;
   const int need = std::max(*n_prompt, *n_gen);
@@ -165,6 +168,42 @@ int cmd_bench(int argc, char** argv) {
     spec.spec_tps = mean(spec_r.samples);
   }
 
+  // Chat: TTFT of the last of N scripted turns, with the prefix cache (only
+  // the new turn is prefilled) and without (the whole conversation is).
+  auto turns = args->get_int("--chat-turns", 0, 0, 50);
+  if (!turns) return report(turns.status());
+  struct ChatResult {
+    double ttft_cached = 0, ttft_cold = 0;
+    int n_prompt = 0, n_reused = 0;
+  } chat;
+  if (*turns > 0) {
+    static const char* kQuestions[] = {
+        "Tell me about the sea.", "What lives in it?", "Which of them is the largest?", "How deep can it dive?",
+        "What does it eat?",      "Where does it sleep?", "How long does it live?", "Can people see it?"};
+    for (int mode = 0; mode < 2; mode++) {
+      const bool cached = mode == 0;
+      s.kv().clear();
+      std::vector<ChatMessage> msgs;
+      GenerateOptions o;
+      o.n_predict = 48;
+      o.sampling.temperature = 0;
+      o.prefix_cache = cached;
+      o.stop = chat_stop_strings(setup->chat_family);
+      for (int t = 0; t < *turns; t++) {
+        msgs.push_back({"user", kQuestions[t % 8]});
+        const auto prompt = s.model().tokenizer().encode(apply_chat_template(setup->chat_family, msgs), true, true);
+        auto r = s.generate(prompt, o);
+        if (!r) return report(r.status());
+        msgs.push_back({"assistant", r->text});
+        if (t + 1 == *turns) {
+          (cached ? chat.ttft_cached : chat.ttft_cold) = r->metrics.ttft_ms;
+          chat.n_prompt = r->metrics.n_prompt;
+          if (cached) chat.n_reused = r->metrics.n_reused;
+        }
+      }
+    }
+  }
+
   const Model& m = s.model();
   const double size_mib = m.file().file_size() / 1048576.0;
   const std::string backend = s.backend().name();
@@ -210,6 +249,16 @@ int cmd_bench(int argc, char** argv) {
                      {"threads", threads},
                      {"model", m.path()},
                      {"peak_rss_mib", rss}});
+    if (*turns > 0)
+      arr.push_back({{"test", "chat" + std::to_string(*turns)},
+                     {"n_prompt", chat.n_prompt},
+                     {"n_reused", chat.n_reused},
+                     {"ttft_ms_prefix_cache", chat.ttft_cached},
+                     {"ttft_ms_no_prefix_cache", chat.ttft_cold},
+                     {"backend", backend},
+                     {"threads", threads},
+                     {"model", m.path()},
+                     {"peak_rss_mib", rss}});
     std::printf("%s\n", arr.dump(2).c_str());
     return kExitOk;
   }
@@ -227,6 +276,10 @@ int cmd_bench(int argc, char** argv) {
     std::printf("\nspeculative: drafted %d, accepted %d (%.0f%%), %.2f tokens per target pass, output %s plain greedy\n",
                 spec.drafted, spec.accepted, 100 * spec.acceptance, spec.tokens_per_pass,
                 spec.same_output ? "identical to" : "DIFFERENT from");
+  if (*turns > 0)
+    std::printf("\nchat turn %d: prompt %d tokens; TTFT %.1f ms with the prefix cache (%d tokens reused), %.1f ms "
+                "without\n",
+                *turns, chat.n_prompt, chat.ttft_cached, chat.n_reused, chat.ttft_cold);
   std::printf("\npeak RSS %.1f MiB (model file %.1f MiB, KV cache %.1f MiB)\n", rss, size_mib, s.kv().bytes() / 1048576.0);
   return kExitOk;
 }

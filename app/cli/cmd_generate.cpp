@@ -76,6 +76,7 @@ Status read_generate_options(const Args& a, GenerateOptions* o) {
   }
   if (auto stop = a.get("--stop")) o->stop.push_back(*stop);
   o->use_kv_cache = !a.has("--no-kv-cache");
+  o->prefix_cache = !a.has("--no-prefix-cache");
   o->ignore_eos = a.has("--ignore-eos");
   return s.validate();
 }
@@ -186,6 +187,9 @@ int cmd_generate(int argc, char** argv) {
     j["tpot_ms"] = m.tpot_ms;
     j["stop_reason"] = m.stop_reason;
     j["kv_cache"] = opt.use_kv_cache;
+    j["prefix_cache"] = opt.prefix_cache;
+    j["kv_blocks"] = {{"used", m.kv_blocks_used}, {"cached", m.kv_blocks_cached}, {"shared", m.kv_blocks_shared},
+                      {"total", m.kv_blocks_total}, {"block_tokens", KvPool::kBlockTokens}};
     j["spec"] = opt.draft ? opt.draft->name() : "none";
     j["spec_k"] = opt.spec_k;
     j["spec_drafted"] = m.spec_drafted;

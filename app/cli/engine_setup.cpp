@@ -8,6 +8,7 @@ const std::vector<OptionSpec>& engine_options() {
   static const std::vector<OptionSpec> opts = {
       {"--model", "-m", true},  {"--threads", "-t", true}, {"--ctx-size", "-c", true}, {"--backend", "", true},
       {"--batch-size", "-b", true}, {"--spec", "", true},  {"--draft", "", true},      {"--spec-k", "", true},
+      {"--no-prefix-cache", "", false},
   };
   return opts;
 }
@@ -21,7 +22,8 @@ const char* const kEngineHelp =
     "      --spec MODE          speculative decoding: none (default), lookup (n-grams of the context),\n"
     "                           draft (a smaller model: --draft MODEL)\n"
     "      --draft PATH         draft model with the target's vocabulary (implies --spec draft)\n"
-    "      --spec-k K           tokens drafted per target pass (default 4)\n";
+    "      --spec-k K           tokens drafted per target pass (default 4)\n"
+    "      --no-prefix-cache    prefill every request in full (no reuse of cached KV blocks)\n";
 
 int default_threads() {
   const unsigned n = std::thread::hardware_concurrency();
