@@ -25,12 +25,15 @@ namespace {
 
 class CpuBackend final : public Backend {
  public:
+  static constexpr int kMaxGroup = 64;  // query heads per KV head
   CpuBackend(std::shared_ptr<const Model> model, int n_threads, int max_batch, const cpu::Kernels* kernels)
       : model_(std::move(model)), c_(model_->config()), w_(model_->weights()), pool_(n_threads), max_batch_(max_batch),
         k_fast_(kernels) {}
 
   Status init() {
     const int B = max_batch_;
+    if (c_.n_head / c_.n_head_kv > kMaxGroup)
+      return unsupported("more than " + std::to_string(kMaxGroup) + " query heads per KV head");
     try {
       x_.resize(static_cast<size_t>(B) * c_.n_embd);
       xb_.resize(static_cast<size_t>(B) * std::max(c_.n_embd, c_.n_embd_q()));
@@ -64,8 +67,9 @@ class CpuBackend final : public Backend {
     PHASELAB_TRY(kv.reserve(T));  // blocks for the new positions (copy on write)
     for (int t = 0; t < T; t++)
       if (tokens[t] < 0 || tokens[t] >= c_.n_vocab) return invalid_argument("token id " + std::to_string(tokens[t]) + " is outside the vocabulary");
+    const size_t score_size = static_cast<size_t>(c_.n_head / c_.n_head_kv) * kv.n_ctx();
     for (auto& s : score_buf_)
-      if (static_cast<int>(s.size()) < p0 + T) s.resize(kv.n_ctx());
+      if (s.size() < score_size) s.resize(score_size);
 
     const int D = c_.n_embd, HD = c_.head_dim, NQ = c_.n_embd_q(), NKV = c_.n_embd_kv();
     rope_ready_ = 0;
@@ -235,47 +239,61 @@ class CpuBackend final : public Backend {
 
   float dot(const float* a, const float* b, int64_t n) const { return k_fast_ ? k_fast_->dot(a, b, n) : ref::dot(a, b, n); }
 
-  // Causal attention of T queries at positions p0.. over the cache of layer il.
+  // Causal attention of T queries at positions p0.. over the cache of layer
+  // il. The query heads that share a KV head are done together, so each K
+  // and V row is read once for the whole group.
   void attention(const KvCache& kv, int il, int p0, int T) {
-    const int HD = c_.head_dim, NQ = c_.n_embd_q(), NKV = c_.n_embd_kv();
+    const int HD = c_.head_dim, NQ = c_.n_embd_q();
     const int group = c_.n_head / c_.n_head_kv;
     const bool swa = c_.is_swa(il) && c_.sliding_window > 0;
-    const int n_work = T * c_.n_head;
+    const int n_ctx = kv.n_ctx();
+    const int n_work = T * c_.n_head_kv;
     pool_.run([&](int ith, int nth) {
-      float* scores = score_buf_[ith].data();
+      float* scores = score_buf_[ith].data();  // (group, n_ctx)
       for (int wi = ith; wi < n_work; wi += nth) {
-        const int t = wi / c_.n_head, h = wi % c_.n_head;
+        const int t = wi / c_.n_head_kv, kvh = wi % c_.n_head_kv;
         const int pos = p0 + t;
-        const int kvh = h / group;
-        const float* q = &q_[t * NQ + h * HD];
+        const int h0 = kvh * group;
         // Keys in [j0, pos]: a local layer sees only the last sliding_window.
         const int j0 = swa ? std::max(0, pos - c_.sliding_window + 1) : 0;
-        float mx = -INFINITY;
         for (int j = j0; j <= pos; j++) {
-          float s = dot(q, kv.k(il, j) + kvh * HD, HD) * c_.attn_scale;
-          if (c_.attn_logit_softcap > 0) s = c_.attn_logit_softcap * std::tanh(s / c_.attn_logit_softcap);
-          scores[j] = s;
-          mx = std::max(mx, s);
+          const float* kj = kv.k(il, j) + kvh * HD;
+          for (int g = 0; g < group; g++) {
+            float s = dot(&q_[t * NQ + (h0 + g) * HD], kj, HD) * c_.attn_scale;
+            if (c_.attn_logit_softcap > 0) s = c_.attn_logit_softcap * std::tanh(s / c_.attn_logit_softcap);
+            scores[g * n_ctx + j] = s;
+          }
         }
-        float sum = 0;
-        for (int j = j0; j <= pos; j++) {
-          scores[j] = std::exp(scores[j] - mx);
-          sum += scores[j];
-        }
-        float* out = &xb_[t * NQ + h * HD];
-        std::fill(out, out + HD, 0.f);
-        for (int j = j0; j <= pos; j++) {
-          const float a = scores[j] / sum;
-          const float* vj = kv.v(il, j) + kvh * HD;
+        float inv_sum[kMaxGroup];
+        for (int g = 0; g < group; g++) {
+          float* sg = scores + g * n_ctx;
+          const float mx = *std::max_element(sg + j0, sg + pos + 1);
+          float sum = 0;
           if (k_fast_) {
-            k_fast_->axpy(out, a, vj, HD);
+            sum = k_fast_->exp_sum(sg + j0, pos + 1 - j0, mx);
           } else {
-            for (int i = 0; i < HD; i++) out[i] += a * vj[i];
+            for (int j = j0; j <= pos; j++) {
+              sg[j] = std::exp(sg[j] - mx);
+              sum += sg[j];
+            }
+          }
+          inv_sum[g] = 1.f / sum;
+          std::fill(&xb_[t * NQ + (h0 + g) * HD], &xb_[t * NQ + (h0 + g) * HD] + HD, 0.f);
+        }
+        for (int j = j0; j <= pos; j++) {
+          const float* vj = kv.v(il, j) + kvh * HD;
+          for (int g = 0; g < group; g++) {
+            float* out = &xb_[t * NQ + (h0 + g) * HD];
+            const float a = scores[g * n_ctx + j] * inv_sum[g];
+            if (k_fast_) {
+              k_fast_->axpy(out, a, vj, HD);
+            } else {
+              for (int i = 0; i < HD; i++) out[i] += a * vj[i];
+            }
           }
         }
       }
     });
-    (void)NKV;
   }
 
   std::shared_ptr<const Model> model_;

@@ -30,6 +30,7 @@ using QuantizeActFn = void (*)(const float* x, ActQ8* out, int64_t n);
 using DotF32F32Fn = float (*)(const float* a, const float* b, int64_t n);
 using AxpyFn = void (*)(float* y, float a, const float* x, int64_t n);  // y += a * x
 using GatedActFn = void (*)(float* g, const float* u, int64_t n);       // g = act(g) * u
+using ExpSumFn = float (*)(float* x, int64_t n, float mx);  // x = exp(x - mx); returns the sum
 
 struct Kernels {
   const char* isa = "portable";
@@ -41,6 +42,7 @@ struct Kernels {
   AxpyFn axpy = nullptr;      // attention output
   GatedActFn gelu_mul = nullptr;  // GELU (tanh approximation) gate
   GatedActFn silu_mul = nullptr;  // SiLU gate
+  ExpSumFn exp_sum = nullptr;     // softmax numerators
 };
 
 // The portable kernels (always available; the oracle for the SIMD ones).

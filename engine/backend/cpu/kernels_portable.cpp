@@ -205,6 +205,15 @@ void silu_mul(float* g, const float* u, int64_t n) {
   for (int64_t i = 0; i < n; i++) g[i] = g[i] / (1.f + std::exp(-g[i])) * u[i];
 }
 
+float exp_sum(float* x, int64_t n, float mx) {
+  float sum = 0;
+  for (int64_t i = 0; i < n; i++) {
+    x[i] = std::exp(x[i] - mx);
+    sum += x[i];
+  }
+  return sum;
+}
+
 Kernels make_portable() {
   Kernels k;
   k.isa = "portable";
@@ -224,6 +233,7 @@ Kernels make_portable() {
   k.axpy = axpy;
   k.gelu_mul = gelu_mul;
   k.silu_mul = silu_mul;
+  k.exp_sum = exp_sum;
   return k;
 }
 
