@@ -1,5 +1,6 @@
 #include "engine_setup.h"
 
+#include <cstdio>
 #include <thread>
 
 namespace phaselab::cli {
@@ -18,7 +19,8 @@ const char* const kEngineHelp =
     "  -t, --threads N          CPU threads (default: all cores)\n"
     "  -c, --ctx-size N         context size in tokens (default: the model's, at most 4096)\n"
     "  -b, --batch-size N       prefill batch (default 64)\n"
-    "      --backend NAME       cpu (fast, default), cpu-portable (no SIMD), cpu-reference (the oracle)\n"
+    "      --backend NAME       cpu (fast, default), cpu-portable (no SIMD), cpu-reference (the oracle),\n"
+    "                           cuda (NVIDIA GPU; falls back to the CPU with the reason when unavailable)\n"
     "      --spec MODE          speculative decoding: none (default), lookup (n-grams of the context),\n"
     "                           draft (a smaller model: --draft MODEL)\n"
     "      --draft PATH         draft model with the target's vocabulary (implies --spec draft)\n"
@@ -40,15 +42,26 @@ Result<EngineSetup> open_session(const Args& args, int default_ctx) {
   auto batch = args.get_int("--batch-size", 64, 1, 4096);
   if (!batch) return batch.status();
   const std::string backend = args.get_or("--backend", "cpu");
-  if (backend != "cpu" && backend != "cpu-reference" && backend != "cpu-portable")
-    return invalid_argument("unknown backend '" + backend + "' (available: cpu, cpu-portable, cpu-reference)");
+  if (backend != "cpu" && backend != "cpu-reference" && backend != "cpu-portable" && backend != "cuda")
+    return invalid_argument("unknown backend '" + backend + "' (available: cpu, cpu-portable, cpu-reference, cuda)");
 
   auto model = Model::load(*path);
   if (!model) return model.status();
   EngineSetup s;
   s.model = std::move(*model);
-  auto b = backend == "cpu-reference" ? make_cpu_reference_backend(s.model, *threads, *batch)
-                                      : make_cpu_backend(s.model, *threads, *batch, backend == "cpu-portable");
+  Result<std::unique_ptr<Backend>> b = invalid_argument("no backend");
+  if (backend == "cuda") {
+    b = make_cuda_backend(s.model, *batch);
+    if (!b) {
+      // The reason is shown and the CPU does the work.
+      std::fprintf(stderr, "phaselab-cli: %s; using the CPU backend\n", b.status().message().c_str());
+      b = make_cpu_backend(s.model, *threads, *batch);
+    }
+  } else if (backend == "cpu-reference") {
+    b = make_cpu_reference_backend(s.model, *threads, *batch);
+  } else {
+    b = make_cpu_backend(s.model, *threads, *batch, backend == "cpu-portable");
+  }
   if (!b) return b.status();
   auto session = Session::create(s.model, std::move(*b), *ctx);
   if (!session) return session.status();

@@ -338,6 +338,8 @@ Result<std::unique_ptr<Backend>> make_cpu(std::shared_ptr<const Model> model, in
 
 }  // namespace
 
+std::string cpu_kernels_isa() { return cpu::best_kernels().isa; }
+
 Result<std::unique_ptr<Backend>> make_cpu_reference_backend(std::shared_ptr<const Model> model, int n_threads, int max_batch) {
   return make_cpu(std::move(model), n_threads, max_batch, nullptr);
 }

@@ -36,6 +36,26 @@ class Backend {
 Result<std::unique_ptr<Backend>> make_cpu_backend(std::shared_ptr<const Model> model, int n_threads,
                                                   int max_batch = 64, bool portable_only = false);
 
+// What the CUDA backend can do on this machine: a usable device (with its
+// peaks, for the phase meter) or the reason there is none.
+struct CudaProbe {
+  bool available = false;
+  std::string description;  // "NVIDIA H200 (compute 9.0, 143771 MiB)"
+  std::string reason;       // why not, when unavailable
+  double peak_gbps = 0, peak_tflops = 0;
+  size_t total_mem = 0, free_mem = 0;
+};
+CudaProbe probe_cuda();
+
+// The CUDA backend, loaded at run time from libphaselab_cuda.so. Fails with
+// the reason (no library, no device, too little memory) so that callers can
+// report it and use the CPU backend instead.
+Result<std::unique_ptr<Backend>> make_cuda_backend(std::shared_ptr<const Model> model, int max_batch = 64);
+
+// The instruction set of the CPU kernels make_cpu_backend uses here
+// ("avx-vnni", "avx2" or "portable").
+std::string cpu_kernels_isa();
+
 // The plain reference path: dequantizes weight rows on the fly, float math,
 // no SIMD beyond what the compiler does. The oracle for every other backend.
 Result<std::unique_ptr<Backend>> make_cpu_reference_backend(std::shared_ptr<const Model> model, int n_threads,

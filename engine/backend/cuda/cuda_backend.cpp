@@ -1,0 +1,335 @@
+// The CUDA backend's host side, built into libphaselab_cuda.so and loaded at
+// run time (engine/backend/cuda_loader.cpp), so that PhaseLab runs where CUDA
+// or a GPU is missing. The forward pass mirrors the CPU reference step by
+// step; weights are uploaded once, still quantized, and dequantized inside the
+// kernels.
+//
+// The device keeps a contiguous K/V cache per sequence and the tokens it
+// holds; the host KvCache stays the bookkeeper (block table, prefix reuse).
+// Before each forward the device cache is synchronised to the host's tokens:
+// positions the host reused from elsewhere are recomputed on the device.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "phaselab/backend.h"
+
+namespace phaselab {
+
+namespace {
+
+Status cuda_status(cudaError_t e, const char* what, const char* file, int line) {
+  if (e == cudaSuccess) return Status::ok();
+  return internal_error(std::string("CUDA error ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ") in " + what +
+                        " at " + file + ":" + std::to_string(line));
+}
+#define CUDA_TRY(expr) PHASELAB_TRY(cuda_status((expr), #expr, __FILE__, __LINE__))
+
+struct DevWeight {
+  uint8_t* data = nullptr;
+  TensorType type = TensorType::F32;
+  int n_in = 0, n_out = 0;
+  size_t row_bytes = 0;
+};
+
+struct DevLayer {
+  float *attn_norm = nullptr, *bq = nullptr, *bk = nullptr, *bv = nullptr, *q_norm = nullptr, *k_norm = nullptr;
+  float *post_attn_norm = nullptr, *ffn_norm = nullptr, *post_ffw_norm = nullptr;
+  DevWeight wq, wk, wv, wo, w_gate, w_up, w_down;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(std::shared_ptr<const Model> model, int max_batch)
+      : model_(std::move(model)), c_(model_->config()), max_batch_(max_batch) {}
+
+  ~CudaBackend() override {
+    for (void* p : allocations_) cudaFree(p);
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+
+  Status init() {
+    CUDA_TRY(cudaSetDevice(0));
+    // Check the memory before touching it: weights plus work buffers.
+    size_t free_b = 0, total_b = 0;
+    CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
+    const uint64_t need = model_->weight_bytes() + work_bytes() + (64ull << 20);
+    if (need > free_b)
+      return out_of_memory("the model needs about " + std::to_string(need >> 20) + " MiB of GPU memory, " +
+                           std::to_string(free_b >> 20) + " MiB are free: use a smaller model or the CPU backend");
+    CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    const ModelWeights& w = model_->weights();
+    PHASELAB_TRY(upload(w.tok_embd, &tok_embd_));
+    output_ = tok_embd_;
+    if (!w.tied_output) PHASELAB_TRY(upload(w.output, &output_));
+    PHASELAB_TRY(upload_vec(w.output_norm, &output_norm_));
+    PHASELAB_TRY(upload_vec(w.rope_freq_factors, &rope_ff_));
+    layers_.resize(c_.n_layer);
+    for (int il = 0; il < c_.n_layer; il++) {
+      const LayerWeights& L = w.layers[il];
+      DevLayer& d = layers_[il];
+      PHASELAB_TRY(upload_vec(L.attn_norm, &d.attn_norm));
+      PHASELAB_TRY(upload_vec(L.bq, &d.bq));
+      PHASELAB_TRY(upload_vec(L.bk, &d.bk));
+      PHASELAB_TRY(upload_vec(L.bv, &d.bv));
+      PHASELAB_TRY(upload_vec(L.q_norm, &d.q_norm));
+      PHASELAB_TRY(upload_vec(L.k_norm, &d.k_norm));
+      PHASELAB_TRY(upload_vec(L.post_attn_norm, &d.post_attn_norm));
+      PHASELAB_TRY(upload_vec(L.ffn_norm, &d.ffn_norm));
+      PHASELAB_TRY(upload_vec(L.post_ffw_norm, &d.post_ffw_norm));
+      PHASELAB_TRY(upload(L.wq, &d.wq));
+      PHASELAB_TRY(upload(L.wk, &d.wk));
+      PHASELAB_TRY(upload(L.wv, &d.wv));
+      PHASELAB_TRY(upload(L.wo, &d.wo));
+      PHASELAB_TRY(upload(L.w_gate, &d.w_gate));
+      PHASELAB_TRY(upload(L.w_up, &d.w_up));
+      PHASELAB_TRY(upload(L.w_down, &d.w_down));
+    }
+    const size_t B = static_cast<size_t>(max_batch_);
+    PHASELAB_TRY(alloc(&x_, B * c_.n_embd));
+    PHASELAB_TRY(alloc(&xb_, B * std::max(c_.n_embd, c_.n_embd_q())));
+    PHASELAB_TRY(alloc(&xb2_, B * c_.n_embd));
+    PHASELAB_TRY(alloc(&q_, B * c_.n_embd_q()));
+    PHASELAB_TRY(alloc(&k_, B * c_.n_embd_kv()));
+    PHASELAB_TRY(alloc(&v_, B * c_.n_embd_kv()));
+    PHASELAB_TRY(alloc(&hb_, B * c_.n_ff));
+    PHASELAB_TRY(alloc(&hb2_, B * c_.n_ff));
+    PHASELAB_TRY(alloc(&logits_, B * c_.n_vocab));
+    CUDA_TRY(cudaMalloc(&tokens_, B * sizeof(int32_t)));
+    allocations_.push_back(tokens_);
+    return Status::ok();
+  }
+
+  std::string name() const override { return "cuda"; }
+  int max_batch() const override { return max_batch_; }
+
+  Status forward(const int32_t* tokens, int T, KvCache& kv, float* logits, LogitsMode mode) override {
+    if (T < 1 || T > max_batch_) return invalid_argument("batch of " + std::to_string(T) + " tokens (1.." + std::to_string(max_batch_) + ")");
+    for (int t = 0; t < T; t++)
+      if (tokens[t] < 0 || tokens[t] >= c_.n_vocab) return invalid_argument("token id " + std::to_string(tokens[t]) + " is outside the vocabulary");
+    PHASELAB_TRY(ensure_cache(kv.n_ctx()));
+    // Bring the device cache to the host's tokens.
+    const auto& host = kv.tokens();
+    size_t common = 0;
+    while (common < dev_tokens_.size() && common < host.size() && dev_tokens_[common] == host[common]) common++;
+    dev_tokens_.resize(common);
+    while (dev_tokens_.size() < host.size()) {
+      const int n = std::min<int>(max_batch_, static_cast<int>(host.size() - dev_tokens_.size()));
+      PHASELAB_TRY(run(host.data() + dev_tokens_.size(), n, static_cast<int>(dev_tokens_.size()), nullptr, LogitsMode::none));
+      dev_tokens_.insert(dev_tokens_.end(), host.begin() + static_cast<long>(dev_tokens_.size()),
+                         host.begin() + static_cast<long>(dev_tokens_.size()) + n);
+    }
+    const int p0 = kv.n_past();
+    PHASELAB_TRY(kv.reserve(T));
+    PHASELAB_TRY(run(tokens, T, p0, logits, mode));
+    kv.append(tokens, T);
+    dev_tokens_.insert(dev_tokens_.end(), tokens, tokens + T);
+    return Status::ok();
+  }
+
+ private:
+  uint64_t work_bytes() const {
+    const uint64_t B = max_batch_;
+    return 4 * B * (3ull * c_.n_embd + c_.n_embd_q() + 2ull * c_.n_embd_kv() + 2ull * c_.n_ff + c_.n_vocab);
+  }
+
+  Status alloc(float** p, size_t n) {
+    CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(p), std::max<size_t>(n, 1) * sizeof(float)));
+    allocations_.push_back(*p);
+    return Status::ok();
+  }
+
+  Status upload(const WeightView& w, DevWeight* d) {
+    const size_t bytes = w.row_bytes * static_cast<size_t>(w.n_out);
+    CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&d->data), bytes));
+    allocations_.push_back(d->data);
+    CUDA_TRY(cudaMemcpy(d->data, w.data, bytes, cudaMemcpyHostToDevice));
+    d->type = w.type;
+    d->n_in = static_cast<int>(w.n_in);
+    d->n_out = static_cast<int>(w.n_out);
+    d->row_bytes = w.row_bytes;
+    return Status::ok();
+  }
+
+  Status upload_vec(const std::vector<float>& v, float** d) {
+    if (v.empty()) {
+      *d = nullptr;
+      return Status::ok();
+    }
+    PHASELAB_TRY(alloc(d, v.size()));
+    CUDA_TRY(cudaMemcpy(*d, v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice));
+    return Status::ok();
+  }
+
+  // Device K/V (layer, n_ctx, n_embd_kv) and attention scratch for n_ctx.
+  Status ensure_cache(int n_ctx) {
+    if (n_ctx == cache_ctx_) return Status::ok();
+    for (float* p : {k_cache_, v_cache_, scratch_})
+      if (p) {
+        cudaFree(p);
+        allocations_.erase(std::remove(allocations_.begin(), allocations_.end(), static_cast<void*>(p)), allocations_.end());
+      }
+    k_cache_ = v_cache_ = scratch_ = nullptr;
+    dev_tokens_.clear();
+    const size_t n = static_cast<size_t>(c_.n_layer) * n_ctx * c_.n_embd_kv();
+    size_t free_b = 0, total_b = 0;
+    CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
+    const size_t scratch_n = static_cast<size_t>(max_batch_) * c_.n_head * n_ctx;
+    const size_t need = (2 * n + scratch_n) * sizeof(float);
+    if (need > free_b)
+      return out_of_memory("the KV cache for " + std::to_string(n_ctx) + " tokens needs " + std::to_string(need >> 20) +
+                           " MiB of GPU memory, " + std::to_string(free_b >> 20) + " MiB are free: lower the context size");
+    PHASELAB_TRY(alloc(&k_cache_, n));
+    PHASELAB_TRY(alloc(&v_cache_, n));
+    PHASELAB_TRY(alloc(&scratch_, scratch_n));
+    cache_ctx_ = n_ctx;
+    return Status::ok();
+  }
+
+  Status matvec(const DevWeight& w, const float* x, int T, float* out) {
+    CUDA_TRY(cuda::launch_matvec(w.data, w.type, w.row_bytes, w.n_in, w.n_out, x, T, out, stream_));
+    return Status::ok();
+  }
+
+  // The layers for T tokens at positions p0..; logits to the host as mode says.
+  Status run(const int32_t* tokens, int T, int p0, float* logits_host, LogitsMode mode) {
+    const int D = c_.n_embd, NQ = c_.n_embd_q(), NKV = c_.n_embd_kv(), HD = c_.head_dim;
+    const size_t per_layer = static_cast<size_t>(cache_ctx_) * NKV;
+    CUDA_TRY(cudaMemcpyAsync(tokens_, tokens, T * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+    CUDA_TRY(cuda::launch_embedding(tok_embd_.data, tok_embd_.type, tok_embd_.row_bytes, tokens_, T, D, c_.embd_scale, x_, stream_));
+    for (int il = 0; il < c_.n_layer; il++) {
+      const DevLayer& L = layers_[il];
+      CUDA_TRY(cuda::launch_rmsnorm(x_, L.attn_norm, xb_, T, D, c_.rms_eps, stream_));
+      PHASELAB_TRY(matvec(L.wq, xb_, T, q_));
+      PHASELAB_TRY(matvec(L.wk, xb_, T, k_));
+      PHASELAB_TRY(matvec(L.wv, xb_, T, v_));
+      if (c_.attn_bias) {
+        CUDA_TRY(cuda::launch_add_bias(q_, L.bq, T, NQ, stream_));
+        CUDA_TRY(cuda::launch_add_bias(k_, L.bk, T, NKV, stream_));
+        CUDA_TRY(cuda::launch_add_bias(v_, L.bv, T, NKV, stream_));
+      }
+      if (c_.qk_norm) {
+        CUDA_TRY(cuda::launch_rmsnorm(q_, L.q_norm, q_, T * c_.n_head, HD, c_.rms_eps, stream_));
+        CUDA_TRY(cuda::launch_rmsnorm(k_, L.k_norm, k_, T * c_.n_head_kv, HD, c_.rms_eps, stream_));
+      }
+      const float base = c_.is_swa(il) ? c_.rope_base_swa : c_.rope_base;
+      CUDA_TRY(cuda::launch_rope(q_, T, c_.n_head, HD, NQ, c_.n_rot, p0, base, rope_ff_, c_.rope_neox, stream_));
+      CUDA_TRY(cuda::launch_rope(k_, T, c_.n_head_kv, HD, NKV, c_.n_rot, p0, base, rope_ff_, c_.rope_neox, stream_));
+      float* kc = k_cache_ + il * per_layer;
+      float* vc = v_cache_ + il * per_layer;
+      CUDA_TRY(cuda::launch_store_kv(k_, v_, kc, vc, T, p0, NKV, stream_));
+      const int window = c_.is_swa(il) ? c_.sliding_window : 0;
+      CUDA_TRY(cuda::launch_attention(q_, kc, vc, xb_, scratch_, T, p0, c_.n_head, c_.n_head_kv, HD, cache_ctx_, window,
+                                      c_.attn_scale, c_.attn_logit_softcap, stream_));
+      PHASELAB_TRY(matvec(L.wo, xb_, T, xb2_));
+      if (c_.post_norms) CUDA_TRY(cuda::launch_rmsnorm(xb2_, L.post_attn_norm, xb2_, T, D, c_.rms_eps, stream_));
+      CUDA_TRY(cuda::launch_add(x_, xb2_, static_cast<size_t>(T) * D, stream_));
+      CUDA_TRY(cuda::launch_rmsnorm(x_, L.ffn_norm, xb_, T, D, c_.rms_eps, stream_));
+      PHASELAB_TRY(matvec(L.w_gate, xb_, T, hb_));
+      PHASELAB_TRY(matvec(L.w_up, xb_, T, hb2_));
+      CUDA_TRY(cuda::launch_gated_act(hb_, hb2_, static_cast<size_t>(T) * c_.n_ff, c_.act == Activation::gelu_tanh, stream_));
+      PHASELAB_TRY(matvec(L.w_down, hb_, T, xb2_));
+      if (c_.post_norms) CUDA_TRY(cuda::launch_rmsnorm(xb2_, L.post_ffw_norm, xb2_, T, D, c_.rms_eps, stream_));
+      CUDA_TRY(cuda::launch_add(x_, xb2_, static_cast<size_t>(T) * D, stream_));
+    }
+    if (mode != LogitsMode::none) {
+      const int first = mode == LogitsMode::last ? T - 1 : 0;
+      const int n_out = T - first;
+      CUDA_TRY(cuda::launch_rmsnorm(x_ + static_cast<size_t>(first) * D, output_norm_, xb_, n_out, D, c_.rms_eps, stream_));
+      PHASELAB_TRY(matvec(output_, xb_, n_out, logits_));
+      if (c_.final_logit_softcap > 0)
+        CUDA_TRY(cuda::launch_softcap(logits_, static_cast<size_t>(n_out) * c_.n_vocab, c_.final_logit_softcap, stream_));
+      CUDA_TRY(cudaMemcpyAsync(logits_host, logits_, static_cast<size_t>(n_out) * c_.n_vocab * sizeof(float),
+                               cudaMemcpyDeviceToHost, stream_));
+    }
+    CUDA_TRY(cudaStreamSynchronize(stream_));
+    return Status::ok();
+  }
+
+  std::shared_ptr<const Model> model_;
+  const ModelConfig& c_;
+  int max_batch_;
+  cudaStream_t stream_ = nullptr;
+  std::vector<void*> allocations_;
+  DevWeight tok_embd_, output_;
+  float *output_norm_ = nullptr, *rope_ff_ = nullptr;
+  std::vector<DevLayer> layers_;
+  // Work buffers for a batch of T <= max_batch tokens (as in the CPU backend).
+  float *x_ = nullptr, *xb_ = nullptr, *xb2_ = nullptr, *q_ = nullptr, *k_ = nullptr, *v_ = nullptr;
+  float *hb_ = nullptr, *hb2_ = nullptr, *logits_ = nullptr;
+  int32_t* tokens_ = nullptr;
+  // Device K/V: (layer, cache_ctx, n_embd_kv); scratch: (max_batch, n_head, cache_ctx)
+  float *k_cache_ = nullptr, *v_cache_ = nullptr, *scratch_ = nullptr;
+  int cache_ctx_ = 0;
+  std::vector<int32_t> dev_tokens_;  // tokens whose K/V the device holds, by position
+};
+
+void copy_message(const std::string& m, char* buf, size_t n) {
+  if (!buf || n == 0) return;
+  std::snprintf(buf, n, "%s", m.c_str());
+}
+
+}  // namespace
+
+}  // namespace phaselab
+
+// ---- the library's C entry points (see cuda_loader.cpp) ----------------------
+
+#define PHASELAB_CUDA_EXPORT extern "C" __attribute__((visibility("default")))
+
+PHASELAB_CUDA_EXPORT int phaselab_cuda_abi() { return 1; }
+
+// Returns 1 and a description of device 0 when it is usable, else 0 and the reason.
+PHASELAB_CUDA_EXPORT int phaselab_cuda_probe(char* buf, size_t n, double* peak_gbps, double* peak_tflops,
+                                             size_t* total_mem, size_t* free_mem) {
+  int count = 0;
+  if (cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) {
+    phaselab::copy_message(std::string("no usable CUDA device: ") + cudaGetErrorString(e), buf, n);
+    return 0;
+  }
+  if (count == 0) {
+    phaselab::copy_message("no CUDA device found", buf, n);
+    return 0;
+  }
+  cudaDeviceProp p{};
+  cudaGetDeviceProperties(&p, 0);
+  int mem_clock_khz = 0, bus_bits = 0, sm_clock_khz = 0;
+  cudaDeviceGetAttribute(&mem_clock_khz, cudaDevAttrMemoryClockRate, 0);
+  cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, 0);
+  cudaDeviceGetAttribute(&sm_clock_khz, cudaDevAttrClockRate, 0);
+  // DDR: two transfers per clock.
+  if (peak_gbps) *peak_gbps = 2.0 * mem_clock_khz * 1e3 * (bus_bits / 8.0) / 1e9;
+  // FP32 lanes per SM by generation (an estimate for the phase meter).
+  const int lanes = p.major >= 8 ? 128 : 64;
+  if (peak_tflops) *peak_tflops = 2.0 * p.multiProcessorCount * lanes * sm_clock_khz * 1e3 / 1e12;
+  size_t fr = 0, tot = 0;
+  cudaSetDevice(0);
+  cudaMemGetInfo(&fr, &tot);
+  if (total_mem) *total_mem = tot;
+  if (free_mem) *free_mem = fr;
+  phaselab::copy_message(std::string(p.name) + " (compute " + std::to_string(p.major) + "." + std::to_string(p.minor) + ", " +
+                             std::to_string(tot >> 20) + " MiB)",
+                         buf, n);
+  return 1;
+}
+
+PHASELAB_CUDA_EXPORT phaselab::Backend* phaselab_cuda_create(const std::shared_ptr<const phaselab::Model>* model,
+                                                             int max_batch, char* err, size_t n) {
+  try {
+    auto b = std::make_unique<phaselab::CudaBackend>(*model, max_batch);
+    if (phaselab::Status st = b->init(); !st.is_ok()) {
+      phaselab::copy_message(st.message(), err, n);
+      return nullptr;
+    }
+    return b.release();
+  } catch (const std::exception& e) {
+    phaselab::copy_message(std::string("CUDA backend: ") + e.what(), err, n);
+    return nullptr;
+  }
+}

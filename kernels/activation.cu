@@ -1,0 +1,52 @@
+#include "common.cuh"
+#include "kernels.h"
+
+namespace phaselab::cuda {
+
+namespace {
+__global__ void gated_act_kernel(float* g, const float* u, size_t n, bool gelu) {
+  const size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const float x = g[i];
+  float a;
+  if (gelu) {
+    a = 0.5f * x * (1.f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+  } else {
+    a = x / (1.f + expf(-x));
+  }
+  g[i] = a * u[i];
+}
+__global__ void add_kernel(float* x, const float* y, size_t n) {
+  const size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  if (i < n) x[i] += y[i];
+}
+__global__ void add_bias_kernel(float* x, const float* b, int n, size_t total) {
+  const size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  if (i < total) x[i] += b[i % n];
+}
+__global__ void softcap_kernel(float* y, size_t n, float cap) {
+  const size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  if (i < n) y[i] = cap * tanhf(y[i] / cap);
+}
+unsigned blocks_for(size_t n) { return static_cast<unsigned>((n + 255) / 256); }
+}  // namespace
+
+cudaError_t launch_gated_act(float* g, const float* u, size_t n, bool gelu, cudaStream_t s) {
+  gated_act_kernel<<<blocks_for(n), 256, 0, s>>>(g, u, n, gelu);
+  return cudaGetLastError();
+}
+cudaError_t launch_add(float* x, const float* y, size_t n, cudaStream_t s) {
+  add_kernel<<<blocks_for(n), 256, 0, s>>>(x, y, n);
+  return cudaGetLastError();
+}
+cudaError_t launch_add_bias(float* x, const float* b, int T, int n, cudaStream_t s) {
+  const size_t total = static_cast<size_t>(T) * n;
+  add_bias_kernel<<<blocks_for(total), 256, 0, s>>>(x, b, n, total);
+  return cudaGetLastError();
+}
+cudaError_t launch_softcap(float* y, size_t n, float cap, cudaStream_t s) {
+  softcap_kernel<<<blocks_for(n), 256, 0, s>>>(y, n, cap);
+  return cudaGetLastError();
+}
+
+}  // namespace phaselab::cuda

@@ -1,0 +1,165 @@
+// Shared device helpers of PhaseLab's CUDA kernels: error checks, reductions
+// and the dequantization of one 32-value sub-block of every GGUF block
+// format (the layouts of engine/include/phaselab/quant.h).
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "phaselab/quant.h"
+
+namespace phaselab::cuda {
+
+__device__ __forceinline__ float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+__device__ __forceinline__ float bf2f(uint16_t h) { return __uint_as_float(static_cast<uint32_t>(h) << 16); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Sum over a block of blockDim.x threads (a multiple of 32, <= 1024).
+__device__ __forceinline__ float block_sum(float v, float* shared32) {
+  v = warp_sum(v);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) shared32[warp] = v;
+  __syncthreads();
+  const int n_warps = blockDim.x / 32;
+  v = threadIdx.x < n_warps ? shared32[threadIdx.x] : 0.f;
+  if (warp == 0) v = warp_sum(v);
+  if (threadIdx.x == 0) shared32[0] = v;
+  __syncthreads();
+  const float r = shared32[0];
+  __syncthreads();
+  return r;
+}
+
+__device__ __forceinline__ float block_max(float v, float* shared32) {
+  v = warp_max(v);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) shared32[warp] = v;
+  __syncthreads();
+  const int n_warps = blockDim.x / 32;
+  v = threadIdx.x < n_warps ? shared32[threadIdx.x] : -INFINITY;
+  if (warp == 0) v = warp_max(v);
+  if (threadIdx.x == 0) shared32[0] = v;
+  __syncthreads();
+  const float r = shared32[0];
+  __syncthreads();
+  return r;
+}
+
+__device__ __forceinline__ void scale_min_k4(int j, const uint8_t* q, int* sc, int* m) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+// Values 32*sb .. 32*sb+31 of a row of the given type into out[32].
+__device__ __forceinline__ void dequant_sub32(TensorType type, const uint8_t* row, int sb, float* out) {
+  switch (type) {
+    case TensorType::F32: {
+      const float* f = reinterpret_cast<const float*>(row) + 32 * sb;
+      for (int i = 0; i < 32; i++) out[i] = f[i];
+      return;
+    }
+    case TensorType::F16: {
+      const uint16_t* h = reinterpret_cast<const uint16_t*>(row) + 32 * sb;
+      for (int i = 0; i < 32; i++) out[i] = h2f(h[i]);
+      return;
+    }
+    case TensorType::BF16: {
+      const uint16_t* h = reinterpret_cast<const uint16_t*>(row) + 32 * sb;
+      for (int i = 0; i < 32; i++) out[i] = bf2f(h[i]);
+      return;
+    }
+    case TensorType::Q8_0: {
+      const BlockQ8_0& b = reinterpret_cast<const BlockQ8_0*>(row)[sb];
+      const float d = h2f(b.d);
+      for (int i = 0; i < 32; i++) out[i] = d * b.qs[i];
+      return;
+    }
+    case TensorType::Q4_0: {
+      const BlockQ4_0& b = reinterpret_cast<const BlockQ4_0*>(row)[sb];
+      const float d = h2f(b.d);
+      for (int i = 0; i < 16; i++) {
+        out[i] = d * ((b.qs[i] & 0xF) - 8);
+        out[i + 16] = d * ((b.qs[i] >> 4) - 8);
+      }
+      return;
+    }
+    case TensorType::Q4_1: {
+      const BlockQ4_1& b = reinterpret_cast<const BlockQ4_1*>(row)[sb];
+      const float d = h2f(b.d), m = h2f(b.m);
+      for (int i = 0; i < 16; i++) {
+        out[i] = d * (b.qs[i] & 0xF) + m;
+        out[i + 16] = d * (b.qs[i] >> 4) + m;
+      }
+      return;
+    }
+    case TensorType::Q5_0:
+    case TensorType::Q5_1: {
+      const bool one = type == TensorType::Q5_1;
+      const uint8_t* base = row + static_cast<size_t>(sb) * (one ? sizeof(BlockQ5_1) : sizeof(BlockQ5_0));
+      const float d = h2f(*reinterpret_cast<const uint16_t*>(base));
+      const float m = one ? h2f(*reinterpret_cast<const uint16_t*>(base + 2)) : 0.f;
+      const uint8_t* qh8 = base + (one ? 4 : 2);
+      const uint8_t* qs = qh8 + 4;
+      const uint32_t qh = qh8[0] | (qh8[1] << 8) | (qh8[2] << 16) | (static_cast<uint32_t>(qh8[3]) << 24);
+      for (int i = 0; i < 16; i++) {
+        const int lo = (qs[i] & 0xF) | (((qh >> i) & 1) << 4);
+        const int hi = (qs[i] >> 4) | (((qh >> (i + 16)) & 1) << 4);
+        out[i] = one ? d * lo + m : d * (lo - 16);
+        out[i + 16] = one ? d * hi + m : d * (hi - 16);
+      }
+      return;
+    }
+    case TensorType::Q4_K:
+    case TensorType::Q5_K: {
+      const bool five = type == TensorType::Q5_K;
+      const int j = sb % 8;
+      const uint8_t* base = row + static_cast<size_t>(sb / 8) * (five ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K));
+      const float d = h2f(*reinterpret_cast<const uint16_t*>(base));
+      const float dmin = h2f(*reinterpret_cast<const uint16_t*>(base + 2));
+      const uint8_t* scales = base + 4;
+      const uint8_t* qh = five ? base + 16 : nullptr;
+      const uint8_t* qs = base + (five ? 48 : 16) + 32 * (j / 2);
+      int sc, m;
+      scale_min_k4(j, scales, &sc, &m);
+      const int shift = (j % 2) * 4;
+      for (int i = 0; i < 32; i++) {
+        int q = (qs[i] >> shift) & 0xF;
+        if (five) q |= ((qh[i] >> j) & 1) << 4;
+        out[i] = d * sc * q - dmin * m;
+      }
+      return;
+    }
+    case TensorType::Q6_K: {
+      const BlockQ6_K& b = reinterpret_cast<const BlockQ6_K*>(row)[sb / 8];
+      const int h = (sb % 8) / 4, r = sb % 4;
+      const uint8_t* ql = b.ql + 64 * h + 32 * (r & 1);
+      const uint8_t* qh = b.qh + 32 * h;
+      const float d = h2f(b.d);
+      const int8_t* sc = b.scales + 8 * h + 2 * r;
+      for (int i = 0; i < 32; i++) {
+        const int q = ((r < 2 ? ql[i] & 0xF : ql[i] >> 4) | (((qh[i] >> (2 * r)) & 3) << 4)) - 32;
+        out[i] = d * sc[i / 16] * q;
+      }
+      return;
+    }
+    default:
+      for (int i = 0; i < 32; i++) out[i] = 0.f;
+  }
+}
+
+}  // namespace phaselab::cuda

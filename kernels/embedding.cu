@@ -1,0 +1,25 @@
+#include "common.cuh"
+#include "kernels.h"
+
+namespace phaselab::cuda {
+
+namespace {
+__global__ void embedding_kernel(const uint8_t* embd, TensorType type, size_t row_bytes, const int32_t* tokens,
+                                 int n_embd, float scale, float* x) {
+  const int t = blockIdx.x;
+  const uint8_t* row = embd + static_cast<size_t>(tokens[t]) * row_bytes;
+  float v[32];
+  for (int sb = threadIdx.x; sb < n_embd / 32; sb += blockDim.x) {
+    dequant_sub32(type, row, sb, v);
+    for (int i = 0; i < 32; i++) x[static_cast<size_t>(t) * n_embd + sb * 32 + i] = v[i] * scale;
+  }
+}
+}  // namespace
+
+cudaError_t launch_embedding(const uint8_t* embd, TensorType type, size_t row_bytes, const int32_t* tokens, int T,
+                             int n_embd, float scale, float* x, cudaStream_t s) {
+  embedding_kernel<<<T, 64, 0, s>>>(embd, type, row_bytes, tokens, n_embd, scale, x);
+  return cudaGetLastError();
+}
+
+}  // namespace phaselab::cuda
