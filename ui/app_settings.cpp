@@ -1,0 +1,45 @@
+#include "app_settings.h"
+
+#include <QSettings>
+
+namespace phaselab::ui {
+
+AppSettings AppSettings::load() {
+  QSettings s;
+  AppSettings a;
+  const GenerationSettings d;
+  a.engine.backend = s.value(QStringLiteral("engine/backend"), a.engine.backend).toString();
+  a.engine.threads = s.value(QStringLiteral("engine/threads"), a.engine.threads).toInt();
+  a.engine.contextSize = s.value(QStringLiteral("engine/contextSize"), a.engine.contextSize).toInt();
+  GenerationSettings& g = a.generation;
+  g.temperature = s.value(QStringLiteral("sampling/temperature"), d.temperature).toFloat();
+  g.topK = s.value(QStringLiteral("sampling/topK"), d.topK).toInt();
+  g.topP = s.value(QStringLiteral("sampling/topP"), d.topP).toFloat();
+  g.minP = s.value(QStringLiteral("sampling/minP"), d.minP).toFloat();
+  g.repeatPenalty = s.value(QStringLiteral("sampling/repeatPenalty"), d.repeatPenalty).toFloat();
+  g.seed = s.value(QStringLiteral("sampling/seed"), d.seed).toULongLong();
+  g.maxTokens = s.value(QStringLiteral("sampling/maxTokens"), d.maxTokens).toInt();
+  g.useKvCache = s.value(QStringLiteral("engine/kvCache"), d.useKvCache).toBool();
+  g.systemPrompt = s.value(QStringLiteral("chat/systemPrompt"), d.systemPrompt).toString();
+  a.lastModel = s.value(QStringLiteral("model/last")).toString();
+  return a;
+}
+
+void AppSettings::save() const {
+  QSettings s;
+  s.setValue(QStringLiteral("engine/backend"), engine.backend);
+  s.setValue(QStringLiteral("engine/threads"), engine.threads);
+  s.setValue(QStringLiteral("engine/contextSize"), engine.contextSize);
+  s.setValue(QStringLiteral("sampling/temperature"), generation.temperature);
+  s.setValue(QStringLiteral("sampling/topK"), generation.topK);
+  s.setValue(QStringLiteral("sampling/topP"), generation.topP);
+  s.setValue(QStringLiteral("sampling/minP"), generation.minP);
+  s.setValue(QStringLiteral("sampling/repeatPenalty"), generation.repeatPenalty);
+  s.setValue(QStringLiteral("sampling/seed"), generation.seed);
+  s.setValue(QStringLiteral("sampling/maxTokens"), generation.maxTokens);
+  s.setValue(QStringLiteral("engine/kvCache"), generation.useKvCache);
+  s.setValue(QStringLiteral("chat/systemPrompt"), generation.systemPrompt);
+  s.setValue(QStringLiteral("model/last"), lastModel);
+}
+
+}  // namespace phaselab::ui

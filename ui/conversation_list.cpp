@@ -1,0 +1,105 @@
+#include "conversation_list.h"
+
+#include <QHBoxLayout>
+#include <QInputDialog>
+#include <QLineEdit>
+#include <QListWidget>
+#include <QMessageBox>
+#include <QPushButton>
+#include <QVBoxLayout>
+
+#include "conversation_store.h"
+
+namespace phaselab::ui {
+
+ConversationList::ConversationList(ConversationStore* store, QWidget* parent) : QWidget(parent), m_store(store) {
+  auto* layout = new QVBoxLayout(this);
+  layout->setContentsMargins(4, 4, 4, 4);
+  auto* newButton = new QPushButton(tr("New chat"));
+  newButton->setToolTip(tr("Start a new conversation (Ctrl+N)"));
+  layout->addWidget(newButton);
+  m_search = new QLineEdit;
+  m_search->setPlaceholderText(tr("Search conversations"));
+  m_search->setClearButtonEnabled(true);
+  layout->addWidget(m_search);
+  m_list = new QListWidget;
+  m_list->setObjectName(QStringLiteral("conversationList"));
+  layout->addWidget(m_list, 1);
+  auto* row = new QHBoxLayout;
+  m_rename = new QPushButton(tr("Rename"));
+  m_delete = new QPushButton(tr("Delete"));
+  row->addWidget(m_rename);
+  row->addWidget(m_delete);
+  layout->addLayout(row);
+
+  m_confirmDelete = [this](const QString& title) {
+    return QMessageBox::question(this, tr("Delete conversation"),
+                                 tr("Delete \"%1\" and all its messages? This cannot be undone.").arg(title)) ==
+           QMessageBox::Yes;
+  };
+  connect(newButton, &QPushButton::clicked, this, &ConversationList::newConversationRequested);
+  connect(m_search, &QLineEdit::textChanged, this, &ConversationList::refresh);
+  connect(m_list, &QListWidget::currentItemChanged, this, [this](QListWidgetItem* item) {
+    if (!m_refreshing && item) emit conversationSelected(item->data(Qt::UserRole).toLongLong());
+  });
+  connect(m_rename, &QPushButton::clicked, this, [this] {
+    if (!m_list->currentItem()) return;
+    bool ok = false;
+    const QString title = QInputDialog::getText(this, tr("Rename conversation"), tr("Title:"), QLineEdit::Normal,
+                                                m_list->currentItem()->text(), &ok);
+    if (ok) renameCurrent(title);
+  });
+  connect(m_delete, &QPushButton::clicked, this, &ConversationList::deleteCurrent);
+  refresh();
+}
+
+void ConversationList::refresh() {
+  const qint64 current = currentId();
+  m_refreshing = true;  // rebuilding the list must not look like a user's selection
+  m_list->clear();
+  for (const ConversationRecord& c : m_store->conversations(m_search->text().trimmed())) {
+    auto* item = new QListWidgetItem(c.title.isEmpty() ? tr("(untitled)") : c.title);
+    item->setData(Qt::UserRole, c.id);
+    item->setToolTip(c.updatedAt.toString(Qt::ISODate));
+    m_list->addItem(item);
+    if (c.id == current) m_list->setCurrentItem(item);
+  }
+  m_refreshing = false;
+  m_rename->setEnabled(m_list->currentItem() != nullptr);
+  m_delete->setEnabled(m_list->currentItem() != nullptr);
+}
+
+void ConversationList::setCurrent(qint64 id) {
+  m_refreshing = true;
+  m_list->setCurrentItem(nullptr);
+  for (int i = 0; i < m_list->count(); i++)
+    if (m_list->item(i)->data(Qt::UserRole).toLongLong() == id) m_list->setCurrentRow(i);
+  m_refreshing = false;
+  m_rename->setEnabled(m_list->currentItem() != nullptr);
+  m_delete->setEnabled(m_list->currentItem() != nullptr);
+}
+
+qint64 ConversationList::currentId() const {
+  return m_list->currentItem() ? m_list->currentItem()->data(Qt::UserRole).toLongLong() : 0;
+}
+
+int ConversationList::count() const { return m_list->count(); }
+
+bool ConversationList::renameCurrent(const QString& title) {
+  const qint64 id = currentId();
+  if (!id || title.trimmed().isEmpty()) return false;
+  const bool ok = m_store->renameConversation(id, title.trimmed());
+  refresh();
+  return ok;
+}
+
+bool ConversationList::deleteCurrent() {
+  const qint64 id = currentId();
+  if (!id || !m_confirmDelete(m_list->currentItem()->text())) return false;
+  const bool ok = m_store->deleteConversation(id);
+  refresh();
+  if (ok) emit conversationDeleted(id);
+  return ok;
+}
+
+}  // namespace phaselab::ui

@@ -1,0 +1,323 @@
+#include "conversation_store.h"
+
+#include <QDir>
+#include <QFileInfo>
+#include <QJsonDocument>
+#include <QSqlDatabase>
+#include <QSqlError>
+#include <QSqlQuery>
+#include <QVariant>
+#include <atomic>
+
+#include "phaselab/log.h"
+
+namespace phaselab::ui {
+
+namespace {
+
+std::atomic<int> g_connectionCounter{0};
+
+// Migration i takes the schema from version i to i + 1. Append only: a
+// shipped migration is never edited, so every old database follows the same path.
+const char* const kMigrations[] = {
+    // 0 -> 1: the first schema.
+    "CREATE TABLE conversations ("
+    "  id INTEGER PRIMARY KEY,"
+    "  title TEXT NOT NULL,"
+    "  created_at INTEGER NOT NULL,"
+    "  updated_at INTEGER NOT NULL);"
+    "CREATE TABLE messages ("
+    "  id INTEGER PRIMARY KEY,"
+    "  conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,"
+    "  role TEXT NOT NULL,"
+    "  content TEXT NOT NULL,"
+    "  state TEXT NOT NULL DEFAULT 'done',"
+    "  stats TEXT,"
+    "  created_at INTEGER NOT NULL);"
+    "CREATE INDEX messages_by_conversation ON messages(conversation_id, id);",
+    // 1 -> 2: updated_at index for the conversation list's order.
+    "CREATE INDEX conversations_by_update ON conversations(updated_at DESC);",
+};
+static_assert(std::size(kMigrations) == ConversationStore::kSchemaVersion);
+
+qint64 nowMs() { return QDateTime::currentMSecsSinceEpoch(); }
+
+}  // namespace
+
+ConversationStore::ConversationStore(QObject* parent) : QObject(parent) {}
+
+ConversationStore::~ConversationStore() { close(); }
+
+QString ConversationStore::defaultPath() {
+  const QByteArray env = qgetenv("PHASELAB_DB");
+  if (!env.isEmpty()) return QString::fromLocal8Bit(env);
+  return QDir(QString::fromStdString(user_data_dir())).filePath(QStringLiteral("phaselab.sqlite"));
+}
+
+bool ConversationStore::open(const QString& path) {
+  close();
+  QDir().mkpath(QFileInfo(path).absolutePath());
+  const QString name = QStringLiteral("phaselab-store-%1").arg(g_connectionCounter.fetch_add(1));
+  {
+    QSqlDatabase db = QSqlDatabase::addDatabase(QStringLiteral("QSQLITE"), name);
+    db.setDatabaseName(path);
+    if (!db.open()) {
+      m_lastError = QStringLiteral("cannot open %1: %2").arg(path, db.lastError().text());
+      db = QSqlDatabase();
+      QSqlDatabase::removeDatabase(name);
+      return false;
+    }
+  }
+  m_connection = name;
+  // WAL + synchronous=NORMAL: a commit survives a killed process (the OS has
+  // the WAL pages); only a power loss can drop the last commits.
+  if (!exec(QStringLiteral("PRAGMA journal_mode=WAL")) || !exec(QStringLiteral("PRAGMA synchronous=NORMAL")) ||
+      !exec(QStringLiteral("PRAGMA foreign_keys=ON")) || !exec(QStringLiteral("PRAGMA busy_timeout=2000")) ||
+      !migrate()) {
+    const QString err = m_lastError;
+    close();
+    m_lastError = err;
+    return false;
+  }
+  // An answer still marked streaming was cut off by a crash or a kill: keep
+  // the text, say so.
+  exec(QStringLiteral("UPDATE messages SET state='interrupted' WHERE state='streaming'"));
+  return true;
+}
+
+void ConversationStore::close() {
+  if (m_connection.isEmpty()) return;
+  {
+    QSqlDatabase db = QSqlDatabase::database(m_connection, false);
+    if (db.isOpen()) db.close();
+  }
+  QSqlDatabase::removeDatabase(m_connection);
+  m_connection.clear();
+}
+
+bool ConversationStore::exec(const QString& sql) {
+  QSqlQuery q(QSqlDatabase::database(m_connection, false));
+  if (!q.exec(sql)) {
+    m_lastError = QStringLiteral("%1: %2").arg(sql.left(60), q.lastError().text());
+    spdlog::warn("conversation store: {}", m_lastError.toStdString());
+    return false;
+  }
+  return true;
+}
+
+int ConversationStore::schemaVersion() const {
+  QSqlQuery q(QSqlDatabase::database(m_connection, false));
+  if (!q.exec(QStringLiteral("SELECT version FROM schema_version")) || !q.next()) return 0;
+  return q.value(0).toInt();
+}
+
+bool ConversationStore::migrate() {
+  if (!exec(QStringLiteral("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)"))) return false;
+  int version = schemaVersion();
+  if (version == 0) {
+    QSqlQuery q(QSqlDatabase::database(m_connection, false));
+    q.exec(QStringLiteral("SELECT COUNT(*) FROM schema_version"));
+    if (q.next() && q.value(0).toInt() == 0 && !exec(QStringLiteral("INSERT INTO schema_version VALUES (0)")))
+      return false;
+  }
+  if (version > kSchemaVersion) {
+    m_lastError = QStringLiteral("the database has schema version %1, newer than this PhaseLab (%2): "
+                                 "update PhaseLab or set PHASELAB_DB to another file")
+                      .arg(version)
+                      .arg(kSchemaVersion);
+    return false;
+  }
+  QSqlDatabase db = QSqlDatabase::database(m_connection, false);
+  for (; version < kSchemaVersion; version++) {
+    db.transaction();
+    bool ok = true;
+    for (const QString& stmt : QString::fromUtf8(kMigrations[version]).split(';', Qt::SkipEmptyParts)) {
+      if (stmt.trimmed().isEmpty()) continue;
+      if (!exec(stmt)) {
+        ok = false;
+        break;
+      }
+    }
+    ok = ok && exec(QStringLiteral("UPDATE schema_version SET version = %1").arg(version + 1));
+    if (!ok) {
+      db.rollback();
+      m_lastError = QStringLiteral("migration to schema version %1 failed: %2").arg(version + 1).arg(m_lastError);
+      return false;
+    }
+    db.commit();
+  }
+  return true;
+}
+
+QList<ConversationRecord> ConversationStore::conversations(const QString& filter) const {
+  QList<ConversationRecord> out;
+  QSqlQuery q(QSqlDatabase::database(m_connection, false));
+  // The search matches titles and message text.
+  q.prepare(QStringLiteral(
+      "SELECT id, title, updated_at FROM conversations WHERE :f = '' OR title LIKE :p ESCAPE '\\' "
+      "OR id IN (SELECT conversation_id FROM messages WHERE content LIKE :p ESCAPE '\\') "
+      "ORDER BY updated_at DESC, id DESC"));
+  QString pattern = filter;
+  pattern.replace('\\', QStringLiteral("\\\\")).replace('%', QStringLiteral("\\%")).replace('_', QStringLiteral("\\_"));
+  q.bindValue(QStringLiteral(":f"), filter);
+  q.bindValue(QStringLiteral(":p"), QStringLiteral("%") + pattern + QStringLiteral("%"));
+  if (!q.exec()) {
+    spdlog::warn("conversation store: listing failed: {}", q.lastError().text().toStdString());
+    return out;
+  }
+  while (q.next()) {
+    bool ok = false;
+    ConversationRecord r;
+    r.id = q.value(0).toLongLong(&ok);
+    if (!ok || r.id <= 0) {
+      spdlog::warn("conversation store: skipping a conversation row with a bad id");
+      continue;
+    }
+    r.title = q.value(1).toString();
+    r.updatedAt = QDateTime::fromMSecsSinceEpoch(q.value(2).toLongLong());
+    out.push_back(r);
+  }
+  return out;
+}
+
+qint64 ConversationStore::createConversation(const QString& title) {
+  QSqlQuery q(QSqlDatabase::database(m_connection, false));
+  q.prepare(QStringLiteral("INSERT INTO conversations (title, created_at, updated_at) VALUES (?, ?, ?)"));
+  q.addBindValue(title);
+  q.addBindValue(nowMs());
+  q.addBindValue(nowMs());
+  if (!q.exec()) {
+    m_lastError = q.lastError().text();
+    return 0;
+  }
+  return q.lastInsertId().toLongLong();
+}
+
+bool ConversationStore::renameConversation(qint64 id, const QString& title) {
+  QSqlQuery q(QSqlDatabase::database(m_connection, false));
+  q.prepare(QStringLiteral("UPDATE conversations SET title = ? WHERE id = ?"));
+  q.addBindValue(title);
+  q.addBindValue(id);
+  return q.exec() && q.numRowsAffected() == 1;
+}
+
+bool ConversationStore::deleteConversation(qint64 id) {
+  QSqlQuery q(QSqlDatabase::database(m_connection, false));
+  q.prepare(QStringLiteral("DELETE FROM conversations WHERE id = ?"));
+  q.addBindValue(id);
+  return q.exec() && q.numRowsAffected() == 1;
+}
+
+QList<MessageRecord> ConversationStore::messages(qint64 conversationId) const {
+  QList<MessageRecord> out;
+  QSqlQuery q(QSqlDatabase::database(m_connection, false));
+  q.prepare(QStringLiteral("SELECT id, role, content, state, stats, typeof(content) FROM messages "
+                           "WHERE conversation_id = ? ORDER BY id"));
+  q.addBindValue(conversationId);
+  if (!q.exec()) {
+    spdlog::warn("conversation store: reading messages failed: {}", q.lastError().text().toStdString());
+    return out;
+  }
+  while (q.next()) {
+    MessageRecord m;
+    m.id = q.value(0).toLongLong();
+    m.conversationId = conversationId;
+    m.role = q.value(1).toString();
+    m.content = q.value(2).toString();
+    m.state = q.value(3).toString();
+    // Skip what the chat cannot show rather than refusing the conversation.
+    if (m.role != QLatin1String("user") && m.role != QLatin1String("assistant") && m.role != QLatin1String("system")) {
+      spdlog::warn("conversation store: skipping message {} with unknown role '{}'", m.id, m.role.toStdString());
+      continue;
+    }
+    if (q.value(5).toString() != QLatin1String("text")) {
+      spdlog::warn("conversation store: skipping message {}: content is {} instead of text", m.id,
+                   q.value(5).toString().toStdString());
+      continue;
+    }
+    const QString stats = q.value(4).toString();
+    if (!stats.isEmpty()) {
+      QJsonParseError err;
+      const QJsonDocument doc = QJsonDocument::fromJson(stats.toUtf8(), &err);
+      if (err.error == QJsonParseError::NoError && doc.isObject()) {
+        m.stats = RequestStats::fromJson(doc.object());
+        m.hasStats = true;
+      } else {
+        spdlog::warn("conversation store: message {} has unreadable stats, showing it without", m.id);
+      }
+    }
+    out.push_back(m);
+  }
+  return out;
+}
+
+void ConversationStore::touchConversation(qint64 id) {
+  QSqlQuery q(QSqlDatabase::database(m_connection, false));
+  q.prepare(QStringLiteral("UPDATE conversations SET updated_at = ? WHERE id = ?"));
+  q.addBindValue(nowMs());
+  q.addBindValue(id);
+  q.exec();
+}
+
+qint64 ConversationStore::addMessage(qint64 conversationId, const QString& role, const QString& content,
+                                     const QString& state) {
+  QSqlQuery q(QSqlDatabase::database(m_connection, false));
+  q.prepare(QStringLiteral("INSERT INTO messages (conversation_id, role, content, state, created_at) VALUES (?, ?, ?, ?, ?)"));
+  q.addBindValue(conversationId);
+  q.addBindValue(role);
+  q.addBindValue(content.isNull() ? QStringLiteral("") : content);  // a null QString binds as SQL NULL
+  q.addBindValue(state);
+  q.addBindValue(nowMs());
+  if (!q.exec()) {
+    m_lastError = q.lastError().text();
+    spdlog::warn("conversation store: adding a message failed: {}", m_lastError.toStdString());
+    return 0;
+  }
+  touchConversation(conversationId);
+  return q.lastInsertId().toLongLong();
+}
+
+bool ConversationStore::updateMessage(qint64 id, const QString& content, const QString& state) {
+  QSqlQuery q(QSqlDatabase::database(m_connection, false));
+  q.prepare(QStringLiteral("UPDATE messages SET content = ?, state = ? WHERE id = ?"));
+  q.addBindValue(content.isNull() ? QStringLiteral("") : content);
+  q.addBindValue(state);
+  q.addBindValue(id);
+  if (!q.exec()) {
+    m_lastError = q.lastError().text();
+    return false;
+  }
+  return true;
+}
+
+bool ConversationStore::finishMessage(qint64 id, const QString& content, const QString& state,
+                                      const RequestStats& stats) {
+  QSqlQuery q(QSqlDatabase::database(m_connection, false));
+  q.prepare(QStringLiteral("UPDATE messages SET content = ?, state = ?, stats = ? WHERE id = ?"));
+  q.addBindValue(content.isNull() ? QStringLiteral("") : content);
+  q.addBindValue(state);
+  q.addBindValue(QString::fromUtf8(QJsonDocument(stats.toJson()).toJson(QJsonDocument::Compact)));
+  q.addBindValue(id);
+  if (!q.exec()) {
+    m_lastError = q.lastError().text();
+    return false;
+  }
+  return true;
+}
+
+bool ConversationStore::deleteMessage(qint64 id) {
+  QSqlQuery q(QSqlDatabase::database(m_connection, false));
+  q.prepare(QStringLiteral("DELETE FROM messages WHERE id = ?"));
+  q.addBindValue(id);
+  return q.exec();
+}
+
+bool ConversationStore::deleteMessagesAfter(qint64 conversationId, qint64 id) {
+  QSqlQuery q(QSqlDatabase::database(m_connection, false));
+  q.prepare(QStringLiteral("DELETE FROM messages WHERE conversation_id = ? AND id > ?"));
+  q.addBindValue(conversationId);
+  q.addBindValue(id);
+  return q.exec();
+}
+
+}  // namespace phaselab::ui

@@ -1,0 +1,72 @@
+// ConversationStore: conversations and messages in SQLite through Qt SQL.
+// WAL journal (readers never block the writer, a killed process loses only
+// what was not yet written), a schema_version table with ordered migrations,
+// and reads that skip a malformed row (with a log line) instead of failing.
+#pragma once
+
+#include <QDateTime>
+#include <QList>
+#include <QObject>
+#include <QString>
+
+#include "engine_types.h"
+
+namespace phaselab::ui {
+
+struct ConversationRecord {
+  qint64 id = 0;
+  QString title;
+  QDateTime updatedAt;
+};
+
+struct MessageRecord {
+  qint64 id = 0;
+  qint64 conversationId = 0;
+  QString role;     // user | assistant | system
+  QString content;
+  QString state;    // done | streaming | stopped | interrupted | error
+  bool hasStats = false;
+  RequestStats stats;
+};
+
+class ConversationStore : public QObject {
+  Q_OBJECT
+ public:
+  static constexpr int kSchemaVersion = 2;
+
+  explicit ConversationStore(QObject* parent = nullptr);
+  ~ConversationStore() override;
+
+  // Opens (creating if needed) and migrates. False with lastError() on failure.
+  bool open(const QString& path);
+  void close();
+  bool isOpen() const { return !m_connection.isEmpty(); }
+  QString lastError() const { return m_lastError; }
+  int schemaVersion() const;
+  // The default location: $PHASELAB_DB, else <user_data_dir>/phaselab.sqlite.
+  static QString defaultPath();
+
+  QList<ConversationRecord> conversations(const QString& filter = {}) const;
+  qint64 createConversation(const QString& title);
+  bool renameConversation(qint64 id, const QString& title);
+  bool deleteConversation(qint64 id);
+
+  QList<MessageRecord> messages(qint64 conversationId) const;
+  qint64 addMessage(qint64 conversationId, const QString& role, const QString& content,
+                    const QString& state = QStringLiteral("done"));
+  bool updateMessage(qint64 id, const QString& content, const QString& state);
+  bool finishMessage(qint64 id, const QString& content, const QString& state, const RequestStats& stats);
+  bool deleteMessage(qint64 id);
+  // Deletes the messages of a conversation that come after message id.
+  bool deleteMessagesAfter(qint64 conversationId, qint64 id);
+
+ private:
+  bool exec(const QString& sql);
+  bool migrate();
+  void touchConversation(qint64 id);
+
+  QString m_connection;
+  QString m_lastError;
+};
+
+}  // namespace phaselab::ui

@@ -1,0 +1,97 @@
+// Plain value types that cross the GUI <-> engine thread boundary. They are
+// copied into queued signals, so they hold no pointers into engine state.
+#pragma once
+
+#include <QList>
+#include <QMetaType>
+#include <QString>
+#include <QJsonObject>
+
+namespace phaselab::ui {
+
+// What a model load needs; a change of any of these needs a reload.
+struct EngineConfig {
+  QString backend = QStringLiteral("cpu");  // cpu | cpu-portable | cpu-reference
+  int threads = 0;                           // 0: all cores
+  int contextSize = 0;                       // 0: the model's, at most 4096
+};
+
+// Per request; changes apply to the next answer without a reload.
+struct GenerationSettings {
+  float temperature = 0.8f;
+  int topK = 40;
+  float topP = 0.95f;
+  float minP = 0.05f;
+  float repeatPenalty = 1.0f;
+  quint64 seed = 0;  // 0: a fresh random seed per request
+  int maxTokens = 512;
+  bool useKvCache = true;
+  bool ignoreEos = false;  // only for tests and demos that need long answers
+  QString systemPrompt;
+};
+
+struct ChatTurn {
+  QString role;  // system | user | assistant
+  QString content;
+};
+
+struct ModelInfo {
+  QString path;
+  QString name;
+  QString architecture;
+  qint64 nParams = 0;
+  QString typeMix;
+  int contextTrained = 0;
+  int contextSize = 0;  // of the session actually created
+  qint64 fileSize = 0;
+  quint64 weightBytes = 0;  // read per decoded token
+  QString chatTemplate;
+  QString backend;
+  int threads = 0;
+};
+
+// A snapshot while a request runs (a few per second) and one at its end.
+struct LiveMetrics {
+  int requestId = 0;
+  QString phase;  // prefill | decode | done
+  int nPrompt = 0;
+  int nReused = 0;
+  int nGenerated = 0;
+  double ttftMs = 0;
+  double prefillMs = 0;
+  double prefillTps = 0;
+  double elapsedMs = 0;     // since the request was submitted
+  double decodeTps = 0;     // average since the first token
+  double windowTps = 0;     // over the interval since the previous snapshot
+  quint64 kvUsed = 0, kvCapacity = 0;
+};
+
+// Final numbers of one answer, shown under it and stored with it.
+struct RequestStats {
+  int nPrompt = 0;
+  int nReused = 0;
+  int nGenerated = 0;
+  double ttftMs = 0;
+  double prefillMs = 0;
+  double prefillTps = 0;
+  double decodeMs = 0;
+  double decodeTps = 0;
+  quint64 kvUsed = 0, kvCapacity = 0;
+  QString stopReason;  // eos | stop_string | length | cancelled | context_full | error
+  QString backend;
+  QString error;       // non-empty when the request failed
+
+  QJsonObject toJson() const;
+  static RequestStats fromJson(const QJsonObject& o);
+  // "TTFT 12 ms · 35.2 tok/s · 14 in / 120 out · cpu-avx2"
+  QString summary() const;
+};
+
+}  // namespace phaselab::ui
+
+Q_DECLARE_METATYPE(phaselab::ui::EngineConfig)
+Q_DECLARE_METATYPE(phaselab::ui::GenerationSettings)
+Q_DECLARE_METATYPE(phaselab::ui::ChatTurn)
+Q_DECLARE_METATYPE(phaselab::ui::ModelInfo)
+Q_DECLARE_METATYPE(phaselab::ui::LiveMetrics)
+Q_DECLARE_METATYPE(phaselab::ui::RequestStats)

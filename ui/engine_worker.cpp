@@ -1,0 +1,255 @@
+#include "engine_worker.h"
+
+#include <QFileInfo>
+#include <chrono>
+#include <exception>
+#include <random>
+#include <thread>
+
+#include "engine_controller.h"
+#include "phaselab/chat_template.h"
+#include "phaselab/session.h"
+
+namespace phaselab::ui {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double msSince(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+int defaultThreads() {
+  const unsigned n = std::thread::hardware_concurrency();
+  return n == 0 ? 1 : static_cast<int>(n);
+}
+
+RequestStats toStats(const RequestMetrics& m, const QString& backend) {
+  RequestStats s;
+  s.nPrompt = m.n_prompt;
+  s.nReused = m.n_reused;
+  s.nGenerated = m.n_generated;
+  s.ttftMs = m.ttft_ms;
+  s.prefillMs = m.prefill_ms;
+  s.prefillTps = m.prefill_tps;
+  s.decodeMs = m.decode_ms;
+  s.decodeTps = m.decode_tps;
+  s.kvUsed = m.kv_used;
+  s.kvCapacity = m.kv_capacity;
+  s.stopReason = QString::fromStdString(m.stop_reason);
+  s.backend = backend;
+  return s;
+}
+
+}  // namespace
+
+EngineWorker::EngineWorker(std::shared_ptr<EngineShared> shared, QObject* parent)
+    : QObject(parent), m_shared(std::move(shared)) {}
+
+EngineWorker::~EngineWorker() = default;
+
+void EngineWorker::loadModel(const QString& path, const EngineConfig& config) {
+  try {
+    loadModelImpl(path, config);
+  } catch (const std::exception& e) {
+    emit modelLoadFailed(QStringLiteral("loading %1: %2").arg(path, QString::fromUtf8(e.what())));
+  } catch (...) {
+    emit modelLoadFailed(QStringLiteral("loading %1: unknown error").arg(path));
+  }
+}
+
+void EngineWorker::loadModelImpl(const QString& path, const EngineConfig& config) {
+  // The previous model goes first so two models never sit in memory at once.
+  m_session.reset();
+  m_model.reset();
+  auto model = Model::load(path.toStdString());
+  if (!model) {
+    emit modelLoadFailed(QString::fromStdString(model.status().message()));
+    return;
+  }
+  // Model::load is not interruptible (it is an mmap and a validation pass);
+  // Cancel drops the result instead.
+  if (m_shared->loadCancel.load()) {
+    emit modelLoadCancelled();
+    return;
+  }
+  const int threads = config.threads > 0 ? config.threads : defaultThreads();
+  std::shared_ptr<Model> m = std::move(*model);
+  auto backend = config.backend == QLatin1String("cpu-reference")
+                     ? make_cpu_reference_backend(m, threads)
+                     : make_cpu_backend(m, threads, 64, config.backend == QLatin1String("cpu-portable"));
+  if (!backend) {
+    emit modelLoadFailed(QString::fromStdString(backend.status().message()));
+    return;
+  }
+  auto session = Session::create(m, std::move(*backend), config.contextSize);
+  if (!session) {
+    emit modelLoadFailed(QString::fromStdString(session.status().message()));
+    return;
+  }
+  if (m_shared->loadCancel.load()) {
+    emit modelLoadCancelled();
+    return;
+  }
+  m_model = m;
+  m_session = std::move(*session);
+
+  ModelInfo info;
+  const ModelConfig& c = m->config();
+  info.path = path;
+  info.name = c.name.empty() ? QFileInfo(path).completeBaseName() : QString::fromStdString(c.name);
+  info.architecture = QString::fromStdString(c.arch_str);
+  for (const auto& t : m->file().tensors()) info.nParams += static_cast<qint64>(t.n_elements);
+  info.typeMix = QString::fromStdString(m->type_mix());
+  info.contextTrained = c.n_ctx_train;
+  info.contextSize = m_session->n_ctx();
+  info.fileSize = static_cast<qint64>(m->file().file_size());
+  info.weightBytes = m->weight_bytes();
+  info.chatTemplate = QString::fromUtf8(chat_template_family_name(m->chat_template()));
+  info.backend = QString::fromStdString(m_session->backend().name());
+  info.threads = threads;
+  emit modelLoaded(info);
+}
+
+void EngineWorker::unloadModel() {
+  try {
+    m_session.reset();
+    m_model.reset();
+    emit modelUnloaded();
+  } catch (...) {
+    emit errorOccurred(QStringLiteral("unloading the model failed"));
+  }
+}
+
+void EngineWorker::generate(int requestId, const QList<ChatTurn>& turns, const GenerationSettings& settings) {
+  try {
+    generateImpl(requestId, turns, settings);
+  } catch (const std::exception& e) {
+    RequestStats s;
+    s.error = QString::fromUtf8(e.what());
+    emit errorOccurred(s.error);
+    emit generationFinished(requestId, s);
+  } catch (...) {
+    RequestStats s;
+    s.error = QStringLiteral("unknown error in the engine");
+    emit errorOccurred(s.error);
+    emit generationFinished(requestId, s);
+  }
+}
+
+void EngineWorker::generateImpl(int requestId, const QList<ChatTurn>& turns, const GenerationSettings& settings) {
+  auto fail = [&](const QString& message) {
+    RequestStats s;
+    s.error = message;
+    s.stopReason = QStringLiteral("error");
+    emit errorOccurred(message);
+    emit generationFinished(requestId, s);
+  };
+  if (!m_session) return fail(QStringLiteral("no model is loaded: open one with File > Open Model (Ctrl+O)"));
+  const Model& model = m_session->model();
+  const ChatTemplateFamily family = model.chat_template();
+
+  std::vector<ChatMessage> messages;
+  if (!settings.systemPrompt.trimmed().isEmpty())
+    messages.push_back({"system", settings.systemPrompt.toStdString()});
+  for (const ChatTurn& t : turns) messages.push_back({t.role.toStdString(), t.content.toStdString()});
+  // Rendered chats contain special markers as text: parse_special = true.
+  const auto prompt = model.tokenizer().encode(apply_chat_template(family, messages), true, true);
+
+  GenerateOptions opt;
+  opt.n_predict = settings.maxTokens;
+  opt.use_kv_cache = settings.useKvCache;
+  opt.ignore_eos = settings.ignoreEos;
+  opt.sampling.temperature = settings.temperature;
+  opt.sampling.top_k = settings.topK;
+  opt.sampling.top_p = settings.topP;
+  opt.sampling.min_p = settings.minP;
+  opt.sampling.repeat_penalty = settings.repeatPenalty;
+  opt.sampling.seed = settings.seed != 0 ? settings.seed : std::random_device{}();
+  for (auto& s : chat_stop_strings(family)) opt.stop.push_back(s);
+  if (Status st = opt.sampling.validate(); !st) return fail(QString::fromStdString(st.message()));
+
+  const QString backendName = QString::fromStdString(m_session->backend().name());
+  const auto t0 = Clock::now();
+  LiveMetrics live;
+  live.requestId = requestId;
+  live.phase = QStringLiteral("prefill");
+  live.nPrompt = static_cast<int>(prompt.size());
+  live.kvCapacity = static_cast<quint64>(m_session->n_ctx());
+  live.kvUsed = static_cast<quint64>(m_session->kv().n_past());
+  if (opt.use_kv_cache) {
+    // The same common-prefix rule as Session::generate, so the live prefill
+    // rate counts only the tokens really computed.
+    const auto& cached = m_session->kv().tokens();
+    const int lim = std::min<int>(static_cast<int>(cached.size()), live.nPrompt - 1);
+    while (live.nReused < lim && cached[live.nReused] == prompt[live.nReused]) live.nReused++;
+  }
+  emit metricsUpdated(live);  // prefill runs without callbacks: show it started
+
+  // Coalescing state. The first token is sent at once (it is the TTFT the
+  // user waits for); after that at most one delta per kDeltaIntervalMs.
+  std::string pending;
+  int nTokens = 0;
+  double lastDeltaMs = -1e9, lastMetricsMs = 0;
+  int tokensAtLastMetrics = 0;
+  double firstTokenMs = 0;
+  Session& session = *m_session;
+  m_shared->tokensGenerated.store(0);
+
+  auto flushDelta = [&] {
+    emit tokensReady(requestId, QString::fromUtf8(pending.data(), static_cast<qsizetype>(pending.size())), nTokens);
+    pending.clear();
+  };
+  auto onToken = [&](const TokenEvent& e) {
+    if (e.id >= 0) {
+      nTokens = e.index + 1;
+      m_shared->tokensGenerated.store(nTokens);
+    }
+    pending.append(e.text);
+    const double now = e.t_ms;
+    if (e.index == 0 && e.id >= 0) {
+      firstTokenMs = now;
+      live.phase = QStringLiteral("decode");
+      live.ttftMs = now;
+      live.prefillMs = now;
+      live.prefillTps = (live.nPrompt - live.nReused) / std::max(now / 1000.0, 1e-9);
+    }
+    if (!pending.empty() && now - lastDeltaMs >= kDeltaIntervalMs) {
+      flushDelta();
+      lastDeltaMs = now;
+    }
+    if (now - lastMetricsMs >= kMetricsIntervalMs) {
+      live.nGenerated = nTokens;
+      live.elapsedMs = now;
+      live.decodeTps = nTokens > 1 ? (nTokens - 1) / std::max((now - firstTokenMs) / 1000.0, 1e-9) : 0;
+      live.windowTps = (nTokens - tokensAtLastMetrics) / std::max((now - lastMetricsMs) / 1000.0, 1e-9);
+      live.kvUsed = static_cast<quint64>(session.kv().n_past());
+      emit metricsUpdated(live);
+      lastMetricsMs = now;
+      tokensAtLastMetrics = nTokens;
+    }
+  };
+
+  auto res = session.generate(prompt, opt, onToken, &m_shared->stop);
+  if (!pending.empty()) flushDelta();
+  if (!res) return fail(QString::fromStdString(res.status().message()));
+
+  const RequestMetrics& m = res->metrics;
+  live.phase = QStringLiteral("done");
+  live.nReused = m.n_reused;
+  live.nGenerated = m.n_generated;
+  live.ttftMs = m.ttft_ms;
+  live.prefillMs = m.prefill_ms;
+  live.prefillTps = m.prefill_tps;
+  live.elapsedMs = msSince(t0);
+  live.decodeTps = m.decode_tps;
+  live.windowTps = (m.n_generated - tokensAtLastMetrics) /
+                   std::max((live.elapsedMs - lastMetricsMs) / 1000.0, 1e-9);
+  live.kvUsed = m.kv_used;
+  live.kvCapacity = m.kv_capacity;
+  emit metricsUpdated(live);
+  emit generationFinished(requestId, toStats(m, backendName));
+}
+
+}  // namespace phaselab::ui

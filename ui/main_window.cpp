@@ -1,0 +1,391 @@
+#include "main_window.h"
+
+#include <QAction>
+#include <QApplication>
+#include <QClipboard>
+#include <QCloseEvent>
+#include <QDir>
+#include <QDockWidget>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QHBoxLayout>
+#include <QInputDialog>
+#include <QLabel>
+#include <QMenuBar>
+#include <QMessageBox>
+#include <QMimeData>
+#include <QPointer>
+#include <QProgressDialog>
+#include <QPushButton>
+#include <QSettings>
+#include <QStatusBar>
+#include <QThread>
+#include <QToolButton>
+#include <QVBoxLayout>
+
+#include "chat_composer.h"
+#include "chat_session.h"
+#include "chat_view.h"
+#include "conversation_list.h"
+#include "engine_controller.h"
+#include "message_widget.h"
+#include "metrics_dock.h"
+#include "model_manager.h"
+#include "phaselab/log.h"
+#include "settings_dialog.h"
+
+namespace phaselab::ui {
+
+namespace {
+const char* const kDefaultModelFile = "gemma-3-270m-q4_k_m.gguf";
+
+QString defaultModelPath() {
+  return QDir(QString::fromStdString(user_model_dir())).filePath(QString::fromLatin1(kDefaultModelFile));
+}
+
+QFrame* makeBanner(QLabel** text, const QColor& color) {
+  auto* frame = new QFrame;
+  frame->setFrameShape(QFrame::StyledPanel);
+  frame->setAutoFillBackground(true);
+  QPalette pal = frame->palette();
+  pal.setColor(QPalette::Window, color);
+  pal.setColor(QPalette::WindowText, Qt::black);
+  frame->setPalette(pal);
+  auto* l = new QHBoxLayout(frame);
+  l->setContentsMargins(8, 4, 4, 4);
+  *text = new QLabel;
+  (*text)->setWordWrap(true);
+  (*text)->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  l->addWidget(*text, 1);
+  frame->hide();
+  return frame;
+}
+}  // namespace
+
+MainWindow::MainWindow(const Options& options, QWidget* parent) : QMainWindow(parent), m_options(options) {
+  setWindowTitle(QStringLiteral("PhaseLab"));
+  setObjectName(QStringLiteral("mainWindow"));
+  setAcceptDrops(true);
+  m_settings = AppSettings::load();
+
+  const QString dbPath = options.dbPath.isEmpty() ? ConversationStore::defaultPath() : options.dbPath;
+  m_engine = new EngineController(this);
+  m_chat = new ChatSession(&m_store, m_engine, this);
+  m_chat->setGenerationSettings(m_settings.generation);
+
+  // Central: banners, chat, composer.
+  auto* central = new QWidget;
+  auto* col = new QVBoxLayout(central);
+  col->setContentsMargins(4, 4, 4, 4);
+  m_errorBanner = makeBanner(&m_errorText, QColor(255, 214, 214));
+  m_errorBanner->setObjectName(QStringLiteral("errorBanner"));
+  auto* dismiss = new QToolButton;
+  dismiss->setText(QStringLiteral("✕"));
+  dismiss->setToolTip(tr("Dismiss"));
+  m_errorBanner->layout()->addWidget(dismiss);
+  connect(dismiss, &QToolButton::clicked, this, &MainWindow::clearError);
+  col->addWidget(m_errorBanner);
+  m_welcome = makeBanner(&m_welcomeText, QColor(214, 232, 255));
+  auto* loadDefault = new QPushButton(tr("Load it"));
+  m_welcome->layout()->addWidget(loadDefault);
+  connect(loadDefault, &QPushButton::clicked, this, [this] { loadModel(defaultModelPath()); });
+  col->addWidget(m_welcome);
+  m_chatView = new ChatView;
+  col->addWidget(m_chatView, 1);
+  m_composer = new ChatComposer;
+  col->addWidget(m_composer);
+  setCentralWidget(central);
+
+  // The list needs the store open: open it first.
+  if (!m_store.open(dbPath)) showError(tr("Conversations cannot be saved: %1").arg(m_store.lastError()));
+  m_conversations = new ConversationList(&m_store);
+  auto* listDock = new QDockWidget(tr("Conversations"), this);
+  listDock->setObjectName(QStringLiteral("conversationsDock"));
+  listDock->setWidget(m_conversations);
+  listDock->setFeatures(QDockWidget::DockWidgetMovable | QDockWidget::DockWidgetClosable);
+  addDockWidget(Qt::LeftDockWidgetArea, listDock);
+  m_metrics = new MetricsDock(this);
+  addDockWidget(Qt::RightDockWidgetArea, m_metrics);
+
+  m_modelLabel = new QLabel(tr("No model"));
+  statusBar()->addPermanentWidget(m_modelLabel);
+
+  // Wiring. All of these are GUI-thread objects; the thread hop happens
+  // inside EngineController.
+  connect(m_composer, &ChatComposer::sendRequested, this, &MainWindow::sendMessage);
+  connect(m_composer, &ChatComposer::stopRequested, m_chat, &ChatSession::stop);
+  connect(m_conversations, &ConversationList::conversationSelected, m_chat, &ChatSession::openConversation);
+  connect(m_conversations, &ConversationList::newConversationRequested, m_chat, &ChatSession::newConversation);
+  connect(m_conversations, &ConversationList::conversationDeleted, this, [this](qint64 id) {
+    if (id == m_chat->conversationId()) m_chat->newConversation();
+  });
+  connect(m_chat, &ChatSession::conversationOpened, this, [this](qint64 id, const QList<MessageRecord>& messages) {
+    m_chatView->setMessages(messages);
+    m_conversations->setCurrent(id);
+    m_composer->focusEditor();
+  });
+  connect(m_chat, &ChatSession::conversationsChanged, this, [this] {
+    m_conversations->refresh();
+    m_conversations->setCurrent(m_chat->conversationId());
+  });
+  connect(m_chat, &ChatSession::messageAdded, m_chatView, &ChatView::addMessage);
+  connect(m_chat, &ChatSession::messageRemoved, m_chatView, &ChatView::removeMessage);
+  connect(m_chat, &ChatSession::messageEdited, m_chatView, &ChatView::editMessage);
+  connect(m_chat, &ChatSession::answerDelta, m_chatView, &ChatView::appendToMessage);
+  connect(m_chat, &ChatSession::answerFinished, m_chatView, &ChatView::finishMessage);
+  connect(m_chat, &ChatSession::errorOccurred, this, &MainWindow::showError);
+  connect(m_chatView, &ChatView::regenerateRequested, this, &MainWindow::regenerateMessage);
+  connect(m_chatView, &ChatView::editRequested, this, &MainWindow::editMessage);
+
+  connect(m_engine, &EngineController::errorOccurred, this, &MainWindow::showError);
+  connect(m_engine, &EngineController::metricsUpdated, m_metrics, &MetricsDock::updateMetrics);
+  connect(m_engine, &EngineController::busyChanged, this, &MainWindow::onBusyChanged);
+  connect(m_engine, &EngineController::modelLoaded, this, &MainWindow::onModelLoaded);
+  connect(m_engine, &EngineController::modelLoadStarted, this, [this](const QString& path) {
+    m_loadingPath = path;
+    m_modelLabel->setText(tr("Loading %1…").arg(QFileInfo(path).fileName()));
+    if (!m_loadProgress) {
+      // Busy indicator: the load is an mmap plus validation, with no
+      // meaningful percentage. Shown only if it takes longer than 300 ms.
+      m_loadProgress = new QProgressDialog(this);
+      m_loadProgress->setWindowTitle(tr("Loading model"));
+      m_loadProgress->setRange(0, 0);
+      m_loadProgress->setMinimumDuration(300);
+      m_loadProgress->setAutoClose(false);
+      m_loadProgress->setAutoReset(false);
+      connect(m_loadProgress, &QProgressDialog::canceled, m_engine, &EngineController::cancelLoad);
+    }
+    m_loadProgress->setLabelText(tr("Loading %1…").arg(QFileInfo(path).fileName()));
+    m_loadProgress->reset();
+    m_loadProgress->setRange(0, 0);
+    m_loadProgress->setValue(0);
+  });
+  auto endLoad = [this] {
+    if (m_loadProgress) m_loadProgress->cancel();
+  };
+  connect(m_engine, &EngineController::modelLoadFailed, this, [this, endLoad](const QString&) {
+    endLoad();
+    m_modelLabel->setText(tr("No model"));
+    updateWelcome();
+  });
+  connect(m_engine, &EngineController::modelLoadCancelled, this, [this, endLoad] {
+    endLoad();
+    m_modelLabel->setText(tr("No model (load cancelled)"));
+  });
+  connect(m_engine, &EngineController::modelUnloaded, this, [this] {
+    m_modelLabel->setText(tr("No model"));
+    setWindowTitle(QStringLiteral("PhaseLab"));
+    updateWelcome();
+  });
+
+  createMenus();
+  m_metrics->setPeaks(HardwareProbe::cached());
+  if (!HardwareProbe::cached().valid() && options.measureHardware) startHardwareProbe();
+
+  QSettings s;
+  restoreGeometry(s.value(QStringLiteral("window/geometry")).toByteArray());
+  restoreState(s.value(QStringLiteral("window/state")).toByteArray());
+  if (!s.contains(QStringLiteral("window/geometry"))) resize(1280, 800);
+
+  m_conversations->refresh();
+  if (options.autoLoadLastModel && !m_settings.lastModel.isEmpty() && QFileInfo::exists(m_settings.lastModel))
+    loadModel(m_settings.lastModel);
+  updateWelcome();
+  m_composer->focusEditor();
+}
+
+MainWindow::~MainWindow() = default;
+
+void MainWindow::createMenus() {
+  QMenu* file = menuBar()->addMenu(tr("&File"));
+  QAction* newChat = file->addAction(tr("&New Chat"), m_chat, &ChatSession::newConversation);
+  newChat->setShortcut(QKeySequence::New);
+  QAction* open = file->addAction(tr("&Open Model…"), this, &MainWindow::openModelDialog);
+  open->setShortcut(QKeySequence::Open);
+  QAction* models = file->addAction(tr("&Models…"), this, &MainWindow::openModelManager);
+  models->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_M));
+  file->addAction(tr("&Unload Model"), m_engine, &EngineController::unloadModel);
+  file->addSeparator();
+  QAction* quit = file->addAction(tr("&Quit"), this, &QWidget::close);
+  quit->setShortcut(QKeySequence::Quit);
+
+  QMenu* chat = menuBar()->addMenu(tr("&Chat"));
+  QAction* send = chat->addAction(tr("&Send"), this, [this] { sendMessage(m_composer->text()); });
+  send->setShortcuts({QKeySequence(Qt::CTRL | Qt::Key_Return), QKeySequence(Qt::CTRL | Qt::Key_Enter)});
+  QAction* stop = chat->addAction(tr("S&top"), m_chat, &ChatSession::stop);
+  stop->setShortcut(QKeySequence(Qt::Key_Escape));
+  stop->setShortcutContext(Qt::WindowShortcut);
+  QAction* regen = chat->addAction(tr("&Regenerate"), m_chat, &ChatSession::regenerate);
+  regen->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_R));
+  QAction* copy = chat->addAction(tr("&Copy Last Answer"), this, [this] {
+    const auto& msgs = m_chat->messages();
+    for (auto it = msgs.rbegin(); it != msgs.rend(); ++it)
+      if (it->role == QLatin1String("assistant")) {
+        QApplication::clipboard()->setText(it->content);
+        break;
+      }
+  });
+  copy->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_C));
+
+  QMenu* view = menuBar()->addMenu(tr("&View"));
+  for (QDockWidget* d : findChildren<QDockWidget*>()) view->addAction(d->toggleViewAction());
+
+  QMenu* settings = menuBar()->addMenu(tr("&Settings"));
+  QAction* prefs = settings->addAction(tr("&Preferences…"), this, &MainWindow::openSettings);
+  prefs->setShortcut(QKeySequence::Preferences);
+  if (prefs->shortcut().isEmpty()) prefs->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_Comma));
+  QAction* reprobe = settings->addAction(tr("Measure This Machine Again"), this, &MainWindow::startHardwareProbe);
+  reprobe->setToolTip(tr("Memory bandwidth and compute peak used by the phase meter"));
+
+  QMenu* help = menuBar()->addMenu(tr("&Help"));
+  help->addAction(tr("&About PhaseLab"), this, [this] {
+    QMessageBox::about(this, tr("About PhaseLab"),
+                       tr("<b>PhaseLab %1</b><p>Run language models locally and see how inference works: "
+                          "prefill (compute-bound, seen as time to first token) and decode (memory-bound, "
+                          "seen as tokens per second).</p><p>Log file: %2</p>")
+                           .arg(QApplication::applicationVersion(), QString::fromStdString(log_file_path())));
+  });
+}
+
+void MainWindow::loadModel(const QString& path) {
+  clearError();
+  m_loadedConfig = m_settings.engine;
+  m_engine->loadModel(path, m_settings.engine);
+}
+
+bool MainWindow::sendMessage(const QString& text) {
+  if (text.trimmed().isEmpty()) return false;
+  clearError();
+  if (!m_chat->send(text)) return false;
+  m_composer->clear();
+  return true;
+}
+
+void MainWindow::setGenerationSettings(const GenerationSettings& g) {
+  m_settings.generation = g;
+  m_chat->setGenerationSettings(g);
+}
+
+void MainWindow::setEngineConfig(const EngineConfig& e) { m_settings.engine = e; }
+
+bool MainWindow::isErrorShown() const { return m_errorBanner->isVisibleTo(const_cast<MainWindow*>(this)); }
+
+void MainWindow::showError(const QString& message) {
+  // Errors are shown, never fatal: the window stays usable.
+  m_lastError = message;
+  m_errorText->setText(message);
+  m_errorBanner->show();
+  statusBar()->showMessage(message, 8000);
+  spdlog::warn("gui: {}", message.toStdString());
+}
+
+void MainWindow::clearError() { m_errorBanner->hide(); }
+
+void MainWindow::onModelLoaded(const ModelInfo& info) {
+  if (m_loadProgress) m_loadProgress->cancel();
+  m_modelLabel->setText(tr("%1 · %2 · %3").arg(info.name, info.backend, info.typeMix));
+  setWindowTitle(QStringLiteral("PhaseLab — %1").arg(info.name));
+  m_metrics->setModel(info);
+  m_settings.lastModel = info.path;
+  QSettings().setValue(QStringLiteral("model/last"), info.path);
+  statusBar()->showMessage(tr("Loaded %1 (%2 parameters, %3)")
+                               .arg(info.name, ModelManager::formatParams(info.nParams), info.typeMix),
+                           5000);
+  updateWelcome();
+  emit modelReady();
+}
+
+void MainWindow::onBusyChanged(bool busy) {
+  m_composer->setBusy(busy);
+  m_chatView->setBusy(busy);
+}
+
+void MainWindow::updateWelcome() {
+  const bool offer = !m_engine->hasModel() && !m_engine->isLoading() && QFileInfo::exists(defaultModelPath());
+  if (offer)
+    m_welcomeText->setText(tr("No model is loaded. The default model (Gemma 3 270M, Q4_K_M) is in your model "
+                              "folder: load it, or open another GGUF with Ctrl+O or by dropping it here."));
+  m_welcome->setVisible(offer);
+}
+
+void MainWindow::openModelDialog() {
+  const QString path = QFileDialog::getOpenFileName(this, tr("Open a GGUF model"),
+                                                    QString::fromStdString(user_model_dir()), tr("GGUF models (*.gguf)"));
+  if (!path.isEmpty()) loadModel(path);
+}
+
+void MainWindow::openModelManager() {
+  ModelManager dlg(QString::fromStdString(user_model_dir()), m_engine->modelInfo(), m_engine->hasModel(), this);
+  connect(&dlg, &ModelManager::loadRequested, this, &MainWindow::loadModel);
+  connect(&dlg, &ModelManager::unloadRequested, m_engine, &EngineController::unloadModel);
+  dlg.exec();
+}
+
+void MainWindow::openSettings() {
+  SettingsDialog dlg(m_settings, m_loadedConfig, m_engine->hasModel(), this);
+  if (dlg.exec() != QDialog::Accepted) return;
+  const bool reload = dlg.needsReload();
+  m_settings = dlg.settings();
+  m_settings.save();
+  m_chat->setGenerationSettings(m_settings.generation);
+  if (reload) loadModel(m_engine->modelInfo().path);
+}
+
+void MainWindow::regenerateMessage(qint64 id) {
+  const auto& msgs = m_chat->messages();
+  if (msgs.isEmpty() || msgs.back().id != id) {
+    statusBar()->showMessage(tr("Only the last answer can be regenerated; use Edit on a question to branch."), 5000);
+    return;
+  }
+  clearError();
+  m_chat->regenerate();
+}
+
+void MainWindow::editMessage(qint64 id) {
+  const MessageWidget* w = m_chatView->messageWidget(id);
+  if (!w) return;
+  bool ok = false;
+  const QString text = QInputDialog::getMultiLineText(
+      this, tr("Edit message"), tr("The answers after this message will be replaced:"), w->text(), &ok);
+  if (ok) m_chat->editAndResend(id, text);
+}
+
+void MainWindow::startHardwareProbe() {
+  QPointer<MainWindow> self(this);
+  QThread* t = QThread::create([self] {
+    const HardwarePeaks peaks = HardwareProbe::measure();
+    QMetaObject::invokeMethod(qApp, [self, peaks] {
+      HardwareProbe::store(peaks);
+      if (self) self->m_metrics->setPeaks(peaks);
+    }, Qt::QueuedConnection);
+  });
+  connect(t, &QThread::finished, t, &QObject::deleteLater);
+  t->start(QThread::LowPriority);
+}
+
+void MainWindow::closeEvent(QCloseEvent* e) {
+  QSettings s;
+  s.setValue(QStringLiteral("window/geometry"), saveGeometry());
+  s.setValue(QStringLiteral("window/state"), saveState());
+  m_chat->stop();
+  QMainWindow::closeEvent(e);
+}
+
+void MainWindow::dragEnterEvent(QDragEnterEvent* e) {
+  for (const QUrl& u : e->mimeData()->urls())
+    if (u.isLocalFile() && u.toLocalFile().endsWith(QLatin1String(".gguf"), Qt::CaseInsensitive)) {
+      e->acceptProposedAction();
+      return;
+    }
+}
+
+void MainWindow::dropEvent(QDropEvent* e) {
+  for (const QUrl& u : e->mimeData()->urls())
+    if (u.isLocalFile() && u.toLocalFile().endsWith(QLatin1String(".gguf"), Qt::CaseInsensitive)) {
+      loadModel(u.toLocalFile());
+      e->acceptProposedAction();
+      return;
+    }
+}
+
+}  // namespace phaselab::ui

@@ -1,0 +1,96 @@
+// MainWindow: conversation list | chat | metrics dock, with the menus,
+// shortcuts, model loading and error banner that tie them together.
+#pragma once
+
+#include <QMainWindow>
+
+#include "app_settings.h"
+#include "conversation_store.h"
+#include "hardware_probe.h"
+
+class QLabel;
+class QProgressDialog;
+class QFrame;
+class QPushButton;
+
+namespace phaselab::ui {
+
+class EngineController;
+class ChatSession;
+class ChatView;
+class ChatComposer;
+class ConversationList;
+class MetricsDock;
+
+class MainWindow : public QMainWindow {
+  Q_OBJECT
+ public:
+  struct Options {
+    QString dbPath;                 // empty: ConversationStore::defaultPath()
+    bool measureHardware = true;    // run the bandwidth/FLOP probe when not cached
+    bool autoLoadLastModel = true;  // reload the model of the previous session
+  };
+
+  explicit MainWindow(const Options& options, QWidget* parent = nullptr);
+  ~MainWindow() override;
+
+  void loadModel(const QString& path);
+  bool sendMessage(const QString& text);
+  // Overrides for this run only (screenshot mode, tests); not saved.
+  void setGenerationSettings(const GenerationSettings& g);
+  void setEngineConfig(const EngineConfig& e);
+  const AppSettings& settings() const { return m_settings; }
+
+  QString lastError() const { return m_lastError; }
+  bool isErrorShown() const;
+  EngineController* engine() const { return m_engine; }
+  ChatSession* chatSession() const { return m_chat; }
+  ChatView* chatView() const { return m_chatView; }
+  ChatComposer* composer() const { return m_composer; }
+  ConversationList* conversationList() const { return m_conversations; }
+  MetricsDock* metricsDock() const { return m_metrics; }
+  ConversationStore* store() { return &m_store; }
+
+ signals:
+  void modelReady();
+
+ protected:
+  void closeEvent(QCloseEvent* e) override;
+  void dragEnterEvent(QDragEnterEvent* e) override;
+  void dropEvent(QDropEvent* e) override;
+
+ private:
+  void createMenus();
+  void showError(const QString& message);
+  void clearError();
+  void onModelLoaded(const ModelInfo& info);
+  void onBusyChanged(bool busy);
+  void openModelDialog();
+  void openModelManager();
+  void openSettings();
+  void regenerateMessage(qint64 id);
+  void editMessage(qint64 id);
+  void startHardwareProbe();
+  void updateWelcome();
+
+  Options m_options;
+  AppSettings m_settings;
+  EngineConfig m_loadedConfig;
+  ConversationStore m_store;
+  EngineController* m_engine = nullptr;
+  ChatSession* m_chat = nullptr;
+  ConversationList* m_conversations = nullptr;
+  ChatView* m_chatView = nullptr;
+  ChatComposer* m_composer = nullptr;
+  MetricsDock* m_metrics = nullptr;
+  QFrame* m_errorBanner = nullptr;
+  QLabel* m_errorText = nullptr;
+  QFrame* m_welcome = nullptr;
+  QLabel* m_welcomeText = nullptr;
+  QLabel* m_modelLabel = nullptr;
+  QProgressDialog* m_loadProgress = nullptr;
+  QString m_lastError;
+  QString m_loadingPath;
+};
+
+}  // namespace phaselab::ui

@@ -1,0 +1,154 @@
+#include "message_widget.h"
+
+#include <QAbstractTextDocumentLayout>
+#include <QApplication>
+#include <QClipboard>
+#include <QFontDatabase>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QTextBlock>
+#include <QTextBrowser>
+#include <QTextCursor>
+#include <QToolButton>
+#include <QVBoxLayout>
+
+namespace phaselab::ui {
+
+MessageWidget::MessageWidget(const MessageRecord& message, QWidget* parent) : QFrame(parent), m_message(message) {
+  const bool isUser = message.role == QLatin1String("user");
+  setObjectName(isUser ? QStringLiteral("userMessage") : QStringLiteral("assistantMessage"));
+  setFrameShape(QFrame::StyledPanel);
+  setAutoFillBackground(true);
+  QPalette pal = palette();
+  pal.setColor(QPalette::Window, isUser ? pal.color(QPalette::AlternateBase) : pal.color(QPalette::Base));
+  setPalette(pal);
+
+  auto* layout = new QVBoxLayout(this);
+  layout->setContentsMargins(10, 6, 10, 6);
+  layout->setSpacing(2);
+  m_role = new QLabel(isUser ? tr("You") : message.role == QLatin1String("system") ? tr("System") : tr("Assistant"));
+  QFont bold = m_role->font();
+  bold.setBold(true);
+  m_role->setFont(bold);
+  layout->addWidget(m_role);
+
+  m_body = new QTextBrowser;
+  m_body->setObjectName(QStringLiteral("messageBody"));
+  m_body->setFrameShape(QFrame::NoFrame);
+  m_body->setOpenExternalLinks(true);
+  m_body->setVerticalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+  m_body->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+  m_body->setSizePolicy(QSizePolicy::Expanding, QSizePolicy::Fixed);
+  m_body->viewport()->setAutoFillBackground(false);
+  m_body->setStyleSheet(QStringLiteral("QTextBrowser { background: transparent; }"));
+  connect(m_body->document()->documentLayout(), &QAbstractTextDocumentLayout::documentSizeChanged, this,
+          &MessageWidget::fitHeight);
+  layout->addWidget(m_body);
+
+  auto* footer = new QHBoxLayout;
+  m_stats = new QLabel;
+  m_stats->setObjectName(QStringLiteral("messageStats"));
+  QFont small = m_stats->font();
+  small.setPointSizeF(small.pointSizeF() * 0.9);
+  m_stats->setFont(small);
+  m_stats->setForegroundRole(QPalette::PlaceholderText);
+  m_stats->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  footer->addWidget(m_stats, 1);
+  auto makeButton = [&](const QString& text, const QString& tip) {
+    auto* b = new QToolButton;
+    b->setText(text);
+    b->setToolTip(tip);
+    b->setAutoRaise(true);
+    footer->addWidget(b);
+    return b;
+  };
+  m_copy = makeButton(tr("Copy"), tr("Copy the message as Markdown"));
+  connect(m_copy, &QToolButton::clicked, this, [this] { QApplication::clipboard()->setText(m_message.content); });
+  if (isUser) {
+    m_edit = makeButton(tr("Edit"), tr("Edit this message and send it again (later messages are replaced)"));
+    connect(m_edit, &QToolButton::clicked, this, [this] { emit editRequested(m_message.id); });
+  } else {
+    m_regenerate = makeButton(tr("Regenerate"), tr("Replace this answer with a new one"));
+    connect(m_regenerate, &QToolButton::clicked, this, [this] { emit regenerateRequested(m_message.id); });
+  }
+  layout->addLayout(footer);
+
+  m_renderTimer.setSingleShot(true);
+  m_renderTimer.setInterval(kRenderIntervalMs);
+  connect(&m_renderTimer, &QTimer::timeout, this, &MessageWidget::render);
+  render();
+  updateFooter();
+}
+
+QString MessageWidget::statsText() const { return m_stats->text(); }
+
+void MessageWidget::appendText(const QString& delta) {
+  m_message.content += delta;
+  if (!m_renderTimer.isActive()) m_renderTimer.start();
+}
+
+void MessageWidget::setText(const QString& text) {
+  m_message.content = text;
+  render();
+}
+
+void MessageWidget::finish(const MessageRecord& message) {
+  m_message = message;
+  m_renderTimer.stop();
+  render();
+  updateFooter();
+}
+
+void MessageWidget::setRegenerateEnabled(bool enabled) {
+  if (m_regenerate) m_regenerate->setEnabled(enabled);
+  if (m_edit) m_edit->setEnabled(enabled);
+}
+
+void MessageWidget::render() {
+  QTextDocument* doc = m_body->document();
+  if (m_message.role == QLatin1String("user")) {
+    doc->setPlainText(m_message.content);  // the user's text is shown as typed
+  } else if (m_message.content.isEmpty() && m_message.state == QLatin1String("streaming")) {
+    doc->setPlainText(QStringLiteral("…"));
+  } else {
+    doc->setMarkdown(m_message.content);
+    // Qt's Markdown import marks code blocks but gives them no background:
+    // shade them and use the fixed font so code stays readable in both themes.
+    const QFont fixed = QFontDatabase::systemFont(QFontDatabase::FixedFont);
+    const QColor shade = palette().color(QPalette::AlternateBase);
+    for (QTextBlock b = doc->begin(); b.isValid(); b = b.next()) {
+      QTextBlockFormat f = b.blockFormat();
+      if (!f.hasProperty(QTextFormat::BlockCodeFence) && !f.hasProperty(QTextFormat::BlockCodeLanguage)) continue;
+      QTextCursor c(b);
+      f.setBackground(shade);
+      c.setBlockFormat(f);
+      c.select(QTextCursor::BlockUnderCursor);
+      QTextCharFormat cf;
+      cf.setFont(fixed);
+      c.mergeCharFormat(cf);
+    }
+  }
+  fitHeight();
+}
+
+void MessageWidget::fitHeight() {
+  const int h = static_cast<int>(m_body->document()->size().height()) + 4;
+  if (m_body->height() != h) m_body->setFixedHeight(h);
+}
+
+void MessageWidget::resizeEvent(QResizeEvent* e) {
+  QFrame::resizeEvent(e);
+  fitHeight();
+}
+
+void MessageWidget::updateFooter() {
+  QString s;
+  if (m_message.role == QLatin1String("assistant")) {
+    if (m_message.hasStats) s = m_message.stats.summary();
+    if (m_message.state == QLatin1String("interrupted")) s = tr("interrupted (the app closed while answering)");
+    else if (m_message.state == QLatin1String("streaming")) s = tr("answering…");
+  }
+  m_stats->setText(s);
+}
+
+}  // namespace phaselab::ui

@@ -1,0 +1,57 @@
+// MessageWidget: one chat message, rendered as Markdown, with its stats line
+// and actions (Copy, Regenerate for answers, Edit for questions).
+#pragma once
+
+#include <QFrame>
+#include <QTimer>
+
+#include "conversation_store.h"
+
+class QLabel;
+class QTextBrowser;
+class QToolButton;
+
+namespace phaselab::ui {
+
+class MessageWidget : public QFrame {
+  Q_OBJECT
+ public:
+  // Streaming text is re-rendered at most this often: Markdown layout of a
+  // long answer costs a few ms, and 30 Hz is as fast as anyone reads.
+  static constexpr int kRenderIntervalMs = 33;
+
+  explicit MessageWidget(const MessageRecord& message, QWidget* parent = nullptr);
+
+  qint64 messageId() const { return m_message.id; }
+  const MessageRecord& message() const { return m_message; }
+  QString text() const { return m_message.content; }
+  QString statsText() const;
+
+  void appendText(const QString& delta);
+  void setText(const QString& text);
+  void finish(const MessageRecord& message);
+  void setRegenerateEnabled(bool enabled);
+
+ signals:
+  void regenerateRequested(qint64 id);
+  void editRequested(qint64 id);
+
+ protected:
+  void resizeEvent(QResizeEvent* e) override;
+
+ private:
+  void render();
+  void fitHeight();
+  void updateFooter();
+
+  MessageRecord m_message;
+  QLabel* m_role = nullptr;
+  QTextBrowser* m_body = nullptr;
+  QLabel* m_stats = nullptr;
+  QToolButton* m_copy = nullptr;
+  QToolButton* m_regenerate = nullptr;
+  QToolButton* m_edit = nullptr;
+  QTimer m_renderTimer;
+};
+
+}  // namespace phaselab::ui

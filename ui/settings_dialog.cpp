@@ -1,0 +1,133 @@
+#include "settings_dialog.h"
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QDialogButtonBox>
+#include <QDoubleSpinBox>
+#include <QFormLayout>
+#include <QGroupBox>
+#include <QLabel>
+#include <QLineEdit>
+#include <QPlainTextEdit>
+#include <QRegularExpressionValidator>
+#include <QSpinBox>
+#include <QThread>
+#include <QVBoxLayout>
+
+namespace phaselab::ui {
+
+SettingsDialog::SettingsDialog(const AppSettings& current, const EngineConfig& loaded, bool hasModel, QWidget* parent)
+    : QDialog(parent), m_initial(current), m_loaded(loaded), m_hasModel(hasModel) {
+  setWindowTitle(tr("Settings"));
+  auto* layout = new QVBoxLayout(this);
+
+  auto* engineBox = new QGroupBox(tr("Engine (changes need a model reload)"));
+  auto* ef = new QFormLayout(engineBox);
+  m_backend = new QComboBox;
+  m_backend->addItem(tr("CPU (fast, SIMD)"), QStringLiteral("cpu"));
+  m_backend->addItem(tr("CPU portable (no SIMD)"), QStringLiteral("cpu-portable"));
+  m_backend->addItem(tr("CPU reference (the oracle, slow)"), QStringLiteral("cpu-reference"));
+  m_backend->setCurrentIndex(std::max(0, m_backend->findData(current.engine.backend)));
+  ef->addRow(tr("Backend:"), m_backend);
+  auto* cuda = new QLabel(tr("CUDA: not available (not built)"));
+  cuda->setEnabled(false);
+  ef->addRow(QString(), cuda);
+  m_threads = new QSpinBox;
+  m_threads->setRange(0, 256);
+  m_threads->setSpecialValueText(tr("all cores (%1)").arg(QThread::idealThreadCount()));
+  m_threads->setValue(current.engine.threads);
+  ef->addRow(tr("Threads:"), m_threads);
+  m_context = new QSpinBox;
+  m_context->setRange(0, 1 << 20);
+  m_context->setSingleStep(512);
+  m_context->setSpecialValueText(tr("the model's (at most 4096)"));
+  m_context->setValue(current.engine.contextSize);
+  ef->addRow(tr("Context size:"), m_context);
+  layout->addWidget(engineBox);
+
+  auto* sampling = new QGroupBox(tr("Generation (applies to the next answer)"));
+  auto* sf = new QFormLayout(sampling);
+  const GenerationSettings& g = current.generation;
+  auto dspin = [](double lo, double hi, double step, double v, int decimals = 2) {
+    auto* s = new QDoubleSpinBox;
+    s->setRange(lo, hi);
+    s->setSingleStep(step);
+    s->setDecimals(decimals);
+    s->setValue(v);
+    return s;
+  };
+  m_temperature = dspin(0, 5, 0.05, g.temperature);
+  m_temperature->setToolTip(tr("0 = greedy (always the most likely token)"));
+  sf->addRow(tr("Temperature:"), m_temperature);
+  m_topK = new QSpinBox;
+  m_topK->setRange(0, 1000);
+  m_topK->setSpecialValueText(tr("off"));
+  m_topK->setValue(g.topK);
+  sf->addRow(tr("Top-k:"), m_topK);
+  m_topP = dspin(0.01, 1, 0.01, g.topP);
+  sf->addRow(tr("Top-p:"), m_topP);
+  m_minP = dspin(0, 0.99, 0.01, g.minP);
+  sf->addRow(tr("Min-p:"), m_minP);
+  m_repeatPenalty = dspin(0.5, 3, 0.05, g.repeatPenalty);
+  sf->addRow(tr("Repeat penalty:"), m_repeatPenalty);
+  m_seed = new QLineEdit(g.seed ? QString::number(g.seed) : QString());
+  m_seed->setPlaceholderText(tr("random"));
+  m_seed->setValidator(new QRegularExpressionValidator(QRegularExpression(QStringLiteral("[0-9]{0,19}")), m_seed));
+  sf->addRow(tr("Seed:"), m_seed);
+  m_maxTokens = new QSpinBox;
+  m_maxTokens->setRange(1, 1 << 20);
+  m_maxTokens->setValue(g.maxTokens);
+  sf->addRow(tr("Answer token limit:"), m_maxTokens);
+  m_kvCache = new QCheckBox(tr("Use the KV cache (off: recompute the whole sequence every token, slow on purpose)"));
+  m_kvCache->setChecked(g.useKvCache);
+  sf->addRow(tr("KV cache:"), m_kvCache);
+  m_systemPrompt = new QPlainTextEdit(g.systemPrompt);
+  m_systemPrompt->setMaximumHeight(80);
+  sf->addRow(tr("System prompt:"), m_systemPrompt);
+  layout->addWidget(sampling);
+
+  m_reloadNote = new QLabel;
+  m_reloadNote->setWordWrap(true);
+  layout->addWidget(m_reloadNote);
+  auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel);
+  connect(buttons, &QDialogButtonBox::accepted, this, &QDialog::accept);
+  connect(buttons, &QDialogButtonBox::rejected, this, &QDialog::reject);
+  layout->addWidget(buttons);
+
+  connect(m_backend, &QComboBox::currentIndexChanged, this, &SettingsDialog::updateReloadNote);
+  connect(m_threads, &QSpinBox::valueChanged, this, &SettingsDialog::updateReloadNote);
+  connect(m_context, &QSpinBox::valueChanged, this, &SettingsDialog::updateReloadNote);
+  updateReloadNote();
+}
+
+AppSettings SettingsDialog::settings() const {
+  AppSettings a = m_initial;
+  a.engine.backend = m_backend->currentData().toString();
+  a.engine.threads = m_threads->value();
+  a.engine.contextSize = m_context->value();
+  GenerationSettings& g = a.generation;
+  g.temperature = static_cast<float>(m_temperature->value());
+  g.topK = m_topK->value();
+  g.topP = static_cast<float>(m_topP->value());
+  g.minP = static_cast<float>(m_minP->value());
+  g.repeatPenalty = static_cast<float>(m_repeatPenalty->value());
+  g.seed = m_seed->text().toULongLong();
+  g.maxTokens = m_maxTokens->value();
+  g.useKvCache = m_kvCache->isChecked();
+  g.systemPrompt = m_systemPrompt->toPlainText();
+  return a;
+}
+
+bool SettingsDialog::needsReload() const {
+  if (!m_hasModel) return false;
+  const EngineConfig e = settings().engine;
+  return e.backend != m_loaded.backend || e.threads != m_loaded.threads || e.contextSize != m_loaded.contextSize;
+}
+
+void SettingsDialog::updateReloadNote() {
+  m_reloadNote->setText(needsReload() ? tr("The backend, thread or context change takes effect when the model is "
+                                           "reloaded: PhaseLab reloads it when you press OK.")
+                                      : QString());
+}
+
+}  // namespace phaselab::ui

@@ -1,0 +1,49 @@
+// SettingsDialog: backend, threads, context, sampling, system prompt, KV cache.
+#pragma once
+
+#include <QDialog>
+
+#include "app_settings.h"
+
+class QComboBox;
+class QSpinBox;
+class QDoubleSpinBox;
+class QCheckBox;
+class QPlainTextEdit;
+class QLineEdit;
+class QLabel;
+
+namespace phaselab::ui {
+
+class SettingsDialog : public QDialog {
+  Q_OBJECT
+ public:
+  // loaded: the engine configuration of the model now loaded (to tell which
+  // changes need a reload); hasModel false when none is.
+  SettingsDialog(const AppSettings& current, const EngineConfig& loaded, bool hasModel, QWidget* parent = nullptr);
+
+  AppSettings settings() const;
+  bool needsReload() const;
+
+ private:
+  void updateReloadNote();
+
+  AppSettings m_initial;
+  EngineConfig m_loaded;
+  bool m_hasModel;
+  QComboBox* m_backend = nullptr;
+  QSpinBox* m_threads = nullptr;
+  QSpinBox* m_context = nullptr;
+  QDoubleSpinBox* m_temperature = nullptr;
+  QSpinBox* m_topK = nullptr;
+  QDoubleSpinBox* m_topP = nullptr;
+  QDoubleSpinBox* m_minP = nullptr;
+  QDoubleSpinBox* m_repeatPenalty = nullptr;
+  QLineEdit* m_seed = nullptr;
+  QSpinBox* m_maxTokens = nullptr;
+  QCheckBox* m_kvCache = nullptr;
+  QPlainTextEdit* m_systemPrompt = nullptr;
+  QLabel* m_reloadNote = nullptr;
+};
+
+}  // namespace phaselab::ui
