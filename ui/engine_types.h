@@ -12,7 +12,7 @@ namespace phaselab::ui {
 // What a model load needs; a change of any of these needs a reload.
 struct EngineConfig {
   QString backend = QStringLiteral("cpu");  // cpu | cpu-portable | cpu-reference
-  int threads = 0;                           // 0: all cores
+  int threads = 0;                           // 0: all cores but one (the GUI keeps one)
   int contextSize = 0;                       // 0: the model's, at most 4096
 };
 

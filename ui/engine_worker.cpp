@@ -1,6 +1,7 @@
 #include "engine_worker.h"
 
 #include <QFileInfo>
+#include <algorithm>
 #include <chrono>
 #include <exception>
 #include <random>
@@ -20,9 +21,12 @@ double msSince(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
+// All cores but one: the CPU backend's pool spins between steps, and a pool
+// that takes every core starves the GUI thread (and is starved by it: on a
+// busy 2-core machine decode fell from ~3000 to ~30 tokens/s in a test).
 int defaultThreads() {
-  const unsigned n = std::thread::hardware_concurrency();
-  return n == 0 ? 1 : static_cast<int>(n);
+  const int n = static_cast<int>(std::thread::hardware_concurrency());
+  return std::max(1, n - 1);
 }
 
 RequestStats toStats(const RequestMetrics& m, const QString& backend) {

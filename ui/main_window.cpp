@@ -286,8 +286,10 @@ void MainWindow::onModelLoaded(const ModelInfo& info) {
   m_modelLabel->setText(tr("%1 · %2 · %3").arg(info.name, info.backend, info.typeMix));
   setWindowTitle(QStringLiteral("PhaseLab — %1").arg(info.name));
   m_metrics->setModel(info);
-  m_settings.lastModel = info.path;
-  QSettings().setValue(QStringLiteral("model/last"), info.path);
+  if (m_options.rememberModel) {
+    m_settings.lastModel = info.path;
+    QSettings().setValue(QStringLiteral("model/last"), info.path);
+  }
   statusBar()->showMessage(tr("Loaded %1 (%2 parameters, %3)")
                                .arg(info.name, ModelManager::formatParams(info.nParams), info.typeMix),
                            5000);

@@ -29,6 +29,7 @@ class MainWindow : public QMainWindow {
     QString dbPath;                 // empty: ConversationStore::defaultPath()
     bool measureHardware = true;    // run the bandwidth/FLOP probe when not cached
     bool autoLoadLastModel = true;  // reload the model of the previous session
+    bool rememberModel = true;      // store the loaded model for the next start
   };
 
   explicit MainWindow(const Options& options, QWidget* parent = nullptr);

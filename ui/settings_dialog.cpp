@@ -34,7 +34,7 @@ SettingsDialog::SettingsDialog(const AppSettings& current, const EngineConfig& l
   ef->addRow(QString(), cuda);
   m_threads = new QSpinBox;
   m_threads->setRange(0, 256);
-  m_threads->setSpecialValueText(tr("all cores (%1)").arg(QThread::idealThreadCount()));
+  m_threads->setSpecialValueText(tr("auto: all cores but one (%1)").arg(std::max(1, QThread::idealThreadCount() - 1)));
   m_threads->setValue(current.engine.threads);
   ef->addRow(tr("Threads:"), m_threads);
   m_context = new QSpinBox;
