@@ -218,6 +218,10 @@ void EngineWorker::generateImpl(int requestId, const QList<ChatTurn>& turns, con
       live.ttftMs = now;
       live.prefillMs = now;
       live.prefillTps = (live.nPrompt - live.nReused) / std::max(now / 1000.0, 1e-9);
+      // The decode rate's first window starts here, not at submission
+      // (that would fold the prefill time into it).
+      lastMetricsMs = now;
+      tokensAtLastMetrics = 1;
     }
     if (!pending.empty() && now - lastDeltaMs >= kDeltaIntervalMs) {
       flushDelta();

@@ -149,7 +149,7 @@ MetricsDock::MetricsDock(QWidget* parent) : QDockWidget(tr("Metrics"), parent) {
 }
 
 void MetricsDock::setModel(const ModelInfo& info) {
-  m_modelText = tr("%1 · %2 · %3 threads · context %4").arg(info.name, info.backend).arg(info.threads).arg(info.contextSize);
+  m_modelText = tr("%1 · %2 · %n thread(s) · context %3", "", info.threads).arg(info.name, info.backend).arg(info.contextSize);
   m_header->setText(m_modelText);
   m_phaseMeter->setModel(info.weightBytes, info.nParams);
 }
