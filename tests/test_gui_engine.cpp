@@ -7,7 +7,9 @@
 
 #include "engine_controller.h"
 #include "engine_worker.h"
+#include "app_settings.h"
 #include "gui_test_util.h"
+#include "model_manager.h"
 
 using namespace phaselab::ui;
 
@@ -140,6 +142,42 @@ class TestGuiEngine : public QObject {
     QVERIFY(e.send({{QStringLiteral("user"), QStringLiteral("Hi")}}, longAnswer(8)) > 0);
     QVERIFY(finished.wait(60000));
     QCOMPARE(finished.takeFirst().at(1).value<RequestStats>().nGenerated, 8);
+  }
+
+  void model_manager_describes_models() {
+    QString err;
+    const ModelInfo info = ModelManager::describe(testing::stories(), &err);
+    QVERIFY2(err.isEmpty(), qPrintable(err));
+    QCOMPARE(info.architecture, QStringLiteral("llama"));
+    QCOMPARE(info.contextTrained, 2048);
+    QVERIFY(info.nParams > 290'000 && info.nParams < 300'000);
+    QVERIFY(info.typeMix.contains(QStringLiteral("F32")));
+    QCOMPARE(info.chatTemplate, QStringLiteral("plain"));
+    const ModelInfo bad = ModelManager::describe(m_dir.filePath(QStringLiteral("missing.gguf")), &err);
+    QVERIFY(bad.architecture.isEmpty());
+    QVERIFY(!err.isEmpty());
+  }
+
+  void settings_round_trip() {
+    AppSettings a;
+    a.engine.backend = QStringLiteral("cpu-reference");
+    a.engine.threads = 3;
+    a.engine.contextSize = 1024;
+    a.generation.temperature = 0.25f;
+    a.generation.topK = 7;
+    a.generation.seed = 123456789012345ULL;
+    a.generation.useKvCache = false;
+    a.generation.systemPrompt = QStringLiteral("Be brief.");
+    a.save();
+    const AppSettings b = AppSettings::load();
+    QCOMPARE(b.engine.backend, a.engine.backend);
+    QCOMPARE(b.engine.threads, 3);
+    QCOMPARE(b.engine.contextSize, 1024);
+    QCOMPARE(b.generation.temperature, 0.25f);
+    QCOMPARE(b.generation.topK, 7);
+    QCOMPARE(b.generation.seed, a.generation.seed);
+    QCOMPARE(b.generation.useKvCache, false);
+    QCOMPARE(b.generation.systemPrompt, a.generation.systemPrompt);
   }
 
   void bad_sampling_parameters_become_an_error_signal() {

@@ -36,6 +36,9 @@ class ChatSession : public QObject {
   bool regenerate();
   bool editAndResend(qint64 messageId, const QString& text);
   void stop();
+  // Writes the streaming answer now (window closing); it stays marked
+  // streaming, which the next start shows as interrupted.
+  void flush() { saveStreaming(); }
 
  signals:
   void conversationOpened(qint64 id, const QList<phaselab::ui::MessageRecord>& messages);

@@ -194,7 +194,10 @@ MainWindow::MainWindow(const Options& options, QWidget* parent) : QMainWindow(pa
   m_composer->focusEditor();
 }
 
-MainWindow::~MainWindow() = default;
+MainWindow::~MainWindow() {
+  // Before m_store closes (members go before the child objects).
+  m_chat->flush();
+}
 
 void MainWindow::createMenus() {
   QMenu* file = menuBar()->addMenu(tr("&File"));
@@ -370,6 +373,7 @@ void MainWindow::closeEvent(QCloseEvent* e) {
   s.setValue(QStringLiteral("window/geometry"), saveGeometry());
   s.setValue(QStringLiteral("window/state"), saveState());
   m_chat->stop();
+  m_chat->flush();
   QMainWindow::closeEvent(e);
 }
 
