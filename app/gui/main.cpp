@@ -45,6 +45,7 @@ int main(int argc, char** argv) {
   MainWindow::Options options;
   options.dbPath = p.value(db);
   options.autoLoadLastModel = !p.isSet(model);
+  options.rememberModel = !unattended;  // a scripted run must not change what the next start loads
   // Unattended runs measure the machine first (if never measured) so the probe
   // does not compete with the answer for the cores.
   options.measureHardware = !unattended;
