@@ -1,5 +1,7 @@
 #include "phaselab/thread_pool.h"
 
+#include <algorithm>
+
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
 #define PHASELAB_PAUSE() _mm_pause()
@@ -10,8 +12,10 @@
 namespace phaselab {
 
 namespace {
-// About 50-100 microseconds of spinning before a worker goes to sleep.
-constexpr int kSpinIterations = 20000;
+// A few microseconds of pausing, then yielding to other threads, then sleep.
+constexpr int kSpinPauses = 20000;
+constexpr int kSpinYields = 200;
+constexpr int kMaxChunks = 0xffff;
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
@@ -27,47 +31,76 @@ ThreadPool::~ThreadPool() {
   for (auto& t : threads_) t.join();
 }
 
-void ThreadPool::run(const std::function<void(int, int)>& fn) {
-  if (n_threads_ == 1) {
-    fn(0, 1);
+// Claims and runs chunks of job `generation` until none is left. The state
+// word holds (generation, chunk count, next chunk) and a chunk is claimed by a
+// compare-and-swap on all three, so a thread that looks late can neither take
+// a chunk of a finished job nor one of the next job under the old count.
+void ThreadPool::work(uint32_t generation, int thread) {
+  for (;;) {
+    uint64_t s = state_.load(std::memory_order_acquire);
+    if (static_cast<uint32_t>(s >> 32) != generation) return;
+    const int chunk = static_cast<int>(s & 0xffffu);
+    const int n_chunks = static_cast<int>((s >> 16) & 0xffffu);
+    if (chunk >= n_chunks) return;
+    if (!state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel)) continue;
+    (*fn_)(chunk, thread);
+    done_.fetch_add(1, std::memory_order_acq_rel);
+  }
+}
+
+void ThreadPool::for_chunks(int n_chunks, const std::function<void(int, int)>& fn) {
+  if (n_chunks <= 0) return;
+  if (n_threads_ == 1 || n_chunks == 1) {
+    for (int c = 0; c < n_chunks; c++) fn(c, 0);
     return;
   }
-  job_ = &fn;
-  pending_.store(n_threads_ - 1, std::memory_order_relaxed);
+  if (n_chunks > kMaxChunks) {  // the state word counts chunks in 16 bits
+    for (int base = 0; base < n_chunks; base += kMaxChunks) {
+      const int n = std::min(kMaxChunks, n_chunks - base);
+      for_chunks(n, [&](int c, int thread) { fn(base + c, thread); });
+    }
+    return;
+  }
+  fn_ = &fn;
+  done_.store(0, std::memory_order_relaxed);
+  const uint32_t gen = ++generation_;
   {
     // Publishing under the lock pairs with the sleepers' predicate check.
     std::lock_guard lock(mutex_);
-    generation_.fetch_add(1, std::memory_order_release);
+    state_.store((static_cast<uint64_t>(gen) << 32) | (static_cast<uint64_t>(n_chunks) << 16),
+                 std::memory_order_release);
   }
   if (sleepers_.load(std::memory_order_acquire) > 0) wake_.notify_all();
-  fn(0, n_threads_);
+  work(gen, 0);
+  // Only chunks already claimed by other threads remain: wait for them.
   int spins = 0;
-  while (pending_.load(std::memory_order_acquire) != 0) {
-    if (++spins < kSpinIterations) PHASELAB_PAUSE();
+  while (done_.load(std::memory_order_acquire) != n_chunks) {
+    if (++spins < kSpinPauses) PHASELAB_PAUSE();
     else std::this_thread::yield();
   }
-  job_ = nullptr;
 }
 
 void ThreadPool::worker(int ith) {
-  uint64_t seen = 0;
+  uint32_t seen = 0;
   for (;;) {
     int spins = 0;
-    while (generation_.load(std::memory_order_acquire) == seen && !stop_.load(std::memory_order_relaxed)) {
-      if (++spins < kSpinIterations) {
+    auto current = [&] { return static_cast<uint32_t>(state_.load(std::memory_order_acquire) >> 32); };
+    while (current() == seen && !stop_.load(std::memory_order_relaxed)) {
+      if (spins < kSpinPauses) {
         PHASELAB_PAUSE();
-        continue;
+      } else if (spins < kSpinPauses + kSpinYields) {
+        std::this_thread::yield();
+      } else {
+        std::unique_lock lock(mutex_);
+        sleepers_.fetch_add(1, std::memory_order_acq_rel);
+        wake_.wait(lock, [&] { return stop_.load() || current() != seen; });
+        sleepers_.fetch_sub(1, std::memory_order_acq_rel);
       }
-      std::unique_lock lock(mutex_);
-      sleepers_.fetch_add(1, std::memory_order_acq_rel);
-      wake_.wait(lock, [&] { return stop_.load() || generation_.load() != seen; });
-      sleepers_.fetch_sub(1, std::memory_order_acq_rel);
-      break;
+      spins++;
     }
     if (stop_.load()) return;
-    seen = generation_.load(std::memory_order_acquire);
-    (*job_)(ith, n_threads_);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    seen = current();
+    work(seen, ith);
   }
 }
 

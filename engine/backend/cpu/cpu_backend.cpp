@@ -162,6 +162,19 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  // Splits rows [0, n) into chunks claimed by the pool's threads:
+  // body(r0, r1, thread). Several chunks per thread, so that a thread the OS
+  // has not scheduled leaves little behind.
+  template <typename F>
+  void for_rows(int64_t n, F&& body) {
+    const int64_t n_chunks = std::clamp<int64_t>(n / 16, 1, 2 * pool_.size());
+    const int64_t per = (n + n_chunks - 1) / n_chunks;
+    pool_.for_chunks(static_cast<int>(n_chunks), [&](int c, int thread) {
+      const int64_t r0 = c * per, r1 = std::min(n, r0 + per);
+      if (r0 < r1) body(r0, r1, thread);
+    });
+  }
+
   // out[t, r] = W.row(r) · in[t, :] for T tokens. Each weight row is read
   // once and used for every token of the batch while it is in L1.
   // same_input: in is what the previous matmul read (its quantized form is
@@ -169,10 +182,8 @@ class CpuBackend final : public Backend {
   void matmul(const WeightView& W, const float* in, float* out, int T, bool same_input = false, bool precise = false) {
     if (k_fast_) return matmul_fast(W, in, out, T, same_input, precise);
     const int64_t n_in = W.n_in, n_out = W.n_out;
-    pool_.run([&](int ith, int nth) {
-      float* row = row_buf_[ith].data();
-      const int64_t chunk = (n_out + nth - 1) / nth;
-      const int64_t r0 = ith * chunk, r1 = std::min(n_out, r0 + chunk);
+    for_rows(n_out, [&](int64_t r0, int64_t r1, int thread) {
+      float* row = row_buf_[thread].data();
       for (int64_t r = r0; r < r1; r++) {
         (void)dequantize_row(W.type, W.row(r), row, n_in);  // types were checked at load
         for (int t = 0; t < T; t++) out[t * n_out + r] = ref::dot(row, in + t * n_in, n_in);
@@ -190,9 +201,7 @@ class CpuBackend final : public Backend {
     if (!same_input) act_of_ = lo_of_ = nullptr;
     if (!cpu::uses_q8_activations(W.type)) {
       const cpu::DotF32Fn dot = k_fast_->dot_f32[type];
-      pool_.run([&](int ith, int nth) {
-        const int64_t chunk = (n_out + nth - 1) / nth;
-        const int64_t r0 = ith * chunk, r1 = std::min(n_out, r0 + chunk);
+      for_rows(n_out, [&](int64_t r0, int64_t r1, int) {
         for (int64_t r = r0; r < r1; r++)
           for (int t = 0; t < T; t++) out[t * n_out + r] = dot(W.row(r), in + t * n_in, n_in);
       });
@@ -215,9 +224,7 @@ class CpuBackend final : public Backend {
     }
     const cpu::DotQ8Fn dot = k_fast_->dot_q8[type];
     const cpu::DotQ8x4Fn dot4 = k_fast_->dot_q8_x4[type];
-    pool_.run([&](int ith, int nth) {
-      const int64_t chunk = (n_out + nth - 1) / nth;
-      const int64_t r0 = ith * chunk, r1 = std::min(n_out, r0 + chunk);
+    for_rows(n_out, [&](int64_t r0, int64_t r1, int) {
       float v4[4], lo4[4];
       for (int64_t r = r0; r < r1; r++) {
         const uint8_t* row = W.row(r);
@@ -248,9 +255,11 @@ class CpuBackend final : public Backend {
     const bool swa = c_.is_swa(il) && c_.sliding_window > 0;
     const int n_ctx = kv.n_ctx();
     const int n_work = T * c_.n_head_kv;
-    pool_.run([&](int ith, int nth) {
-      float* scores = score_buf_[ith].data();  // (group, n_ctx)
-      for (int wi = ith; wi < n_work; wi += nth) {
+    // One chunk per (token, KV head): later tokens attend over more keys,
+    // and claiming chunks one by one balances that.
+    pool_.for_chunks(n_work, [&](int wi, int thread) {
+      float* scores = score_buf_[thread].data();  // (group, n_ctx)
+      {
         const int t = wi / c_.n_head_kv, kvh = wi % c_.n_head_kv;
         const int pos = p0 + t;
         const int h0 = kvh * group;

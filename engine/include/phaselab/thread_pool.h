@@ -1,9 +1,11 @@
 // A persistent pool of worker threads for data-parallel loops. Threads are
-// created once; run() wakes them, every thread (the caller included) calls
-// fn(thread_index, n_threads), and run() returns when all are done. Workers
-// spin briefly before sleeping, so the many short parallel sections of a
-// decode step do not pay a kernel wake-up each. No allocation per call, so it
-// is safe in the decode loop.
+// created once. Work is split into chunks that threads claim one at a time
+// (the caller included), so a worker the OS has not scheduled never holds the
+// others up: the caller simply does its chunks. Workers spin briefly, then
+// yield, then sleep, so the many short parallel sections of a decode step do
+// not each pay a kernel wake-up, and a machine with more runnable threads
+// than cores (a GUI beside the engine) is not starved by spinning. No
+// allocation per call: safe in the decode loop.
 #pragma once
 
 #include <atomic>
@@ -25,19 +27,27 @@ class ThreadPool {
 
   int size() const { return n_threads_; }
 
-  // Runs fn(ith, nth) on all threads and waits. fn must not throw.
-  void run(const std::function<void(int ith, int nth)>& fn);
+  // Runs fn(chunk, thread) once for every chunk in [0, n_chunks) and waits.
+  // thread (< size()) identifies the executing thread, for its scratch
+  // buffers. fn must not throw.
+  void for_chunks(int n_chunks, const std::function<void(int chunk, int thread)>& fn);
 
-  // Splits [0, n) into contiguous chunks, one per thread.
+  // Runs fn(i, n) for i in [0, n = size()): each i once, on some thread; i
+  // may index per-slot scratch (no two calls with the same i overlap).
+  void run(const std::function<void(int i, int n)>& fn) {
+    for_chunks(n_threads_, [&](int c, int) { fn(c, n_threads_); });
+  }
+
+  // Splits [0, n) into contiguous ranges, one per slot.
   template <typename F>
   void parallel_for(int64_t n, F&& body) {
     if (n_threads_ == 1 || n < 2) {
       body(int64_t{0}, n);
       return;
     }
-    run([&](int ith, int nth) {
+    run([&](int i, int nth) {
       const int64_t chunk = (n + nth - 1) / nth;
-      const int64_t begin = ith * chunk;
+      const int64_t begin = i * chunk;
       const int64_t end = begin + chunk < n ? begin + chunk : n;
       if (begin < end) body(begin, end);
     });
@@ -45,14 +55,16 @@ class ThreadPool {
 
  private:
   void worker(int ith);
+  void work(uint32_t generation, int thread);
 
   int n_threads_;
   std::vector<std::thread> threads_;
   std::mutex mutex_;
   std::condition_variable wake_;
-  const std::function<void(int, int)>* job_ = nullptr;
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
+  const std::function<void(int, int)>* fn_ = nullptr;
+  uint32_t generation_ = 0;          // the caller's count of jobs
+  std::atomic<uint64_t> state_{0};   // generation << 32 | chunk count << 16 | next chunk to claim
+  std::atomic<int> done_{0};         // chunks of the current job finished
   std::atomic<int> sleepers_{0};
   std::atomic<bool> stop_{false};
 };
