@@ -18,6 +18,9 @@
 #include "main_window.h"
 #include "message_widget.h"
 #include "metrics_dock.h"
+
+#include <QComboBox>
+#include <QToolBar>
 #include "phase_meter.h"
 
 using namespace phaselab::ui;
@@ -96,6 +99,35 @@ class TestGuiWindow : public QObject {
     QCOMPARE(msgs[1].content, streamed);
     QCOMPARE(msgs[1].state, QStringLiteral("done"));
     QCOMPARE(msgs[1].stats.nGenerated, 400);
+  }
+
+  // The chat toolbar's toggles change the next message without a reload:
+  // speculative lookup shows its acceptance in the metrics dock, and the
+  // answer is the same as without it (greedy).
+  void toolbar_toggles_apply_to_the_next_message() {
+    MainWindow w(options());
+    w.show();
+    QVERIFY(loadStories(w));
+    w.setGenerationSettings(answer(120));
+    QSignalSpy finished(w.chatSession(), &ChatSession::answerFinished);
+    const QString prompt = QStringLiteral("Once upon a time, there was a little girl named Lily. She loved to play");
+    w.sendMessage(prompt);
+    QVERIFY(finished.wait(60000));
+    const QString plain = answers(w).last()->text();
+    auto* combo = w.findChild<QComboBox*>(QStringLiteral("specCombo"));
+    auto* kv = w.findChild<QToolBar*>(QStringLiteral("chatToolbar"))->actions().first();
+    QVERIFY(combo && kv && kv->isChecked());
+    combo->setCurrentIndex(combo->findData(QStringLiteral("lookup")));
+    QCOMPARE(w.generationSettings().speculative, QStringLiteral("lookup"));
+    w.chatSession()->newConversation();
+    w.sendMessage(prompt);
+    QVERIFY(finished.wait(60000));
+    QCOMPARE(answers(w).last()->text(), plain);
+    const QString spec = w.metricsDock()->specText();
+    QVERIFY2(spec.contains(QStringLiteral("lookup")) && spec.contains(QStringLiteral("drafted")), qPrintable(spec));
+    QVERIFY2(answers(w).last()->statsText().contains(QStringLiteral("accepted")), qPrintable(answers(w).last()->statsText()));
+    kv->trigger();  // KV cache off for the next message
+    QCOMPARE(w.generationSettings().useKvCache, false);
   }
 
   void escape_stops_the_answer() {

@@ -20,6 +20,10 @@ AppSettings AppSettings::load() {
   g.seed = s.value(QStringLiteral("sampling/seed"), d.seed).toULongLong();
   g.maxTokens = s.value(QStringLiteral("sampling/maxTokens"), d.maxTokens).toInt();
   g.useKvCache = s.value(QStringLiteral("engine/kvCache"), d.useKvCache).toBool();
+  g.prefixCache = s.value(QStringLiteral("engine/prefixCache"), d.prefixCache).toBool();
+  g.speculative = s.value(QStringLiteral("speculative/mode"), d.speculative).toString();
+  g.specK = s.value(QStringLiteral("speculative/k"), d.specK).toInt();
+  g.draftModel = s.value(QStringLiteral("speculative/draftModel"), d.draftModel).toString();
   g.systemPrompt = s.value(QStringLiteral("chat/systemPrompt"), d.systemPrompt).toString();
   a.lastModel = s.value(QStringLiteral("model/last")).toString();
   return a;
@@ -38,6 +42,10 @@ void AppSettings::save() const {
   s.setValue(QStringLiteral("sampling/seed"), generation.seed);
   s.setValue(QStringLiteral("sampling/maxTokens"), generation.maxTokens);
   s.setValue(QStringLiteral("engine/kvCache"), generation.useKvCache);
+  s.setValue(QStringLiteral("engine/prefixCache"), generation.prefixCache);
+  s.setValue(QStringLiteral("speculative/mode"), generation.speculative);
+  s.setValue(QStringLiteral("speculative/k"), generation.specK);
+  s.setValue(QStringLiteral("speculative/draftModel"), generation.draftModel);
   s.setValue(QStringLiteral("chat/systemPrompt"), generation.systemPrompt);
   s.setValue(QStringLiteral("model/last"), lastModel);
 }

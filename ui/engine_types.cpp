@@ -14,6 +14,11 @@ QJsonObject RequestStats::toJson() const {
   o["decode_tps"] = decodeTps;
   o["kv_used"] = static_cast<qint64>(kvUsed);
   o["kv_capacity"] = static_cast<qint64>(kvCapacity);
+  if (specDrafted > 0) {
+    o["spec_drafted"] = specDrafted;
+    o["spec_accepted"] = specAccepted;
+    o["tokens_per_pass"] = tokensPerPass;
+  }
   o["stop_reason"] = stopReason;
   o["backend"] = backend;
   if (!error.isEmpty()) o["error"] = error;
@@ -32,6 +37,9 @@ RequestStats RequestStats::fromJson(const QJsonObject& o) {
   s.decodeTps = o["decode_tps"].toDouble();
   s.kvUsed = static_cast<quint64>(o["kv_used"].toInteger());
   s.kvCapacity = static_cast<quint64>(o["kv_capacity"].toInteger());
+  s.specDrafted = o["spec_drafted"].toInt();
+  s.specAccepted = o["spec_accepted"].toInt();
+  s.tokensPerPass = o["tokens_per_pass"].toDouble();
   s.stopReason = o["stop_reason"].toString();
   s.backend = o["backend"].toString();
   s.error = o["error"].toString();
@@ -46,6 +54,11 @@ QString RequestStats::summary() const {
                   .arg(nPrompt)
                   .arg(nGenerated)
                   .arg(backend);
+  if (nReused > 0) s += QStringLiteral(" · %1 reused").arg(nReused);
+  if (specDrafted > 0)
+    s += QStringLiteral(" · spec %1% accepted, %2 tok/pass")
+             .arg(100.0 * specAccepted / specDrafted, 0, 'f', 0)
+             .arg(tokensPerPass, 0, 'f', 2);
   if (stopReason == QLatin1String("cancelled")) s += QStringLiteral(" · stopped");
   else if (stopReason == QLatin1String("context_full")) s += QStringLiteral(" · context full");
   else if (stopReason == QLatin1String("length")) s += QStringLiteral(" · token limit");

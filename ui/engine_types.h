@@ -11,7 +11,7 @@ namespace phaselab::ui {
 
 // What a model load needs; a change of any of these needs a reload.
 struct EngineConfig {
-  QString backend = QStringLiteral("cpu");  // cpu | cpu-portable | cpu-reference
+  QString backend = QStringLiteral("cpu");  // cpu | cpu-portable | cpu-reference | cuda
   int threads = 0;                           // 0: all cores but one (the GUI keeps one)
   int contextSize = 0;                       // 0: the model's, at most 4096
 };
@@ -26,6 +26,10 @@ struct GenerationSettings {
   quint64 seed = 0;  // 0: a fresh random seed per request
   int maxTokens = 512;
   bool useKvCache = true;
+  bool prefixCache = true;  // reuse cached KV blocks of earlier turns and conversations
+  QString speculative = QStringLiteral("none");  // none | lookup | draft
+  int specK = 4;            // tokens drafted per target pass
+  QString draftModel;       // GGUF path for speculative = draft
   bool ignoreEos = false;  // only for tests and demos that need long answers
   QString systemPrompt;
 };
@@ -64,6 +68,12 @@ struct LiveMetrics {
   double decodeTps = 0;     // average since the first token
   double windowTps = 0;     // over the interval since the previous snapshot
   quint64 kvUsed = 0, kvCapacity = 0;
+  // Speculative decoding so far in this request (drafted 0: off).
+  int specDrafted = 0, specAccepted = 0;
+  double tokensPerPass = 0;
+  QString speculative;  // the draft source's name, empty when off
+  // Paged KV pool (at the end of the request).
+  int kvBlocksUsed = 0, kvBlocksCached = 0, kvBlocksShared = 0, kvBlocksTotal = 0;
 };
 
 // Final numbers of one answer, shown under it and stored with it.
@@ -77,6 +87,8 @@ struct RequestStats {
   double decodeMs = 0;
   double decodeTps = 0;
   quint64 kvUsed = 0, kvCapacity = 0;
+  int specDrafted = 0, specAccepted = 0;
+  double tokensPerPass = 0;
   QString stopReason;  // eos | stop_string | length | cancelled | context_full | error
   QString backend;
   QString error;       // non-empty when the request failed

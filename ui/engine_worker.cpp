@@ -10,6 +10,7 @@
 #include "engine_controller.h"
 #include "phaselab/chat_template.h"
 #include "phaselab/session.h"
+#include "phaselab/speculative.h"
 
 namespace phaselab::ui {
 
@@ -41,6 +42,9 @@ RequestStats toStats(const RequestMetrics& m, const QString& backend) {
   s.decodeTps = m.decode_tps;
   s.kvUsed = m.kv_used;
   s.kvCapacity = m.kv_capacity;
+  s.specDrafted = m.spec_drafted;
+  s.specAccepted = m.spec_accepted;
+  s.tokensPerPass = m.tokens_per_pass;
   s.stopReason = QString::fromStdString(m.stop_reason);
   s.backend = backend;
   return s;
@@ -80,9 +84,19 @@ void EngineWorker::loadModelImpl(const QString& path, const EngineConfig& config
   }
   const int threads = config.threads > 0 ? config.threads : defaultThreads();
   std::shared_ptr<Model> m = std::move(*model);
-  auto backend = config.backend == QLatin1String("cpu-reference")
-                     ? make_cpu_reference_backend(m, threads)
-                     : make_cpu_backend(m, threads, 64, config.backend == QLatin1String("cpu-portable"));
+  Result<std::unique_ptr<Backend>> backend = invalid_argument("no backend");
+  if (config.backend == QLatin1String("cuda")) {
+    backend = make_cuda_backend(m, 64);
+    if (!backend) {
+      // Say why, and run on the CPU.
+      emit errorOccurred(QString::fromStdString(backend.status().message()) + QStringLiteral("; using the CPU backend"));
+      backend = make_cpu_backend(m, threads, 64);
+    }
+  } else if (config.backend == QLatin1String("cpu-reference")) {
+    backend = make_cpu_reference_backend(m, threads);
+  } else {
+    backend = make_cpu_backend(m, threads, 64, config.backend == QLatin1String("cpu-portable"));
+  }
   if (!backend) {
     emit modelLoadFailed(QString::fromStdString(backend.status().message()));
     return;
@@ -98,6 +112,8 @@ void EngineWorker::loadModelImpl(const QString& path, const EngineConfig& config
   }
   m_model = m;
   m_session = std::move(*session);
+  m_draft.reset();  // a draft model's session is sized for the old target
+  m_draftPath.clear();
 
   ModelInfo info;
   const ModelConfig& c = m->config();
@@ -171,6 +187,9 @@ void EngineWorker::generateImpl(int requestId, const QList<ChatTurn>& turns, con
   opt.sampling.min_p = settings.minP;
   opt.sampling.repeat_penalty = settings.repeatPenalty;
   opt.sampling.seed = settings.seed != 0 ? settings.seed : std::random_device{}();
+  opt.prefix_cache = settings.prefixCache;
+  opt.draft = draftSource(settings);
+  opt.spec_k = std::clamp(settings.specK, 1, 32);
   for (auto& s : chat_stop_strings(family)) opt.stop.push_back(s);
   if (Status st = opt.sampling.validate(); !st) return fail(QString::fromStdString(st.message()));
 
@@ -182,13 +201,10 @@ void EngineWorker::generateImpl(int requestId, const QList<ChatTurn>& turns, con
   live.nPrompt = static_cast<int>(prompt.size());
   live.kvCapacity = static_cast<quint64>(m_session->n_ctx());
   live.kvUsed = static_cast<quint64>(m_session->kv().n_past());
-  if (opt.use_kv_cache) {
-    // The same common-prefix rule as Session::generate, so the live prefill
-    // rate counts only the tokens really computed.
-    const auto& cached = m_session->kv().tokens();
-    const int lim = std::min<int>(static_cast<int>(cached.size()), live.nPrompt - 1);
-    while (live.nReused < lim && cached[live.nReused] == prompt[live.nReused]) live.nReused++;
-  }
+  // What the cache will supply, so the live prefill rate counts only the
+  // tokens really computed.
+  live.nReused = m_session->reusable_prefix(prompt, opt);
+  live.speculative = opt.draft ? QString::fromStdString(opt.draft->name()) : QString();
   emit metricsUpdated(live);  // prefill runs without callbacks: show it started
 
   // Coalescing state. The first token is sent at once (it is the TTFT the
@@ -233,6 +249,13 @@ void EngineWorker::generateImpl(int requestId, const QList<ChatTurn>& turns, con
       live.decodeTps = nTokens > 1 ? (nTokens - 1) / std::max((now - firstTokenMs) / 1000.0, 1e-9) : 0;
       live.windowTps = (nTokens - tokensAtLastMetrics) / std::max((now - lastMetricsMs) / 1000.0, 1e-9);
       live.kvUsed = static_cast<quint64>(session.kv().n_past());
+      if (e.metrics) {
+        live.specDrafted = e.metrics->spec_drafted;
+        live.specAccepted = e.metrics->spec_accepted;
+        live.tokensPerPass = e.metrics->target_passes > 0
+                                 ? static_cast<double>(std::max(0, nTokens - 1)) / e.metrics->target_passes
+                                 : 0;
+      }
       emit metricsUpdated(live);
       lastMetricsMs = now;
       tokensAtLastMetrics = nTokens;
@@ -256,8 +279,49 @@ void EngineWorker::generateImpl(int requestId, const QList<ChatTurn>& turns, con
                    std::max((live.elapsedMs - lastMetricsMs) / 1000.0, 1e-9);
   live.kvUsed = m.kv_used;
   live.kvCapacity = m.kv_capacity;
+  live.specDrafted = m.spec_drafted;
+  live.specAccepted = m.spec_accepted;
+  live.tokensPerPass = m.tokens_per_pass;
+  live.kvBlocksUsed = m.kv_blocks_used;
+  live.kvBlocksCached = m.kv_blocks_cached;
+  live.kvBlocksShared = m.kv_blocks_shared;
+  live.kvBlocksTotal = m.kv_blocks_total;
   emit metricsUpdated(live);
   emit generationFinished(requestId, toStats(m, backendName));
+}
+
+DraftSource* EngineWorker::draftSource(const GenerationSettings& settings) {
+  if (settings.speculative == QLatin1String("lookup")) {
+    if (!m_lookup) m_lookup = make_prompt_lookup_draft();
+    return m_lookup.get();
+  }
+  if (settings.speculative != QLatin1String("draft")) return nullptr;
+  if (settings.draftModel.isEmpty()) {
+    emit errorOccurred(tr("Speculative decoding with a draft model needs a draft model file (Settings); "
+                          "answering without speculation."));
+    return nullptr;
+  }
+  if (m_draft && m_draftPath == settings.draftModel) return m_draft.get();
+  m_draft.reset();
+  m_draftPath.clear();
+  auto dm = Model::load(settings.draftModel.toStdString());
+  if (!dm) {
+    emit errorOccurred(tr("Draft model: %1; answering without speculation.").arg(QString::fromStdString(dm.status().message())));
+    return nullptr;
+  }
+  auto db = make_cpu_backend(*dm, std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1), 64);
+  if (!db) {
+    emit errorOccurred(QString::fromStdString(db.status().message()));
+    return nullptr;
+  }
+  auto src = make_draft_model_source(*dm, std::move(*db), m_session->n_ctx(), m_session->model());
+  if (!src) {
+    emit errorOccurred(tr("Draft model: %1; answering without speculation.").arg(QString::fromStdString(src.status().message())));
+    return nullptr;
+  }
+  m_draft = std::move(*src);
+  m_draftPath = settings.draftModel;
+  return m_draft.get();
 }
 
 }  // namespace phaselab::ui

@@ -13,6 +13,7 @@
 namespace phaselab {
 class Model;
 class Session;
+class DraftSource;
 }  // namespace phaselab
 
 namespace phaselab::ui {
@@ -53,6 +54,12 @@ class EngineWorker : public QObject {
   std::shared_ptr<EngineShared> m_shared;
   std::shared_ptr<Model> m_model;
   std::unique_ptr<Session> m_session;
+  // Speculative decoding: the source for the settings (null: off); a draft
+  // model is loaded once per path and target.
+  DraftSource* draftSource(const GenerationSettings& settings);
+  std::unique_ptr<DraftSource> m_lookup;
+  std::unique_ptr<DraftSource> m_draft;
+  QString m_draftPath;
 };
 
 }  // namespace phaselab::ui

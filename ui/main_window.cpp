@@ -21,6 +21,8 @@
 #include <QStatusBar>
 #include <QThread>
 #include <QToolButton>
+#include <QComboBox>
+#include <QToolBar>
 #include <QVBoxLayout>
 
 #include "chat_composer.h"
@@ -90,6 +92,7 @@ MainWindow::MainWindow(const Options& options, QWidget* parent) : QMainWindow(pa
   m_welcome->layout()->addWidget(loadDefault);
   connect(loadDefault, &QPushButton::clicked, this, [this] { loadModel(defaultModelPath()); });
   col->addWidget(m_welcome);
+  createChatToolbar(col);
   m_chatView = new ChatView;
   col->addWidget(m_chatView, 1);
   m_composer = new ChatComposer;
@@ -267,6 +270,53 @@ bool MainWindow::sendMessage(const QString& text) {
 void MainWindow::setGenerationSettings(const GenerationSettings& g) {
   m_settings.generation = g;
   m_chat->setGenerationSettings(g);
+  syncChatToolbar();
+}
+
+void MainWindow::applyGenerationSettings(const GenerationSettings& g) {
+  setGenerationSettings(g);
+  m_settings.save();
+}
+
+void MainWindow::createChatToolbar(QVBoxLayout* column) {
+  auto* bar = new QToolBar(tr("Chat"));
+  bar->setObjectName(QStringLiteral("chatToolbar"));
+  m_kvToggle = bar->addAction(tr("KV cache"));
+  m_kvToggle->setObjectName(QStringLiteral("kvToggle"));
+  m_kvToggle->setCheckable(true);
+  m_kvToggle->setToolTip(tr("Off: every token recomputes the whole conversation. Watch decode tokens/s drop."));
+  connect(m_kvToggle, &QAction::toggled, this, [this](bool on) {
+    GenerationSettings g = m_settings.generation;
+    if (g.useKvCache == on) return;
+    g.useKvCache = on;
+    applyGenerationSettings(g);
+  });
+  bar->addSeparator();
+  bar->addWidget(new QLabel(tr(" Speculative: ")));
+  m_specCombo = new QComboBox;
+  m_specCombo->setObjectName(QStringLiteral("specCombo"));
+  m_specCombo->addItem(tr("off"), QStringLiteral("none"));
+  m_specCombo->addItem(tr("prompt lookup"), QStringLiteral("lookup"));
+  m_specCombo->addItem(tr("draft model"), QStringLiteral("draft"));
+  m_specCombo->setToolTip(tr("Draft tokens cheaply, verify them in one pass of the model. The answer is the same "
+                             "(greedy) or has the same distribution (sampling); the metrics dock shows acceptance."));
+  bar->addWidget(m_specCombo);
+  connect(m_specCombo, &QComboBox::currentIndexChanged, this, [this] {
+    GenerationSettings g = m_settings.generation;
+    const QString mode = m_specCombo->currentData().toString();
+    if (g.speculative == mode) return;
+    g.speculative = mode;
+    applyGenerationSettings(g);
+  });
+  column->addWidget(bar);
+  syncChatToolbar();
+}
+
+void MainWindow::syncChatToolbar() {
+  if (!m_kvToggle) return;
+  const QSignalBlocker a(m_kvToggle), b(m_specCombo);
+  m_kvToggle->setChecked(m_settings.generation.useKvCache);
+  m_specCombo->setCurrentIndex(std::max(0, m_specCombo->findData(m_settings.generation.speculative)));
 }
 
 void MainWindow::setEngineConfig(const EngineConfig& e) { m_settings.engine = e; }
@@ -333,6 +383,7 @@ void MainWindow::openSettings() {
   m_settings = dlg.settings();
   m_settings.save();
   m_chat->setGenerationSettings(m_settings.generation);
+  syncChatToolbar();
   if (reload) loadModel(m_engine->modelInfo().path);
 }
 

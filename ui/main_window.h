@@ -13,6 +13,9 @@ class QProgressDialog;
 class QFrame;
 class QPushButton;
 
+class QVBoxLayout;
+class QComboBox;
+
 namespace phaselab::ui {
 
 class EngineController;
@@ -37,6 +40,7 @@ class MainWindow : public QMainWindow {
 
   void loadModel(const QString& path);
   bool sendMessage(const QString& text);
+  const GenerationSettings& generationSettings() const { return m_settings.generation; }
   // Overrides for this run only (screenshot mode, tests); not saved.
   void setGenerationSettings(const GenerationSettings& g);
   void setEngineConfig(const EngineConfig& e);
@@ -62,6 +66,11 @@ class MainWindow : public QMainWindow {
 
  private:
   void createMenus();
+  // The chat toolbar's KV cache and speculative toggles: they change the
+  // generation settings for the next message, no reload.
+  void createChatToolbar(QVBoxLayout* column);
+  void syncChatToolbar();
+  void applyGenerationSettings(const GenerationSettings& g);
   void showError(const QString& message);
   void clearError();
   void onModelLoaded(const ModelInfo& info);
@@ -92,6 +101,8 @@ class MainWindow : public QMainWindow {
   QProgressDialog* m_loadProgress = nullptr;
   QString m_lastError;
   QString m_loadingPath;
+  QAction* m_kvToggle = nullptr;
+  QComboBox* m_specCombo = nullptr;
 };
 
 }  // namespace phaselab::ui

@@ -130,15 +130,23 @@ MetricsDock::MetricsDock(QWidget* parent) : QDockWidget(tr("Metrics"), parent) {
   m_kvBar->setRange(0, 1);
   m_kvBar->setValue(0);
   m_kvBar->setFormat(tr("no request yet"));
-  layout->addWidget(group(tr("KV cache (positions used / capacity)"), m_kvBar));
+  m_kvBlocks = new QLabel(tr("paged in blocks of 16 positions"));
+  m_kvBlocks->setWordWrap(true);
+  auto* kvBox = new QWidget;
+  auto* kvCol = new QVBoxLayout(kvBox);
+  kvCol->setContentsMargins(0, 0, 0, 0);
+  kvCol->addWidget(m_kvBar);
+  kvCol->addWidget(m_kvBlocks);
+  layout->addWidget(group(tr("KV cache (positions used / capacity)"), kvBox));
 
   m_phaseMeter = new PhaseMeter;
   layout->addWidget(group(tr("Phase meter"), m_phaseMeter));
 
-  auto* spec = new QLabel(tr("Speculative decoding: not enabled (acceptance rate will appear here)."));
-  spec->setWordWrap(true);
-  spec->setEnabled(false);
-  layout->addWidget(group(tr("Speculative acceptance"), spec));
+  m_spec = new QLabel(tr("Speculative decoding is off (Settings, or the chat toolbar)."));
+  m_spec->setObjectName(QStringLiteral("specLabel"));
+  m_spec->setWordWrap(true);
+  m_spec->setEnabled(false);
+  layout->addWidget(group(tr("Speculative acceptance"), m_spec));
   layout->addStretch(1);
 
   auto* scroll = new QScrollArea;
@@ -210,8 +218,31 @@ void MetricsDock::updateMetrics(const LiveMetrics& m) {
     m_kvBar->setValue(static_cast<int>(std::min(m.kvUsed, m.kvCapacity)));
     m_kvBar->setFormat(tr("%1 / %2 (%p%)").arg(m.kvUsed).arg(m.kvCapacity));
   }
+  if (!m.speculative.isEmpty()) {
+    m_spec->setEnabled(true);
+    const double rate = m.specDrafted > 0 ? 100.0 * m.specAccepted / m.specDrafted : 0;
+    m_spec->setText(tr("%1: %2 drafted, %3 accepted (%4%), %5 tokens per target pass. Verification checks all drafted "
+                       "tokens in one pass, so accepted drafts are tokens that cost no pass of their own.")
+                        .arg(m.speculative)
+                        .arg(m.specDrafted)
+                        .arg(m.specAccepted)
+                        .arg(rate, 0, 'f', 0)
+                        .arg(m.tokensPerPass, 0, 'f', 2));
+  } else if (m.phase == QLatin1String("done")) {
+    m_spec->setEnabled(false);
+    m_spec->setText(tr("Speculative decoding is off (Settings, or the chat toolbar)."));
+  }
+  if (m.phase == QLatin1String("done") && m.kvBlocksTotal > 0)
+    m_kvBlocks->setText(tr("%1 of %2 blocks in use, %3 cached for reuse, %4 shared; %5 prompt tokens reused")
+                            .arg(m.kvBlocksUsed)
+                            .arg(m.kvBlocksTotal)
+                            .arg(m.kvBlocksCached)
+                            .arg(m.kvBlocksShared)
+                            .arg(m.nReused));
   m_phaseMeter->update(m);
 }
+
+QString MetricsDock::specText() const { return m_spec->text(); }
 
 int MetricsDock::decodePointCount() const { return m_decodeSeries->count(); }
 int MetricsDock::ttftPointCount() const { return m_ttftSeries->count(); }

@@ -36,6 +36,7 @@ class MetricsDock : public QDockWidget {
   int timelineCount() const;
   QString kvText() const;
   PhaseMeter* phaseMeter() const { return m_phaseMeter; }
+  QString specText() const;  // for tests
 
  private:
   void startRequest(const LiveMetrics& m);
@@ -57,6 +58,8 @@ class MetricsDock : public QDockWidget {
   QBarCategoryAxis* m_timelineCategories = nullptr;
   QValueAxis* m_timelineX = nullptr;
   QProgressBar* m_kvBar = nullptr;
+  QLabel* m_kvBlocks = nullptr;
+  QLabel* m_spec = nullptr;
   PhaseMeter* m_phaseMeter = nullptr;
 };
 

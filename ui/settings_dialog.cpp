@@ -14,6 +14,8 @@
 #include <QThread>
 #include <QVBoxLayout>
 
+#include "phaselab/backend.h"
+
 namespace phaselab::ui {
 
 SettingsDialog::SettingsDialog(const AppSettings& current, const EngineConfig& loaded, bool hasModel, QWidget* parent)
@@ -29,8 +31,14 @@ SettingsDialog::SettingsDialog(const AppSettings& current, const EngineConfig& l
   m_backend->addItem(tr("CPU reference (the oracle, slow)"), QStringLiteral("cpu-reference"));
   m_backend->setCurrentIndex(std::max(0, m_backend->findData(current.engine.backend)));
   ef->addRow(tr("Backend:"), m_backend);
-  auto* cuda = new QLabel(tr("CUDA: not available (not built)"));
-  cuda->setEnabled(false);
+  // CUDA is offered when its library loads and finds a device; else why not.
+  const CudaProbe cudaProbe = probe_cuda();
+  if (cudaProbe.available) m_backend->addItem(tr("CUDA: %1").arg(QString::fromStdString(cudaProbe.description)), QStringLiteral("cuda"));
+  m_backend->setCurrentIndex(std::max(0, m_backend->findData(current.engine.backend)));
+  auto* cuda = new QLabel(cudaProbe.available ? tr("CUDA available: %1").arg(QString::fromStdString(cudaProbe.description))
+                                              : tr("CUDA not available: %1").arg(QString::fromStdString(cudaProbe.reason)));
+  cuda->setWordWrap(true);
+  cuda->setEnabled(cudaProbe.available);
   ef->addRow(QString(), cuda);
   m_threads = new QSpinBox;
   m_threads->setRange(0, 256);
@@ -81,6 +89,22 @@ SettingsDialog::SettingsDialog(const AppSettings& current, const EngineConfig& l
   m_kvCache = new QCheckBox(tr("Use the KV cache (off: recompute the whole sequence every token, slow on purpose)"));
   m_kvCache->setChecked(g.useKvCache);
   sf->addRow(tr("KV cache:"), m_kvCache);
+  m_prefixCache = new QCheckBox(tr("Reuse cached prefixes (earlier turns, other conversations, the system prompt)"));
+  m_prefixCache->setChecked(g.prefixCache);
+  sf->addRow(tr("Prefix cache:"), m_prefixCache);
+  m_speculative = new QComboBox;
+  m_speculative->addItem(tr("Off"), QStringLiteral("none"));
+  m_speculative->addItem(tr("Prompt lookup (n-grams of the conversation)"), QStringLiteral("lookup"));
+  m_speculative->addItem(tr("Draft model"), QStringLiteral("draft"));
+  m_speculative->setCurrentIndex(std::max(0, m_speculative->findData(g.speculative)));
+  sf->addRow(tr("Speculative decoding:"), m_speculative);
+  m_specK = new QSpinBox;
+  m_specK->setRange(1, 16);
+  m_specK->setValue(g.specK);
+  sf->addRow(tr("Tokens drafted per pass:"), m_specK);
+  m_draftModel = new QLineEdit(g.draftModel);
+  m_draftModel->setPlaceholderText(tr("a smaller GGUF with the same vocabulary"));
+  sf->addRow(tr("Draft model:"), m_draftModel);
   m_systemPrompt = new QPlainTextEdit(g.systemPrompt);
   m_systemPrompt->setMaximumHeight(80);
   sf->addRow(tr("System prompt:"), m_systemPrompt);
@@ -114,6 +138,10 @@ AppSettings SettingsDialog::settings() const {
   g.seed = m_seed->text().toULongLong();
   g.maxTokens = m_maxTokens->value();
   g.useKvCache = m_kvCache->isChecked();
+  g.prefixCache = m_prefixCache->isChecked();
+  g.speculative = m_speculative->currentData().toString();
+  g.specK = m_specK->value();
+  g.draftModel = m_draftModel->text().trimmed();
   g.systemPrompt = m_systemPrompt->toPlainText();
   return a;
 }

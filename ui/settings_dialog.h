@@ -42,6 +42,10 @@ class SettingsDialog : public QDialog {
   QLineEdit* m_seed = nullptr;
   QSpinBox* m_maxTokens = nullptr;
   QCheckBox* m_kvCache = nullptr;
+  QCheckBox* m_prefixCache = nullptr;
+  QComboBox* m_speculative = nullptr;
+  QSpinBox* m_specK = nullptr;
+  QLineEdit* m_draftModel = nullptr;
   QPlainTextEdit* m_systemPrompt = nullptr;
   QLabel* m_reloadNote = nullptr;
 };

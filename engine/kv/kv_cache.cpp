@@ -196,6 +196,23 @@ void KvCache::truncate(int n) {
   hashes_.resize(std::min(hashes_.size(), static_cast<size_t>(n / B)));
 }
 
+int KvCache::reusable_prefix(const int32_t* tokens, int limit) const {
+  const int B = KvPool::kBlockTokens;
+  int common = 0;
+  const int lim = std::min(n_past(), limit);
+  while (common < lim && tokens_[common] == tokens[common]) common++;
+  if (!prefix_cache_) return common;
+  int at = common / B * B;
+  uint64_t prev = at > 0 ? hashes_[at / B - 1] : 0;
+  while (at + B <= limit) {
+    const uint64_t h = KvPool::chain_hash(prev, tokens + at);
+    if (pool_->lookup(h, prev, tokens + at) < 0) break;
+    prev = h;
+    at += B;
+  }
+  return std::max(at, common);
+}
+
 int KvCache::reuse_prefix(const int32_t* tokens, int limit) {
   const int B = KvPool::kBlockTokens;
   int common = 0;

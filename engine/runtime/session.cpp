@@ -80,6 +80,11 @@ Status Session::prefill(const int32_t* tokens, int n, bool want_logits) {
   return Status::ok();
 }
 
+int Session::reusable_prefix(const std::vector<int32_t>& prompt, const GenerateOptions& opt) const {
+  if (!opt.use_kv_cache || !opt.prefix_cache || prompt.empty()) return 0;
+  return kv_->reusable_prefix(prompt.data(), static_cast<int>(prompt.size()) - 1);
+}
+
 Status Session::eval(const std::vector<int32_t>& tokens, std::vector<float>* logits_last) {
   if (tokens.empty()) return invalid_argument("nothing to evaluate");
   PHASELAB_TRY(prefill(tokens.data(), static_cast<int>(tokens.size()), true));
@@ -149,7 +154,7 @@ Result<GenerateResult> Session::generate(const std::vector<int32_t>& prompt, con
     shown.clear();
     const bool stop_string = stops.push(piece, &shown);
     res.text += shown;
-    if (on_token) on_token(TokenEvent{id, shown, i, t_now});
+    if (on_token) on_token(TokenEvent{id, shown, i, t_now, &m});
     if (stop_string) {
       m.stop_reason = "stop_string";
       return true;

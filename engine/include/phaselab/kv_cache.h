@@ -118,6 +118,8 @@ class KvCache {
   // the common prefix with what it holds, then published blocks found by
   // hash. Returns that prefix's length.
   int reuse_prefix(const int32_t* tokens, int limit);
+  // What reuse_prefix would return, without changing anything.
+  int reusable_prefix(const int32_t* tokens, int limit) const;
   void set_prefix_cache(bool on) { prefix_cache_ = on; }
   bool prefix_cache() const { return prefix_cache_; }
 

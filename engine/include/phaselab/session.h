@@ -57,6 +57,7 @@ struct TokenEvent {
   std::string_view text;  // the complete-UTF-8 text this token released (may be empty)
   int index;              // 0 for the first generated token
   double t_ms;            // since the request was submitted
+  const RequestMetrics* metrics = nullptr;  // the request's counters so far (reuse, speculation)
 };
 using TokenCallback = std::function<void(const TokenEvent&)>;
 
@@ -77,6 +78,10 @@ class Session {
   // between steps.
   Result<GenerateResult> generate(const std::vector<int32_t>& prompt, const GenerateOptions& opt,
                                   const TokenCallback& on_token = {}, const std::atomic<bool>* cancel = nullptr);
+
+  // How many prompt tokens generate() would take from the cache (for a
+  // front end's "prefilling N tokens" before the request runs).
+  int reusable_prefix(const std::vector<int32_t>& prompt, const GenerateOptions& opt) const;
 
   // Lower level, for tests and the benchmark: logits of the last token after
   // appending tokens to the cache.
