@@ -111,7 +111,8 @@ std::vector<std::string> chat_stop_strings(ChatTemplateFamily family) {
     case ChatTemplateFamily::chatml: return {"<|im_end|>", "<|im_start|>"};
     case ChatTemplateFamily::llama3: return {"<|eot_id|>", "<|start_header_id|>"};
     case ChatTemplateFamily::llama2: return {"[INST]", "</s>"};
-    case ChatTemplateFamily::plain: return {"\nUser:", "\nSystem:"};
+    // A base model may also start another "Assistant:" line of its own.
+    case ChatTemplateFamily::plain: return {"\nUser:", "\nSystem:", "\nAssistant:"};
   }
   return {};
 }
