@@ -96,12 +96,17 @@ class TestSpeculative : public QObject {
   void greedy_draft_model_equals_plain_greedy_data() {
     QTest::addColumn<bool>("same_model");
     QTest::addColumn<int>("k");
-    for (bool same : {true, false})
-      for (int k : {1, 3, 5}) QTest::newRow(qPrintable(QString("%1/k=%2").arg(same ? "same" : "other").arg(k))) << same << k;
+    QTest::addColumn<bool>("fast");
+    for (bool fast : {true, false})
+      for (bool same : {true, false})
+        for (int k : {1, 3, 5})
+          QTest::newRow(qPrintable(QString("%1/%2/k=%3").arg(fast ? "fast" : "reference", same ? "same" : "other").arg(k)))
+              << same << k << fast;
   }
   void greedy_draft_model_equals_plain_greedy() {
     QFETCH(bool, same_model);
     QFETCH(int, k);
+    QFETCH(bool, fast);
     TinySpec target_spec;
     target_spec.arch = "qwen3";
     target_spec.matrix_type = TensorType::Q8_0;
@@ -110,7 +115,7 @@ class TestSpeculative : public QObject {
     draft_spec.seed = 99;  // same vocabulary, other weights: many rejections
     draft_spec.n_layer = 1;
     const std::string other = write_tiny_model(draft_spec, "spec_draft.gguf");
-    auto s = open(target, true, 256);
+    auto s = open(target, fast, 256);
     const std::vector<int32_t> prompt = {1, 260, 261, 262, 263, 264};
     auto plain = s->generate(prompt, greedy(40));
     QVERIFY(plain.is_ok());
