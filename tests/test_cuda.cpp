@@ -22,14 +22,6 @@ double nmse(const std::vector<float>& ref, const std::vector<float>& x) {
   return num / den;
 }
 
-GenerateOptions greedy(int n) {
-  GenerateOptions o;
-  o.n_predict = n;
-  o.sampling.temperature = 0;
-  o.ignore_eos = true;
-  return o;
-}
-
 }  // namespace
 
 class TestCuda : public QObject {
@@ -67,22 +59,7 @@ class TestCuda : public QObject {
       path = default_model_path();
       if (path.empty()) QFAIL("default model missing: scripts/fetch-model.sh fetches it");
     } else {
-      TinySpec s;
-      s.arch = model.toStdString();
-      if (s.arch == "gemma3") {
-        s.sliding_window = 4;
-        s.tied = true;
-        s.head_dim = 32;
-        s.n_head_kv = 1;
-      }
-      if (s.arch == "qwen2") {
-        s.n_embd = 256;
-        s.n_ff = 512;
-        s.head_dim = 64;
-        s.matrix_type = TensorType::Q4_K;
-        s.embd_type = TensorType::Q6_K;
-      }
-      if (s.arch == "qwen3") s.matrix_type = TensorType::Q8_0;
+      const TinySpec s = tiny_spec(model.toStdString());
       path = write_tiny_model(s, "cuda_tiny_" + s.arch + ".gguf");
     }
     auto m = Model::load(path);

@@ -87,14 +87,6 @@ std::unique_ptr<Session> open_session(const std::string& path, int n_ctx = 256, 
   return std::move(*s);
 }
 
-GenerateOptions greedy(int n) {
-  GenerateOptions o;
-  o.n_predict = n;
-  o.sampling.temperature = 0;
-  o.ignore_eos = true;
-  return o;
-}
-
 // The default model is fetched by scripts/test.sh; in CI its absence is a
 // failure, elsewhere the test says why it skips.
 #define REQUIRE_DEFAULT_MODEL(path)                                                                   \
@@ -105,27 +97,6 @@ GenerateOptions greedy(int n) {
   }
 
 const char* kArchs[] = {"llama", "qwen2", "qwen3", "gemma3"};
-
-TinySpec tiny(const std::string& arch) {
-  TinySpec s;
-  s.arch = arch;
-  if (arch == "gemma3") {
-    s.sliding_window = 4;  // short, so that the tests cross it
-    s.swa_period = 2;
-    s.tied = true;
-    s.head_dim = 32;  // != n_embd / n_head, as in the real model
-    s.n_head_kv = 1;
-  }
-  if (arch == "qwen3") s.matrix_type = TensorType::Q8_0;
-  if (arch == "qwen2") {
-    s.n_embd = 256;
-    s.n_ff = 512;
-    s.head_dim = 64;
-    s.matrix_type = TensorType::Q4_K;
-    s.embd_type = TensorType::Q6_K;
-  }
-  return s;
-}
 
 }  // namespace
 
@@ -258,7 +229,7 @@ class TestEngine : public QObject {
   void kv_cache_on_equals_off() {
     QFETCH(QString, arch);
     QFETCH(int, kind);
-    const std::string path = write_tiny_model(tiny(arch.toStdString()), "tiny_kv_" + arch.toStdString() + ".gguf");
+    const std::string path = write_tiny_model(tiny_spec(arch.toStdString()), "tiny_kv_" + arch.toStdString() + ".gguf");
     auto s = open_session(path, 64, 5, 2, Kind(kind));  // batch 5: prompts span several chunks
     const std::vector<int32_t> prompt = {1, 260, 261, 262, 263, 264, 100, 101, 102, 103, 104};
     auto on = s->generate(prompt, greedy(20));
@@ -281,7 +252,7 @@ class TestEngine : public QObject {
     QFETCH(QString, arch);
     QFETCH(int, kind);
     const std::string path = arch == "stories260K" ? test_data("stories260K.gguf")
-                                                   : write_tiny_model(tiny(arch.toStdString()), "tiny_batch_" + arch.toStdString() + ".gguf");
+                                                   : write_tiny_model(tiny_spec(arch.toStdString()), "tiny_batch_" + arch.toStdString() + ".gguf");
     auto batched = open_session(path, 64, 64, 2, Kind(kind));
     auto single = open_session(path, 64, 1, 2, Kind(kind));
     std::vector<int32_t> prompt;
@@ -323,7 +294,7 @@ class TestEngine : public QObject {
       prompt = {2, 2063, 10779, 78113, 236769, 236749, 1473};  // "def fibonacci(n):"
       n_gen = 12;
     } else {
-      path = write_tiny_model(tiny(model.toStdString()), "tiny_fast_" + model.toStdString() + ".gguf");
+      path = write_tiny_model(tiny_spec(model.toStdString()), "tiny_fast_" + model.toStdString() + ".gguf");
       prompt = {1, 260, 261, 262, 263, 100, 101};
     }
     auto ref = open_session(path, 256, 64, 2, Kind::reference);
@@ -380,7 +351,7 @@ class TestEngine : public QObject {
   }
 
   void same_seed_same_text() {
-    const std::string path = write_tiny_model(tiny("llama"), "tiny_seed.gguf");
+    const std::string path = write_tiny_model(tiny_spec("llama"), "tiny_seed.gguf");
     auto s = open_session(path);
     GenerateOptions o;
     o.n_predict = 24;
@@ -401,7 +372,7 @@ class TestEngine : public QObject {
   // positions back: with every layer local, the logits at position p depend
   // only on the last `window` tokens.
   void sliding_window_masks_old_keys() {
-    TinySpec spec = tiny("gemma3");
+    TinySpec spec = tiny_spec("gemma3");
     spec.swa_period = 1000;  // all layers local
     spec.sliding_window = 3;
     spec.n_layer = 1;  // one layer: its receptive field is exactly the window
@@ -418,7 +389,7 @@ class TestEngine : public QObject {
   }
 
   void prefix_reuse_equals_cold_prefill() {
-    const std::string path = write_tiny_model(tiny("qwen3"), "tiny_prefix.gguf");
+    const std::string path = write_tiny_model(tiny_spec("qwen3"), "tiny_prefix.gguf");
     auto s = open_session(path, 128, 4);
     const std::vector<int32_t> turn1 = {1, 260, 261, 262, 263, 264, 265};
     auto r1 = s->generate(turn1, greedy(5));
@@ -437,7 +408,7 @@ class TestEngine : public QObject {
   }
 
   void prompt_longer_than_context_is_an_error_with_a_hint() {
-    const std::string path = write_tiny_model(tiny("llama"), "tiny_ctx.gguf");
+    const std::string path = write_tiny_model(tiny_spec("llama"), "tiny_ctx.gguf");
     auto s = open_session(path, 16);
     std::vector<int32_t> prompt(20, 260);
     auto r = s->generate(prompt, greedy(4));
@@ -452,7 +423,7 @@ class TestEngine : public QObject {
   }
 
   void cancel_stops_between_steps() {
-    const std::string path = write_tiny_model(tiny("llama"), "tiny_cancel.gguf");
+    const std::string path = write_tiny_model(tiny_spec("llama"), "tiny_cancel.gguf");
     auto s = open_session(path, 128);
     std::atomic<bool> cancel{false};
     int seen = 0;

@@ -60,14 +60,6 @@ void check_invariants(const KvPool& pool, const std::vector<std::unique_ptr<KvCa
   QCOMPARE(pool.n_free() + pool.n_cached() + pool.n_used(), pool.n_blocks());
 }
 
-GenerateOptions greedy(int n) {
-  GenerateOptions o;
-  o.n_predict = n;
-  o.sampling.temperature = 0;
-  o.ignore_eos = true;
-  return o;
-}
-
 }  // namespace
 
 class TestKvCache : public QObject {
@@ -109,7 +101,9 @@ class TestKvCache : public QObject {
           const auto tail = random_tokens(static_cast<int>(rng() % 8));
           prompt.insert(prompt.end(), tail.begin(), tail.end());
           if (prompt.empty()) break;
+          const int predicted = kv.reusable_prefix(prompt.data(), static_cast<int>(prompt.size()));
           const int reused = kv.reuse_prefix(prompt.data(), static_cast<int>(prompt.size()));
+          QCOMPARE(reused, predicted);
           QVERIFY(reused <= static_cast<int>(prompt.size()));
           QVERIFY(std::equal(prompt.begin(), prompt.begin() + reused, kv.tokens().begin()));
           QCOMPARE(kv.n_past(), reused);

@@ -34,14 +34,6 @@ std::unique_ptr<DraftSource> draft_model(const std::string& path, const Model& t
   return std::move(*d);
 }
 
-GenerateOptions greedy(int n) {
-  GenerateOptions o;
-  o.n_predict = n;
-  o.sampling.temperature = 0;
-  o.ignore_eos = true;
-  return o;
-}
-
 // A prompt that repeats itself, so that prompt lookup finds matches.
 std::vector<int32_t> repetitive_prompt(const Tokenizer& tok) {
   return tok.encode("Once upon a time, there was a little girl named Lily. She loved to play outside in the park. "

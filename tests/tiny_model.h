@@ -11,6 +11,7 @@
 
 #include "phaselab/gguf.h"
 #include "phaselab/model_config.h"
+#include "phaselab/session.h"
 
 namespace phaselab::testing {
 
@@ -130,6 +131,40 @@ inline std::string write_tiny_model(const TinySpec& s, const std::string& file_n
   const std::string path = QDir::temp().filePath(QString::fromStdString(file_name)).toStdString();
   if (!w.write(path)) qFatal("tiny model: cannot write %s", path.c_str());
   return path;
+}
+
+// The tiny model of each architecture the tests use: every family switch
+// exercised (gemma3: a short sliding window that prompts cross, head_dim !=
+// n_embd / n_head, tied output; qwen2: biases, K-quant matrices; qwen3:
+// QK-norm, Q8_0 matrices).
+inline TinySpec tiny_spec(const std::string& arch) {
+  TinySpec s;
+  s.arch = arch;
+  if (arch == "gemma3") {
+    s.sliding_window = 4;
+    s.swa_period = 2;
+    s.tied = true;
+    s.head_dim = 32;
+    s.n_head_kv = 1;
+  }
+  if (arch == "qwen3") s.matrix_type = TensorType::Q8_0;
+  if (arch == "qwen2") {
+    s.n_embd = 256;
+    s.n_ff = 512;
+    s.head_dim = 64;
+    s.matrix_type = TensorType::Q4_K;
+    s.embd_type = TensorType::Q6_K;
+  }
+  return s;
+}
+
+// Greedy decoding of exactly n tokens (end-of-generation ignored).
+inline GenerateOptions greedy(int n) {
+  GenerateOptions o;
+  o.n_predict = n;
+  o.sampling.temperature = 0;
+  o.ignore_eos = true;
+  return o;
 }
 
 inline std::string test_data(const std::string& rel) { return std::string(PHASELAB_TEST_DATA) + "/" + rel; }
