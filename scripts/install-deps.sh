@@ -5,7 +5,7 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git python3 python3-pip
-  qt6-base-dev libqt6charts6-dev libqt6sql6-sqlite libqt6svg6-dev libgl-dev
+  qt6-base-dev qt6-charts-dev libqt6sql6-sqlite qt6-svg-dev libgl-dev
   libspdlog-dev libfmt-dev nlohmann-json3-dev libpcre2-dev
   xvfb xauth
 )
