@@ -26,6 +26,8 @@
 #include <QVBoxLayout>
 
 #include "chat_composer.h"
+#include "hardware_probe.h"
+#include "phaselab/backend.h"
 #include "chat_session.h"
 #include "chat_view.h"
 #include "conversation_list.h"
@@ -339,6 +341,17 @@ void MainWindow::onModelLoaded(const ModelInfo& info) {
   m_modelLabel->setText(tr("%1 · %2 · %3").arg(info.name, info.backend, info.typeMix));
   setWindowTitle(QStringLiteral("PhaseLab — %1").arg(info.name));
   m_metrics->setModel(info);
+  // The phase meter divides by the peaks of the device doing the work: the
+  // GPU's from its properties, else this machine's measured CPU peaks.
+  if (info.backend == QLatin1String("cuda")) {
+    const CudaProbe gpu = probe_cuda();
+    HardwarePeaks peaks;
+    peaks.memoryBandwidth = gpu.peak_gbps * 1e9;
+    peaks.peakFlops = gpu.peak_tflops * 1e12;
+    if (peaks.valid()) m_metrics->setPeaks(peaks);
+  } else {
+    m_metrics->setPeaks(HardwareProbe::cached());
+  }
   if (m_options.rememberModel) {
     m_settings.lastModel = info.path;
     QSettings().setValue(QStringLiteral("model/last"), info.path);
