@@ -12,6 +12,10 @@
 #include <cmath>
 #include <cstring>
 #include <new>
+#include <unordered_map>
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "phaselab/backend.h"
 #include "phaselab/quant.h"
@@ -51,6 +55,12 @@ class CpuBackend final : public Backend {
         act_.resize(static_cast<size_t>(B) * (max_in / 32));
         act_lo_.resize(static_cast<size_t>(B) * (c_.n_embd / 32));
         resid_.resize(static_cast<size_t>(B) * c_.n_embd);
+        const char* repack = std::getenv("PHASELAB_CPU_REPACK");  // "0": keep the file's layout (comparisons)
+        if (k_fast_->dot_q5_0_r8_x1 && !(repack && std::string(repack) == "0")) {
+          act_g_.resize(static_cast<size_t>(B) * (max_in / 256 + 1));
+          act_lo_g_.resize(static_cast<size_t>(B) * (c_.n_embd / 256 + 1));
+          repack_weights();
+        }
       }
     } catch (const std::bad_alloc&) {
       return out_of_memory("not enough memory for the work buffers of a batch of " + std::to_string(B) + " tokens");
@@ -153,7 +163,7 @@ class CpuBackend final : public Backend {
     const int first = mode == LogitsMode::last ? T - 1 : 0;
     const int n_out = T - first;
     for (int t = first; t < T; t++) ref::rmsnorm(&xb_[(t - first) * D], &x_[t * D], w_.output_norm.data(), D, c_.rms_eps);
-    { auto* kf = k_fast_; if (getenv("PL_EXP")) k_fast_ = nullptr; matmul(w_.output, xb_.data(), logits, n_out); k_fast_ = kf; }  // (n_out, n_vocab)
+    matmul(w_.output, xb_.data(), logits, n_out);  // (n_out, n_vocab)
     if (c_.final_logit_softcap > 0) {
       const float cap = c_.final_logit_softcap;
       for (size_t i = 0; i < static_cast<size_t>(n_out) * c_.n_vocab; i++) logits[i] = cap * std::tanh(logits[i] / cap);
@@ -199,6 +209,8 @@ class CpuBackend final : public Backend {
     const int64_t n_in = W.n_in, n_out = W.n_out;
     const int type = static_cast<int>(W.type);
     if (!same_input) act_of_ = lo_of_ = nullptr;
+    if (auto rp = repacked_.find(W.data); rp != repacked_.end())
+      return matmul_repacked(W, rp->second.data(), in, out, T, precise);
     if (!cpu::uses_q8_activations(W.type)) {
       const cpu::DotF32Fn dot = k_fast_->dot_f32[type];
       for_rows(n_out, [&](int64_t r0, int64_t r1, int) {
@@ -208,20 +220,7 @@ class CpuBackend final : public Backend {
       return;
     }
     const int64_t nb = n_in / 32;  // activation blocks per token
-    if (act_of_ != in || (precise && lo_of_ != in)) {
-      pool_.parallel_for(T, [&](int64_t t0, int64_t t1) {
-        for (int64_t t = t0; t < t1; t++) {
-          cpu::ActQ8* a = &act_[t * nb];
-          k_fast_->quantize_act(in + t * n_in, a, n_in);
-          if (!precise) continue;
-          float* r = &resid_[t * n_in];
-          for (int64_t i = 0; i < n_in; i++) r[i] = in[t * n_in + i] - a[i / 32].d * a[i / 32].qs[i % 32];
-          k_fast_->quantize_act(r, &act_lo_[t * nb], n_in);
-        }
-      });
-      act_of_ = in;
-      lo_of_ = precise ? in : nullptr;
-    }
+    quantize_input(in, T, n_in, precise);
     const cpu::DotQ8Fn dot = k_fast_->dot_q8[type];
     const cpu::DotQ8x4Fn dot4 = k_fast_->dot_q8_x4[type];
     for_rows(n_out, [&](int64_t r0, int64_t r1, int) {
@@ -239,6 +238,85 @@ class CpuBackend final : public Backend {
           float v = dot(row, &act_[t * nb], n_in);
           if (precise) v += dot(row, &act_lo_[t * nb], n_in);
           out[t * n_out + r] = v;
+        }
+      }
+    });
+  }
+
+  // Quantizes in (T, n_in) into act_ (and its residual into act_lo_ when
+  // precise), unless they already hold it.
+  void quantize_input(const float* in, int T, int64_t n_in, bool precise) {
+    if (act_of_ == in && (!precise || lo_of_ == in)) return;
+    const int64_t nb = n_in / 32;
+    pool_.parallel_for(T, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; t++) {
+        cpu::ActQ8* a = &act_[t * nb];
+        k_fast_->quantize_act(in + t * n_in, a, n_in);
+        if (!precise) continue;
+        float* r = &resid_[t * n_in];
+        for (int64_t i = 0; i < n_in; i++) r[i] = in[t * n_in + i] - a[i / 32].d * a[i / 32].qs[i % 32];
+        k_fast_->quantize_act(r, &act_lo_[t * nb], n_in);
+      }
+    });
+    act_of_ = in;
+    lo_of_ = precise ? in : nullptr;
+    groups_of_ = lo_groups_of_ = nullptr;
+  }
+
+  // Q5_0 rows rewritten for the grouped kernels (cpu_kernels.h). The
+  // original pages are released: this backend never reads them again.
+  void repack_weights() {
+    auto repack = [&](const WeightView& W) {
+      if (W.type != TensorType::Q5_0 || repacked_.count(W.data)) return;
+      std::vector<uint8_t>& dst = repacked_[W.data];
+      dst.resize(W.row_bytes * static_cast<size_t>(W.n_out));
+      for (int64_t r = 0; r < W.n_out; r++) cpu::repack_q5_0_row(W.row(r), dst.data() + r * W.row_bytes, W.n_in);
+      release_pages(W.data, dst.size());
+    };
+    for (const LayerWeights& L : w_.layers)
+      for (const WeightView* W : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) repack(*W);
+  }
+
+  static void release_pages(const uint8_t* p, size_t n) {
+    const long page = sysconf(_SC_PAGESIZE);
+    const uintptr_t a = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+    const uintptr_t b = (reinterpret_cast<uintptr_t>(p) + n) / page * page;
+    if (b > a) madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
+  }
+
+  // The activations' groups for repacked rows, built once per input.
+  void build_groups(const std::vector<cpu::ActQ8>& act, std::vector<cpu::ActGroup>& groups, int64_t nb, int64_t ng,
+                    int T) {
+    for (int t = 0; t < T; t++) cpu::group_act(&act[t * nb], &groups[t * ng], ng);
+  }
+
+  void matmul_repacked(const WeightView& W, const uint8_t* rows, const float* in, float* out, int T, bool precise) {
+    const int64_t n_in = W.n_in, n_out = W.n_out, nb = n_in / 32, ng = nb / cpu::kGroupBlocks;
+    const int64_t gs = std::max<int64_t>(ng, 1);
+    quantize_input(in, T, n_in, precise);
+    if (groups_of_ != in) {
+      build_groups(act_, act_g_, nb, gs, T);
+      groups_of_ = in;
+    }
+    if (precise && lo_groups_of_ != in) {
+      build_groups(act_lo_, act_lo_g_, nb, gs, T);
+      lo_groups_of_ = in;
+    }
+    const cpu::DotR8Fn dot1 = k_fast_->dot_q5_0_r8_x1, dot4 = k_fast_->dot_q5_0_r8_x4;
+    for_rows(n_out, [&](int64_t r0, int64_t r1, int) {
+      float v4[4], lo4[4];
+      for (int64_t r = r0; r < r1; r++) {
+        const uint8_t* row = rows + r * W.row_bytes;
+        int t = 0;
+        for (; t + 4 <= T; t += 4) {
+          dot4(row, &act_g_[t * gs], gs, &act_[t * nb], nb, n_in, v4);
+          if (precise) dot4(row, &act_lo_g_[t * gs], gs, &act_lo_[t * nb], nb, n_in, lo4);
+          for (int j = 0; j < 4; j++) out[(t + j) * n_out + r] = precise ? v4[j] + lo4[j] : v4[j];
+        }
+        for (; t < T; t++) {
+          dot1(row, &act_g_[t * gs], 0, &act_[t * nb], 0, n_in, v4);
+          if (precise) dot1(row, &act_lo_g_[t * gs], 0, &act_lo_[t * nb], 0, n_in, lo4);
+          out[t * n_out + r] = precise ? v4[0] + lo4[0] : v4[0];
         }
       }
     });
@@ -328,6 +406,10 @@ class CpuBackend final : public Backend {
   const float* act_of_ = nullptr;                // which input act_ holds (null: none)
   std::vector<cpu::ActQ8> act_lo_;               // (T, n_embd / 32) residual quantization (precise products)
   const float* lo_of_ = nullptr;                 // which input act_lo_ holds
+  std::unordered_map<const uint8_t*, std::vector<uint8_t>> repacked_;  // original data -> repacked rows
+  std::vector<cpu::ActGroup> act_g_, act_lo_g_;  // (T, groups) of act_ and act_lo_ for repacked rows
+  const float* groups_of_ = nullptr;             // which input act_g_ holds
+  const float* lo_groups_of_ = nullptr;
   std::vector<float> resid_;                     // (T, n_embd) the residual itself
 };
 

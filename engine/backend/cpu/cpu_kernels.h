@@ -32,6 +32,32 @@ using AxpyFn = void (*)(float* y, float a, const float* x, int64_t n);  // y += 
 using GatedActFn = void (*)(float* g, const float* u, int64_t n);       // g = act(g) * u
 using ExpSumFn = float (*)(float* x, int64_t n, float mx);  // x = exp(x - mx); returns the sum
 
+// ---- Q5_0 repacked for prefill -------------------------------------------
+// At load a Q5_0 row is rewritten in groups of 8 blocks (the same 176 bytes):
+// [8 fp16 scales | 8 u32 fifth-bit words | 4 x 32 bytes of nibbles, where
+// vector k holds bytes 4k..4k+3 of block i's qs at bytes 4i..4i+3], then the
+// row's last nb % 8 blocks unchanged. One 32-byte vector of quants then holds
+// four values of each of 8 blocks, so one dpbusd advances 8 block sums at
+// once and the float work is paid once per 8 blocks, not per block.
+constexpr int kGroupBlocks = 8;
+constexpr int kGroupBytesQ5_0 = 176;
+void repack_q5_0_row(const uint8_t* src, uint8_t* dst, int64_t n);
+
+// Activations of one group of 8 blocks in the matching layout: qs[v] holds,
+// for block i, its values 4v..4v+3 at bytes 4i..4i+3.
+struct ActGroup {
+  int8_t qs[8][32];
+  float d[8];
+  int32_t off[8];  // 16 * (sum of block i's quants): Q5_0's -16 offset
+};
+// Builds the groups of one token's activations (n values, n_groups groups).
+void group_act(const ActQ8* a, ActGroup* g, int64_t n_groups);
+
+// dot of N rows of activations with one repacked Q5_0 row: token j's groups
+// at g + j * g_stride, its plain blocks (for the tail) at a + j * a_stride.
+using DotR8Fn = void (*)(const uint8_t* w_row, const ActGroup* g, int64_t g_stride, const ActQ8* a, int64_t a_stride,
+                         int64_t n, float* out);
+
 struct Kernels {
   const char* isa = "portable";
   QuantizeActFn quantize_act = nullptr;
@@ -43,6 +69,8 @@ struct Kernels {
   GatedActFn gelu_mul = nullptr;  // GELU (tanh approximation) gate
   GatedActFn silu_mul = nullptr;  // SiLU gate
   ExpSumFn exp_sum = nullptr;     // softmax numerators
+  DotR8Fn dot_q5_0_r8_x1 = nullptr;  // repacked Q5_0 (null: not repacked)
+  DotR8Fn dot_q5_0_r8_x4 = nullptr;
 };
 
 // The portable kernels (always available; the oracle for the SIMD ones).

@@ -239,6 +239,31 @@ Kernels make_portable() {
 
 }  // namespace
 
+void repack_q5_0_row(const uint8_t* src, uint8_t* dst, int64_t n) {
+  const auto* x = reinterpret_cast<const BlockQ5_0*>(src);
+  const int64_t nb = n / 32, ng = nb / kGroupBlocks;
+  for (int64_t g = 0; g < ng; g++, dst += kGroupBytesQ5_0) {
+    const BlockQ5_0* b = x + g * kGroupBlocks;
+    for (int i = 0; i < kGroupBlocks; i++) {
+      std::memcpy(dst + 2 * i, &b[i].d, 2);
+      std::memcpy(dst + 16 + 4 * i, b[i].qh, 4);
+      for (int k = 0; k < 4; k++) std::memcpy(dst + 48 + 32 * k + 4 * i, b[i].qs + 4 * k, 4);
+    }
+  }
+  std::memcpy(dst, x + ng * kGroupBlocks, static_cast<size_t>(nb - ng * kGroupBlocks) * sizeof(BlockQ5_0));
+}
+
+void group_act(const ActQ8* a, ActGroup* g, int64_t n_groups) {
+  for (int64_t gi = 0; gi < n_groups; gi++) {
+    const ActQ8* b = a + gi * kGroupBlocks;
+    for (int i = 0; i < kGroupBlocks; i++) {
+      for (int v = 0; v < 8; v++) std::memcpy(&g[gi].qs[v][4 * i], b[i].qs + 4 * v, 4);
+      g[gi].d[i] = b[i].d;
+      g[gi].off[i] = 16 * (b[i].s[0] + b[i].s[1]);
+    }
+  }
+}
+
 const Kernels& portable_kernels() {
   static const Kernels k = make_portable();
   return k;
