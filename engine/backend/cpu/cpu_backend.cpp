@@ -56,7 +56,7 @@ class CpuBackend final : public Backend {
         act_lo_.resize(static_cast<size_t>(B) * (c_.n_embd / 32));
         resid_.resize(static_cast<size_t>(B) * c_.n_embd);
         const char* repack = std::getenv("PHASELAB_CPU_REPACK");  // "0": keep the file's layout (comparisons)
-        if (k_fast_->dot_q5_0_r8_x1 && !(repack && std::string(repack) == "0")) {
+        if ((k_fast_->dot_q5_0_r8_x1 || k_fast_->dot_q4_k_r8_x1) && !(repack && std::string(repack) == "0")) {
           act_g_.resize(static_cast<size_t>(B) * (max_in / 256 + 1));
           act_lo_g_.resize(static_cast<size_t>(B) * (c_.n_embd / 256 + 1));
           repack_weights();
@@ -209,8 +209,7 @@ class CpuBackend final : public Backend {
     const int64_t n_in = W.n_in, n_out = W.n_out;
     const int type = static_cast<int>(W.type);
     if (!same_input) act_of_ = lo_of_ = nullptr;
-    if (auto rp = repacked_.find(W.data); rp != repacked_.end())
-      return matmul_repacked(W, rp->second.data(), in, out, T, precise);
+    if (auto rp = repacked_.find(W.data); rp != repacked_.end()) return matmul_repacked(W, rp->second, in, out, T, precise);
     if (!cpu::uses_q8_activations(W.type)) {
       const cpu::DotF32Fn dot = k_fast_->dot_f32[type];
       for_rows(n_out, [&](int64_t r0, int64_t r1, int) {
@@ -263,15 +262,35 @@ class CpuBackend final : public Backend {
     groups_of_ = lo_groups_of_ = nullptr;
   }
 
-  // Q5_0 rows rewritten for the grouped kernels (cpu_kernels.h). The
-  // original pages are released: this backend never reads them again.
+  // Q5_0 and Q4_K rows rewritten for the grouped kernels (cpu_kernels.h).
+  // The original pages are released: this backend never reads them again.
+  struct Repacked {
+    std::vector<uint8_t> data;
+    size_t row_bytes = 0;
+    cpu::DotR8Fn dot1 = nullptr, dot4 = nullptr;
+  };
   void repack_weights() {
     auto repack = [&](const WeightView& W) {
-      if (W.type != TensorType::Q5_0 || repacked_.count(W.data)) return;
-      std::vector<uint8_t>& dst = repacked_[W.data];
-      dst.resize(W.row_bytes * static_cast<size_t>(W.n_out));
-      for (int64_t r = 0; r < W.n_out; r++) cpu::repack_q5_0_row(W.row(r), dst.data() + r * W.row_bytes, W.n_in);
-      release_pages(W.data, dst.size());
+      if (repacked_.count(W.data)) return;
+      Repacked rp;
+      void (*fn)(const uint8_t*, uint8_t*, int64_t) = nullptr;
+      if (W.type == TensorType::Q5_0 && k_fast_->dot_q5_0_r8_x1) {
+        fn = cpu::repack_q5_0_row;
+        rp.row_bytes = W.row_bytes;
+        rp.dot1 = k_fast_->dot_q5_0_r8_x1;
+        rp.dot4 = k_fast_->dot_q5_0_r8_x4;
+      } else if (W.type == TensorType::Q4_K && k_fast_->dot_q4_k_r8_x1) {
+        fn = cpu::repack_q4_k_row;
+        rp.row_bytes = static_cast<size_t>(W.n_in / QK_K) * cpu::kGroupBytesQ4_K;
+        rp.dot1 = k_fast_->dot_q4_k_r8_x1;
+        rp.dot4 = k_fast_->dot_q4_k_r8_x4;
+      } else {
+        return;
+      }
+      rp.data.resize(rp.row_bytes * static_cast<size_t>(W.n_out));
+      for (int64_t r = 0; r < W.n_out; r++) fn(W.row(r), rp.data.data() + r * rp.row_bytes, W.n_in);
+      release_pages(W.data, W.row_bytes * static_cast<size_t>(W.n_out));
+      repacked_.emplace(W.data, std::move(rp));
     };
     for (const LayerWeights& L : w_.layers)
       for (const WeightView* W : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) repack(*W);
@@ -290,7 +309,7 @@ class CpuBackend final : public Backend {
     for (int t = 0; t < T; t++) cpu::group_act(&act[t * nb], &groups[t * ng], ng);
   }
 
-  void matmul_repacked(const WeightView& W, const uint8_t* rows, const float* in, float* out, int T, bool precise) {
+  void matmul_repacked(const WeightView& W, const Repacked& rp, const float* in, float* out, int T, bool precise) {
     const int64_t n_in = W.n_in, n_out = W.n_out, nb = n_in / 32, ng = nb / cpu::kGroupBlocks;
     const int64_t gs = std::max<int64_t>(ng, 1);
     quantize_input(in, T, n_in, precise);
@@ -302,11 +321,11 @@ class CpuBackend final : public Backend {
       build_groups(act_lo_, act_lo_g_, nb, gs, T);
       lo_groups_of_ = in;
     }
-    const cpu::DotR8Fn dot1 = k_fast_->dot_q5_0_r8_x1, dot4 = k_fast_->dot_q5_0_r8_x4;
+    const cpu::DotR8Fn dot1 = rp.dot1, dot4 = rp.dot4;
     for_rows(n_out, [&](int64_t r0, int64_t r1, int) {
       float v4[4], lo4[4];
       for (int64_t r = r0; r < r1; r++) {
-        const uint8_t* row = rows + r * W.row_bytes;
+        const uint8_t* row = rp.data.data() + r * rp.row_bytes;
         int t = 0;
         for (; t + 4 <= T; t += 4) {
           dot4(row, &act_g_[t * gs], gs, &act_[t * nb], nb, n_in, v4);
@@ -406,7 +425,7 @@ class CpuBackend final : public Backend {
   const float* act_of_ = nullptr;                // which input act_ holds (null: none)
   std::vector<cpu::ActQ8> act_lo_;               // (T, n_embd / 32) residual quantization (precise products)
   const float* lo_of_ = nullptr;                 // which input act_lo_ holds
-  std::unordered_map<const uint8_t*, std::vector<uint8_t>> repacked_;  // original data -> repacked rows
+  std::unordered_map<const uint8_t*, Repacked> repacked_;  // original data -> repacked rows
   std::vector<cpu::ActGroup> act_g_, act_lo_g_;  // (T, groups) of act_ and act_lo_ for repacked rows
   const float* groups_of_ = nullptr;             // which input act_g_ holds
   const float* lo_groups_of_ = nullptr;

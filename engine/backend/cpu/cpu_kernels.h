@@ -43,6 +43,12 @@ constexpr int kGroupBlocks = 8;
 constexpr int kGroupBytesQ5_0 = 176;
 void repack_q5_0_row(const uint8_t* src, uint8_t* dst, int64_t n);
 
+// Q4_K: a super-block already is 8 sub-blocks of 32; repacked (160 bytes):
+// [d fp16 | dmin fp16 | 8 scales u8 | 8 mins u8 | 12 zero bytes | 4 x 32
+// bytes of nibbles in the same interleaved order as Q5_0's].
+constexpr int kGroupBytesQ4_K = 160;
+void repack_q4_k_row(const uint8_t* src, uint8_t* dst, int64_t n);
+
 // Activations of one group of 8 blocks in the matching layout: qs[v] holds,
 // for block i, its values 4v..4v+3 at bytes 4i..4i+3.
 struct ActGroup {
@@ -71,6 +77,8 @@ struct Kernels {
   ExpSumFn exp_sum = nullptr;     // softmax numerators
   DotR8Fn dot_q5_0_r8_x1 = nullptr;  // repacked Q5_0 (null: not repacked)
   DotR8Fn dot_q5_0_r8_x4 = nullptr;
+  DotR8Fn dot_q4_k_r8_x1 = nullptr;  // repacked Q4_K (null: not repacked)
+  DotR8Fn dot_q4_k_r8_x4 = nullptr;
 };
 
 // The portable kernels (always available; the oracle for the SIMD ones).

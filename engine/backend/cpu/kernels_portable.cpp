@@ -253,6 +253,30 @@ void repack_q5_0_row(const uint8_t* src, uint8_t* dst, int64_t n) {
   std::memcpy(dst, x + ng * kGroupBlocks, static_cast<size_t>(nb - ng * kGroupBlocks) * sizeof(BlockQ5_0));
 }
 
+void repack_q4_k_row(const uint8_t* src, uint8_t* dst, int64_t n) {
+  const auto* x = reinterpret_cast<const BlockQ4_K*>(src);
+  for (int64_t b = 0; b < n / QK_K; b++, dst += kGroupBytesQ4_K) {
+    std::memset(dst, 0, kGroupBytesQ4_K);
+    std::memcpy(dst, &x[b].d, 2);
+    std::memcpy(dst + 2, &x[b].dmin, 2);
+    uint8_t q[QK_K];  // the 256 4-bit values in order, sub-block by sub-block
+    for (int j = 0; j < 8; j++) {
+      uint8_t sc, m;
+      get_scale_min_k4(j, x[b].scales, &sc, &m);
+      dst[4 + j] = sc;
+      dst[12 + j] = m;
+      const uint8_t* qs = x[b].qs + 32 * (j / 2);
+      for (int l = 0; l < 32; l++) q[32 * j + l] = (qs[l] >> (4 * (j % 2))) & 0xF;
+    }
+    // Vector k, byte 4i+l: value 4k+l of sub-block i (low nibble) and value
+    // 16+4k+l (high nibble).
+    for (int k = 0; k < 4; k++)
+      for (int i = 0; i < 8; i++)
+        for (int l = 0; l < 4; l++)
+          dst[32 + 32 * k + 4 * i + l] = static_cast<uint8_t>(q[32 * i + 4 * k + l] | (q[32 * i + 16 + 4 * k + l] << 4));
+  }
+}
+
 void group_act(const ActQ8* a, ActGroup* g, int64_t n_groups) {
   for (int64_t gi = 0; gi < n_groups; gi++) {
     const ActQ8* b = a + gi * kGroupBlocks;
