@@ -222,6 +222,28 @@ class TestCpuKernels : public QObject {
     if (const Kernels* simd = avx2_kernels()) QVERIFY(std::fabs(simd->dot_f32[type](w.data(), x.data(), n) - want) < 1e-3);
   }
 
+  void weighted_sum_matches_the_definition() {
+    const int G = 5, HD = 36, n = 13;  // a partial group of 8 and a tail of 4 dims
+    const auto p = randn(G * n, 21);
+    std::vector<std::vector<float>> rows(n);
+    std::vector<const float*> v(n);
+    for (int k = 0; k < n; k++) {
+      rows[k] = randn(HD, 100 + k);
+      v[k] = rows[k].data();
+    }
+    for (const Kernels* k : {&portable_kernels(), avx2_kernels(), avxvnni_kernels()}) {
+      if (!k) continue;
+      std::vector<float> out(G * HD, 1.f);
+      k->weighted_sum(out.data(), HD, G, p.data(), n, v.data(), n, HD);
+      for (int g = 0; g < G; g++)
+        for (int i = 0; i < HD; i++) {
+          double want = 1.0;
+          for (int j = 0; j < n; j++) want += static_cast<double>(p[g * n + j]) * rows[j][i];
+          QVERIFY2(std::fabs(out[g * HD + i] - want) < 1e-4, k->isa);
+        }
+    }
+  }
+
   void axpy_and_dot() {
     const auto a = randn(77, 5), b = randn(77, 6);
     for (const Kernels* k : {&portable_kernels(), avx2_kernels()}) {

@@ -51,6 +51,7 @@ class CpuBackend final : public Backend {
       row_buf_.assign(pool_.size(), std::vector<float>(max_in));
       rope_cs_.resize(static_cast<size_t>(2) * B * c_.n_rot);
       score_buf_.assign(pool_.size(), std::vector<float>());
+      vrow_buf_.assign(pool_.size(), std::vector<const float*>());
       if (k_fast_) {
         act_.resize(static_cast<size_t>(B) * (max_in / 32));
         act_lo_.resize(static_cast<size_t>(B) * (c_.n_embd / 32));
@@ -80,6 +81,8 @@ class CpuBackend final : public Backend {
     const size_t score_size = static_cast<size_t>(c_.n_head / c_.n_head_kv) * kv.n_ctx();
     for (auto& s : score_buf_)
       if (s.size() < score_size) s.resize(score_size);
+    for (auto& v : vrow_buf_)
+      if (static_cast<int>(v.size()) < kv.n_ctx()) v.resize(kv.n_ctx());
 
     const int D = c_.n_embd, HD = c_.head_dim, NQ = c_.n_embd_q(), NKV = c_.n_embd_kv();
     rope_ready_ = 0;
@@ -386,6 +389,15 @@ class CpuBackend final : public Backend {
           inv_sum[g] = 1.f / sum;
           std::fill(&xb_[t * NQ + (h0 + g) * HD], &xb_[t * NQ + (h0 + g) * HD] + HD, 0.f);
         }
+        if (k_fast_) {
+          // Probabilities in place, the value rows by pointer (the cache is paged).
+          const float** vrows = vrow_buf_[thread].data();
+          for (int j = j0; j <= pos; j++) vrows[j - j0] = kv.v(il, j) + kvh * HD;
+          for (int g = 0; g < group; g++)
+            for (int j = j0; j <= pos; j++) scores[g * n_ctx + j] *= inv_sum[g];
+          k_fast_->weighted_sum(&xb_[t * NQ + h0 * HD], HD, group, scores + j0, n_ctx, vrows, pos + 1 - j0, HD);
+          return;
+        }
         for (int j = j0; j <= pos; j++) {
           const float* vj = kv.v(il, j) + kvh * HD;
           for (int g = 0; g < group; g++) {
@@ -417,7 +429,8 @@ class CpuBackend final : public Backend {
   std::vector<float> hb_;   // (T, n_ff) gate, then gated hidden
   std::vector<float> hb2_;  // (T, n_ff) up
   std::vector<std::vector<float>> row_buf_;      // per thread: one dequantized weight row
-  std::vector<std::vector<float>> score_buf_;    // per thread: (n_ctx) attention scores
+  std::vector<std::vector<float>> score_buf_;    // per thread: (group, n_ctx) attention scores
+  std::vector<std::vector<const float*>> vrow_buf_;  // per thread: (n_ctx) value rows of one KV head
   std::vector<float> rope_cs_;  // (2 bases, T, n_rot) cos/sin pairs of this forward's positions
   int rope_ready_ = 0;          // bit b: rope_cs_ of base b filled for this forward
   const cpu::Kernels* k_fast_;                   // null: the reference path

@@ -31,6 +31,11 @@ using DotF32F32Fn = float (*)(const float* a, const float* b, int64_t n);
 using AxpyFn = void (*)(float* y, float a, const float* x, int64_t n);  // y += a * x
 using GatedActFn = void (*)(float* g, const float* u, int64_t n);       // g = act(g) * u
 using ExpSumFn = float (*)(float* x, int64_t n, float mx);  // x = exp(x - mx); returns the sum
+// out[g, :] += sum_k p[g * p_stride + k] * v[k][:] for g < G (out rows
+// out_stride apart, HD values each): the attention output of G query heads
+// that share the value rows v[0..n).
+using WeightedSumFn = void (*)(float* out, int out_stride, int G, const float* p, int p_stride,
+                               const float* const* v, int n, int HD);
 
 // ---- Q5_0 repacked for prefill -------------------------------------------
 // At load a Q5_0 row is rewritten in groups of 8 blocks (the same 176 bytes):
@@ -75,6 +80,7 @@ struct Kernels {
   GatedActFn gelu_mul = nullptr;  // GELU (tanh approximation) gate
   GatedActFn silu_mul = nullptr;  // SiLU gate
   ExpSumFn exp_sum = nullptr;     // softmax numerators
+  WeightedSumFn weighted_sum = nullptr;  // attention output
   DotR8Fn dot_q5_0_r8_x1 = nullptr;  // repacked Q5_0 (null: not repacked)
   DotR8Fn dot_q5_0_r8_x4 = nullptr;
   DotR8Fn dot_q4_k_r8_x1 = nullptr;  // repacked Q4_K (null: not repacked)

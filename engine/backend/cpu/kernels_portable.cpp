@@ -214,6 +214,11 @@ float exp_sum(float* x, int64_t n, float mx) {
   return sum;
 }
 
+void weighted_sum(float* out, int out_stride, int G, const float* p, int p_stride, const float* const* v, int n, int HD) {
+  for (int g = 0; g < G; g++)
+    for (int k = 0; k < n; k++) axpy(out + g * out_stride, p[g * p_stride + k], v[k], HD);
+}
+
 Kernels make_portable() {
   Kernels k;
   k.isa = "portable";
@@ -234,6 +239,7 @@ Kernels make_portable() {
   k.gelu_mul = gelu_mul;
   k.silu_mul = silu_mul;
   k.exp_sum = exp_sum;
+  k.weighted_sum = weighted_sum;
   return k;
 }
 
