@@ -245,15 +245,21 @@ Kernels make_portable() {
 
 }  // namespace
 
-void repack_q5_0_row(const uint8_t* src, uint8_t* dst, int64_t n) {
+void repack_q5_0_u8_row(const uint8_t* src, uint8_t* dst, int64_t n) {
   const auto* x = reinterpret_cast<const BlockQ5_0*>(src);
   const int64_t nb = n / 32, ng = nb / kGroupBlocks;
-  for (int64_t g = 0; g < ng; g++, dst += kGroupBytesQ5_0) {
+  for (int64_t g = 0; g < ng; g++, dst += kGroupBytesQ5_0U8) {
     const BlockQ5_0* b = x + g * kGroupBlocks;
     for (int i = 0; i < kGroupBlocks; i++) {
       std::memcpy(dst + 2 * i, &b[i].d, 2);
-      std::memcpy(dst + 16 + 4 * i, b[i].qh, 4);
-      for (int k = 0; k < 4; k++) std::memcpy(dst + 48 + 32 * k + 4 * i, b[i].qs + 4 * k, 4);
+      uint32_t qh;
+      std::memcpy(&qh, b[i].qh, 4);
+      for (int v = 0; v < 8; v++)
+        for (int l = 0; l < 4; l++) {
+          const int j = 4 * v + l;  // value j of the block
+          const int nib = j < 16 ? (b[i].qs[j] & 0xF) : (b[i].qs[j - 16] >> 4);
+          dst[16 + 32 * v + 4 * i + l] = static_cast<uint8_t>(nib | (((qh >> j) & 1) << 4));
+        }
     }
   }
   std::memcpy(dst, x + ng * kGroupBlocks, static_cast<size_t>(nb - ng * kGroupBlocks) * sizeof(BlockQ5_0));
