@@ -171,28 +171,39 @@ class TestCpuKernels : public QObject {
     }
   }
 
-  void repacked_q4_k_matches_the_original_row() {
+  void repacked_k_formats_match_the_original_row_data() {
+    QTest::addColumn<int>("type");
+    QTest::newRow("Q4_K") << int(TensorType::Q4_K);
+    QTest::newRow("Q6_K") << int(TensorType::Q6_K);
+  }
+  void repacked_k_formats_match_the_original_row() {
+    QFETCH(int, type);
+    const auto tt = static_cast<TensorType>(type);
     for (int n : {256, 1024, 2048}) {
       const int nb = n / 32, ng = n / 256;
       for (const Kernels* k : {avx2_kernels(), avxvnni_kernels()}) {
-        if (!k || !k->dot_q4_k_r8_x1) continue;
+        if (!k) continue;
+        const DotR8Fn x1 = tt == TensorType::Q4_K ? k->dot_q4_k_r8_x1 : k->dot_q6_k_r8_x1;
+        const DotR8Fn x4 = tt == TensorType::Q4_K ? k->dot_q4_k_r8_x4 : k->dot_q6_k_r8_x4;
+        if (!x1) continue;
         for (uint32_t seed = 1; seed <= 10; seed++) {
           const auto wf = randn(n, seed);
-          std::vector<uint8_t> w(row_size(TensorType::Q4_K, n)), r(static_cast<size_t>(ng) * kGroupBytesQ4_K);
-          QVERIFY(quantize_row(TensorType::Q4_K, wf.data(), w.data(), n));
-          repack_q4_k_row(w.data(), r.data(), n);
+          const int gb = tt == TensorType::Q4_K ? kGroupBytesQ4_K : kGroupBytesQ6_K;
+          std::vector<uint8_t> w(row_size(tt, n)), r(static_cast<size_t>(ng) * gb);
+          QVERIFY(quantize_row(tt, wf.data(), w.data(), n));
+          (tt == TensorType::Q4_K ? repack_q4_k_row : repack_q6_k_row)(w.data(), r.data(), n);
           const auto x = randn(4 * n, 700 + seed);
           std::vector<ActQ8> a(4 * nb);
           k->quantize_act(x.data(), a.data(), 4 * n);
           std::vector<ActGroup> g(4 * ng);
           for (int t = 0; t < 4; t++) group_act(&a[t * nb], &g[t * ng], ng);
           float four[4];
-          k->dot_q4_k_r8_x4(r.data(), g.data(), ng, a.data(), nb, n, four);
+          x4(r.data(), g.data(), ng, a.data(), nb, n, four);
           for (int t = 0; t < 4; t++) {
             std::vector<ActQ8> at(a.begin() + t * nb, a.begin() + (t + 1) * nb);
-            const double want = exact_dot(TensorType::Q4_K, w, at, n);
+            const double want = exact_dot(tt, w, at, n);
             float one;
-            k->dot_q4_k_r8_x1(r.data(), &g[t * ng], 0, &a[t * nb], 0, n, &one);
+            x1(r.data(), &g[t * ng], 0, &a[t * nb], 0, n, &one);
             QVERIFY2(std::fabs(one - want) < 1e-4 * (1.0 + std::fabs(want)) + 1e-3,
                      qPrintable(QString("%1 n=%2: %3 vs %4").arg(k->isa).arg(n).arg(one).arg(want)));
             QVERIFY(std::memcmp(&one, &four[t], sizeof(float)) == 0);

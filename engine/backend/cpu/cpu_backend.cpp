@@ -282,6 +282,11 @@ class CpuBackend final : public Backend {
         rp.row_bytes = cpu::q5_0_u8_row_bytes(W.n_in);
         rp.dot1 = k_fast_->dot_q5_0_u8_x1;
         rp.dot4 = k_fast_->dot_q5_0_u8_x4;
+      } else if (W.type == TensorType::Q6_K && k_fast_->dot_q6_k_r8_x1) {
+        fn = cpu::repack_q6_k_row;
+        rp.row_bytes = static_cast<size_t>(W.n_in / QK_K) * cpu::kGroupBytesQ6_K;
+        rp.dot1 = k_fast_->dot_q6_k_r8_x1;
+        rp.dot4 = k_fast_->dot_q6_k_r8_x4;
       } else if (W.type == TensorType::Q4_K && k_fast_->dot_q4_k_r8_x1) {
         fn = cpu::repack_q4_k_row;
         rp.row_bytes = static_cast<size_t>(W.n_in / QK_K) * cpu::kGroupBytesQ4_K;

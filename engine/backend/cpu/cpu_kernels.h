@@ -63,12 +63,20 @@ inline size_t q5_0_u8_row_bytes(int64_t n) {
 constexpr int kGroupBytesQ4_K = 160;
 void repack_q4_k_row(const uint8_t* src, uint8_t* dst, int64_t n);
 
+// Q6_K: a super-block is 8 units of 32 values, each two 16-value halves with
+// their own int8 scale. Repacked (288 bytes): [d fp16 | 2 zero bytes | the 8
+// first-half scales | the 8 second-half scales | 12 zero bytes | 8 x 32 bytes
+// of quants 0..63 in the grouped order].
+constexpr int kGroupBytesQ6_K = 288;
+void repack_q6_k_row(const uint8_t* src, uint8_t* dst, int64_t n);
+
 // Activations of one group of 8 blocks in the matching layout: qs[v] holds,
 // for block i, its values 4v..4v+3 at bytes 4i..4i+3.
 struct ActGroup {
   int8_t qs[8][32];
   float d[8];
-  int32_t off[8];  // 16 * (sum of block i's quants): Q5_0's -16 offset
+  int32_t off[8];      // 16 * (sum of block i's quants): Q5_0's -16 offset
+  int32_t half_lo[8];  // sum of block i's first 16 quants (Q6_K's halves)
 };
 // Builds the groups of one token's activations (n values, n_groups groups).
 void group_act(const ActQ8* a, ActGroup* g, int64_t n_groups);
@@ -94,6 +102,8 @@ struct Kernels {
   DotR8Fn dot_q5_0_u8_x4 = nullptr;
   DotR8Fn dot_q4_k_r8_x1 = nullptr;  // repacked Q4_K (null: not repacked)
   DotR8Fn dot_q4_k_r8_x4 = nullptr;
+  DotR8Fn dot_q6_k_r8_x1 = nullptr;  // repacked Q6_K (null: not repacked)
+  DotR8Fn dot_q6_k_r8_x4 = nullptr;
 };
 
 // The portable kernels (always available; the oracle for the SIMD ones).

@@ -289,6 +289,28 @@ void repack_q4_k_row(const uint8_t* src, uint8_t* dst, int64_t n) {
   }
 }
 
+void repack_q6_k_row(const uint8_t* src, uint8_t* dst, int64_t n) {
+  const auto* x = reinterpret_cast<const BlockQ6_K*>(src);
+  for (int64_t b = 0; b < n / QK_K; b++, dst += kGroupBytesQ6_K) {
+    std::memset(dst, 0, 32);
+    std::memcpy(dst, &x[b].d, 2);
+    for (int i = 0; i < 8; i++) {
+      dst[4 + i] = static_cast<uint8_t>(x[b].scales[2 * i]);
+      dst[12 + i] = static_cast<uint8_t>(x[b].scales[2 * i + 1]);
+    }
+    // Unit i = half i / 4, run i % 4 (32 consecutive values).
+    for (int i = 0; i < 8; i++) {
+      const int h = i / 4, r = i % 4;
+      const uint8_t* ql = x[b].ql + 64 * h + 32 * (r & 1);
+      const uint8_t* qh = x[b].qh + 32 * h;
+      for (int l = 0; l < 32; l++) {
+        const int q = (r < 2 ? ql[l] & 0xF : ql[l] >> 4) | (((qh[l] >> (2 * r)) & 3) << 4);
+        dst[32 + 32 * (l / 4) + 4 * i + (l % 4)] = static_cast<uint8_t>(q);
+      }
+    }
+  }
+}
+
 void group_act(const ActQ8* a, ActGroup* g, int64_t n_groups) {
   for (int64_t gi = 0; gi < n_groups; gi++) {
     const ActQ8* b = a + gi * kGroupBlocks;
@@ -296,6 +318,7 @@ void group_act(const ActQ8* a, ActGroup* g, int64_t n_groups) {
       for (int v = 0; v < 8; v++) std::memcpy(&g[gi].qs[v][4 * i], b[i].qs + 4 * v, 4);
       g[gi].d[i] = b[i].d;
       g[gi].off[i] = 16 * (b[i].s[0] + b[i].s[1]);
+      g[gi].half_lo[i] = b[i].s[0];
     }
   }
 }
