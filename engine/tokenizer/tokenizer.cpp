@@ -238,6 +238,29 @@ bool bigram_less(const auto& l, const auto& r) {
   return l.score < r.score || (l.score == r.score && l.left > r.left);
 }
 
+// The merge loop both tokenizers share: symbols form a linked list (n bytes
+// each, prev/next), candidate pairs sit in a heap ordered by cmp. Pop the
+// best pair, skip it if stale, merge, and queue the new neighbour pairs.
+template <typename Scratch, typename Cmp, typename TryAdd>
+void merge_symbols(Scratch& s, Cmp cmp, TryAdd try_add) {
+  while (!s.heap.empty()) {
+    std::pop_heap(s.heap.begin(), s.heap.end(), cmp);
+    const auto bg = s.heap.back();
+    s.heap.pop_back();
+    auto& l = s.symbols[bg.left];
+    auto& r = s.symbols[bg.right];
+    // Stale entry: one side was merged since. Sizes only grow, so an
+    // unchanged total means both sides are as they were when queued.
+    if (l.n == 0 || r.n == 0 || l.n + r.n != bg.size) continue;
+    l.n += r.n;
+    r.n = 0;
+    l.next = r.next;
+    if (r.next >= 0) s.symbols[r.next].prev = bg.left;
+    try_add(l.prev, bg.left);
+    try_add(bg.left, l.next);
+  }
+}
+
 Status SpmTokenizer::init(const GgufFile& file) {
   kind_ = Kind::spm;
   add_bos_ = true;
@@ -295,22 +318,7 @@ void SpmTokenizer::encode_piece(Scratch& s, std::vector<TokenId>& out) const {
   for (int32_t i = 1; i < static_cast<int32_t>(s.symbols.size()); i++) try_add_bigram(s, i - 1, i);
 
   const auto cmp = [](const Bigram& a, const Bigram& b) { return bigram_less(a, b); };
-  while (!s.heap.empty()) {
-    std::pop_heap(s.heap.begin(), s.heap.end(), cmp);
-    const Bigram bg = s.heap.back();
-    s.heap.pop_back();
-    Symbol& l = s.symbols[bg.left];
-    Symbol& r = s.symbols[bg.right];
-    // Stale entry: one side was merged since. Sizes only grow, so an
-    // unchanged total means both sides are as they were when queued.
-    if (l.n == 0 || r.n == 0 || l.n + r.n != bg.size) continue;
-    l.n += r.n;
-    r.n = 0;
-    l.next = r.next;
-    if (r.next >= 0) s.symbols[r.next].prev = bg.left;
-    try_add_bigram(s, l.prev, bg.left);
-    try_add_bigram(s, bg.left, l.next);
-  }
+  merge_symbols(s, cmp, [&](int32_t left, int32_t right) { try_add_bigram(s, left, right); });
 
   // Every merged symbol is a vocabulary token by construction; only single
   // characters can be missing, and those fall back to bytes.
@@ -489,20 +497,7 @@ void BpeTokenizer::encode_word(Scratch& s, std::vector<TokenId>& out) const {
   const auto cmp = [](const Bigram& a, const Bigram& b) {
     return a.rank > b.rank || (a.rank == b.rank && a.left > b.left);
   };
-  while (!s.heap.empty()) {
-    std::pop_heap(s.heap.begin(), s.heap.end(), cmp);
-    const Bigram bg = s.heap.back();
-    s.heap.pop_back();
-    Symbol& l = s.symbols[bg.left];
-    Symbol& r = s.symbols[bg.right];
-    if (l.n == 0 || r.n == 0 || l.n + r.n != bg.size) continue;  // stale (see SPM)
-    l.n += r.n;
-    r.n = 0;
-    l.next = r.next;
-    if (r.next >= 0) s.symbols[r.next].prev = bg.left;
-    try_add_bigram(s, l.prev, bg.left);
-    try_add_bigram(s, bg.left, l.next);
-  }
+  merge_symbols(s, cmp, [&](int32_t left, int32_t right) { try_add_bigram(s, left, right); });
 
   for (int32_t i = 0; i != -1; i = s.symbols[i].next) {
     const Symbol& sym = s.symbols[i];
