@@ -54,12 +54,13 @@ class CpuBackend final : public Backend {
       vrow_buf_.assign(pool_.size(), std::vector<const float*>());
       if (k_fast_) {
         act_.resize(static_cast<size_t>(B) * (max_in / 32));
-        act_lo_.resize(static_cast<size_t>(B) * (c_.n_embd / 32));
-        resid_.resize(static_cast<size_t>(B) * c_.n_embd);
+        // Sized for any input, so that any product may be refined.
+        act_lo_.resize(static_cast<size_t>(B) * (max_in / 32));
+        resid_.resize(static_cast<size_t>(B) * max_in);
         const char* repack = std::getenv("PHASELAB_CPU_REPACK");  // "0": keep the file's layout (comparisons)
         if ((k_fast_->dot_q5_0_u8_x1 || k_fast_->dot_q4_k_r8_x1) && !(repack && std::string(repack) == "0")) {
           act_g_.resize(static_cast<size_t>(B) * (max_in / 256 + 1));
-          act_lo_g_.resize(static_cast<size_t>(B) * (c_.n_embd / 256 + 1));
+          act_lo_g_.resize(static_cast<size_t>(B) * (max_in / 256 + 1));
           repack_weights();
         }
       }
@@ -441,13 +442,13 @@ class CpuBackend final : public Backend {
   const cpu::Kernels* k_fast_;                   // null: the reference path
   std::vector<cpu::ActQ8> act_;                  // (T, n_in / 32) quantized input of the last matmul
   const float* act_of_ = nullptr;                // which input act_ holds (null: none)
-  std::vector<cpu::ActQ8> act_lo_;               // (T, n_embd / 32) residual quantization (precise products)
+  std::vector<cpu::ActQ8> act_lo_;               // (T, n_in / 32) residual quantization (precise products)
   const float* lo_of_ = nullptr;                 // which input act_lo_ holds
   std::unordered_map<const uint8_t*, Repacked> repacked_;  // original data -> repacked rows
   std::vector<cpu::ActGroup> act_g_, act_lo_g_;  // (T, groups) of act_ and act_lo_ for repacked rows
   const float* groups_of_ = nullptr;             // which input act_g_ holds
   const float* lo_groups_of_ = nullptr;
-  std::vector<float> resid_;                     // (T, n_embd) the residual itself
+  std::vector<float> resid_;                     // (T, n_in) the residual itself
 };
 
 }  // namespace
