@@ -17,4 +17,4 @@ if [[ -t 0 && -t 1 ]]; then
   exec "$BIN/phaselab-cli" chat -m "$MODEL" --temp 0.7 "$@"
 fi
 echo "run: no display and no terminal: running a one-shot demo (phaselab-cli generate)" >&2
-exec "$BIN/phaselab-cli" generate -m "$MODEL" --chat -p "Write a haiku about the sea." -n 64 --temp 0 "$@"
+exec "$BIN/phaselab-cli" generate -m "$MODEL" --chat -p "What is the capital of France?" -n 64 --temp 0 "$@"
