@@ -132,37 +132,44 @@ class TestCpuKernels : public QObject {
     }
   }
 
-  // Repacked Q5_0 (8-block groups with byte quants + a tail), against the
-  // exact dot of the original row; four-token calls bitwise equal to
-  // one-token calls.
-  void repacked_q5_0_matches_the_original_row_data() {
+  // Repacked 32-value formats (8-block groups + a tail), against the exact
+  // dot of the original row; four-token calls bitwise equal to one-token
+  // calls.
+  void repacked_block_formats_match_the_original_row_data() {
+    QTest::addColumn<int>("type");
     QTest::addColumn<int>("n");
-    QTest::newRow("640: 2 groups + 4 tail blocks") << 640;
-    QTest::newRow("2048: 8 groups") << 2048;
-    QTest::newRow("96: tail only") << 96;
+    for (TensorType t : {TensorType::Q5_0, TensorType::Q8_0, TensorType::Q4_0}) {
+      const std::string name(tensor_type_name(t));
+      QTest::newRow((name + " 640: 2 groups + 4 tail blocks").c_str()) << int(t) << 640;
+      QTest::newRow((name + " 2048: 8 groups").c_str()) << int(t) << 2048;
+      QTest::newRow((name + " 96: tail only").c_str()) << int(t) << 96;
+    }
   }
-  void repacked_q5_0_matches_the_original_row() {
+  void repacked_block_formats_match_the_original_row() {
+    QFETCH(int, type);
     QFETCH(int, n);
+    const auto tt = static_cast<TensorType>(type);
     const int nb = n / 32, ng = nb / kGroupBlocks;
     for (const Kernels* k : {avx2_kernels(), avxvnni_kernels()}) {
-      if (!k || !k->dot_q5_0_u8_x1) continue;
+      if (!k || !k->dot_grouped_x1[type]) continue;
       for (uint32_t seed = 1; seed <= 10; seed++) {
         const auto wf = randn(n, seed);
-        std::vector<uint8_t> w(row_size(TensorType::Q5_0, n)), r(q5_0_u8_row_bytes(n));
-        QVERIFY(quantize_row(TensorType::Q5_0, wf.data(), w.data(), n));
-        repack_q5_0_u8_row(w.data(), r.data(), n);
+        std::vector<uint8_t> w(row_size(tt, n)), r(grouped_row_bytes(tt, n));
+        QVERIFY(quantize_row(tt, wf.data(), w.data(), n));
+        (tt == TensorType::Q5_0 ? repack_q5_0_u8_row : tt == TensorType::Q8_0 ? repack_q8_0_u8_row : repack_q4_0_row)(
+            w.data(), r.data(), n);
         const auto x = randn(4 * n, 500 + seed);
         std::vector<ActQ8> a(4 * nb);
         k->quantize_act(x.data(), a.data(), 4 * n);
         std::vector<ActGroup> g(4 * std::max(ng, 1));
         for (int t = 0; t < 4; t++) group_act(&a[t * nb], &g[t * std::max(ng, 1)], ng);
         float four[4];
-        k->dot_q5_0_u8_x4(r.data(), g.data(), std::max(ng, 1), a.data(), nb, n, four);
+        k->dot_grouped_x4[type](r.data(), g.data(), std::max(ng, 1), a.data(), nb, n, four);
         for (int t = 0; t < 4; t++) {
           std::vector<ActQ8> at(a.begin() + t * nb, a.begin() + (t + 1) * nb);
-          const double want = exact_dot(TensorType::Q5_0, w, at, n);
+          const double want = exact_dot(tt, w, at, n);
           float one;
-          k->dot_q5_0_u8_x1(r.data(), &g[t * std::max(ng, 1)], 0, &a[t * nb], 0, n, &one);
+          k->dot_grouped_x1[type](r.data(), &g[t * std::max(ng, 1)], 0, &a[t * nb], 0, n, &one);
           QVERIFY2(std::fabs(one - want) < 1e-4 * (1.0 + std::fabs(want)) + 1e-3,
                    qPrintable(QString("%1: %2 vs %3").arg(k->isa).arg(one).arg(want)));
           QVERIFY(std::memcmp(&one, &four[t], sizeof(float)) == 0);

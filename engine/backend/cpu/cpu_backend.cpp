@@ -58,7 +58,7 @@ class CpuBackend final : public Backend {
         act_lo_.resize(static_cast<size_t>(B) * (max_in / 32));
         resid_.resize(static_cast<size_t>(B) * max_in);
         const char* repack = std::getenv("PHASELAB_CPU_REPACK");  // "0": keep the file's layout (comparisons)
-        if ((k_fast_->dot_q5_0_u8_x1 || k_fast_->dot_q4_k_r8_x1) && !(repack && std::string(repack) == "0")) {
+        if (k_fast_->dot_q4_k_r8_x1 && !(repack && std::string(repack) == "0")) {
           act_g_.resize(static_cast<size_t>(B) * (max_in / 256 + 1));
           act_lo_g_.resize(static_cast<size_t>(B) * (max_in / 256 + 1));
           repack_weights();
@@ -278,11 +278,14 @@ class CpuBackend final : public Backend {
       if (repacked_.count(W.data)) return;
       Repacked rp;
       void (*fn)(const uint8_t*, uint8_t*, int64_t) = nullptr;
-      if (W.type == TensorType::Q5_0 && k_fast_->dot_q5_0_u8_x1) {
-        fn = cpu::repack_q5_0_u8_row;
-        rp.row_bytes = cpu::q5_0_u8_row_bytes(W.n_in);
-        rp.dot1 = k_fast_->dot_q5_0_u8_x1;
-        rp.dot4 = k_fast_->dot_q5_0_u8_x4;
+      const int t = static_cast<int>(W.type);
+      if (k_fast_->dot_grouped_x1[t] && cpu::grouped_row_bytes(W.type, W.n_in) > 0) {
+        fn = W.type == TensorType::Q5_0 ? cpu::repack_q5_0_u8_row
+             : W.type == TensorType::Q8_0 ? cpu::repack_q8_0_u8_row
+                                          : cpu::repack_q4_0_row;
+        rp.row_bytes = cpu::grouped_row_bytes(W.type, W.n_in);
+        rp.dot1 = k_fast_->dot_grouped_x1[t];
+        rp.dot4 = k_fast_->dot_grouped_x4[t];
       } else if (W.type == TensorType::Q6_K && k_fast_->dot_q6_k_r8_x1) {
         fn = cpu::repack_q6_k_row;
         rp.row_bytes = static_cast<size_t>(W.n_in / QK_K) * cpu::kGroupBytesQ6_K;

@@ -52,9 +52,23 @@ constexpr int kGroupBlocks = 8;
 // same-size layout that unpacks nibbles and fifth bits in registers.
 constexpr int kGroupBytesQ5_0U8 = 272;
 void repack_q5_0_u8_row(const uint8_t* src, uint8_t* dst, int64_t n);
-inline size_t q5_0_u8_row_bytes(int64_t n) {
-  const int64_t nb = n / 32, ng = nb / kGroupBlocks;
-  return static_cast<size_t>(ng) * kGroupBytesQ5_0U8 + static_cast<size_t>(nb - ng * kGroupBlocks) * 22;
+// Q8_0: [8 fp16 scales | 8 x 32 bytes of q + 128] = 272 bytes, as the file.
+constexpr int kGroupBytesQ8_0U8 = 272;
+void repack_q8_0_u8_row(const uint8_t* src, uint8_t* dst, int64_t n);
+// Q4_0: [8 fp16 scales | 4 x 32 bytes of nibbles, vector k holding values
+// 4k..4k+3 (low nibbles) and 16+4k..16+4k+3 (high) of block i at bytes
+// 4i..4i+3] = 144 bytes, as the file.
+constexpr int kGroupBytesQ4_0 = 144;
+void repack_q4_0_row(const uint8_t* src, uint8_t* dst, int64_t n);
+// Bytes of a repacked row of n values: the groups, then the tail blocks.
+inline size_t grouped_row_bytes(TensorType t, int64_t n) {
+  const int64_t nb = n / 32, ng = nb / kGroupBlocks, tail = nb - ng * kGroupBlocks;
+  switch (t) {
+    case TensorType::Q5_0: return static_cast<size_t>(ng) * kGroupBytesQ5_0U8 + static_cast<size_t>(tail) * 22;
+    case TensorType::Q8_0: return static_cast<size_t>(ng) * kGroupBytesQ8_0U8 + static_cast<size_t>(tail) * 34;
+    case TensorType::Q4_0: return static_cast<size_t>(ng) * kGroupBytesQ4_0 + static_cast<size_t>(tail) * 18;
+    default: return 0;
+  }
 }
 
 // Q4_K: a super-block already is 8 sub-blocks of 32; repacked (160 bytes):
@@ -98,8 +112,8 @@ struct Kernels {
   GatedActFn silu_mul = nullptr;  // SiLU gate
   ExpSumFn exp_sum = nullptr;     // softmax numerators
   WeightedSumFn weighted_sum = nullptr;  // attention output
-  DotR8Fn dot_q5_0_u8_x1 = nullptr;  // Q5_0 repacked with byte quants
-  DotR8Fn dot_q5_0_u8_x4 = nullptr;
+  DotR8Fn dot_grouped_x1[32] = {};  // repacked 32-value formats, by TensorType id
+  DotR8Fn dot_grouped_x4[32] = {};
   DotR8Fn dot_q4_k_r8_x1 = nullptr;  // repacked Q4_K (null: not repacked)
   DotR8Fn dot_q4_k_r8_x4 = nullptr;
   DotR8Fn dot_q6_k_r8_x1 = nullptr;  // repacked Q6_K (null: not repacked)

@@ -265,6 +265,34 @@ void repack_q5_0_u8_row(const uint8_t* src, uint8_t* dst, int64_t n) {
   std::memcpy(dst, x + ng * kGroupBlocks, static_cast<size_t>(nb - ng * kGroupBlocks) * sizeof(BlockQ5_0));
 }
 
+void repack_q8_0_u8_row(const uint8_t* src, uint8_t* dst, int64_t n) {
+  const auto* x = reinterpret_cast<const BlockQ8_0*>(src);
+  const int64_t nb = n / 32, ng = nb / kGroupBlocks;
+  for (int64_t g = 0; g < ng; g++, dst += kGroupBytesQ8_0U8) {
+    const BlockQ8_0* b = x + g * kGroupBlocks;
+    for (int i = 0; i < kGroupBlocks; i++) {
+      std::memcpy(dst + 2 * i, &b[i].d, 2);
+      for (int v = 0; v < 8; v++)
+        for (int l = 0; l < 4; l++) dst[16 + 32 * v + 4 * i + l] = static_cast<uint8_t>(b[i].qs[4 * v + l] + 128);
+    }
+  }
+  std::memcpy(dst, x + ng * kGroupBlocks, static_cast<size_t>(nb - ng * kGroupBlocks) * sizeof(BlockQ8_0));
+}
+
+void repack_q4_0_row(const uint8_t* src, uint8_t* dst, int64_t n) {
+  const auto* x = reinterpret_cast<const BlockQ4_0*>(src);
+  const int64_t nb = n / 32, ng = nb / kGroupBlocks;
+  for (int64_t g = 0; g < ng; g++, dst += kGroupBytesQ4_0) {
+    const BlockQ4_0* b = x + g * kGroupBlocks;
+    for (int i = 0; i < kGroupBlocks; i++) {
+      std::memcpy(dst + 2 * i, &b[i].d, 2);
+      // qs[j] holds value j (low nibble) and value 16 + j (high nibble).
+      for (int k = 0; k < 4; k++) std::memcpy(dst + 16 + 32 * k + 4 * i, b[i].qs + 4 * k, 4);
+    }
+  }
+  std::memcpy(dst, x + ng * kGroupBlocks, static_cast<size_t>(nb - ng * kGroupBlocks) * sizeof(BlockQ4_0));
+}
+
 void repack_q4_k_row(const uint8_t* src, uint8_t* dst, int64_t n) {
   const auto* x = reinterpret_cast<const BlockQ4_K*>(src);
   for (int64_t b = 0; b < n / QK_K; b++, dst += kGroupBytesQ4_K) {
