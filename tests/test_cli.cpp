@@ -157,6 +157,23 @@ class TestCli : public QObject {
     expect_bad_input(cli({"quantize", stories(), out, "Q9_9"}));
   }
 
+  // A twin has the original's tensors (names, types, shapes) and metadata,
+  // with random values: it runs the same work.
+  void twin_has_the_originals_shapes() {
+    const QString spec = QDir::temp().filePath("phaselab_twin_spec.gguf");
+    const QString twin = QDir::temp().filePath("phaselab_twin.gguf");
+    QCOMPARE(cli({"twin", "export", stories(), spec}).code, 0);
+    QVERIFY(QFileInfo(spec).size() < QFileInfo(stories()).size());
+    QCOMPARE(cli({"twin", "build", spec, twin}).code, 0);
+    const auto a = QJsonDocument::fromJson(cli({"info", stories(), "--json"}).out.toUtf8()).object();
+    const auto b = QJsonDocument::fromJson(cli({"info", twin, "--json"}).out.toUtf8()).object();
+    QCOMPARE(b["hparams"], a["hparams"]);
+    QCOMPARE(b["tensor_types"], a["tensor_types"]);
+    QCOMPARE(b["n_params"], a["n_params"]);
+    QCOMPARE(cli({"generate", "-m", twin, "-p", "Once upon a time", "-n", "8", "--temp", "0"}).code, 0);
+    expect_bad_input(cli({"twin", "build", stories(), twin}));  // not a spec
+  }
+
   void speculative_options_report_their_metrics() {
     const Run r = cli({"generate", "-m", stories(), "-p", "Once upon a time, there was a little girl named Lily. Once upon a time",
                        "-n", "24", "--temp", "0", "--spec", "lookup", "--spec-k", "3", "--json", "-q"});

@@ -76,7 +76,11 @@ class TestCuda : public QObject {
     const double e = nmse(a, b);
     qInfo("logits NMSE cuda vs cpu reference: %.3g", e);
     QVERIFY2(e <= 5e-4, qPrintable(QString("NMSE %1").arg(e)));
-    if (model.startsWith("llama") || model.startsWith("qwen") || model == "gemma3") return;  // random weights: near-ties
+    // Random weights (tiny models, a shape twin of the default model): near-ties
+    // everywhere, so the logits' NMSE is the check; real models also compare
+    // greedy tokens.
+    if (model.startsWith("llama") || model.startsWith("qwen") || model == "gemma3") return;
+    if ((*m)->file().find("phaselab.twin_of")) return;
     (*cpu)->kv().clear();
     (*gpu)->kv().clear();
     auto rc = (*cpu)->generate(prompt, greedy(32));

@@ -10,55 +10,6 @@
 
 namespace phaselab::cli {
 
-namespace {
-
-GgufWriteValue convert_scalar(const GgufValue& v, GgufValueType t, uint64_t k) {
-  switch (t) {
-    case GgufValueType::UINT8: return GgufWriteValue::u8(static_cast<uint8_t>(v.int_at(k)));
-    case GgufValueType::INT8: return GgufWriteValue::i8(static_cast<int8_t>(v.int_at(k)));
-    case GgufValueType::UINT16: return GgufWriteValue::u16(static_cast<uint16_t>(v.int_at(k)));
-    case GgufValueType::INT16: return GgufWriteValue::i16(static_cast<int16_t>(v.int_at(k)));
-    case GgufValueType::UINT32: return GgufWriteValue::u32(static_cast<uint32_t>(v.int_at(k)));
-    case GgufValueType::INT32: return GgufWriteValue::i32(static_cast<int32_t>(v.int_at(k)));
-    case GgufValueType::UINT64: return GgufWriteValue::u64(static_cast<uint64_t>(v.int_at(k)));
-    case GgufValueType::INT64: return GgufWriteValue::i64(v.int_at(k));
-    case GgufValueType::FLOAT32: return GgufWriteValue::f32(static_cast<float>(v.float_at(k)));
-    case GgufValueType::FLOAT64: return GgufWriteValue::f64(v.float_at(k));
-    case GgufValueType::BOOL: return GgufWriteValue::boolean(v.int_at(k) != 0);
-    default: return GgufWriteValue::u8(0);
-  }
-}
-
-GgufWriteValue convert(const GgufValue& v) {
-  switch (v.type) {
-    case GgufValueType::STRING: return GgufWriteValue::string(std::string(v.str));
-    case GgufValueType::ARRAY: {
-      std::vector<GgufWriteValue> items;
-      items.reserve(v.count);
-      if (v.elem_type == GgufValueType::STRING)
-        for (auto s : v.strings) items.push_back(GgufWriteValue::string(std::string(s)));
-      else if (v.elem_type == GgufValueType::ARRAY)
-        for (const auto& it : v.items) items.push_back(convert(it));
-      else
-        for (uint64_t k = 0; k < v.count; k++) items.push_back(convert_scalar(v, v.elem_type, k));
-      return GgufWriteValue::array(v.elem_type, std::move(items));
-    }
-    case GgufValueType::FLOAT32: return GgufWriteValue::f32(static_cast<float>(v.f));
-    case GgufValueType::FLOAT64: return GgufWriteValue::f64(v.f);
-    case GgufValueType::BOOL: return GgufWriteValue::boolean(v.u != 0);
-    case GgufValueType::UINT8: return GgufWriteValue::u8(static_cast<uint8_t>(v.u));
-    case GgufValueType::INT8: return GgufWriteValue::i8(static_cast<int8_t>(v.i));
-    case GgufValueType::UINT16: return GgufWriteValue::u16(static_cast<uint16_t>(v.u));
-    case GgufValueType::INT16: return GgufWriteValue::i16(static_cast<int16_t>(v.i));
-    case GgufValueType::UINT32: return GgufWriteValue::u32(static_cast<uint32_t>(v.u));
-    case GgufValueType::INT32: return GgufWriteValue::i32(static_cast<int32_t>(v.i));
-    case GgufValueType::UINT64: return GgufWriteValue::u64(v.u);
-    case GgufValueType::INT64: return GgufWriteValue::i64(v.i);
-  }
-  return GgufWriteValue::u8(0);
-}
-
-}  // namespace
 
 int cmd_quantize(int argc, char** argv) {
   auto args = Args::parse(argc, argv, {{"--help", "-h", false}});
@@ -79,7 +30,7 @@ int cmd_quantize(int argc, char** argv) {
   const GgufFile& f = **in;
   GgufWriter w(3, static_cast<uint32_t>(f.alignment()));
   for (const auto& [key, value] : f.metadata())
-    if (key != "general.alignment") w.set(key, convert(value));
+    if (key != "general.alignment") w.set(key, GgufWriteValue::copy_of(value));
   int converted = 0;
   std::vector<float> row;
   for (const auto& t : f.tensors()) {

@@ -19,7 +19,8 @@ void print_usage(FILE* out) {
                "  chat -m MODEL                 interactive multi-turn chat in the terminal\n"
                "  bench -m MODEL                prefill (pp) and decode (tg) tokens/s, llama-bench style\n"
                "  quantize IN OUT TYPE          rewrite a model's matrices in another tensor type\n"
-               "  devices                       the compute devices PhaseLab can use here\n\n"
+               "  devices                       the compute devices PhaseLab can use here\n"
+               "  twin export|build ...         a random-weight model of another's shapes (for benchmarks)\n\n"
                "Run 'phaselab-cli COMMAND --help' for a command's options. Exit codes: 0 success,\n"
                "2 bad input (a one-line error on stderr), 1 other failure.\n");
 }
@@ -42,6 +43,7 @@ int main(int argc, char** argv) {
     if (cmd == "bench") return cmd_bench(argc - 2, argv + 2);
     if (cmd == "quantize") return cmd_quantize(argc - 2, argv + 2);
     if (cmd == "devices") return cmd_devices(argc - 2, argv + 2);
+    if (cmd == "twin") return cmd_twin(argc - 2, argv + 2);
   } catch (const std::bad_alloc&) {
     return report(phaselab::out_of_memory("out of memory (try a smaller model or context size)"));
   } catch (const std::exception& e) {

@@ -108,6 +108,55 @@ GgufWriteValue GgufWriteValue::i32_array(const std::vector<int32_t>& v) {
   return array(GgufValueType::INT32, std::move(items));
 }
 
+namespace {
+
+GgufWriteValue copy_element(const GgufValue& v, GgufValueType t, uint64_t k) {
+  switch (t) {
+    case GgufValueType::FLOAT32: return GgufWriteValue::f32(static_cast<float>(v.float_at(k)));
+    case GgufValueType::FLOAT64: return GgufWriteValue::f64(v.float_at(k));
+    case GgufValueType::BOOL: return GgufWriteValue::boolean(v.int_at(k) != 0);
+    case GgufValueType::UINT8: return GgufWriteValue::u8(static_cast<uint8_t>(v.int_at(k)));
+    case GgufValueType::INT8: return GgufWriteValue::i8(static_cast<int8_t>(v.int_at(k)));
+    case GgufValueType::UINT16: return GgufWriteValue::u16(static_cast<uint16_t>(v.int_at(k)));
+    case GgufValueType::INT16: return GgufWriteValue::i16(static_cast<int16_t>(v.int_at(k)));
+    case GgufValueType::UINT32: return GgufWriteValue::u32(static_cast<uint32_t>(v.int_at(k)));
+    case GgufValueType::INT32: return GgufWriteValue::i32(static_cast<int32_t>(v.int_at(k)));
+    case GgufValueType::UINT64: return GgufWriteValue::u64(static_cast<uint64_t>(v.int_at(k)));
+    default: return GgufWriteValue::i64(v.int_at(k));
+  }
+}
+
+}  // namespace
+
+GgufWriteValue GgufWriteValue::copy_of(const GgufValue& v) {
+  switch (v.type) {
+    case GgufValueType::STRING: return string(std::string(v.str));
+    case GgufValueType::ARRAY: {
+      std::vector<GgufWriteValue> items;
+      items.reserve(v.count);
+      if (v.elem_type == GgufValueType::STRING)
+        for (auto s : v.strings) items.push_back(string(std::string(s)));
+      else if (v.elem_type == GgufValueType::ARRAY)
+        for (const auto& it : v.items) items.push_back(copy_of(it));
+      else
+        for (uint64_t k = 0; k < v.count; k++) items.push_back(copy_element(v, v.elem_type, k));
+      return array(v.elem_type, std::move(items));
+    }
+    case GgufValueType::FLOAT32: return f32(static_cast<float>(v.f));
+    case GgufValueType::FLOAT64: return f64(v.f);
+    case GgufValueType::BOOL: return boolean(v.u != 0);
+    case GgufValueType::UINT8: return u8(static_cast<uint8_t>(v.u));
+    case GgufValueType::INT8: return i8(static_cast<int8_t>(v.i));
+    case GgufValueType::UINT16: return u16(static_cast<uint16_t>(v.u));
+    case GgufValueType::INT16: return i16(static_cast<int16_t>(v.i));
+    case GgufValueType::UINT32: return u32(static_cast<uint32_t>(v.u));
+    case GgufValueType::INT32: return i32(static_cast<int32_t>(v.i));
+    case GgufValueType::UINT64: return u64(v.u);
+    case GgufValueType::INT64: return i64(v.i);
+  }
+  return u8(0);
+}
+
 GgufWriter::GgufWriter(uint32_t version, uint32_t alignment) : version_(version), alignment_(alignment) {
   if (alignment != 32) set("general.alignment", GgufWriteValue::u32(alignment));
 }

@@ -144,6 +144,8 @@ struct GgufWriteValue {
   static GgufWriteValue string_array(const std::vector<std::string>& v);
   static GgufWriteValue f32_array(const std::vector<float>& v);
   static GgufWriteValue i32_array(const std::vector<int32_t>& v);
+  // The same value as one read from a file (to rewrite a file's metadata).
+  static GgufWriteValue copy_of(const GgufValue& v);
 };
 
 class GgufWriter {

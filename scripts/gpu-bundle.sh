@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Prepares, on a development machine, what scripts/gpu-check.sh needs on a GPU
+# machine that has neither the project's libraries (Qt, spdlog, PCRE2) nor a
+# network: the CUDA build for Hopper (sm_90) of phaselab-cli,
+# libphaselab_cuda.so and test_cuda, the shared libraries they load that a
+# CUDA image lacks, and a shape twin spec of the default model (its metadata
+# and tensor shapes, no weights: the model itself is too large to travel).
+# Output: gpu-bundle/ (ignored by git; name it in the device run's `carry`).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD="$ROOT/build-gpu"
+OUT="$ROOT/gpu-bundle"
+ARCH="${PHASELAB_CUDA_ARCH:-90}"
+export PATH="/usr/local/cuda/bin:$PATH"
+
+cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPHASELAB_CUDA=ON -DPHASELAB_GUI=OFF \
+      -DCMAKE_CUDA_ARCHITECTURES="$ARCH" >&2
+cmake --build "$BUILD" -j "$(nproc)" --target phaselab-cli phaselab_cuda test_cuda >&2
+
+rm -rf "$OUT"
+mkdir -p "$OUT/bin" "$OUT/lib"
+cp "$BUILD/app/phaselab-cli" "$BUILD/tests/test_cuda" "$OUT/bin/"
+cp "$BUILD/kernels/libphaselab_cuda.so" "$OUT/bin/"   # found next to the executable
+# The libraries a CUDA image is not expected to have: everything but the C
+# runtime, libstdc++/libgcc (the GPU machine's are newer) and the driver.
+for exe in "$OUT/bin/phaselab-cli" "$OUT/bin/test_cuda" "$OUT/bin/libphaselab_cuda.so"; do
+  ldd "$exe" | awk '/=> \//{print $3}'
+done | sort -u | grep -v -E '/(libc|libm|libdl|librt|libpthread|ld-linux.*|libgcc_s|libstdc\+\+|libcuda)\.so' \
+  | while read -r lib; do cp -L "$lib" "$OUT/lib/"; done
+# Compressed: the carried files may total 64 MiB (ICU's data alone is 30 MiB).
+tar -C "$OUT" -cJf "$OUT/lib.tar.xz" lib && rm -rf "$OUT/lib"
+
+MODEL="$("$ROOT/scripts/fetch-model.sh" 2>/dev/null || true)"
+if [[ -n "$MODEL" ]]; then
+  "$OUT/bin/phaselab-cli" twin export "$MODEL" "$OUT/default-model.twin.gguf"
+fi
+du -sh "$OUT" >&2
+echo "gpu-bundle: ready; on the GPU machine run scripts/gpu-check.sh with carry [\"gpu-bundle\"]" >&2
