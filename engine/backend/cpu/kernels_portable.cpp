@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "cpu_kernels.h"
 #include "phaselab/quant.h"
@@ -99,9 +100,12 @@ float dot_q5_1(const uint8_t* w, const ActQ8* a, int64_t n) {
   return acc;
 }
 
-// Q4_K / Q5_K: sub-block j (32 values) lines up with activation block j.
-float dot_q4_k(const uint8_t* w, const ActQ8* a, int64_t n) {
-  const auto* x = reinterpret_cast<const BlockQ4_K*>(w);
+// Q4_K / Q5_K: sub-block j (32 values) lines up with activation block j;
+// Q5_K adds the fifth bit of value i of sub-block j from bit j of qh[i].
+template <bool kFive>
+float dot_qk45(const uint8_t* w, const ActQ8* a, int64_t n) {
+  using Block = std::conditional_t<kFive, BlockQ5_K, BlockQ4_K>;
+  const auto* x = reinterpret_cast<const Block*>(w);
   float acc = 0;
   for (int64_t b = 0; b < n / QK_K; b++, a += 8) {
     const float d = fp16_to_fp32(x[b].d), dmin = fp16_to_fp32(x[b].dmin);
@@ -111,25 +115,11 @@ float dot_q4_k(const uint8_t* w, const ActQ8* a, int64_t n) {
       const uint8_t* q = x[b].qs + 32 * (j / 2);
       const int shift = (j % 2) * 4;
       int isum = 0;
-      for (int i = 0; i < 32; i++) isum += ((q[i] >> shift) & 0xF) * a[j].qs[i];
-      acc += a[j].d * (d * sc * static_cast<float>(isum) - dmin * m * static_cast<float>(asum(a[j])));
-    }
-  }
-  return acc;
-}
-
-float dot_q5_k(const uint8_t* w, const ActQ8* a, int64_t n) {
-  const auto* x = reinterpret_cast<const BlockQ5_K*>(w);
-  float acc = 0;
-  for (int64_t b = 0; b < n / QK_K; b++, a += 8) {
-    const float d = fp16_to_fp32(x[b].d), dmin = fp16_to_fp32(x[b].dmin);
-    for (int j = 0; j < 8; j++) {
-      uint8_t sc, m;
-      get_scale_min_k4(j, x[b].scales, &sc, &m);
-      const uint8_t* q = x[b].qs + 32 * (j / 2);
-      const int shift = (j % 2) * 4;
-      int isum = 0;
-      for (int i = 0; i < 32; i++) isum += (((q[i] >> shift) & 0xF) | (((x[b].qh[i] >> j) & 1) << 4)) * a[j].qs[i];
+      for (int i = 0; i < 32; i++) {
+        int v = (q[i] >> shift) & 0xF;
+        if constexpr (kFive) v |= ((x[b].qh[i] >> j) & 1) << 4;
+        isum += v * a[j].qs[i];
+      }
       acc += a[j].d * (d * sc * static_cast<float>(isum) - dmin * m * static_cast<float>(asum(a[j])));
     }
   }
@@ -228,8 +218,8 @@ Kernels make_portable() {
   k.dot_q8[static_cast<int>(TensorType::Q4_1)] = dot_q4_1;
   k.dot_q8[static_cast<int>(TensorType::Q5_0)] = dot_q5_0;
   k.dot_q8[static_cast<int>(TensorType::Q5_1)] = dot_q5_1;
-  k.dot_q8[static_cast<int>(TensorType::Q4_K)] = dot_q4_k;
-  k.dot_q8[static_cast<int>(TensorType::Q5_K)] = dot_q5_k;
+  k.dot_q8[static_cast<int>(TensorType::Q4_K)] = dot_qk45<false>;
+  k.dot_q8[static_cast<int>(TensorType::Q5_K)] = dot_qk45<true>;
   k.dot_q8[static_cast<int>(TensorType::Q6_K)] = dot_q6_k;
   k.dot_f32[static_cast<int>(TensorType::F32)] = dot_f32;
   k.dot_f32[static_cast<int>(TensorType::F16)] = dot_f16;
