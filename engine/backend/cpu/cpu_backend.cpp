@@ -412,11 +412,7 @@ class CpuBackend final : public Backend {
           for (int g = 0; g < group; g++) {
             float* out = &xb_[t * NQ + (h0 + g) * HD];
             const float a = scores[g * n_ctx + j] * inv_sum[g];
-            if (k_fast_) {
-              k_fast_->axpy(out, a, vj, HD);
-            } else {
-              for (int i = 0; i < HD; i++) out[i] += a * vj[i];
-            }
+            for (int i = 0; i < HD; i++) out[i] += a * vj[i];
           }
         }
       }

@@ -57,23 +57,4 @@ inline void rope_apply(float* x, int n_rot, const float* cs, bool neox) {
   }
 }
 
-// Rotary embedding of one head x[head_dim] at position pos. Pair i (of
-// n_rot/2) turns by pos * base^(-2i/n_rot) (divided by freq_factors[i] when
-// given). Normal layout pairs (x[2i], x[2i+1]); NeoX pairs (x[i], x[i+n_rot/2]).
-inline void rope(float* x, int head_dim, int n_rot, int pos, float base, const float* freq_factors, bool neox) {
-  (void)head_dim;
-  const int half = n_rot / 2;
-  for (int i = 0; i < half; i++) {
-    double freq = std::pow(static_cast<double>(base), -2.0 * i / n_rot);
-    if (freq_factors) freq /= freq_factors[i];
-    const double theta = pos * freq;
-    const float c = static_cast<float>(std::cos(theta)), s = static_cast<float>(std::sin(theta));
-    const int a = neox ? i : 2 * i;
-    const int b = neox ? i + half : 2 * i + 1;
-    const float x0 = x[a], x1 = x[b];
-    x[a] = x0 * c - x1 * s;
-    x[b] = x0 * s + x1 * c;
-  }
-}
-
 }  // namespace phaselab::ref
