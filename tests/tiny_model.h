@@ -38,7 +38,7 @@ inline void add_tiny_vocab(GgufWriter& w, int* n_vocab) {
     scores.push_back(0);
     types.push_back(6);
   }
-  const char* words[] = {"\xE2\x96\x81the", "\xE2\x96\x81a", "\xE2\x96\x81cat", "\xE2\x96\x81sat", "\xE2\x96\x81on",
+  const char* words[] = {"\xE2\x96\x81the", "\xE2\x96\x81" "a", "\xE2\x96\x81" "cat", "\xE2\x96\x81sat", "\xE2\x96\x81on",
                          "\xE2\x96\x81mat", "\xE2\x96\x81", "e", "t", "a", "o", "n", "s", "h", "r", "d", "l", "c", "m", "."};
   float score = -1;
   for (const char* wd : words) {
