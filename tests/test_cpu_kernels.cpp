@@ -6,6 +6,7 @@
 #include <QtTest>
 
 #include <cmath>
+#include <cstdlib>
 #include <random>
 #include <vector>
 
@@ -47,6 +48,12 @@ class TestCpuKernels : public QObject {
     if (__builtin_cpu_supports("avx2")) {
       QVERIFY(avx2_kernels() != nullptr);
       QVERIFY(QString(best_kernels().isa).startsWith("avx"));
+    }
+    // The machine's best instruction set is the one chosen.
+    if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+        !std::getenv("PHASELAB_CPU_ISA")) {
+      QVERIFY(avx512_kernels() != nullptr);
+      QCOMPARE(QString(best_kernels().isa), QString("avx512-vnni"));
     }
 #endif
     QVERIFY(best_kernels().quantize_act != nullptr);
@@ -96,16 +103,16 @@ class TestCpuKernels : public QObject {
       const double tol = 1e-4 * (1.0 + std::fabs(want)) + 1e-3;
       const float got_p = portable_kernels().dot_q8[type](w.data(), a.data(), n);
       QVERIFY2(std::fabs(got_p - want) < tol, qPrintable(QString("portable %1 vs %2").arg(got_p).arg(want)));
-      for (const Kernels* simd : {avx2_kernels(), avxvnni_kernels()}) {
-        if (!simd) continue;
+      for (const Kernels* simd : simd_kernels()) {
         const float got_s = simd->dot_q8[type](w.data(), a.data(), n);
         QVERIFY2(std::fabs(got_s - want) < tol, qPrintable(QString("%1 %2 vs %3").arg(simd->isa).arg(got_s).arg(want)));
       }
-      // AVX-VNNI only replaces how the integer sums are formed: same bits.
-      if (avx2_kernels() && avxvnni_kernels()) {
-        const float x2 = avx2_kernels()->dot_q8[type](w.data(), a.data(), n);
-        const float xv = avxvnni_kernels()->dot_q8[type](w.data(), a.data(), n);
-        QVERIFY(std::memcmp(&x2, &xv, sizeof(float)) == 0);
+      // AVX-VNNI and AVX-512 only replace how the integer sums are formed: same bits.
+      const auto sets = simd_kernels();
+      for (size_t i = 1; i < sets.size(); i++) {
+        const float x0 = sets[0]->dot_q8[type](w.data(), a.data(), n);
+        const float xi = sets[i]->dot_q8[type](w.data(), a.data(), n);
+        QVERIFY2(std::memcmp(&x0, &xi, sizeof(float)) == 0, sets[i]->isa);
       }
     }
   }
@@ -121,8 +128,10 @@ class TestCpuKernels : public QObject {
     const auto x = randn(4 * n, 12);
     std::vector<ActQ8> a(4 * nb);
     portable_kernels().quantize_act(x.data(), a.data(), 4 * n);
-    for (const Kernels* k : {&portable_kernels(), avx2_kernels(), avxvnni_kernels()}) {
-      if (!k || !k->dot_q8_x4[type]) continue;
+    std::vector<const Kernels*> sets = simd_kernels();
+    sets.insert(sets.begin(), &portable_kernels());
+    for (const Kernels* k : sets) {
+      if (!k->dot_q8_x4[type]) continue;
       float four[4];
       k->dot_q8_x4[type](w.data(), a.data(), nb, n, four);
       for (int j = 0; j < 4; j++) {
@@ -140,9 +149,11 @@ class TestCpuKernels : public QObject {
     QTest::addColumn<int>("n");
     for (TensorType t : {TensorType::Q5_0, TensorType::Q8_0, TensorType::Q4_0}) {
       const std::string name(tensor_type_name(t));
-      QTest::newRow((name + " 640: 2 groups + 4 tail blocks").c_str()) << int(t) << 640;
+      QTest::newRow((name + " 640: 2 groups + a half group").c_str()) << int(t) << 640;
       QTest::newRow((name + " 2048: 8 groups").c_str()) << int(t) << 2048;
-      QTest::newRow((name + " 96: tail only").c_str()) << int(t) << 96;
+      QTest::newRow((name + " 96: 3 plain blocks").c_str()) << int(t) << 96;
+      QTest::newRow((name + " 736: 2 groups + a half group + 3 blocks").c_str()) << int(t) << 736;
+      QTest::newRow((name + " 160: a half group + 1 block").c_str()) << int(t) << 160;
     }
   }
   void repacked_block_formats_match_the_original_row() {
@@ -150,8 +161,11 @@ class TestCpuKernels : public QObject {
     QFETCH(int, n);
     const auto tt = static_cast<TensorType>(type);
     const int nb = n / 32, ng = nb / kGroupBlocks;
-    for (const Kernels* k : {avx2_kernels(), avxvnni_kernels()}) {
-      if (!k || !k->dot_grouped_x1[type]) continue;
+    std::vector<float> first_isa;  // every ISA's results must equal the first one's bitwise
+    int checked = 0;
+    for (const Kernels* k : simd_kernels()) {
+      if (!k->dot_grouped_x1[type]) continue;
+      checked++;
       for (uint32_t seed = 1; seed <= 10; seed++) {
         const auto wf = randn(n, seed);
         std::vector<uint8_t> w(row_size(tt, n)), r(grouped_row_bytes(tt, n));
@@ -161,18 +175,24 @@ class TestCpuKernels : public QObject {
         const auto x = randn(4 * n, 500 + seed);
         std::vector<ActQ8> a(4 * nb);
         k->quantize_act(x.data(), a.data(), 4 * n);
-        std::vector<ActGroup> g(4 * std::max(ng, 1));
-        for (int t = 0; t < 4; t++) group_act(&a[t * nb], &g[t * std::max(ng, 1)], ng);
+        const int gs = std::max<int>(act_groups(nb), 1);
+        std::vector<ActGroup> g(4 * gs);
+        for (int t = 0; t < 4; t++) group_act(&a[t * nb], &g[t * gs], nb);
         float four[4];
-        k->dot_grouped_x4[type](r.data(), g.data(), std::max(ng, 1), a.data(), nb, n, four);
+        k->dot_grouped_x4[type](r.data(), g.data(), gs, a.data(), nb, n, four);
         for (int t = 0; t < 4; t++) {
           std::vector<ActQ8> at(a.begin() + t * nb, a.begin() + (t + 1) * nb);
           const double want = exact_dot(tt, w, at, n);
           float one;
-          k->dot_grouped_x1[type](r.data(), &g[t * std::max(ng, 1)], 0, &a[t * nb], 0, n, &one);
+          k->dot_grouped_x1[type](r.data(), &g[t * gs], 0, &a[t * nb], 0, n, &one);
           QVERIFY2(std::fabs(one - want) < 1e-4 * (1.0 + std::fabs(want)) + 1e-3,
                    qPrintable(QString("%1: %2 vs %3").arg(k->isa).arg(one).arg(want)));
           QVERIFY(std::memcmp(&one, &four[t], sizeof(float)) == 0);
+          const size_t idx = (seed - 1) * 4 + t;
+          if (checked == 1)
+            first_isa.push_back(one);
+          else
+            QVERIFY2(std::memcmp(&one, &first_isa[idx], sizeof(float)) == 0, k->isa);
         }
       }
     }
@@ -188,11 +208,13 @@ class TestCpuKernels : public QObject {
     const auto tt = static_cast<TensorType>(type);
     for (int n : {256, 1024, 2048}) {
       const int nb = n / 32, ng = n / 256;
-      for (const Kernels* k : {avx2_kernels(), avxvnni_kernels()}) {
-        if (!k) continue;
+      std::vector<float> first_isa;  // every ISA's results must equal the first one's bitwise
+      int checked = 0;
+      for (const Kernels* k : simd_kernels()) {
         const DotR8Fn x1 = tt == TensorType::Q4_K ? k->dot_q4_k_r8_x1 : k->dot_q6_k_r8_x1;
         const DotR8Fn x4 = tt == TensorType::Q4_K ? k->dot_q4_k_r8_x4 : k->dot_q6_k_r8_x4;
         if (!x1) continue;
+        checked++;
         for (uint32_t seed = 1; seed <= 10; seed++) {
           const auto wf = randn(n, seed);
           const int gb = tt == TensorType::Q4_K ? kGroupBytesQ4_K : kGroupBytesQ6_K;
@@ -203,7 +225,7 @@ class TestCpuKernels : public QObject {
           std::vector<ActQ8> a(4 * nb);
           k->quantize_act(x.data(), a.data(), 4 * n);
           std::vector<ActGroup> g(4 * ng);
-          for (int t = 0; t < 4; t++) group_act(&a[t * nb], &g[t * ng], ng);
+          for (int t = 0; t < 4; t++) group_act(&a[t * nb], &g[t * ng], nb);
           float four[4];
           x4(r.data(), g.data(), ng, a.data(), nb, n, four);
           for (int t = 0; t < 4; t++) {
@@ -214,6 +236,11 @@ class TestCpuKernels : public QObject {
             QVERIFY2(std::fabs(one - want) < 1e-4 * (1.0 + std::fabs(want)) + 1e-3,
                      qPrintable(QString("%1 n=%2: %3 vs %4").arg(k->isa).arg(n).arg(one).arg(want)));
             QVERIFY(std::memcmp(&one, &four[t], sizeof(float)) == 0);
+            const size_t idx = (seed - 1) * 4 + t;
+            if (checked == 1)
+              first_isa.push_back(one);
+            else
+              QVERIFY2(std::memcmp(&one, &first_isa[idx], sizeof(float)) == 0, k->isa);
           }
         }
       }
@@ -250,8 +277,9 @@ class TestCpuKernels : public QObject {
       rows[k] = randn(HD, 100 + k);
       v[k] = rows[k].data();
     }
-    for (const Kernels* k : {&portable_kernels(), avx2_kernels(), avxvnni_kernels()}) {
-      if (!k) continue;
+    std::vector<const Kernels*> sets = simd_kernels();
+    sets.insert(sets.begin(), &portable_kernels());
+    for (const Kernels* k : sets) {
       std::vector<float> out(G * HD, 1.f);
       k->weighted_sum(out.data(), HD, G, p.data(), n, v.data(), n, HD);
       for (int g = 0; g < G; g++)

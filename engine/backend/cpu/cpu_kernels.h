@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "phaselab/tensor_type.h"
 
@@ -60,13 +61,26 @@ void repack_q8_0_u8_row(const uint8_t* src, uint8_t* dst, int64_t n);
 // 4i..4i+3] = 144 bytes, as the file.
 constexpr int kGroupBytesQ4_0 = 144;
 void repack_q4_0_row(const uint8_t* src, uint8_t* dst, int64_t n);
-// Bytes of a repacked row of n values: the groups, then the tail blocks.
+// When a row's last nb % 8 blocks are 4 or more, their first 4 form a half
+// group (for all three formats): [4 fp16 scales | 4 x 32 bytes of unsigned
+// quants (Q5_0: 0..31, Q8_0: q + 128, Q4_0: 0..15), chunk k holding values
+// 8k+4h..8k+4h+3 of block i at bytes 16h+4i..16h+4i+3] = 136 bytes. Four
+// dpbusd then cover 4 blocks, where block by block would take 4 dot products
+// plus 4 conversions and scalings. The last nb % 4 blocks stay as in the file.
+constexpr int kHalfGroupBytes = 136;
+inline int64_t half_groups(int64_t nb) { return nb % kGroupBlocks >= 4 ? 1 : 0; }
+// Bytes of a repacked row of n values: the groups, the half group, then the
+// remaining blocks.
 inline size_t grouped_row_bytes(TensorType t, int64_t n) {
-  const int64_t nb = n / 32, ng = nb / kGroupBlocks, tail = nb - ng * kGroupBlocks;
+  const int64_t nb = n / 32, ng = nb / kGroupBlocks, nh = half_groups(nb), rest = nb - ng * kGroupBlocks - 4 * nh;
+  const auto per = [&](size_t group_bytes, size_t block_bytes) {
+    return static_cast<size_t>(ng) * group_bytes + static_cast<size_t>(nh) * kHalfGroupBytes +
+           static_cast<size_t>(rest) * block_bytes;
+  };
   switch (t) {
-    case TensorType::Q5_0: return static_cast<size_t>(ng) * kGroupBytesQ5_0U8 + static_cast<size_t>(tail) * 22;
-    case TensorType::Q8_0: return static_cast<size_t>(ng) * kGroupBytesQ8_0U8 + static_cast<size_t>(tail) * 34;
-    case TensorType::Q4_0: return static_cast<size_t>(ng) * kGroupBytesQ4_0 + static_cast<size_t>(tail) * 18;
+    case TensorType::Q5_0: return per(kGroupBytesQ5_0U8, 22);
+    case TensorType::Q8_0: return per(kGroupBytesQ8_0U8, 34);
+    case TensorType::Q4_0: return per(kGroupBytesQ4_0, 18);
     default: return 0;
   }
 }
@@ -85,15 +99,19 @@ constexpr int kGroupBytesQ6_K = 288;
 void repack_q6_k_row(const uint8_t* src, uint8_t* dst, int64_t n);
 
 // Activations of one group of 8 blocks in the matching layout: qs[v] holds,
-// for block i, its values 4v..4v+3 at bytes 4i..4i+3.
+// for block i, its values 4v..4v+3 at bytes 4i..4i+3. A half group (4
+// blocks) uses the first 128 bytes of qs in the half-group weight order and
+// the first 4 entries of d, off and half_lo.
 struct ActGroup {
   int8_t qs[8][32];
   float d[8];
   int32_t off[8];      // 16 * (sum of block i's quants): Q5_0's -16 offset
   int32_t half_lo[8];  // sum of block i's first 16 quants (Q6_K's halves)
 };
-// Builds the groups of one token's activations (n values, n_groups groups).
-void group_act(const ActQ8* a, ActGroup* g, int64_t n_groups);
+// Groups (full, then half) of a row of nb blocks.
+inline int64_t act_groups(int64_t nb) { return nb / kGroupBlocks + half_groups(nb); }
+// Builds the act_groups(nb) groups of one token's nb blocks of activations.
+void group_act(const ActQ8* a, ActGroup* g, int64_t nb);
 
 // dot of N rows of activations with one repacked row: token j's groups
 // at g + j * g_stride, its plain blocks (for the tail) at a + j * a_stride.
@@ -126,8 +144,13 @@ const Kernels& portable_kernels();
 const Kernels* avx2_kernels();
 // The same with AVX-VNNI dot products (bitwise equal results), or nullptr.
 const Kernels* avxvnni_kernels();
-// The best kernels this CPU runs. PHASELAB_CPU_ISA=portable or =avx2 caps
-// the choice (for comparisons).
+// The same with the repacked groups' sums on AVX-512 VNNI (bitwise equal), or
+// nullptr.
+const Kernels* avx512_kernels();
+// Every SIMD kernel set this CPU runs, best last (for tests).
+std::vector<const Kernels*> simd_kernels();
+// The best kernels this CPU runs. PHASELAB_CPU_ISA=portable, =avx2 or
+// =avx-vnni caps the choice (for comparisons).
 const Kernels& best_kernels();
 
 inline bool uses_q8_activations(TensorType t) {

@@ -235,6 +235,44 @@ Kernels make_portable() {
 
 }  // namespace
 
+namespace {
+
+// The half group of 4 blocks at b (layout in cpu_kernels.h); value(block, j)
+// gives value j of a block as an unsigned byte.
+template <typename Block, typename Value>
+uint8_t* write_half_group(const Block* b, uint8_t* dst, Value value) {
+  for (int i = 0; i < 4; i++) {
+    std::memcpy(dst + 2 * i, &b[i].d, 2);
+    for (int k = 0; k < 4; k++)
+      for (int h = 0; h < 2; h++)
+        for (int l = 0; l < 4; l++) dst[8 + 32 * k + 16 * h + 4 * i + l] = value(b[i], 8 * k + 4 * h + l);
+  }
+  return dst + kHalfGroupBytes;
+}
+
+// After the full groups: the half group if there is one, then the remaining
+// blocks as in the file.
+template <typename Block, typename Value>
+void write_row_tail(const Block* x, int64_t nb, uint8_t* dst, Value value) {
+  int64_t b = nb / kGroupBlocks * kGroupBlocks;
+  if (half_groups(nb)) {
+    dst = write_half_group(x + b, dst, value);
+    b += 4;
+  }
+  std::memcpy(dst, x + b, static_cast<size_t>(nb - b) * sizeof(Block));
+}
+
+uint8_t q5_0_value(const BlockQ5_0& b, int j) {
+  uint32_t qh;
+  std::memcpy(&qh, b.qh, 4);
+  const int nib = j < 16 ? (b.qs[j] & 0xF) : (b.qs[j - 16] >> 4);
+  return static_cast<uint8_t>(nib | (((qh >> j) & 1) << 4));
+}
+uint8_t q8_0_value(const BlockQ8_0& b, int j) { return static_cast<uint8_t>(b.qs[j] + 128); }
+uint8_t q4_0_value(const BlockQ4_0& b, int j) { return static_cast<uint8_t>(j < 16 ? (b.qs[j] & 0xF) : (b.qs[j - 16] >> 4)); }
+
+}  // namespace
+
 void repack_q5_0_u8_row(const uint8_t* src, uint8_t* dst, int64_t n) {
   const auto* x = reinterpret_cast<const BlockQ5_0*>(src);
   const int64_t nb = n / 32, ng = nb / kGroupBlocks;
@@ -242,17 +280,11 @@ void repack_q5_0_u8_row(const uint8_t* src, uint8_t* dst, int64_t n) {
     const BlockQ5_0* b = x + g * kGroupBlocks;
     for (int i = 0; i < kGroupBlocks; i++) {
       std::memcpy(dst + 2 * i, &b[i].d, 2);
-      uint32_t qh;
-      std::memcpy(&qh, b[i].qh, 4);
       for (int v = 0; v < 8; v++)
-        for (int l = 0; l < 4; l++) {
-          const int j = 4 * v + l;  // value j of the block
-          const int nib = j < 16 ? (b[i].qs[j] & 0xF) : (b[i].qs[j - 16] >> 4);
-          dst[16 + 32 * v + 4 * i + l] = static_cast<uint8_t>(nib | (((qh >> j) & 1) << 4));
-        }
+        for (int l = 0; l < 4; l++) dst[16 + 32 * v + 4 * i + l] = q5_0_value(b[i], 4 * v + l);
     }
   }
-  std::memcpy(dst, x + ng * kGroupBlocks, static_cast<size_t>(nb - ng * kGroupBlocks) * sizeof(BlockQ5_0));
+  write_row_tail(x, nb, dst, q5_0_value);
 }
 
 void repack_q8_0_u8_row(const uint8_t* src, uint8_t* dst, int64_t n) {
@@ -263,10 +295,10 @@ void repack_q8_0_u8_row(const uint8_t* src, uint8_t* dst, int64_t n) {
     for (int i = 0; i < kGroupBlocks; i++) {
       std::memcpy(dst + 2 * i, &b[i].d, 2);
       for (int v = 0; v < 8; v++)
-        for (int l = 0; l < 4; l++) dst[16 + 32 * v + 4 * i + l] = static_cast<uint8_t>(b[i].qs[4 * v + l] + 128);
+        for (int l = 0; l < 4; l++) dst[16 + 32 * v + 4 * i + l] = q8_0_value(b[i], 4 * v + l);
     }
   }
-  std::memcpy(dst, x + ng * kGroupBlocks, static_cast<size_t>(nb - ng * kGroupBlocks) * sizeof(BlockQ8_0));
+  write_row_tail(x, nb, dst, q8_0_value);
 }
 
 void repack_q4_0_row(const uint8_t* src, uint8_t* dst, int64_t n) {
@@ -280,7 +312,7 @@ void repack_q4_0_row(const uint8_t* src, uint8_t* dst, int64_t n) {
       for (int k = 0; k < 4; k++) std::memcpy(dst + 16 + 32 * k + 4 * i, b[i].qs + 4 * k, 4);
     }
   }
-  std::memcpy(dst, x + ng * kGroupBlocks, static_cast<size_t>(nb - ng * kGroupBlocks) * sizeof(BlockQ4_0));
+  write_row_tail(x, nb, dst, q4_0_value);
 }
 
 void repack_q4_k_row(const uint8_t* src, uint8_t* dst, int64_t n) {
@@ -329,14 +361,27 @@ void repack_q6_k_row(const uint8_t* src, uint8_t* dst, int64_t n) {
   }
 }
 
-void group_act(const ActQ8* a, ActGroup* g, int64_t n_groups) {
-  for (int64_t gi = 0; gi < n_groups; gi++) {
+void group_act(const ActQ8* a, ActGroup* g, int64_t nb) {
+  const int64_t ng = nb / kGroupBlocks;
+  for (int64_t gi = 0; gi < ng; gi++) {
     const ActQ8* b = a + gi * kGroupBlocks;
     for (int i = 0; i < kGroupBlocks; i++) {
       for (int v = 0; v < 8; v++) std::memcpy(&g[gi].qs[v][4 * i], b[i].qs + 4 * v, 4);
       g[gi].d[i] = b[i].d;
       g[gi].off[i] = 16 * (b[i].s[0] + b[i].s[1]);
       g[gi].half_lo[i] = b[i].s[0];
+    }
+  }
+  if (half_groups(nb)) {
+    ActGroup& h = g[ng];
+    std::memset(&h, 0, sizeof h);
+    const ActQ8* b = a + ng * kGroupBlocks;
+    for (int i = 0; i < 4; i++) {
+      for (int k = 0; k < 4; k++)  // chunk k of 32 bytes is h.qs[k]
+        for (int hh = 0; hh < 2; hh++) std::memcpy(&h.qs[k][16 * hh + 4 * i], b[i].qs + 8 * k + 4 * hh, 4);
+      h.d[i] = b[i].d;
+      h.off[i] = 16 * (b[i].s[0] + b[i].s[1]);
+      h.half_lo[i] = b[i].s[0];
     }
   }
 }
@@ -346,11 +391,20 @@ const Kernels& portable_kernels() {
   return k;
 }
 
+std::vector<const Kernels*> simd_kernels() {
+  std::vector<const Kernels*> out;
+  for (const Kernels* k : {avx2_kernels(), avxvnni_kernels(), avx512_kernels()})
+    if (k) out.push_back(k);
+  return out;
+}
+
 const Kernels& best_kernels() {
   static const Kernels* best = [] {
     const char* force = std::getenv("PHASELAB_CPU_ISA");
     if (force && std::strcmp(force, "portable") == 0) return &portable_kernels();
     const bool no_vnni = force && std::strcmp(force, "avx2") == 0;
+    const bool no_avx512 = no_vnni || (force && std::strcmp(force, "avx-vnni") == 0);
+    if (const Kernels* k = avx512_kernels(); k && !no_avx512) return k;
     if (const Kernels* k = avxvnni_kernels(); k && !no_vnni) return k;
     if (const Kernels* k = avx2_kernels()) return k;
     return &portable_kernels();
