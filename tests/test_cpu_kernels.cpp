@@ -268,8 +268,17 @@ class TestCpuKernels : public QObject {
     if (const Kernels* simd = avx2_kernels()) QVERIFY(std::fabs(simd->dot_f32[type](w.data(), x.data(), n) - want) < 1e-3);
   }
 
+  void weighted_sum_matches_the_definition_data() {
+    QTest::addColumn<int>("G");
+    QTest::addColumn<int>("HD");
+    QTest::newRow("5 heads x 36: a partial group of 8 and a tail of 4 dims") << 5 << 36;
+    QTest::newRow("6 heads x 128: AVX-512 blocks of 4 x 64, then 2 heads") << 6 << 128;
+    QTest::newRow("4 heads x 256 (Gemma 3)") << 4 << 256;
+  }
   void weighted_sum_matches_the_definition() {
-    const int G = 5, HD = 36, n = 13;  // a partial group of 8 and a tail of 4 dims
+    QFETCH(int, G);
+    QFETCH(int, HD);
+    const int n = 13;
     const auto p = randn(G * n, 21);
     std::vector<std::vector<float>> rows(n);
     std::vector<const float*> v(n);
@@ -279,6 +288,7 @@ class TestCpuKernels : public QObject {
     }
     std::vector<const Kernels*> sets = simd_kernels();
     sets.insert(sets.begin(), &portable_kernels());
+    std::vector<float> first_simd;
     for (const Kernels* k : sets) {
       std::vector<float> out(G * HD, 1.f);
       k->weighted_sum(out.data(), HD, G, p.data(), n, v.data(), n, HD);
@@ -288,6 +298,51 @@ class TestCpuKernels : public QObject {
           for (int j = 0; j < n; j++) want += static_cast<double>(p[g * n + j]) * rows[j][i];
           QVERIFY2(std::fabs(out[g * HD + i] - want) < 1e-4, k->isa);
         }
+      // Every SIMD build does the same fused multiply-adds in the same order.
+      if (k == &portable_kernels()) continue;
+      if (first_simd.empty())
+        first_simd = out;
+      else
+        QVERIFY2(std::memcmp(out.data(), first_simd.data(), out.size() * sizeof(float)) == 0, k->isa);
+    }
+  }
+
+  void attention_scores_match_the_definition_data() {
+    QTest::addColumn<int>("G");
+    QTest::addColumn<int>("HD");
+    QTest::addColumn<int>("n");
+    QTest::newRow("1 head x 8, 1 key (tiny models)") << 1 << 8 << 1;
+    QTest::newRow("4 heads x 256, 7 keys (Gemma 3: pairs and a single)") << 4 << 256 << 7;
+    QTest::newRow("7 heads x 64, 10 keys (4 + 3 heads)") << 7 << 64 << 10;
+    QTest::newRow("2 heads x 36, 5 keys (no whole vectors)") << 2 << 36 << 5;
+  }
+  void attention_scores_match_the_definition() {
+    QFETCH(int, G);
+    QFETCH(int, HD);
+    QFETCH(int, n);
+    const auto q = randn(G * HD, 31);
+    std::vector<std::vector<float>> rows(n);
+    std::vector<const float*> k(n);
+    for (int j = 0; j < n; j++) {
+      rows[j] = randn(HD, 300 + j);
+      k[j] = rows[j].data();
+    }
+    const float scale = 0.0625f;
+    const int stride = n + 3;
+    std::vector<const Kernels*> sets = simd_kernels();
+    sets.insert(sets.begin(), &portable_kernels());
+    for (const Kernels* ks : sets) {
+      std::vector<float> s(G * stride, -7.f);
+      ks->scores(s.data(), stride, G, q.data(), k.data(), n, HD, scale);
+      for (int g = 0; g < G; g++) {
+        for (int j = 0; j < n; j++) {
+          double want = 0;
+          for (int i = 0; i < HD; i++) want += static_cast<double>(q[g * HD + i]) * rows[j][i];
+          want *= scale;
+          QVERIFY2(std::fabs(s[g * stride + j] - want) < 1e-5 * (1 + std::fabs(want)), ks->isa);
+        }
+        for (int j = n; j < stride; j++) QCOMPARE(s[g * stride + j], -7.f);  // nothing written past n
+      }
     }
   }
 

@@ -393,14 +393,20 @@ class CpuBackend final : public Backend {
         const int h0 = kvh * group;
         // Keys in [j0, pos]: a local layer sees only the last sliding_window.
         const int j0 = swa ? std::max(0, pos - c_.sliding_window + 1) : 0;
-        for (int j = j0; j <= pos; j++) {
-          const float* kj = kv.k(il, j) + kvh * HD;
-          for (int g = 0; g < group; g++) {
-            float s = dot(&q_[t * NQ + (h0 + g) * HD], kj, HD) * c_.attn_scale;
-            if (c_.attn_logit_softcap > 0) s = c_.attn_logit_softcap * std::tanh(s / c_.attn_logit_softcap);
-            scores[g * n_ctx + j] = s;
+        if (k_fast_) {
+          const float** krows = vrow_buf_[thread].data();  // the key rows by pointer (the cache is paged)
+          for (int j = j0; j <= pos; j++) krows[j - j0] = kv.k(il, j) + kvh * HD;
+          k_fast_->scores(scores + j0, n_ctx, group, &q_[t * NQ + h0 * HD], krows, pos + 1 - j0, HD, c_.attn_scale);
+        } else {
+          for (int j = j0; j <= pos; j++) {
+            const float* kj = kv.k(il, j) + kvh * HD;
+            for (int g = 0; g < group; g++) scores[g * n_ctx + j] = dot(&q_[t * NQ + (h0 + g) * HD], kj, HD) * c_.attn_scale;
           }
         }
+        if (c_.attn_logit_softcap > 0)
+          for (int g = 0; g < group; g++)
+            for (int j = j0; j <= pos; j++)
+              scores[g * n_ctx + j] = c_.attn_logit_softcap * std::tanh(scores[g * n_ctx + j] / c_.attn_logit_softcap);
         float inv_sum[kMaxGroup];
         for (int g = 0; g < group; g++) {
           float* sg = scores + g * n_ctx;

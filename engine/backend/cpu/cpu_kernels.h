@@ -37,6 +37,11 @@ using ExpSumFn = float (*)(float* x, int64_t n, float mx);  // x = exp(x - mx); 
 // that share the value rows v[0..n).
 using WeightedSumFn = void (*)(float* out, int out_stride, int G, const float* p, int p_stride,
                                const float* const* v, int n, int HD);
+// s[g * s_stride + j] = scale * dot(q + g * HD, k[j]) for g < G, j < n: the
+// attention scores of G query heads that share the key rows k[0..n). Each
+// key row is loaded once for all G heads.
+using ScoresFn = void (*)(float* s, int s_stride, int G, const float* q, const float* const* k, int n, int HD,
+                          float scale);
 
 // ---- weights repacked at load for prefill -------------------------------
 // Groups of 8 blocks of 32 values laid out so that one 32-byte vector of
@@ -130,6 +135,7 @@ struct Kernels {
   GatedActFn silu_mul = nullptr;  // SiLU gate
   ExpSumFn exp_sum = nullptr;     // softmax numerators
   WeightedSumFn weighted_sum = nullptr;  // attention output
+  ScoresFn scores = nullptr;             // attention scores
   DotR8Fn dot_grouped_x1[32] = {};  // repacked 32-value formats, by TensorType id
   DotR8Fn dot_grouped_x4[32] = {};
   DotR8Fn dot_q4_k_r8_x1 = nullptr;  // repacked Q4_K (null: not repacked)

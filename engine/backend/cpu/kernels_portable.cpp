@@ -209,6 +209,11 @@ void weighted_sum(float* out, int out_stride, int G, const float* p, int p_strid
     for (int k = 0; k < n; k++) axpy(out + g * out_stride, p[g * p_stride + k], v[k], HD);
 }
 
+void scores(float* s, int s_stride, int G, const float* q, const float* const* k, int n, int HD, float scale) {
+  for (int g = 0; g < G; g++)
+    for (int j = 0; j < n; j++) s[g * s_stride + j] = dot(q + g * HD, k[j], HD) * scale;
+}
+
 Kernels make_portable() {
   Kernels k;
   k.isa = "portable";
@@ -230,6 +235,7 @@ Kernels make_portable() {
   k.silu_mul = silu_mul;
   k.exp_sum = exp_sum;
   k.weighted_sum = weighted_sum;
+  k.scores = scores;
   return k;
 }
 
