@@ -247,6 +247,62 @@ class TestCpuKernels : public QObject {
     }
   }
 
+  // The several-rows kernels: every (row, token) bitwise equal to the
+  // one-row kernel, for each format and row shape.
+  void several_row_kernels_equal_one_row_kernels_bitwise_data() {
+    QTest::addColumn<int>("type");
+    QTest::addColumn<int>("n");
+    for (TensorType t : {TensorType::Q5_0, TensorType::Q8_0, TensorType::Q4_0})
+      for (int n : {640, 736, 2048}) QTest::newRow(qPrintable(QString("%1 x %2").arg(tensor_type_name(t).data()).arg(n))) << int(t) << n;
+    QTest::newRow("Q4_K x 1024") << int(TensorType::Q4_K) << 1024;
+    QTest::newRow("Q6_K x 2048") << int(TensorType::Q6_K) << 2048;
+  }
+  void several_row_kernels_equal_one_row_kernels_bitwise() {
+    QFETCH(int, type);
+    QFETCH(int, n);
+    const auto tt = static_cast<TensorType>(type);
+    const int nb = n / 32, gs = std::max<int>(act_groups(nb), 1);
+    int checked = 0;
+    for (const Kernels* k : simd_kernels()) {
+      const bool kq = tt == TensorType::Q4_K || tt == TensorType::Q6_K;
+      const DotR8Fn one = tt == TensorType::Q4_K ? k->dot_q4_k_r8_x1 : tt == TensorType::Q6_K ? k->dot_q6_k_r8_x1 : k->dot_grouped_x1[type];
+      const DotR8RowsFn rows = tt == TensorType::Q4_K ? k->dot_q4_k_r8_rx4 : tt == TensorType::Q6_K ? k->dot_q6_k_r8_rx4 : k->dot_grouped_rx4[type];
+      if (!one || !rows) continue;
+      checked++;
+      const int R = k->repacked_rows;
+      QVERIFY(R >= 1 && R <= 4);
+      const size_t rb = kq ? static_cast<size_t>(n / 256) * (tt == TensorType::Q4_K ? kGroupBytesQ4_K : kGroupBytesQ6_K)
+                           : grouped_row_bytes(tt, n);
+      std::vector<uint8_t> packed(rb * R);
+      for (int r = 0; r < R; r++) {
+        const auto wf = randn(n, 40 + r);
+        std::vector<uint8_t> w(row_size(tt, n));
+        QVERIFY(quantize_row(tt, wf.data(), w.data(), n));
+        auto fn = tt == TensorType::Q5_0   ? repack_q5_0_u8_row
+                  : tt == TensorType::Q8_0 ? repack_q8_0_u8_row
+                  : tt == TensorType::Q4_0 ? repack_q4_0_row
+                  : tt == TensorType::Q4_K ? repack_q4_k_row
+                                           : repack_q6_k_row;
+        fn(w.data(), packed.data() + r * rb, n);
+      }
+      const auto x = randn(4 * n, 77);
+      std::vector<ActQ8> a(4 * nb);
+      k->quantize_act(x.data(), a.data(), 4 * n);
+      std::vector<ActGroup> g(4 * gs);
+      for (int t = 0; t < 4; t++) group_act(&a[t * nb], &g[t * gs], nb);
+      float many[16];
+      rows(packed.data(), rb, g.data(), gs, a.data(), nb, n, many);
+      for (int r = 0; r < R; r++)
+        for (int t = 0; t < 4; t++) {
+          float v;
+          one(packed.data() + r * rb, &g[t * gs], 0, &a[t * nb], 0, n, &v);
+          QVERIFY2(std::memcmp(&v, &many[r * 4 + t], sizeof(float)) == 0,
+                   qPrintable(QString("%1 row %2 token %3: %4 vs %5").arg(k->isa).arg(r).arg(t).arg(v).arg(many[r * 4 + t])));
+        }
+    }
+    QVERIFY(checked > 0 || simd_kernels().empty());
+  }
+
   void float_weight_dots_match_data() {
     QTest::addColumn<int>("type");
     for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16})

@@ -277,6 +277,7 @@ class CpuBackend final : public Backend {
     std::vector<uint8_t> data;
     size_t row_bytes = 0;
     cpu::DotR8Fn dot1 = nullptr, dot4 = nullptr;
+    cpu::DotR8RowsFn dot_rows4 = nullptr;  // k_fast_->repacked_rows rows x 4 tokens
   };
   void repack_weights() {
     auto repack = [&](const WeightView& W) {
@@ -291,16 +292,19 @@ class CpuBackend final : public Backend {
         rp.row_bytes = cpu::grouped_row_bytes(W.type, W.n_in);
         rp.dot1 = k_fast_->dot_grouped_x1[t];
         rp.dot4 = k_fast_->dot_grouped_x4[t];
+        rp.dot_rows4 = k_fast_->dot_grouped_rx4[t];
       } else if (W.type == TensorType::Q6_K && k_fast_->dot_q6_k_r8_x1) {
         fn = cpu::repack_q6_k_row;
         rp.row_bytes = static_cast<size_t>(W.n_in / QK_K) * cpu::kGroupBytesQ6_K;
         rp.dot1 = k_fast_->dot_q6_k_r8_x1;
         rp.dot4 = k_fast_->dot_q6_k_r8_x4;
+        rp.dot_rows4 = k_fast_->dot_q6_k_r8_rx4;
       } else if (W.type == TensorType::Q4_K && k_fast_->dot_q4_k_r8_x1) {
         fn = cpu::repack_q4_k_row;
         rp.row_bytes = static_cast<size_t>(W.n_in / QK_K) * cpu::kGroupBytesQ4_K;
         rp.dot1 = k_fast_->dot_q4_k_r8_x1;
         rp.dot4 = k_fast_->dot_q4_k_r8_x4;
+        rp.dot_rows4 = k_fast_->dot_q4_k_r8_rx4;
       } else {
         return;
       }
@@ -330,6 +334,7 @@ class CpuBackend final : public Backend {
   // while every row of a thread's chunk passes over them (a row is a few
   // hundred bytes; 512 tokens of activations are hundreds of KiB, which
   // would otherwise come from L2 for every row): 1.3x on pp512.
+  static constexpr int kMaxRows = 4;  // bound on Kernels::repacked_rows
   static constexpr int64_t kL1TileBytes = 16 * 1024;  // half of a 32 KiB L1d (48 KiB on recent cores)
   // Tokens per tile for tok_bytes of activations per token: a multiple of 4.
   static int token_tile(int64_t tok_bytes) {
@@ -354,7 +359,30 @@ class CpuBackend final : public Backend {
       float v4[4], lo4[4];
       for (int t0 = 0; t0 < T; t0 += tile) {
         const int t1 = std::min(T, t0 + tile);
-        for (int64_t r = r0; r < r1; r++) {
+        int64_t r = r0;
+        // Several rows at once where the kernels take them: each token's
+        // activations are loaded once for all of them.
+        const int R = k_fast_->repacked_rows;
+        if (R > 1 && rp.dot_rows4 && (t1 - t0) >= 4)
+          for (; r + R <= r1; r += R) {
+            const uint8_t* row = rp.data.data() + r * rp.row_bytes;
+            float vr[4 * kMaxRows], lor[4 * kMaxRows];
+            int t = t0;
+            for (; t + 4 <= t1; t += 4) {
+              rp.dot_rows4(row, rp.row_bytes, &act_g_[t * gs], gs, &act_[t * nb], nb, n_in, vr);
+              if (precise) rp.dot_rows4(row, rp.row_bytes, &act_lo_g_[t * gs], gs, &act_lo_[t * nb], nb, n_in, lor);
+              for (int i = 0; i < R; i++)
+                for (int j = 0; j < 4; j++)
+                  out[(t + j) * n_out + r + i] = precise ? vr[i * 4 + j] + lor[i * 4 + j] : vr[i * 4 + j];
+            }
+            for (; t < t1; t++)
+              for (int i = 0; i < R; i++) {
+                dot1(row + i * rp.row_bytes, &act_g_[t * gs], 0, &act_[t * nb], 0, n_in, v4);
+                if (precise) dot1(row + i * rp.row_bytes, &act_lo_g_[t * gs], 0, &act_lo_[t * nb], 0, n_in, lo4);
+                out[t * n_out + r + i] = precise ? v4[0] + lo4[0] : v4[0];
+              }
+          }
+        for (; r < r1; r++) {
           const uint8_t* row = rp.data.data() + r * rp.row_bytes;
           int t = t0;
           for (; t + 4 <= t1; t += 4) {

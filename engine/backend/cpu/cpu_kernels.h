@@ -122,6 +122,10 @@ void group_act(const ActQ8* a, ActGroup* g, int64_t nb);
 // at g + j * g_stride, its plain blocks (for the tail) at a + j * a_stride.
 using DotR8Fn = void (*)(const uint8_t* w_row, const ActGroup* g, int64_t g_stride, const ActQ8* a, int64_t a_stride,
                          int64_t n, float* out);
+// The same for Kernels::repacked_rows rows (row r at w_row0 + r * row_bytes)
+// and 4 tokens: out[r * 4 + j], bitwise equal to the one-row kernels.
+using DotR8RowsFn = void (*)(const uint8_t* w_row0, size_t row_bytes, const ActGroup* g, int64_t g_stride,
+                             const ActQ8* a, int64_t a_stride, int64_t n, float* out);
 
 struct Kernels {
   const char* isa = "portable";
@@ -142,6 +146,10 @@ struct Kernels {
   DotR8Fn dot_q4_k_r8_x4 = nullptr;
   DotR8Fn dot_q6_k_r8_x1 = nullptr;  // repacked Q6_K (null: not repacked)
   DotR8Fn dot_q6_k_r8_x4 = nullptr;
+  int repacked_rows = 1;  // rows per call of the *_rx4 kernels (2 where registers allow)
+  DotR8RowsFn dot_grouped_rx4[32] = {};
+  DotR8RowsFn dot_q4_k_r8_rx4 = nullptr;
+  DotR8RowsFn dot_q6_k_r8_rx4 = nullptr;
 };
 
 // The portable kernels (always available; the oracle for the SIMD ones).
