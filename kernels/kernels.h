@@ -4,6 +4,8 @@
 // row_bytes apart, in the tensor's own block format.
 #pragma once
 
+#include <cublas_v2.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -20,10 +22,14 @@ cudaError_t launch_embedding(const uint8_t* embd, TensorType type, size_t row_by
 // out[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * w   x, out: (rows, n); w: (n); out may alias x
 cudaError_t launch_rmsnorm(const float* x, const float* w, float* out, int rows, int n, float eps, cudaStream_t s);
 
+// Positions are read from device memory (pos0: one int, the position of
+// token 0 of the batch), so that a captured CUDA graph stays valid from one
+// decode step to the next.
+
 // Rotary embedding in place. x: (T, n_heads, head_dim) with rows row_stride
-// floats apart; position of token t is pos0 + t. freq_factors: (n_rot/2) or null.
-cudaError_t launch_rope(float* x, int T, int n_heads, int head_dim, int row_stride, int n_rot, int pos0, float base,
-                        const float* freq_factors, bool neox, cudaStream_t s);
+// floats apart; position of token t is *pos0 + t. freq_factors: (n_rot/2) or null.
+cudaError_t launch_rope(float* x, int T, int n_heads, int head_dim, int row_stride, int n_rot, const int* pos0,
+                        float base, const float* freq_factors, bool neox, cudaStream_t s);
 
 // g = act(g) * u over n values (act: GELU-tanh or SiLU)
 cudaError_t launch_gated_act(float* g, const float* u, size_t n, bool gelu, cudaStream_t s);
@@ -39,17 +45,49 @@ cudaError_t launch_softcap(float* y, size_t n, float cap, cudaStream_t s);
 cudaError_t launch_matvec(const uint8_t* w, TensorType type, size_t row_bytes, int n_in, int n_out, const float* x,
                           int T, float* out, cudaStream_t s);
 
-// Causal attention of T queries at positions pos0.. over a contiguous cache.
+// Causal attention of T queries at positions *pos0.. over a contiguous
+// cache, flash style: one warp per (query, head, split) streams its keys with
+// an online softmax, so no score matrix is ever stored. With n_split > 1 the
+// keys of each query are cut into n_split ranges (long contexts: more warps
+// at work) whose partial results partials (attention_partials_floats) holds
+// until a second kernel merges them.
 // q: (T, n_head, head_dim); k_cache, v_cache: (n_ctx, n_head_kv, head_dim) of
-// this layer; out: (T, n_head, head_dim); scratch: (T, n_head, n_ctx).
-// window > 0: keys at pos - k_pos >= window are masked.
-cudaError_t launch_attention(const float* q, const float* k_cache, const float* v_cache, float* out, float* scratch,
-                             int T, int pos0, int n_head, int n_head_kv, int head_dim, int n_ctx, int window,
-                             float scale, float softcap, cudaStream_t s);
+// this layer; out: (T, n_head, head_dim). window > 0: keys at
+// pos - k_pos >= window are masked. head_dim <= 512.
+cudaError_t launch_attention(const float* q, const float* k_cache, const float* v_cache, float* out, float* partials,
+                             int T, const int* pos0, int n_head, int n_head_kv, int head_dim, int window, float scale,
+                             float softcap, int n_split, cudaStream_t s);
+// Floats of partials for T queries and n_split ranges (0 when n_split == 1).
+size_t attention_partials_floats(int T, int n_head, int head_dim, int n_split);
+// Ranges per query: 1 when T * n_head warps already fill the GPU, else
+// enough to give each range about 256 of n_ctx keys (at most 32).
+int attention_splits(int T, int n_head, int n_ctx);
 
-// Writes K and V of T tokens into the cache at positions pos0..
+// Writes K and V of T tokens into the cache at positions *pos0..
 // k, v: (T, n_embd_kv); caches: (n_ctx, n_embd_kv)
-cudaError_t launch_store_kv(const float* k, const float* v, float* k_cache, float* v_cache, int T, int pos0,
+cudaError_t launch_store_kv(const float* k, const float* v, float* k_cache, float* v_cache, int T, const int* pos0,
                             int n_embd_kv, cudaStream_t s);
+
+// ---- prefill matrix products through cuBLAS -------------------------------
+// out (T, n_out) = x (T, n_in) . W^T on the tensor cores: W dequantized to
+// FP16 in slabs of rows (w16: at least n_in * 64 halves; the more, the fewer
+// GEMM calls), x converted to FP16 (x16: T * n_in halves), FP32 accumulation
+// and output. The handle must be bound to stream s.
+cudaError_t launch_gemm_f16(cublasHandle_t handle, const uint8_t* w, TensorType type, size_t row_bytes, int n_in,
+                            int n_out, const float* x, int T, float* out, __half* w16, size_t w16_halves, __half* x16,
+                            cudaStream_t s);
+// rows x n_in values of W (from its first row) as FP16, row-major.
+cudaError_t launch_dequant_f16(const uint8_t* w, TensorType type, size_t row_bytes, int n_in, int rows, __half* out,
+                               cudaStream_t s);
+// out = (half) x over n values.
+cudaError_t launch_to_f16(const float* x, size_t n, __half* out, cudaStream_t s);
+
+// ---- sampling on the device ----------------------------------------------
+// *out = argmax x[0..n) (the lowest index among equal maxima).
+cudaError_t launch_argmax(const float* x, int n, int* out, cudaStream_t s);
+// Top-k sampling (k <= 64): the k largest logits, softmax at temperature,
+// and the token whose cumulative probability first exceeds u in [0, 1),
+// in order of decreasing logit. *out = the token.
+cudaError_t launch_sample_top_k(const float* x, int n, int k, float temperature, float u, int* out, cudaStream_t s);
 
 }  // namespace phaselab::cuda

@@ -6,8 +6,9 @@ namespace phaselab::cuda {
 namespace {
 // One block per (token, head); thread i turns pair i. Angles in double, as
 // the CPU reference computes them.
-__global__ void rope_kernel(float* x, int n_heads, int head_dim, int row_stride, int n_rot, int pos0, float base,
-                            const float* freq_factors, bool neox) {
+__global__ void rope_kernel(float* x, int n_heads, int head_dim, int row_stride, int n_rot, const int* pos0p,
+                            float base, const float* freq_factors, bool neox) {
+  const int pos0 = *pos0p;
   const int t = blockIdx.x / n_heads, h = blockIdx.x % n_heads;
   float* xh = x + static_cast<size_t>(t) * row_stride + h * head_dim;
   const int half = n_rot / 2;
@@ -24,8 +25,8 @@ __global__ void rope_kernel(float* x, int n_heads, int head_dim, int row_stride,
 }
 }  // namespace
 
-cudaError_t launch_rope(float* x, int T, int n_heads, int head_dim, int row_stride, int n_rot, int pos0, float base,
-                        const float* freq_factors, bool neox, cudaStream_t s) {
+cudaError_t launch_rope(float* x, int T, int n_heads, int head_dim, int row_stride, int n_rot, const int* pos0,
+                        float base, const float* freq_factors, bool neox, cudaStream_t s) {
   rope_kernel<<<T * n_heads, 128, 0, s>>>(x, n_heads, head_dim, row_stride, n_rot, pos0, base, freq_factors, neox);
   return cudaGetLastError();
 }

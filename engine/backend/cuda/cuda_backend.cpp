@@ -8,10 +8,20 @@
 // holds; the host KvCache stays the bookkeeper (block table, prefix reuse).
 // Before each forward the device cache is synchronised to the host's tokens:
 // positions the host reused from elsewhere are recomputed on the device.
+//
+// Matrix products: quantized matrix-vector kernels for decode and small
+// batches, cuBLAS FP16 GEMMs (weights dequantized in slabs) from
+// PHASELAB_CUDA_GEMM_MIN tokens on (default 16). A decode step (one token,
+// last logits) is captured once as a CUDA graph and replayed: the token and
+// its position travel to the device through pinned memory before the
+// replay, the kernels read the position from device memory, and the only
+// synchronisation is the one for the logits.
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -30,6 +40,11 @@ Status cuda_status(cudaError_t e, const char* what, const char* file, int line) 
                         " at " + file + ":" + std::to_string(line));
 }
 #define CUDA_TRY(expr) PHASELAB_TRY(cuda_status((expr), #expr, __FILE__, __LINE__))
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v && std::atoi(v) > 0 ? std::atoi(v) : fallback;
+}
 
 struct DevWeight {
   uint8_t* data = nullptr;
@@ -50,7 +65,10 @@ class CudaBackend final : public Backend {
       : model_(std::move(model)), c_(model_->config()), max_batch_(max_batch) {}
 
   ~CudaBackend() override {
+    if (graph_exec_) cudaGraphExecDestroy(graph_exec_);
+    if (cublas_) cublasDestroy(cublas_);
     for (void* p : allocations_) cudaFree(p);
+    if (stage_) cudaFreeHost(stage_);
     if (stream_) cudaStreamDestroy(stream_);
   }
 
@@ -101,8 +119,21 @@ class CudaBackend final : public Backend {
     PHASELAB_TRY(alloc(&hb_, B * c_.n_ff));
     PHASELAB_TRY(alloc(&hb2_, B * c_.n_ff));
     PHASELAB_TRY(alloc(&logits_, B * c_.n_vocab));
-    CUDA_TRY(cudaMalloc(&tokens_, B * sizeof(int32_t)));
+    CUDA_TRY(cudaMalloc(&tokens_, (B + 1) * sizeof(int32_t)));  // the batch's tokens, then its first position
     allocations_.push_back(tokens_);
+    pos_ = tokens_ + B;
+    CUDA_TRY(cudaMallocHost(&stage_, (B + 1) * sizeof(int32_t)));
+    // cuBLAS for prefill: FP16 copies of a slab of weight rows and of the batch.
+    if (max_batch_ >= gemm_min_tokens_) {
+      if (cublasCreate(&cublas_) != CUBLAS_STATUS_SUCCESS) return internal_error("cuBLAS could not be initialised");
+      if (cublasSetStream(cublas_, stream_) != CUBLAS_STATUS_SUCCESS) return internal_error("cuBLAS: cublasSetStream failed");
+      const size_t max_in = std::max({c_.n_embd, c_.n_embd_q(), c_.n_ff});
+      w16_halves_ = std::max<size_t>(kW16Halves, max_in * 64);
+      CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&w16_), w16_halves_ * sizeof(__half)));
+      allocations_.push_back(w16_);
+      CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&x16_), B * max_in * sizeof(__half)));
+      allocations_.push_back(x16_);
+    }
     return Status::ok();
   }
 
@@ -127,16 +158,32 @@ class CudaBackend final : public Backend {
     }
     const int p0 = kv.n_past();
     PHASELAB_TRY(kv.reserve(T));
-    PHASELAB_TRY(run(tokens, T, p0, logits, mode));
+    if (T == 1 && mode == LogitsMode::last && logits && use_graph_)
+      PHASELAB_TRY(run_decode_graph(tokens[0], p0, logits));
+    else
+      PHASELAB_TRY(run(tokens, T, p0, logits, mode));
     kv.append(tokens, T);
     dev_tokens_.insert(dev_tokens_.end(), tokens, tokens + T);
     return Status::ok();
   }
 
  private:
+  static constexpr size_t kW16Halves = size_t{32} << 20;  // 64 MiB of FP16 weight rows per GEMM slab
+
   uint64_t work_bytes() const {
     const uint64_t B = max_batch_;
-    return 4 * B * (3ull * c_.n_embd + c_.n_embd_q() + 2ull * c_.n_embd_kv() + 2ull * c_.n_ff + c_.n_vocab);
+    const uint64_t max_in = std::max({c_.n_embd, c_.n_embd_q(), c_.n_ff});
+    const uint64_t gemm = max_batch_ >= gemm_min_tokens_ ? 2 * (std::max<uint64_t>(kW16Halves, max_in * 64) + B * max_in) : 0;
+    return 4 * B * (3ull * c_.n_embd + c_.n_embd_q() + 2ull * c_.n_embd_kv() + 2ull * c_.n_ff + c_.n_vocab) + gemm;
+  }
+
+  // The most partial-result floats any batch size needs for n_ctx keys.
+  size_t partials_floats(int n_ctx) const {
+    size_t most = 0;
+    for (int T = 1; T <= max_batch_; T++)
+      most = std::max(most, cuda::attention_partials_floats(T, c_.n_head, c_.head_dim,
+                                                            cuda::attention_splits(T, c_.n_head, n_ctx)));
+    return most;
   }
 
   Status alloc(float** p, size_t n) {
@@ -180,7 +227,11 @@ class CudaBackend final : public Backend {
     const size_t n = static_cast<size_t>(c_.n_layer) * n_ctx * c_.n_embd_kv();
     size_t free_b = 0, total_b = 0;
     CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
-    const size_t scratch_n = static_cast<size_t>(max_batch_) * c_.n_head * n_ctx;
+    if (graph_exec_) {  // the graph holds this cache's addresses
+      cudaGraphExecDestroy(graph_exec_);
+      graph_exec_ = nullptr;
+    }
+    const size_t scratch_n = std::max<size_t>(partials_floats(n_ctx), 1);
     const size_t need = (2 * n + scratch_n) * sizeof(float);
     if (need > free_b)
       return out_of_memory("the KV cache for " + std::to_string(n_ctx) + " tokens needs " + std::to_string(need >> 20) +
@@ -192,16 +243,72 @@ class CudaBackend final : public Backend {
     return Status::ok();
   }
 
+  // out (T, n_out) = x (T, n_in) . W^T: the matrix-vector kernel for small
+  // batches, cuBLAS from gemm_min_tokens_ on.
   Status matvec(const DevWeight& w, const float* x, int T, float* out) {
+    if (cublas_ && T >= gemm_min_tokens_) {
+      CUDA_TRY(cuda::launch_gemm_f16(cublas_, w.data, w.type, w.row_bytes, w.n_in, w.n_out, x, T, out, w16_, w16_halves_,
+                                     x16_, stream_));
+      return Status::ok();
+    }
     CUDA_TRY(cuda::launch_matvec(w.data, w.type, w.row_bytes, w.n_in, w.n_out, x, T, out, stream_));
     return Status::ok();
   }
 
   // The layers for T tokens at positions p0..; logits to the host as mode says.
   Status run(const int32_t* tokens, int T, int p0, float* logits_host, LogitsMode mode) {
+    std::memcpy(stage_, tokens, T * sizeof(int32_t));
+    stage_[max_batch_] = p0;
+    CUDA_TRY(cudaMemcpyAsync(tokens_, stage_, T * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+    CUDA_TRY(cudaMemcpyAsync(pos_, stage_ + max_batch_, sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+    PHASELAB_TRY(enqueue(T, mode));
+    if (mode != LogitsMode::none) {
+      const int n_out = mode == LogitsMode::last ? 1 : T;
+      CUDA_TRY(cudaMemcpyAsync(logits_host, logits_, static_cast<size_t>(n_out) * c_.n_vocab * sizeof(float),
+                               cudaMemcpyDeviceToHost, stream_));
+    }
+    CUDA_TRY(cudaStreamSynchronize(stream_));
+    return Status::ok();
+  }
+
+  // One decode step through the captured graph (captured on first use, and
+  // again after the cache is reallocated). If capture fails the step runs
+  // as plain launches from then on, and the reason is logged.
+  Status run_decode_graph(int32_t token, int p0, float* logits_host) {
+    if (!graph_exec_) {
+      cudaGraph_t graph = nullptr;
+      CUDA_TRY(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+      const Status st = enqueue(1, LogitsMode::last);
+      const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
+      cudaError_t inst = cudaErrorUnknown;
+      if (st.is_ok() && end == cudaSuccess) inst = cudaGraphInstantiate(&graph_exec_, graph, 0);
+      if (graph) cudaGraphDestroy(graph);
+      if (!st.is_ok() || end != cudaSuccess || inst != cudaSuccess) {
+        graph_exec_ = nullptr;
+        use_graph_ = false;
+        (void)cudaGetLastError();  // clear the capture's error
+        std::fprintf(stderr, "phaselab: CUDA graph capture failed (%s); decoding without graphs\n",
+                     !st.is_ok() ? st.message().c_str() : cudaGetErrorString(end != cudaSuccess ? end : inst));
+        return run(&token, 1, p0, logits_host, LogitsMode::last);
+      }
+    }
+    stage_[0] = token;
+    stage_[max_batch_] = p0;
+    CUDA_TRY(cudaMemcpyAsync(tokens_, stage_, sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+    CUDA_TRY(cudaMemcpyAsync(pos_, stage_ + max_batch_, sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+    CUDA_TRY(cudaGraphLaunch(graph_exec_, stream_));
+    CUDA_TRY(cudaMemcpyAsync(logits_host, logits_, static_cast<size_t>(c_.n_vocab) * sizeof(float),
+                             cudaMemcpyDeviceToHost, stream_));
+    CUDA_TRY(cudaStreamSynchronize(stream_));
+    return Status::ok();
+  }
+
+  // Every kernel of a forward pass over the tokens and position already in
+  // tokens_ / pos_, with no host synchronisation (so it can be captured).
+  Status enqueue(int T, LogitsMode mode) {
     const int D = c_.n_embd, NQ = c_.n_embd_q(), NKV = c_.n_embd_kv(), HD = c_.head_dim;
     const size_t per_layer = static_cast<size_t>(cache_ctx_) * NKV;
-    CUDA_TRY(cudaMemcpyAsync(tokens_, tokens, T * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+    const int n_split = cuda::attention_splits(T, c_.n_head, cache_ctx_);
     CUDA_TRY(cuda::launch_embedding(tok_embd_.data, tok_embd_.type, tok_embd_.row_bytes, tokens_, T, D, c_.embd_scale, x_, stream_));
     for (int il = 0; il < c_.n_layer; il++) {
       const DevLayer& L = layers_[il];
@@ -219,14 +326,14 @@ class CudaBackend final : public Backend {
         CUDA_TRY(cuda::launch_rmsnorm(k_, L.k_norm, k_, T * c_.n_head_kv, HD, c_.rms_eps, stream_));
       }
       const float base = c_.is_swa(il) ? c_.rope_base_swa : c_.rope_base;
-      CUDA_TRY(cuda::launch_rope(q_, T, c_.n_head, HD, NQ, c_.n_rot, p0, base, rope_ff_, c_.rope_neox, stream_));
-      CUDA_TRY(cuda::launch_rope(k_, T, c_.n_head_kv, HD, NKV, c_.n_rot, p0, base, rope_ff_, c_.rope_neox, stream_));
+      CUDA_TRY(cuda::launch_rope(q_, T, c_.n_head, HD, NQ, c_.n_rot, pos_, base, rope_ff_, c_.rope_neox, stream_));
+      CUDA_TRY(cuda::launch_rope(k_, T, c_.n_head_kv, HD, NKV, c_.n_rot, pos_, base, rope_ff_, c_.rope_neox, stream_));
       float* kc = k_cache_ + il * per_layer;
       float* vc = v_cache_ + il * per_layer;
-      CUDA_TRY(cuda::launch_store_kv(k_, v_, kc, vc, T, p0, NKV, stream_));
+      CUDA_TRY(cuda::launch_store_kv(k_, v_, kc, vc, T, pos_, NKV, stream_));
       const int window = c_.is_swa(il) ? c_.sliding_window : 0;
-      CUDA_TRY(cuda::launch_attention(q_, kc, vc, xb_, scratch_, T, p0, c_.n_head, c_.n_head_kv, HD, cache_ctx_, window,
-                                      c_.attn_scale, c_.attn_logit_softcap, stream_));
+      CUDA_TRY(cuda::launch_attention(q_, kc, vc, xb_, scratch_, T, pos_, c_.n_head, c_.n_head_kv, HD, window,
+                                      c_.attn_scale, c_.attn_logit_softcap, n_split, stream_));
       PHASELAB_TRY(matvec(L.wo, xb_, T, xb2_));
       if (c_.post_norms) CUDA_TRY(cuda::launch_rmsnorm(xb2_, L.post_attn_norm, xb2_, T, D, c_.rms_eps, stream_));
       CUDA_TRY(cuda::launch_add(x_, xb2_, static_cast<size_t>(T) * D, stream_));
@@ -245,10 +352,7 @@ class CudaBackend final : public Backend {
       PHASELAB_TRY(matvec(output_, xb_, n_out, logits_));
       if (c_.final_logit_softcap > 0)
         CUDA_TRY(cuda::launch_softcap(logits_, static_cast<size_t>(n_out) * c_.n_vocab, c_.final_logit_softcap, stream_));
-      CUDA_TRY(cudaMemcpyAsync(logits_host, logits_, static_cast<size_t>(n_out) * c_.n_vocab * sizeof(float),
-                               cudaMemcpyDeviceToHost, stream_));
     }
-    CUDA_TRY(cudaStreamSynchronize(stream_));
     return Status::ok();
   }
 
@@ -263,8 +367,18 @@ class CudaBackend final : public Backend {
   // Work buffers for a batch of T <= max_batch tokens (as in the CPU backend).
   float *x_ = nullptr, *xb_ = nullptr, *xb2_ = nullptr, *q_ = nullptr, *k_ = nullptr, *v_ = nullptr;
   float *hb_ = nullptr, *hb2_ = nullptr, *logits_ = nullptr;
-  int32_t* tokens_ = nullptr;
-  // Device K/V: (layer, cache_ctx, n_embd_kv); scratch: (max_batch, n_head, cache_ctx)
+  int32_t* tokens_ = nullptr;  // (max_batch) tokens of the batch, then pos_
+  int32_t* pos_ = nullptr;     // position of the batch's first token (device)
+  int32_t* stage_ = nullptr;   // pinned host staging of the same (max_batch + 1)
+  // cuBLAS prefill (null below gemm_min_tokens_ batches)
+  cublasHandle_t cublas_ = nullptr;
+  int gemm_min_tokens_ = env_int("PHASELAB_CUDA_GEMM_MIN", 16);
+  __half *w16_ = nullptr, *x16_ = nullptr;
+  size_t w16_halves_ = 0;
+  // The decode step's graph (valid for the current cache)
+  cudaGraphExec_t graph_exec_ = nullptr;
+  bool use_graph_ = std::getenv("PHASELAB_CUDA_GRAPHS") == nullptr || std::strcmp(std::getenv("PHASELAB_CUDA_GRAPHS"), "0") != 0;
+  // Device K/V: (layer, cache_ctx, n_embd_kv); scratch: attention's partial results
   float *k_cache_ = nullptr, *v_cache_ = nullptr, *scratch_ = nullptr;
   int cache_ctx_ = 0;
   std::vector<int32_t> dev_tokens_;  // tokens whose K/V the device holds, by position
