@@ -15,17 +15,19 @@ export PATH="/usr/local/cuda/bin:$PATH"
 
 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPHASELAB_CUDA=ON -DPHASELAB_GUI=OFF \
       -DCMAKE_CUDA_ARCHITECTURES="$ARCH" >&2
-cmake --build "$BUILD" -j "$(nproc)" --target phaselab-cli phaselab_cuda test_cuda >&2
+cmake --build "$BUILD" -j "$(nproc)" --target phaselab-cli phaselab_cuda test_cuda test_cuda_ops >&2
 
 rm -rf "$OUT"
 mkdir -p "$OUT/bin" "$OUT/lib"
-cp "$BUILD/app/phaselab-cli" "$BUILD/tests/test_cuda" "$OUT/bin/"
+cp "$BUILD/app/phaselab-cli" "$BUILD/tests/test_cuda" "$BUILD/tests/test_cuda_ops" "$OUT/bin/"
 cp "$BUILD/kernels/libphaselab_cuda.so" "$OUT/bin/"   # found next to the executable
 # The libraries a CUDA image is not expected to have: everything but the C
-# runtime, libstdc++/libgcc (the GPU machine's are newer) and the driver.
-for exe in "$OUT/bin/phaselab-cli" "$OUT/bin/test_cuda" "$OUT/bin/libphaselab_cuda.so"; do
+# runtime, libstdc++/libgcc (the GPU machine's are newer), the driver and the
+# CUDA toolkit's own (cudart, cuBLAS: hundreds of MiB, and a CUDA image has
+# them; gpu-check.sh finds them there).
+for exe in "$OUT/bin/phaselab-cli" "$OUT/bin/test_cuda" "$OUT/bin/test_cuda_ops" "$OUT/bin/libphaselab_cuda.so"; do
   ldd "$exe" | awk '/=> \//{print $3}'
-done | sort -u | grep -v -E '/(libc|libm|libdl|librt|libpthread|ld-linux.*|libgcc_s|libstdc\+\+|libcuda)\.so' \
+done | sort -u | grep -v -E '/(libc|libm|libdl|librt|libpthread|ld-linux.*|libgcc_s|libstdc\+\+|libcuda|libcudart|libcublas|libcublasLt)\.so' \
   | while read -r lib; do cp -L "$lib" "$OUT/lib/"; done
 # Compressed: the carried files may total 64 MiB (ICU's data alone is 30 MiB).
 tar -C "$OUT" -cJf "$OUT/lib.tar.xz" lib && rm -rf "$OUT/lib"

@@ -21,26 +21,36 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv
 if [[ -d "$ROOT/gpu-bundle/bin" ]]; then
   BIN="$ROOT/gpu-bundle/bin"
   mkdir -p /tmp/phaselab-gpu && tar -C /tmp/phaselab-gpu -xJf "$ROOT/gpu-bundle/lib.tar.xz"
-  export LD_LIBRARY_PATH="/tmp/phaselab-gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  # cudart and cuBLAS come from the machine: the CUDA toolkit, or the
+  # nvidia-* Python wheels of a PyTorch image.
+  CUDA_LIBS="/usr/local/cuda/lib64"
+  for d in $(python3 -c 'import glob, site; print(" ".join(d for p in site.getsitepackages() for d in glob.glob(p + "/nvidia/*/lib")))' 2>/dev/null); do
+    CUDA_LIBS="$CUDA_LIBS:$d"
+  done
+  export LD_LIBRARY_PATH="/tmp/phaselab-gpu/lib:$CUDA_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   MODEL=""
   if [[ -f "$ROOT/gpu-bundle/default-model.twin.gguf" ]]; then
     MODEL=/tmp/default-model-twin.gguf
     "$BIN/phaselab-cli" twin build "$ROOT/gpu-bundle/default-model.twin.gguf" "$MODEL" 2>&1 | tee "$OUTDIR/twin.txt"
   fi
   TEST_CUDA="$BIN/test_cuda"
+  TEST_CUDA_OPS="$BIN/test_cuda_ops"
 else
   BUILD="${PHASELAB_GPU_BUILD_DIR:-$ROOT/build-gpu}"
   GEN=(); command -v ninja >/dev/null && GEN=(-G Ninja)
   cmake -S "$ROOT" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DPHASELAB_CUDA=ON -DPHASELAB_GUI=OFF \
         -DCMAKE_CUDA_ARCHITECTURES=native > "$OUTDIR/configure.log" 2>&1 || { tail -20 "$OUTDIR/configure.log"; exit 1; }
-  cmake --build "$BUILD" -j "$(nproc)" --target phaselab_cuda phaselab-cli test_cuda > "$OUTDIR/build.log" 2>&1 \
+  cmake --build "$BUILD" -j "$(nproc)" --target phaselab_cuda phaselab-cli test_cuda test_cuda_ops > "$OUTDIR/build.log" 2>&1 \
     || { tail -40 "$OUTDIR/build.log"; exit 1; }
   BIN="$BUILD/app"
   TEST_CUDA="$BUILD/tests/test_cuda"
+  TEST_CUDA_OPS="$BUILD/tests/test_cuda_ops"
   MODEL="${PHASELAB_DEFAULT_MODEL:-$("$ROOT/scripts/fetch-model.sh" 2>/dev/null || true)}"
 fi
 
 "$BIN/phaselab-cli" devices 2>&1 | tee "$OUTDIR/devices.txt"
+# Each kernel first (the cheapest place to find a bug), then whole models.
+timeout 120 "$TEST_CUDA_OPS" 2>&1 | tee "$OUTDIR/test_cuda_ops.txt"
 # PHASELAB_DEFAULT_MODEL: test_cuda compares the (twin) default model too.
 PHASELAB_DEFAULT_MODEL="$MODEL" timeout 300 "$TEST_CUDA" 2>&1 | tee "$OUTDIR/test_cuda.txt"
 timeout 120 "$BIN/phaselab-cli" bench -m "$ROOT/tests/data/stories260K.gguf" --backend cuda -p 512 -n 128 -r 3 \

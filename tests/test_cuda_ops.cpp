@@ -1,0 +1,352 @@
+// Each CUDA kernel (kernels/kernels.h) against the CPU reference: NMSE
+// <= 1e-7 for element-wise ops, <= 5e-4 for matrix products and attention,
+// exact for the cache writes and sampling. Without a usable GPU every test
+// reports SKIP with the CUDA runtime's reason.
+#include <QtTest>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/ref_ops.h"
+#include "kernels/kernels.h"
+#include "phaselab/quant.h"
+
+using namespace phaselab;
+
+namespace {
+
+// The reason CUDA cannot run here, or empty when it can.
+QString cuda_unavailable() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) return QString("CUDA unavailable: ") + cudaGetErrorString(e);
+  if (n == 0) return "CUDA unavailable: no device";
+  return {};
+}
+
+#define REQUIRE_GPU()                                          \
+  do {                                                         \
+    const QString why = cuda_unavailable();                    \
+    if (!why.isEmpty()) QSKIP(qPrintable(why));                \
+  } while (0)
+
+#define CU(expr) QVERIFY2((expr) == cudaSuccess, #expr)
+
+// A device copy of a host vector, freed with the object.
+template <typename T>
+struct Dev {
+  T* p = nullptr;
+  size_t n = 0;
+  explicit Dev(size_t count) : n(count) { cudaMalloc(reinterpret_cast<void**>(&p), std::max<size_t>(n, 1) * sizeof(T)); }
+  explicit Dev(const std::vector<T>& v) : Dev(v.size()) { cudaMemcpy(p, v.data(), n * sizeof(T), cudaMemcpyHostToDevice); }
+  ~Dev() { cudaFree(p); }
+  Dev(const Dev&) = delete;
+  Dev& operator=(const Dev&) = delete;
+  std::vector<T> get() const {
+    std::vector<T> v(n);
+    cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost);
+    return v;
+  }
+};
+
+std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+double nmse(const std::vector<float>& ref, const std::vector<float>& x) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); i++) {
+    const double d = static_cast<double>(ref[i]) - x[i];
+    num += d * d;
+    den += static_cast<double>(ref[i]) * ref[i];
+  }
+  return den > 0 ? num / den : num;
+}
+
+#define CHECK_NMSE(ref, got, bound)                                                              \
+  do {                                                                                           \
+    const double e_ = nmse(ref, got);                                                            \
+    QVERIFY2(e_ <= (bound), qPrintable(QString("NMSE %1 > %2").arg(e_).arg(bound)));             \
+  } while (0)
+
+// A matrix of n_out rows of n_in values in the given format, and its
+// dequantized copy.
+struct Matrix {
+  std::vector<uint8_t> data;
+  std::vector<float> deq;
+  size_t row_bytes = 0;
+};
+Matrix make_matrix(TensorType t, int n_in, int n_out, uint32_t seed) {
+  Matrix m;
+  m.row_bytes = row_size(t, n_in);
+  m.data.resize(m.row_bytes * n_out);
+  m.deq.resize(static_cast<size_t>(n_in) * n_out);
+  const auto w = randn(static_cast<size_t>(n_in) * n_out, seed, 0.5f);
+  for (int r = 0; r < n_out; r++) {
+    (void)quantize_row(t, &w[static_cast<size_t>(r) * n_in], &m.data[r * m.row_bytes], n_in);
+    (void)dequantize_row(t, &m.data[r * m.row_bytes], &m.deq[static_cast<size_t>(r) * n_in], n_in);
+  }
+  return m;
+}
+
+// out[t, r] = sum_i deq[r, i] * x[t, i], in double.
+std::vector<float> ref_matmul(const Matrix& m, int n_in, int n_out, const std::vector<float>& x, int T) {
+  std::vector<float> out(static_cast<size_t>(T) * n_out);
+  for (int t = 0; t < T; t++)
+    for (int r = 0; r < n_out; r++) {
+      double s = 0;
+      for (int i = 0; i < n_in; i++) s += static_cast<double>(m.deq[static_cast<size_t>(r) * n_in + i]) * x[static_cast<size_t>(t) * n_in + i];
+      out[static_cast<size_t>(t) * n_out + r] = static_cast<float>(s);
+    }
+  return out;
+}
+
+}  // namespace
+
+class TestCudaOps : public QObject {
+  Q_OBJECT
+ private slots:
+  void availability_is_reported() {
+    const QString why = cuda_unavailable();
+    if (!why.isEmpty()) qInfo("%s", qPrintable(why));  // every other test SKIPs with this reason
+    QVERIFY(why.isEmpty() || why.startsWith("CUDA unavailable"));
+  }
+
+  void rmsnorm() {
+    REQUIRE_GPU();
+    const int rows = 7, n = 640;
+    const auto x = randn(static_cast<size_t>(rows) * n, 1, 3.f), w = randn(n, 2);
+    Dev<float> dx(x), dw(w), dout(x.size());
+    CU(cuda::launch_rmsnorm(dx.p, dw.p, dout.p, rows, n, 1e-6f, nullptr));
+    std::vector<float> want(x.size());
+    for (int r = 0; r < rows; r++) ref::rmsnorm(&want[r * n], &x[r * n], w.data(), n, 1e-6f);
+    CHECK_NMSE(want, dout.get(), 1e-7);
+  }
+
+  void rope_data() {
+    QTest::addColumn<bool>("neox");
+    QTest::newRow("neox") << true;
+    QTest::newRow("normal") << false;
+  }
+  void rope() {
+    REQUIRE_GPU();
+    QFETCH(bool, neox);
+    const int T = 3, H = 4, HD = 64, stride = H * HD + 16, pos0 = 1000;
+    auto x = randn(static_cast<size_t>(T) * stride, 3);
+    Dev<float> dx(x);
+    Dev<int> dpos(std::vector<int>{pos0});
+    CU(cuda::launch_rope(dx.p, T, H, HD, stride, HD, dpos.p, 10000.f, nullptr, neox, nullptr));
+    std::vector<float> cs(HD);
+    for (int t = 0; t < T; t++) {
+      ref::rope_angles(cs.data(), HD, pos0 + t, 10000.f, nullptr);
+      for (int h = 0; h < H; h++) ref::rope_apply(&x[static_cast<size_t>(t) * stride + h * HD], HD, cs.data(), neox);
+    }
+    CHECK_NMSE(x, dx.get(), 1e-7);
+  }
+
+  void gated_activations() {
+    REQUIRE_GPU();
+    const size_t n = 5000;
+    const auto g = randn(n, 4, 2.f), u = randn(n, 5);
+    for (bool gelu : {true, false}) {
+      Dev<float> dg(g), du(u);
+      CU(cuda::launch_gated_act(dg.p, du.p, n, gelu, nullptr));
+      std::vector<float> want(n);
+      for (size_t i = 0; i < n; i++) want[i] = (gelu ? ref::gelu_tanh(g[i]) : ref::silu(g[i])) * u[i];
+      CHECK_NMSE(want, dg.get(), 1e-7);
+    }
+  }
+
+  void add_bias_and_softcap() {
+    REQUIRE_GPU();
+    const int T = 5, n = 96;
+    const auto x = randn(static_cast<size_t>(T) * n, 6, 20.f), b = randn(n, 7);
+    Dev<float> dx(x), db(b);
+    CU(cuda::launch_add_bias(dx.p, db.p, T, n, nullptr));
+    CU(cuda::launch_softcap(dx.p, x.size(), 30.f, nullptr));
+    std::vector<float> want(x);
+    for (size_t i = 0; i < want.size(); i++) want[i] = 30.f * std::tanh((x[i] + b[i % n]) / 30.f);
+    CHECK_NMSE(want, dx.get(), 1e-7);
+  }
+
+  void embedding_data() {
+    QTest::addColumn<int>("type");
+    for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K})
+      QTest::newRow(std::string(tensor_type_name(t)).c_str()) << static_cast<int>(t);
+  }
+  void embedding() {
+    REQUIRE_GPU();
+    QFETCH(int, type);
+    const auto t = static_cast<TensorType>(type);
+    const int n_embd = 512, n_vocab = 50;
+    const Matrix m = make_matrix(t, n_embd, n_vocab, 8);
+    const std::vector<int32_t> tokens = {3, 0, 49, 3};
+    Dev<uint8_t> dw(m.data);
+    Dev<int32_t> dt(tokens);
+    Dev<float> dx(tokens.size() * n_embd);
+    CU(cuda::launch_embedding(dw.p, t, m.row_bytes, dt.p, static_cast<int>(tokens.size()), n_embd, 2.f, dx.p, nullptr));
+    std::vector<float> want;
+    for (int32_t tok : tokens)
+      for (int i = 0; i < n_embd; i++) want.push_back(2.f * m.deq[static_cast<size_t>(tok) * n_embd + i]);
+    CHECK_NMSE(want, dx.get(), 1e-7);
+  }
+
+  void matrix_products_data() {
+    QTest::addColumn<int>("type");
+    QTest::addColumn<int>("T");
+    for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0, TensorType::Q4_0,
+                         TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1, TensorType::Q4_K, TensorType::Q5_K,
+                         TensorType::Q6_K})
+      for (int T : {1, 11, 40}) {
+        const std::string name = std::string(tensor_type_name(t)) + " x " + std::to_string(T) + " tokens";
+        QTest::newRow(name.c_str()) << static_cast<int>(t) << T;
+      }
+  }
+  // The matrix-vector kernel (decode, small batches) and the cuBLAS path
+  // (prefill; a small FP16 slab so that several slabs are needed).
+  void matrix_products() {
+    REQUIRE_GPU();
+    QFETCH(int, type);
+    QFETCH(int, T);
+    const auto t = static_cast<TensorType>(type);
+    const int n_in = 512, n_out = 37;
+    const Matrix m = make_matrix(t, n_in, n_out, 9);
+    const auto x = randn(static_cast<size_t>(T) * n_in, 10);
+    const auto want = ref_matmul(m, n_in, n_out, x, T);
+    Dev<uint8_t> dw(m.data);
+    Dev<float> dx(x), dout(static_cast<size_t>(T) * n_out);
+    CU(cuda::launch_matvec(dw.p, t, m.row_bytes, n_in, n_out, dx.p, T, dout.p, nullptr));
+    CHECK_NMSE(want, dout.get(), 5e-4);
+
+    cublasHandle_t h = nullptr;
+    QVERIFY(cublasCreate(&h) == CUBLAS_STATUS_SUCCESS);
+    const size_t slab = static_cast<size_t>(n_in) * 16;  // 16 rows: 3 slabs for 37
+    Dev<__half> w16(slab), x16(static_cast<size_t>(T) * n_in);
+    Dev<float> dout2(static_cast<size_t>(T) * n_out);
+    const cudaError_t e = cuda::launch_gemm_f16(h, dw.p, t, m.row_bytes, n_in, n_out, dx.p, T, dout2.p, w16.p, slab,
+                                                x16.p, nullptr);
+    cudaDeviceSynchronize();
+    cublasDestroy(h);
+    QVERIFY(e == cudaSuccess);
+    CHECK_NMSE(want, dout2.get(), 5e-4);
+  }
+
+  void attention_data() {
+    QTest::addColumn<int>("n_head");
+    QTest::addColumn<int>("n_head_kv");
+    QTest::addColumn<int>("head_dim");
+    QTest::addColumn<int>("window");
+    QTest::addColumn<float>("softcap");
+    QTest::addColumn<int>("n_split");
+    QTest::newRow("Gemma 3 shape, one range") << 4 << 1 << 256 << 0 << 0.f << 1;
+    QTest::newRow("Gemma 3 shape, 3 ranges") << 4 << 1 << 256 << 0 << 0.f << 3;
+    QTest::newRow("sliding window 8, 2 ranges") << 4 << 2 << 64 << 8 << 0.f << 2;
+    QTest::newRow("softcap 50, more ranges than keys") << 2 << 2 << 128 << 0 << 50.f << 40;
+    QTest::newRow("tiny heads (8 dims)") << 8 << 8 << 8 << 0 << 0.f << 1;
+    QTest::newRow("head_dim 80 (partly filled lanes)") << 4 << 4 << 80 << 0 << 0.f << 2;
+  }
+  void attention() {
+    REQUIRE_GPU();
+    QFETCH(int, n_head);
+    QFETCH(int, n_head_kv);
+    QFETCH(int, head_dim);
+    QFETCH(int, window);
+    QFETCH(float, softcap);
+    QFETCH(int, n_split);
+    const int T = 5, pos0 = 20, n_ctx = 32, HD = head_dim, NKV = n_head_kv * HD;
+    const float scale = 1.f / std::sqrt(static_cast<float>(HD));
+    const auto q = randn(static_cast<size_t>(T) * n_head * HD, 11);
+    const auto kc = randn(static_cast<size_t>(n_ctx) * NKV, 12), vc = randn(static_cast<size_t>(n_ctx) * NKV, 13);
+    std::vector<float> want(q.size());
+    for (int t = 0; t < T; t++)
+      for (int h = 0; h < n_head; h++) {
+        const int kvh = h / (n_head / n_head_kv), pos = pos0 + t;
+        const int j0 = window > 0 ? std::max(0, pos - window + 1) : 0;
+        std::vector<double> s;
+        double mx = -1e300;
+        for (int j = j0; j <= pos; j++) {
+          double d = 0;
+          for (int i = 0; i < HD; i++) d += static_cast<double>(q[(static_cast<size_t>(t) * n_head + h) * HD + i]) * kc[static_cast<size_t>(j) * NKV + kvh * HD + i];
+          d *= scale;
+          if (softcap > 0) d = softcap * std::tanh(d / softcap);
+          s.push_back(d);
+          mx = std::max(mx, d);
+        }
+        double sum = 0;
+        for (double& v : s) sum += (v = std::exp(v - mx));
+        for (int i = 0; i < HD; i++) {
+          double a = 0;
+          for (int j = j0; j <= pos; j++) a += s[j - j0] * vc[static_cast<size_t>(j) * NKV + kvh * HD + i];
+          want[(static_cast<size_t>(t) * n_head + h) * HD + i] = static_cast<float>(a / sum);
+        }
+      }
+    Dev<float> dq(q), dk(kc), dv(vc), dout(q.size());
+    Dev<float> part(std::max<size_t>(cuda::attention_partials_floats(T, n_head, HD, n_split), 1));
+    Dev<int> dpos(std::vector<int>{pos0});
+    CU(cuda::launch_attention(dq.p, dk.p, dv.p, dout.p, part.p, T, dpos.p, n_head, n_head_kv, HD, window, scale, softcap,
+                              n_split, nullptr));
+    CU(cudaDeviceSynchronize());
+    CHECK_NMSE(want, dout.get(), 5e-4);
+  }
+
+  void splits_policy() {
+    // Host-side policy, checked everywhere: one range when the batch fills
+    // the GPU, about 256 keys per range otherwise, at most 32.
+    QCOMPARE(cuda::attention_splits(512, 4, 4096), 1);
+    QCOMPARE(cuda::attention_splits(1, 4, 4096), 16);
+    QCOMPARE(cuda::attention_splits(1, 4, 100), 1);
+    QCOMPARE(cuda::attention_splits(1, 4, 1 << 20), 32);
+    QCOMPARE(cuda::attention_partials_floats(1, 4, 256, 1), size_t{0});
+    QCOMPARE(cuda::attention_partials_floats(2, 4, 256, 3), size_t{2 * 4 * 3 * 258});
+  }
+
+  void store_kv() {
+    REQUIRE_GPU();
+    const int T = 3, NKV = 40, n_ctx = 10, pos0 = 6;
+    const auto k = randn(static_cast<size_t>(T) * NKV, 14), v = randn(static_cast<size_t>(T) * NKV, 15);
+    Dev<float> dk(k), dv(v), kc(std::vector<float>(static_cast<size_t>(n_ctx) * NKV, -1.f)),
+        vc(std::vector<float>(static_cast<size_t>(n_ctx) * NKV, -1.f));
+    Dev<int> dpos(std::vector<int>{pos0});
+    CU(cuda::launch_store_kv(dk.p, dv.p, kc.p, vc.p, T, dpos.p, NKV, nullptr));
+    const auto hk = kc.get(), hv = vc.get();
+    for (int j = 0; j < n_ctx; j++)
+      for (int i = 0; i < NKV; i++) {
+        const bool inside = j >= pos0 && j < pos0 + T;
+        QCOMPARE(hk[static_cast<size_t>(j) * NKV + i], inside ? k[static_cast<size_t>(j - pos0) * NKV + i] : -1.f);
+        QCOMPARE(hv[static_cast<size_t>(j) * NKV + i], inside ? v[static_cast<size_t>(j - pos0) * NKV + i] : -1.f);
+      }
+  }
+
+  void argmax_and_top_k() {
+    REQUIRE_GPU();
+    const int n = 262144;
+    auto x = randn(n, 16);
+    x[123456] = 9.f;
+    x[200000] = 9.f;  // a tie: the lower index wins
+    x[7] = 8.5f;
+    x[99] = 8.f;
+    Dev<float> dx(x);
+    Dev<int> out(1);
+    CU(cuda::launch_argmax(dx.p, n, out.p, nullptr));
+    QCOMPARE(out.get()[0], 123456);
+    // Top-3 of {9 (123456), 9 (200000), 8.5 (7)} at temperature 1.
+    const double p0 = 1.0 / (2.0 + std::exp(-0.5)), p1 = p0;
+    const struct {
+      float u;
+      int want;
+    } cases[] = {{0.f, 123456}, {static_cast<float>(p0 + 0.01), 200000}, {static_cast<float>(p0 + p1 + 0.01), 7}};
+    for (const auto& c : cases) {
+      CU(cuda::launch_sample_top_k(dx.p, n, 3, 1.f, c.u, out.p, nullptr));
+      QCOMPARE(out.get()[0], c.want);
+    }
+    QVERIFY(cuda::launch_sample_top_k(dx.p, n, 65, 1.f, 0.f, out.p, nullptr) == cudaErrorInvalidValue);
+  }
+};
+
+QTEST_APPLESS_MAIN(TestCudaOps)
+#include "test_cuda_ops.moc"
