@@ -175,6 +175,11 @@ Result<GenerateResult> Session::generate(const std::vector<int32_t>& prompt, con
   };
 
   DraftSource* draft = opt.use_kv_cache ? opt.draft : nullptr;
+  // Plain greedy decoding (no penalties, which need the logits) on a backend
+  // that can pick the argmax itself.
+  const SamplingParams& sp = opt.sampling;
+  const bool device_greedy = backend_->has_device_greedy() && sp.greedy() && sp.repeat_penalty == 1.f &&
+                             sp.frequency_penalty == 0.f && sp.presence_penalty == 0.f;
   const int n_vocab = model_->config().n_vocab;
   int32_t forced = -1;  // a token already chosen by verification
   for (;;) {
@@ -191,7 +196,12 @@ Result<GenerateResult> Session::generate(const std::vector<int32_t>& prompt, con
     const int room = std::min(opt.n_predict - m.n_generated, n_ctx() - static_cast<int>(history.size()) - 1);
     if (draft && room > 0) PHASELAB_TRY(draft->propose(history, std::min(opt.spec_k, room), opt.sampling, &draft_));
     if (!draft || room <= 0 || draft_.tokens.empty()) {
-      PHASELAB_TRY(backend_->forward(&id, 1, *kv_, logits_.data(), LogitsMode::last));
+      if (device_greedy) {
+        // The next token is chosen where the logits are (one int comes back).
+        PHASELAB_TRY(backend_->forward_greedy(id, *kv_, &forced));
+      } else {
+        PHASELAB_TRY(backend_->forward(&id, 1, *kv_, logits_.data(), LogitsMode::last));
+      }
       m.target_passes++;
       continue;
     }

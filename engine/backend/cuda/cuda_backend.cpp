@@ -119,9 +119,10 @@ class CudaBackend final : public Backend {
     PHASELAB_TRY(alloc(&hb_, B * c_.n_ff));
     PHASELAB_TRY(alloc(&hb2_, B * c_.n_ff));
     PHASELAB_TRY(alloc(&logits_, B * c_.n_vocab));
-    CUDA_TRY(cudaMalloc(&tokens_, (B + 1) * sizeof(int32_t)));  // the batch's tokens, then its first position
+    CUDA_TRY(cudaMalloc(&tokens_, (B + 2) * sizeof(int32_t)));  // the batch's tokens, its first position, an argmax
     allocations_.push_back(tokens_);
     pos_ = tokens_ + B;
+    next_ = tokens_ + B + 1;
     CUDA_TRY(cudaMallocHost(&stage_, (B + 1) * sizeof(int32_t)));
     // cuBLAS for prefill: FP16 copies of a slab of weight rows and of the batch.
     if (max_batch_ >= gemm_min_tokens_) {
@@ -142,6 +143,41 @@ class CudaBackend final : public Backend {
 
   Status forward(const int32_t* tokens, int T, KvCache& kv, float* logits, LogitsMode mode) override {
     if (T < 1 || T > max_batch_) return invalid_argument("batch of " + std::to_string(T) + " tokens (1.." + std::to_string(max_batch_) + ")");
+    PHASELAB_TRY(prepare(tokens, T, kv));
+    const int p0 = kv.n_past();
+    PHASELAB_TRY(kv.reserve(T));
+    if (T == 1 && mode == LogitsMode::last && logits && use_graph_)
+      PHASELAB_TRY(run_decode_graph(tokens[0], p0, logits, nullptr));
+    else
+      PHASELAB_TRY(run(tokens, T, p0, logits, mode));
+    kv.append(tokens, T);
+    dev_tokens_.insert(dev_tokens_.end(), tokens, tokens + T);
+    return Status::ok();
+  }
+
+  bool has_device_greedy() const override { return true; }
+  Status forward_greedy(int32_t token, KvCache& kv, int32_t* next) override {
+    PHASELAB_TRY(prepare(&token, 1, kv));
+    const int p0 = kv.n_past();
+    PHASELAB_TRY(kv.reserve(1));
+    if (use_graph_) {
+      PHASELAB_TRY(run_decode_graph(token, p0, nullptr, next));
+    } else {
+      std::memcpy(stage_, &token, sizeof(int32_t));
+      stage_[max_batch_] = p0;
+      CUDA_TRY(cudaMemcpyAsync(tokens_, stage_, sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+      CUDA_TRY(cudaMemcpyAsync(pos_, stage_ + max_batch_, sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+      PHASELAB_TRY(enqueue(1, LogitsMode::last));
+      PHASELAB_TRY(download_argmax(next));
+    }
+    kv.append(&token, 1);
+    dev_tokens_.push_back(token);
+    return Status::ok();
+  }
+
+ private:
+  // Checks the tokens and brings the device cache to the host's tokens.
+  Status prepare(const int32_t* tokens, int T, KvCache& kv) {
     for (int t = 0; t < T; t++)
       if (tokens[t] < 0 || tokens[t] >= c_.n_vocab) return invalid_argument("token id " + std::to_string(tokens[t]) + " is outside the vocabulary");
     PHASELAB_TRY(ensure_cache(kv.n_ctx()));
@@ -156,18 +192,18 @@ class CudaBackend final : public Backend {
       dev_tokens_.insert(dev_tokens_.end(), host.begin() + static_cast<long>(dev_tokens_.size()),
                          host.begin() + static_cast<long>(dev_tokens_.size()) + n);
     }
-    const int p0 = kv.n_past();
-    PHASELAB_TRY(kv.reserve(T));
-    if (T == 1 && mode == LogitsMode::last && logits && use_graph_)
-      PHASELAB_TRY(run_decode_graph(tokens[0], p0, logits));
-    else
-      PHASELAB_TRY(run(tokens, T, p0, logits, mode));
-    kv.append(tokens, T);
-    dev_tokens_.insert(dev_tokens_.end(), tokens, tokens + T);
     return Status::ok();
   }
 
- private:
+  // The argmax of the last logits row, picked on the device; waits for it.
+  Status download_argmax(int32_t* next) {
+    CUDA_TRY(cuda::launch_argmax(logits_, c_.n_vocab, next_, stream_));
+    CUDA_TRY(cudaMemcpyAsync(stage_ + max_batch_, next_, sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
+    CUDA_TRY(cudaStreamSynchronize(stream_));
+    *next = stage_[max_batch_];
+    return Status::ok();
+  }
+
   static constexpr size_t kW16Halves = size_t{32} << 20;  // 64 MiB of FP16 weight rows per GEMM slab
 
   uint64_t work_bytes() const {
@@ -262,7 +298,7 @@ class CudaBackend final : public Backend {
     CUDA_TRY(cudaMemcpyAsync(tokens_, stage_, T * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
     CUDA_TRY(cudaMemcpyAsync(pos_, stage_ + max_batch_, sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
     PHASELAB_TRY(enqueue(T, mode));
-    if (mode != LogitsMode::none) {
+    if (mode != LogitsMode::none && logits_host) {
       const int n_out = mode == LogitsMode::last ? 1 : T;
       CUDA_TRY(cudaMemcpyAsync(logits_host, logits_, static_cast<size_t>(n_out) * c_.n_vocab * sizeof(float),
                                cudaMemcpyDeviceToHost, stream_));
@@ -274,7 +310,9 @@ class CudaBackend final : public Backend {
   // One decode step through the captured graph (captured on first use, and
   // again after the cache is reallocated). If capture fails the step runs
   // as plain launches from then on, and the reason is logged.
-  Status run_decode_graph(int32_t token, int p0, float* logits_host) {
+  // Either logits_host (the logits) or next (their argmax, picked on the
+  // device) is filled.
+  Status run_decode_graph(int32_t token, int p0, float* logits_host, int32_t* next) {
     if (!graph_exec_) {
       cudaGraph_t graph = nullptr;
       CUDA_TRY(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
@@ -289,7 +327,9 @@ class CudaBackend final : public Backend {
         (void)cudaGetLastError();  // clear the capture's error
         std::fprintf(stderr, "phaselab: CUDA graph capture failed (%s); decoding without graphs\n",
                      !st.is_ok() ? st.message().c_str() : cudaGetErrorString(end != cudaSuccess ? end : inst));
-        return run(&token, 1, p0, logits_host, LogitsMode::last);
+        if (logits_host) return run(&token, 1, p0, logits_host, LogitsMode::last);
+        PHASELAB_TRY(run(&token, 1, p0, nullptr, LogitsMode::last));
+        return download_argmax(next);
       }
     }
     stage_[0] = token;
@@ -297,6 +337,7 @@ class CudaBackend final : public Backend {
     CUDA_TRY(cudaMemcpyAsync(tokens_, stage_, sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
     CUDA_TRY(cudaMemcpyAsync(pos_, stage_ + max_batch_, sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
     CUDA_TRY(cudaGraphLaunch(graph_exec_, stream_));
+    if (!logits_host) return download_argmax(next);
     CUDA_TRY(cudaMemcpyAsync(logits_host, logits_, static_cast<size_t>(c_.n_vocab) * sizeof(float),
                              cudaMemcpyDeviceToHost, stream_));
     CUDA_TRY(cudaStreamSynchronize(stream_));
@@ -369,6 +410,7 @@ class CudaBackend final : public Backend {
   float *hb_ = nullptr, *hb2_ = nullptr, *logits_ = nullptr;
   int32_t* tokens_ = nullptr;  // (max_batch) tokens of the batch, then pos_
   int32_t* pos_ = nullptr;     // position of the batch's first token (device)
+  int32_t* next_ = nullptr;    // the argmax of forward_greedy (device)
   int32_t* stage_ = nullptr;   // pinned host staging of the same (max_batch + 1)
   // cuBLAS prefill (null below gemm_min_tokens_ batches)
   cublasHandle_t cublas_ = nullptr;

@@ -28,6 +28,15 @@ class Backend {
   // kv and writes logits as mode says. Fails (without touching kv) when the
   // tokens do not fit in kv's context.
   virtual Status forward(const int32_t* tokens, int n_tokens, KvCache& kv, float* logits, LogitsMode mode) = 0;
+  // Greedy decoding where the logits need not leave the backend (the CUDA
+  // backend picks the argmax on the device and copies back one int): like
+  // forward(&token, 1, kv, ..., LogitsMode::last), with *next = the argmax
+  // of the logits. Only when has_device_greedy() says so.
+  virtual bool has_device_greedy() const { return false; }
+  virtual Status forward_greedy(int32_t token, KvCache& kv, int32_t* next) {
+    (void)token, (void)kv, (void)next;
+    return unsupported(name() + " backend: no device-side greedy decoding");
+  }
 };
 
 // The fast CPU backend (the default): 8-bit quantized activations, integer
