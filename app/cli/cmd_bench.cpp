@@ -209,6 +209,11 @@ int cmd_bench(int argc, char** argv) {
   const std::string backend = s.backend().name();
   const int threads = *args->get_int("--threads", default_threads(), 1, 256);
   const double rss = peak_rss_mib();
+  // Decode reads every weight once per token: its achieved bandwidth, and on
+  // a GPU the fraction of the device's peak.
+  const double weight_gb = m.weight_bytes() / 1e9;
+  const double peak_gbps = backend == "cuda" ? probe_cuda().peak_gbps : 0.0;
+  auto decode_gbps = [&](const BenchResult& r) { return r.n_gen > 0 ? r.mean * weight_gb : 0.0; };
   if (args->has("--json")) {
     nlohmann::json arr = nlohmann::json::array();
     for (const auto& r : results)
@@ -230,6 +235,10 @@ int cmd_bench(int argc, char** argv) {
                       }()},
                      {"type_mix", m.type_mix()},
                      {"kv_cache_mib", s.kv().bytes() / 1048576.0},
+                     {"weights_gb_per_token", weight_gb},
+                     {"decode_gbps", decode_gbps(r)},
+                     {"device_peak_gbps", peak_gbps},
+                     {"decode_bandwidth_fraction", peak_gbps > 0 ? decode_gbps(r) / peak_gbps : 0.0},
                      {"peak_rss_mib", rss}});
     if (with_spec)
       arr.push_back({{"test", "sg" + std::to_string(*n_gen)},
@@ -272,6 +281,12 @@ int cmd_bench(int argc, char** argv) {
                 m.config().name.empty() ? m.config().arch_str.c_str() : m.config().name.c_str(), backend.c_str(),
                 setup->draft->name().c_str(), setup->spec_k, threads, *n_gen, spec.spec_tps, spec.plain_tps,
                 spec.spec_tps / spec.plain_tps);
+  for (const auto& r : results)
+    if (r.n_gen > 0) {
+      std::printf("\n%s: %.1f GB/s of weights (%.3f GB per token)", r.test.c_str(), decode_gbps(r), weight_gb);
+      if (peak_gbps > 0) std::printf(", %.1f%% of the device's peak %.0f GB/s", 100 * decode_gbps(r) / peak_gbps, peak_gbps);
+      std::printf("\n");
+    }
   if (with_spec)
     std::printf("\nspeculative: drafted %d, accepted %d (%.0f%%), %.2f tokens per target pass, output %s plain greedy\n",
                 spec.drafted, spec.accepted, 100 * spec.acceptance, spec.tokens_per_pass,
