@@ -66,6 +66,16 @@ __device__ __forceinline__ void scale_min_k4(int j, const uint8_t* q, int* sc, i
   }
 }
 
+// Value i of a row of F32, F16 or BF16 (0 for block formats).
+__device__ __forceinline__ float load_float_weight(TensorType type, const uint8_t* row, int i) {
+  switch (type) {
+    case TensorType::F32: return reinterpret_cast<const float*>(row)[i];
+    case TensorType::F16: return h2f(reinterpret_cast<const uint16_t*>(row)[i]);
+    case TensorType::BF16: return bf2f(reinterpret_cast<const uint16_t*>(row)[i]);
+    default: return 0.f;
+  }
+}
+
 // Values 32*sb .. 32*sb+31 of a row of the given type into out[32].
 __device__ __forceinline__ void dequant_sub32(TensorType type, const uint8_t* row, int sb, float* out) {
   switch (type) {

@@ -13,6 +13,8 @@ __global__ void embedding_kernel(const uint8_t* embd, TensorType type, size_t ro
     dequant_sub32(type, row, sb, v);
     for (int i = 0; i < 32; i++) x[static_cast<size_t>(t) * n_embd + sb * 32 + i] = v[i] * scale;
   }
+  for (int i = n_embd / 32 * 32 + threadIdx.x; i < n_embd; i += blockDim.x)  // float rows' last n_embd % 32
+    x[static_cast<size_t>(t) * n_embd + i] = load_float_weight(type, row, i) * scale;
 }
 }  // namespace
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -70,17 +71,18 @@ cudaError_t launch_store_kv(const float* k, const float* v, float* k_cache, floa
 
 // ---- prefill matrix products through cuBLAS -------------------------------
 // out (T, n_out) = x (T, n_in) . W^T on the tensor cores: W dequantized to
-// FP16 in slabs of rows (w16: at least n_in * 64 halves; the more, the fewer
-// GEMM calls), x converted to FP16 (x16: T * n_in halves), FP32 accumulation
-// and output. The handle must be bound to stream s.
-cudaError_t launch_gemm_f16(cublasHandle_t handle, const uint8_t* w, TensorType type, size_t row_bytes, int n_in,
-                            int n_out, const float* x, int T, float* out, __half* w16, size_t w16_halves, __half* x16,
-                            cudaStream_t s);
-// rows x n_in values of W (from its first row) as FP16, row-major.
-cudaError_t launch_dequant_f16(const uint8_t* w, TensorType type, size_t row_bytes, int n_in, int rows, __half* out,
-                               cudaStream_t s);
-// out = (half) x over n values.
-cudaError_t launch_to_f16(const float* x, size_t n, __half* out, cudaStream_t s);
+// BF16 in slabs of rows (w16: at least n_in values; the more, the fewer GEMM
+// calls), x converted to BF16 (x16: T * n_in values), FP32 accumulation and
+// output. BF16 rather than FP16: Gemma 3's activations overflow FP16's range
+// (65504) in other engines. The handle must be bound to stream s.
+cudaError_t launch_gemm_bf16(cublasHandle_t handle, const uint8_t* w, TensorType type, size_t row_bytes, int n_in,
+                             int n_out, const float* x, int T, float* out, __nv_bfloat16* w16, size_t w16_elems,
+                             __nv_bfloat16* x16, cudaStream_t s);
+// rows x n_in values of W (from its first row) as BF16, row-major.
+cudaError_t launch_dequant_bf16(const uint8_t* w, TensorType type, size_t row_bytes, int n_in, int rows,
+                                __nv_bfloat16* out, cudaStream_t s);
+// out = (bf16) x over n values.
+cudaError_t launch_to_bf16(const float* x, size_t n, __nv_bfloat16* out, cudaStream_t s);
 
 // ---- sampling on the device ----------------------------------------------
 // *out = argmax x[0..n) (the lowest index among equal maxima).

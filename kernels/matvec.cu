@@ -27,6 +27,12 @@ __global__ void matvec_kernel(const uint8_t* w, TensorType type, size_t row_byte
       acc[t] += s;
     }
   }
+  // Float rows (F32/F16/BF16) may end in n_in % 32 values outside any
+  // sub-block (block formats never do).
+  for (int i = n_in / 32 * 32 + lane; i < n_in; i += 32) {
+    const float wv = load_float_weight(type, wr, i);
+    for (int t = 0; t < T; t++) acc[t] += wv * x[static_cast<size_t>(t) * n_in + i];
+  }
   for (int t = 0; t < T; t++) {
     const float r = warp_sum(acc[t]);
     if (lane == 0) out[static_cast<size_t>(t) * n_out + row] = r;

@@ -60,7 +60,7 @@ __global__ void argmax_kernel(const float* x, int n, int* out) {
   __shared__ float bv;
   __shared__ int bi;
   block_argmax(x, n, INFINITY, -1, sv, si, &bv, &bi);
-  if (threadIdx.x == 0) *out = bi;
+  if (threadIdx.x == 0) *out = bi < n ? bi : 0;  // all NaN: token 0, as on the CPU
 }
 
 // k passes of the block argmax (k is small), then the draw on one thread.
@@ -72,6 +72,10 @@ __global__ void top_k_kernel(const float* x, int n, int k, float temperature, fl
   for (int r = 0; r < k; r++)
     block_argmax(x, n, r ? top_v[r - 1] : INFINITY, r ? top_i[r - 1] : -1, sv, si, &top_v[r], &top_i[r]);
   if (threadIdx.x != 0) return;
+  if (!(top_v[0] > -INFINITY)) {  // nothing finite to sample from
+    *out = top_i[0] < n ? top_i[0] : 0;
+    return;
+  }
   const float inv_t = 1.f / fmaxf(temperature, 1e-6f);
   float sum = 0.f;
   for (int r = 0; r < k; r++) sum += expf((top_v[r] - top_v[0]) * inv_t);

@@ -10,7 +10,7 @@
 // positions the host reused from elsewhere are recomputed on the device.
 //
 // Matrix products: quantized matrix-vector kernels for decode and small
-// batches, cuBLAS FP16 GEMMs (weights dequantized in slabs) from
+// batches, cuBLAS BF16 GEMMs (weights dequantized in slabs) from
 // PHASELAB_CUDA_GEMM_MIN tokens on (default 16). A decode step (one token,
 // last logits) is captured once as a CUDA graph and replayed: the token and
 // its position travel to the device through pinned memory before the
@@ -124,17 +124,20 @@ class CudaBackend final : public Backend {
     pos_ = tokens_ + B;
     next_ = tokens_ + B + 1;
     CUDA_TRY(cudaMallocHost(&stage_, (B + 1) * sizeof(int32_t)));
-    // cuBLAS for prefill: FP16 copies of a slab of weight rows and of the batch.
+    // cuBLAS for prefill: BF16 copies of a slab of weight rows and of the batch.
     if (max_batch_ >= gemm_min_tokens_) {
       if (cublasCreate(&cublas_) != CUBLAS_STATUS_SUCCESS) return internal_error("cuBLAS could not be initialised");
       if (cublasSetStream(cublas_, stream_) != CUBLAS_STATUS_SUCCESS) return internal_error("cuBLAS: cublasSetStream failed");
       const size_t max_in = std::max({c_.n_embd, c_.n_embd_q(), c_.n_ff});
-      w16_halves_ = std::max<size_t>(kW16Halves, max_in * 64);
-      CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&w16_), w16_halves_ * sizeof(__half)));
+      w16_elems_ = std::max<size_t>(kW16Elems, max_in * 64);
+      CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&w16_), w16_elems_ * sizeof(__nv_bfloat16)));
       allocations_.push_back(w16_);
-      CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&x16_), B * max_in * sizeof(__half)));
+      CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&x16_), B * max_in * sizeof(__nv_bfloat16)));
       allocations_.push_back(x16_);
     }
+    // The uploads (pageable memory, legacy stream) finish before stream_'s
+    // first kernel reads them.
+    CUDA_TRY(cudaDeviceSynchronize());
     return Status::ok();
   }
 
@@ -204,12 +207,12 @@ class CudaBackend final : public Backend {
     return Status::ok();
   }
 
-  static constexpr size_t kW16Halves = size_t{32} << 20;  // 64 MiB of FP16 weight rows per GEMM slab
+  static constexpr size_t kW16Elems = size_t{32} << 20;  // 64 MiB of BF16 weight rows per GEMM slab
 
   uint64_t work_bytes() const {
     const uint64_t B = max_batch_;
     const uint64_t max_in = std::max({c_.n_embd, c_.n_embd_q(), c_.n_ff});
-    const uint64_t gemm = max_batch_ >= gemm_min_tokens_ ? 2 * (std::max<uint64_t>(kW16Halves, max_in * 64) + B * max_in) : 0;
+    const uint64_t gemm = max_batch_ >= gemm_min_tokens_ ? 2 * (std::max<uint64_t>(kW16Elems, max_in * 64) + B * max_in) : 0;
     return 4 * B * (3ull * c_.n_embd + c_.n_embd_q() + 2ull * c_.n_embd_kv() + 2ull * c_.n_ff + c_.n_vocab) + gemm;
   }
 
@@ -253,20 +256,22 @@ class CudaBackend final : public Backend {
   // Device K/V (layer, n_ctx, n_embd_kv) and attention scratch for n_ctx.
   Status ensure_cache(int n_ctx) {
     if (n_ctx == cache_ctx_) return Status::ok();
+    if (graph_exec_) {  // the graph holds the old cache's addresses
+      cudaGraphExecDestroy(graph_exec_);
+      graph_exec_ = nullptr;
+    }
+    CUDA_TRY(cudaStreamSynchronize(stream_));  // nothing in flight may still use the old buffers
     for (float* p : {k_cache_, v_cache_, scratch_})
       if (p) {
         cudaFree(p);
         allocations_.erase(std::remove(allocations_.begin(), allocations_.end(), static_cast<void*>(p)), allocations_.end());
       }
     k_cache_ = v_cache_ = scratch_ = nullptr;
+    cache_ctx_ = 0;  // until the new buffers exist
     dev_tokens_.clear();
     const size_t n = static_cast<size_t>(c_.n_layer) * n_ctx * c_.n_embd_kv();
     size_t free_b = 0, total_b = 0;
     CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
-    if (graph_exec_) {  // the graph holds this cache's addresses
-      cudaGraphExecDestroy(graph_exec_);
-      graph_exec_ = nullptr;
-    }
     const size_t scratch_n = std::max<size_t>(partials_floats(n_ctx), 1);
     const size_t need = (2 * n + scratch_n) * sizeof(float);
     if (need > free_b)
@@ -283,7 +288,7 @@ class CudaBackend final : public Backend {
   // batches, cuBLAS from gemm_min_tokens_ on.
   Status matvec(const DevWeight& w, const float* x, int T, float* out) {
     if (cublas_ && T >= gemm_min_tokens_) {
-      CUDA_TRY(cuda::launch_gemm_f16(cublas_, w.data, w.type, w.row_bytes, w.n_in, w.n_out, x, T, out, w16_, w16_halves_,
+      CUDA_TRY(cuda::launch_gemm_bf16(cublas_, w.data, w.type, w.row_bytes, w.n_in, w.n_out, x, T, out, w16_, w16_elems_,
                                      x16_, stream_));
       return Status::ok();
     }
@@ -297,7 +302,10 @@ class CudaBackend final : public Backend {
     stage_[max_batch_] = p0;
     CUDA_TRY(cudaMemcpyAsync(tokens_, stage_, T * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
     CUDA_TRY(cudaMemcpyAsync(pos_, stage_ + max_batch_, sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
-    PHASELAB_TRY(enqueue(T, mode));
+    if (Status st = enqueue(T, mode); !st.is_ok()) {
+      cudaStreamSynchronize(stream_);  // the staged copies must finish before stage_ is reused
+      return st;
+    }
     if (mode != LogitsMode::none && logits_host) {
       const int n_out = mode == LogitsMode::last ? 1 : T;
       CUDA_TRY(cudaMemcpyAsync(logits_host, logits_, static_cast<size_t>(n_out) * c_.n_vocab * sizeof(float),
@@ -414,9 +422,10 @@ class CudaBackend final : public Backend {
   int32_t* stage_ = nullptr;   // pinned host staging of the same (max_batch + 1)
   // cuBLAS prefill (null below gemm_min_tokens_ batches)
   cublasHandle_t cublas_ = nullptr;
-  int gemm_min_tokens_ = env_int("PHASELAB_CUDA_GEMM_MIN", 16);
-  __half *w16_ = nullptr, *x16_ = nullptr;
-  size_t w16_halves_ = 0;
+  // At least 2: cuBLAS stays out of the captured one-token decode graph.
+  int gemm_min_tokens_ = std::max(2, env_int("PHASELAB_CUDA_GEMM_MIN", 16));
+  __nv_bfloat16 *w16_ = nullptr, *x16_ = nullptr;
+  size_t w16_elems_ = 0;
   // The decode step's graph (valid for the current cache)
   cudaGraphExec_t graph_exec_ = nullptr;
   bool use_graph_ = std::getenv("PHASELAB_CUDA_GRAPHS") == nullptr || std::strcmp(std::getenv("PHASELAB_CUDA_GRAPHS"), "0") != 0;
