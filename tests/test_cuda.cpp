@@ -93,8 +93,10 @@ class TestCuda : public QObject {
     if ((*m)->file().find("phaselab.twin_of")) return;
     (*cpu)->kv().clear();
     (*gpu)->kv().clear();
-    auto rc = (*cpu)->generate(prompt, greedy(32));
-    auto rg = (*gpu)->generate(prompt, greedy(32));
+    // The short prompt: its prefill is FP32 on both sides (the long one's
+    // BF16 GEMMs are checked by NMSE above; near-ties could flip a token).
+    auto rc = (*cpu)->generate(short_prompt, greedy(32));
+    auto rg = (*gpu)->generate(short_prompt, greedy(32));
     QVERIFY(rc.is_ok() && rg.is_ok());
     QCOMPARE(rg->tokens, rc->tokens);
   }
