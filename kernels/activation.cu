@@ -7,14 +7,7 @@ namespace {
 __global__ void gated_act_kernel(float* g, const float* u, size_t n, bool gelu) {
   const size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
-  const float x = g[i];
-  float a;
-  if (gelu) {
-    a = 0.5f * x * (1.f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
-  } else {
-    a = x / (1.f + expf(-x));
-  }
-  g[i] = a * u[i];
+  g[i] = (gelu ? gelu_tanh(g[i]) : silu(g[i])) * u[i];
 }
 __global__ void add_kernel(float* x, const float* y, size_t n) {
   const size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;

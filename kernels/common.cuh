@@ -66,6 +66,12 @@ __device__ __forceinline__ void scale_min_k4(int j, const uint8_t* q, int* sc, i
   }
 }
 
+// The gating activations, as the CPU reference defines them.
+__device__ __forceinline__ float gelu_tanh(float x) {
+  return 0.5f * x * (1.f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+__device__ __forceinline__ float silu(float x) { return x / (1.f + expf(-x)); }
+
 // Value i of a row of F32, F16 or BF16 (0 for block formats).
 __device__ __forceinline__ float load_float_weight(TensorType type, const uint8_t* row, int i) {
   switch (type) {

@@ -32,6 +32,21 @@ cudaError_t launch_rmsnorm(const float* x, const float* w, float* out, int rows,
 cudaError_t launch_rope(float* x, int T, int n_heads, int head_dim, int row_stride, int n_rot, const int* pos0,
                         float base, const float* freq_factors, bool neox, cudaStream_t s);
 
+// x += y' with y' = rmsnorm(y) * post_w (or y when post_w is null), then
+// out = rmsnorm(x) * w: a block's residual add between its post-norm and the
+// next pre-norm in one pass.   x, y, out: (rows, n)
+cudaError_t launch_add_rmsnorm(float* x, const float* y, const float* post_w, const float* w, float* out, int rows,
+                               int n, float eps, cudaStream_t s);
+
+// For each token: RMSNorm of every q and k head (q_norm / k_norm: (head_dim),
+// or null to skip), RoPE at position *pos0 + t, and the k head and v head
+// written to the cache row of that position.   q: (T, n_head, head_dim);
+// k, v: (T, n_head_kv, head_dim); caches: (n_ctx, n_head_kv * head_dim)
+cudaError_t launch_qk_norm_rope_store(float* q, float* k, const float* v, const float* q_norm, const float* k_norm,
+                                      float* k_cache, float* v_cache, int T, int n_head, int n_head_kv, int head_dim,
+                                      int n_rot, const int* pos0, float base, const float* freq_factors, bool neox,
+                                      float eps, cudaStream_t s);
+
 // g = act(g) * u over n values (act: GELU-tanh or SiLU)
 cudaError_t launch_gated_act(float* g, const float* u, size_t n, bool gelu, cudaStream_t s);
 // x += y over n values
@@ -45,6 +60,12 @@ cudaError_t launch_softcap(float* y, size_t n, float cap, cudaStream_t s);
 // row read once for up to 8 tokens at a time.   x: (T, n_in); out: (T, n_out)
 cudaError_t launch_matvec(const uint8_t* w, TensorType type, size_t row_bytes, int n_in, int n_out, const float* x,
                           int T, float* out, cudaStream_t s);
+
+// out[t, r] = act(W_gate.row(r) . x[t, :]) * (W_up.row(r) . x[t, :]): the
+// gated feed-forward's two products and its activation in one kernel.
+cudaError_t launch_matvec_gated(const uint8_t* w_gate, TensorType gate_type, size_t gate_row_bytes, const uint8_t* w_up,
+                                TensorType up_type, size_t up_row_bytes, int n_in, int n_out, const float* x, int T,
+                                bool gelu, float* out, cudaStream_t s);
 
 // Causal attention of T queries at positions *pos0.. over a contiguous
 // cache, flash style: one warp per (query, head, split) streams its keys with

@@ -7,16 +7,11 @@ namespace {
 constexpr int kMaxTokens = 8;
 constexpr int kRowsPerBlock = 4;  // one warp per row
 
-// Lane l dequantizes sub-blocks l, l+32, ... of its warp's row once and uses
-// them for every token of the chunk.
-__global__ void matvec_kernel(const uint8_t* w, TensorType type, size_t row_bytes, int n_in, int n_out,
-                              const float* x, int T, float* out) {
-  const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (row >= n_out) return;
-  const uint8_t* wr = w + static_cast<size_t>(row) * row_bytes;
-  float acc[kMaxTokens];
-  for (int t = 0; t < kMaxTokens; t++) acc[t] = 0.f;
+// Lane l's part of the dot products of one weight row with T <= kMaxTokens
+// rows of x: it dequantizes sub-blocks l, l+32, ... once and uses them for
+// every token. acc[t] += the lane's share (summed across the warp later).
+__device__ __forceinline__ void row_partials(const uint8_t* wr, TensorType type, int n_in, const float* x, int T,
+                                             int lane, float* acc) {
   float v[32];
   for (int sb = lane; sb < n_in / 32; sb += 32) {
     dequant_sub32(type, wr, sb, v);
@@ -33,9 +28,37 @@ __global__ void matvec_kernel(const uint8_t* w, TensorType type, size_t row_byte
     const float wv = load_float_weight(type, wr, i);
     for (int t = 0; t < T; t++) acc[t] += wv * x[static_cast<size_t>(t) * n_in + i];
   }
+}
+
+// One warp per output row.
+__global__ void matvec_kernel(const uint8_t* w, TensorType type, size_t row_bytes, int n_in, int n_out,
+                              const float* x, int T, float* out) {
+  const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= n_out) return;
+  float acc[kMaxTokens];
+  for (int t = 0; t < kMaxTokens; t++) acc[t] = 0.f;
+  row_partials(w + static_cast<size_t>(row) * row_bytes, type, n_in, x, T, lane, acc);
   for (int t = 0; t < T; t++) {
     const float r = warp_sum(acc[t]);
     if (lane == 0) out[static_cast<size_t>(t) * n_out + row] = r;
+  }
+}
+
+// The gate and up rows r of a gated feed-forward in one warp:
+// out[t, r] = act(gate_r . x_t) * (up_r . x_t).
+__global__ void gated_matvec_kernel(const uint8_t* wg, TensorType tg, size_t rbg, const uint8_t* wu, TensorType tu,
+                                    size_t rbu, int n_in, int n_out, const float* x, int T, bool gelu, float* out) {
+  const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= n_out) return;
+  float ag[kMaxTokens], au[kMaxTokens];
+  for (int t = 0; t < kMaxTokens; t++) ag[t] = au[t] = 0.f;
+  row_partials(wg + static_cast<size_t>(row) * rbg, tg, n_in, x, T, lane, ag);
+  row_partials(wu + static_cast<size_t>(row) * rbu, tu, n_in, x, T, lane, au);
+  for (int t = 0; t < T; t++) {
+    const float g = warp_sum(ag[t]), u = warp_sum(au[t]);
+    if (lane == 0) out[static_cast<size_t>(t) * n_out + row] = (gelu ? gelu_tanh(g) : silu(g)) * u;
   }
 }
 }  // namespace
@@ -47,6 +70,21 @@ cudaError_t launch_matvec(const uint8_t* w, TensorType type, size_t row_bytes, i
     const int n = T - t0 < kMaxTokens ? T - t0 : kMaxTokens;
     matvec_kernel<<<blocks, 32 * kRowsPerBlock, 0, s>>>(w, type, row_bytes, n_in, n_out, x + static_cast<size_t>(t0) * n_in,
                                                         n, out + static_cast<size_t>(t0) * n_out);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+
+cudaError_t launch_matvec_gated(const uint8_t* w_gate, TensorType gate_type, size_t gate_row_bytes, const uint8_t* w_up,
+                                TensorType up_type, size_t up_row_bytes, int n_in, int n_out, const float* x, int T,
+                                bool gelu, float* out, cudaStream_t s) {
+  const unsigned blocks = (n_out + kRowsPerBlock - 1) / kRowsPerBlock;
+  for (int t0 = 0; t0 < T; t0 += kMaxTokens) {
+    const int n = T - t0 < kMaxTokens ? T - t0 : kMaxTokens;
+    gated_matvec_kernel<<<blocks, 32 * kRowsPerBlock, 0, s>>>(w_gate, gate_type, gate_row_bytes, w_up, up_type,
+                                                              up_row_bytes, n_in, n_out,
+                                                              x + static_cast<size_t>(t0) * n_in, n, gelu,
+                                                              out + static_cast<size_t>(t0) * n_out);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   }
   return cudaSuccess;

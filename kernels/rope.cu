@@ -23,7 +23,63 @@ __global__ void rope_kernel(float* x, int n_heads, int head_dim, int row_stride,
     xh[b] = x0 * sn + x1 * c;
   }
 }
+
+// One block per (token, head) over the q heads then the k heads: the head in
+// shared memory, its RMSNorm (QK-norm models), RoPE, written back; a k head
+// is also written to the cache with the token's v head.
+__global__ void qk_norm_rope_store_kernel(float* q, float* k, const float* v, const float* q_norm, const float* k_norm,
+                                          float* k_cache, float* v_cache, int n_head, int n_head_kv, int head_dim,
+                                          int n_rot, const int* pos0p, float base, const float* freq_factors, bool neox,
+                                          float eps) {
+  extern __shared__ float head[];  // head_dim floats
+  __shared__ float shared[32];
+  const int per_token = n_head + n_head_kv;
+  const int t = blockIdx.x / per_token, hh = blockIdx.x % per_token;
+  const bool is_k = hh >= n_head;
+  const int NQ = n_head * head_dim, NKV = n_head_kv * head_dim;
+  const int kh = hh - n_head;
+  float* ptr = is_k ? k + static_cast<size_t>(t) * NKV + kh * head_dim : q + static_cast<size_t>(t) * NQ + hh * head_dim;
+  const float* norm = is_k ? k_norm : q_norm;
+  for (int i = threadIdx.x; i < head_dim; i += blockDim.x) head[i] = ptr[i];
+  __syncthreads();
+  if (norm) {  // the same for the whole block
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < head_dim; i += blockDim.x) ss += head[i] * head[i];
+    const float scale = rsqrtf(block_sum(ss, shared) / head_dim + eps);
+    for (int i = threadIdx.x; i < head_dim; i += blockDim.x) head[i] = head[i] * scale * norm[i];
+    __syncthreads();
+  }
+  const int pos = *pos0p + t, half = n_rot / 2;
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    double freq = pow(static_cast<double>(base), -2.0 * i / n_rot);
+    if (freq_factors) freq /= freq_factors[i];
+    const double theta = static_cast<double>(pos) * freq;
+    const float c = static_cast<float>(cos(theta)), sn = static_cast<float>(sin(theta));
+    const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+    const float x0 = head[a], x1 = head[b];
+    head[a] = x0 * c - x1 * sn;
+    head[b] = x0 * sn + x1 * c;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
+    ptr[i] = head[i];
+    if (is_k) {
+      const size_t dst = static_cast<size_t>(pos) * NKV + kh * head_dim + i;
+      k_cache[dst] = head[i];
+      v_cache[dst] = v[static_cast<size_t>(t) * NKV + kh * head_dim + i];
+    }
+  }
+}
 }  // namespace
+
+cudaError_t launch_qk_norm_rope_store(float* q, float* k, const float* v, const float* q_norm, const float* k_norm,
+                                      float* k_cache, float* v_cache, int T, int n_head, int n_head_kv, int head_dim,
+                                      int n_rot, const int* pos0, float base, const float* freq_factors, bool neox,
+                                      float eps, cudaStream_t s) {
+  qk_norm_rope_store_kernel<<<T * (n_head + n_head_kv), 128, head_dim * sizeof(float), s>>>(
+      q, k, v, q_norm, k_norm, k_cache, v_cache, n_head, n_head_kv, head_dim, n_rot, pos0, base, freq_factors, neox, eps);
+  return cudaGetLastError();
+}
 
 cudaError_t launch_rope(float* x, int T, int n_heads, int head_dim, int row_stride, int n_rot, const int* pos0,
                         float base, const float* freq_factors, bool neox, cudaStream_t s) {

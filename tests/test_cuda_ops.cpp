@@ -4,6 +4,7 @@
 // reports SKIP with the CUDA runtime's reason.
 #include <QtTest>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -126,6 +127,97 @@ class TestCudaOps : public QObject {
     std::vector<float> want(x.size());
     for (int r = 0; r < rows; r++) ref::rmsnorm(&want[r * n], &x[r * n], w.data(), n, 1e-6f);
     CHECK_NMSE(want, dout.get(), 1e-7);
+  }
+
+  void add_rmsnorm_data() {
+    QTest::addColumn<bool>("post_norm");
+    QTest::newRow("Gemma: post-norm, add, pre-norm") << true;
+    QTest::newRow("llama: add, pre-norm") << false;
+  }
+  void add_rmsnorm() {
+    REQUIRE_GPU();
+    QFETCH(bool, post_norm);
+    const int rows = 5, n = 640;
+    const auto x = randn(static_cast<size_t>(rows) * n, 20, 4.f), y = randn(x.size(), 21, 2.f);
+    const auto pw = randn(n, 22), w = randn(n, 23);
+    Dev<float> dx(x), dy(y), dpw(pw), dw(w), dout(x.size());
+    CU(cuda::launch_add_rmsnorm(dx.p, dy.p, post_norm ? dpw.p : nullptr, dw.p, dout.p, rows, n, 1e-6f, nullptr));
+    std::vector<float> wx(x), wy(y), wout(x.size());
+    for (int r = 0; r < rows; r++) {
+      if (post_norm) ref::rmsnorm(&wy[r * n], &wy[r * n], pw.data(), n, 1e-6f);
+      ref::add(&wx[r * n], &wy[r * n], n);
+      ref::rmsnorm(&wout[r * n], &wx[r * n], w.data(), n, 1e-6f);
+    }
+    CHECK_NMSE(wx, dx.get(), 1e-7);  // the residual stream
+    CHECK_NMSE(wout, dout.get(), 1e-7);
+  }
+
+  void qk_norm_rope_store_data() {
+    QTest::addColumn<bool>("qk_norm");
+    QTest::addColumn<bool>("neox");
+    QTest::addColumn<int>("n_rot");
+    QTest::newRow("Gemma 3 / Qwen 3: QK-norm, NeoX") << true << true << 256;
+    QTest::newRow("llama: normal rotation") << false << false << 256;
+    QTest::newRow("partial rotary (n_rot 64 of 256)") << false << true << 64;
+  }
+  void qk_norm_rope_store() {
+    REQUIRE_GPU();
+    QFETCH(bool, qk_norm);
+    QFETCH(bool, neox);
+    QFETCH(int, n_rot);
+    const int T = 3, NH = 4, NKVH = 2, HD = 256, NQ = NH * HD, NKV = NKVH * HD, n_ctx = 16, pos0 = 9;
+    const float base = 1e6f, eps = 1e-6f;
+    const auto q = randn(static_cast<size_t>(T) * NQ, 24), k = randn(static_cast<size_t>(T) * NKV, 25),
+               v = randn(static_cast<size_t>(T) * NKV, 26), qn = randn(HD, 27), kn = randn(HD, 28);
+    Dev<float> dq(q), dk(k), dv(v), dqn(qn), dkn(kn);
+    Dev<float> kc(std::vector<float>(static_cast<size_t>(n_ctx) * NKV, 0.f)), vc(std::vector<float>(static_cast<size_t>(n_ctx) * NKV, 0.f));
+    Dev<int> dpos(std::vector<int>{pos0});
+    CU(cuda::launch_qk_norm_rope_store(dq.p, dk.p, dv.p, qk_norm ? dqn.p : nullptr, qk_norm ? dkn.p : nullptr, kc.p, vc.p,
+                                       T, NH, NKVH, HD, n_rot, dpos.p, base, nullptr, neox, eps, nullptr));
+    std::vector<float> wq(q), wk(k), wkc(static_cast<size_t>(n_ctx) * NKV, 0.f), wvc(wkc), cs(n_rot);
+    for (int t = 0; t < T; t++) {
+      ref::rope_angles(cs.data(), n_rot, pos0 + t, base, nullptr);
+      for (int h = 0; h < NH; h++) {
+        float* qh = &wq[static_cast<size_t>(t) * NQ + h * HD];
+        if (qk_norm) ref::rmsnorm(qh, qh, qn.data(), HD, eps);
+        ref::rope_apply(qh, n_rot, cs.data(), neox);
+      }
+      for (int h = 0; h < NKVH; h++) {
+        float* kh = &wk[static_cast<size_t>(t) * NKV + h * HD];
+        if (qk_norm) ref::rmsnorm(kh, kh, kn.data(), HD, eps);
+        ref::rope_apply(kh, n_rot, cs.data(), neox);
+      }
+      std::copy_n(&wk[static_cast<size_t>(t) * NKV], NKV, &wkc[static_cast<size_t>(pos0 + t) * NKV]);
+      std::copy_n(&v[static_cast<size_t>(t) * NKV], NKV, &wvc[static_cast<size_t>(pos0 + t) * NKV]);
+    }
+    CHECK_NMSE(wq, dq.get(), 1e-7);
+    CHECK_NMSE(wk, dk.get(), 1e-7);
+    CHECK_NMSE(wkc, kc.get(), 1e-7);
+    QVERIFY(vc.get() == wvc);  // V is copied as it is
+  }
+
+  void gated_matrix_products_data() {
+    QTest::addColumn<int>("T");
+    QTest::newRow("decode") << 1;
+    QTest::newRow("11 tokens (two passes)") << 11;
+  }
+  // Gate in Q4_K and up in Q6_K (types may differ), GELU and SiLU.
+  void gated_matrix_products() {
+    REQUIRE_GPU();
+    QFETCH(int, T);
+    const int n_in = 512, n_out = 45;
+    const Matrix g = make_matrix(TensorType::Q4_K, n_in, n_out, 30), u = make_matrix(TensorType::Q6_K, n_in, n_out, 31);
+    const auto x = randn(static_cast<size_t>(T) * n_in, 32);
+    const auto wg = ref_matmul(g, n_in, n_out, x, T), wu = ref_matmul(u, n_in, n_out, x, T);
+    Dev<uint8_t> dg(g.data), du(u.data);
+    Dev<float> dx(x), dout(static_cast<size_t>(T) * n_out);
+    for (bool gelu : {true, false}) {
+      CU(cuda::launch_matvec_gated(dg.p, TensorType::Q4_K, g.row_bytes, du.p, TensorType::Q6_K, u.row_bytes, n_in, n_out,
+                                   dx.p, T, gelu, dout.p, nullptr));
+      std::vector<float> want(wg.size());
+      for (size_t i = 0; i < want.size(); i++) want[i] = (gelu ? ref::gelu_tanh(wg[i]) : ref::silu(wg[i])) * wu[i];
+      CHECK_NMSE(want, dout.get(), 5e-4);
+    }
   }
 
   void rope_data() {

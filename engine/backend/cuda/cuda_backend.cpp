@@ -359,9 +359,12 @@ class CudaBackend final : public Backend {
     const size_t per_layer = static_cast<size_t>(cache_ctx_) * NKV;
     const int n_split = cuda::attention_splits(T, c_.n_head, cache_ctx_);
     CUDA_TRY(cuda::launch_embedding(tok_embd_.data, tok_embd_.type, tok_embd_.row_bytes, tokens_, T, D, c_.embd_scale, x_, stream_));
+    // xb = the first layer's attention input; later layers get theirs from
+    // the previous layer's closing add_rmsnorm.
+    CUDA_TRY(cuda::launch_rmsnorm(x_, layers_[0].attn_norm, xb_, T, D, c_.rms_eps, stream_));
+    const bool gelu = c_.act == Activation::gelu_tanh;
     for (int il = 0; il < c_.n_layer; il++) {
       const DevLayer& L = layers_[il];
-      CUDA_TRY(cuda::launch_rmsnorm(x_, L.attn_norm, xb_, T, D, c_.rms_eps, stream_));
       PHASELAB_TRY(matvec(L.wq, xb_, T, q_));
       PHASELAB_TRY(matvec(L.wk, xb_, T, k_));
       PHASELAB_TRY(matvec(L.wv, xb_, T, v_));
@@ -370,35 +373,39 @@ class CudaBackend final : public Backend {
         CUDA_TRY(cuda::launch_add_bias(k_, L.bk, T, NKV, stream_));
         CUDA_TRY(cuda::launch_add_bias(v_, L.bv, T, NKV, stream_));
       }
-      if (c_.qk_norm) {
-        CUDA_TRY(cuda::launch_rmsnorm(q_, L.q_norm, q_, T * c_.n_head, HD, c_.rms_eps, stream_));
-        CUDA_TRY(cuda::launch_rmsnorm(k_, L.k_norm, k_, T * c_.n_head_kv, HD, c_.rms_eps, stream_));
-      }
+      // QK-norm, RoPE and the K/V cache writes in one kernel.
       const float base = c_.is_swa(il) ? c_.rope_base_swa : c_.rope_base;
-      CUDA_TRY(cuda::launch_rope(q_, T, c_.n_head, HD, NQ, c_.n_rot, pos_, base, rope_ff_, c_.rope_neox, stream_));
-      CUDA_TRY(cuda::launch_rope(k_, T, c_.n_head_kv, HD, NKV, c_.n_rot, pos_, base, rope_ff_, c_.rope_neox, stream_));
       float* kc = k_cache_ + il * per_layer;
       float* vc = v_cache_ + il * per_layer;
-      CUDA_TRY(cuda::launch_store_kv(k_, v_, kc, vc, T, pos_, NKV, stream_));
+      CUDA_TRY(cuda::launch_qk_norm_rope_store(q_, k_, v_, c_.qk_norm ? L.q_norm : nullptr, c_.qk_norm ? L.k_norm : nullptr,
+                                               kc, vc, T, c_.n_head, c_.n_head_kv, HD, c_.n_rot, pos_, base, rope_ff_,
+                                               c_.rope_neox, c_.rms_eps, stream_));
       const int window = c_.is_swa(il) ? c_.sliding_window : 0;
       CUDA_TRY(cuda::launch_attention(q_, kc, vc, xb_, scratch_, T, pos_, c_.n_head, c_.n_head_kv, HD, window,
                                       c_.attn_scale, c_.attn_logit_softcap, n_split, stream_));
       PHASELAB_TRY(matvec(L.wo, xb_, T, xb2_));
-      if (c_.post_norms) CUDA_TRY(cuda::launch_rmsnorm(xb2_, L.post_attn_norm, xb2_, T, D, c_.rms_eps, stream_));
-      CUDA_TRY(cuda::launch_add(x_, xb2_, static_cast<size_t>(T) * D, stream_));
-      CUDA_TRY(cuda::launch_rmsnorm(x_, L.ffn_norm, xb_, T, D, c_.rms_eps, stream_));
-      PHASELAB_TRY(matvec(L.w_gate, xb_, T, hb_));
-      PHASELAB_TRY(matvec(L.w_up, xb_, T, hb2_));
-      CUDA_TRY(cuda::launch_gated_act(hb_, hb2_, static_cast<size_t>(T) * c_.n_ff, c_.act == Activation::gelu_tanh, stream_));
+      // Post-attention norm, residual add and the feed-forward's norm in one pass.
+      CUDA_TRY(cuda::launch_add_rmsnorm(x_, xb2_, c_.post_norms ? L.post_attn_norm : nullptr, L.ffn_norm, xb_, T, D,
+                                        c_.rms_eps, stream_));
+      if (cublas_ && T >= gemm_min_tokens_) {
+        PHASELAB_TRY(matvec(L.w_gate, xb_, T, hb_));
+        PHASELAB_TRY(matvec(L.w_up, xb_, T, hb2_));
+        CUDA_TRY(cuda::launch_gated_act(hb_, hb2_, static_cast<size_t>(T) * c_.n_ff, gelu, stream_));
+      } else {  // both products and the activation in one kernel
+        CUDA_TRY(cuda::launch_matvec_gated(L.w_gate.data, L.w_gate.type, L.w_gate.row_bytes, L.w_up.data, L.w_up.type,
+                                           L.w_up.row_bytes, L.w_gate.n_in, L.w_gate.n_out, xb_, T, gelu, hb_, stream_));
+      }
       PHASELAB_TRY(matvec(L.w_down, hb_, T, xb2_));
-      if (c_.post_norms) CUDA_TRY(cuda::launch_rmsnorm(xb2_, L.post_ffw_norm, xb2_, T, D, c_.rms_eps, stream_));
-      CUDA_TRY(cuda::launch_add(x_, xb2_, static_cast<size_t>(T) * D, stream_));
+      // Post-FFN norm, residual add and the next layer's attention norm (the
+      // output norm after the last layer) in one pass.
+      const float* next_norm = il + 1 < c_.n_layer ? layers_[il + 1].attn_norm : output_norm_;
+      CUDA_TRY(cuda::launch_add_rmsnorm(x_, xb2_, c_.post_norms ? L.post_ffw_norm : nullptr, next_norm, xb_, T, D,
+                                        c_.rms_eps, stream_));
     }
     if (mode != LogitsMode::none) {
       const int first = mode == LogitsMode::last ? T - 1 : 0;
       const int n_out = T - first;
-      CUDA_TRY(cuda::launch_rmsnorm(x_ + static_cast<size_t>(first) * D, output_norm_, xb_, n_out, D, c_.rms_eps, stream_));
-      PHASELAB_TRY(matvec(output_, xb_, n_out, logits_));
+      PHASELAB_TRY(matvec(output_, xb_ + static_cast<size_t>(first) * D, n_out, logits_));
       if (c_.final_logit_softcap > 0)
         CUDA_TRY(cuda::launch_softcap(logits_, static_cast<size_t>(n_out) * c_.n_vocab, c_.final_logit_softcap, stream_));
     }
