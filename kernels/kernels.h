@@ -39,8 +39,9 @@ cudaError_t launch_add_rmsnorm(float* x, const float* y, const float* post_w, co
                                int n, float eps, cudaStream_t s);
 
 // For each token: RMSNorm of every q and k head (q_norm / k_norm: (head_dim),
-// or null to skip), RoPE at position *pos0 + t, and the k head and v head
-// written to the cache row of that position.   q: (T, n_head, head_dim);
+// or null to skip), RoPE at position *pos0 + t; q is updated in place, the
+// k head (k itself is left as it was) and the v head are written to the
+// cache row of that position.   q: (T, n_head, head_dim);
 // k, v: (T, n_head_kv, head_dim); caches: (n_ctx, n_head_kv * head_dim)
 cudaError_t launch_qk_norm_rope_store(float* q, float* k, const float* v, const float* q_norm, const float* k_norm,
                                       float* k_cache, float* v_cache, int T, int n_head, int n_head_kv, int head_dim,

@@ -25,8 +25,8 @@ __global__ void rope_kernel(float* x, int n_heads, int head_dim, int row_stride,
 }
 
 // One block per (token, head) over the q heads then the k heads: the head in
-// shared memory, its RMSNorm (QK-norm models), RoPE, written back; a k head
-// is also written to the cache with the token's v head.
+// shared memory, its RMSNorm (QK-norm models), RoPE; a q head is written
+// back, a k head to the cache with the token's v head.
 __global__ void qk_norm_rope_store_kernel(float* q, float* k, const float* v, const float* q_norm, const float* k_norm,
                                           float* k_cache, float* v_cache, int n_head, int n_head_kv, int head_dim,
                                           int n_rot, const int* pos0p, float base, const float* freq_factors, bool neox,
@@ -62,7 +62,7 @@ __global__ void qk_norm_rope_store_kernel(float* q, float* k, const float* v, co
   }
   __syncthreads();
   for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
-    ptr[i] = head[i];
+    if (!is_k) ptr[i] = head[i];  // k is read from the cache from here on
     if (is_k) {
       const size_t dst = static_cast<size_t>(pos) * NKV + kh * head_dim + i;
       k_cache[dst] = head[i];
