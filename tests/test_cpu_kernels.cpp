@@ -201,6 +201,7 @@ class TestCpuKernels : public QObject {
   void repacked_k_formats_match_the_original_row_data() {
     QTest::addColumn<int>("type");
     QTest::newRow("Q4_K") << int(TensorType::Q4_K);
+    QTest::newRow("Q5_K") << int(TensorType::Q5_K);
     QTest::newRow("Q6_K") << int(TensorType::Q6_K);
   }
   void repacked_k_formats_match_the_original_row() {
@@ -211,16 +212,16 @@ class TestCpuKernels : public QObject {
       std::vector<float> first_isa;  // every ISA's results must equal the first one's bitwise
       int checked = 0;
       for (const Kernels* k : simd_kernels()) {
-        const DotR8Fn x1 = tt == TensorType::Q4_K ? k->dot_q4_k_r8_x1 : k->dot_q6_k_r8_x1;
-        const DotR8Fn x4 = tt == TensorType::Q4_K ? k->dot_q4_k_r8_x4 : k->dot_q6_k_r8_x4;
+        const DotR8Fn x1 = tt == TensorType::Q4_K ? k->dot_q4_k_r8_x1 : tt == TensorType::Q5_K ? k->dot_q5_k_r8_x1 : k->dot_q6_k_r8_x1;
+        const DotR8Fn x4 = tt == TensorType::Q4_K ? k->dot_q4_k_r8_x4 : tt == TensorType::Q5_K ? k->dot_q5_k_r8_x4 : k->dot_q6_k_r8_x4;
         if (!x1) continue;
         checked++;
         for (uint32_t seed = 1; seed <= 10; seed++) {
           const auto wf = randn(n, seed);
-          const int gb = tt == TensorType::Q4_K ? kGroupBytesQ4_K : kGroupBytesQ6_K;
+          const int gb = tt == TensorType::Q4_K ? kGroupBytesQ4_K : tt == TensorType::Q5_K ? kGroupBytesQ5_K : kGroupBytesQ6_K;
           std::vector<uint8_t> w(row_size(tt, n)), r(static_cast<size_t>(ng) * gb);
           QVERIFY(quantize_row(tt, wf.data(), w.data(), n));
-          (tt == TensorType::Q4_K ? repack_q4_k_row : repack_q6_k_row)(w.data(), r.data(), n);
+          (tt == TensorType::Q4_K ? repack_q4_k_row : tt == TensorType::Q5_K ? repack_q5_k_row : repack_q6_k_row)(w.data(), r.data(), n);
           const auto x = randn(4 * n, 700 + seed);
           std::vector<ActQ8> a(4 * nb);
           k->quantize_act(x.data(), a.data(), 4 * n);
@@ -255,6 +256,7 @@ class TestCpuKernels : public QObject {
     for (TensorType t : {TensorType::Q5_0, TensorType::Q8_0, TensorType::Q4_0})
       for (int n : {640, 736, 2048}) QTest::newRow(qPrintable(QString("%1 x %2").arg(tensor_type_name(t).data()).arg(n))) << int(t) << n;
     QTest::newRow("Q4_K x 1024") << int(TensorType::Q4_K) << 1024;
+    QTest::newRow("Q5_K x 512") << int(TensorType::Q5_K) << 512;
     QTest::newRow("Q6_K x 2048") << int(TensorType::Q6_K) << 2048;
   }
   void several_row_kernels_equal_one_row_kernels_bitwise() {
@@ -264,14 +266,22 @@ class TestCpuKernels : public QObject {
     const int nb = n / 32, gs = std::max<int>(act_groups(nb), 1);
     int checked = 0;
     for (const Kernels* k : simd_kernels()) {
-      const bool kq = tt == TensorType::Q4_K || tt == TensorType::Q6_K;
-      const DotR8Fn one = tt == TensorType::Q4_K ? k->dot_q4_k_r8_x1 : tt == TensorType::Q6_K ? k->dot_q6_k_r8_x1 : k->dot_grouped_x1[type];
-      const DotR8RowsFn rows = tt == TensorType::Q4_K ? k->dot_q4_k_r8_rx4 : tt == TensorType::Q6_K ? k->dot_q6_k_r8_rx4 : k->dot_grouped_rx4[type];
+      const bool kq = tt == TensorType::Q4_K || tt == TensorType::Q5_K || tt == TensorType::Q6_K;
+      const DotR8Fn one = tt == TensorType::Q4_K   ? k->dot_q4_k_r8_x1
+                          : tt == TensorType::Q5_K ? k->dot_q5_k_r8_x1
+                          : tt == TensorType::Q6_K ? k->dot_q6_k_r8_x1
+                                                   : k->dot_grouped_x1[type];
+      const DotR8RowsFn rows = tt == TensorType::Q4_K   ? k->dot_q4_k_r8_rx4
+                               : tt == TensorType::Q5_K ? k->dot_q5_k_r8_rx4
+                               : tt == TensorType::Q6_K ? k->dot_q6_k_r8_rx4
+                                                        : k->dot_grouped_rx4[type];
       if (!one || !rows) continue;
       checked++;
       const int R = k->repacked_rows;
       QVERIFY(R >= 1 && R <= 4);
-      const size_t rb = kq ? static_cast<size_t>(n / 256) * (tt == TensorType::Q4_K ? kGroupBytesQ4_K : kGroupBytesQ6_K)
+      const size_t rb = kq ? static_cast<size_t>(n / 256) * (tt == TensorType::Q4_K   ? kGroupBytesQ4_K
+                                                               : tt == TensorType::Q5_K ? kGroupBytesQ5_K
+                                                                                        : kGroupBytesQ6_K)
                            : grouped_row_bytes(tt, n);
       std::vector<uint8_t> packed(rb * R);
       for (int r = 0; r < R; r++) {
@@ -282,6 +292,7 @@ class TestCpuKernels : public QObject {
                   : tt == TensorType::Q8_0 ? repack_q8_0_u8_row
                   : tt == TensorType::Q4_0 ? repack_q4_0_row
                   : tt == TensorType::Q4_K ? repack_q4_k_row
+                  : tt == TensorType::Q5_K ? repack_q5_k_row
                                            : repack_q6_k_row;
         fn(w.data(), packed.data() + r * rb, n);
       }

@@ -286,7 +286,8 @@ class CpuBackend final : public Backend {
     groups_of_ = lo_groups_of_ = nullptr;
   }
 
-  // Q5_0 and Q4_K rows rewritten for the grouped kernels (cpu_kernels.h).
+  // Q4_0, Q5_0, Q8_0, Q4_K, Q5_K and Q6_K rows rewritten for the grouped
+  // kernels (cpu_kernels.h).
   // The original pages are released: this backend never reads them again.
   struct Repacked {
     std::vector<uint8_t> data;
@@ -314,6 +315,12 @@ class CpuBackend final : public Backend {
         rp.dot1 = k_fast_->dot_q6_k_r8_x1;
         rp.dot4 = k_fast_->dot_q6_k_r8_x4;
         rp.dot_rows4 = k_fast_->dot_q6_k_r8_rx4;
+      } else if (W.type == TensorType::Q5_K && k_fast_->dot_q5_k_r8_x1) {
+        fn = cpu::repack_q5_k_row;
+        rp.row_bytes = static_cast<size_t>(W.n_in / QK_K) * cpu::kGroupBytesQ5_K;
+        rp.dot1 = k_fast_->dot_q5_k_r8_x1;
+        rp.dot4 = k_fast_->dot_q5_k_r8_x4;
+        rp.dot_rows4 = k_fast_->dot_q5_k_r8_rx4;
       } else if (W.type == TensorType::Q4_K && k_fast_->dot_q4_k_r8_x1) {
         fn = cpu::repack_q4_k_row;
         rp.row_bytes = static_cast<size_t>(W.n_in / QK_K) * cpu::kGroupBytesQ4_K;

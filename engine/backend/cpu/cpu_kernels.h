@@ -95,6 +95,10 @@ inline size_t grouped_row_bytes(TensorType t, int64_t n) {
 // bytes of nibbles in the same interleaved order as Q5_0's].
 constexpr int kGroupBytesQ4_K = 160;
 void repack_q4_k_row(const uint8_t* src, uint8_t* dst, int64_t n);
+// Q5_K: the same header, then the 256 quants (0..31) as bytes in the grouped
+// order (8 x 32 bytes) = 288 bytes; the Q4_K kernel with byte quants.
+constexpr int kGroupBytesQ5_K = 288;
+void repack_q5_k_row(const uint8_t* src, uint8_t* dst, int64_t n);
 
 // Q6_K: a super-block is 8 units of 32 values, each two 16-value halves with
 // their own int8 scale. Repacked (288 bytes): [d fp16 | 2 zero bytes | the 8
@@ -144,11 +148,14 @@ struct Kernels {
   DotR8Fn dot_grouped_x4[32] = {};
   DotR8Fn dot_q4_k_r8_x1 = nullptr;  // repacked Q4_K (null: not repacked)
   DotR8Fn dot_q4_k_r8_x4 = nullptr;
+  DotR8Fn dot_q5_k_r8_x1 = nullptr;  // repacked Q5_K (null: not repacked)
+  DotR8Fn dot_q5_k_r8_x4 = nullptr;
   DotR8Fn dot_q6_k_r8_x1 = nullptr;  // repacked Q6_K (null: not repacked)
   DotR8Fn dot_q6_k_r8_x4 = nullptr;
   int repacked_rows = 1;  // rows per call of the *_rx4 kernels (2 where registers allow)
   DotR8RowsFn dot_grouped_rx4[32] = {};
   DotR8RowsFn dot_q4_k_r8_rx4 = nullptr;
+  DotR8RowsFn dot_q5_k_r8_rx4 = nullptr;
   DotR8RowsFn dot_q6_k_r8_rx4 = nullptr;
 };
 

@@ -345,6 +345,26 @@ void repack_q4_k_row(const uint8_t* src, uint8_t* dst, int64_t n) {
   }
 }
 
+void repack_q5_k_row(const uint8_t* src, uint8_t* dst, int64_t n) {
+  const auto* x = reinterpret_cast<const BlockQ5_K*>(src);
+  for (int64_t b = 0; b < n / QK_K; b++, dst += kGroupBytesQ5_K) {
+    std::memset(dst, 0, 32);
+    std::memcpy(dst, &x[b].d, 2);
+    std::memcpy(dst + 2, &x[b].dmin, 2);
+    for (int j = 0; j < 8; j++) {  // sub-block j: nibbles of qs[32 (j / 2) ..], fifth bit j of qh
+      uint8_t sc, m;
+      get_scale_min_k4(j, x[b].scales, &sc, &m);
+      dst[4 + j] = sc;
+      dst[12 + j] = m;
+      const uint8_t* qs = x[b].qs + 32 * (j / 2);
+      for (int l = 0; l < 32; l++) {
+        const int q = ((qs[l] >> (4 * (j % 2))) & 0xF) | (((x[b].qh[l] >> j) & 1) << 4);
+        dst[32 + 32 * (l / 4) + 4 * j + (l % 4)] = static_cast<uint8_t>(q);
+      }
+    }
+  }
+}
+
 void repack_q6_k_row(const uint8_t* src, uint8_t* dst, int64_t n) {
   const auto* x = reinterpret_cast<const BlockQ6_K*>(src);
   for (int64_t b = 0; b < n / QK_K; b++, dst += kGroupBytesQ6_K) {
