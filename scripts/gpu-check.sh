@@ -59,6 +59,15 @@ if [[ -n "$MODEL" && -f "$MODEL" ]]; then
   timeout 240 "$BIN/phaselab-cli" bench -m "$MODEL" --backend cuda -p 512 -n 128 -r 5 --json \
     > "$OUTDIR/bench_cuda.json" 2> "$OUTDIR/bench_cuda.err"
   cat "$OUTDIR/bench_cuda.json" "$OUTDIR/bench_cuda.err"
+  # The choices to be made by measurement: decode with and without the CUDA
+  # graph, prefill through cuBLAS (default) and through the matrix-vector
+  # kernel alone.
+  {
+    echo "## decode without the CUDA graph (PHASELAB_CUDA_GRAPHS=0)"
+    PHASELAB_CUDA_GRAPHS=0 timeout 60 "$BIN/phaselab-cli" bench -m "$MODEL" --backend cuda -p 0 -n 128 -r 3 2>&1
+    echo "## prefill without cuBLAS (PHASELAB_CUDA_GEMM_MIN=100000)"
+    PHASELAB_CUDA_GEMM_MIN=100000 timeout 60 "$BIN/phaselab-cli" bench -m "$MODEL" --backend cuda -p 512 -n 0 -r 3 2>&1
+  } | tee "$OUTDIR/bench_cuda_variants.md"
 else
   echo "gpu-check: no default model (or twin) here; benchmarked stories260K only" >&2
 fi
