@@ -62,6 +62,18 @@ cudaError_t launch_softcap(float* y, size_t n, float cap, cudaStream_t s);
 cudaError_t launch_matvec(const uint8_t* w, TensorType type, size_t row_bytes, int n_in, int n_out, const float* x,
                           int T, float* out, cudaStream_t s);
 
+// One matrix of a launch_matvec3: n_out rows in its block format, and where
+// its (T, n_out) products go. n_out = 0: no matrix.
+struct MatvecOut {
+  const uint8_t* w = nullptr;
+  TensorType type = TensorType::F32;
+  size_t row_bytes = 0;
+  int n_out = 0;
+  float* out = nullptr;
+};
+// Three matrix-vector products of the same input in one launch (Q, K, V).
+cudaError_t launch_matvec3(MatvecOut a, MatvecOut b, MatvecOut c, int n_in, const float* x, int T, cudaStream_t s);
+
 // out[t, r] = act(W_gate.row(r) . x[t, :]) * (W_up.row(r) . x[t, :]): the
 // gated feed-forward's two products and its activation in one kernel.
 cudaError_t launch_matvec_gated(const uint8_t* w_gate, TensorType gate_type, size_t gate_row_bytes, const uint8_t* w_up,

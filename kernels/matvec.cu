@@ -45,6 +45,30 @@ __global__ void matvec_kernel(const uint8_t* w, TensorType type, size_t row_byte
   }
 }
 
+// Up to three matrices with the same input in one launch (Q, K and V):
+// the warps take the rows of a, then b, then c.
+__global__ void matvec3_kernel(MatvecOut a, MatvecOut b, MatvecOut c, int n_in, const float* x, int T) {
+  int row = blockIdx.x * kRowsPerBlock + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  MatvecOut m = a;
+  if (row >= a.n_out) {
+    row -= a.n_out;
+    m = b;
+    if (row >= b.n_out) {
+      row -= b.n_out;
+      m = c;
+      if (row >= c.n_out) return;
+    }
+  }
+  float acc[kMaxTokens];
+  for (int t = 0; t < kMaxTokens; t++) acc[t] = 0.f;
+  row_partials(m.w + static_cast<size_t>(row) * m.row_bytes, m.type, n_in, x, T, lane, acc);
+  for (int t = 0; t < T; t++) {
+    const float r = warp_sum(acc[t]);
+    if (lane == 0) m.out[static_cast<size_t>(t) * m.n_out + row] = r;
+  }
+}
+
 // The gate and up rows r of a gated feed-forward in one warp:
 // out[t, r] = act(gate_r . x_t) * (up_r . x_t).
 __global__ void gated_matvec_kernel(const uint8_t* wg, TensorType tg, size_t rbg, const uint8_t* wu, TensorType tu,
@@ -70,6 +94,21 @@ cudaError_t launch_matvec(const uint8_t* w, TensorType type, size_t row_bytes, i
     const int n = T - t0 < kMaxTokens ? T - t0 : kMaxTokens;
     matvec_kernel<<<blocks, 32 * kRowsPerBlock, 0, s>>>(w, type, row_bytes, n_in, n_out, x + static_cast<size_t>(t0) * n_in,
                                                         n, out + static_cast<size_t>(t0) * n_out);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+
+cudaError_t launch_matvec3(MatvecOut a, MatvecOut b, MatvecOut c, int n_in, const float* x, int T, cudaStream_t s) {
+  const int rows = a.n_out + b.n_out + c.n_out;
+  const unsigned blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
+  for (int t0 = 0; t0 < T; t0 += kMaxTokens) {
+    const int n = T - t0 < kMaxTokens ? T - t0 : kMaxTokens;
+    MatvecOut a2 = a, b2 = b, c2 = c;
+    a2.out += static_cast<size_t>(t0) * a.n_out;
+    b2.out += static_cast<size_t>(t0) * b.n_out;
+    c2.out += static_cast<size_t>(t0) * c.n_out;
+    matvec3_kernel<<<blocks, 32 * kRowsPerBlock, 0, s>>>(a2, b2, c2, n_in, x + static_cast<size_t>(t0) * n_in, n);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   }
   return cudaSuccess;

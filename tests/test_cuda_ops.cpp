@@ -203,6 +203,23 @@ class TestCudaOps : public QObject {
     QVERIFY(vc.get() == wvc);  // V is copied as it is
   }
 
+  // Q, K and V in one launch: three matrices of different types and sizes.
+  void three_matrix_products() {
+    REQUIRE_GPU();
+    const int n_in = 512;
+    const int T = 3;
+    const Matrix a = make_matrix(TensorType::Q5_0, n_in, 64, 40), b = make_matrix(TensorType::Q8_0, n_in, 16, 41),
+                 c = make_matrix(TensorType::Q4_K, n_in, 21, 42);
+    const auto x = randn(static_cast<size_t>(T) * n_in, 43);
+    Dev<uint8_t> da(a.data), db(b.data), dc(c.data);
+    Dev<float> dx(x), oa(static_cast<size_t>(T) * 64), ob(static_cast<size_t>(T) * 16), oc(static_cast<size_t>(T) * 21);
+    CU(cuda::launch_matvec3({da.p, TensorType::Q5_0, a.row_bytes, 64, oa.p}, {db.p, TensorType::Q8_0, b.row_bytes, 16, ob.p},
+                            {dc.p, TensorType::Q4_K, c.row_bytes, 21, oc.p}, n_in, dx.p, T, nullptr));
+    CHECK_NMSE(ref_matmul(a, n_in, 64, x, T), oa.get(), 5e-4);
+    CHECK_NMSE(ref_matmul(b, n_in, 16, x, T), ob.get(), 5e-4);
+    CHECK_NMSE(ref_matmul(c, n_in, 21, x, T), oc.get(), 5e-4);
+  }
+
   void gated_matrix_products_data() {
     QTest::addColumn<int>("T");
     QTest::newRow("decode") << 1;

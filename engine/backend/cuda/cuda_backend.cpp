@@ -365,9 +365,16 @@ class CudaBackend final : public Backend {
     const bool gelu = c_.act == Activation::gelu_tanh;
     for (int il = 0; il < c_.n_layer; il++) {
       const DevLayer& L = layers_[il];
-      PHASELAB_TRY(matvec(L.wq, xb_, T, q_));
-      PHASELAB_TRY(matvec(L.wk, xb_, T, k_));
-      PHASELAB_TRY(matvec(L.wv, xb_, T, v_));
+      if (cublas_ && T >= gemm_min_tokens_) {
+        PHASELAB_TRY(matvec(L.wq, xb_, T, q_));
+        PHASELAB_TRY(matvec(L.wk, xb_, T, k_));
+        PHASELAB_TRY(matvec(L.wv, xb_, T, v_));
+      } else {  // Q, K and V in one launch
+        auto part = [](const DevWeight& w, float* out) {
+          return cuda::MatvecOut{w.data, w.type, w.row_bytes, w.n_out, out};
+        };
+        CUDA_TRY(cuda::launch_matvec3(part(L.wq, q_), part(L.wk, k_), part(L.wv, v_), D, xb_, T, stream_));
+      }
       if (c_.attn_bias) {
         CUDA_TRY(cuda::launch_add_bias(q_, L.bq, T, NQ, stream_));
         CUDA_TRY(cuda::launch_add_bias(k_, L.bk, T, NKV, stream_));
