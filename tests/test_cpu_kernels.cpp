@@ -12,19 +12,14 @@
 
 #include "backend/cpu/cpu_kernels.h"
 #include "phaselab/quant.h"
+#include "test_util.h"
 
 using namespace phaselab;
 using namespace phaselab::cpu;
 
 namespace {
 
-std::vector<float> randn(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d;
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
+using testing::randn;
 
 // The exact value the quantized dot stands for: sum_i w_i * (d_a * q_a_i).
 double exact_dot(TensorType t, const std::vector<uint8_t>& w, const std::vector<ActQ8>& a, int n) {

@@ -6,23 +6,12 @@
 #include <QtTest>
 
 #include "phaselab/session.h"
+#include "test_util.h"
 #include "tiny_model.h"
 
 using namespace phaselab;
 using namespace phaselab::testing;
 
-namespace {
-
-double nmse(const std::vector<float>& ref, const std::vector<float>& x) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); i++) {
-    num += (static_cast<double>(ref[i]) - x[i]) * (static_cast<double>(ref[i]) - x[i]);
-    den += static_cast<double>(ref[i]) * ref[i];
-  }
-  return num / den;
-}
-
-}  // namespace
 
 class TestCuda : public QObject {
   Q_OBJECT

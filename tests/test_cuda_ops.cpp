@@ -12,6 +12,7 @@
 #include "backend/cpu/ref_ops.h"
 #include "kernels/kernels.h"
 #include "phaselab/quant.h"
+#include "test_util.h"
 
 using namespace phaselab;
 
@@ -51,23 +52,8 @@ struct Dev {
   }
 };
 
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
-
-double nmse(const std::vector<float>& ref, const std::vector<float>& x) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); i++) {
-    const double d = static_cast<double>(ref[i]) - x[i];
-    num += d * d;
-    den += static_cast<double>(ref[i]) * ref[i];
-  }
-  return den > 0 ? num / den : num;
-}
+using testing::nmse;
+using testing::randn;
 
 #define CHECK_NMSE(ref, got, bound)                                                              \
   do {                                                                                           \
