@@ -49,6 +49,10 @@ struct ModelInfo {
   int contextSize = 0;  // of the session actually created
   qint64 fileSize = 0;
   quint64 weightBytes = 0;  // read per decoded token
+  // Multiply-add work of one prompt token, counted as 2 operations each: the
+  // layers' weight matrices (the token embedding is a lookup, and the output
+  // projection runs for the last token only).
+  double prefillOpsPerToken = 0;
   QString chatTemplate;
   QString backend;
   int threads = 0;

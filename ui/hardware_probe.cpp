@@ -17,6 +17,7 @@ namespace phaselab::ui {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+volatile int g_int8_sink = 0;
 
 // Sums a slice repeatedly; the result is returned so the loop is not removed.
 uint64_t sumSlice(const uint64_t* p, size_t n) {
@@ -70,7 +71,74 @@ __attribute__((target("avx2,fma"))) double fmaLoopAvx2(long iters) {
   _mm256_storeu_ps(out, s);
   return out[0];
 }
+
+// Independent chains of u8 x s8 dot products, as the integer kernels run
+// them; returns the operations done (2 per multiply-add).
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) double int8LoopAvx512(long iters, int* sink) {
+  __m512i acc[10];
+  for (int j = 0; j < 10; j++) acc[j] = _mm512_set1_epi32(j);
+  const __m512i a = _mm512_set1_epi8(static_cast<char>(3 + (iters & 1))), b = _mm512_set1_epi8(-2);
+  for (long i = 0; i < iters; i++)
+    for (int j = 0; j < 10; j++) acc[j] = _mm512_dpbusd_epi32(acc[j], a, b);
+  __m512i s = acc[0];
+  for (int j = 1; j < 10; j++) s = _mm512_add_epi32(s, acc[j]);
+  alignas(64) int lanes[16];
+  _mm512_store_si512(lanes, s);
+  *sink = lanes[0];
+  return static_cast<double>(iters) * 10 * 64 * 2;
+}
+__attribute__((target("avx2,avxvnni"))) double int8LoopAvxVnni(long iters, int* sink) {
+  __m256i acc[10];
+  for (int j = 0; j < 10; j++) acc[j] = _mm256_set1_epi32(j);
+  const __m256i a = _mm256_set1_epi8(static_cast<char>(3 + (iters & 1))), b = _mm256_set1_epi8(-2);
+  for (long i = 0; i < iters; i++)
+    for (int j = 0; j < 10; j++) acc[j] = _mm256_dpbusd_avx_epi32(acc[j], a, b);
+  __m256i s = acc[0];
+  for (int j = 1; j < 10; j++) s = _mm256_add_epi32(s, acc[j]);
+  *sink = _mm256_extract_epi32(s, 0);
+  return static_cast<double>(iters) * 10 * 32 * 2;
+}
+__attribute__((target("avx2"))) double int8LoopAvx2(long iters, int* sink) {
+  __m256i acc[10];
+  for (int j = 0; j < 10; j++) acc[j] = _mm256_set1_epi32(j);
+  const __m256i a = _mm256_set1_epi8(static_cast<char>(3 + (iters & 1))), b = _mm256_set1_epi8(-2),
+                ones = _mm256_set1_epi16(1);
+  for (long i = 0; i < iters; i++)
+    for (int j = 0; j < 10; j++)
+      acc[j] = _mm256_add_epi32(acc[j], _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), ones));
+  __m256i s = acc[0];
+  for (int j = 1; j < 10; j++) s = _mm256_add_epi32(s, acc[j]);
+  *sink = _mm256_extract_epi32(s, 0);
+  return static_cast<double>(iters) * 10 * 32 * 2;
+}
 #endif
+
+double probeInt8(int threads) {
+#ifdef PHASELAB_X86
+  __builtin_cpu_init();
+  const bool v512 = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw");
+  const bool vnni = __builtin_cpu_supports("avxvnni");
+  if (!v512 && !vnni && !__builtin_cpu_supports("avx2")) return 0;
+  constexpr long kIters = 10'000'000;
+  std::vector<double> ops(threads);
+  std::vector<int> sink(threads);
+  std::vector<std::thread> pool;
+  const auto t0 = Clock::now();
+  for (int t = 0; t < threads; t++)
+    pool.emplace_back([&, t] {
+      ops[t] = v512 ? int8LoopAvx512(kIters, &sink[t]) : vnni ? int8LoopAvxVnni(kIters, &sink[t]) : int8LoopAvx2(kIters, &sink[t]);
+    });
+  for (auto& th : pool) th.join();
+  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  double total = 0;
+  for (double o : ops) total += o;
+  g_int8_sink = sink[0];  // keeps the sums alive
+  return total / secs;
+#else
+  (void)threads;
+  return 0;
+#endif
+}
 
 double fmaLoopPortable(long iters, int* flopsPerIter) {
   float acc[16];
@@ -117,6 +185,7 @@ HardwarePeaks HardwareProbe::measure(int threads) {
   p.threads = threads;
   p.memoryBandwidth = probeBandwidth(threads);
   p.peakFlops = probeFlops(threads);
+  p.peakInt8Ops = probeInt8(threads);
   return p;
 }
 
@@ -125,6 +194,7 @@ HardwarePeaks HardwareProbe::cached() {
   HardwarePeaks p;
   p.memoryBandwidth = s.value(QStringLiteral("probe/memoryBandwidth"), 0.0).toDouble();
   p.peakFlops = s.value(QStringLiteral("probe/peakFlops"), 0.0).toDouble();
+  p.peakInt8Ops = s.value(QStringLiteral("probe/peakInt8Ops"), 0.0).toDouble();
   p.threads = s.value(QStringLiteral("probe/threads"), 0).toInt();
   return p;
 }
@@ -133,6 +203,7 @@ void HardwareProbe::store(const HardwarePeaks& p) {
   QSettings s;
   s.setValue(QStringLiteral("probe/memoryBandwidth"), p.memoryBandwidth);
   s.setValue(QStringLiteral("probe/peakFlops"), p.peakFlops);
+  s.setValue(QStringLiteral("probe/peakInt8Ops"), p.peakInt8Ops);
   s.setValue(QStringLiteral("probe/threads"), p.threads);
 }
 

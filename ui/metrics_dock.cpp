@@ -159,7 +159,11 @@ MetricsDock::MetricsDock(QWidget* parent) : QDockWidget(tr("Metrics"), parent) {
 void MetricsDock::setModel(const ModelInfo& info) {
   m_modelText = tr("%1 · %2 · %n thread(s) · context %3", "", info.threads).arg(info.name, info.backend).arg(info.contextSize);
   m_header->setText(m_modelText);
-  m_phaseMeter->setModel(info.weightBytes, info.nParams);
+  // The fast CPU backend ("cpu-avx512-vnni", "cpu-avx2", ...) multiplies 8-bit
+  // activations by the quantized weights in integers; the reference path
+  // and the GPU work in floats.
+  const bool int8 = info.backend.startsWith(QLatin1String("cpu")) && info.backend != QLatin1String("cpu-reference");
+  m_phaseMeter->setModel(info.weightBytes, info.prefillOpsPerToken, int8);
 }
 
 void MetricsDock::setPeaks(const HardwarePeaks& peaks) { m_phaseMeter->setPeaks(peaks); }

@@ -41,9 +41,10 @@ void PhaseMeter::setPeaks(const HardwarePeaks& peaks) {
   refresh();
 }
 
-void PhaseMeter::setModel(quint64 weightBytes, qint64 nParams) {
+void PhaseMeter::setModel(quint64 weightBytes, double prefillOpsPerToken, bool int8Compute) {
   m_weightBytes = weightBytes;
-  m_nParams = nParams;
+  m_prefillOpsPerToken = prefillOpsPerToken;
+  m_int8 = int8Compute;
   m_decodeTps = m_prefillTps = 0;
   refresh();
 }
@@ -57,9 +58,13 @@ void PhaseMeter::update(const LiveMetrics& m) {
 
 void PhaseMeter::refresh() {
   const double bw = static_cast<double>(m_weightBytes) * m_decodeTps;  // bytes/s
-  const double flops = 2.0 * static_cast<double>(m_nParams) * m_prefillTps;
+  const double flops = m_prefillOpsPerToken * m_prefillTps;
+  // The integer peak where the backend multiplies in 8 bits and it was
+  // measured (older cached probes lack it), else the FP32 peak.
+  const bool int8 = m_int8 && m_peaks.peakInt8Ops > 0;
+  const double peak = int8 ? m_peaks.peakInt8Ops : m_peaks.peakFlops;
   m_decodeFraction = m_peaks.memoryBandwidth > 0 ? bw / m_peaks.memoryBandwidth : 0;
-  m_prefillFraction = m_peaks.peakFlops > 0 ? flops / m_peaks.peakFlops : 0;
+  m_prefillFraction = peak > 0 ? flops / peak : 0;
   m_decodeBar->setValue(std::min(100, static_cast<int>(m_decodeFraction * 100 + 0.5)));
   m_prefillBar->setValue(std::min(100, static_cast<int>(m_prefillFraction * 100 + 0.5)));
   if (!m_peaks.valid()) {
@@ -74,10 +79,12 @@ void PhaseMeter::refresh() {
                     .arg(static_cast<double>(m_weightBytes) / (1 << 20), 0, 'f', 1);
   if (m_decodeFraction > 1) dec += tr(" (Above 100%: the weights fit in the CPU caches.)");
   m_decodeText->setText(dec);
-  m_prefillText->setText(tr("%1 GFLOP/s of %2 GFLOP/s. Prefill is compute-bound: each weight row loaded "
-                            "serves a whole batch of prompt tokens.")
-                             .arg(flops / 1e9, 0, 'f', 1)
-                             .arg(m_peaks.peakFlops / 1e9, 0, 'f', 0));
+  QString pre = int8 ? tr("%1 GOP/s of %2 GOP/s (8-bit integer multiply-adds, 2 ops each). ")
+                     : tr("%1 GFLOP/s of %2 GFLOP/s. ");
+  pre = pre.arg(flops / 1e9, 0, 'f', 1).arg(peak / 1e9, 0, 'f', 0);
+  pre += tr("Prefill is compute-bound: each weight row loaded serves a whole batch of prompt tokens.");
+  if (m_prefillFraction > 1) pre += tr(" (Above 100%: the kernels do more per instruction than this peak counts.)");
+  m_prefillText->setText(pre);
 }
 
 }  // namespace phaselab::ui

@@ -19,7 +19,10 @@ class PhaseMeter : public QWidget {
   explicit PhaseMeter(QWidget* parent = nullptr);
 
   void setPeaks(const HardwarePeaks& peaks);
-  void setModel(quint64 weightBytes, qint64 nParams);
+  // prefillOpsPerToken: 2 x the multiply-adds of one prompt token.
+  // int8Compute: the backend multiplies in 8-bit integers (the fast CPU
+  // backend), so its compute limit is the integer peak, not the FP32 one.
+  void setModel(quint64 weightBytes, double prefillOpsPerToken, bool int8Compute);
   void update(const LiveMetrics& m);
 
   // Fractions of the peaks (may exceed 1 when the weights fit in cache).
@@ -31,7 +34,8 @@ class PhaseMeter : public QWidget {
 
   HardwarePeaks m_peaks;
   quint64 m_weightBytes = 0;
-  qint64 m_nParams = 0;
+  double m_prefillOpsPerToken = 0;
+  bool m_int8 = false;
   double m_decodeTps = 0, m_prefillTps = 0;
   double m_decodeFraction = 0, m_prefillFraction = 0;
   QProgressBar* m_decodeBar = nullptr;
