@@ -136,10 +136,11 @@ class TestCpuKernels : public QObject {
     }
   }
 
-  // Repacked 32-value formats (8-block groups + a tail), against the exact
-  // dot of the original row; four-token calls bitwise equal to one-token
-  // calls.
-  void repacked_block_formats_match_the_original_row_data() {
+  // Repacked formats (cpu::repacked_format: 8-block groups, half groups and
+  // plain tail blocks of the 32-value formats; super-blocks of the K
+  // formats) against the exact dot of the original row; four-token calls
+  // bitwise equal to one-token calls; every ISA bitwise equal to the first.
+  void repacked_formats_match_the_original_row_data() {
     QTest::addColumn<int>("type");
     QTest::addColumn<int>("n");
     for (TensorType t : {TensorType::Q5_0, TensorType::Q8_0, TensorType::Q4_0}) {
@@ -150,94 +151,46 @@ class TestCpuKernels : public QObject {
       QTest::newRow((name + " 736: 2 groups + a half group + 3 blocks").c_str()) << int(t) << 736;
       QTest::newRow((name + " 160: a half group + 1 block").c_str()) << int(t) << 160;
     }
+    for (TensorType t : {TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K})
+      for (int n : {256, 1024, 2048})
+        QTest::newRow((std::string(tensor_type_name(t)) + " " + std::to_string(n)).c_str()) << int(t) << n;
   }
-  void repacked_block_formats_match_the_original_row() {
+  void repacked_formats_match_the_original_row() {
     QFETCH(int, type);
     QFETCH(int, n);
     const auto tt = static_cast<TensorType>(type);
-    const int nb = n / 32, ng = nb / kGroupBlocks;
+    const int nb = n / 32, gs = std::max<int>(act_groups(nb), 1);
     std::vector<float> first_isa;  // every ISA's results must equal the first one's bitwise
     int checked = 0;
     for (const Kernels* k : simd_kernels()) {
-      if (!k->dot_grouped_x1[type]) continue;
+      const RepackedFormat f = repacked_format(*k, tt, n);
+      if (!f.repack) continue;
       checked++;
       for (uint32_t seed = 1; seed <= 10; seed++) {
         const auto wf = randn(n, seed);
-        std::vector<uint8_t> w(row_size(tt, n)), r(grouped_row_bytes(tt, n));
+        std::vector<uint8_t> w(row_size(tt, n)), r(f.row_bytes);
         QVERIFY(quantize_row(tt, wf.data(), w.data(), n));
-        (tt == TensorType::Q5_0 ? repack_q5_0_u8_row : tt == TensorType::Q8_0 ? repack_q8_0_u8_row : repack_q4_0_row)(
-            w.data(), r.data(), n);
+        f.repack(w.data(), r.data(), n);
         const auto x = randn(4 * n, 500 + seed);
         std::vector<ActQ8> a(4 * nb);
         k->quantize_act(x.data(), a.data(), 4 * n);
-        const int gs = std::max<int>(act_groups(nb), 1);
         std::vector<ActGroup> g(4 * gs);
         for (int t = 0; t < 4; t++) group_act(&a[t * nb], &g[t * gs], nb);
         float four[4];
-        k->dot_grouped_x4[type](r.data(), g.data(), gs, a.data(), nb, n, four);
+        f.dot4(r.data(), g.data(), gs, a.data(), nb, n, four);
         for (int t = 0; t < 4; t++) {
           std::vector<ActQ8> at(a.begin() + t * nb, a.begin() + (t + 1) * nb);
           const double want = exact_dot(tt, w, at, n);
           float one;
-          k->dot_grouped_x1[type](r.data(), &g[t * gs], 0, &a[t * nb], 0, n, &one);
+          f.dot1(r.data(), &g[t * gs], 0, &a[t * nb], 0, n, &one);
           QVERIFY2(std::fabs(one - want) < 1e-4 * (1.0 + std::fabs(want)) + 1e-3,
-                   qPrintable(QString("%1: %2 vs %3").arg(k->isa).arg(one).arg(want)));
+                   qPrintable(QString("%1 n=%2: %3 vs %4").arg(k->isa).arg(n).arg(one).arg(want)));
           QVERIFY(std::memcmp(&one, &four[t], sizeof(float)) == 0);
           const size_t idx = (seed - 1) * 4 + t;
           if (checked == 1)
             first_isa.push_back(one);
           else
             QVERIFY2(std::memcmp(&one, &first_isa[idx], sizeof(float)) == 0, k->isa);
-        }
-      }
-    }
-  }
-
-  void repacked_k_formats_match_the_original_row_data() {
-    QTest::addColumn<int>("type");
-    QTest::newRow("Q4_K") << int(TensorType::Q4_K);
-    QTest::newRow("Q5_K") << int(TensorType::Q5_K);
-    QTest::newRow("Q6_K") << int(TensorType::Q6_K);
-  }
-  void repacked_k_formats_match_the_original_row() {
-    QFETCH(int, type);
-    const auto tt = static_cast<TensorType>(type);
-    for (int n : {256, 1024, 2048}) {
-      const int nb = n / 32, ng = n / 256;
-      std::vector<float> first_isa;  // every ISA's results must equal the first one's bitwise
-      int checked = 0;
-      for (const Kernels* k : simd_kernels()) {
-        const DotR8Fn x1 = tt == TensorType::Q4_K ? k->dot_q4_k_r8_x1 : tt == TensorType::Q5_K ? k->dot_q5_k_r8_x1 : k->dot_q6_k_r8_x1;
-        const DotR8Fn x4 = tt == TensorType::Q4_K ? k->dot_q4_k_r8_x4 : tt == TensorType::Q5_K ? k->dot_q5_k_r8_x4 : k->dot_q6_k_r8_x4;
-        if (!x1) continue;
-        checked++;
-        for (uint32_t seed = 1; seed <= 10; seed++) {
-          const auto wf = randn(n, seed);
-          const int gb = tt == TensorType::Q4_K ? kGroupBytesQ4_K : tt == TensorType::Q5_K ? kGroupBytesQ5_K : kGroupBytesQ6_K;
-          std::vector<uint8_t> w(row_size(tt, n)), r(static_cast<size_t>(ng) * gb);
-          QVERIFY(quantize_row(tt, wf.data(), w.data(), n));
-          (tt == TensorType::Q4_K ? repack_q4_k_row : tt == TensorType::Q5_K ? repack_q5_k_row : repack_q6_k_row)(w.data(), r.data(), n);
-          const auto x = randn(4 * n, 700 + seed);
-          std::vector<ActQ8> a(4 * nb);
-          k->quantize_act(x.data(), a.data(), 4 * n);
-          std::vector<ActGroup> g(4 * ng);
-          for (int t = 0; t < 4; t++) group_act(&a[t * nb], &g[t * ng], nb);
-          float four[4];
-          x4(r.data(), g.data(), ng, a.data(), nb, n, four);
-          for (int t = 0; t < 4; t++) {
-            std::vector<ActQ8> at(a.begin() + t * nb, a.begin() + (t + 1) * nb);
-            const double want = exact_dot(tt, w, at, n);
-            float one;
-            x1(r.data(), &g[t * ng], 0, &a[t * nb], 0, n, &one);
-            QVERIFY2(std::fabs(one - want) < 1e-4 * (1.0 + std::fabs(want)) + 1e-3,
-                     qPrintable(QString("%1 n=%2: %3 vs %4").arg(k->isa).arg(n).arg(one).arg(want)));
-            QVERIFY(std::memcmp(&one, &four[t], sizeof(float)) == 0);
-            const size_t idx = (seed - 1) * 4 + t;
-            if (checked == 1)
-              first_isa.push_back(one);
-            else
-              QVERIFY2(std::memcmp(&one, &first_isa[idx], sizeof(float)) == 0, k->isa);
-          }
         }
       }
     }
@@ -261,35 +214,18 @@ class TestCpuKernels : public QObject {
     const int nb = n / 32, gs = std::max<int>(act_groups(nb), 1);
     int checked = 0;
     for (const Kernels* k : simd_kernels()) {
-      const bool kq = tt == TensorType::Q4_K || tt == TensorType::Q5_K || tt == TensorType::Q6_K;
-      const DotR8Fn one = tt == TensorType::Q4_K   ? k->dot_q4_k_r8_x1
-                          : tt == TensorType::Q5_K ? k->dot_q5_k_r8_x1
-                          : tt == TensorType::Q6_K ? k->dot_q6_k_r8_x1
-                                                   : k->dot_grouped_x1[type];
-      const DotR8RowsFn rows = tt == TensorType::Q4_K   ? k->dot_q4_k_r8_rx4
-                               : tt == TensorType::Q5_K ? k->dot_q5_k_r8_rx4
-                               : tt == TensorType::Q6_K ? k->dot_q6_k_r8_rx4
-                                                        : k->dot_grouped_rx4[type];
-      if (!one || !rows) continue;
+      const RepackedFormat f = repacked_format(*k, tt, n);
+      if (!f.repack || !f.dot_rows4) continue;
       checked++;
       const int R = k->repacked_rows;
       QVERIFY(R >= 1 && R <= 4);
-      const size_t rb = kq ? static_cast<size_t>(n / 256) * (tt == TensorType::Q4_K   ? kGroupBytesQ4_K
-                                                               : tt == TensorType::Q5_K ? kGroupBytesQ5_K
-                                                                                        : kGroupBytesQ6_K)
-                           : grouped_row_bytes(tt, n);
+      const size_t rb = f.row_bytes;
       std::vector<uint8_t> packed(rb * R);
       for (int r = 0; r < R; r++) {
         const auto wf = randn(n, 40 + r);
         std::vector<uint8_t> w(row_size(tt, n));
         QVERIFY(quantize_row(tt, wf.data(), w.data(), n));
-        auto fn = tt == TensorType::Q5_0   ? repack_q5_0_u8_row
-                  : tt == TensorType::Q8_0 ? repack_q8_0_u8_row
-                  : tt == TensorType::Q4_0 ? repack_q4_0_row
-                  : tt == TensorType::Q4_K ? repack_q4_k_row
-                  : tt == TensorType::Q5_K ? repack_q5_k_row
-                                           : repack_q6_k_row;
-        fn(w.data(), packed.data() + r * rb, n);
+        f.repack(w.data(), packed.data() + r * rb, n);
       }
       const auto x = randn(4 * n, 77);
       std::vector<ActQ8> a(4 * nb);
@@ -297,11 +233,11 @@ class TestCpuKernels : public QObject {
       std::vector<ActGroup> g(4 * gs);
       for (int t = 0; t < 4; t++) group_act(&a[t * nb], &g[t * gs], nb);
       float many[16];
-      rows(packed.data(), rb, g.data(), gs, a.data(), nb, n, many);
+      f.dot_rows4(packed.data(), rb, g.data(), gs, a.data(), nb, n, many);
       for (int r = 0; r < R; r++)
         for (int t = 0; t < 4; t++) {
           float v;
-          one(packed.data() + r * rb, &g[t * gs], 0, &a[t * nb], 0, n, &v);
+          f.dot1(packed.data() + r * rb, &g[t * gs], 0, &a[t * nb], 0, n, &v);
           QVERIFY2(std::memcmp(&v, &many[r * 4 + t], sizeof(float)) == 0,
                    qPrintable(QString("%1 row %2 token %3: %4 vs %5").arg(k->isa).arg(r).arg(t).arg(v).arg(many[r * 4 + t])));
         }

@@ -291,47 +291,17 @@ class CpuBackend final : public Backend {
   // The original pages are released: this backend never reads them again.
   struct Repacked {
     std::vector<uint8_t> data;
-    size_t row_bytes = 0;
-    cpu::DotR8Fn dot1 = nullptr, dot4 = nullptr;
-    cpu::DotR8RowsFn dot_rows4 = nullptr;  // k_fast_->repacked_rows rows x 4 tokens
+    cpu::RepackedFormat f;
   };
   void repack_weights() {
     auto repack = [&](const WeightView& W) {
       if (repacked_.count(W.data)) return;
       Repacked rp;
-      void (*fn)(const uint8_t*, uint8_t*, int64_t) = nullptr;
-      const int t = static_cast<int>(W.type);
-      if (k_fast_->dot_grouped_x1[t] && cpu::grouped_row_bytes(W.type, W.n_in) > 0) {
-        fn = W.type == TensorType::Q5_0 ? cpu::repack_q5_0_u8_row
-             : W.type == TensorType::Q8_0 ? cpu::repack_q8_0_u8_row
-                                          : cpu::repack_q4_0_row;
-        rp.row_bytes = cpu::grouped_row_bytes(W.type, W.n_in);
-        rp.dot1 = k_fast_->dot_grouped_x1[t];
-        rp.dot4 = k_fast_->dot_grouped_x4[t];
-        rp.dot_rows4 = k_fast_->dot_grouped_rx4[t];
-      } else if (W.type == TensorType::Q6_K && k_fast_->dot_q6_k_r8_x1) {
-        fn = cpu::repack_q6_k_row;
-        rp.row_bytes = static_cast<size_t>(W.n_in / QK_K) * cpu::kGroupBytesQ6_K;
-        rp.dot1 = k_fast_->dot_q6_k_r8_x1;
-        rp.dot4 = k_fast_->dot_q6_k_r8_x4;
-        rp.dot_rows4 = k_fast_->dot_q6_k_r8_rx4;
-      } else if (W.type == TensorType::Q5_K && k_fast_->dot_q5_k_r8_x1) {
-        fn = cpu::repack_q5_k_row;
-        rp.row_bytes = static_cast<size_t>(W.n_in / QK_K) * cpu::kGroupBytesQ5_K;
-        rp.dot1 = k_fast_->dot_q5_k_r8_x1;
-        rp.dot4 = k_fast_->dot_q5_k_r8_x4;
-        rp.dot_rows4 = k_fast_->dot_q5_k_r8_rx4;
-      } else if (W.type == TensorType::Q4_K && k_fast_->dot_q4_k_r8_x1) {
-        fn = cpu::repack_q4_k_row;
-        rp.row_bytes = static_cast<size_t>(W.n_in / QK_K) * cpu::kGroupBytesQ4_K;
-        rp.dot1 = k_fast_->dot_q4_k_r8_x1;
-        rp.dot4 = k_fast_->dot_q4_k_r8_x4;
-        rp.dot_rows4 = k_fast_->dot_q4_k_r8_rx4;
-      } else {
-        return;
-      }
-      rp.data.resize(rp.row_bytes * static_cast<size_t>(W.n_out));
-      for (int64_t r = 0; r < W.n_out; r++) fn(W.row(r), rp.data.data() + r * rp.row_bytes, W.n_in);
+      rp.f = cpu::repacked_format(*k_fast_, W.type, W.n_in);
+      if (!rp.f.repack) return;
+      const size_t rb = rp.f.row_bytes;
+      rp.data.resize(rb * static_cast<size_t>(W.n_out));
+      for (int64_t r = 0; r < W.n_out; r++) rp.f.repack(W.row(r), rp.data.data() + r * rb, W.n_in);
       release_pages(W.data, W.row_bytes * static_cast<size_t>(W.n_out));
       repacked_.emplace(W.data, std::move(rp));
     };
@@ -375,7 +345,9 @@ class CpuBackend final : public Backend {
       build_groups(act_lo_, act_lo_g_, nb, gs, T);
       lo_groups_of_ = in;
     }
-    const cpu::DotR8Fn dot1 = rp.dot1, dot4 = rp.dot4;
+    const cpu::DotR8Fn dot1 = rp.f.dot1, dot4 = rp.f.dot4;
+    const cpu::DotR8RowsFn dot_rows4 = rp.f.dot_rows4;
+    const size_t row_bytes = rp.f.row_bytes;
     const int tile = token_tile(gs * static_cast<int64_t>(sizeof(cpu::ActGroup)) * (precise ? 2 : 1));
     for_rows(n_out, [&](int64_t r0, int64_t r1, int) {
       float v4[4], lo4[4];
@@ -385,27 +357,27 @@ class CpuBackend final : public Backend {
         // Several rows at once where the kernels take them: each token's
         // activations are loaded once for all of them.
         const int R = k_fast_->repacked_rows;
-        if (R > 1 && rp.dot_rows4 && (t1 - t0) >= 4)
+        if (R > 1 && dot_rows4 && (t1 - t0) >= 4)
           for (; r + R <= r1; r += R) {
-            const uint8_t* row = rp.data.data() + r * rp.row_bytes;
+            const uint8_t* row = rp.data.data() + r * row_bytes;
             float vr[4 * kMaxRows], lor[4 * kMaxRows];
             int t = t0;
             for (; t + 4 <= t1; t += 4) {
-              rp.dot_rows4(row, rp.row_bytes, &act_g_[t * gs], gs, &act_[t * nb], nb, n_in, vr);
-              if (precise) rp.dot_rows4(row, rp.row_bytes, &act_lo_g_[t * gs], gs, &act_lo_[t * nb], nb, n_in, lor);
+              dot_rows4(row, row_bytes, &act_g_[t * gs], gs, &act_[t * nb], nb, n_in, vr);
+              if (precise) dot_rows4(row, row_bytes, &act_lo_g_[t * gs], gs, &act_lo_[t * nb], nb, n_in, lor);
               for (int i = 0; i < R; i++)
                 for (int j = 0; j < 4; j++)
                   out[(t + j) * n_out + r + i] = precise ? vr[i * 4 + j] + lor[i * 4 + j] : vr[i * 4 + j];
             }
             for (; t < t1; t++)
               for (int i = 0; i < R; i++) {
-                dot1(row + i * rp.row_bytes, &act_g_[t * gs], 0, &act_[t * nb], 0, n_in, v4);
-                if (precise) dot1(row + i * rp.row_bytes, &act_lo_g_[t * gs], 0, &act_lo_[t * nb], 0, n_in, lo4);
+                dot1(row + i * row_bytes, &act_g_[t * gs], 0, &act_[t * nb], 0, n_in, v4);
+                if (precise) dot1(row + i * row_bytes, &act_lo_g_[t * gs], 0, &act_lo_[t * nb], 0, n_in, lo4);
                 out[t * n_out + r + i] = precise ? v4[0] + lo4[0] : v4[0];
               }
           }
         for (; r < r1; r++) {
-          const uint8_t* row = rp.data.data() + r * rp.row_bytes;
+          const uint8_t* row = rp.data.data() + r * row_bytes;
           int t = t0;
           for (; t + 4 <= t1; t += 4) {
             dot4(row, &act_g_[t * gs], gs, &act_[t * nb], nb, n_in, v4);

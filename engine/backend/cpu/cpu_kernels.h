@@ -159,6 +159,18 @@ struct Kernels {
   DotR8RowsFn dot_q6_k_r8_rx4 = nullptr;
 };
 
+// How a block format is repacked at load and multiplied afterwards by the
+// kernels k: the row rewrite, the bytes of a repacked row of n values and the
+// dot products. repack == nullptr: k has no repacked form of t (or of rows
+// of n values).
+struct RepackedFormat {
+  void (*repack)(const uint8_t* src, uint8_t* dst, int64_t n) = nullptr;
+  size_t row_bytes = 0;
+  DotR8Fn dot1 = nullptr, dot4 = nullptr;
+  DotR8RowsFn dot_rows4 = nullptr;  // k.repacked_rows rows x 4 tokens
+};
+RepackedFormat repacked_format(const Kernels& k, TensorType t, int64_t n);
+
 // The portable kernels (always available; the oracle for the SIMD ones).
 const Kernels& portable_kernels();
 // The AVX2 (+FMA, F16C) kernels, or nullptr when the CPU lacks them.

@@ -387,6 +387,33 @@ void repack_q6_k_row(const uint8_t* src, uint8_t* dst, int64_t n) {
   }
 }
 
+RepackedFormat repacked_format(const Kernels& k, TensorType t, int64_t n) {
+  RepackedFormat f;
+  const int ti = static_cast<int>(t);
+  const size_t super_blocks = static_cast<size_t>(n / QK_K);
+  switch (t) {
+    case TensorType::Q5_0:
+    case TensorType::Q8_0:
+    case TensorType::Q4_0:
+      if (!k.dot_grouped_x1[ti] || grouped_row_bytes(t, n) == 0) return {};
+      f = {t == TensorType::Q5_0 ? repack_q5_0_u8_row : t == TensorType::Q8_0 ? repack_q8_0_u8_row : repack_q4_0_row,
+           grouped_row_bytes(t, n), k.dot_grouped_x1[ti], k.dot_grouped_x4[ti], k.dot_grouped_rx4[ti]};
+      break;
+    case TensorType::Q4_K:
+      f = {repack_q4_k_row, super_blocks * kGroupBytesQ4_K, k.dot_q4_k_r8_x1, k.dot_q4_k_r8_x4, k.dot_q4_k_r8_rx4};
+      break;
+    case TensorType::Q5_K:
+      f = {repack_q5_k_row, super_blocks * kGroupBytesQ5_K, k.dot_q5_k_r8_x1, k.dot_q5_k_r8_x4, k.dot_q5_k_r8_rx4};
+      break;
+    case TensorType::Q6_K:
+      f = {repack_q6_k_row, super_blocks * kGroupBytesQ6_K, k.dot_q6_k_r8_x1, k.dot_q6_k_r8_x4, k.dot_q6_k_r8_rx4};
+      break;
+    default:
+      return {};
+  }
+  return f.dot1 ? f : RepackedFormat{};
+}
+
 void group_act(const ActQ8* a, ActGroup* g, int64_t nb) {
   const int64_t ng = nb / kGroupBlocks;
   for (int64_t gi = 0; gi < ng; gi++) {
