@@ -166,10 +166,7 @@ class CudaBackend final : public Backend {
     if (use_graph_) {
       PHASELAB_TRY(run_decode_graph(token, p0, nullptr, next));
     } else {
-      std::memcpy(stage_, &token, sizeof(int32_t));
-      stage_[max_batch_] = p0;
-      CUDA_TRY(cudaMemcpyAsync(tokens_, stage_, sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
-      CUDA_TRY(cudaMemcpyAsync(pos_, stage_ + max_batch_, sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+      PHASELAB_TRY(upload_batch(&token, 1, p0));
       PHASELAB_TRY(enqueue(1, LogitsMode::last));
       PHASELAB_TRY(download_argmax(next));
     }
@@ -195,6 +192,17 @@ class CudaBackend final : public Backend {
       dev_tokens_.insert(dev_tokens_.end(), host.begin() + static_cast<long>(dev_tokens_.size()),
                          host.begin() + static_cast<long>(dev_tokens_.size()) + n);
     }
+    return Status::ok();
+  }
+
+  // The batch's tokens and first position to tokens_ / pos_, through the
+  // pinned staging buffer (asynchronous; callers synchronise before they
+  // reuse it).
+  Status upload_batch(const int32_t* tokens, int T, int p0) {
+    std::memcpy(stage_, tokens, T * sizeof(int32_t));
+    stage_[max_batch_] = p0;
+    CUDA_TRY(cudaMemcpyAsync(tokens_, stage_, T * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+    CUDA_TRY(cudaMemcpyAsync(pos_, stage_ + max_batch_, sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
     return Status::ok();
   }
 
@@ -298,10 +306,7 @@ class CudaBackend final : public Backend {
 
   // The layers for T tokens at positions p0..; logits to the host as mode says.
   Status run(const int32_t* tokens, int T, int p0, float* logits_host, LogitsMode mode) {
-    std::memcpy(stage_, tokens, T * sizeof(int32_t));
-    stage_[max_batch_] = p0;
-    CUDA_TRY(cudaMemcpyAsync(tokens_, stage_, T * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
-    CUDA_TRY(cudaMemcpyAsync(pos_, stage_ + max_batch_, sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+    PHASELAB_TRY(upload_batch(tokens, T, p0));
     if (Status st = enqueue(T, mode); !st.is_ok()) {
       cudaStreamSynchronize(stream_);  // the staged copies must finish before stage_ is reused
       return st;
@@ -340,10 +345,7 @@ class CudaBackend final : public Backend {
         return download_argmax(next);
       }
     }
-    stage_[0] = token;
-    stage_[max_batch_] = p0;
-    CUDA_TRY(cudaMemcpyAsync(tokens_, stage_, sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
-    CUDA_TRY(cudaMemcpyAsync(pos_, stage_ + max_batch_, sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+    PHASELAB_TRY(upload_batch(&token, 1, p0));
     CUDA_TRY(cudaGraphLaunch(graph_exec_, stream_));
     if (!logits_host) return download_argmax(next);
     CUDA_TRY(cudaMemcpyAsync(logits_host, logits_, static_cast<size_t>(c_.n_vocab) * sizeof(float),
