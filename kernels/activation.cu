@@ -9,10 +9,6 @@ __global__ void gated_act_kernel(float* g, const float* u, size_t n, bool gelu) 
   if (i >= n) return;
   g[i] = (gelu ? gelu_tanh(g[i]) : silu(g[i])) * u[i];
 }
-__global__ void add_kernel(float* x, const float* y, size_t n) {
-  const size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
-  if (i < n) x[i] += y[i];
-}
 __global__ void add_bias_kernel(float* x, const float* b, int n, size_t total) {
   const size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
   if (i < total) x[i] += b[i % n];
@@ -26,10 +22,6 @@ unsigned blocks_for(size_t n) { return static_cast<unsigned>((n + 255) / 256); }
 
 cudaError_t launch_gated_act(float* g, const float* u, size_t n, bool gelu, cudaStream_t s) {
   gated_act_kernel<<<blocks_for(n), 256, 0, s>>>(g, u, n, gelu);
-  return cudaGetLastError();
-}
-cudaError_t launch_add(float* x, const float* y, size_t n, cudaStream_t s) {
-  add_kernel<<<blocks_for(n), 256, 0, s>>>(x, y, n);
   return cudaGetLastError();
 }
 cudaError_t launch_add_bias(float* x, const float* b, int T, int n, cudaStream_t s) {

@@ -108,15 +108,6 @@ __global__ void attention_merge_kernel(const float* partials, float* out, int T,
   }
 }
 
-__global__ void store_kv_kernel(const float* k, const float* v, float* k_cache, float* v_cache, const int* pos0p,
-                                int n_embd_kv, size_t total) {
-  const size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
-  if (i >= total) return;
-  const size_t dst = static_cast<size_t>(*pos0p) * n_embd_kv + i;
-  k_cache[dst] = k[i];
-  v_cache[dst] = v[i];
-}
-
 template <int EPL>
 cudaError_t launch_attention_epl(const float* q, const float* k_cache, const float* v_cache, float* out,
                                  float* partials, int T, const int* pos0, int n_head, int n_head_kv, int head_dim,
@@ -157,14 +148,6 @@ cudaError_t launch_attention(const float* q, const float* k_cache, const float* 
   if (epl <= 8) return PHASELAB_ATTN(8);
   return PHASELAB_ATTN(16);
 #undef PHASELAB_ATTN
-}
-
-cudaError_t launch_store_kv(const float* k, const float* v, float* k_cache, float* v_cache, int T, const int* pos0,
-                            int n_embd_kv, cudaStream_t s) {
-  const size_t total = static_cast<size_t>(T) * n_embd_kv;
-  store_kv_kernel<<<static_cast<unsigned>((total + 255) / 256), 256, 0, s>>>(k, v, k_cache, v_cache, pos0, n_embd_kv,
-                                                                             total);
-  return cudaGetLastError();
 }
 
 }  // namespace phaselab::cuda

@@ -27,10 +27,6 @@ cudaError_t launch_rmsnorm(const float* x, const float* w, float* out, int rows,
 // token 0 of the batch), so that a captured CUDA graph stays valid from one
 // decode step to the next.
 
-// Rotary embedding in place. x: (T, n_heads, head_dim) with rows row_stride
-// floats apart; position of token t is *pos0 + t. freq_factors: (n_rot/2) or null.
-cudaError_t launch_rope(float* x, int T, int n_heads, int head_dim, int row_stride, int n_rot, const int* pos0,
-                        float base, const float* freq_factors, bool neox, cudaStream_t s);
 
 // x += y' with y' = rmsnorm(y) * post_w (or y when post_w is null), then
 // out = rmsnorm(x) * w: a block's residual add between its post-norm and the
@@ -50,8 +46,6 @@ cudaError_t launch_qk_norm_rope_store(float* q, float* k, const float* v, const 
 
 // g = act(g) * u over n values (act: GELU-tanh or SiLU)
 cudaError_t launch_gated_act(float* g, const float* u, size_t n, bool gelu, cudaStream_t s);
-// x += y over n values
-cudaError_t launch_add(float* x, const float* y, size_t n, cudaStream_t s);
 // x[t, :] += b over T rows of n values
 cudaError_t launch_add_bias(float* x, const float* b, int T, int n, cudaStream_t s);
 // y = cap * tanh(y / cap) over n values
@@ -98,10 +92,6 @@ size_t attention_partials_floats(int T, int n_head, int head_dim, int n_split);
 // enough to give each range about 256 of n_ctx keys (at most 32).
 int attention_splits(int T, int n_head, int n_ctx);
 
-// Writes K and V of T tokens into the cache at positions *pos0..
-// k, v: (T, n_embd_kv); caches: (n_ctx, n_embd_kv)
-cudaError_t launch_store_kv(const float* k, const float* v, float* k_cache, float* v_cache, int T, const int* pos0,
-                            int n_embd_kv, cudaStream_t s);
 
 // ---- prefill matrix products through cuBLAS -------------------------------
 // out (T, n_out) = x (T, n_in) . W^T on the tensor cores: W dequantized to

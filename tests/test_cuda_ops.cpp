@@ -230,27 +230,6 @@ class TestCudaOps : public QObject {
     }
   }
 
-  void rope_data() {
-    QTest::addColumn<bool>("neox");
-    QTest::newRow("neox") << true;
-    QTest::newRow("normal") << false;
-  }
-  void rope() {
-    REQUIRE_GPU();
-    QFETCH(bool, neox);
-    const int T = 3, H = 4, HD = 64, stride = H * HD + 16, pos0 = 1000;
-    auto x = randn(static_cast<size_t>(T) * stride, 3);
-    Dev<float> dx(x);
-    Dev<int> dpos(std::vector<int>{pos0});
-    CU(cuda::launch_rope(dx.p, T, H, HD, stride, HD, dpos.p, 10000.f, nullptr, neox, nullptr));
-    std::vector<float> cs(HD);
-    for (int t = 0; t < T; t++) {
-      ref::rope_angles(cs.data(), HD, pos0 + t, 10000.f, nullptr);
-      for (int h = 0; h < H; h++) ref::rope_apply(&x[static_cast<size_t>(t) * stride + h * HD], HD, cs.data(), neox);
-    }
-    CHECK_NMSE(x, dx.get(), 1e-7);
-  }
-
   void gated_activations() {
     REQUIRE_GPU();
     const size_t n = 5000;
@@ -408,23 +387,6 @@ class TestCudaOps : public QObject {
     QCOMPARE(cuda::attention_splits(1, 4, 1 << 20), 32);
     QCOMPARE(cuda::attention_partials_floats(1, 4, 256, 1), size_t{0});
     QCOMPARE(cuda::attention_partials_floats(2, 4, 256, 3), size_t{2 * 4 * 3 * 258});
-  }
-
-  void store_kv() {
-    REQUIRE_GPU();
-    const int T = 3, NKV = 40, n_ctx = 10, pos0 = 6;
-    const auto k = randn(static_cast<size_t>(T) * NKV, 14), v = randn(static_cast<size_t>(T) * NKV, 15);
-    Dev<float> dk(k), dv(v), kc(std::vector<float>(static_cast<size_t>(n_ctx) * NKV, -1.f)),
-        vc(std::vector<float>(static_cast<size_t>(n_ctx) * NKV, -1.f));
-    Dev<int> dpos(std::vector<int>{pos0});
-    CU(cuda::launch_store_kv(dk.p, dv.p, kc.p, vc.p, T, dpos.p, NKV, nullptr));
-    const auto hk = kc.get(), hv = vc.get();
-    for (int j = 0; j < n_ctx; j++)
-      for (int i = 0; i < NKV; i++) {
-        const bool inside = j >= pos0 && j < pos0 + T;
-        QCOMPARE(hk[static_cast<size_t>(j) * NKV + i], inside ? k[static_cast<size_t>(j - pos0) * NKV + i] : -1.f);
-        QCOMPARE(hv[static_cast<size_t>(j) * NKV + i], inside ? v[static_cast<size_t>(j - pos0) * NKV + i] : -1.f);
-      }
   }
 
   void argmax_and_top_k() {
