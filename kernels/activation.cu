@@ -21,16 +21,16 @@ unsigned blocks_for(size_t n) { return static_cast<unsigned>((n + 255) / 256); }
 }  // namespace
 
 cudaError_t launch_gated_act(float* g, const float* u, size_t n, bool gelu, cudaStream_t s) {
-  gated_act_kernel<<<blocks_for(n), 256, 0, s>>>(g, u, n, gelu);
+  PHASELAB_LAUNCH(gated_act_kernel, blocks_for(n), 256, 0, s)(g, u, n, gelu);
   return cudaGetLastError();
 }
 cudaError_t launch_add_bias(float* x, const float* b, int T, int n, cudaStream_t s) {
   const size_t total = static_cast<size_t>(T) * n;
-  add_bias_kernel<<<blocks_for(total), 256, 0, s>>>(x, b, n, total);
+  PHASELAB_LAUNCH(add_bias_kernel, blocks_for(total), 256, 0, s)(x, b, n, total);
   return cudaGetLastError();
 }
 cudaError_t launch_softcap(float* y, size_t n, float cap, cudaStream_t s) {
-  softcap_kernel<<<blocks_for(n), 256, 0, s>>>(y, n, cap);
+  PHASELAB_LAUNCH(softcap_kernel, blocks_for(n), 256, 0, s)(y, n, cap);
   return cudaGetLastError();
 }
 

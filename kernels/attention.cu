@@ -114,11 +114,11 @@ cudaError_t launch_attention_epl(const float* q, const float* k_cache, const flo
                                  int window, float scale, float softcap, int n_split, cudaStream_t s) {
   const int warps = T * n_head * n_split;
   const unsigned blocks = static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  attention_kernel<EPL><<<blocks, 32 * kWarpsPerBlock, 0, s>>>(q, k_cache, v_cache, out, partials, T, pos0, n_head,
+  PHASELAB_LAUNCH(attention_kernel<EPL>, blocks, 32 * kWarpsPerBlock, 0, s)(q, k_cache, v_cache, out, partials, T, pos0, n_head,
                                                                n_head_kv, head_dim, window, scale, softcap, n_split);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess || n_split == 1) return e;
   const unsigned mblocks = static_cast<unsigned>((T * n_head + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  attention_merge_kernel<<<mblocks, 32 * kWarpsPerBlock, 0, s>>>(partials, out, T, n_head, head_dim, n_split);
+  PHASELAB_LAUNCH(attention_merge_kernel, mblocks, 32 * kWarpsPerBlock, 0, s)(partials, out, T, n_head, head_dim, n_split);
   return cudaGetLastError();
 }
 

@@ -11,6 +11,18 @@
 
 #include "phaselab/quant.h"
 
+// Launches and dynamic shared memory go through these two macros so that the
+// same sources also build for the CPU emulator (tests/cuda_emu), which has
+// no <<<>>> syntax.
+#ifdef PHASELAB_CUDA_EMULATOR
+#define PHASELAB_LAUNCH(kernel, grid, block, smem, stream) \
+  ::phaselab::emu::launcher(#kernel, kernel, grid, block, smem, stream)
+#define PHASELAB_DYNAMIC_SHARED(type, name) type* name = static_cast<type*>(::phaselab::emu::dynamic_shared())
+#else
+#define PHASELAB_LAUNCH(kernel, grid, block, smem, stream) kernel<<<grid, block, smem, stream>>>
+#define PHASELAB_DYNAMIC_SHARED(type, name) extern __shared__ type name[]
+#endif
+
 namespace phaselab::cuda {
 
 __device__ __forceinline__ float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }

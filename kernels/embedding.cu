@@ -20,7 +20,7 @@ __global__ void embedding_kernel(const uint8_t* embd, TensorType type, size_t ro
 
 cudaError_t launch_embedding(const uint8_t* embd, TensorType type, size_t row_bytes, const int32_t* tokens, int T,
                              int n_embd, float scale, float* x, cudaStream_t s) {
-  embedding_kernel<<<T, 64, 0, s>>>(embd, type, row_bytes, tokens, n_embd, scale, x);
+  PHASELAB_LAUNCH(embedding_kernel, T, 64, 0, s)(embd, type, row_bytes, tokens, n_embd, scale, x);
   return cudaGetLastError();
 }
 

@@ -46,17 +46,17 @@ cudaError_t launch_dequant_bf16(const uint8_t* w, TensorType type, size_t row_by
                                 __nv_bfloat16* out, cudaStream_t s) {
   if (is_float_type(type)) {
     const size_t n = static_cast<size_t>(rows) * n_in;
-    float_rows_bf16_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, s>>>(w, type, row_bytes, n_in, rows, out);
+    PHASELAB_LAUNCH(float_rows_bf16_kernel, static_cast<unsigned>((n + 255) / 256), 256, 0, s)(w, type, row_bytes, n_in, rows, out);
     return cudaGetLastError();
   }
   if (n_in % 32 != 0) return cudaErrorInvalidValue;
   const size_t n = static_cast<size_t>(rows) * (n_in / 32);
-  dequant_bf16_kernel<<<static_cast<unsigned>((n + 127) / 128), 128, 0, s>>>(w, type, row_bytes, n_in, rows, out);
+  PHASELAB_LAUNCH(dequant_bf16_kernel, static_cast<unsigned>((n + 127) / 128), 128, 0, s)(w, type, row_bytes, n_in, rows, out);
   return cudaGetLastError();
 }
 
 cudaError_t launch_to_bf16(const float* x, size_t n, __nv_bfloat16* out, cudaStream_t s) {
-  to_bf16_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, s>>>(x, n, out);
+  PHASELAB_LAUNCH(to_bf16_kernel, static_cast<unsigned>((n + 255) / 256), 256, 0, s)(x, n, out);
   return cudaGetLastError();
 }
 

@@ -92,7 +92,7 @@ cudaError_t launch_matvec(const uint8_t* w, TensorType type, size_t row_bytes, i
   const unsigned blocks = (n_out + kRowsPerBlock - 1) / kRowsPerBlock;
   for (int t0 = 0; t0 < T; t0 += kMaxTokens) {
     const int n = T - t0 < kMaxTokens ? T - t0 : kMaxTokens;
-    matvec_kernel<<<blocks, 32 * kRowsPerBlock, 0, s>>>(w, type, row_bytes, n_in, n_out, x + static_cast<size_t>(t0) * n_in,
+    PHASELAB_LAUNCH(matvec_kernel, blocks, 32 * kRowsPerBlock, 0, s)(w, type, row_bytes, n_in, n_out, x + static_cast<size_t>(t0) * n_in,
                                                         n, out + static_cast<size_t>(t0) * n_out);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   }
@@ -108,7 +108,7 @@ cudaError_t launch_matvec3(MatvecOut a, MatvecOut b, MatvecOut c, int n_in, cons
     a2.out += static_cast<size_t>(t0) * a.n_out;
     b2.out += static_cast<size_t>(t0) * b.n_out;
     c2.out += static_cast<size_t>(t0) * c.n_out;
-    matvec3_kernel<<<blocks, 32 * kRowsPerBlock, 0, s>>>(a2, b2, c2, n_in, x + static_cast<size_t>(t0) * n_in, n);
+    PHASELAB_LAUNCH(matvec3_kernel, blocks, 32 * kRowsPerBlock, 0, s)(a2, b2, c2, n_in, x + static_cast<size_t>(t0) * n_in, n);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   }
   return cudaSuccess;
@@ -120,7 +120,7 @@ cudaError_t launch_matvec_gated(const uint8_t* w_gate, TensorType gate_type, siz
   const unsigned blocks = (n_out + kRowsPerBlock - 1) / kRowsPerBlock;
   for (int t0 = 0; t0 < T; t0 += kMaxTokens) {
     const int n = T - t0 < kMaxTokens ? T - t0 : kMaxTokens;
-    gated_matvec_kernel<<<blocks, 32 * kRowsPerBlock, 0, s>>>(w_gate, gate_type, gate_row_bytes, w_up, up_type,
+    PHASELAB_LAUNCH(gated_matvec_kernel, blocks, 32 * kRowsPerBlock, 0, s)(w_gate, gate_type, gate_row_bytes, w_up, up_type,
                                                               up_row_bytes, n_in, n_out,
                                                               x + static_cast<size_t>(t0) * n_in, n, gelu,
                                                               out + static_cast<size_t>(t0) * n_out);

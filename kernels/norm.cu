@@ -42,12 +42,12 @@ __global__ void add_rmsnorm_kernel(float* x, const float* y, const float* post_w
 
 cudaError_t launch_add_rmsnorm(float* x, const float* y, const float* post_w, const float* w, float* out, int rows,
                                int n, float eps, cudaStream_t s) {
-  add_rmsnorm_kernel<<<rows, 256, 0, s>>>(x, y, post_w, w, out, n, eps);
+  PHASELAB_LAUNCH(add_rmsnorm_kernel, rows, 256, 0, s)(x, y, post_w, w, out, n, eps);
   return cudaGetLastError();
 }
 
 cudaError_t launch_rmsnorm(const float* x, const float* w, float* out, int rows, int n, float eps, cudaStream_t s) {
-  rmsnorm_kernel<<<rows, 256, 0, s>>>(x, w, out, n, eps);
+  PHASELAB_LAUNCH(rmsnorm_kernel, rows, 256, 0, s)(x, w, out, n, eps);
   return cudaGetLastError();
 }
 

@@ -11,7 +11,7 @@ __global__ void qk_norm_rope_store_kernel(float* q, float* k, const float* v, co
                                           float* k_cache, float* v_cache, int n_head, int n_head_kv, int head_dim,
                                           int n_rot, const int* pos0p, float base, const float* freq_factors, bool neox,
                                           float eps) {
-  extern __shared__ float head[];  // head_dim floats
+  PHASELAB_DYNAMIC_SHARED(float, head);  // head_dim floats
   __shared__ float shared[32];
   const int per_token = n_head + n_head_kv;
   const int t = blockIdx.x / per_token, hh = blockIdx.x % per_token;
@@ -56,7 +56,7 @@ cudaError_t launch_qk_norm_rope_store(float* q, float* k, const float* v, const 
                                       float* k_cache, float* v_cache, int T, int n_head, int n_head_kv, int head_dim,
                                       int n_rot, const int* pos0, float base, const float* freq_factors, bool neox,
                                       float eps, cudaStream_t s) {
-  qk_norm_rope_store_kernel<<<T * (n_head + n_head_kv), 128, head_dim * sizeof(float), s>>>(
+  PHASELAB_LAUNCH(qk_norm_rope_store_kernel, T * (n_head + n_head_kv), 128, head_dim * sizeof(float), s)(
       q, k, v, q_norm, k_norm, k_cache, v_cache, n_head, n_head_kv, head_dim, n_rot, pos0, base, freq_factors, neox, eps);
   return cudaGetLastError();
 }

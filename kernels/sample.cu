@@ -94,13 +94,13 @@ __global__ void top_k_kernel(const float* x, int n, int k, float temperature, fl
 }  // namespace
 
 cudaError_t launch_argmax(const float* x, int n, int* out, cudaStream_t s) {
-  argmax_kernel<<<1, kThreads, 0, s>>>(x, n, out);
+  PHASELAB_LAUNCH(argmax_kernel, 1, kThreads, 0, s)(x, n, out);
   return cudaGetLastError();
 }
 
 cudaError_t launch_sample_top_k(const float* x, int n, int k, float temperature, float u, int* out, cudaStream_t s) {
   if (k < 1 || k > kMaxTopK || k > n) return cudaErrorInvalidValue;
-  top_k_kernel<<<1, kThreads, 0, s>>>(x, n, k, temperature, u, out);
+  PHASELAB_LAUNCH(top_k_kernel, 1, kThreads, 0, s)(x, n, k, temperature, u, out);
   return cudaGetLastError();
 }
 

@@ -7,6 +7,7 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config git python3 python3-pip
   qt6-base-dev qt6-charts-dev libqt6sql6-sqlite qt6-svg-dev libgl-dev
   libspdlog-dev libfmt-dev nlohmann-json3-dev libpcre2-dev
+  libboost-context-dev
   xvfb xauth
 )
 

@@ -13,6 +13,22 @@ using namespace phaselab;
 using namespace phaselab::testing;
 
 
+// Without a usable CUDA backend a comparison is skipped with the reason,
+// except where the run requires one (the emulator's run of this test sets
+// PHASELAB_TEST_REQUIRE_CUDA=1): there its absence is a failure.
+#define REQUIRE_CUDA(probe)                                                                          \
+  do {                                                                                               \
+    if (!(probe).available) {                                                                        \
+      const QString why = "CUDA unavailable: " + QString::fromStdString((probe).reason);             \
+      if (qEnvironmentVariableIntValue("PHASELAB_TEST_REQUIRE_CUDA") == 1) QFAIL(qPrintable(why));   \
+      QSKIP(qPrintable(why));                                                                        \
+    }                                                                                                \
+  } while (0)
+
+// Whether the backend runs on the CUDA emulator (tests/cuda_emu), whose
+// device memory a test may shrink.
+bool on_emulator(const CudaProbe& p) { return p.description.find("emulator") != std::string::npos; }
+
 class TestCuda : public QObject {
   Q_OBJECT
  private slots:
@@ -31,6 +47,27 @@ class TestCuda : public QObject {
     QVERIFY(b.status().message().find("CUDA") != std::string::npos);
   }
 
+  // Too little device memory is a clear error, found before any upload.
+  // Only the emulator's memory can be shrunk on purpose (PHASELAB_EMU_DEVICE_MIB).
+  void too_little_device_memory_is_a_clear_error() {
+    const CudaProbe p = probe_cuda();
+    REQUIRE_CUDA(p);
+    if (!on_emulator(p)) QSKIP("only the emulator's device memory can be shrunk (PHASELAB_EMU_DEVICE_MIB)");
+    auto m = Model::load(test_data("stories260K.gguf"));
+    QVERIFY(m.is_ok());
+    qputenv("PHASELAB_EMU_DEVICE_MIB", "16");
+    auto b = make_cuda_backend(*m, 8);
+    qunsetenv("PHASELAB_EMU_DEVICE_MIB");
+    QVERIFY(!b.is_ok());
+    const std::string msg = b.status().message();
+    qInfo("%s", msg.c_str());
+    QVERIFY2(msg.find("MiB of GPU memory") != std::string::npos && msg.find("16 MiB are free") != std::string::npos &&
+                 msg.find("CPU backend") != std::string::npos,
+             msg.c_str());
+    // With the memory back, the same model loads.
+    QVERIFY(make_cuda_backend(*m, 8).is_ok());
+  }
+
   void cuda_matches_cpu_reference_data() {
     QTest::addColumn<QString>("model");
     for (const char* a : {"llama", "qwen2", "qwen3", "gemma3"}) QTest::newRow(a) << a;
@@ -39,7 +76,7 @@ class TestCuda : public QObject {
   }
   void cuda_matches_cpu_reference() {
     const CudaProbe p = probe_cuda();
-    if (!p.available) QSKIP(qPrintable("CUDA unavailable: " + QString::fromStdString(p.reason)));
+    REQUIRE_CUDA(p);
     QFETCH(QString, model);
     std::string path;
     if (model == "stories260K") {

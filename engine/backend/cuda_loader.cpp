@@ -37,12 +37,22 @@ const Library& library() {
   static std::once_flag once;
   std::call_once(once, [] {
     std::vector<std::string> candidates;
-    if (const char* env = std::getenv("PHASELAB_CUDA_LIB"); env && *env) candidates.push_back(env);
-    const std::string dir = executable_dir();
-    candidates.push_back(dir + "/libphaselab_cuda.so");
-    candidates.push_back(dir + "/../kernels/libphaselab_cuda.so");  // build tree: app/ and kernels/ side by side
-    candidates.push_back(dir + "/../lib/phaselab/libphaselab_cuda.so");
-    candidates.push_back("libphaselab_cuda.so");
+    // PHASELAB_CUDA_LIB names the one library to use (no fallback: whoever
+    // sets it, the tests of the CUDA emulator for one, wants that library).
+    if (const char* env = std::getenv("PHASELAB_CUDA_LIB"); env && *env) {
+      candidates.push_back(env);
+      if (!std::filesystem::exists(env)) {
+        lib.error = std::string("the CUDA backend is not available (PHASELAB_CUDA_LIB names ") + env +
+                    ", which does not exist)";
+        return;
+      }
+    } else {
+      const std::string dir = executable_dir();
+      candidates.push_back(dir + "/libphaselab_cuda.so");
+      candidates.push_back(dir + "/../kernels/libphaselab_cuda.so");  // build tree: app/ and kernels/ side by side
+      candidates.push_back(dir + "/../lib/phaselab/libphaselab_cuda.so");
+      candidates.push_back("libphaselab_cuda.so");
+    }
     std::string errors;
     for (const auto& c : candidates) {
       if (c.find('/') != std::string::npos && !std::filesystem::exists(c)) continue;

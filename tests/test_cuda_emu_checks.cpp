@@ -1,0 +1,279 @@
+// The CUDA emulator (tests/cuda_emu) is an oracle for the CUDA backend in CI,
+// so it is tested too: each misuse it claims to catch is committed here on
+// purpose and must be caught, and its cuBLAS GEMM must follow cuBLAS's
+// column-major definition.
+#include <QtTest>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <vector>
+
+#include "cuda_emu/cuda_emu.h"
+#include "test_util.h"
+
+using phaselab::emu::launcher;
+
+namespace {
+
+// Each thread writes its index to shared memory; thread i then reads the
+// value of thread (i + 1) % n. With the barrier this is a rotation; without
+// it the result depends on the schedule (and the emulator's alternating
+// order makes it wrong).
+template <bool kSync>
+void rotate_kernel(int* out) {
+  __shared__ int s[128];
+  s[threadIdx.x] = static_cast<int>(threadIdx.x);
+  if (kSync) __syncthreads();
+  out[threadIdx.x] = s[(threadIdx.x + 1) % blockDim.x];
+}
+
+// A warp sum where lanes >= live have returned first: undefined on a GPU.
+void partial_warp_sum_kernel(float* out, int live) {
+  if (static_cast<int>(threadIdx.x) >= live) return;
+  float v = 1.f;
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  if (threadIdx.x == 0) out[0] = v;
+}
+
+// A barrier only half the block reaches.
+void divergent_barrier_kernel(int* out) {
+  if (threadIdx.x < 64) __syncthreads();
+  out[threadIdx.x] = 1;
+}
+
+void warp_sum_kernel(float* out) {
+  float v = static_cast<float>(threadIdx.x);
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  out[threadIdx.x] = v;
+}
+
+void add_from_device_kernel(float* x, const int* by) { x[0] += static_cast<float>(*by); }
+void add_value_kernel(float* x, int by) { x[0] += static_cast<float>(by); }
+void read_kernel(const float* x, float* out, int i) { out[0] = x[i]; }
+
+std::vector<float> download(const float* d, size_t n) {
+  std::vector<float> v(n);
+  cudaMemcpy(v.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost);
+  return v;
+}
+
+}  // namespace
+
+class TestCudaEmuChecks : public QObject {
+  Q_OBJECT
+ private slots:
+  // Each misuse below leaves a sticky fault (as on a GPU), so each runs in a
+  // child process; the parent reads what the child reports.
+  void faults_data() {
+    QTest::addColumn<int>("which");
+    QTest::addColumn<int>("expected");
+    QTest::newRow("shuffle with exited lanes") << 0 << static_cast<int>(cudaErrorLaunchFailure);
+    QTest::newRow("barrier half the block reaches") << 1 << static_cast<int>(cudaErrorLaunchFailure);
+    QTest::newRow("host pointer passed to a kernel") << 2 << static_cast<int>(cudaErrorIllegalAddress);
+  }
+  void faults() {
+    QFETCH(int, which);
+    QFETCH(int, expected);
+    const pid_t pid = fork();
+    QVERIFY(pid >= 0);
+    if (pid == 0) {
+      float* d = nullptr;
+      int* di = nullptr;
+      cudaMalloc(reinterpret_cast<void**>(&d), 32 * sizeof(float));
+      cudaMalloc(reinterpret_cast<void**>(&di), 128 * sizeof(int));
+      std::vector<float> host(4);
+      if (which == 0) launcher("partial_warp_sum_kernel", partial_warp_sum_kernel, 1, 32, 0, nullptr)(d, 20);
+      if (which == 1) launcher("divergent_barrier_kernel", divergent_barrier_kernel, 1, 128, 0, nullptr)(di);
+      if (which == 2) launcher("read_kernel", read_kernel, 1, 32, 0, nullptr)(d, host.data(), 0);
+      _exit(static_cast<int>(cudaDeviceSynchronize()) & 0xff);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    QVERIFY(WIFEXITED(st));
+    QCOMPARE(WEXITSTATUS(st), expected & 0xff);
+  }
+
+  void reading_past_a_buffer_faults() {
+    const pid_t pid = fork();
+    QVERIFY(pid >= 0);
+    if (pid == 0) {
+      float *d = nullptr, *out = nullptr;
+      cudaMalloc(reinterpret_cast<void**>(&d), 1000 * sizeof(float));
+      cudaMalloc(reinterpret_cast<void**>(&out), sizeof(float));
+      launcher("read_kernel", read_kernel, 1, 1, 0, nullptr)(d, out, 999);  // the last value: fine
+      if (cudaDeviceSynchronize() != cudaSuccess) _exit(3);
+      launcher("read_kernel", read_kernel, 1, 1, 0, nullptr)(d, out, 1004);  // 16 bytes past the end
+      cudaDeviceSynchronize();
+      _exit(0);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    QVERIFY2(WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV, "a read past a device buffer must fault");
+  }
+
+  void missing_barrier_gives_a_wrong_result() {
+    int* d = nullptr;
+    QCOMPARE(cudaMalloc(reinterpret_cast<void**>(&d), 128 * sizeof(int)), cudaSuccess);
+    for (const bool sync : {true, false}) {
+      if (sync)
+        launcher("rotate_kernel<true>", rotate_kernel<true>, 1, 128, 0, nullptr)(d);
+      else
+        launcher("rotate_kernel<false>", rotate_kernel<false>, 1, 128, 0, nullptr)(d);
+      std::vector<int> h(128);
+      QCOMPARE(cudaMemcpy(h.data(), d, h.size() * sizeof(int), cudaMemcpyDeviceToHost), cudaSuccess);
+      int right = 0;
+      for (int i = 0; i < 128; i++) right += h[i] == (i + 1) % 128;
+      if (sync)
+        QCOMPARE(right, 128);
+      else
+        QVERIFY2(right < 128, "without the barrier some thread must read before its neighbour wrote");
+    }
+    cudaFree(d);
+  }
+
+  void warp_shuffles_exchange_across_the_warp() {
+    float* d = nullptr;
+    QCOMPARE(cudaMalloc(reinterpret_cast<void**>(&d), 64 * sizeof(float)), cudaSuccess);
+    launcher("warp_sum_kernel", warp_sum_kernel, 1, 64, 0, nullptr)(d);
+    const auto h = download(d, 64);
+    for (int i = 0; i < 64; i++) QCOMPARE(h[i], i < 32 ? 496.f : 1520.f);  // 0+..+31, 32+..+63
+    cudaFree(d);
+  }
+
+  void launch_configuration_is_checked() {
+    float* d = nullptr;
+    QCOMPARE(cudaMalloc(reinterpret_cast<void**>(&d), sizeof(float)), cudaSuccess);
+    (void)cudaGetLastError();
+    launcher("warp_sum_kernel", warp_sum_kernel, 0, 32, 0, nullptr)(d);
+    QCOMPARE(cudaGetLastError(), cudaErrorInvalidConfiguration);
+    launcher("warp_sum_kernel", warp_sum_kernel, 1, 2048, 0, nullptr)(d);
+    QCOMPARE(cudaGetLastError(), cudaErrorInvalidConfiguration);
+    QCOMPARE(cudaGetLastError(), cudaSuccess);  // not sticky
+    cudaFree(d);
+  }
+
+  void copies_are_checked() {
+    float* d = nullptr;
+    QCOMPARE(cudaMalloc(reinterpret_cast<void**>(&d), 8 * sizeof(float)), cudaSuccess);
+    std::vector<float> h(16, 1.f);
+    QCOMPARE(cudaMemcpy(d, h.data(), 8 * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+    QCOMPARE(cudaMemcpy(h.data(), d, 8 * sizeof(float), cudaMemcpyHostToDevice), cudaErrorInvalidValue);  // wrong kind
+    QCOMPARE(cudaMemcpy(d, h.data(), 16 * sizeof(float), cudaMemcpyHostToDevice), cudaErrorInvalidValue);  // too long
+    QCOMPARE(cudaMemcpy(d + 4, h.data(), 4 * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+    (void)cudaGetLastError();
+    cudaFree(d);
+  }
+
+  // Stream work runs when the host waits for it: a result read before the
+  // synchronisation is stale, and a pinned buffer reused before it is the
+  // reused value.
+  void stream_work_waits_for_the_host() {
+    cudaStream_t s = nullptr;
+    QCOMPARE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+    float* d = nullptr;
+    float* pinned = nullptr;
+    QCOMPARE(cudaMalloc(reinterpret_cast<void**>(&d), sizeof(float)), cudaSuccess);
+    QCOMPARE(cudaMallocHost(reinterpret_cast<void**>(&pinned), sizeof(float)), cudaSuccess);
+    *pinned = 5.f;
+    QCOMPARE(cudaMemcpyAsync(d, pinned, sizeof(float), cudaMemcpyHostToDevice, s), cudaSuccess);
+    *pinned = 7.f;  // too early: the copy has not run
+    float back = 0.f;
+    QCOMPARE(cudaMemcpyAsync(&back, d, sizeof(float), cudaMemcpyDeviceToHost, s), cudaSuccess);
+    QCOMPARE(back, 0.f);  // not synchronised yet
+    QCOMPARE(cudaStreamSynchronize(s), cudaSuccess);
+    QCOMPARE(back, 7.f);
+    cudaFreeHost(pinned);
+    cudaFree(d);
+    cudaStreamDestroy(s);
+  }
+
+  // A captured graph keeps kernel arguments as they were at capture and
+  // reads device memory at replay: the reason positions live on the device.
+  void graphs_replay_arguments_and_read_memory_anew() {
+    cudaStream_t s = nullptr;
+    QCOMPARE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+    float* x = nullptr;
+    int* by = nullptr;
+    QCOMPARE(cudaMalloc(reinterpret_cast<void**>(&x), sizeof(float)), cudaSuccess);
+    QCOMPARE(cudaMalloc(reinterpret_cast<void**>(&by), sizeof(int)), cudaSuccess);
+    const float zero = 0.f;
+    int host_by = 10;
+    QCOMPARE(cudaMemcpy(x, &zero, sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+    QCOMPARE(cudaMemcpy(by, &host_by, sizeof(int), cudaMemcpyHostToDevice), cudaSuccess);
+    QCOMPARE(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    launcher("add_from_device_kernel", add_from_device_kernel, 1, 1, 0, s)(x, by);
+    launcher("add_value_kernel", add_value_kernel, 1, 1, 0, s)(x, host_by);  // 10, fixed at capture
+    cudaGraph_t g = nullptr;
+    QCOMPARE(cudaStreamEndCapture(s, &g), cudaSuccess);
+    cudaGraphExec_t exec = nullptr;
+    QCOMPARE(cudaGraphInstantiate(&exec, g, 0), cudaSuccess);
+    QCOMPARE(download(x, 1)[0], 0.f);  // capturing ran nothing
+    host_by = 100;
+    QCOMPARE(cudaMemcpy(by, &host_by, sizeof(int), cudaMemcpyHostToDevice), cudaSuccess);
+    QCOMPARE(cudaGraphLaunch(exec, s), cudaSuccess);
+    QCOMPARE(cudaStreamSynchronize(s), cudaSuccess);
+    QCOMPARE(download(x, 1)[0], 110.f);  // 100 read at replay + 10 from capture
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(g);
+
+    // Waiting for the stream inside a capture invalidates it.
+    QCOMPARE(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    launcher("add_value_kernel", add_value_kernel, 1, 1, 0, s)(x, 1);
+    QCOMPARE(cudaStreamSynchronize(s), cudaErrorStreamCaptureUnsupported);
+    QCOMPARE(cudaStreamEndCapture(s, &g), cudaErrorStreamCaptureInvalidated);
+    QVERIFY(g == nullptr);
+    (void)cudaGetLastError();
+    cudaFree(x);
+    cudaFree(by);
+    cudaStreamDestroy(s);
+  }
+
+  // cublasGemmEx against its column-major definition, for each transpose.
+  void gemm_follows_the_cublas_definition() {
+    const int m = 5, n = 3, k = 7, pad = 2;
+    cublasHandle_t h = nullptr;
+    QCOMPARE(cublasCreate(&h), CUBLAS_STATUS_SUCCESS);
+    const auto a = phaselab::testing::randn(static_cast<size_t>(k + pad) * (k + pad), 1);
+    const auto b = phaselab::testing::randn(static_cast<size_t>(k + pad) * (k + pad), 2);
+    float *da = nullptr, *db = nullptr, *dc = nullptr;
+    cudaMalloc(reinterpret_cast<void**>(&da), a.size() * sizeof(float));
+    cudaMalloc(reinterpret_cast<void**>(&db), b.size() * sizeof(float));
+    cudaMalloc(reinterpret_cast<void**>(&dc), static_cast<size_t>(m + pad) * n * sizeof(float));
+    cudaMemcpy(da, a.data(), a.size() * sizeof(float), cudaMemcpyHostToDevice);
+    cudaMemcpy(db, b.data(), b.size() * sizeof(float), cudaMemcpyHostToDevice);
+    for (const bool ta : {false, true})
+      for (const bool tb : {false, true}) {
+        const int lda = (ta ? k : m) + pad, ldb = (tb ? n : k) + pad, ldc = m + pad;
+        const float alpha = 1.5f, beta = 0.f;
+        QCOMPARE(cublasGemmEx(h, ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha, da,
+                              CUDA_R_32F, lda, db, CUDA_R_32F, ldb, &beta, dc, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
+                              CUBLAS_GEMM_DEFAULT),
+                 CUBLAS_STATUS_SUCCESS);
+        const auto c = download(dc, static_cast<size_t>(ldc) * n);
+        for (int j = 0; j < n; j++)
+          for (int i = 0; i < m; i++) {
+            double ref = 0;
+            for (int l = 0; l < k; l++)
+              ref += static_cast<double>(ta ? a[l + static_cast<size_t>(i) * lda] : a[i + static_cast<size_t>(l) * lda]) *
+                     (tb ? b[j + static_cast<size_t>(l) * ldb] : b[l + static_cast<size_t>(j) * ldb]);
+            QVERIFY(std::abs(c[i + static_cast<size_t>(j) * ldc] - alpha * ref) < 1e-4);
+          }
+      }
+    const float one = 1.f;
+    // A leading dimension shorter than a column: refused, as cuBLAS does.
+    QCOMPARE(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, da, CUDA_R_32F, m - 1, db, CUDA_R_32F, k, &one, dc,
+                          CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+             CUBLAS_STATUS_INVALID_VALUE);
+    // C larger than its buffer: refused (a GPU would write past it).
+    QCOMPARE(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, m, 50, k, &one, da, CUDA_R_32F, m, db, CUDA_R_32F, k, &one, dc,
+                          CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+             CUBLAS_STATUS_INVALID_VALUE);
+    cublasDestroy(h);
+    cudaFree(da);
+    cudaFree(db);
+    cudaFree(dc);
+  }
+};
+
+QTEST_APPLESS_MAIN(TestCudaEmuChecks)
+#include "test_cuda_emu_checks.moc"
