@@ -17,8 +17,9 @@ struct Run {
   QString out, err;
 };
 
-Run cli(const QStringList& args, const QByteArray& stdin_data = {}) {
+Run cli(const QStringList& args, const QByteArray& stdin_data = {}, const QProcessEnvironment& env = QProcessEnvironment::systemEnvironment()) {
   QProcess p;
+  p.setProcessEnvironment(env);
   p.start(PHASELAB_CLI_PATH, args);
   if (!p.waitForStarted()) qFatal("cannot start phaselab-cli");
   if (!stdin_data.isEmpty()) p.write(stdin_data);
@@ -130,6 +131,31 @@ class TestCli : public QObject {
     const Run s = cli({"generate", "-m", stories(), "-p", "Once upon a time", "-n", "16", "--temp", "0", "--no-kv-cache"});
     QCOMPARE(s.code, 0);
     QCOMPARE(s.out.trimmed(), o["text"].toString().trimmed());
+  }
+
+  // --backend cuda end to end, on the CUDA emulator (tests/cuda_emu) where
+  // no GPU is present: the same greedy tokens as the CPU backend, and bench
+  // reports the CUDA backend rather than falling back.
+  void cuda_backend_matches_the_cpu() {
+#ifndef PHASELAB_CUDA_EMU_LIB
+    QSKIP("built without CUDA: there is no CUDA backend to run");
+#else
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert("PHASELAB_CUDA_LIB", PHASELAB_CUDA_EMU_LIB);
+    const QStringList args = {"generate", "-m", stories(), "-p", "Once upon a time", "-n", "24", "--temp", "0", "--json", "-q"};
+    const Run c = cli(args);
+    const Run g = cli(args + QStringList{"--backend", "cuda"}, {}, env);
+    QCOMPARE(c.code, 0);
+    QCOMPARE(g.code, 0);
+    QVERIFY2(!g.err.contains("using the CPU backend"), qPrintable(g.err));
+    const QJsonObject oc = QJsonDocument::fromJson(c.out.toUtf8()).object();
+    const QJsonObject og = QJsonDocument::fromJson(g.out.toUtf8()).object();
+    QCOMPARE(og["backend"].toString(), QString("cuda"));
+    QCOMPARE(og["tokens"].toArray(), oc["tokens"].toArray());
+    const Run b = cli({"bench", "-m", stories(), "--backend", "cuda", "-p", "32", "-n", "8", "-r", "1", "--json"}, {}, env);
+    QCOMPARE(b.code, 0);
+    QVERIFY2(b.out.contains("\"backend\": \"cuda\"") || b.out.contains("\"backend\":\"cuda\""), qPrintable(b.out));
+#endif
   }
 
   void bad_parameters_exit_2_with_one_line() {
