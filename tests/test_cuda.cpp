@@ -6,6 +6,7 @@
 #include <QtTest>
 
 #include "phaselab/session.h"
+#include "phaselab/speculative.h"
 #include "test_util.h"
 #include "tiny_model.h"
 
@@ -66,6 +67,62 @@ class TestCuda : public QObject {
              msg.c_str());
     // With the memory back, the same model loads.
     QVERIFY(make_cuda_backend(*m, 8).is_ok());
+  }
+
+  // The engine's exact invariants with the CUDA backend (stories260K):
+  // speculative greedy equals plain greedy (batched verification, the
+  // device cache cut back after rejections), the KV cache off equals on,
+  // and a conversation resumed after another one (the host reuses cached
+  // blocks the device no longer holds) equals the CPU reference's.
+  void invariants_hold_on_cuda() {
+    const CudaProbe p = probe_cuda();
+    REQUIRE_CUDA(p);
+    auto m = Model::load(test_data("stories260K.gguf"));
+    QVERIFY(m.is_ok());
+    auto gb = make_cuda_backend(*m, 64);
+    QVERIFY2(gb.is_ok(), gb.status().message().c_str());
+    auto gpu = Session::create(*m, std::move(*gb), 256);
+    auto cpu = Session::create(*m, std::move(*make_cpu_reference_backend(*m, 2, 64)), 256);
+    QVERIFY(gpu.is_ok() && cpu.is_ok());
+    const Tokenizer& tok = (*m)->tokenizer();
+    const auto prompt = tok.encode("Once upon a time, there was a little girl named Lily. She loved to play outside in the "
+                                   "park. Once upon a time, there was a little girl named Lily. She loved",
+                                   true, false);
+    auto plain = (*gpu)->generate(prompt, greedy(40));
+    QVERIFY(plain.is_ok());
+    for (int k : {1, 4, 7}) {
+      (*gpu)->kv().clear();
+      auto lookup = make_prompt_lookup_draft();
+      GenerateOptions o = greedy(40);
+      o.draft = lookup.get();
+      o.spec_k = k;
+      auto spec = (*gpu)->generate(prompt, o);
+      QVERIFY2(spec.is_ok(), spec.status().message().c_str());
+      QCOMPARE(spec->tokens, plain->tokens);
+      QVERIFY(spec->metrics.spec_accepted > 0);
+    }
+    (*gpu)->kv().clear();
+    GenerateOptions no_cache = greedy(12);  // each step recomputes everything: short
+    no_cache.use_kv_cache = false;
+    auto recomputed = (*gpu)->generate(prompt, no_cache);
+    QVERIFY(recomputed.is_ok());
+    QCOMPARE(recomputed->tokens, std::vector<int32_t>(plain->tokens.begin(), plain->tokens.begin() + 12));
+
+    // Two conversations in turn, on both backends.
+    const auto a = tok.encode("Once upon a time, in a small town", true, false);
+    const auto b = tok.encode("The dog ran to the park and", true, false);
+    for (auto* s : {&*gpu, &*cpu}) (*s)->kv().clear();
+    std::vector<int32_t> out_gpu, out_cpu;
+    for (const auto* turn : {&a, &b, &a}) {
+      std::vector<int32_t> p2 = *turn;
+      if (turn == &a && !out_gpu.empty()) p2.insert(p2.end(), out_gpu.begin(), out_gpu.begin() + 8);
+      auto rg = (*gpu)->generate(p2, greedy(16));
+      auto rc = (*cpu)->generate(p2, greedy(16));
+      QVERIFY(rg.is_ok() && rc.is_ok());
+      QCOMPARE(rg->tokens, rc->tokens);
+      if (out_gpu.empty()) out_gpu = rg->tokens;
+      out_cpu = rc->tokens;
+    }
   }
 
   void cuda_matches_cpu_reference_data() {
