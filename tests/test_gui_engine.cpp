@@ -24,16 +24,58 @@ class TestGuiEngine : public QObject {
     g.ignoreEos = true;  // stories260K ends stories quickly; tests need length
     return g;
   }
-  static bool load(EngineController& e, const QString& path) {
+  static bool load(EngineController& e, const QString& path, const QString& backend = QStringLiteral("cpu")) {
     QSignalSpy loaded(&e, &EngineController::modelLoaded);
     EngineConfig c;
     c.threads = 1;  // a spinning pool on a shared 2-core machine would measure the neighbours
+    c.backend = backend;
     e.loadModel(path, c);
     return loaded.wait(20000);
   }
 
  private slots:
-  void initTestCase() { testing::isolate(m_dir, "test_gui_engine"); }
+  void initTestCase() {
+    testing::isolate(m_dir, "test_gui_engine");
+#ifdef PHASELAB_CUDA_EMU_LIB
+    // The CUDA backend, where no GPU is present, is the CUDA emulator's
+    // (tests/cuda_emu); set before anything loads the CUDA library.
+    if (qEnvironmentVariableIsEmpty("PHASELAB_CUDA_LIB")) qputenv("PHASELAB_CUDA_LIB", PHASELAB_CUDA_EMU_LIB);
+#endif
+  }
+
+  // The desktop application's CUDA path: the worker thread drives the CUDA
+  // backend and streams the same greedy text as the CPU reference.
+  void cuda_backend_streams_the_cpu_text() {
+#ifndef PHASELAB_CUDA_EMU_LIB
+    QSKIP("built without CUDA: there is no CUDA backend to run");
+#else
+    QString texts[2];
+    for (int i = 0; i < 2; i++) {
+      EngineController e;
+      QStringList errors;
+      connect(&e, &EngineController::errorOccurred, this, [&](const QString& m) { errors << m; });
+      // The CPU reference: the fast CPU backend's 8-bit activations may
+      // break a near-tie differently.
+      QVERIFY(load(e, testing::stories(), i == 0 ? QStringLiteral("cpu-reference") : QStringLiteral("cuda")));
+      QVERIFY2(errors.isEmpty(), qPrintable(errors.join('\n')));
+      connect(&e, &EngineController::tokensReady, this, [&](int, const QString& d, int) { texts[i] += d; });
+      QSignalSpy finished(&e, &EngineController::generationFinished);
+      // 32 tokens: at the 42nd the CPU reference's two best logits are
+      // 0.0025 apart, a tie that summation order may break either way.
+      e.send({{QStringLiteral("user"), QStringLiteral("Tell me a story")}}, longAnswer(32));
+      QVERIFY(finished.wait(60000));
+      const auto stats = finished.takeFirst().at(1).value<RequestStats>();
+      QVERIFY2(stats.error.isEmpty(), qPrintable(stats.error));
+      if (i == 0)
+        QVERIFY(stats.backend.startsWith(QStringLiteral("cpu")));
+      else
+        QCOMPARE(stats.backend, QStringLiteral("cuda"));
+      QCOMPARE(stats.nGenerated, 32);
+    }
+    QVERIFY(!texts[0].isEmpty());
+    QCOMPARE(texts[1], texts[0]);
+#endif
+  }
 
   void send_without_model_is_refused() {
     EngineController e;
