@@ -13,8 +13,8 @@ constexpr int kWarpsPerBlock = 4;
 // running maximum m, normalizer l and output rescaled as keys stream past
 // (online softmax). partials (n_split > 1): per warp [m, l, out[head_dim]].
 template <int EPL>
-__global__ void attention_kernel(const float* q, const float* k_cache, const float* v_cache, float* out,
-                                 float* partials, int T, const int* pos0p, int n_head, int n_head_kv, int head_dim,
+__global__ void attention_kernel(const float* q, KvPages cache, float* out, float* partials, int T, const int* pos0p,
+                                 int n_head, int n_head_kv, int head_dim,
                                  int window, float scale, float softcap, int n_split) {
   const int warp = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -39,8 +39,9 @@ __global__ void attention_kernel(const float* q, const float* k_cache, const flo
   }
   float m = -INFINITY, l = 0.f;
   for (int j = js; j < je; j++) {
-    const float* kj = k_cache + static_cast<size_t>(j) * n_embd_kv + kvh * head_dim;
-    const float* vj = v_cache + static_cast<size_t>(j) * n_embd_kv + kvh * head_dim;
+    const size_t row = kv_row(cache.table, cache.block_stride, j, n_embd_kv) + kvh * head_dim;
+    const float* kj = cache.k + row;
+    const float* vj = cache.v + row;
     float s = 0.f;
 #pragma unroll
     for (int e = 0; e < EPL; e++) {
@@ -109,12 +110,12 @@ __global__ void attention_merge_kernel(const float* partials, float* out, int T,
 }
 
 template <int EPL>
-cudaError_t launch_attention_epl(const float* q, const float* k_cache, const float* v_cache, float* out,
-                                 float* partials, int T, const int* pos0, int n_head, int n_head_kv, int head_dim,
+cudaError_t launch_attention_epl(const float* q, KvPages cache, float* out, float* partials, int T, const int* pos0,
+                                 int n_head, int n_head_kv, int head_dim,
                                  int window, float scale, float softcap, int n_split, cudaStream_t s) {
   const int warps = T * n_head * n_split;
   const unsigned blocks = static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  PHASELAB_LAUNCH(attention_kernel<EPL>, blocks, 32 * kWarpsPerBlock, 0, s)(q, k_cache, v_cache, out, partials, T, pos0, n_head,
+  PHASELAB_LAUNCH(attention_kernel<EPL>, blocks, 32 * kWarpsPerBlock, 0, s)(q, cache, out, partials, T, pos0, n_head,
                                                                n_head_kv, head_dim, window, scale, softcap, n_split);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess || n_split == 1) return e;
   const unsigned mblocks = static_cast<unsigned>((T * n_head + kWarpsPerBlock - 1) / kWarpsPerBlock);
@@ -134,14 +135,14 @@ int attention_splits(int T, int n_head, int n_ctx) {
   return by_keys < 1 ? 1 : by_keys > 32 ? 32 : by_keys;
 }
 
-cudaError_t launch_attention(const float* q, const float* k_cache, const float* v_cache, float* out, float* partials,
-                             int T, const int* pos0, int n_head, int n_head_kv, int head_dim, int window, float scale,
+cudaError_t launch_attention(const float* q, KvPages cache, float* out, float* partials, int T, const int* pos0,
+                             int n_head, int n_head_kv, int head_dim, int window, float scale,
                              float softcap, int n_split, cudaStream_t s) {
-  if (n_split < 1 || (n_split > 1 && !partials) || head_dim > 512 || n_head % n_head_kv != 0)
+  if (n_split < 1 || (n_split > 1 && !partials) || head_dim > 512 || n_head % n_head_kv != 0 || !cache.table)
     return cudaErrorInvalidValue;
   const int epl = (head_dim + 31) / 32;
 #define PHASELAB_ATTN(E) \
-  launch_attention_epl<E>(q, k_cache, v_cache, out, partials, T, pos0, n_head, n_head_kv, head_dim, window, scale, softcap, n_split, s)
+  launch_attention_epl<E>(q, cache, out, partials, T, pos0, n_head, n_head_kv, head_dim, window, scale, softcap, n_split, s)
   if (epl <= 1) return PHASELAB_ATTN(1);
   if (epl <= 2) return PHASELAB_ATTN(2);
   if (epl <= 4) return PHASELAB_ATTN(4);

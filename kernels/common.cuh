@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/kernels.h"
 #include "phaselab/quant.h"
 
 // Launches and dynamic shared memory go through these two macros so that the
@@ -76,6 +77,12 @@ __device__ __forceinline__ void scale_min_k4(int j, const uint8_t* q, int* sc, i
     *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
     *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
   }
+}
+
+// Offset (floats) of position pos's row in a layer of the paged cache.
+__device__ __forceinline__ size_t kv_row(const int* table, size_t block_stride, int pos, int n_embd_kv) {
+  return static_cast<size_t>(table[pos / kKvBlockTokens]) * block_stride +
+         static_cast<size_t>(pos % kKvBlockTokens) * n_embd_kv;
 }
 
 // The gating activations, as the CPU reference defines them.

@@ -34,15 +34,29 @@ cudaError_t launch_rmsnorm(const float* x, const float* w, float* out, int rows,
 cudaError_t launch_add_rmsnorm(float* x, const float* y, const float* post_w, const float* w, float* out, int rows,
                                int n, float eps, cudaStream_t s);
 
+// One layer of the paged K/V cache, laid out as the host's KvPool: blocks of
+// kKvBlockTokens positions, each (n_layer, kKvBlockTokens, n_embd_kv); a
+// sequence's block table (device memory, read by the kernels, so a captured
+// graph stays valid as it grows) gives the block of every kKvBlockTokens
+// positions. The row of position p: k + table[p / kKvBlockTokens] *
+// block_stride + (p % kKvBlockTokens) * n_embd_kv.
+constexpr int kKvBlockTokens = 16;
+struct KvPages {
+  float* k = nullptr;          // the pool's K at this layer's first row of block 0
+  float* v = nullptr;          // the same for V
+  const int* table = nullptr;  // block of each kKvBlockTokens positions
+  size_t block_stride = 0;     // floats from one block to the next
+};
+
 // For each token: RMSNorm of every q and k head (q_norm / k_norm: (head_dim),
 // or null to skip), RoPE at position *pos0 + t; q is updated in place, the
 // k head (k itself is left as it was) and the v head are written to the
 // cache row of that position.   q: (T, n_head, head_dim);
-// k, v: (T, n_head_kv, head_dim); caches: (n_ctx, n_head_kv * head_dim)
+// k, v: (T, n_head_kv, head_dim); cache rows: (n_head_kv * head_dim)
 cudaError_t launch_qk_norm_rope_store(float* q, float* k, const float* v, const float* q_norm, const float* k_norm,
-                                      float* k_cache, float* v_cache, int T, int n_head, int n_head_kv, int head_dim,
-                                      int n_rot, const int* pos0, float base, const float* freq_factors, bool neox,
-                                      float eps, cudaStream_t s);
+                                      KvPages cache, int T, int n_head, int n_head_kv, int head_dim, int n_rot,
+                                      const int* pos0, float base, const float* freq_factors, bool neox, float eps,
+                                      cudaStream_t s);
 
 // g = act(g) * u over n values (act: GELU-tanh or SiLU)
 cudaError_t launch_gated_act(float* g, const float* u, size_t n, bool gelu, cudaStream_t s);
@@ -74,17 +88,16 @@ cudaError_t launch_matvec_gated(const uint8_t* w_gate, TensorType gate_type, siz
                                 TensorType up_type, size_t up_row_bytes, int n_in, int n_out, const float* x, int T,
                                 bool gelu, float* out, cudaStream_t s);
 
-// Causal attention of T queries at positions *pos0.. over a contiguous
-// cache, flash style: one warp per (query, head, split) streams its keys with
+// Causal attention of T queries at positions *pos0.. over the paged cache,
+// flash style: one warp per (query, head, split) streams its keys with
 // an online softmax, so no score matrix is ever stored. With n_split > 1 the
 // keys of each query are cut into n_split ranges (long contexts: more warps
 // at work) whose partial results partials (attention_partials_floats) holds
 // until a second kernel merges them.
-// q: (T, n_head, head_dim); k_cache, v_cache: (n_ctx, n_head_kv, head_dim) of
-// this layer; out: (T, n_head, head_dim). window > 0: keys at
+// q: (T, n_head, head_dim); cache rows: (n_head_kv, head_dim);
+// out: (T, n_head, head_dim). window > 0: keys at
 // pos - k_pos >= window are masked. head_dim <= 512.
-cudaError_t launch_attention(const float* q, const float* k_cache, const float* v_cache, float* out, float* partials,
-                             int T, const int* pos0, int n_head, int n_head_kv, int head_dim, int window, float scale,
+cudaError_t launch_attention(const float* q, KvPages cache, float* out, float* partials, int T, const int* pos0, int n_head, int n_head_kv, int head_dim, int window, float scale,
                              float softcap, int n_split, cudaStream_t s);
 // Floats of partials for T queries and n_split ranges (0 when n_split == 1).
 size_t attention_partials_floats(int T, int n_head, int head_dim, int n_split);

@@ -8,7 +8,7 @@ namespace {
 // shared memory, its RMSNorm (QK-norm models), RoPE; a q head is written
 // back, a k head to the cache with the token's v head.
 __global__ void qk_norm_rope_store_kernel(float* q, float* k, const float* v, const float* q_norm, const float* k_norm,
-                                          float* k_cache, float* v_cache, int n_head, int n_head_kv, int head_dim,
+                                          KvPages cache, int n_head, int n_head_kv, int head_dim,
                                           int n_rot, const int* pos0p, float base, const float* freq_factors, bool neox,
                                           float eps) {
   PHASELAB_DYNAMIC_SHARED(float, head);  // head_dim floats
@@ -44,20 +44,20 @@ __global__ void qk_norm_rope_store_kernel(float* q, float* k, const float* v, co
   for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
     if (!is_k) ptr[i] = head[i];  // k is read from the cache from here on
     if (is_k) {
-      const size_t dst = static_cast<size_t>(pos) * NKV + kh * head_dim + i;
-      k_cache[dst] = head[i];
-      v_cache[dst] = v[static_cast<size_t>(t) * NKV + kh * head_dim + i];
+      const size_t dst = kv_row(cache.table, cache.block_stride, pos, NKV) + kh * head_dim + i;
+      cache.k[dst] = head[i];
+      cache.v[dst] = v[static_cast<size_t>(t) * NKV + kh * head_dim + i];
     }
   }
 }
 }  // namespace
 
 cudaError_t launch_qk_norm_rope_store(float* q, float* k, const float* v, const float* q_norm, const float* k_norm,
-                                      float* k_cache, float* v_cache, int T, int n_head, int n_head_kv, int head_dim,
-                                      int n_rot, const int* pos0, float base, const float* freq_factors, bool neox,
-                                      float eps, cudaStream_t s) {
+                                      KvPages cache, int T, int n_head, int n_head_kv, int head_dim, int n_rot,
+                                      const int* pos0, float base, const float* freq_factors, bool neox, float eps,
+                                      cudaStream_t s) {
   PHASELAB_LAUNCH(qk_norm_rope_store_kernel, T * (n_head + n_head_kv), 128, head_dim * sizeof(float), s)(
-      q, k, v, q_norm, k_norm, k_cache, v_cache, n_head, n_head_kv, head_dim, n_rot, pos0, base, freq_factors, neox, eps);
+      q, k, v, q_norm, k_norm, cache, n_head, n_head_kv, head_dim, n_rot, pos0, base, freq_factors, neox, eps);
   return cudaGetLastError();
 }
 

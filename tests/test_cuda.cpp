@@ -5,6 +5,8 @@
 // fallback itself is checked everywhere.
 #include <QtTest>
 
+#include <tuple>
+
 #include "phaselab/session.h"
 #include "phaselab/speculative.h"
 #include "test_util.h"
@@ -112,6 +114,7 @@ class TestCuda : public QObject {
     const auto a = tok.encode("Once upon a time, in a small town", true, false);
     const auto b = tok.encode("The dog ran to the park and", true, false);
     for (auto* s : {&*gpu, &*cpu}) (*s)->kv().clear();
+    const uint64_t g0 = (*gpu)->backend().positions_computed(), c0 = (*cpu)->backend().positions_computed();
     std::vector<int32_t> out_gpu, out_cpu;
     for (const auto* turn : {&a, &b, &a}) {
       std::vector<int32_t> p2 = *turn;
@@ -123,6 +126,44 @@ class TestCuda : public QObject {
       if (out_gpu.empty()) out_gpu = rg->tokens;
       out_cpu = rc->tokens;
     }
+    // The device reused what the host's cache reused: no hidden recomputation.
+    QCOMPARE((*gpu)->backend().positions_computed() - g0, (*cpu)->backend().positions_computed() - c0);
+  }
+
+  // One backend, several caches in turn (each with its own pool): the device
+  // mirrors one pool at a time, and a cache it comes back to is recomputed
+  // from the host's tokens where the device lost them.
+  void one_backend_serves_several_caches() {
+    const CudaProbe p = probe_cuda();
+    REQUIRE_CUDA(p);
+    auto m = Model::load(test_data("stories260K.gguf"));
+    QVERIFY(m.is_ok());
+    auto gb = make_cuda_backend(*m, 64);
+    auto cb = make_cpu_reference_backend(*m, 2, 64);
+    QVERIFY2(gb.is_ok(), gb.status().message().c_str());
+    const Tokenizer& tok = (*m)->tokenizer();
+    const auto a = tok.encode("Once upon a time, in a small town by the sea, there lived", true, false);
+    const auto b = tok.encode("The dog ran to the park", true, false);
+    const ModelConfig& c = (*m)->config();
+    auto ga = KvCache::create(c, 128), gbk = KvCache::create(c, 64), ca = KvCache::create(c, 128), cbk = KvCache::create(c, 64);
+    QVERIFY(ga.is_ok() && gbk.is_ok() && ca.is_ok() && cbk.is_ok());
+    std::vector<float> lg(static_cast<size_t>(c.n_vocab)), lc(lg.size());
+    auto step = [&](Backend& be, KvCache& kv, const std::vector<int32_t>& t, std::vector<float>& out) {
+      return be.forward(t.data(), static_cast<int>(t.size()), kv, out.data(), LogitsMode::last);
+    };
+    for (const auto& [g, cc, t] : {std::tuple{&**ga, &**ca, &a}, std::tuple{&**gbk, &**cbk, &b}}) {
+      QVERIFY(step(**gb, *g, *t, lg).is_ok());
+      QVERIFY(step(**cb, *cc, *t, lc).is_ok());
+      QVERIFY(nmse(lc, lg) <= 5e-4);
+    }
+    // Back to the first cache: one more token on top of what it holds.
+    const std::vector<int32_t> more = {tok.encode(" a", false, false).back()};
+    QVERIFY(step(**gb, **ga, more, lg).is_ok());
+    QVERIFY(step(**cb, **ca, more, lc).is_ok());
+    qInfo("logits NMSE after switching caches: %.3g", nmse(lc, lg));
+    QVERIFY(nmse(lc, lg) <= 5e-4);
+    // a's positions were computed twice on the device (once per visit).
+    QCOMPARE((*gb)->positions_computed(), static_cast<uint64_t>(2 * a.size() + b.size() + 1));
   }
 
   void cuda_matches_cpu_reference_data() {

@@ -55,6 +55,29 @@ struct Dev {
 using testing::nmse;
 using testing::randn;
 
+// A paged K/V cache of n_ctx positions as the kernels see it: two layers
+// (the second is used) and the blocks in a shuffled order, so that the
+// addressing through the block table and the block stride is checked.
+struct PagedCache {
+  int n_ctx, nkv, n_layer = 2, il = 1, n_blocks;
+  std::vector<int> table;
+  PagedCache(int ctx, int n_embd_kv) : n_ctx(ctx), nkv(n_embd_kv) {
+    const int used = (ctx + cuda::kKvBlockTokens - 1) / cuda::kKvBlockTokens;
+    n_blocks = used + 3;
+    for (int i = 0; i < used; i++) table.push_back((i * 5 + 2) % n_blocks);  // distinct: 5 and n_blocks coprime
+  }
+  size_t floats() const { return static_cast<size_t>(n_blocks) * n_layer * cuda::kKvBlockTokens * nkv; }
+  // Where position pos's row of layer il lies in the pool.
+  size_t row(int pos) const {
+    return ((static_cast<size_t>(table[pos / cuda::kKvBlockTokens]) * n_layer + il) * cuda::kKvBlockTokens +
+            pos % cuda::kKvBlockTokens) * nkv;
+  }
+  cuda::KvPages pages(float* k, float* v, const int* dev_table) const {
+    const size_t layer = static_cast<size_t>(il) * cuda::kKvBlockTokens * nkv;
+    return {k + layer, v + layer, dev_table, static_cast<size_t>(n_layer) * cuda::kKvBlockTokens * nkv};
+  }
+};
+
 #define CHECK_NMSE(ref, got, bound)                                                              \
   do {                                                                                           \
     const double e_ = nmse(ref, got);                                                            \
@@ -155,19 +178,20 @@ class TestCudaOps : public QObject {
     QFETCH(bool, neox);
     QFETCH(int, n_rot);
     QFETCH(bool, freq_factors);
-    const int T = 3, NH = 4, NKVH = 2, HD = 256, NQ = NH * HD, NKV = NKVH * HD, n_ctx = 16, pos0 = 9;
+    const int T = 3, NH = 4, NKVH = 2, HD = 256, NQ = NH * HD, NKV = NKVH * HD, n_ctx = 32, pos0 = 14;  // across a block edge
     const float base = 1e6f, eps = 1e-6f;
     const auto q = randn(static_cast<size_t>(T) * NQ, 24), k = randn(static_cast<size_t>(T) * NKV, 25),
                v = randn(static_cast<size_t>(T) * NKV, 26), qn = randn(HD, 27), kn = randn(HD, 28);
     std::vector<float> ff(n_rot / 2);
     for (int i = 0; i < n_rot / 2; i++) ff[i] = 1.f + 0.25f * static_cast<float>(i % 5);
     Dev<float> dq(q), dk(k), dv(v), dqn(qn), dkn(kn), dff(ff);
-    Dev<float> kc(std::vector<float>(static_cast<size_t>(n_ctx) * NKV, 0.f)), vc(std::vector<float>(static_cast<size_t>(n_ctx) * NKV, 0.f));
-    Dev<int> dpos(std::vector<int>{pos0});
-    CU(cuda::launch_qk_norm_rope_store(dq.p, dk.p, dv.p, qk_norm ? dqn.p : nullptr, qk_norm ? dkn.p : nullptr, kc.p, vc.p,
-                                       T, NH, NKVH, HD, n_rot, dpos.p, base, freq_factors ? dff.p : nullptr, neox, eps,
-                                       nullptr));
-    std::vector<float> wq(q), wk(k), wkc(static_cast<size_t>(n_ctx) * NKV, 0.f), wvc(wkc), cs(n_rot);
+    const PagedCache cache(n_ctx, NKV);
+    Dev<float> kc(std::vector<float>(cache.floats(), 0.f)), vc(std::vector<float>(cache.floats(), 0.f));
+    Dev<int> dpos(std::vector<int>{pos0}), dtable(cache.table);
+    CU(cuda::launch_qk_norm_rope_store(dq.p, dk.p, dv.p, qk_norm ? dqn.p : nullptr, qk_norm ? dkn.p : nullptr,
+                                       cache.pages(kc.p, vc.p, dtable.p), T, NH, NKVH, HD, n_rot, dpos.p, base,
+                                       freq_factors ? dff.p : nullptr, neox, eps, nullptr));
+    std::vector<float> wq(q), wk(k), wkc(cache.floats(), 0.f), wvc(wkc), cs(n_rot);
     for (int t = 0; t < T; t++) {
       ref::rope_angles(cs.data(), n_rot, pos0 + t, base, freq_factors ? ff.data() : nullptr);
       for (int h = 0; h < NH; h++) {
@@ -180,8 +204,8 @@ class TestCudaOps : public QObject {
         if (qk_norm) ref::rmsnorm(kh, kh, kn.data(), HD, eps);
         ref::rope_apply(kh, n_rot, cs.data(), neox);
       }
-      std::copy_n(&wk[static_cast<size_t>(t) * NKV], NKV, &wkc[static_cast<size_t>(pos0 + t) * NKV]);
-      std::copy_n(&v[static_cast<size_t>(t) * NKV], NKV, &wvc[static_cast<size_t>(pos0 + t) * NKV]);
+      std::copy_n(&wk[static_cast<size_t>(t) * NKV], NKV, &wkc[cache.row(pos0 + t)]);
+      std::copy_n(&v[static_cast<size_t>(t) * NKV], NKV, &wvc[cache.row(pos0 + t)]);
     }
     CHECK_NMSE(wq, dq.get(), 1e-7);
     QVERIFY(dk.get() == k);  // k itself is left alone: attention reads the cache
@@ -345,7 +369,8 @@ class TestCudaOps : public QObject {
     const int T = 5, pos0 = 20, n_ctx = 32, HD = head_dim, NKV = n_head_kv * HD;
     const float scale = 1.f / std::sqrt(static_cast<float>(HD));
     const auto q = randn(static_cast<size_t>(T) * n_head * HD, 11);
-    const auto kc = randn(static_cast<size_t>(n_ctx) * NKV, 12), vc = randn(static_cast<size_t>(n_ctx) * NKV, 13);
+    const PagedCache cache(n_ctx, NKV);
+    const auto kc = randn(cache.floats(), 12), vc = randn(cache.floats(), 13);
     std::vector<float> want(q.size());
     for (int t = 0; t < T; t++)
       for (int h = 0; h < n_head; h++) {
@@ -355,7 +380,7 @@ class TestCudaOps : public QObject {
         double mx = -1e300;
         for (int j = j0; j <= pos; j++) {
           double d = 0;
-          for (int i = 0; i < HD; i++) d += static_cast<double>(q[(static_cast<size_t>(t) * n_head + h) * HD + i]) * kc[static_cast<size_t>(j) * NKV + kvh * HD + i];
+          for (int i = 0; i < HD; i++) d += static_cast<double>(q[(static_cast<size_t>(t) * n_head + h) * HD + i]) * kc[cache.row(j) + kvh * HD + i];
           d *= scale;
           if (softcap > 0) d = softcap * std::tanh(d / softcap);
           s.push_back(d);
@@ -365,15 +390,15 @@ class TestCudaOps : public QObject {
         for (double& v : s) sum += (v = std::exp(v - mx));
         for (int i = 0; i < HD; i++) {
           double a = 0;
-          for (int j = j0; j <= pos; j++) a += s[j - j0] * vc[static_cast<size_t>(j) * NKV + kvh * HD + i];
+          for (int j = j0; j <= pos; j++) a += s[j - j0] * vc[cache.row(j) + kvh * HD + i];
           want[(static_cast<size_t>(t) * n_head + h) * HD + i] = static_cast<float>(a / sum);
         }
       }
     Dev<float> dq(q), dk(kc), dv(vc), dout(q.size());
     Dev<float> part(std::max<size_t>(cuda::attention_partials_floats(T, n_head, HD, n_split), 1));
-    Dev<int> dpos(std::vector<int>{pos0});
-    CU(cuda::launch_attention(dq.p, dk.p, dv.p, dout.p, part.p, T, dpos.p, n_head, n_head_kv, HD, window, scale, softcap,
-                              n_split, nullptr));
+    Dev<int> dpos(std::vector<int>{pos0}), dtable(cache.table);
+    CU(cuda::launch_attention(dq.p, cache.pages(dk.p, dv.p, dtable.p), dout.p, part.p, T, dpos.p, n_head, n_head_kv, HD,
+                              window, scale, softcap, n_split, nullptr));
     CU(cudaDeviceSynchronize());
     CHECK_NMSE(want, dout.get(), 5e-4);
   }

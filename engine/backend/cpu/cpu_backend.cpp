@@ -72,6 +72,7 @@ class CpuBackend final : public Backend {
 
   std::string name() const override { return k_fast_ ? std::string("cpu-") + k_fast_->isa : "cpu-reference"; }
   int max_batch() const override { return max_batch_; }
+  uint64_t positions_computed() const override { return computed_; }
 
   Status forward(const int32_t* tokens, int T, KvCache& kv, float* logits, LogitsMode mode) override {
     if (T < 1 || T > max_batch_) return invalid_argument("batch of " + std::to_string(T) + " tokens (1.." + std::to_string(max_batch_) + ")");
@@ -162,6 +163,7 @@ class CpuBackend final : public Backend {
       });
     }
     kv.append(tokens, T);
+    computed_ += static_cast<uint64_t>(T);
 
     if (mode == LogitsMode::none) return Status::ok();
     const int first = mode == LogitsMode::last ? T - 1 : 0;
@@ -471,6 +473,7 @@ class CpuBackend final : public Backend {
   const ModelWeights& w_;
   ThreadPool pool_;
   int max_batch_;
+  uint64_t computed_ = 0;  // positions_computed()
   // Scratch, allocated once (shapes for a batch of T <= max_batch tokens):
   std::vector<float> x_;    // (T, n_embd) residual stream
   std::vector<float> xb_;   // (T, max(n_embd, n_head*head_dim)) normed input / attention output

@@ -4,10 +4,15 @@
 // step; weights are uploaded once, still quantized, and dequantized inside the
 // kernels.
 //
-// The device keeps a contiguous K/V cache per sequence and the tokens it
-// holds; the host KvCache stays the bookkeeper (block table, prefix reuse).
-// Before each forward the device cache is synchronised to the host's tokens:
-// positions the host reused from elsewhere are recomputed on the device.
+// The K/V cache on the device is paged like the host's KvPool, block for
+// block (same ids, same layout), and the kernels read it through the
+// sequence's block table: the host KvCache stays the bookkeeper (allocation,
+// prefix reuse, copy on write) and its decisions hold for the device's K/V
+// as they are. Only what the host does to its own memory is mirrored: the
+// copy of a partly filled block before it is written. The device records
+// how many leading slots of each block it computed; positions the host holds
+// but the device did not compute (a block from before the device pool
+// existed) are recomputed from the host's tokens.
 //
 // Matrix products: quantized matrix-vector kernels for decode and small
 // batches, cuBLAS BF16 GEMMs (weights dequantized in slabs) from
@@ -69,6 +74,7 @@ class CudaBackend final : public Backend {
     if (cublas_) cublasDestroy(cublas_);
     for (void* p : allocations_) cudaFree(p);
     if (stage_) cudaFreeHost(stage_);
+    if (table_stage_) cudaFreeHost(table_stage_);
     if (stream_) cudaStreamDestroy(stream_);
   }
 
@@ -148,61 +154,113 @@ class CudaBackend final : public Backend {
     if (T < 1 || T > max_batch_) return invalid_argument("batch of " + std::to_string(T) + " tokens (1.." + std::to_string(max_batch_) + ")");
     PHASELAB_TRY(prepare(tokens, T, kv));
     const int p0 = kv.n_past();
-    PHASELAB_TRY(kv.reserve(T));
+    PHASELAB_TRY(reserve(kv, T));
     if (T == 1 && mode == LogitsMode::last && logits && use_graph_)
-      PHASELAB_TRY(run_decode_graph(tokens[0], p0, logits, nullptr));
+      PHASELAB_TRY(run_decode_graph(kv, tokens[0], p0, logits, nullptr));
     else
-      PHASELAB_TRY(run(tokens, T, p0, logits, mode));
+      PHASELAB_TRY(run(kv, tokens, T, p0, logits, mode));
     kv.append(tokens, T);
-    dev_tokens_.insert(dev_tokens_.end(), tokens, tokens + T);
     return Status::ok();
   }
 
   bool has_device_greedy() const override { return true; }
+  uint64_t positions_computed() const override { return computed_; }
   Status forward_greedy(int32_t token, KvCache& kv, int32_t* next) override {
     PHASELAB_TRY(prepare(&token, 1, kv));
     const int p0 = kv.n_past();
-    PHASELAB_TRY(kv.reserve(1));
+    PHASELAB_TRY(reserve(kv, 1));
     if (use_graph_) {
-      PHASELAB_TRY(run_decode_graph(token, p0, nullptr, next));
+      PHASELAB_TRY(run_decode_graph(kv, token, p0, nullptr, next));
     } else {
-      PHASELAB_TRY(upload_batch(&token, 1, p0));
+      PHASELAB_TRY(upload_batch(kv, &token, 1, p0));
       PHASELAB_TRY(enqueue(1, LogitsMode::last));
+      mark_written(kv, p0, 1);
+      computed_++;
       PHASELAB_TRY(download_argmax(next));
     }
     kv.append(&token, 1);
-    dev_tokens_.push_back(token);
     return Status::ok();
   }
 
  private:
-  // Checks the tokens and brings the device cache to the host's tokens.
+  // Checks the tokens; makes the device pool mirror the host's, and
+  // recomputes the positions the host holds that the device has not
+  // computed (from the first block whose slots it lacks).
   Status prepare(const int32_t* tokens, int T, KvCache& kv) {
     for (int t = 0; t < T; t++)
       if (tokens[t] < 0 || tokens[t] >= c_.n_vocab) return invalid_argument("token id " + std::to_string(tokens[t]) + " is outside the vocabulary");
-    PHASELAB_TRY(ensure_cache(kv.n_ctx()));
-    // Bring the device cache to the host's tokens.
-    const auto& host = kv.tokens();
-    size_t common = 0;
-    while (common < dev_tokens_.size() && common < host.size() && dev_tokens_[common] == host[common]) common++;
-    dev_tokens_.resize(common);
-    while (dev_tokens_.size() < host.size()) {
-      const int n = std::min<int>(max_batch_, static_cast<int>(host.size() - dev_tokens_.size()));
-      PHASELAB_TRY(run(host.data() + dev_tokens_.size(), n, static_cast<int>(dev_tokens_.size()), nullptr, LogitsMode::none));
-      dev_tokens_.insert(dev_tokens_.end(), host.begin() + static_cast<long>(dev_tokens_.size()),
-                         host.begin() + static_cast<long>(dev_tokens_.size()) + n);
+    PHASELAB_TRY(ensure_pool(kv));
+    const int n = kv.n_past();
+    const std::vector<int>& table = kv.block_table();
+    int p = n;
+    for (int i = 0; i * kBlock < n; i++) {
+      const int have = filled_[table[i]], need = std::min(kBlock, n - i * kBlock);
+      if (have < need) {
+        p = i * kBlock + have;
+        break;
+      }
+    }
+    while (p < n) {
+      const int c = std::min(max_batch_, n - p);
+      PHASELAB_TRY(run(kv, kv.tokens().data() + p, c, p, nullptr, LogitsMode::none));
+      p += c;
     }
     return Status::ok();
   }
 
-  // The batch's tokens and first position to tokens_ / pos_, through the
-  // pinned staging buffer (asynchronous; callers synchronise before they
-  // reuse it).
-  Status upload_batch(const int32_t* tokens, int T, int p0) {
+  // kv.reserve(T), mirrored: blocks new to the table hold nothing the device
+  // computed, except the host's copy of a shared or published, partly filled
+  // last block (copy on write), whose filled slots the device copies too.
+  Status reserve(KvCache& kv, int T) {
+    const int n = kv.n_past(), first = n / kBlock;
+    const int old_tail = n % kBlock ? kv.block_table()[first] : -1;
+    PHASELAB_TRY(kv.reserve(T));
+    const std::vector<int>& table = kv.block_table();
+    for (int i = first; i <= (n + T - 1) / kBlock; i++) {
+      const int b = table[i];
+      if (i == first && old_tail >= 0) {
+        if (b != old_tail) {
+          const size_t bytes = block_floats() * sizeof(float);
+          CUDA_TRY(cudaMemcpyAsync(pool_k_ + b * block_floats(), pool_k_ + old_tail * block_floats(), bytes,
+                                   cudaMemcpyDeviceToDevice, stream_));
+          CUDA_TRY(cudaMemcpyAsync(pool_v_ + b * block_floats(), pool_v_ + old_tail * block_floats(), bytes,
+                                   cudaMemcpyDeviceToDevice, stream_));
+          filled_[b] = static_cast<uint8_t>(n % kBlock);
+        }
+        continue;
+      }
+      filled_[b] = 0;
+    }
+    return Status::ok();
+  }
+
+  // After a forward's kernels wrote positions [p0, p0 + T): the blocks hold
+  // them, and nothing after them.
+  void mark_written(const KvCache& kv, int p0, int T) {
+    const std::vector<int>& table = kv.block_table();
+    for (int i = p0 / kBlock; i * kBlock < p0 + T; i++)
+      filled_[table[i]] = static_cast<uint8_t>(std::min(kBlock, p0 + T - i * kBlock));
+  }
+
+  // The batch's tokens and first position to tokens_ / pos_, and the block
+  // table entries for positions [0, p0 + T) that changed since the last
+  // upload, through pinned staging buffers (asynchronous; every forward
+  // synchronises before it returns, so the buffers are free again).
+  Status upload_batch(const KvCache& kv, const int32_t* tokens, int T, int p0) {
     std::memcpy(stage_, tokens, T * sizeof(int32_t));
     stage_[max_batch_] = p0;
     CUDA_TRY(cudaMemcpyAsync(tokens_, stage_, T * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
     CUDA_TRY(cudaMemcpyAsync(pos_, stage_ + max_batch_, sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+    const std::vector<int>& table = kv.block_table();
+    const int used = (p0 + T + kBlock - 1) / kBlock;
+    int from = 0;
+    while (from < used && from < static_cast<int>(table_uploaded_.size()) && table_uploaded_[from] == table[from]) from++;
+    if (from < used) {
+      std::memcpy(table_stage_ + from, table.data() + from, (used - from) * sizeof(int32_t));
+      CUDA_TRY(cudaMemcpyAsync(table_dev_ + from, table_stage_ + from, (used - from) * sizeof(int32_t),
+                               cudaMemcpyHostToDevice, stream_));
+      table_uploaded_.assign(table.begin(), table.begin() + used);
+    }
     return Status::ok();
   }
 
@@ -261,35 +319,60 @@ class CudaBackend final : public Backend {
     return Status::ok();
   }
 
-  // Device K/V (layer, n_ctx, n_embd_kv) and attention scratch for n_ctx.
-  Status ensure_cache(int n_ctx) {
-    if (n_ctx == cache_ctx_) return Status::ok();
-    if (graph_exec_) {  // the graph holds the old cache's addresses
+  static constexpr int kBlock = cuda::kKvBlockTokens;
+  static_assert(kBlock == KvPool::kBlockTokens, "the device pool mirrors the host's blocks");
+  size_t block_floats() const { return static_cast<size_t>(c_.n_layer) * kBlock * c_.n_embd_kv(); }
+
+  // The device pool mirroring kv's host pool (as many blocks, same layout),
+  // the block table and attention scratch for its context; made anew (all
+  // blocks empty) when the sequence's pool or context changes.
+  Status ensure_pool(const KvCache& kv) {
+    const KvPool& pool = kv.pool();
+    if (&pool == pool_id_ && pool.n_blocks() == pool_blocks_ && kv.n_ctx() == pool_ctx_) return Status::ok();
+    if (graph_exec_) {  // the graph holds the old buffers' addresses
       cudaGraphExecDestroy(graph_exec_);
       graph_exec_ = nullptr;
     }
     CUDA_TRY(cudaStreamSynchronize(stream_));  // nothing in flight may still use the old buffers
-    for (float* p : {k_cache_, v_cache_, scratch_})
+    for (void* p : {static_cast<void*>(pool_k_), static_cast<void*>(pool_v_), static_cast<void*>(scratch_),
+                    static_cast<void*>(table_dev_)})
       if (p) {
         cudaFree(p);
-        allocations_.erase(std::remove(allocations_.begin(), allocations_.end(), static_cast<void*>(p)), allocations_.end());
+        allocations_.erase(std::remove(allocations_.begin(), allocations_.end(), p), allocations_.end());
       }
-    k_cache_ = v_cache_ = scratch_ = nullptr;
-    cache_ctx_ = 0;  // until the new buffers exist
-    dev_tokens_.clear();
-    const size_t n = static_cast<size_t>(c_.n_layer) * n_ctx * c_.n_embd_kv();
+    if (table_stage_) cudaFreeHost(table_stage_);
+    pool_k_ = pool_v_ = scratch_ = nullptr;
+    table_dev_ = table_stage_ = nullptr;
+    pool_id_ = nullptr;  // until the new buffers exist
+    table_uploaded_.clear();
+    const int n_ctx = kv.n_ctx();
+    const size_t n = static_cast<size_t>(pool.n_blocks()) * block_floats();
+    const int table_cap = (n_ctx + kBlock - 1) / kBlock;
     size_t free_b = 0, total_b = 0;
     CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
     const size_t scratch_n = std::max<size_t>(partials_floats(n_ctx), 1);
-    const size_t need = (2 * n + scratch_n) * sizeof(float);
+    const size_t need = (2 * n + scratch_n) * sizeof(float) + table_cap * sizeof(int32_t);
     if (need > free_b)
       return out_of_memory("the KV cache for " + std::to_string(n_ctx) + " tokens needs " + std::to_string(need >> 20) +
                            " MiB of GPU memory, " + std::to_string(free_b >> 20) + " MiB are free: lower the context size");
-    PHASELAB_TRY(alloc(&k_cache_, n));
-    PHASELAB_TRY(alloc(&v_cache_, n));
+    PHASELAB_TRY(alloc(&pool_k_, n));
+    PHASELAB_TRY(alloc(&pool_v_, n));
     PHASELAB_TRY(alloc(&scratch_, scratch_n));
-    cache_ctx_ = n_ctx;
+    CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&table_dev_), table_cap * sizeof(int32_t)));
+    allocations_.push_back(table_dev_);
+    CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&table_stage_), table_cap * sizeof(int32_t)));
+    table_uploaded_.reserve(table_cap);
+    filled_.assign(pool.n_blocks(), 0);
+    pool_id_ = &pool;
+    pool_blocks_ = pool.n_blocks();
+    pool_ctx_ = n_ctx;
     return Status::ok();
+  }
+
+  // Layer il of the paged cache, for the kernels.
+  cuda::KvPages pages(int il) const {
+    const size_t layer = static_cast<size_t>(il) * kBlock * c_.n_embd_kv();
+    return cuda::KvPages{pool_k_ + layer, pool_v_ + layer, table_dev_, block_floats()};
   }
 
   // out (T, n_out) = x (T, n_in) . W^T: the matrix-vector kernel for small
@@ -305,12 +388,14 @@ class CudaBackend final : public Backend {
   }
 
   // The layers for T tokens at positions p0..; logits to the host as mode says.
-  Status run(const int32_t* tokens, int T, int p0, float* logits_host, LogitsMode mode) {
-    PHASELAB_TRY(upload_batch(tokens, T, p0));
+  Status run(const KvCache& kv, const int32_t* tokens, int T, int p0, float* logits_host, LogitsMode mode) {
+    PHASELAB_TRY(upload_batch(kv, tokens, T, p0));
     if (Status st = enqueue(T, mode); !st.is_ok()) {
       cudaStreamSynchronize(stream_);  // the staged copies must finish before stage_ is reused
       return st;
     }
+    mark_written(kv, p0, T);
+    computed_ += static_cast<uint64_t>(T);
     if (mode != LogitsMode::none && logits_host) {
       const int n_out = mode == LogitsMode::last ? 1 : T;
       CUDA_TRY(cudaMemcpyAsync(logits_host, logits_, static_cast<size_t>(n_out) * c_.n_vocab * sizeof(float),
@@ -325,7 +410,7 @@ class CudaBackend final : public Backend {
   // as plain launches from then on, and the reason is logged.
   // Either logits_host (the logits) or next (their argmax, picked on the
   // device) is filled.
-  Status run_decode_graph(int32_t token, int p0, float* logits_host, int32_t* next) {
+  Status run_decode_graph(const KvCache& kv, int32_t token, int p0, float* logits_host, int32_t* next) {
     if (!graph_exec_) {
       cudaGraph_t graph = nullptr;
       CUDA_TRY(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
@@ -340,13 +425,15 @@ class CudaBackend final : public Backend {
         (void)cudaGetLastError();  // clear the capture's error
         std::fprintf(stderr, "phaselab: CUDA graph capture failed (%s); decoding without graphs\n",
                      !st.is_ok() ? st.message().c_str() : cudaGetErrorString(end != cudaSuccess ? end : inst));
-        if (logits_host) return run(&token, 1, p0, logits_host, LogitsMode::last);
-        PHASELAB_TRY(run(&token, 1, p0, nullptr, LogitsMode::last));
+        if (logits_host) return run(kv, &token, 1, p0, logits_host, LogitsMode::last);
+        PHASELAB_TRY(run(kv, &token, 1, p0, nullptr, LogitsMode::last));
         return download_argmax(next);
       }
     }
-    PHASELAB_TRY(upload_batch(&token, 1, p0));
+    PHASELAB_TRY(upload_batch(kv, &token, 1, p0));
     CUDA_TRY(cudaGraphLaunch(graph_exec_, stream_));
+    mark_written(kv, p0, 1);
+    computed_++;
     if (!logits_host) return download_argmax(next);
     CUDA_TRY(cudaMemcpyAsync(logits_host, logits_, static_cast<size_t>(c_.n_vocab) * sizeof(float),
                              cudaMemcpyDeviceToHost, stream_));
@@ -358,8 +445,7 @@ class CudaBackend final : public Backend {
   // tokens_ / pos_, with no host synchronisation (so it can be captured).
   Status enqueue(int T, LogitsMode mode) {
     const int D = c_.n_embd, NQ = c_.n_embd_q(), NKV = c_.n_embd_kv(), HD = c_.head_dim;
-    const size_t per_layer = static_cast<size_t>(cache_ctx_) * NKV;
-    const int n_split = cuda::attention_splits(T, c_.n_head, cache_ctx_);
+    const int n_split = cuda::attention_splits(T, c_.n_head, pool_ctx_);
     CUDA_TRY(cuda::launch_embedding(tok_embd_.data, tok_embd_.type, tok_embd_.row_bytes, tokens_, T, D, c_.embd_scale, x_, stream_));
     // xb = the first layer's attention input; later layers get theirs from
     // the previous layer's closing add_rmsnorm.
@@ -384,13 +470,11 @@ class CudaBackend final : public Backend {
       }
       // QK-norm, RoPE and the K/V cache writes in one kernel.
       const float base = c_.is_swa(il) ? c_.rope_base_swa : c_.rope_base;
-      float* kc = k_cache_ + il * per_layer;
-      float* vc = v_cache_ + il * per_layer;
       CUDA_TRY(cuda::launch_qk_norm_rope_store(q_, k_, v_, c_.qk_norm ? L.q_norm : nullptr, c_.qk_norm ? L.k_norm : nullptr,
-                                               kc, vc, T, c_.n_head, c_.n_head_kv, HD, c_.n_rot, pos_, base, rope_ff_,
+                                               pages(il), T, c_.n_head, c_.n_head_kv, HD, c_.n_rot, pos_, base, rope_ff_,
                                                c_.rope_neox, c_.rms_eps, stream_));
       const int window = c_.is_swa(il) ? c_.sliding_window : 0;
-      CUDA_TRY(cuda::launch_attention(q_, kc, vc, xb_, scratch_, T, pos_, c_.n_head, c_.n_head_kv, HD, window,
+      CUDA_TRY(cuda::launch_attention(q_, pages(il), xb_, scratch_, T, pos_, c_.n_head, c_.n_head_kv, HD, window,
                                       c_.attn_scale, c_.attn_logit_softcap, n_split, stream_));
       PHASELAB_TRY(matvec(L.wo, xb_, T, xb2_));
       // Post-attention norm, residual add and the feed-forward's norm in one pass.
@@ -445,10 +529,17 @@ class CudaBackend final : public Backend {
   // The decode step's graph (valid for the current cache)
   cudaGraphExec_t graph_exec_ = nullptr;
   bool use_graph_ = std::getenv("PHASELAB_CUDA_GRAPHS") == nullptr || std::strcmp(std::getenv("PHASELAB_CUDA_GRAPHS"), "0") != 0;
-  // Device K/V: (layer, cache_ctx, n_embd_kv); scratch: attention's partial results
-  float *k_cache_ = nullptr, *v_cache_ = nullptr, *scratch_ = nullptr;
-  int cache_ctx_ = 0;
-  std::vector<int32_t> dev_tokens_;  // tokens whose K/V the device holds, by position
+  // The paged K/V pool mirroring the host's: (n_blocks, n_layer, kBlock,
+  // n_embd_kv) each; filled_: leading slots of each block the device
+  // computed. scratch_: attention's partial results.
+  float *pool_k_ = nullptr, *pool_v_ = nullptr, *scratch_ = nullptr;
+  int32_t* table_dev_ = nullptr;     // the sequence's block table (pool_ctx_ / kBlock entries)
+  int32_t* table_stage_ = nullptr;   // pinned staging of the same
+  std::vector<int> table_uploaded_;  // what table_dev_ holds
+  const KvPool* pool_id_ = nullptr;  // the host pool mirrored
+  int pool_blocks_ = 0, pool_ctx_ = 0;
+  std::vector<uint8_t> filled_;
+  uint64_t computed_ = 0;  // positions_computed()
 };
 
 void copy_message(const std::string& m, char* buf, size_t n) {
@@ -464,7 +555,7 @@ void copy_message(const std::string& m, char* buf, size_t n) {
 
 #define PHASELAB_CUDA_EXPORT extern "C" __attribute__((visibility("default")))
 
-PHASELAB_CUDA_EXPORT int phaselab_cuda_abi() { return 1; }
+PHASELAB_CUDA_EXPORT int phaselab_cuda_abi() { return 2; }  // 2: Backend::positions_computed
 
 // Returns 1 and a description of device 0 when it is usable, else 0 and the reason.
 PHASELAB_CUDA_EXPORT int phaselab_cuda_probe(char* buf, size_t n, double* peak_gbps, double* peak_tflops,

@@ -33,6 +33,10 @@ class Backend {
   // forward(&token, 1, kv, ..., LogitsMode::last), with *next = the argmax
   // of the logits. Only when has_device_greedy() says so.
   virtual bool has_device_greedy() const { return false; }
+  // Positions run through the model so far: every token of every pass,
+  // recomputation included (what prefix reuse saves shows here; tests check
+  // that a backend recomputes nothing behind the cache's back).
+  virtual uint64_t positions_computed() const { return 0; }
   virtual Status forward_greedy(int32_t token, KvCache& kv, int32_t* next) {
     (void)token, (void)kv, (void)next;
     return unsupported(name() + " backend: no device-side greedy decoding");
