@@ -155,6 +155,13 @@ class TestCli : public QObject {
     const Run b = cli({"bench", "-m", stories(), "--backend", "cuda", "-p", "32", "-n", "8", "-r", "1", "--json"}, {}, env);
     QCOMPARE(b.code, 0);
     QVERIFY2(b.out.contains("\"backend\": \"cuda\"") || b.out.contains("\"backend\":\"cuda\""), qPrintable(b.out));
+    // PHASELAB_CUDA_PROFILE: a table per phase of where the time went.
+    QProcessEnvironment penv = env;
+    penv.insert("PHASELAB_CUDA_PROFILE", "1");
+    const Run pr = cli({"bench", "-m", stories(), "--backend", "cuda", "-p", "32", "-n", "4", "-r", "1"}, {}, penv);
+    QCOMPARE(pr.code, 0);
+    for (const char* want : {"CUDA profile, decode", "CUDA profile, prefill", "| attention |", "| logits |"})
+      QVERIFY2(pr.err.contains(want), qPrintable(pr.err));
 #endif
   }
 

@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <atomic>
 #include <boost/context/fiber.hpp>
+#include <chrono>
 #include <condition_variable>
 #include <climits>
 #include <cstdio>
@@ -57,6 +58,10 @@ struct CUgraph_st {
 };
 struct CUgraphExec_st {
   std::vector<Op> ops;
+};
+struct CUevent_st {
+  bool recorded = false, done = false;
+  std::chrono::steady_clock::time_point when;  // when the stream got to it
 };
 struct cublasContext {
   cudaStream_t stream = nullptr;
@@ -590,6 +595,7 @@ const char* cudaGetErrorName(cudaError_t e) {
     case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
     case cudaErrorStreamCaptureImplicit: return "cudaErrorStreamCaptureImplicit";
     case cudaErrorIllegalState: return "cudaErrorIllegalState";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
     default: return "cudaErrorUnknown";
   }
 }
@@ -608,6 +614,7 @@ const char* cudaGetErrorString(cudaError_t e) {
     case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
     case cudaErrorStreamCaptureImplicit: return "operation would make the legacy stream depend on a capturing blocking stream";
     case cudaErrorIllegalState: return "the operation cannot be performed in the present state";
+    case cudaErrorNotReady: return "device not ready";
     default: return "unknown error";
   }
 }
@@ -814,6 +821,42 @@ cudaError_t cudaGraphDestroy(cudaGraph_t g) {
 }
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
   delete exec;
+  return cudaSuccess;
+}
+
+// Events: a timestamp taken when the stream reaches the record (host time:
+// the emulator's, which says nothing about a GPU's).
+cudaError_t cudaEventCreate(cudaEvent_t* e) {
+  if (!e) return api_error(cudaErrorInvalidValue, "cudaEventCreate: null pointer");
+  *e = new CUevent_st;
+  return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  delete e;
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+  if (!e) return api_error(cudaErrorInvalidResourceHandle, "cudaEventRecord: null event");
+  e->recorded = true;
+  e->done = false;
+  if (cudaError_t err = enqueue(s, [e] {
+        e->when = std::chrono::steady_clock::now();
+        e->done = true;
+      }, "cudaEventRecord");
+      err != cudaSuccess)
+    return err;
+  return status();
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  if (!e) return api_error(cudaErrorInvalidResourceHandle, "cudaEventSynchronize: null event");
+  if (capture_active()) return refuse_during_capture("cudaEventSynchronize");
+  flush_all();
+  return status();
+}
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
+  if (!ms || !a || !b) return api_error(cudaErrorInvalidValue, "cudaEventElapsedTime: bad arguments");
+  if (!a->done || !b->done) return api_error(cudaErrorNotReady, "cudaEventElapsedTime: an event has not completed");
+  *ms = std::chrono::duration<float, std::milli>(b->when - a->when).count();
   return cudaSuccess;
 }
 

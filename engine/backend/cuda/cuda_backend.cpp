@@ -28,6 +28,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -64,12 +65,94 @@ struct DevLayer {
   DevWeight wq, wk, wv, wo, w_gate, w_up, w_down;
 };
 
+// PHASELAB_CUDA_PROFILE=1: where the time of a forward pass goes. CUDA
+// events between the steps of every forward (the decode graph is off then,
+// so each step is timed on its own, launch gaps included), summed by phase
+// (prefill: a batch; decode: one token) and step over all layers, and
+// printed to stderr when the backend goes.
+class StepProfile {
+ public:
+  StepProfile() {
+    const char* v = std::getenv("PHASELAB_CUDA_PROFILE");
+    on_ = v && std::strcmp(v, "0") != 0;
+  }
+  ~StepProfile() {
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  }
+  bool on() const { return on_; }
+
+  // Starts a forward pass's timeline on stream s.
+  Status begin(cudaStream_t s) {
+    used_ = 0;
+    return mark(nullptr, s);
+  }
+  // The time since the previous mark was step name's.
+  Status mark(const char* name, cudaStream_t s) {
+    if (!on_) return Status::ok();
+    if (used_ == static_cast<int>(events_.size())) {
+      cudaEvent_t e = nullptr;
+      if (cudaEventCreate(&e) != cudaSuccess) return internal_error("CUDA profile: cudaEventCreate failed");
+      events_.push_back(e);
+      names_.push_back(nullptr);
+    }
+    names_[used_] = name;
+    if (cudaEventRecord(events_[used_], s) != cudaSuccess) return internal_error("CUDA profile: cudaEventRecord failed");
+    used_++;
+    return Status::ok();
+  }
+  // After the stream has synchronised: adds this pass's steps to the totals.
+  void collect(int T) {
+    if (!on_) return;
+    const std::string phase = T > 1 ? "prefill" : "decode";
+    for (int i = 1; i < used_; i++) {
+      float ms = 0;
+      if (cudaEventElapsedTime(&ms, events_[i - 1], events_[i]) != cudaSuccess) continue;
+      Total& t = totals_[phase][names_[i]];
+      t.ms += ms;
+      t.calls++;
+    }
+    passes_[phase]++;
+    tokens_[phase] += T;
+    used_ = 0;
+  }
+  void print() const {
+    for (const auto& [phase, steps] : totals_) {
+      double sum = 0;
+      for (const auto& [name, t] : steps) sum += t.ms;
+      std::vector<std::pair<std::string, Total>> rows(steps.begin(), steps.end());
+      std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
+      std::fprintf(stderr, "\nCUDA profile, %s: %ld passes, %ld tokens, %.3f ms per pass\n", phase.c_str(),
+                   passes_.at(phase), tokens_.at(phase), sum / std::max(1L, passes_.at(phase)));
+      std::fprintf(stderr, "| step | ms per pass | share | us per launch group |\n| --- | ---: | ---: | ---: |\n");
+      for (const auto& [name, t] : rows)
+        std::fprintf(stderr, "| %s | %.4f | %.1f%% | %.2f |\n", name.c_str(), t.ms / std::max(1L, passes_.at(phase)),
+                     100.0 * t.ms / std::max(sum, 1e-12), 1e3 * t.ms / std::max(1L, t.calls));
+    }
+  }
+
+ private:
+  struct Total {
+    double ms = 0;
+    long calls = 0;
+  };
+  bool on_ = false;
+  std::vector<cudaEvent_t> events_;
+  std::vector<const char*> names_;
+  int used_ = 0;
+  std::map<std::string, std::map<std::string, Total>> totals_;
+  std::map<std::string, long> passes_, tokens_;
+};
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend(std::shared_ptr<const Model> model, int max_batch)
       : model_(std::move(model)), c_(model_->config()), max_batch_(max_batch) {}
 
   ~CudaBackend() override {
+    if (prof_.on()) {
+      cudaStreamSynchronize(stream_);
+      prof_.print();
+    }
     if (graph_exec_) cudaGraphExecDestroy(graph_exec_);
     if (cublas_) cublasDestroy(cublas_);
     for (void* p : allocations_) cudaFree(p);
@@ -79,6 +162,7 @@ class CudaBackend final : public Backend {
   }
 
   Status init() {
+    if (prof_.on()) use_graph_ = false;  // each step timed on its own
     CUDA_TRY(cudaSetDevice(0));
     // Check the memory before touching it: weights plus work buffers.
     size_t free_b = 0, total_b = 0;
@@ -267,8 +351,10 @@ class CudaBackend final : public Backend {
   // The argmax of the last logits row, picked on the device; waits for it.
   Status download_argmax(int32_t* next) {
     CUDA_TRY(cuda::launch_argmax(logits_, c_.n_vocab, next_, stream_));
+    PHASELAB_TRY(prof_.mark("argmax", stream_));
     CUDA_TRY(cudaMemcpyAsync(stage_ + max_batch_, next_, sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
     CUDA_TRY(cudaStreamSynchronize(stream_));
+    prof_.collect(1);
     *next = stage_[max_batch_];
     return Status::ok();
   }
@@ -402,6 +488,7 @@ class CudaBackend final : public Backend {
                                cudaMemcpyDeviceToHost, stream_));
     }
     CUDA_TRY(cudaStreamSynchronize(stream_));
+    prof_.collect(T);
     return Status::ok();
   }
 
@@ -446,10 +533,12 @@ class CudaBackend final : public Backend {
   Status enqueue(int T, LogitsMode mode) {
     const int D = c_.n_embd, NQ = c_.n_embd_q(), NKV = c_.n_embd_kv(), HD = c_.head_dim;
     const int n_split = cuda::attention_splits(T, c_.n_head, pool_ctx_);
+    PHASELAB_TRY(prof_.begin(stream_));
     CUDA_TRY(cuda::launch_embedding(tok_embd_.data, tok_embd_.type, tok_embd_.row_bytes, tokens_, T, D, c_.embd_scale, x_, stream_));
     // xb = the first layer's attention input; later layers get theirs from
     // the previous layer's closing add_rmsnorm.
     CUDA_TRY(cuda::launch_rmsnorm(x_, layers_[0].attn_norm, xb_, T, D, c_.rms_eps, stream_));
+    PHASELAB_TRY(prof_.mark("embedding + first norm", stream_));
     const bool gelu = c_.act == Activation::gelu_tanh;
     for (int il = 0; il < c_.n_layer; il++) {
       const DevLayer& L = layers_[il];
@@ -463,23 +552,29 @@ class CudaBackend final : public Backend {
         };
         CUDA_TRY(cuda::launch_matvec3(part(L.wq, q_), part(L.wk, k_), part(L.wv, v_), D, xb_, T, stream_));
       }
+      PHASELAB_TRY(prof_.mark("Q, K, V products", stream_));
       if (c_.attn_bias) {
         CUDA_TRY(cuda::launch_add_bias(q_, L.bq, T, NQ, stream_));
         CUDA_TRY(cuda::launch_add_bias(k_, L.bk, T, NKV, stream_));
         CUDA_TRY(cuda::launch_add_bias(v_, L.bv, T, NKV, stream_));
+        PHASELAB_TRY(prof_.mark("Q, K, V biases", stream_));
       }
       // QK-norm, RoPE and the K/V cache writes in one kernel.
       const float base = c_.is_swa(il) ? c_.rope_base_swa : c_.rope_base;
       CUDA_TRY(cuda::launch_qk_norm_rope_store(q_, k_, v_, c_.qk_norm ? L.q_norm : nullptr, c_.qk_norm ? L.k_norm : nullptr,
                                                pages(il), T, c_.n_head, c_.n_head_kv, HD, c_.n_rot, pos_, base, rope_ff_,
                                                c_.rope_neox, c_.rms_eps, stream_));
+      PHASELAB_TRY(prof_.mark("QK-norm + RoPE + K/V store", stream_));
       const int window = c_.is_swa(il) ? c_.sliding_window : 0;
       CUDA_TRY(cuda::launch_attention(q_, pages(il), xb_, scratch_, T, pos_, c_.n_head, c_.n_head_kv, HD, window,
                                       c_.attn_scale, c_.attn_logit_softcap, n_split, stream_));
+      PHASELAB_TRY(prof_.mark("attention", stream_));
       PHASELAB_TRY(matvec(L.wo, xb_, T, xb2_));
+      PHASELAB_TRY(prof_.mark("output projection", stream_));
       // Post-attention norm, residual add and the feed-forward's norm in one pass.
       CUDA_TRY(cuda::launch_add_rmsnorm(x_, xb2_, c_.post_norms ? L.post_attn_norm : nullptr, L.ffn_norm, xb_, T, D,
                                         c_.rms_eps, stream_));
+      PHASELAB_TRY(prof_.mark("norms + residual adds", stream_));
       if (cublas_ && T >= gemm_min_tokens_) {
         PHASELAB_TRY(matvec(L.w_gate, xb_, T, hb_));
         PHASELAB_TRY(matvec(L.w_up, xb_, T, hb2_));
@@ -488,12 +583,15 @@ class CudaBackend final : public Backend {
         CUDA_TRY(cuda::launch_matvec_gated(L.w_gate.data, L.w_gate.type, L.w_gate.row_bytes, L.w_up.data, L.w_up.type,
                                            L.w_up.row_bytes, L.w_gate.n_in, L.w_gate.n_out, xb_, T, gelu, hb_, stream_));
       }
+      PHASELAB_TRY(prof_.mark("FFN gate + up + activation", stream_));
       PHASELAB_TRY(matvec(L.w_down, hb_, T, xb2_));
+      PHASELAB_TRY(prof_.mark("FFN down", stream_));
       // Post-FFN norm, residual add and the next layer's attention norm (the
       // output norm after the last layer) in one pass.
       const float* next_norm = il + 1 < c_.n_layer ? layers_[il + 1].attn_norm : output_norm_;
       CUDA_TRY(cuda::launch_add_rmsnorm(x_, xb2_, c_.post_norms ? L.post_ffw_norm : nullptr, next_norm, xb_, T, D,
                                         c_.rms_eps, stream_));
+      PHASELAB_TRY(prof_.mark("norms + residual adds", stream_));
     }
     if (mode != LogitsMode::none) {
       const int first = mode == LogitsMode::last ? T - 1 : 0;
@@ -501,6 +599,7 @@ class CudaBackend final : public Backend {
       PHASELAB_TRY(matvec(output_, xb_ + static_cast<size_t>(first) * D, n_out, logits_));
       if (c_.final_logit_softcap > 0)
         CUDA_TRY(cuda::launch_softcap(logits_, static_cast<size_t>(n_out) * c_.n_vocab, c_.final_logit_softcap, stream_));
+      PHASELAB_TRY(prof_.mark("logits", stream_));
     }
     return Status::ok();
   }
@@ -508,6 +607,7 @@ class CudaBackend final : public Backend {
   std::shared_ptr<const Model> model_;
   const ModelConfig& c_;
   int max_batch_;
+  StepProfile prof_;  // PHASELAB_CUDA_PROFILE
   cudaStream_t stream_ = nullptr;
   std::vector<void*> allocations_;
   DevWeight tok_embd_, output_;
