@@ -13,7 +13,7 @@ OUT="$ROOT/gpu-bundle"
 ARCH="${PHASELAB_CUDA_ARCH:-90}"
 export PATH="/usr/local/cuda/bin:$PATH"
 
-cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPHASELAB_CUDA=ON -DPHASELAB_GUI=OFF \
+cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPHASELAB_CUDA=ON -DPHASELAB_GUI=OFF -DPHASELAB_CUDA_EMULATOR=OFF \
       -DCMAKE_CUDA_ARCHITECTURES="$ARCH" >&2
 cmake --build "$BUILD" -j "$(nproc)" --target phaselab-cli phaselab_cuda test_cuda test_cuda_ops >&2
 

@@ -39,7 +39,7 @@ else
   BUILD="${PHASELAB_GPU_BUILD_DIR:-$ROOT/build-gpu}"
   GEN=(); command -v ninja >/dev/null && GEN=(-G Ninja)
   cmake -S "$ROOT" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DPHASELAB_CUDA=ON -DPHASELAB_GUI=OFF \
-        -DCMAKE_CUDA_ARCHITECTURES=native > "$OUTDIR/configure.log" 2>&1 || { tail -20 "$OUTDIR/configure.log"; exit 1; }
+        -DPHASELAB_CUDA_EMULATOR=OFF -DCMAKE_CUDA_ARCHITECTURES=native > "$OUTDIR/configure.log" 2>&1 || { tail -20 "$OUTDIR/configure.log"; exit 1; }
   cmake --build "$BUILD" -j "$(nproc)" --target phaselab_cuda phaselab-cli test_cuda test_cuda_ops > "$OUTDIR/build.log" 2>&1 \
     || { tail -40 "$OUTDIR/build.log"; exit 1; }
   BIN="$BUILD/app"
