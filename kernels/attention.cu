@@ -109,6 +109,121 @@ __global__ void attention_merge_kernel(const float* partials, float* out, int T,
   }
 }
 
+// ---- prefill: query tiles sharing K/V tiles in shared memory -------------
+
+constexpr int kTiledWarps = 4;
+constexpr int kTiledRowsPerWarp = 4;  // rows (query, head) a warp keeps in registers
+constexpr int kTiledRows = kTiledWarps * kTiledRowsPerWarp;
+
+// One block per (tile of qtile queries, KV head): its rows are the qtile
+// queries x the G heads that share the KV head (row r: query t0 + r / G,
+// head kvh * G + r % G), warp w owning rows w, w + 4, ... The block loads
+// kt key and value rows at a time into shared memory, once for all its
+// rows, so a key row leaves global memory once per tile of queries instead
+// of once per query and head; each row streams them with the online softmax
+// of attention_kernel (lane l holds dims l, l+32, ... of its q and output).
+template <int EPL>
+__global__ void attention_tiled_kernel(const float* q, KvPages cache, float* out, int T, const int* pos0p, int n_head,
+                                       int n_head_kv, int head_dim, int window, float scale, float softcap, int qtile,
+                                       int kt) {
+  PHASELAB_DYNAMIC_SHARED(float, tile);  // K rows then V rows: (2, kt, head_dim)
+  float* ks = tile;
+  float* vs = tile + static_cast<size_t>(kt) * head_dim;
+  const int G = n_head / n_head_kv, kvh = blockIdx.y, t0 = blockIdx.x * qtile;
+  const int n_tok = min(qtile, T - t0), rows = n_tok * G;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int n_embd_kv = n_head_kv * head_dim, pos0 = *pos0p;
+
+  float qv[kTiledRowsPerWarp][EPL], acc[kTiledRowsPerWarp][EPL], m[kTiledRowsPerWarp], l[kTiledRowsPerWarp];
+  int pos[kTiledRowsPerWarp], lo[kTiledRowsPerWarp];
+  int mine = 0;  // rows of this warp (the same for all its lanes)
+#pragma unroll
+  for (int k = 0; k < kTiledRowsPerWarp; k++) {
+    const int r = warp + k * kTiledWarps;
+    const bool have = r < rows;
+    const int t = t0 + (have ? r / G : 0), h = kvh * G + (have ? r % G : 0);
+    pos[k] = pos0 + t;
+    lo[k] = window > 0 ? max(0, pos[k] - window + 1) : 0;
+    m[k] = -INFINITY;
+    l[k] = 0.f;
+    const float* qh = q + (static_cast<size_t>(t) * n_head + h) * head_dim;
+#pragma unroll
+    for (int e = 0; e < EPL; e++) {
+      const int i = lane + 32 * e;
+      qv[k][e] = have && i < head_dim ? qh[i] : 0.f;
+      acc[k][e] = 0.f;
+    }
+    mine += have;
+  }
+  // The keys any row of the block needs: [first, last].
+  const int last = pos0 + t0 + n_tok - 1;
+  const int first = window > 0 ? max(0, pos0 + t0 - window + 1) : 0;
+  for (int j0 = first; j0 <= last; j0 += kt) {
+    const int nk = min(kt, last + 1 - j0);
+    __syncthreads();  // the previous tile has been used
+    for (int i = threadIdx.x; i < nk * head_dim; i += blockDim.x) {
+      const int jj = i / head_dim, d = i % head_dim;
+      const size_t row = kv_row(cache.table, cache.block_stride, j0 + jj, n_embd_kv) + kvh * head_dim;
+      ks[i] = cache.k[row + d];
+      vs[i] = cache.v[row + d];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < kTiledRowsPerWarp; k++) {
+      if (k >= mine) break;
+      const int jb = max(j0, lo[k]), je = min(j0 + nk - 1, pos[k]);  // this row's keys in the tile
+      for (int j = jb; j <= je; j++) {
+        const float* kj = ks + static_cast<size_t>(j - j0) * head_dim;
+        const float* vj = vs + static_cast<size_t>(j - j0) * head_dim;
+        float sc = 0.f;
+#pragma unroll
+        for (int e = 0; e < EPL; e++) {
+          const int i = lane + 32 * e;
+          if (i < head_dim) sc += qv[k][e] * kj[i];
+        }
+        sc = warp_sum(sc) * scale;
+        if (softcap > 0.f) sc = softcap * tanhf(sc / softcap);
+        const float m_new = fmaxf(m[k], sc);
+        const float corr = expf(m[k] - m_new), p = expf(sc - m_new);
+        l[k] = l[k] * corr + p;
+#pragma unroll
+        for (int e = 0; e < EPL; e++) {
+          const int i = lane + 32 * e;
+          acc[k][e] = acc[k][e] * corr + (i < head_dim ? p * vj[i] : 0.f);
+        }
+        m[k] = m_new;
+      }
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kTiledRowsPerWarp; k++) {
+    if (k >= mine) break;
+    const int r = warp + k * kTiledWarps;
+    const int t = t0 + r / G, h = kvh * G + r % G;
+    float* oh = out + (static_cast<size_t>(t) * n_head + h) * head_dim;
+    const float inv = l[k] > 0.f ? 1.f / l[k] : 0.f;
+#pragma unroll
+    for (int e = 0; e < EPL; e++) {
+      const int i = lane + 32 * e;
+      if (i < head_dim) oh[i] = acc[k][e] * inv;
+    }
+  }
+}
+
+template <int EPL>
+cudaError_t launch_attention_tiled_epl(const float* q, KvPages cache, float* out, int T, const int* pos0, int n_head,
+                                       int n_head_kv, int head_dim, int window, float scale, float softcap,
+                                       cudaStream_t s) {
+  const int G = n_head / n_head_kv;
+  const int qtile = max(1, kTiledRows / G);
+  const int kt = head_dim <= 256 ? 16 : 8;  // two tiles of kt rows within 48 KiB
+  const dim3 grid(static_cast<unsigned>((T + qtile - 1) / qtile), static_cast<unsigned>(n_head_kv));
+  const size_t smem = 2 * static_cast<size_t>(kt) * head_dim * sizeof(float);
+  PHASELAB_LAUNCH(attention_tiled_kernel<EPL>, grid, 32 * kTiledWarps, smem, s)(q, cache, out, T, pos0, n_head, n_head_kv,
+                                                                               head_dim, window, scale, softcap, qtile, kt);
+  return cudaGetLastError();
+}
+
 template <int EPL>
 cudaError_t launch_attention_epl(const float* q, KvPages cache, float* out, float* partials, int T, const int* pos0,
                                  int n_head, int n_head_kv, int head_dim,
@@ -143,6 +258,25 @@ cudaError_t launch_attention(const float* q, KvPages cache, float* out, float* p
   const int epl = (head_dim + 31) / 32;
 #define PHASELAB_ATTN(E) \
   launch_attention_epl<E>(q, cache, out, partials, T, pos0, n_head, n_head_kv, head_dim, window, scale, softcap, n_split, s)
+  if (epl <= 1) return PHASELAB_ATTN(1);
+  if (epl <= 2) return PHASELAB_ATTN(2);
+  if (epl <= 4) return PHASELAB_ATTN(4);
+  if (epl <= 8) return PHASELAB_ATTN(8);
+  return PHASELAB_ATTN(16);
+#undef PHASELAB_ATTN
+}
+
+bool attention_tiled_fits(int n_head, int n_head_kv, int head_dim) {
+  return n_head_kv > 0 && n_head % n_head_kv == 0 && n_head / n_head_kv <= kTiledRows && head_dim <= 512;
+}
+
+cudaError_t launch_attention_tiled(const float* q, KvPages cache, float* out, int T, const int* pos0, int n_head,
+                                   int n_head_kv, int head_dim, int window, float scale, float softcap,
+                                   cudaStream_t s) {
+  if (!attention_tiled_fits(n_head, n_head_kv, head_dim) || !cache.table || T < 1) return cudaErrorInvalidValue;
+  const int epl = (head_dim + 31) / 32;
+#define PHASELAB_ATTN(E) \
+  launch_attention_tiled_epl<E>(q, cache, out, T, pos0, n_head, n_head_kv, head_dim, window, scale, softcap, s)
   if (epl <= 1) return PHASELAB_ATTN(1);
   if (epl <= 2) return PHASELAB_ATTN(2);
   if (epl <= 4) return PHASELAB_ATTN(4);

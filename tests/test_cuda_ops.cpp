@@ -351,12 +351,17 @@ class TestCudaOps : public QObject {
     QTest::addColumn<int>("window");
     QTest::addColumn<float>("softcap");
     QTest::addColumn<int>("n_split");
-    QTest::newRow("Gemma 3 shape, one range") << 4 << 1 << 256 << 0 << 0.f << 1;
-    QTest::newRow("Gemma 3 shape, 3 ranges") << 4 << 1 << 256 << 0 << 0.f << 3;
-    QTest::newRow("sliding window 8, 2 ranges") << 4 << 2 << 64 << 8 << 0.f << 2;
-    QTest::newRow("softcap 50, more ranges than keys") << 2 << 2 << 128 << 0 << 50.f << 40;
-    QTest::newRow("tiny heads (8 dims)") << 8 << 8 << 8 << 0 << 0.f << 1;
-    QTest::newRow("head_dim 80 (partly filled lanes)") << 4 << 4 << 80 << 0 << 0.f << 2;
+    QTest::addColumn<int>("T");
+    QTest::addColumn<int>("pos0");
+    QTest::newRow("Gemma 3 shape, one range") << 4 << 1 << 256 << 0 << 0.f << 1 << 5 << 20;
+    QTest::newRow("Gemma 3 shape, 3 ranges") << 4 << 1 << 256 << 0 << 0.f << 3 << 5 << 20;
+    QTest::newRow("sliding window 8, 2 ranges") << 4 << 2 << 64 << 8 << 0.f << 2 << 5 << 20;
+    QTest::newRow("softcap 50, more ranges than keys") << 2 << 2 << 128 << 0 << 50.f << 40 << 5 << 20;
+    QTest::newRow("tiny heads (8 dims)") << 8 << 8 << 8 << 0 << 0.f << 1 << 5 << 20;
+    QTest::newRow("head_dim 80 (partly filled lanes)") << 4 << 4 << 80 << 0 << 0.f << 2 << 5 << 20;
+    QTest::newRow("prefill from 0, Gemma 3 shape") << 4 << 1 << 256 << 0 << 0.f << 1 << 37 << 0;
+    QTest::newRow("prefill, 8 heads per KV head, window 20") << 16 << 2 << 64 << 20 << 0.f << 1 << 29 << 3;
+    QTest::newRow("prefill, head_dim 512 (8-row K/V tiles)") << 2 << 1 << 512 << 0 << 0.f << 1 << 11 << 9;
   }
   void attention() {
     REQUIRE_GPU();
@@ -366,7 +371,9 @@ class TestCudaOps : public QObject {
     QFETCH(int, window);
     QFETCH(float, softcap);
     QFETCH(int, n_split);
-    const int T = 5, pos0 = 20, n_ctx = 32, HD = head_dim, NKV = n_head_kv * HD;
+    QFETCH(int, T);
+    QFETCH(int, pos0);
+    const int n_ctx = 64, HD = head_dim, NKV = n_head_kv * HD;
     const float scale = 1.f / std::sqrt(static_cast<float>(HD));
     const auto q = randn(static_cast<size_t>(T) * n_head * HD, 11);
     const PagedCache cache(n_ctx, NKV);
@@ -401,6 +408,13 @@ class TestCudaOps : public QObject {
                               window, scale, softcap, n_split, nullptr));
     CU(cudaDeviceSynchronize());
     CHECK_NMSE(want, dout.get(), 5e-4);
+    // The tiled prefill kernel, on the same inputs.
+    QVERIFY(cuda::attention_tiled_fits(n_head, n_head_kv, HD));
+    Dev<float> dout2(q.size());
+    CU(cuda::launch_attention_tiled(dq.p, cache.pages(dk.p, dv.p, dtable.p), dout2.p, T, dpos.p, n_head, n_head_kv, HD,
+                                    window, scale, softcap, nullptr));
+    CU(cudaDeviceSynchronize());
+    CHECK_NMSE(want, dout2.get(), 5e-4);
   }
 
   void splits_policy() {

@@ -533,6 +533,8 @@ class CudaBackend final : public Backend {
   Status enqueue(int T, LogitsMode mode) {
     const int D = c_.n_embd, NQ = c_.n_embd_q(), NKV = c_.n_embd_kv(), HD = c_.head_dim;
     const int n_split = cuda::attention_splits(T, c_.n_head, pool_ctx_);
+    const bool tiled_attention = use_tiled_attention_ && T >= kTiledAttentionMin && n_split == 1 &&
+                                 cuda::attention_tiled_fits(c_.n_head, c_.n_head_kv, c_.head_dim);
     PHASELAB_TRY(prof_.begin(stream_));
     CUDA_TRY(cuda::launch_embedding(tok_embd_.data, tok_embd_.type, tok_embd_.row_bytes, tokens_, T, D, c_.embd_scale, x_, stream_));
     // xb = the first layer's attention input; later layers get theirs from
@@ -566,8 +568,12 @@ class CudaBackend final : public Backend {
                                                c_.rope_neox, c_.rms_eps, stream_));
       PHASELAB_TRY(prof_.mark("QK-norm + RoPE + K/V store", stream_));
       const int window = c_.is_swa(il) ? c_.sliding_window : 0;
-      CUDA_TRY(cuda::launch_attention(q_, pages(il), xb_, scratch_, T, pos_, c_.n_head, c_.n_head_kv, HD, window,
-                                      c_.attn_scale, c_.attn_logit_softcap, n_split, stream_));
+      if (tiled_attention)  // prefill batches: query tiles share K/V tiles
+        CUDA_TRY(cuda::launch_attention_tiled(q_, pages(il), xb_, T, pos_, c_.n_head, c_.n_head_kv, HD, window,
+                                              c_.attn_scale, c_.attn_logit_softcap, stream_));
+      else
+        CUDA_TRY(cuda::launch_attention(q_, pages(il), xb_, scratch_, T, pos_, c_.n_head, c_.n_head_kv, HD, window,
+                                        c_.attn_scale, c_.attn_logit_softcap, n_split, stream_));
       PHASELAB_TRY(prof_.mark("attention", stream_));
       PHASELAB_TRY(matvec(L.wo, xb_, T, xb2_));
       PHASELAB_TRY(prof_.mark("output projection", stream_));
@@ -626,6 +632,11 @@ class CudaBackend final : public Backend {
   int gemm_min_tokens_ = std::max(2, env_int("PHASELAB_CUDA_GEMM_MIN", 16));
   __nv_bfloat16 *w16_ = nullptr, *x16_ = nullptr;
   size_t w16_elems_ = 0;
+  // Prefill attention from kTiledAttentionMin tokens: the tiled kernel
+  // (PHASELAB_CUDA_ATTN_TILED=0: the one-warp-per-query kernel throughout).
+  static constexpr int kTiledAttentionMin = 4;
+  bool use_tiled_attention_ = std::getenv("PHASELAB_CUDA_ATTN_TILED") == nullptr ||
+                              std::strcmp(std::getenv("PHASELAB_CUDA_ATTN_TILED"), "0") != 0;
   // The decode step's graph (valid for the current cache)
   cudaGraphExec_t graph_exec_ = nullptr;
   bool use_graph_ = std::getenv("PHASELAB_CUDA_GRAPHS") == nullptr || std::strcmp(std::getenv("PHASELAB_CUDA_GRAPHS"), "0") != 0;
