@@ -1,3 +1,5 @@
+#include <type_traits>
+
 #include "common.cuh"
 #include "kernels.h"
 
@@ -238,6 +240,18 @@ cudaError_t launch_attention_epl(const float* q, KvPages cache, float* out, floa
   return cudaGetLastError();
 }
 
+// f(std::integral_constant<int, E>) for the smallest E of 1, 2, 4, 8, 16 with
+// 32 E >= head_dim: the kernels' values per lane.
+template <typename F>
+cudaError_t with_epl(int head_dim, F&& f) {
+  const int epl = (head_dim + 31) / 32;
+  if (epl <= 1) return f(std::integral_constant<int, 1>{});
+  if (epl <= 2) return f(std::integral_constant<int, 2>{});
+  if (epl <= 4) return f(std::integral_constant<int, 4>{});
+  if (epl <= 8) return f(std::integral_constant<int, 8>{});
+  return f(std::integral_constant<int, 16>{});
+}
+
 }  // namespace
 
 size_t attention_partials_floats(int T, int n_head, int head_dim, int n_split) {
@@ -255,15 +269,10 @@ cudaError_t launch_attention(const float* q, KvPages cache, float* out, float* p
                              float softcap, int n_split, cudaStream_t s) {
   if (n_split < 1 || (n_split > 1 && !partials) || head_dim > 512 || n_head % n_head_kv != 0 || !cache.table)
     return cudaErrorInvalidValue;
-  const int epl = (head_dim + 31) / 32;
-#define PHASELAB_ATTN(E) \
-  launch_attention_epl<E>(q, cache, out, partials, T, pos0, n_head, n_head_kv, head_dim, window, scale, softcap, n_split, s)
-  if (epl <= 1) return PHASELAB_ATTN(1);
-  if (epl <= 2) return PHASELAB_ATTN(2);
-  if (epl <= 4) return PHASELAB_ATTN(4);
-  if (epl <= 8) return PHASELAB_ATTN(8);
-  return PHASELAB_ATTN(16);
-#undef PHASELAB_ATTN
+  return with_epl(head_dim, [&](auto epl) {
+    return launch_attention_epl<decltype(epl)::value>(q, cache, out, partials, T, pos0, n_head, n_head_kv, head_dim,
+                                                      window, scale, softcap, n_split, s);
+  });
 }
 
 bool attention_tiled_fits(int n_head, int n_head_kv, int head_dim) {
@@ -274,15 +283,10 @@ cudaError_t launch_attention_tiled(const float* q, KvPages cache, float* out, in
                                    int n_head_kv, int head_dim, int window, float scale, float softcap,
                                    cudaStream_t s) {
   if (!attention_tiled_fits(n_head, n_head_kv, head_dim) || !cache.table || T < 1) return cudaErrorInvalidValue;
-  const int epl = (head_dim + 31) / 32;
-#define PHASELAB_ATTN(E) \
-  launch_attention_tiled_epl<E>(q, cache, out, T, pos0, n_head, n_head_kv, head_dim, window, scale, softcap, s)
-  if (epl <= 1) return PHASELAB_ATTN(1);
-  if (epl <= 2) return PHASELAB_ATTN(2);
-  if (epl <= 4) return PHASELAB_ATTN(4);
-  if (epl <= 8) return PHASELAB_ATTN(8);
-  return PHASELAB_ATTN(16);
-#undef PHASELAB_ATTN
+  return with_epl(head_dim, [&](auto epl) {
+    return launch_attention_tiled_epl<decltype(epl)::value>(q, cache, out, T, pos0, n_head, n_head_kv, head_dim, window,
+                                                            scale, softcap, s);
+  });
 }
 
 }  // namespace phaselab::cuda
