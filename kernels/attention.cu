@@ -124,10 +124,14 @@ constexpr int kTiledRows = kTiledWarps * kTiledRowsPerWarp;
 // rows, so a key row leaves global memory once per tile of queries instead
 // of once per query and head; each row streams them with the online softmax
 // of attention_kernel (lane l holds dims l, l+32, ... of its q and output).
+//
+// With n_split > 1 (blockIdx.z: the split) the block takes the split-th of
+// n_split ranges of its keys, and each row's [m, l, out] goes to partials
+// in attention_kernel's layout, for attention_merge_kernel.
 template <int EPL>
-__global__ void attention_tiled_kernel(const float* q, KvPages cache, float* out, int T, const int* pos0p, int n_head,
-                                       int n_head_kv, int head_dim, int window, float scale, float softcap, int qtile,
-                                       int kt) {
+__global__ void attention_tiled_kernel(const float* q, KvPages cache, float* out, float* partials, int T,
+                                       const int* pos0p, int n_head, int n_head_kv, int head_dim, int window,
+                                       float scale, float softcap, int qtile, int kt, int n_split) {
   PHASELAB_DYNAMIC_SHARED(float, tile);  // K rows then V rows: (2, kt, head_dim)
   float* ks = tile;
   float* vs = tile + static_cast<size_t>(kt) * head_dim;
@@ -157,9 +161,12 @@ __global__ void attention_tiled_kernel(const float* q, KvPages cache, float* out
     }
     mine += have;
   }
-  // The keys any row of the block needs: [first, last].
-  const int last = pos0 + t0 + n_tok - 1;
-  const int first = window > 0 ? max(0, pos0 + t0 - window + 1) : 0;
+  // The keys any row of the block needs, [first, last], and this split's share.
+  const int block_last = pos0 + t0 + n_tok - 1;
+  const int block_first = window > 0 ? max(0, pos0 + t0 - window + 1) : 0;
+  const int chunk = (block_last - block_first + n_split) / n_split;
+  const int first = block_first + static_cast<int>(blockIdx.z) * chunk;
+  const int last = min(block_last, first + chunk - 1);
   for (int j0 = first; j0 <= last; j0 += kt) {
     const int nk = min(kt, last + 1 - j0);
     __syncthreads();  // the previous tile has been used
@@ -202,6 +209,19 @@ __global__ void attention_tiled_kernel(const float* q, KvPages cache, float* out
     if (k >= mine) break;
     const int r = warp + k * kTiledWarps;
     const int t = t0 + r / G, h = kvh * G + r % G;
+    if (n_split > 1) {
+      float* part = partials + ((static_cast<size_t>(t) * n_head + h) * n_split + blockIdx.z) * (head_dim + 2);
+      if (lane == 0) {
+        part[0] = m[k];  // -inf for a row with no keys in this range
+        part[1] = l[k];
+      }
+#pragma unroll
+      for (int e = 0; e < EPL; e++) {
+        const int i = lane + 32 * e;
+        if (i < head_dim) part[2 + i] = acc[k][e];
+      }
+      continue;
+    }
     float* oh = out + (static_cast<size_t>(t) * n_head + h) * head_dim;
     const float inv = l[k] > 0.f ? 1.f / l[k] : 0.f;
 #pragma unroll
@@ -212,17 +232,22 @@ __global__ void attention_tiled_kernel(const float* q, KvPages cache, float* out
   }
 }
 
+int tiled_query_tile(int n_head, int n_head_kv) { return max(1, kTiledRows / (n_head / n_head_kv)); }
+
 template <int EPL>
-cudaError_t launch_attention_tiled_epl(const float* q, KvPages cache, float* out, int T, const int* pos0, int n_head,
-                                       int n_head_kv, int head_dim, int window, float scale, float softcap,
-                                       cudaStream_t s) {
-  const int G = n_head / n_head_kv;
-  const int qtile = max(1, kTiledRows / G);
+cudaError_t launch_attention_tiled_epl(const float* q, KvPages cache, float* out, float* partials, int T,
+                                       const int* pos0, int n_head, int n_head_kv, int head_dim, int window,
+                                       float scale, float softcap, int n_split, cudaStream_t s) {
+  const int qtile = tiled_query_tile(n_head, n_head_kv);
   const int kt = head_dim <= 256 ? 16 : 8;  // two tiles of kt rows within 48 KiB
-  const dim3 grid(static_cast<unsigned>((T + qtile - 1) / qtile), static_cast<unsigned>(n_head_kv));
+  const dim3 grid(static_cast<unsigned>((T + qtile - 1) / qtile), static_cast<unsigned>(n_head_kv),
+                  static_cast<unsigned>(n_split));
   const size_t smem = 2 * static_cast<size_t>(kt) * head_dim * sizeof(float);
-  PHASELAB_LAUNCH(attention_tiled_kernel<EPL>, grid, 32 * kTiledWarps, smem, s)(q, cache, out, T, pos0, n_head, n_head_kv,
-                                                                               head_dim, window, scale, softcap, qtile, kt);
+  PHASELAB_LAUNCH(attention_tiled_kernel<EPL>, grid, 32 * kTiledWarps, smem, s)(
+      q, cache, out, partials, T, pos0, n_head, n_head_kv, head_dim, window, scale, softcap, qtile, kt, n_split);
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess || n_split == 1) return e;
+  const unsigned mblocks = static_cast<unsigned>((T * n_head + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  PHASELAB_LAUNCH(attention_merge_kernel, mblocks, 32 * kWarpsPerBlock, 0, s)(partials, out, T, n_head, head_dim, n_split);
   return cudaGetLastError();
 }
 
@@ -279,13 +304,22 @@ bool attention_tiled_fits(int n_head, int n_head_kv, int head_dim) {
   return n_head_kv > 0 && n_head % n_head_kv == 0 && n_head / n_head_kv <= kTiledRows && head_dim <= 512;
 }
 
-cudaError_t launch_attention_tiled(const float* q, KvPages cache, float* out, int T, const int* pos0, int n_head,
-                                   int n_head_kv, int head_dim, int window, float scale, float softcap,
-                                   cudaStream_t s) {
-  if (!attention_tiled_fits(n_head, n_head_kv, head_dim) || !cache.table || T < 1) return cudaErrorInvalidValue;
+int attention_tiled_splits(int T, int n_head, int n_head_kv, int n_keys, int sm_count) {
+  const int blocks = (T + tiled_query_tile(n_head, n_head_kv) - 1) / tiled_query_tile(n_head, n_head_kv) * n_head_kv;
+  const int for_gpu = (4 * max(sm_count, 1) + blocks - 1) / max(blocks, 1);  // about 4 blocks per SM
+  const int for_keys = max(1, n_keys / 64);                                   // at least 64 keys per range
+  return max(1, min(32, min(for_gpu, for_keys)));
+}
+
+cudaError_t launch_attention_tiled(const float* q, KvPages cache, float* out, float* partials, int T, const int* pos0,
+                                   int n_head, int n_head_kv, int head_dim, int window, float scale, float softcap,
+                                   int n_split, cudaStream_t s) {
+  if (!attention_tiled_fits(n_head, n_head_kv, head_dim) || !cache.table || T < 1 || n_split < 1 ||
+      (n_split > 1 && !partials))
+    return cudaErrorInvalidValue;
   return with_epl(head_dim, [&](auto epl) {
-    return launch_attention_tiled_epl<decltype(epl)::value>(q, cache, out, T, pos0, n_head, n_head_kv, head_dim, window,
-                                                            scale, softcap, s);
+    return launch_attention_tiled_epl<decltype(epl)::value>(q, cache, out, partials, T, pos0, n_head, n_head_kv,
+                                                            head_dim, window, scale, softcap, n_split, s);
   });
 }
 

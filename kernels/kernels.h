@@ -100,15 +100,21 @@ cudaError_t launch_matvec_gated(const uint8_t* w_gate, TensorType gate_type, siz
 cudaError_t launch_attention(const float* q, KvPages cache, float* out, float* partials, int T, const int* pos0, int n_head, int n_head_kv, int head_dim, int window, float scale,
                              float softcap, int n_split, cudaStream_t s);
 // The same for a prefill batch, tiled: one block per (tile of queries, KV
-// head) loads each tile of key and value rows into shared memory once for
-// all its queries and the heads sharing the KV head (up to 16 rows), so K/V
-// leave global memory once per tile of queries rather than once per query
-// and head. No score matrix either. Only where attention_tiled_fits (at
-// most 16 heads per KV head, head_dim <= 512).
-cudaError_t launch_attention_tiled(const float* q, KvPages cache, float* out, int T, const int* pos0, int n_head,
-                                   int n_head_kv, int head_dim, int window, float scale, float softcap,
-                                   cudaStream_t s);
+// head, key range) loads each tile of key and value rows into shared memory
+// once for all its queries and the heads sharing the KV head (up to 16
+// rows), so K/V leave global memory once per tile of queries rather than
+// once per query and head. No score matrix either. With n_split > 1 the
+// keys are cut into ranges (more blocks at work when there are few query
+// tiles) merged as launch_attention does, partials sized by
+// attention_partials_floats. Only where attention_tiled_fits (at most 16
+// heads per KV head, head_dim <= 512).
+cudaError_t launch_attention_tiled(const float* q, KvPages cache, float* out, float* partials, int T, const int* pos0,
+                                   int n_head, int n_head_kv, int head_dim, int window, float scale, float softcap,
+                                   int n_split, cudaStream_t s);
 bool attention_tiled_fits(int n_head, int n_head_kv, int head_dim);
+// Key ranges for the tiled kernel: about 4 blocks per SM, at least 64 of the
+// n_keys keys per range, at most 32 ranges.
+int attention_tiled_splits(int T, int n_head, int n_head_kv, int n_keys, int sm_count);
 // Floats of partials for T queries and n_split ranges (0 when n_split == 1).
 size_t attention_partials_floats(int T, int n_head, int head_dim, int n_split);
 // Ranges per query: 1 when T * n_head warps already fill the GPU, else

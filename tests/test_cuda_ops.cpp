@@ -360,7 +360,9 @@ class TestCudaOps : public QObject {
     QTest::newRow("tiny heads (8 dims)") << 8 << 8 << 8 << 0 << 0.f << 1 << 5 << 20;
     QTest::newRow("head_dim 80 (partly filled lanes)") << 4 << 4 << 80 << 0 << 0.f << 2 << 5 << 20;
     QTest::newRow("prefill from 0, Gemma 3 shape") << 4 << 1 << 256 << 0 << 0.f << 1 << 37 << 0;
+    QTest::newRow("prefill from 0, Gemma 3 shape, 3 ranges") << 4 << 1 << 256 << 0 << 0.f << 3 << 37 << 0;
     QTest::newRow("prefill, 8 heads per KV head, window 20") << 16 << 2 << 64 << 20 << 0.f << 1 << 29 << 3;
+    QTest::newRow("prefill, 8 heads per KV head, window 20, 5 ranges") << 16 << 2 << 64 << 20 << 0.f << 5 << 29 << 3;
     QTest::newRow("prefill, head_dim 512 (8-row K/V tiles)") << 2 << 1 << 512 << 0 << 0.f << 1 << 11 << 9;
   }
   void attention() {
@@ -408,11 +410,11 @@ class TestCudaOps : public QObject {
                               window, scale, softcap, n_split, nullptr));
     CU(cudaDeviceSynchronize());
     CHECK_NMSE(want, dout.get(), 5e-4);
-    // The tiled prefill kernel, on the same inputs.
+    // The tiled prefill kernel, on the same inputs, with as many key ranges.
     QVERIFY(cuda::attention_tiled_fits(n_head, n_head_kv, HD));
     Dev<float> dout2(q.size());
-    CU(cuda::launch_attention_tiled(dq.p, cache.pages(dk.p, dv.p, dtable.p), dout2.p, T, dpos.p, n_head, n_head_kv, HD,
-                                    window, scale, softcap, nullptr));
+    CU(cuda::launch_attention_tiled(dq.p, cache.pages(dk.p, dv.p, dtable.p), dout2.p, part.p, T, dpos.p, n_head,
+                                    n_head_kv, HD, window, scale, softcap, n_split, nullptr));
     CU(cudaDeviceSynchronize());
     CHECK_NMSE(want, dout2.get(), 5e-4);
   }
@@ -426,6 +428,12 @@ class TestCudaOps : public QObject {
     QCOMPARE(cuda::attention_splits(1, 4, 1 << 20), 32);
     QCOMPARE(cuda::attention_partials_floats(1, 4, 256, 1), size_t{0});
     QCOMPARE(cuda::attention_partials_floats(2, 4, 256, 3), size_t{2 * 4 * 3 * 258});
+    // Tiled: Gemma 3 270M (4 heads, 1 KV head: 16 blocks for 64 tokens) on
+    // 132 SMs wants 33 ranges, capped by 64 keys per range and by 32.
+    QCOMPARE(cuda::attention_tiled_splits(64, 4, 1, 512, 132), 8);
+    QCOMPARE(cuda::attention_tiled_splits(64, 4, 1, 4096, 132), 32);
+    QCOMPARE(cuda::attention_tiled_splits(64, 4, 1, 40, 132), 1);
+    QCOMPARE(cuda::attention_tiled_splits(512, 32, 8, 4096, 132), 1);  // 1024 blocks already
   }
 
   void argmax_and_top_k() {

@@ -164,6 +164,7 @@ class CudaBackend final : public Backend {
   Status init() {
     if (prof_.on()) use_graph_ = false;  // each step timed on its own
     CUDA_TRY(cudaSetDevice(0));
+    CUDA_TRY(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, 0));
     // Check the memory before touching it: weights plus work buffers.
     size_t free_b = 0, total_b = 0;
     CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
@@ -257,7 +258,10 @@ class CudaBackend final : public Backend {
       PHASELAB_TRY(run_decode_graph(kv, token, p0, nullptr, next));
     } else {
       PHASELAB_TRY(upload_batch(kv, &token, 1, p0));
-      PHASELAB_TRY(enqueue(1, LogitsMode::last));
+      if (Status st = enqueue(1, LogitsMode::last, p0 + 1); !st.is_ok()) {
+        cudaStreamSynchronize(stream_);  // the staged copies must finish before the buffers are reused
+        return st;
+      }
       mark_written(kv, p0, 1);
       computed_++;
       PHASELAB_TRY(download_argmax(next));
@@ -298,9 +302,12 @@ class CudaBackend final : public Backend {
   Status reserve(KvCache& kv, int T) {
     const int n = kv.n_past(), first = n / kBlock;
     const int old_tail = n % kBlock ? kv.block_table()[first] : -1;
-    PHASELAB_TRY(kv.reserve(T));
+    // Mirrored even when the reserve fails part way: the host may have made
+    // its copy of the last block already.
+    const Status reserved = kv.reserve(T);
     const std::vector<int>& table = kv.block_table();
-    for (int i = first; i <= (n + T - 1) / kBlock; i++) {
+    const int last = std::min((n + T - 1) / kBlock, static_cast<int>(table.size()) - 1);
+    for (int i = first; i <= last; i++) {
       const int b = table[i];
       if (i == first && old_tail >= 0) {
         if (b != old_tail) {
@@ -315,7 +322,7 @@ class CudaBackend final : public Backend {
       }
       filled_[b] = 0;
     }
-    return Status::ok();
+    return reserved;
   }
 
   // After a forward's kernels wrote positions [p0, p0 + T): the blocks hold
@@ -371,9 +378,14 @@ class CudaBackend final : public Backend {
   // The most partial-result floats any batch size needs for n_ctx keys.
   size_t partials_floats(int n_ctx) const {
     size_t most = 0;
-    for (int T = 1; T <= max_batch_; T++)
+    for (int T = 1; T <= max_batch_; T++) {
       most = std::max(most, cuda::attention_partials_floats(T, c_.n_head, c_.head_dim,
                                                             cuda::attention_splits(T, c_.n_head, n_ctx)));
+      if (T >= kTiledAttentionMin)  // the tiled kernel's ranges, at most n_ctx keys
+        most = std::max(most, cuda::attention_partials_floats(
+                                  T, c_.n_head, c_.head_dim,
+                                  cuda::attention_tiled_splits(T, c_.n_head, c_.n_head_kv, n_ctx, sm_count_)));
+    }
     return most;
   }
 
@@ -476,7 +488,7 @@ class CudaBackend final : public Backend {
   // The layers for T tokens at positions p0..; logits to the host as mode says.
   Status run(const KvCache& kv, const int32_t* tokens, int T, int p0, float* logits_host, LogitsMode mode) {
     PHASELAB_TRY(upload_batch(kv, tokens, T, p0));
-    if (Status st = enqueue(T, mode); !st.is_ok()) {
+    if (Status st = enqueue(T, mode, p0 + T); !st.is_ok()) {
       cudaStreamSynchronize(stream_);  // the staged copies must finish before stage_ is reused
       return st;
     }
@@ -501,7 +513,7 @@ class CudaBackend final : public Backend {
     if (!graph_exec_) {
       cudaGraph_t graph = nullptr;
       CUDA_TRY(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-      const Status st = enqueue(1, LogitsMode::last);
+      const Status st = enqueue(1, LogitsMode::last, 1);
       const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
       cudaError_t inst = cudaErrorUnknown;
       if (st.is_ok() && end == cudaSuccess) inst = cudaGraphInstantiate(&graph_exec_, graph, 0);
@@ -518,7 +530,10 @@ class CudaBackend final : public Backend {
       }
     }
     PHASELAB_TRY(upload_batch(kv, &token, 1, p0));
-    CUDA_TRY(cudaGraphLaunch(graph_exec_, stream_));
+    if (cudaError_t e = cudaGraphLaunch(graph_exec_, stream_); e != cudaSuccess) {
+      cudaStreamSynchronize(stream_);  // the staged copies must finish before the buffers are reused
+      return cuda_status(e, "cudaGraphLaunch", __FILE__, __LINE__);
+    }
     mark_written(kv, p0, 1);
     computed_++;
     if (!logits_host) return download_argmax(next);
@@ -530,11 +545,15 @@ class CudaBackend final : public Backend {
 
   // Every kernel of a forward pass over the tokens and position already in
   // tokens_ / pos_, with no host synchronisation (so it can be captured).
-  Status enqueue(int T, LogitsMode mode) {
+  // n_keys: how many keys the last token sees (a hint for the tiled
+  // attention's key ranges; the kernels read the position from the device).
+  Status enqueue(int T, LogitsMode mode, int n_keys) {
     const int D = c_.n_embd, NQ = c_.n_embd_q(), NKV = c_.n_embd_kv(), HD = c_.head_dim;
     const int n_split = cuda::attention_splits(T, c_.n_head, pool_ctx_);
-    const bool tiled_attention = use_tiled_attention_ && T >= kTiledAttentionMin && n_split == 1 &&
+    const bool tiled_attention = use_tiled_attention_ && T >= kTiledAttentionMin &&
                                  cuda::attention_tiled_fits(c_.n_head, c_.n_head_kv, c_.head_dim);
+    const int tiled_splits =
+        tiled_attention ? cuda::attention_tiled_splits(T, c_.n_head, c_.n_head_kv, n_keys, sm_count_) : 1;
     PHASELAB_TRY(prof_.begin(stream_));
     CUDA_TRY(cuda::launch_embedding(tok_embd_.data, tok_embd_.type, tok_embd_.row_bytes, tokens_, T, D, c_.embd_scale, x_, stream_));
     // xb = the first layer's attention input; later layers get theirs from
@@ -569,8 +588,8 @@ class CudaBackend final : public Backend {
       PHASELAB_TRY(prof_.mark("QK-norm + RoPE + K/V store", stream_));
       const int window = c_.is_swa(il) ? c_.sliding_window : 0;
       if (tiled_attention)  // prefill batches: query tiles share K/V tiles
-        CUDA_TRY(cuda::launch_attention_tiled(q_, pages(il), xb_, T, pos_, c_.n_head, c_.n_head_kv, HD, window,
-                                              c_.attn_scale, c_.attn_logit_softcap, stream_));
+        CUDA_TRY(cuda::launch_attention_tiled(q_, pages(il), xb_, scratch_, T, pos_, c_.n_head, c_.n_head_kv, HD, window,
+                                              c_.attn_scale, c_.attn_logit_softcap, tiled_splits, stream_));
       else
         CUDA_TRY(cuda::launch_attention(q_, pages(il), xb_, scratch_, T, pos_, c_.n_head, c_.n_head_kv, HD, window,
                                         c_.attn_scale, c_.attn_logit_softcap, n_split, stream_));
@@ -635,6 +654,7 @@ class CudaBackend final : public Backend {
   // Prefill attention from kTiledAttentionMin tokens: the tiled kernel
   // (PHASELAB_CUDA_ATTN_TILED=0: the one-warp-per-query kernel throughout).
   static constexpr int kTiledAttentionMin = 4;
+  int sm_count_ = 1;  // the GPU's multiprocessors (the tiled attention's key ranges)
   bool use_tiled_attention_ = std::getenv("PHASELAB_CUDA_ATTN_TILED") == nullptr ||
                               std::strcmp(std::getenv("PHASELAB_CUDA_ATTN_TILED"), "0") != 0;
   // The decode step's graph (valid for the current cache)
