@@ -79,6 +79,19 @@ __device__ __forceinline__ void scale_min_k4(int j, const uint8_t* q, int* sc, i
   }
 }
 
+#ifdef PHASELAB_CUDA_EMULATOR
+// For the emulator's argument checks: the device pointers inside the
+// kernels' struct arguments.
+template <typename F>
+void device_pointers(const KvPages& c, F&& f) {
+  f(c.k), f(c.v), f(c.table);
+}
+template <typename F>
+void device_pointers(const MatvecOut& m, F&& f) {
+  f(m.w), f(m.out);
+}
+#endif
+
 // Offset (floats) of position pos's row in a layer of the paged cache.
 __device__ __forceinline__ size_t kv_row(const int* table, size_t block_stride, int pos, int n_embd_kv) {
   return static_cast<size_t>(table[pos / kKvBlockTokens]) * block_stride +

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <vector>
 
 #include "cuda_emu/cuda_emu.h"
@@ -47,6 +48,26 @@ void warp_sum_kernel(float* out) {
   out[threadIdx.x] = v;
 }
 
+// Lanes below 16 shuffle twice, the others once: lanes at different shuffles.
+void divergent_shuffle_kernel(float* out) {
+  float v = 1.f;
+  if (threadIdx.x < 16) v += __shfl_xor_sync(0xffffffffu, v, 1);
+  v += __shfl_xor_sync(0xffffffffu, v, 2);
+  out[threadIdx.x] = v;
+}
+
+// A struct argument holding a pointer, as the kernels' KvPages does.
+struct Rows {
+  const float* data = nullptr;
+};
+template <typename F>
+void device_pointers(const Rows& r, F&& f) {
+  f(r.data);
+}
+void struct_read_kernel(Rows r, float* out) { out[0] = r.data[0]; }
+
+void copy_kernel(const float* x, float* out) { out[0] = x[0]; }
+
 void add_from_device_kernel(float* x, const int* by) { x[0] += static_cast<float>(*by); }
 void add_value_kernel(float* x, int by) { x[0] += static_cast<float>(by); }
 void read_kernel(const float* x, float* out, int i) { out[0] = x[i]; }
@@ -70,6 +91,8 @@ class TestCudaEmuChecks : public QObject {
     QTest::newRow("shuffle with exited lanes") << 0 << static_cast<int>(cudaErrorLaunchFailure);
     QTest::newRow("barrier half the block reaches") << 1 << static_cast<int>(cudaErrorLaunchFailure);
     QTest::newRow("host pointer passed to a kernel") << 2 << static_cast<int>(cudaErrorIllegalAddress);
+    QTest::newRow("host pointer inside a struct argument") << 3 << static_cast<int>(cudaErrorIllegalAddress);
+    QTest::newRow("lanes at different shuffles") << 4 << static_cast<int>(cudaErrorLaunchFailure);
   }
   void faults() {
     QFETCH(int, which);
@@ -85,6 +108,8 @@ class TestCudaEmuChecks : public QObject {
       if (which == 0) launcher("partial_warp_sum_kernel", partial_warp_sum_kernel, 1, 32, 0, nullptr)(d, 20);
       if (which == 1) launcher("divergent_barrier_kernel", divergent_barrier_kernel, 1, 128, 0, nullptr)(di);
       if (which == 2) launcher("read_kernel", read_kernel, 1, 32, 0, nullptr)(d, host.data(), 0);
+      if (which == 3) launcher("struct_read_kernel", struct_read_kernel, 1, 1, 0, nullptr)(Rows{host.data()}, d);
+      if (which == 4) launcher("divergent_shuffle_kernel", divergent_shuffle_kernel, 1, 32, 0, nullptr)(d);
       _exit(static_cast<int>(cudaDeviceSynchronize()) & 0xff);
     }
     int st = 0;
@@ -109,6 +134,34 @@ class TestCudaEmuChecks : public QObject {
     int st = 0;
     waitpid(pid, &st, 0);
     QVERIFY2(WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV, "a read past a device buffer must fault");
+  }
+
+  // New device memory is garbage on a GPU: NaN here. And a synchronous copy
+  // to the device lands in legacy-stream order, so a non-blocking stream
+  // that does not wait for it reads what was there before.
+  void memory_starts_as_garbage_and_copies_land_in_order() {
+    float *d = nullptr, *out = nullptr;
+    QCOMPARE(cudaMalloc(reinterpret_cast<void**>(&d), sizeof(float)), cudaSuccess);
+    QCOMPARE(cudaMalloc(reinterpret_cast<void**>(&out), sizeof(float)), cudaSuccess);
+    launcher("copy_kernel", copy_kernel, 1, 1, 0, nullptr)(d, out);
+    QVERIFY(std::isnan(download(out, 1)[0]));
+    cudaStream_t s = nullptr;
+    QCOMPARE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+    const float five = 5.f;
+    QCOMPARE(cudaMemcpy(d, &five, sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+    launcher("copy_kernel", copy_kernel, 1, 1, 0, s)(d, out);
+    QCOMPARE(cudaStreamSynchronize(s), cudaSuccess);
+    float got = 0.f;
+    QCOMPARE(cudaMemcpyAsync(&got, out, sizeof(float), cudaMemcpyDeviceToHost, s), cudaSuccess);
+    QCOMPARE(cudaStreamSynchronize(s), cudaSuccess);
+    QVERIFY2(std::isnan(got), "the non-blocking stream did not wait for the copy");
+    QCOMPARE(cudaDeviceSynchronize(), cudaSuccess);  // now the copy has landed
+    launcher("copy_kernel", copy_kernel, 1, 1, 0, s)(d, out);
+    QCOMPARE(cudaStreamSynchronize(s), cudaSuccess);
+    QCOMPARE(download(out, 1)[0], 5.f);
+    cudaStreamDestroy(s);
+    cudaFree(d);
+    cudaFree(out);
   }
 
   void missing_barrier_gives_a_wrong_result() {
@@ -200,6 +253,7 @@ class TestCudaEmuChecks : public QObject {
     int host_by = 10;
     QCOMPARE(cudaMemcpy(x, &zero, sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
     QCOMPARE(cudaMemcpy(by, &host_by, sizeof(int), cudaMemcpyHostToDevice), cudaSuccess);
+    QCOMPARE(cudaDeviceSynchronize(), cudaSuccess);
     QCOMPARE(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
     launcher("add_from_device_kernel", add_from_device_kernel, 1, 1, 0, s)(x, by);
     launcher("add_value_kernel", add_value_kernel, 1, 1, 0, s)(x, host_by);  // 10, fixed at capture
@@ -210,6 +264,7 @@ class TestCudaEmuChecks : public QObject {
     QCOMPARE(download(x, 1)[0], 0.f);  // capturing ran nothing
     host_by = 100;
     QCOMPARE(cudaMemcpy(by, &host_by, sizeof(int), cudaMemcpyHostToDevice), cudaSuccess);
+    QCOMPARE(cudaDeviceSynchronize(), cudaSuccess);  // the non-blocking stream would not wait for the copy
     QCOMPARE(cudaGraphLaunch(exec, s), cudaSuccess);
     QCOMPARE(cudaStreamSynchronize(s), cudaSuccess);
     QCOMPARE(download(x, 1)[0], 110.f);  // 100 read at replay + 10 from capture

@@ -62,10 +62,22 @@ void launch_grid(const char* name, dim3 grid, dim3 block, size_t smem, cudaStrea
 // Records a kernel argument that is a pointer no kernel may dereference.
 void bad_pointer_argument(const char* name, int index, const void* p);
 
+// Pointer arguments must be device memory; a struct argument's pointers are
+// checked by an overload of device_pointers(const S&, F) found by argument-
+// dependent lookup (kernels/common.cuh has those of the kernels' structs),
+// which calls f on each.
+template <typename T>
+void check_pointer(const char* name, int index, const T* p) {
+  if (p && !device_accessible(p, 0)) bad_pointer_argument(name, index, p);
+}
+template <typename S, typename F>
+void device_pointers(const S&, F&&) {}  // a struct without pointers
 template <typename T>
 void check_argument(const char* name, int index, const T& v) {
   if constexpr (std::is_pointer_v<T>) {
-    if (v && !device_accessible(v, 0)) bad_pointer_argument(name, index, v);
+    check_pointer(name, index, v);
+  } else if constexpr (std::is_class_v<T>) {
+    device_pointers(v, [&](const void* p) { check_pointer(name, index, p); });
   }
 }
 
@@ -125,5 +137,14 @@ inline unsigned __float_as_uint(float f) {
   return u;
 }
 inline float rsqrtf(float x) { return 1.f / std::sqrt(x); }
-inline int min(int a, int b) { return a < b ? a : b; }
-inline int max(int a, int b) { return a > b ? a : b; }
+// CUDA's overloads of min and max (mixed arguments convert as there).
+#define PHASELAB_EMU_MINMAX(T)                         \
+  inline T min(T a, T b) { return a < b ? a : b; }     \
+  inline T max(T a, T b) { return a > b ? a : b; }
+PHASELAB_EMU_MINMAX(int)
+PHASELAB_EMU_MINMAX(unsigned)
+PHASELAB_EMU_MINMAX(long long)
+PHASELAB_EMU_MINMAX(unsigned long long)
+PHASELAB_EMU_MINMAX(float)
+PHASELAB_EMU_MINMAX(double)
+#undef PHASELAB_EMU_MINMAX

@@ -233,11 +233,13 @@ cudaError_t enqueue(cudaStream_t s, Op op, const char* api) {
 
 constexpr size_t kStackBytes = size_t{32} << 10;
 
-// Fixed-size fiber stacks, reused from one block to the next.
+// Fixed-size fiber stacks, reused from one block to the next, each above an
+// inaccessible page: a kernel that overflows its stack faults.
 struct StackPool {
   std::vector<void*> free;
   ~StackPool() {
-    for (void* p : free) std::free(p);
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    for (void* p : free) munmap(static_cast<char*>(p) - page, kStackBytes + page);
   }
 };
 struct PooledStack {
@@ -245,8 +247,11 @@ struct PooledStack {
   boost::context::stack_context allocate() {
     void* p = nullptr;
     if (pool->free.empty()) {
-      p = std::malloc(kStackBytes);
-      if (!p) throw std::bad_alloc();
+      const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+      void* m = mmap(nullptr, kStackBytes + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (m == MAP_FAILED) throw std::bad_alloc();
+      mprotect(m, page, PROT_NONE);
+      p = static_cast<char*>(m) + page;
     } else {
       p = pool->free.back();
       pool->free.pop_back();
@@ -339,8 +344,9 @@ std::string where_in_grid(const Block& b) {
 
 // Runs one block to the end. False (and a fault recorded) when its threads
 // cannot all get past a barrier.
-bool run_block(Block& b, const std::function<void()>& body, StackPool& pool) {
+bool run_block(Block& b, const std::function<void()>& body, StackPool& pool, size_t smem) {
   const int n = static_cast<int>(b.threads.size());
+  if (b.smem) std::memset(b.smem, 0xFF, smem);  // shared memory starts as garbage (NaNs) in every block
   for (int i = 0; i < n; i++) {
     EmuThread& t = b.threads[i];
     t.state = State::run;
@@ -365,9 +371,9 @@ bool run_block(Block& b, const std::function<void()>& body, StackPool& pool) {
     }
     // Every thread now waits at a barrier or is done.
     bool released = false;
-    int live = 0, at_block = 0, at_warp = 0;
-    std::string problem;
-    for (int w = 0; w < n; w += 32) {
+    std::string problem;  // what stops the block if nothing else can move
+    std::string fault;    // what stops it now
+    for (int w = 0; w < n && fault.empty(); w += 32) {
       const int lanes = std::min(32, n - w);
       int waiting = 0, done = 0;
       for (int l = 0; l < lanes; l++) {
@@ -376,6 +382,14 @@ bool run_block(Block& b, const std::function<void()>& body, StackPool& pool) {
         done += s == State::done;
       }
       if (waiting == 32) {
+        // The same shuffle for every lane: lanes of a warp at different
+        // shuffles (divergent code) are undefined on a GPU.
+        for (int l = 1; l < 32 && fault.empty(); l++)
+          if (b.threads[w + l].shuffles != b.threads[w].shuffles)
+            fault = "lanes of warp " + std::to_string(w / 32) + " at different shuffles (lane 0 at its shuffle " +
+                    std::to_string(b.threads[w].shuffles) + ", lane " + std::to_string(l) + " at its shuffle " +
+                    std::to_string(b.threads[w + l].shuffles) + ")";
+        if (!fault.empty()) break;
         for (int l = 0; l < 32; l++) b.threads[w + l].state = State::run;
         released = true;
       } else if (waiting > 0 && problem.empty()) {
@@ -384,23 +398,27 @@ bool run_block(Block& b, const std::function<void()>& body, StackPool& pool) {
                   (lanes < 32 ? ", the block has a partial warp" : "") + ")";
       }
     }
-    for (const EmuThread& t : b.threads) {
-      live += t.state != State::done;
-      at_block += t.state == State::block_wait;
-      at_warp += t.state == State::warp_wait;
+    if (fault.empty()) {
+      int live = 0, at_block = 0, at_warp = 0;
+      for (const EmuThread& t : b.threads) {
+        live += t.state != State::done;
+        at_block += t.state == State::block_wait;
+        at_warp += t.state == State::warp_wait;
+      }
+      if (released) continue;
+      if (live == 0) return true;
+      // A barrier must be reached by the whole block: CUDA leaves one that
+      // exited threads skip undefined, so it is a fault here.
+      if (at_warp == 0 && at_block == n) {
+        for (EmuThread& t : b.threads) t.state = State::run;
+        continue;
+      }
+      fault = !problem.empty() ? problem
+                               : "a __syncthreads that " + std::to_string(n - at_block) + " of the block's " +
+                                     std::to_string(n) + " threads never reached (" + std::to_string(n - live) +
+                                     " had exited)";
     }
-    if (released) continue;
-    if (live == 0) return true;
-    // A barrier must be reached by the whole block: CUDA leaves one that
-    // exited threads skip undefined, so it is a fault here.
-    if (at_warp == 0 && at_block == n) {
-      for (EmuThread& t : b.threads) t.state = State::run;
-      continue;
-    }
-    if (problem.empty())
-      problem = "a __syncthreads that " + std::to_string(n - at_block) + " of the block's " + std::to_string(n) +
-                " threads never reached (" + std::to_string(n - live) + " had exited)";
-    device_fault(cudaErrorLaunchFailure, where_in_grid(b) + ": " + problem);
+    device_fault(cudaErrorLaunchFailure, where_in_grid(b) + ": " + fault);
     b.failed = true;
     for (EmuThread& t : b.threads) t.fiber = boost::context::fiber();  // unwinds the suspended threads
     return false;
@@ -430,7 +448,7 @@ void run_blocks(const char* name, dim3 grid, dim3 block, size_t smem, const std:
   for (uint64_t i; !failed.load(std::memory_order_relaxed) && (i = next.fetch_add(1)) < total;) {
     blockIdx = uint3{static_cast<unsigned>(i % grid.x), static_cast<unsigned>(i / grid.x % grid.y),
                      static_cast<unsigned>(i / (static_cast<uint64_t>(grid.x) * grid.y))};
-    if (!run_block(b, body, pool)) failed = true;
+    if (!run_block(b, body, pool, smem)) failed = true;
   }
   t_block = nullptr;
   t_kernel = nullptr;
@@ -684,6 +702,9 @@ cudaError_t allocate(void** p, size_t size, bool pinned, const char* api) {
   a.pinned = pinned;
   void* data = guarded_alloc(size, &a.map);
   if (!data) return api_error(cudaErrorMemoryAllocation, std::string(api) + ": the host is out of memory");
+  // New device memory holds garbage on a GPU: NaNs here, so that reading
+  // what was never written shows.
+  if (!pinned) std::memset(data, 0xFF, size);
   g_allocs[reinterpret_cast<uintptr_t>(data)] = a;
   if (!pinned) g_device_bytes += size;
   *p = data;
@@ -712,12 +733,26 @@ cudaError_t cudaMallocHost(void** p, size_t size) { return allocate(p, size, tru
 cudaError_t cudaHostAlloc(void** p, size_t size, unsigned int) { return allocate(p, size, true, "cudaHostAlloc"); }
 cudaError_t cudaFreeHost(void* p) { return release(p, true, "cudaFreeHost"); }
 
+// A synchronous copy to the device returns once the source has been read:
+// the data lands when the legacy stream gets to it, so work on a
+// non-blocking stream that does not wait for it (cudaDeviceSynchronize)
+// sees the old contents, as it may on a GPU. Copies to the host wait for
+// the legacy stream and the blocking streams, and land at once.
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
   if (capture_active()) return refuse_during_capture("cudaMemcpy");
   if (cudaError_t e = check_copy(dst, src, count, kind, "cudaMemcpy"); e != cudaSuccess) return e;
+  if (count == 0) return status();
+  if (where(dst, count) == Where::device) {
+    auto data = std::make_shared<std::vector<unsigned char>>(static_cast<const unsigned char*>(src),
+                                                             static_cast<const unsigned char*>(src) + count);
+    if (cudaError_t e = enqueue(nullptr, [dst, data] { std::memcpy(dst, data->data(), data->size()); }, "cudaMemcpy");
+        e != cudaSuccess)
+      return e;
+    return status();
+  }
   flush_blocking();
   if (g_sticky != cudaSuccess) return g_sticky;
-  if (count) std::memmove(dst, src, count);
+  std::memmove(dst, src, count);
   return cudaSuccess;
 }
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t stream) {
@@ -734,10 +769,10 @@ cudaError_t cudaMemset(void* p, int value, size_t count) {
   if (capture_active()) return refuse_during_capture("cudaMemset");
   if (count && where(p, count) != Where::device)
     return api_error(cudaErrorInvalidValue, "cudaMemset: not a device range of " + std::to_string(count) + " bytes");
-  flush_blocking();
-  if (g_sticky != cudaSuccess) return g_sticky;
-  if (count) std::memset(p, value, count);
-  return cudaSuccess;
+  if (count == 0) return status();
+  if (cudaError_t e = enqueue(nullptr, [p, value, count] { std::memset(p, value, count); }, "cudaMemset"); e != cudaSuccess)
+    return e;  // lands when the legacy stream gets to it, like a copy to the device
+  return status();
 }
 cudaError_t cudaMemsetAsync(void* p, int value, size_t count, cudaStream_t stream) {
   if (count && where(p, count) != Where::device)
@@ -918,8 +953,12 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t transa, cublasOp
         std::to_string(ldc) + ")");
     return CUBLAS_STATUS_INVALID_VALUE;
   }
+  // The combinations cuBLAS documents for these types: 16-bit or FP32 inputs
+  // with FP32 compute; the FAST_16BF / FAST_TF32 compute types only with
+  // FP32 inputs and output (computed here in full FP32).
+  const bool fast = compute == CUBLAS_COMPUTE_32F_FAST_16BF || compute == CUBLAS_COMPUTE_32F_FAST_TF32;
   if (Atype != Btype || type_bytes(Atype) == 0 || (Ctype != CUDA_R_32F && Ctype != Atype) ||
-      (compute != CUBLAS_COMPUTE_32F && compute != CUBLAS_COMPUTE_32F_FAST_16BF && compute != CUBLAS_COMPUTE_32F_FAST_TF32)) {
+      (compute != CUBLAS_COMPUTE_32F && !fast) || (fast && (Atype != CUDA_R_32F || Ctype != CUDA_R_32F))) {
     say("cublasGemmEx: a type combination the emulator does not implement");
     return CUBLAS_STATUS_NOT_SUPPORTED;
   }
