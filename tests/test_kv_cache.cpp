@@ -176,6 +176,30 @@ class TestKvCache : public QObject {
     QCOMPARE(kv->reuse_prefix(a.data(), 16), 0);  // a was evicted
   }
 
+  // What mirrors of a pool (the CUDA backend's device pool) rely on: pools
+  // have distinct ids, and a block's generation moves on each time it is
+  // handed out, eviction included, and only then.
+  void pools_and_block_lives_are_told_apart() {
+    auto p1 = KvPool::create(small_config(), 2), p2 = KvPool::create(small_config(), 2);
+    QVERIFY(p1.is_ok() && p2.is_ok());
+    QVERIFY((*p1)->id() != (*p2)->id());
+    auto kv = KvCache::create_in(*p1, 64);
+    std::vector<int32_t> a(16, 1), b(16, 2), c(16, 3);
+    QVERIFY(write_tokens(*kv, a));
+    const int ba = kv->block_table()[0];
+    const uint32_t g = (*p1)->generation(ba);
+    QVERIFY(g > 0);
+    kv->clear();  // cached, not handed out: the same life
+    QCOMPARE(kv->reuse_prefix(a.data(), 16), 16);
+    QCOMPARE((*p1)->generation(ba), g);
+    kv->clear();
+    QVERIFY(write_tokens(*kv, b));  // the free block
+    kv->clear();
+    QVERIFY(write_tokens(*kv, c));  // evicts a's block: a new life
+    QCOMPARE(kv->block_table()[0], ba);
+    QCOMPARE((*p1)->generation(ba), g + 1);
+  }
+
   // A prefix-cache hit must give exactly the logits of a cold prefill, on a
   // real model, across a switch between two conversations.
   void prefix_cache_hit_equals_cold_prefill_data() {

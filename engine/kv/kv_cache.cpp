@@ -1,6 +1,7 @@
 #include "phaselab/kv_cache.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <new>
 
@@ -24,6 +25,9 @@ Result<std::shared_ptr<KvPool>> KvPool::create(const ModelConfig& c, int n_block
                          std::to_string((2 * n * sizeof(float)) >> 20) +
                          " MiB, which could not be allocated: lower the context size");
   }
+  static std::atomic<uint64_t> next_id{1};
+  p->id_ = next_id++;
+  p->generation_.assign(n_blocks, 0);
   p->ref_.assign(n_blocks, 0);
   p->published_.assign(n_blocks, 0);
   p->hash_.assign(n_blocks, 0);
@@ -50,6 +54,7 @@ int KvPool::allocate() {
     return -1;
   }
   ref_[b] = 1;
+  generation_[b]++;
   return b;
 }
 

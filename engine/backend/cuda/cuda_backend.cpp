@@ -5,7 +5,8 @@
 // kernels.
 //
 // The K/V cache on the device is paged like the host's KvPool, block for
-// block (same ids, same layout), and the kernels read it through the
+// block (same ids, same layout; a pool is known by KvPool::id and a block's
+// life by KvPool::generation), and the kernels read it through the
 // sequence's block table: the host KvCache stays the bookkeeper (allocation,
 // prefix reuse, copy on write) and its decisions hold for the device's K/V
 // as they are. Only what the host does to its own memory is mirrored: the
@@ -282,7 +283,9 @@ class CudaBackend final : public Backend {
     const std::vector<int>& table = kv.block_table();
     int p = n;
     for (int i = 0; i * kBlock < n; i++) {
-      const int have = filled_[table[i]], need = std::min(kBlock, n - i * kBlock);
+      const int b = table[i];
+      const int have = filled_generation_[b] == kv.pool().generation(b) ? filled_[b] : 0;
+      const int need = std::min(kBlock, n - i * kBlock);
       if (have < need) {
         p = i * kBlock + have;
         break;
@@ -317,10 +320,12 @@ class CudaBackend final : public Backend {
           CUDA_TRY(cudaMemcpyAsync(pool_v_ + b * block_floats(), pool_v_ + old_tail * block_floats(), bytes,
                                    cudaMemcpyDeviceToDevice, stream_));
           filled_[b] = static_cast<uint8_t>(n % kBlock);
+          filled_generation_[b] = kv.pool().generation(b);
         }
         continue;
       }
       filled_[b] = 0;
+      filled_generation_[b] = kv.pool().generation(b);
     }
     return reserved;
   }
@@ -329,8 +334,10 @@ class CudaBackend final : public Backend {
   // them, and nothing after them.
   void mark_written(const KvCache& kv, int p0, int T) {
     const std::vector<int>& table = kv.block_table();
-    for (int i = p0 / kBlock; i * kBlock < p0 + T; i++)
+    for (int i = p0 / kBlock; i * kBlock < p0 + T; i++) {
       filled_[table[i]] = static_cast<uint8_t>(std::min(kBlock, p0 + T - i * kBlock));
+      filled_generation_[table[i]] = kv.pool().generation(table[i]);
+    }
   }
 
   // The batch's tokens and first position to tokens_ / pos_, and the block
@@ -426,7 +433,7 @@ class CudaBackend final : public Backend {
   // blocks empty) when the sequence's pool or context changes.
   Status ensure_pool(const KvCache& kv) {
     const KvPool& pool = kv.pool();
-    if (&pool == pool_id_ && pool.n_blocks() == pool_blocks_ && kv.n_ctx() == pool_ctx_) return Status::ok();
+    if (pool.id() == pool_id_ && pool.n_blocks() == pool_blocks_ && kv.n_ctx() == pool_ctx_) return Status::ok();
     if (graph_exec_) {  // the graph holds the old buffers' addresses
       cudaGraphExecDestroy(graph_exec_);
       graph_exec_ = nullptr;
@@ -441,7 +448,7 @@ class CudaBackend final : public Backend {
     if (table_stage_) cudaFreeHost(table_stage_);
     pool_k_ = pool_v_ = scratch_ = nullptr;
     table_dev_ = table_stage_ = nullptr;
-    pool_id_ = nullptr;  // until the new buffers exist
+    pool_id_ = 0;  // until the new buffers exist
     table_uploaded_.clear();
     const int n_ctx = kv.n_ctx();
     const size_t n = static_cast<size_t>(pool.n_blocks()) * block_floats();
@@ -461,7 +468,8 @@ class CudaBackend final : public Backend {
     CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&table_stage_), table_cap * sizeof(int32_t)));
     table_uploaded_.reserve(table_cap);
     filled_.assign(pool.n_blocks(), 0);
-    pool_id_ = &pool;
+    filled_generation_.assign(pool.n_blocks(), 0);
+    pool_id_ = pool.id();
     pool_blocks_ = pool.n_blocks();
     pool_ctx_ = n_ctx;
     return Status::ok();
@@ -667,9 +675,10 @@ class CudaBackend final : public Backend {
   int32_t* table_dev_ = nullptr;     // the sequence's block table (pool_ctx_ / kBlock entries)
   int32_t* table_stage_ = nullptr;   // pinned staging of the same
   std::vector<int> table_uploaded_;  // what table_dev_ holds
-  const KvPool* pool_id_ = nullptr;  // the host pool mirrored
+  uint64_t pool_id_ = 0;             // the host pool mirrored (KvPool::id)
   int pool_blocks_ = 0, pool_ctx_ = 0;
   std::vector<uint8_t> filled_;
+  std::vector<uint32_t> filled_generation_;  // the KvPool::generation filled_ speaks of
   uint64_t computed_ = 0;  // positions_computed()
 };
 

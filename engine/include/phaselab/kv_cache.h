@@ -36,6 +36,12 @@ class KvPool {
   uint64_t bytes() const { return (k_.size() + v_.size()) * sizeof(float); }
   int refcount(int b) const { return ref_[b]; }
   bool published(int b) const { return published_[b] != 0; }
+  // Identity for mirrors of the pool (the CUDA backend's device pool): a
+  // number no other pool of the process has, and for each block how many
+  // times allocate() has handed it out, so that K/V a mirror holds for a
+  // block's earlier life are known to be stale.
+  uint64_t id() const { return id_; }
+  uint32_t generation(int b) const { return generation_[b]; }
 
   // K/V of one block, layer and slot: [n_embd_kv]
   float* k(int b, int il, int slot) { return k_.data() + offset(b, il, slot); }
@@ -66,7 +72,9 @@ class KvPool {
   }
   void unpublish(int b);
 
+  uint64_t id_ = 0;
   int n_blocks_ = 0, n_layer_ = 0, n_embd_kv_ = 0;
+  std::vector<uint32_t> generation_;
   std::vector<float> k_, v_;  // (n_blocks, n_layer, kBlockTokens, n_embd_kv)
   std::vector<int> ref_;
   std::vector<uint8_t> published_;
