@@ -68,6 +68,11 @@ void struct_read_kernel(Rows r, float* out) { out[0] = r.data[0]; }
 
 void copy_kernel(const float* x, float* out) { out[0] = x[0]; }
 
+// A float load two bytes off its alignment.
+void misaligned_kernel(const float* x, float* out) {
+  out[0] = *reinterpret_cast<const float*>(reinterpret_cast<const char*>(x) + 2);
+}
+
 void add_from_device_kernel(float* x, const int* by) { x[0] += static_cast<float>(*by); }
 void add_value_kernel(float* x, int by) { x[0] += static_cast<float>(by); }
 void read_kernel(const float* x, float* out, int i) { out[0] = x[i]; }
@@ -162,6 +167,24 @@ class TestCudaEmuChecks : public QObject {
     cudaStreamDestroy(s);
     cudaFree(d);
     cudaFree(out);
+  }
+
+  // A GPU faults on a misaligned load (cudaErrorMisalignedAddress); the
+  // emulated kernels are built with UBSan's fatal alignment check.
+  void misaligned_loads_fault() {
+    const pid_t pid = fork();
+    QVERIFY(pid >= 0);
+    if (pid == 0) {
+      float *d = nullptr, *out = nullptr;
+      cudaMalloc(reinterpret_cast<void**>(&d), 16 * sizeof(float));
+      cudaMalloc(reinterpret_cast<void**>(&out), sizeof(float));
+      launcher("misaligned_kernel", misaligned_kernel, 1, 1, 0, nullptr)(d, out);
+      cudaDeviceSynchronize();
+      _exit(0);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    QVERIFY2(!(WIFEXITED(st) && WEXITSTATUS(st) == 0), "a misaligned load must not pass");
   }
 
   void missing_barrier_gives_a_wrong_result() {
