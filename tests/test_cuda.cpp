@@ -128,6 +128,16 @@ class TestCuda : public QObject {
     }
     // The device reused what the host's cache reused: no hidden recomputation.
     QCOMPARE((*gpu)->backend().positions_computed() - g0, (*cpu)->backend().positions_computed() - c0);
+    // A long prompt (prefill batches of 64 with 128 keys and more: the tiled
+    // attention cuts its keys into ranges on a GPU of many SMs).
+    std::vector<int32_t> long_prompt = prompt;
+    for (int i = 0; i < 3; i++) long_prompt.insert(long_prompt.end(), prompt.begin() + 1, prompt.end());
+    QVERIFY(long_prompt.size() >= 150);
+    for (auto* s : {&*gpu, &*cpu}) (*s)->kv().clear();
+    auto lg = (*gpu)->generate(long_prompt, greedy(16));
+    auto lc = (*cpu)->generate(long_prompt, greedy(16));
+    QVERIFY(lg.is_ok() && lc.is_ok());
+    QCOMPARE(lg->tokens, lc->tokens);
   }
 
   // One backend, several caches in turn (each with its own pool): the device

@@ -133,6 +133,13 @@ const Allocation* find_alloc(const void* p, uintptr_t* start) {
   return &it->second;
 }
 
+// The multiprocessors the emulator reports: an H200's 132 by default, so
+// that launch policies decide as they would there (PHASELAB_EMU_SM_COUNT).
+int emulated_sms() {
+  const char* v = std::getenv("PHASELAB_EMU_SM_COUNT");
+  return v && std::atoi(v) > 0 ? std::atoi(v) : 132;
+}
+
 size_t device_total() {
   const char* v = std::getenv("PHASELAB_EMU_DEVICE_MIB");
   const long mib = v ? std::atol(v) : 0;
@@ -658,7 +665,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
   p->totalGlobalMem = device_total();
   p->major = 9;
   p->minor = 0;
-  p->multiProcessorCount = 1;
+  p->multiProcessorCount = emulated_sms();
   p->warpSize = 32;
   p->maxThreadsPerBlock = 1024;
   p->sharedMemPerBlock = size_t{48} << 10;
@@ -671,7 +678,7 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
     case cudaDevAttrMemoryClockRate: *value = 1000000; break;  // kHz: with 64 bits, "16 GB/s"
     case cudaDevAttrGlobalMemoryBusWidth: *value = 64; break;
     case cudaDevAttrClockRate: *value = 1000000; break;
-    case cudaDevAttrMultiProcessorCount: *value = 1; break;
+    case cudaDevAttrMultiProcessorCount: *value = emulated_sms(); break;
     case cudaDevAttrMaxThreadsPerBlock: *value = 1024; break;
     case cudaDevAttrWarpSize: *value = 32; break;
     case cudaDevAttrComputeCapabilityMajor: *value = 9; break;
