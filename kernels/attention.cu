@@ -111,6 +111,16 @@ __global__ void attention_merge_kernel(const float* partials, float* out, int T,
   }
 }
 
+// After a launch of either attention kernel (its error e): with n_split > 1
+// the merge of the partial results into out.
+cudaError_t merge_after(cudaError_t e, const float* partials, float* out, int T, int n_head, int head_dim, int n_split,
+                        cudaStream_t s) {
+  if (e != cudaSuccess || n_split == 1) return e;
+  const unsigned mblocks = static_cast<unsigned>((T * n_head + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  PHASELAB_LAUNCH(attention_merge_kernel, mblocks, 32 * kWarpsPerBlock, 0, s)(partials, out, T, n_head, head_dim, n_split);
+  return cudaGetLastError();
+}
+
 // ---- prefill: query tiles sharing K/V tiles in shared memory -------------
 
 constexpr int kTiledWarps = 4;
@@ -245,10 +255,7 @@ cudaError_t launch_attention_tiled_epl(const float* q, KvPages cache, float* out
   const size_t smem = 2 * static_cast<size_t>(kt) * head_dim * sizeof(float);
   PHASELAB_LAUNCH(attention_tiled_kernel<EPL>, grid, 32 * kTiledWarps, smem, s)(
       q, cache, out, partials, T, pos0, n_head, n_head_kv, head_dim, window, scale, softcap, qtile, kt, n_split);
-  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess || n_split == 1) return e;
-  const unsigned mblocks = static_cast<unsigned>((T * n_head + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  PHASELAB_LAUNCH(attention_merge_kernel, mblocks, 32 * kWarpsPerBlock, 0, s)(partials, out, T, n_head, head_dim, n_split);
-  return cudaGetLastError();
+  return merge_after(cudaGetLastError(), partials, out, T, n_head, head_dim, n_split, s);
 }
 
 template <int EPL>
@@ -259,10 +266,7 @@ cudaError_t launch_attention_epl(const float* q, KvPages cache, float* out, floa
   const unsigned blocks = static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
   PHASELAB_LAUNCH(attention_kernel<EPL>, blocks, 32 * kWarpsPerBlock, 0, s)(q, cache, out, partials, T, pos0, n_head,
                                                                n_head_kv, head_dim, window, scale, softcap, n_split);
-  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess || n_split == 1) return e;
-  const unsigned mblocks = static_cast<unsigned>((T * n_head + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  PHASELAB_LAUNCH(attention_merge_kernel, mblocks, 32 * kWarpsPerBlock, 0, s)(partials, out, T, n_head, head_dim, n_split);
-  return cudaGetLastError();
+  return merge_after(cudaGetLastError(), partials, out, T, n_head, head_dim, n_split, s);
 }
 
 // f(std::integral_constant<int, E>) for the smallest E of 1, 2, 4, 8, 16 with

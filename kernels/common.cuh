@@ -33,10 +33,6 @@ __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
-__device__ __forceinline__ float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
 
 // Sum over a block of blockDim.x threads (a multiple of 32, <= 1024).
 __device__ __forceinline__ float block_sum(float v, float* shared32) {
@@ -47,21 +43,6 @@ __device__ __forceinline__ float block_sum(float v, float* shared32) {
   const int n_warps = blockDim.x / 32;
   v = threadIdx.x < n_warps ? shared32[threadIdx.x] : 0.f;
   if (warp == 0) v = warp_sum(v);
-  if (threadIdx.x == 0) shared32[0] = v;
-  __syncthreads();
-  const float r = shared32[0];
-  __syncthreads();
-  return r;
-}
-
-__device__ __forceinline__ float block_max(float v, float* shared32) {
-  v = warp_max(v);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  if (lane == 0) shared32[warp] = v;
-  __syncthreads();
-  const int n_warps = blockDim.x / 32;
-  v = threadIdx.x < n_warps ? shared32[threadIdx.x] : -INFINITY;
-  if (warp == 0) v = warp_max(v);
   if (threadIdx.x == 0) shared32[0] = v;
   __syncthreads();
   const float r = shared32[0];
