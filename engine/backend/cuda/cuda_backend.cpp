@@ -259,10 +259,7 @@ class CudaBackend final : public Backend {
       PHASELAB_TRY(run_decode_graph(kv, token, p0, nullptr, next));
     } else {
       PHASELAB_TRY(upload_batch(kv, &token, 1, p0));
-      if (Status st = enqueue(1, LogitsMode::last, p0 + 1); !st.is_ok()) {
-        cudaStreamSynchronize(stream_);  // the staged copies must finish before the buffers are reused
-        return st;
-      }
+      if (Status st = enqueue(1, LogitsMode::last, p0 + 1); !st.is_ok()) return after_sync(st);
       mark_written(kv, p0, 1);
       computed_++;
       PHASELAB_TRY(download_argmax(next));
@@ -283,8 +280,7 @@ class CudaBackend final : public Backend {
     const std::vector<int>& table = kv.block_table();
     int p = n;
     for (int i = 0; i * kBlock < n; i++) {
-      const int b = table[i];
-      const int have = filled_generation_[b] == kv.pool().generation(b) ? filled_[b] : 0;
+      const int have = filled(kv, table[i]);
       const int need = std::min(kBlock, n - i * kBlock);
       if (have < need) {
         p = i * kBlock + have;
@@ -319,13 +315,11 @@ class CudaBackend final : public Backend {
                                    cudaMemcpyDeviceToDevice, stream_));
           CUDA_TRY(cudaMemcpyAsync(pool_v_ + b * block_floats(), pool_v_ + old_tail * block_floats(), bytes,
                                    cudaMemcpyDeviceToDevice, stream_));
-          filled_[b] = static_cast<uint8_t>(n % kBlock);
-          filled_generation_[b] = kv.pool().generation(b);
+          set_filled(kv, b, n % kBlock);
         }
         continue;
       }
-      filled_[b] = 0;
-      filled_generation_[b] = kv.pool().generation(b);
+      set_filled(kv, b, 0);
     }
     return reserved;
   }
@@ -334,10 +328,23 @@ class CudaBackend final : public Backend {
   // them, and nothing after them.
   void mark_written(const KvCache& kv, int p0, int T) {
     const std::vector<int>& table = kv.block_table();
-    for (int i = p0 / kBlock; i * kBlock < p0 + T; i++) {
-      filled_[table[i]] = static_cast<uint8_t>(std::min(kBlock, p0 + T - i * kBlock));
-      filled_generation_[table[i]] = kv.pool().generation(table[i]);
-    }
+    for (int i = p0 / kBlock; i * kBlock < p0 + T; i++) set_filled(kv, table[i], std::min(kBlock, p0 + T - i * kBlock));
+  }
+
+  // How many leading slots of block b hold K/V the device computed in the
+  // block's present life (0 after the host handed it out again).
+  int filled(const KvCache& kv, int b) const {
+    return filled_[b].generation == kv.pool().generation(b) ? filled_[b].slots : 0;
+  }
+  void set_filled(const KvCache& kv, int b, int slots) {
+    filled_[b] = BlockFill{kv.pool().generation(b), static_cast<uint8_t>(slots)};
+  }
+
+  // A failed step's status, once the stream has finished what it had (the
+  // staged copies must be done before the staging buffers are reused).
+  Status after_sync(Status st) {
+    cudaStreamSynchronize(stream_);
+    return st;
   }
 
   // The batch's tokens and first position to tokens_ / pos_, and the block
@@ -467,8 +474,7 @@ class CudaBackend final : public Backend {
     allocations_.push_back(table_dev_);
     CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&table_stage_), table_cap * sizeof(int32_t)));
     table_uploaded_.reserve(table_cap);
-    filled_.assign(pool.n_blocks(), 0);
-    filled_generation_.assign(pool.n_blocks(), 0);
+    filled_.assign(pool.n_blocks(), BlockFill{});
     pool_id_ = pool.id();
     pool_blocks_ = pool.n_blocks();
     pool_ctx_ = n_ctx;
@@ -496,10 +502,7 @@ class CudaBackend final : public Backend {
   // The layers for T tokens at positions p0..; logits to the host as mode says.
   Status run(const KvCache& kv, const int32_t* tokens, int T, int p0, float* logits_host, LogitsMode mode) {
     PHASELAB_TRY(upload_batch(kv, tokens, T, p0));
-    if (Status st = enqueue(T, mode, p0 + T); !st.is_ok()) {
-      cudaStreamSynchronize(stream_);  // the staged copies must finish before stage_ is reused
-      return st;
-    }
+    if (Status st = enqueue(T, mode, p0 + T); !st.is_ok()) return after_sync(st);
     mark_written(kv, p0, T);
     computed_ += static_cast<uint64_t>(T);
     if (mode != LogitsMode::none && logits_host) {
@@ -538,10 +541,8 @@ class CudaBackend final : public Backend {
       }
     }
     PHASELAB_TRY(upload_batch(kv, &token, 1, p0));
-    if (cudaError_t e = cudaGraphLaunch(graph_exec_, stream_); e != cudaSuccess) {
-      cudaStreamSynchronize(stream_);  // the staged copies must finish before the buffers are reused
-      return cuda_status(e, "cudaGraphLaunch", __FILE__, __LINE__);
-    }
+    if (cudaError_t e = cudaGraphLaunch(graph_exec_, stream_); e != cudaSuccess)
+      return after_sync(cuda_status(e, "cudaGraphLaunch", __FILE__, __LINE__));
     mark_written(kv, p0, 1);
     computed_++;
     if (!logits_host) return download_argmax(next);
@@ -677,8 +678,11 @@ class CudaBackend final : public Backend {
   std::vector<int> table_uploaded_;  // what table_dev_ holds
   uint64_t pool_id_ = 0;             // the host pool mirrored (KvPool::id)
   int pool_blocks_ = 0, pool_ctx_ = 0;
-  std::vector<uint8_t> filled_;
-  std::vector<uint32_t> filled_generation_;  // the KvPool::generation filled_ speaks of
+  struct BlockFill {
+    uint32_t generation = 0;  // the KvPool::generation the slots were computed in
+    uint8_t slots = 0;        // leading slots computed
+  };
+  std::vector<BlockFill> filled_;
   uint64_t computed_ = 0;  // positions_computed()
 };
 
