@@ -77,6 +77,17 @@ void add_from_device_kernel(float* x, const int* by) { x[0] += static_cast<float
 void add_value_kernel(float* x, int by) { x[0] += static_cast<float>(by); }
 void read_kernel(const float* x, float* out, int i) { out[0] = x[i]; }
 
+// Runs body in a child process (a fault is sticky, or kills the process)
+// and returns the child's wait status; body's return value is its exit code.
+template <typename F>
+int in_child(F&& body) {
+  const pid_t pid = fork();
+  if (pid == 0) _exit(body());
+  int st = -1;
+  if (pid > 0) waitpid(pid, &st, 0);
+  return st;
+}
+
 std::vector<float> download(const float* d, size_t n) {
   std::vector<float> v(n);
   cudaMemcpy(v.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost);
@@ -102,9 +113,7 @@ class TestCudaEmuChecks : public QObject {
   void faults() {
     QFETCH(int, which);
     QFETCH(int, expected);
-    const pid_t pid = fork();
-    QVERIFY(pid >= 0);
-    if (pid == 0) {
+    const int st = in_child([which] {
       float* d = nullptr;
       int* di = nullptr;
       cudaMalloc(reinterpret_cast<void**>(&d), 32 * sizeof(float));
@@ -115,29 +124,23 @@ class TestCudaEmuChecks : public QObject {
       if (which == 2) launcher("read_kernel", read_kernel, 1, 32, 0, nullptr)(d, host.data(), 0);
       if (which == 3) launcher("struct_read_kernel", struct_read_kernel, 1, 1, 0, nullptr)(Rows{host.data()}, d);
       if (which == 4) launcher("divergent_shuffle_kernel", divergent_shuffle_kernel, 1, 32, 0, nullptr)(d);
-      _exit(static_cast<int>(cudaDeviceSynchronize()) & 0xff);
-    }
-    int st = 0;
-    waitpid(pid, &st, 0);
+      return static_cast<int>(cudaDeviceSynchronize()) & 0xff;
+    });
     QVERIFY(WIFEXITED(st));
     QCOMPARE(WEXITSTATUS(st), expected & 0xff);
   }
 
   void reading_past_a_buffer_faults() {
-    const pid_t pid = fork();
-    QVERIFY(pid >= 0);
-    if (pid == 0) {
+    const int st = in_child([] {
       float *d = nullptr, *out = nullptr;
       cudaMalloc(reinterpret_cast<void**>(&d), 1000 * sizeof(float));
       cudaMalloc(reinterpret_cast<void**>(&out), sizeof(float));
       launcher("read_kernel", read_kernel, 1, 1, 0, nullptr)(d, out, 999);  // the last value: fine
-      if (cudaDeviceSynchronize() != cudaSuccess) _exit(3);
+      if (cudaDeviceSynchronize() != cudaSuccess) return 3;
       launcher("read_kernel", read_kernel, 1, 1, 0, nullptr)(d, out, 1004);  // 16 bytes past the end
       cudaDeviceSynchronize();
-      _exit(0);
-    }
-    int st = 0;
-    waitpid(pid, &st, 0);
+      return 0;
+    });
     QVERIFY2(WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV, "a read past a device buffer must fault");
   }
 
@@ -172,19 +175,15 @@ class TestCudaEmuChecks : public QObject {
   // A GPU faults on a misaligned load (cudaErrorMisalignedAddress); the
   // emulated kernels are built with UBSan's fatal alignment check.
   void misaligned_loads_fault() {
-    const pid_t pid = fork();
-    QVERIFY(pid >= 0);
-    if (pid == 0) {
+    const int st = in_child([] {
       float *d = nullptr, *out = nullptr;
       cudaMalloc(reinterpret_cast<void**>(&d), 16 * sizeof(float));
       cudaMalloc(reinterpret_cast<void**>(&out), sizeof(float));
       launcher("misaligned_kernel", misaligned_kernel, 1, 1, 0, nullptr)(d, out);
       cudaDeviceSynchronize();
-      _exit(0);
-    }
-    int st = 0;
-    waitpid(pid, &st, 0);
-    QVERIFY2(!(WIFEXITED(st) && WEXITSTATUS(st) == 0), "a misaligned load must not pass");
+      return 0;
+    });
+    QVERIFY2(st != -1 && !(WIFEXITED(st) && WEXITSTATUS(st) == 0), "a misaligned load must not pass");
   }
 
   void missing_barrier_gives_a_wrong_result() {
