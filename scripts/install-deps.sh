@@ -1,15 +1,25 @@
 #!/usr/bin/env bash
 # Installs the Debian packages PhaseLab needs to build and run (idempotent:
 # nothing is installed when everything is present). Uses sudo when not root.
+# Every package the build or the tests load must be listed here:
+# scripts/check-deps.sh (run by test.sh) fails naming any that is not.
 set -euo pipefail
 
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git python3 python3-pip
-  qt6-base-dev qt6-charts-dev libqt6sql6-sqlite qt6-svg-dev libgl-dev
+  qt6-base-dev qt6-charts-dev libqt6opengl6-dev libqt6sql6-sqlite qt6-svg-dev libgl-dev
   libspdlog-dev libfmt-dev nlohmann-json3-dev libpcre2-dev
   libboost-context-dev
   xvfb xauth
+  # packaging and its test: .deb/.rpm/.tgz, lintian, desktop integration
+  lintian rpm cpio desktop-file-utils appstream shared-mime-info xdg-utils libglib2.0-bin
 )
+
+# --list: the package names, one per line (scripts/check-deps.sh reads them).
+if [[ "${1:-}" == "--list" ]]; then
+  printf '%s\n' "${PACKAGES[@]}"
+  exit 0
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -6,6 +6,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$ROOT/scripts/install-deps.sh"
 MODEL="$("$ROOT/scripts/fetch-model.sh")"
 "$ROOT/scripts/build.sh"
+# A package installed by hand must not hide a broken fresh set-up.
+"$ROOT/scripts/check-deps.sh" "${PHASELAB_BUILD_DIR:-$ROOT/build}"
 export PHASELAB_DEFAULT_MODEL="$MODEL"
 export QT_QPA_PLATFORM=offscreen
 cd "${PHASELAB_BUILD_DIR:-$ROOT/build}"
