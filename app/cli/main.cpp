@@ -21,6 +21,9 @@ void print_usage(FILE* out) {
                "  quantize IN OUT TYPE          rewrite a model's matrices in another tensor type\n"
                "  devices                       the compute devices PhaseLab can use here\n"
                "  twin export|build ...         a random-weight model of another's shapes (for benchmarks)\n\n"
+               "options:\n"
+               "  -h, --help                    this help\n"
+               "  -V, --version                 the version (phaselab-cli X.Y.Z)\n\n"
                "Run 'phaselab-cli COMMAND --help' for a command's options. Exit codes: 0 success,\n"
                "2 bad input (a one-line error on stderr), 1 other failure.\n");
 }
@@ -29,9 +32,13 @@ void print_usage(FILE* out) {
 
 int main(int argc, char** argv) {
   using namespace phaselab::cli;
-  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
     print_usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? kExitBadInput : kExitOk;
+  }
+  if (!std::strcmp(argv[1], "--version") || !std::strcmp(argv[1], "-V") || !std::strcmp(argv[1], "version")) {
+    std::printf("phaselab-cli %s\n", PHASELAB_VERSION);
+    return kExitOk;
   }
   phaselab::init_logging(std::getenv("PHASELAB_LOG") ? std::getenv("PHASELAB_LOG") : "warn");
   const std::string cmd = argv[1];

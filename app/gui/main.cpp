@@ -4,7 +4,9 @@
 #include <QApplication>
 #include <QCommandLineParser>
 #include <QTimer>
+#include <QUrl>
 #include <cstdio>
+#include <cstdlib>
 
 #include "chat_session.h"
 #include "engine_controller.h"
@@ -12,6 +14,7 @@
 #include "main_window.h"
 #include "metrics_dock.h"
 #include "phaselab/log.h"
+#include "app_identity.h"
 
 using namespace phaselab::ui;
 
@@ -20,8 +23,9 @@ int main(int argc, char** argv) {
   QApplication::setOrganizationName(QStringLiteral("PhaseLab"));
   QApplication::setApplicationName(QStringLiteral("PhaseLab"));
   QApplication::setApplicationVersion(QStringLiteral(PHASELAB_VERSION));
-  QApplication::setDesktopFileName(QStringLiteral("phaselab"));
-  phaselab::init_logging("warn", true);
+  applyAppIdentity();  // desktop file name (io.github.phaselab.PhaseLab) and window icon
+  const char* logLevel = std::getenv("PHASELAB_LOG");
+  phaselab::init_logging(logLevel && *logLevel ? logLevel : "warn", true);
 
   QCommandLineParser p;
   p.setApplicationDescription(QStringLiteral("PhaseLab: run language models locally and see how inference works."));
@@ -39,12 +43,28 @@ int main(int argc, char** argv) {
   const QCommandLineOption threads({QStringLiteral("t"), QStringLiteral("threads")}, QStringLiteral("CPU threads for this run."), QStringLiteral("N"));
   const QCommandLineOption db(QStringLiteral("db"), QStringLiteral("Conversation database (default: $PHASELAB_DB or the data folder)."), QStringLiteral("FILE"));
   p.addOptions({model, prompt, shot, quit, nPredict, temp, seed, noKv, ignoreEos, threads, db});
+  p.addPositionalArgument(QStringLiteral("FILE"),
+                          QStringLiteral("GGUF model to open (what a file manager passes; same as --model)."),
+                          QStringLiteral("[FILE.gguf]"));
   p.process(app);
+
+  // The model: --model FILE or the positional FILE (Exec=phaselab %f in the
+  // desktop file), which may arrive as a file:// URL.
+  QString modelPath = p.value(model);
+  const QStringList positional = p.positionalArguments();
+  if (positional.size() > 1 || (!positional.isEmpty() && p.isSet(model))) {
+    std::fprintf(stderr, "phaselab: give one model, either as FILE or with --model (run phaselab --help)\n");
+    return 2;
+  }
+  if (!positional.isEmpty()) {
+    const QUrl url(positional.front());
+    modelPath = url.isLocalFile() ? url.toLocalFile() : positional.front();
+  }
 
   const bool unattended = p.isSet(prompt) || p.isSet(shot) || p.isSet(quit);
   MainWindow::Options options;
   options.dbPath = p.value(db);
-  options.autoLoadLastModel = !p.isSet(model);
+  options.autoLoadLastModel = modelPath.isEmpty();
   options.rememberModel = !unattended;  // a scripted run must not change what the next start loads
   // Unattended runs measure the machine first (if never measured) so the probe
   // does not compete with the answer for the cores.
@@ -97,8 +117,8 @@ int main(int argc, char** argv) {
       if (p.isSet(quit)) QApplication::quit();
     });
   });
-  if (p.isSet(model)) window.loadModel(p.value(model));
-  else if (p.isSet(prompt)) fail(QStringLiteral("--prompt needs --model FILE"));
+  if (!modelPath.isEmpty()) window.loadModel(modelPath);
+  else if (p.isSet(prompt)) fail(QStringLiteral("--prompt needs a model (--model FILE or FILE)"));
 
   const int rc = app.exec();
   return exitCode ? exitCode : rc;

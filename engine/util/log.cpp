@@ -47,6 +47,9 @@ void init_logging(const std::string& console_level, bool to_file) {
   auto logger = std::make_shared<spdlog::logger>("phaselab", sinks.begin(), sinks.end());
   logger->set_level(spdlog::level::trace);
   logger->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] %v");
+  // The file gets few lines (info and up): write each one out at once, so a
+  // crash or a kill keeps the log, and whoever reads it sees it now.
+  logger->flush_on(spdlog::level::info);
   spdlog::set_default_logger(logger);
   g_initialised = true;
 }
