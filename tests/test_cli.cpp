@@ -41,6 +41,19 @@ void expect_bad_input(const Run& r) {
 class TestCli : public QObject {
   Q_OBJECT
  private slots:
+  void version_and_help() {
+    for (const char* flag : {"--version", "-V"}) {
+      const Run v = cli({flag});
+      QCOMPARE(v.code, 0);
+      QVERIFY2(v.out.startsWith("phaselab-cli ") && v.out.count('.') >= 2, qPrintable(v.out));
+    }
+    const Run h = cli({"--help"});
+    QCOMPARE(h.code, 0);
+    QVERIFY(h.out.contains("usage: phaselab-cli COMMAND"));
+    QVERIFY(h.out.contains("--version"));
+    expect_bad_input(cli({"--versio"}));
+  }
+
   void info_describes_stories260k() {
     const Run r = cli({"info", stories()});
     QCOMPARE(r.code, 0);

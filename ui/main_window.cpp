@@ -22,6 +22,7 @@
 #include <QThread>
 #include <QToolButton>
 #include <QComboBox>
+#include <QStackedWidget>
 #include <QToolBar>
 #include <QVBoxLayout>
 
@@ -37,16 +38,12 @@
 #include "model_manager.h"
 #include "phaselab/log.h"
 #include "settings_dialog.h"
+#include "welcome_page.h"
+#include "model_fetcher.h"
 
 namespace phaselab::ui {
 
 namespace {
-const char* const kDefaultModelFile = "gemma-3-270m-q4_k_m.gguf";
-
-QString defaultModelPath() {
-  return QDir(QString::fromStdString(user_model_dir())).filePath(QString::fromLatin1(kDefaultModelFile));
-}
-
 QFrame* makeBanner(QLabel** text, const QColor& color) {
   auto* frame = new QFrame;
   frame->setFrameShape(QFrame::StyledPanel);
@@ -89,16 +86,21 @@ MainWindow::MainWindow(const Options& options, QWidget* parent) : QMainWindow(pa
   m_errorBanner->layout()->addWidget(dismiss);
   connect(dismiss, &QToolButton::clicked, this, &MainWindow::clearError);
   col->addWidget(m_errorBanner);
-  m_welcome = makeBanner(&m_welcomeText, QColor(214, 232, 255));
-  auto* loadDefault = new QPushButton(tr("Load it"));
-  m_welcome->layout()->addWidget(loadDefault);
-  connect(loadDefault, &QPushButton::clicked, this, [this] { loadModel(defaultModelPath()); });
-  col->addWidget(m_welcome);
-  createChatToolbar(col);
+  m_pages = new QStackedWidget;
+  m_chatPage = new QWidget;
+  auto* chatColumn = new QVBoxLayout(m_chatPage);
+  chatColumn->setContentsMargins(0, 0, 0, 0);
+  createChatToolbar(chatColumn);
   m_chatView = new ChatView;
-  col->addWidget(m_chatView, 1);
+  chatColumn->addWidget(m_chatView, 1);
   m_composer = new ChatComposer;
-  col->addWidget(m_composer);
+  chatColumn->addWidget(m_composer);
+  m_pages->addWidget(m_chatPage);
+  m_welcomePage = new WelcomePage;
+  connect(m_welcomePage, &WelcomePage::openFileRequested, this, &MainWindow::openModelDialog);
+  connect(m_welcomePage, &WelcomePage::loadRequested, this, &MainWindow::loadModel);
+  m_pages->addWidget(m_welcomePage);
+  col->addWidget(m_pages, 1);
   setCentralWidget(central);
 
   // The list needs the store open: open it first.
@@ -127,6 +129,7 @@ MainWindow::MainWindow(const Options& options, QWidget* parent) : QMainWindow(pa
   connect(m_chat, &ChatSession::conversationOpened, this, [this](qint64 id, const QList<MessageRecord>& messages) {
     m_chatView->setMessages(messages);
     m_conversations->setCurrent(id);
+    updateWelcome();
     m_composer->focusEditor();
   });
   connect(m_chat, &ChatSession::conversationsChanged, this, [this] {
@@ -149,6 +152,7 @@ MainWindow::MainWindow(const Options& options, QWidget* parent) : QMainWindow(pa
   connect(m_engine, &EngineController::modelLoadStarted, this, [this](const QString& path) {
     m_loadingPath = path;
     m_modelLabel->setText(tr("Loading %1…").arg(QFileInfo(path).fileName()));
+    updateWelcome();
     if (!m_loadProgress) {
       // Busy indicator: the load is an mmap plus validation, with no
       // meaningful percentage. Shown only if it takes longer than 300 ms.
@@ -176,6 +180,7 @@ MainWindow::MainWindow(const Options& options, QWidget* parent) : QMainWindow(pa
   connect(m_engine, &EngineController::modelLoadCancelled, this, [this, endLoad] {
     endLoad();
     m_modelLabel->setText(tr("No model (load cancelled)"));
+    updateWelcome();
   });
   connect(m_engine, &EngineController::modelUnloaded, this, [this] {
     m_modelLabel->setText(tr("No model"));
@@ -338,6 +343,8 @@ void MainWindow::clearError() { m_errorBanner->hide(); }
 
 void MainWindow::onModelLoaded(const ModelInfo& info) {
   if (m_loadProgress) m_loadProgress->cancel();
+  spdlog::info("gui: loaded model {} ({}, {} backend)", info.path.toStdString(), info.name.toStdString(),
+               info.backend.toStdString());
   m_modelLabel->setText(tr("%1 · %2 · %3").arg(info.name, info.backend, info.typeMix));
   setWindowTitle(QStringLiteral("PhaseLab — %1").arg(info.name));
   m_metrics->setModel(info);
@@ -369,16 +376,19 @@ void MainWindow::onBusyChanged(bool busy) {
 }
 
 void MainWindow::updateWelcome() {
-  const bool offer = !m_engine->hasModel() && !m_engine->isLoading() && QFileInfo::exists(defaultModelPath());
-  if (offer)
-    m_welcomeText->setText(tr("No model is loaded. The default model (Gemma 3 270M, Q4_K_M) is in your model "
-                              "folder: load it, or open another GGUF with Ctrl+O or by dropping it here."));
-  m_welcome->setVisible(offer);
+  const bool welcome = !m_engine->hasModel() && !m_engine->isLoading() && m_chat->messages().isEmpty();
+  if (welcome) m_welcomePage->refresh();
+  m_pages->setCurrentWidget(welcome ? static_cast<QWidget*>(m_welcomePage) : m_chatPage);
 }
 
+bool MainWindow::isWelcomeShown() const { return m_pages->currentWidget() == m_welcomePage; }
+
 void MainWindow::openModelDialog() {
-  const QString path = QFileDialog::getOpenFileName(this, tr("Open a GGUF model"),
-                                                    QString::fromStdString(user_model_dir()), tr("GGUF models (*.gguf)"));
+  // The dialog starts in the model folder, made if it does not exist yet.
+  const QString dir = QString::fromStdString(user_model_dir());
+  QDir().mkpath(dir);
+  const QString path = QFileDialog::getOpenFileName(this, tr("Open a GGUF model"), dir,
+                                                    tr("GGUF models (*.gguf);;All files (*)"));
   if (!path.isEmpty()) loadModel(path);
 }
 

@@ -15,6 +15,7 @@ class QPushButton;
 
 class QVBoxLayout;
 class QComboBox;
+class QStackedWidget;
 
 namespace phaselab::ui {
 
@@ -24,6 +25,7 @@ class ChatView;
 class ChatComposer;
 class ConversationList;
 class MetricsDock;
+class WelcomePage;
 
 class MainWindow : public QMainWindow {
   Q_OBJECT
@@ -54,6 +56,8 @@ class MainWindow : public QMainWindow {
   ChatComposer* composer() const { return m_composer; }
   ConversationList* conversationList() const { return m_conversations; }
   MetricsDock* metricsDock() const { return m_metrics; }
+  WelcomePage* welcomePage() const { return m_welcomePage; }
+  bool isWelcomeShown() const;
   ConversationStore* store() { return &m_store; }
 
  signals:
@@ -81,6 +85,8 @@ class MainWindow : public QMainWindow {
   void regenerateMessage(qint64 id);
   void editMessage(qint64 id);
   void startHardwareProbe();
+  // The welcome page replaces the chat while no model is loaded (or loading)
+  // and the open conversation is empty.
   void updateWelcome();
 
   Options m_options;
@@ -95,8 +101,9 @@ class MainWindow : public QMainWindow {
   MetricsDock* m_metrics = nullptr;
   QFrame* m_errorBanner = nullptr;
   QLabel* m_errorText = nullptr;
-  QFrame* m_welcome = nullptr;
-  QLabel* m_welcomeText = nullptr;
+  QStackedWidget* m_pages = nullptr;  // the chat, or the welcome page
+  QWidget* m_chatPage = nullptr;
+  WelcomePage* m_welcomePage = nullptr;
   QLabel* m_modelLabel = nullptr;
   QProgressDialog* m_loadProgress = nullptr;
   QString m_lastError;
