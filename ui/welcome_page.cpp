@@ -41,16 +41,16 @@ WelcomePage::WelcomePage(QWidget* parent) : QWidget(parent), m_fetcher(new Model
   m_defaultText->setAlignment(Qt::AlignHCenter);
   column->addWidget(m_defaultText);
 
-  auto* buttons = new QHBoxLayout;
-  buttons->addStretch(1);
+  // One above the other: the page stays narrow enough for an 800 px window
+  // with both side panels open.
+  auto* buttons = new QVBoxLayout;
   m_fetchButton = new QPushButton;
   m_fetchButton->setObjectName(QStringLiteral("fetchDefaultModel"));
   m_fetchButton->setDefault(true);
-  buttons->addWidget(m_fetchButton);
+  buttons->addWidget(m_fetchButton, 0, Qt::AlignHCenter);
   m_openButton = new QPushButton(tr("Open a GGUF File…"));
   m_openButton->setObjectName(QStringLiteral("openModelFile"));
-  buttons->addWidget(m_openButton);
-  buttons->addStretch(1);
+  buttons->addWidget(m_openButton, 0, Qt::AlignHCenter);
   column->addLayout(buttons);
 
   auto* progressRow = new QHBoxLayout;
@@ -72,7 +72,7 @@ WelcomePage::WelcomePage(QWidget* parent) : QWidget(parent), m_fetcher(new Model
 
   auto* centre = new QHBoxLayout;
   centre->addStretch(1);
-  centre->addLayout(column, 4);
+  centre->addLayout(column, 8);
   centre->addStretch(1);
   outer->addLayout(centre);
   outer->addStretch(2);

@@ -69,7 +69,8 @@ for f in /usr/bin/phaselab /usr/bin/phaselab-cli /usr/libexec/phaselab/phaselab-
          /usr/share/metainfo/$ID.metainfo.xml /usr/share/icons/hicolor/scalable/apps/$ID.svg \
          /usr/share/icons/hicolor/48x48/apps/$ID.png /usr/share/icons/hicolor/256x256/apps/$ID.png \
          /usr/share/man/man1/phaselab.1.gz /usr/share/man/man1/phaselab-cli.1.gz \
-         /usr/share/doc/phaselab/copyright /usr/share/doc/phaselab/changelog.Debian.gz; do
+         /usr/share/doc/phaselab/copyright /usr/share/doc/phaselab/changelog.Debian.gz \
+         /usr/share/phaselab/text/eval-en.txt /usr/share/phaselab/text/demo-prompts.txt; do
   grep -qxF "$f" "$WORK/app.list" || fail "$APP_DEB lacks $f"
 done
 grep -q "libphaselab_cuda" "$WORK/app.list" && fail "the CUDA backend belongs in phaselab-cuda, not phaselab"
