@@ -242,7 +242,12 @@ class TestCpuKernels : public QObject {
                    qPrintable(QString("%1 row %2 token %3: %4 vs %5").arg(k->isa).arg(r).arg(t).arg(v).arg(many[r * 4 + t])));
         }
     }
-    QVERIFY(checked > 0 || simd_kernels().empty());
+    if (checked == 0 && !simd_kernels().empty()) {
+      // Only the VNNI kernel sets take the grouped Q8_0 layout (with maddubs,
+      // q + 128 would saturate int16); every other format must be checked.
+      QVERIFY2(tt == TensorType::Q8_0, "no SIMD kernel set on this CPU repacks this format");
+      QSKIP("no kernel set on this CPU repacks Q8_0: the grouped Q8_0 layout needs AVX-VNNI or AVX-512 VNNI");
+    }
   }
 
   void float_weight_dots_match_data() {
