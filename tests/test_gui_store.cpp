@@ -1,14 +1,22 @@
 // ConversationStore: persistence across restarts and kills, migrations,
 // tolerance of bad rows.
+#include <QApplication>
+#include <QCryptographicHash>
+#include <QDir>
 #include <QFile>
 #include <QProcess>
+#include <QRandomGenerator>
+#include <unistd.h>
 #include <QSqlDatabase>
 #include <QSqlQuery>
 #include <QTemporaryDir>
 #include <QTest>
 
+#include "chat_session.h"
 #include "conversation_store.h"
+#include "engine_controller.h"
 #include "gui_test_util.h"
+#include "main_window.h"
 
 using namespace phaselab::ui;
 
@@ -40,6 +48,25 @@ class RawDb {
   static inline int s_count = 0;
   QString m_name;
 };
+
+QByteArray fileHash(const QString& path) {
+  QFile f(path);
+  if (!f.open(QIODevice::ReadOnly)) return {};
+  return QCryptographicHash::hash(f.readAll(), QCryptographicHash::Sha256);
+}
+
+// A closed, checkpointed database with one conversation (the data in the
+// main file, not in the WAL).
+void writeGoodDb(const QString& path) {
+  ConversationStore s;
+  QVERIFY(s.open(path));
+  const qint64 c = s.createConversation(QStringLiteral("kept"));
+  for (int i = 0; i < 40; i++) s.addMessage(c, QStringLiteral("user"), QString(400, QChar(u'a' + i % 26)));
+  s.close();
+  RawDb raw(path);
+  raw.exec(QStringLiteral("PRAGMA wal_checkpoint(TRUNCATE)"));
+  raw.exec(QStringLiteral("PRAGMA journal_mode=DELETE"));
+}
 
 }  // namespace
 
@@ -168,6 +195,130 @@ class TestGuiStore : public QObject {
     QCOMPARE(s.messages(b).size(), 0);  // cascaded
   }
 
+  // Each way a database can be unusable: open() refuses it without writing
+  // a byte, the window chats in memory, says "not saved", and can move the
+  // file aside and start a fresh one.
+  void unusable_database_never_blocks_chatting_data() {
+    QTest::addColumn<QString>("damage");
+    QTest::addColumn<QString>("message");
+    for (const char* d : {"version -1", "version -5", "newer schema", "missing table", "truncated", "garbage page",
+                          "not a database", "folder in its place"})
+      QTest::newRow(d) << QString::fromLatin1(d) << QString();
+  }
+  void unusable_database_never_blocks_chatting() {
+    QFETCH(QString, damage);
+    const QString path = freshPath();
+    if (damage == QLatin1String("folder in its place")) {
+      QVERIFY(QDir().mkpath(path));
+    } else if (damage == QLatin1String("not a database")) {
+      QFile f(path);
+      QVERIFY(f.open(QIODevice::WriteOnly));
+      for (int i = 0; i < 4096; i++) f.putChar(char(QRandomGenerator::global()->generate()));
+    } else {
+      writeGoodDb(path);
+      RawDb raw(path);
+      if (damage.startsWith(QLatin1String("version "))) {
+        QVERIFY(raw.exec(QStringLiteral("UPDATE schema_version SET version = %1").arg(damage.mid(8))));
+      } else if (damage == QLatin1String("newer schema")) {
+        QVERIFY(raw.exec(QStringLiteral("UPDATE schema_version SET version = 99")));
+      } else if (damage == QLatin1String("missing table")) {
+        QVERIFY(raw.exec(QStringLiteral("DROP TABLE messages")));
+      }
+    }
+    if (damage == QLatin1String("truncated") || damage == QLatin1String("garbage page")) {
+      QFile f(path);
+      QVERIFY(f.open(QIODevice::ReadWrite));
+      const qint64 size = f.size();
+      QVERIFY(size >= 4 * 4096);
+      if (damage == QLatin1String("truncated")) {
+        QVERIFY(f.resize(size / 2));
+      } else {
+        QVERIFY(f.seek(2 * 4096));
+        QByteArray junk(4096, '\0');
+        for (char& c : junk) c = char(QRandomGenerator::global()->generate());
+        f.write(junk);
+      }
+    }
+    const QByteArray before = fileHash(path);
+
+    ConversationStore s;
+    QVERIFY2(!s.open(path), qPrintable(damage + QStringLiteral(": opened")));
+    QVERIFY(!s.lastError().isEmpty());
+    QCOMPARE(fileHash(path), before);  // not a byte written
+
+    {
+      MainWindow::Options o;
+      o.dbPath = path;
+      o.measureHardware = false;
+      o.autoLoadLastModel = false;
+      MainWindow w(o);
+      w.show();
+      QVERIFY(w.isStoreWarningShown());
+      QVERIFY(w.isNotSavedShown());
+      QVERIFY(w.store()->isOpen() && !w.store()->isPersistent());
+      // Chatting goes on, in memory.
+      const qint64 c = w.store()->createConversation(QStringLiteral("in memory"));
+      QVERIFY(c > 0);
+      QVERIFY(w.store()->addMessage(c, QStringLiteral("user"), QStringLiteral("hello")) > 0);
+      QCOMPARE(fileHash(path), before);
+
+      w.moveDatabaseAside();
+      QVERIFY(!w.isStoreWarningShown());
+      QVERIFY(!w.isNotSavedShown());
+      QVERIFY(w.store()->isPersistent());
+    }
+    // The damaged file is kept, byte for byte, beside a fresh database.
+    const QStringList aside = QDir(QFileInfo(path).absolutePath())
+                                  .entryList({QFileInfo(path).fileName() + QStringLiteral(".damaged-*")});
+    QCOMPARE(aside.size(), 1);
+    const QString kept = QFileInfo(path).absolutePath() + QLatin1Char('/') + aside.front();
+    if (!before.isEmpty()) QCOMPARE(fileHash(kept), before);
+    ConversationStore fresh;
+    QVERIFY2(fresh.open(path), qPrintable(fresh.lastError()));
+    QCOMPARE(fresh.schemaVersion(), ConversationStore::kSchemaVersion);
+  }
+
+  void read_only_database_is_not_written() {
+    if (::geteuid() == 0) QSKIP("running as root, which can write a read-only file");
+    const QString path = freshPath();
+    writeGoodDb(path);
+    QVERIFY(QFile::setPermissions(path, QFile::ReadOwner | QFile::ReadUser));
+    const QByteArray before = fileHash(path);
+    ConversationStore s;
+    QVERIFY(!s.open(path));
+    QVERIFY2(s.lastError().contains(QLatin1String("cannot be written")), qPrintable(s.lastError()));
+    QCOMPARE(fileHash(path), before);
+  }
+
+  // A chat goes through, with a model, while the database is unusable.
+  void send_works_when_the_database_cannot_be_used() {
+    const QString path = freshPath();
+    QVERIFY(QDir().mkpath(path));  // a folder where the file should be
+    MainWindow::Options o;
+    o.dbPath = path;
+    o.measureHardware = false;
+    o.autoLoadLastModel = false;
+    MainWindow w(o);
+    w.show();
+    QSignalSpy ready(&w, &MainWindow::modelReady);
+    EngineConfig c;
+    c.threads = 1;
+    w.setEngineConfig(c);
+    w.loadModel(testing::stories());
+    QVERIFY(ready.wait(20000));
+    GenerationSettings g;
+    g.temperature = 0;
+    g.maxTokens = 8;
+    w.setGenerationSettings(g);
+    QSignalSpy finished(w.chatSession(), &ChatSession::answerFinished);
+    QVERIFY2(w.sendMessage(QStringLiteral("Once upon a time")), qPrintable(w.lastError()));
+    QVERIFY(finished.wait(30000));
+    const MessageRecord answer = finished.last().at(1).value<MessageRecord>();
+    QVERIFY2(answer.state != QLatin1String("error"), qPrintable(answer.stats.error));
+    QVERIFY(!answer.content.isEmpty());
+    QVERIFY(QFileInfo(path).isDir());
+  }
+
   // The real application, killed while it streams a long answer: what it
   // saved must be readable, marked interrupted, and not empty.
   void killed_process_keeps_partial_answer() {
@@ -215,5 +366,5 @@ class TestGuiStore : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestGuiStore)
+QTEST_MAIN(TestGuiStore)
 #include "test_gui_store.moc"

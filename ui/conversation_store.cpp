@@ -1,6 +1,7 @@
 #include "conversation_store.h"
 
 #include <QDir>
+#include <QFile>
 #include <QFileInfo>
 #include <QJsonDocument>
 #include <QSqlDatabase>
@@ -56,10 +57,59 @@ QString ConversationStore::defaultPath() {
 
 bool ConversationStore::open(const QString& path) {
   close();
-  QDir().mkpath(QFileInfo(path).absolutePath());
+  m_persistent = false;
+  const QFileInfo info(path);
+  if (info.exists() && !info.isFile()) {
+    m_lastError = QStringLiteral("%1 is not a file (a folder or a device is in its place)").arg(path);
+    return false;
+  }
+  if (!info.exists() && !QDir().mkpath(info.absolutePath())) {
+    m_lastError = QStringLiteral("cannot create the folder %1").arg(info.absolutePath());
+    return false;
+  }
+  if (!openConnection(path)) return false;
+  // Everything is read and checked before the first write: a file that fails
+  // a check is left exactly as it was.
+  if (!checkBeforeWriting(info.exists() && info.size() > 0)) {
+    const QString err = m_lastError;
+    close();
+    m_lastError = err;
+    return false;
+  }
+  // WAL + synchronous=NORMAL: a commit survives a killed process (the OS has
+  // the WAL pages); only a power loss can drop the last commits.
+  if (!exec(QStringLiteral("PRAGMA journal_mode=WAL")) || !exec(QStringLiteral("PRAGMA synchronous=NORMAL")) ||
+      !exec(QStringLiteral("PRAGMA foreign_keys=ON")) || !exec(QStringLiteral("PRAGMA busy_timeout=2000")) ||
+      !migrate()) {
+    const QString err = m_lastError;
+    close();
+    m_lastError = QStringLiteral("%1 cannot be written (%2)").arg(path, err);
+    return false;
+  }
+  // An answer still marked streaming was cut off by a crash or a kill: keep
+  // the text, say so.
+  exec(QStringLiteral("UPDATE messages SET state='interrupted' WHERE state='streaming'"));
+  m_persistent = true;
+  return true;
+}
+
+bool ConversationStore::openInMemory() {
+  close();
+  m_persistent = false;
+  if (!openConnection(QStringLiteral(":memory:"))) return false;
+  return exec(QStringLiteral("PRAGMA foreign_keys=ON")) && migrate();
+}
+
+bool ConversationStore::openConnection(const QString& path) {
   const QString name = QStringLiteral("phaselab-store-%1").arg(g_connectionCounter.fetch_add(1));
   {
     QSqlDatabase db = QSqlDatabase::addDatabase(QStringLiteral("QSQLITE"), name);
+    if (!db.isValid()) {
+      m_lastError = QStringLiteral("Qt's SQLite driver is missing (install libqt6sql6-sqlite)");
+      db = QSqlDatabase();
+      QSqlDatabase::removeDatabase(name);
+      return false;
+    }
     db.setDatabaseName(path);
     if (!db.open()) {
       m_lastError = QStringLiteral("cannot open %1: %2").arg(path, db.lastError().text());
@@ -69,20 +119,70 @@ bool ConversationStore::open(const QString& path) {
     }
   }
   m_connection = name;
-  // WAL + synchronous=NORMAL: a commit survives a killed process (the OS has
-  // the WAL pages); only a power loss can drop the last commits.
-  if (!exec(QStringLiteral("PRAGMA journal_mode=WAL")) || !exec(QStringLiteral("PRAGMA synchronous=NORMAL")) ||
-      !exec(QStringLiteral("PRAGMA foreign_keys=ON")) || !exec(QStringLiteral("PRAGMA busy_timeout=2000")) ||
-      !migrate()) {
-    const QString err = m_lastError;
-    close();
-    m_lastError = err;
+  return true;
+}
+
+bool ConversationStore::checkBeforeWriting(bool existing) {
+  if (!existing) return true;
+  QSqlQuery q(QSqlDatabase::database(m_connection, false));
+  // integrity_check reads every page: it fails on a truncated file, a garbage
+  // page or a file that is not a database at all.
+  if (!q.exec(QStringLiteral("PRAGMA integrity_check"))) {
+    m_lastError = QStringLiteral("the file is not a readable SQLite database (%1)").arg(q.lastError().text());
     return false;
   }
-  // An answer still marked streaming was cut off by a crash or a kill: keep
-  // the text, say so.
-  exec(QStringLiteral("UPDATE messages SET state='interrupted' WHERE state='streaming'"));
+  QStringList problems;
+  while (q.next()) problems << q.value(0).toString();
+  if (problems != QStringList{QStringLiteral("ok")}) {
+    m_lastError = QStringLiteral("the database is damaged (integrity check: %1)").arg(problems.mid(0, 3).join(QStringLiteral("; ")));
+    return false;
+  }
+  auto hasTable = [this](const char* table) {
+    QSqlQuery t(QSqlDatabase::database(m_connection, false));
+    t.prepare(QStringLiteral("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ?"));
+    t.addBindValue(QString::fromLatin1(table));
+    return t.exec() && t.next() && t.value(0).toInt() == 1;
+  };
+  if (!hasTable("schema_version")) {
+    QSqlQuery any(QSqlDatabase::database(m_connection, false));
+    if (any.exec(QStringLiteral("SELECT COUNT(*) FROM sqlite_master")) && any.next() && any.value(0).toInt() > 0) {
+      m_lastError = QStringLiteral("the file holds other tables but no PhaseLab schema: it is not a PhaseLab conversation database");
+      return false;
+    }
+    return true;  // an empty database: the migrations will create the schema
+  }
+  const int version = schemaVersion();
+  if (version < 0) {
+    m_lastError = QStringLiteral("the database's schema version is %1, which no PhaseLab writes: the file is damaged")
+                      .arg(version);
+    return false;
+  }
+  if (version > kSchemaVersion) {
+    m_lastError = QStringLiteral("the database has schema version %1, newer than this PhaseLab (%2): "
+                                 "update PhaseLab or set PHASELAB_DB to another file")
+                      .arg(version)
+                      .arg(kSchemaVersion);
+    return false;
+  }
+  if (version >= 1)
+    for (const char* table : {"conversations", "messages"})
+      if (!hasTable(table)) {
+        m_lastError = QStringLiteral("the database is damaged: its table '%1' is missing").arg(QString::fromLatin1(table));
+        return false;
+      }
   return true;
+}
+
+QString ConversationStore::moveAside(const QString& path, QString* error) {
+  const QString aside = QStringLiteral("%1.damaged-%2").arg(path, QDateTime::currentDateTime().toString(QStringLiteral("yyyyMMdd-HHmmss")));
+  if (!QFile::rename(path, aside) && !QDir().rename(path, aside)) {
+    if (error) *error = QStringLiteral("cannot rename %1 (is its folder writable?)").arg(path);
+    return {};
+  }
+  // The WAL and shared-memory files belong to the damaged database.
+  for (const char* suffix : {"-wal", "-shm"})
+    if (QFile::exists(path + QLatin1String(suffix))) QFile::rename(path + QLatin1String(suffix), aside + QLatin1String(suffix));
+  return aside;
 }
 
 void ConversationStore::close() {
@@ -120,11 +220,8 @@ bool ConversationStore::migrate() {
     if (q.next() && q.value(0).toInt() == 0 && !exec(QStringLiteral("INSERT INTO schema_version VALUES (0)")))
       return false;
   }
-  if (version > kSchemaVersion) {
-    m_lastError = QStringLiteral("the database has schema version %1, newer than this PhaseLab (%2): "
-                                 "update PhaseLab or set PHASELAB_DB to another file")
-                      .arg(version)
-                      .arg(kSchemaVersion);
+  if (version < 0 || version > kSchemaVersion) {  // checkBeforeWriting() said why
+    m_lastError = QStringLiteral("unexpected schema version %1").arg(version);
     return false;
   }
   QSqlDatabase db = QSqlDatabase::database(m_connection, false);

@@ -37,10 +37,22 @@ class ConversationStore : public QObject {
   explicit ConversationStore(QObject* parent = nullptr);
   ~ConversationStore() override;
 
-  // Opens (creating if needed) and migrates. False with lastError() on failure.
+  // Opens (creating if needed) and migrates. False with lastError() on
+  // failure, in which case the file was not written to: a damaged file (fails
+  // SQLite's integrity check, misses a table, has a negative or newer schema
+  // version), a folder in its place, or a file or folder that cannot be
+  // written.
   bool open(const QString& path);
+  // A database in memory with the same schema, so that chatting goes on when
+  // the file cannot be used: isPersistent() is false, nothing is saved.
+  bool openInMemory();
   void close();
   bool isOpen() const { return !m_connection.isEmpty(); }
+  bool isPersistent() const { return m_persistent; }
+  // Renames a database that cannot be used (and its -wal/-shm files) to
+  // PATH.damaged-<time>, keeping it as it is. Returns the new name, or empty
+  // with *error.
+  static QString moveAside(const QString& path, QString* error);
   QString lastError() const { return m_lastError; }
   int schemaVersion() const;
   // The default location: $PHASELAB_DB, else <user_data_dir>/phaselab.sqlite.
@@ -61,12 +73,15 @@ class ConversationStore : public QObject {
   bool deleteMessagesAfter(qint64 conversationId, qint64 id);
 
  private:
+  bool openConnection(const QString& path);
+  bool checkBeforeWriting(bool existing);
   bool exec(const QString& sql);
   bool migrate();
   void touchConversation(qint64 id);
 
   QString m_connection;
   QString m_lastError;
+  bool m_persistent = false;
 };
 
 }  // namespace phaselab::ui

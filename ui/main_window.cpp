@@ -103,8 +103,27 @@ MainWindow::MainWindow(const Options& options, QWidget* parent) : QMainWindow(pa
   col->addWidget(m_pages, 1);
   setCentralWidget(central);
 
-  // The list needs the store open: open it first.
-  if (!m_store.open(dbPath)) showError(tr("Conversations cannot be saved: %1").arg(m_store.lastError()));
+  // The list needs the store open: open it first. A database that cannot be
+  // used never stops chatting: the conversations live in memory, the file is
+  // left as it was, and the window says so until it is fixed.
+  m_storeWarning = makeBanner(&m_storeWarningText, QColor(255, 236, 200));
+  m_storeWarning->setObjectName(QStringLiteral("storeWarning"));
+  auto* moveAside = new QPushButton(tr("Move It Aside and Start Fresh"));
+  moveAside->setObjectName(QStringLiteral("moveDatabaseAside"));
+  m_storeWarning->layout()->addWidget(moveAside);
+  connect(moveAside, &QPushButton::clicked, this, &MainWindow::moveDatabaseAside);
+  col->insertWidget(1, m_storeWarning);
+  m_dbPath = dbPath;
+  if (!m_store.open(dbPath)) {
+    const QString why = m_store.lastError();
+    spdlog::warn("gui: conversations are not saved: {}", why.toStdString());
+    m_storeWarningText->setText(
+        tr("<b>Conversations are not being saved.</b> %1. The file %2 was left as it is; chats stay in memory "
+           "until you quit. Moving it aside keeps it under a new name.")
+            .arg(why.toHtmlEscaped(), dbPath.toHtmlEscaped()));
+    m_storeWarning->show();
+    m_store.openInMemory();
+  }
   m_conversations = new ConversationList(&m_store);
   auto* listDock = new QDockWidget(tr("Conversations"), this);
   listDock->setObjectName(QStringLiteral("conversationsDock"));
@@ -115,6 +134,11 @@ MainWindow::MainWindow(const Options& options, QWidget* parent) : QMainWindow(pa
   addDockWidget(Qt::RightDockWidgetArea, m_metrics);
 
   m_modelLabel = new QLabel(tr("No model"));
+  m_notSavedLabel = new QLabel(tr("<b style='color:#b00020'>Not saved</b>"));
+  m_notSavedLabel->setObjectName(QStringLiteral("notSavedLabel"));
+  m_notSavedLabel->setToolTip(tr("The conversation database cannot be used: chats are kept in memory only."));
+  m_notSavedLabel->setVisible(!m_store.isPersistent());
+  statusBar()->addPermanentWidget(m_notSavedLabel);
   statusBar()->addPermanentWidget(m_modelLabel);
 
   // Wiring. All of these are GUI-thread objects; the thread hop happens
@@ -370,6 +394,26 @@ void MainWindow::onModelLoaded(const ModelInfo& info) {
   emit modelReady();
 }
 
+void MainWindow::moveDatabaseAside() {
+  QString error;
+  m_chat->stop();
+  m_store.close();
+  const QString aside = ConversationStore::moveAside(m_dbPath, &error);
+  if (aside.isEmpty() || !m_store.open(m_dbPath)) {
+    if (aside.isEmpty()) error = error.isEmpty() ? m_store.lastError() : error;
+    else error = m_store.lastError();
+    m_store.openInMemory();
+    showError(tr("Still not saving: %1").arg(error));
+  } else {
+    m_storeWarning->hide();
+    statusBar()->showMessage(tr("The old database is kept as %1; new conversations are saved.").arg(aside), 10000);
+    spdlog::info("gui: moved the conversation database aside to {}", aside.toStdString());
+  }
+  m_notSavedLabel->setVisible(!m_store.isPersistent());
+  m_chat->newConversation();
+  m_conversations->refresh();
+}
+
 void MainWindow::onBusyChanged(bool busy) {
   m_composer->setBusy(busy);
   m_chatView->setBusy(busy);
@@ -380,6 +424,10 @@ void MainWindow::updateWelcome() {
   if (welcome) m_welcomePage->refresh();
   m_pages->setCurrentWidget(welcome ? static_cast<QWidget*>(m_welcomePage) : m_chatPage);
 }
+
+bool MainWindow::isStoreWarningShown() const { return m_storeWarning->isVisibleTo(this); }
+
+bool MainWindow::isNotSavedShown() const { return m_notSavedLabel->isVisibleTo(this); }
 
 bool MainWindow::isWelcomeShown() const { return m_pages->currentWidget() == m_welcomePage; }
 

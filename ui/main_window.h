@@ -58,6 +58,10 @@ class MainWindow : public QMainWindow {
   MetricsDock* metricsDock() const { return m_metrics; }
   WelcomePage* welcomePage() const { return m_welcomePage; }
   bool isWelcomeShown() const;
+  bool isStoreWarningShown() const;
+  bool isNotSavedShown() const;
+  // Renames the database that could not be used and starts a fresh one.
+  void moveDatabaseAside();
   ConversationStore* store() { return &m_store; }
 
  signals:
@@ -102,6 +106,10 @@ class MainWindow : public QMainWindow {
   QFrame* m_errorBanner = nullptr;
   QLabel* m_errorText = nullptr;
   QStackedWidget* m_pages = nullptr;  // the chat, or the welcome page
+  QFrame* m_storeWarning = nullptr;   // the database cannot be used
+  QLabel* m_storeWarningText = nullptr;
+  QLabel* m_notSavedLabel = nullptr;
+  QString m_dbPath;
   QWidget* m_chatPage = nullptr;
   WelcomePage* m_welcomePage = nullptr;
   QLabel* m_modelLabel = nullptr;
