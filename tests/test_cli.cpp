@@ -5,6 +5,7 @@
 #include <QJsonObject>
 #include <QProcess>
 #include <QtTest>
+#include <sys/stat.h>
 
 #include "tiny_model.h"
 
@@ -30,6 +31,23 @@ Run cli(const QStringList& args, const QByteArray& stdin_data = {}, const QProce
 }
 
 QString stories() { return QString::fromStdString(test_data("stories260K.gguf")); }
+
+// For inputs that used to hang: a run that does not finish in `ms` is killed
+// and reported as code -2.
+Run cli_within(const QStringList& args, int ms, const QByteArray& stdin_data = {}) {
+  QProcess p;
+  p.start(PHASELAB_CLI_PATH, args);
+  if (!p.waitForStarted()) qFatal("cannot start phaselab-cli");
+  if (!stdin_data.isEmpty()) p.write(stdin_data);
+  p.closeWriteChannel();
+  if (!p.waitForFinished(ms)) {
+    p.kill();
+    p.waitForFinished();
+    return {-2, {}, QStringLiteral("(killed after %1 ms)").arg(ms)};
+  }
+  return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1, QString::fromUtf8(p.readAllStandardOutput()),
+          QString::fromUtf8(p.readAllStandardError())};
+}
 
 void expect_bad_input(const Run& r) {
   QCOMPARE(r.code, 2);
@@ -230,6 +248,79 @@ class TestCli : public QObject {
     QVERIFY(o.contains("spec_acceptance") && o.contains("tokens_per_pass") && o.contains("kv_blocks"));
     expect_bad_input(cli({"generate", "-m", stories(), "-p", "x", "--spec", "draft"}));  // no --draft
     expect_bad_input(cli({"generate", "-m", stories(), "-p", "x", "--spec", "maybe"}));
+  }
+
+  // Files where a text file is expected: refused at once, with the reason.
+  void text_files_must_be_regular_files() {
+    QTemporaryDir dir;
+    const QString fifo = dir.filePath("fifo");
+    QVERIFY(::mkfifo(fifo.toLocal8Bit().constData(), 0600) == 0);
+    for (const QStringList& cmd : {QStringList{"generate", "-m", stories(), "-n", "4", "--file"},
+                                   QStringList{"tokenize", "-m", stories(), "--file"}}) {
+      for (const QString& path : {fifo, dir.path(), QString("/dev/zero")}) {
+        const Run r = cli_within(cmd + QStringList{path}, 20000);
+        QVERIFY2(r.code != -2, qPrintable(cmd[0] + " --file " + path + " hung"));
+        expect_bad_input(r);
+        QVERIFY2(r.err.contains(path), qPrintable(r.err));
+      }
+    }
+    // Past the size cap: refused, not read into memory.
+    const QString big = dir.filePath("big.txt");
+    {
+      QFile f(big);
+      QVERIFY(f.open(QIODevice::WriteOnly));
+      QVERIFY(f.resize(65ll << 20));
+    }
+    const Run r = cli_within({"tokenize", "-m", stories(), "--file", big}, 20000);
+    expect_bad_input(r);
+    QVERIFY2(r.err.contains("MiB"), qPrintable(r.err));
+  }
+
+  void ambiguous_or_wrapped_arguments_are_refused() {
+    expect_bad_input(cli({"generate", "-m", stories(), "-p", "Hi", "--seed", "-5", "-n", "2"}));
+    expect_bad_input(cli({"generate", "-m", stories(), "-p", "Hi", "--seed", "18446744073709551616", "-n", "2"}));
+    QTemporaryDir dir;
+    QFile f(dir.filePath("p.txt"));
+    QVERIFY(f.open(QIODevice::WriteOnly));
+    f.write("Once upon a time");
+    f.close();
+    const Run both = cli({"generate", "-m", stories(), "-p", "Hi", "--file", f.fileName(), "-n", "2"});
+    expect_bad_input(both);
+    QVERIFY2(both.err.contains("not both"), qPrintable(both.err));
+    // More threads than the machine has: it runs, and says it will be slower.
+    const Run many = cli({"generate", "-m", stories(), "-p", "Hi", "-n", "2", "--temp", "0", "-t", "256"});
+    QCOMPARE(many.code, 0);
+    QVERIFY2(many.err.contains("slower"), qPrintable(many.err));
+  }
+
+  // A piece can be a NUL byte (byte-fallback token <0x00>): it is printed,
+  // and so is everything after it.
+  void tokenize_pieces_survive_a_nul_byte() {
+    QTemporaryDir dir;
+    QFile f(dir.filePath("nul.txt"));
+    QVERIFY(f.open(QIODevice::WriteOnly));
+    f.write(QByteArray("a\0zebra", 7));
+    f.close();
+    QProcess p;
+    p.start(PHASELAB_CLI_PATH, {"tokenize", "-m", stories(), "--pieces", "--no-bos", "--file", f.fileName()});
+    QVERIFY(p.waitForFinished(30000));
+    QCOMPARE(p.exitCode(), 0);
+    const QByteArray out = p.readAllStandardOutput();
+    QVERIFY2(out.contains('\0'), out.toHex().constData());
+    QVERIFY2(out.indexOf("'z'") > out.indexOf('\0') && out.endsWith("'a'\n"), out.constData());
+    QVERIFY(out.endsWith('\n'));
+  }
+
+  // A chat longer than the context keeps going: the oldest turns are
+  // dropped (and it says so), instead of every turn failing.
+  void chat_drops_old_turns_to_fit_the_context() {
+    QByteArray turns;
+    for (int i = 0; i < 8; i++) turns += "Tell me a long story about a cat and a dog\n";
+    const Run r = cli_within({"chat", "-m", stories(), "-c", "64", "-n", "12", "--temp", "0"}, 120000, turns);
+    QCOMPARE(r.code, 0);
+    QVERIFY2(!r.err.contains("error"), qPrintable(r.err));
+    QVERIFY2(r.err.contains("dropped") && r.err.contains("/reset"), qPrintable(r.err));
+    QCOMPARE(r.err.count("decode"), 8);  // every turn answered (one metrics line each)
   }
 
   void chat_runs_turns_from_stdin() {

@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <sys/stat.h>
+#include <thread>
 #include <sstream>
 
 namespace phaselab::cli {
@@ -101,11 +103,28 @@ int report(const Status& st) {
 int usage_error(const std::string& message) { return report(invalid_argument(message)); }
 
 Result<std::string> read_text_file(const std::string& path) {
+  // Regular files only: a FIFO would block forever, /dev/zero never ends, a
+  // folder reads as nothing.
+  struct stat st{};
+  if (::stat(path.c_str(), &st) != 0) return io_error(path + ": cannot open: " + std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) return invalid_argument(path + " is a folder, not a text file");
+  if (!S_ISREG(st.st_mode)) return invalid_argument(path + " is not a regular file (a pipe or a device?): give a text file");
+  if (st.st_size > kMaxTextFileBytes)
+    return invalid_argument(path + " is " + std::to_string(st.st_size >> 20) + " MiB; text files are read up to " +
+                            std::to_string(kMaxTextFileBytes >> 20) + " MiB");
   std::ifstream in(path, std::ios::binary);
   if (!in) return io_error(path + ": cannot open: " + std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  std::string text(static_cast<size_t>(st.st_size), '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(in.gcount()));
+  return text;
+}
+
+void warn_if_oversubscribed(int threads) {
+  const unsigned hw = std::thread::hardware_concurrency();
+  if (hw > 0 && threads > static_cast<int>(hw))
+    std::fprintf(stderr, "phaselab-cli: warning: %d threads on %u hardware threads will be slower, not faster "
+                         "(the default is one per core)\n", threads, hw);
 }
 
 }  // namespace phaselab::cli

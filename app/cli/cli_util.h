@@ -43,7 +43,12 @@ class Args {
 int report(const Status& st);
 int usage_error(const std::string& message);
 
-// Reads a whole file (for --file); errors name the path.
+// Reads a whole regular file (for --file) of at most kMaxTextFileBytes;
+// errors name the path (a folder, a FIFO or a device is refused at once).
+constexpr long long kMaxTextFileBytes = 64ll << 20;
 Result<std::string> read_text_file(const std::string& path);
+
+// One line on stderr when more threads are asked for than the machine has.
+void warn_if_oversubscribed(int threads);
 
 }  // namespace phaselab::cli

@@ -1,7 +1,10 @@
 // phaselab-cli generate and chat: stream text from a model in the terminal.
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
@@ -68,8 +71,11 @@ Status read_generate_options(const Args& a, GenerateOptions* o) {
   s.presence_penalty = static_cast<float>(*pp);
   if (auto seed = a.get("--seed")) {
     char* end = nullptr;
+    errno = 0;
     const unsigned long long v = std::strtoull(seed->c_str(), &end, 10);
-    if (seed->empty() || *end) return invalid_argument("--seed must be a non-negative integer");
+    // strtoull accepts "-5" (and wraps it): only digits are a seed.
+    if (seed->empty() || *end || !std::isdigit(static_cast<unsigned char>((*seed)[0])) || errno == ERANGE)
+      return invalid_argument("--seed must be a non-negative integer below 2^64, not '" + *seed + "'");
     s.seed = v;
   } else {
     s.seed = std::random_device{}();
@@ -127,6 +133,7 @@ int cmd_generate(int argc, char** argv) {
   }
   if (!args->positional().empty()) return usage_error("unexpected argument '" + args->positional()[0] + "'");
   std::string prompt_text;
+  if (args->has("--prompt") && args->has("--file")) return usage_error("give either -p TEXT or --file PATH, not both");
   if (auto p = args->get("--prompt")) prompt_text = *p;
   else if (auto f = args->get("--file")) {
     auto t = read_text_file(*f);
@@ -242,7 +249,28 @@ int cmd_chat(int argc, char** argv) {
     }
     if (line.empty()) continue;
     history.push_back({"user", line});
-    const auto prompt = tok.encode(apply_chat_template(family, history), true, true);
+    auto prompt = tok.encode(apply_chat_template(family, history), true, true);
+    // Keep the conversation inside the context: drop the oldest turns (the
+    // system prompt stays) until the prompt leaves room for an answer.
+    const int n_ctx = session.n_ctx();
+    const int room = std::max(16, std::min(opt.n_predict > 0 ? opt.n_predict : 256, n_ctx / 2));
+    int dropped = 0;
+    while (static_cast<int>(prompt.size()) + room > n_ctx) {
+      auto oldest = std::find_if(history.begin(), history.end() - 1, [](auto& m) { return m.role != "system"; });
+      if (oldest == history.end() - 1) break;  // only this message is left
+      history.erase(oldest);
+      dropped++;
+      prompt = tok.encode(apply_chat_template(family, history), true, true);
+    }
+    if (dropped)
+      std::fprintf(stderr, "(the %d oldest message%s no longer fit the context of %d tokens and were dropped; "
+                           "/reset clears the conversation)\n", dropped, dropped == 1 ? "" : "s", n_ctx);
+    if (static_cast<int>(prompt.size()) + 1 > n_ctx) {
+      std::fprintf(stderr, "phaselab-cli: error: this message alone is %zu tokens and the context holds %d: "
+                           "send a shorter one or start with a larger -c\n", prompt.size(), n_ctx);
+      history.pop_back();
+      continue;
+    }
     g_cancel.store(false);
     auto res = session.generate(prompt, opt, [&](const TokenEvent& e) {
       std::fwrite(e.text.data(), 1, e.text.size(), stdout);

@@ -1,13 +1,18 @@
 // phaselab-cli info MODEL [--json]: what a GGUF file holds, and whether
-// PhaseLab can run it.
+// PhaseLab can run it. The file goes through the same checks as loading it
+// for generation (config, tokenizer, every tensor's presence, shape and
+// type, the backend's own limits) without computing anything; a file that
+// would not load is reported with exit 2 after the metadata it could read.
 #include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
 
 #include "cli_util.h"
 #include "commands.h"
+#include "phaselab/backend.h"
 #include "phaselab/chat_template.h"
 #include "phaselab/gguf.h"
+#include "phaselab/model.h"
 #include "phaselab/model_config.h"
 
 namespace phaselab::cli {
@@ -35,6 +40,17 @@ std::string mib(uint64_t bytes) {
   return buf;
 }
 
+// Everything `generate` checks before its first forward pass: the model
+// (config, vocabulary, tensors) and the CPU backend's limits (one thread, a
+// batch of one: no large buffers, no KV cache).
+Status check_loadable(const std::shared_ptr<GgufFile>& file) {
+  auto model = Model::from_file(file);
+  if (!model) return model.status();
+  auto backend = make_cpu_reference_backend(*model, 1, 1);
+  if (!backend) return backend.status().with_context(file->path());
+  return Status::ok();
+}
+
 }  // namespace
 
 int cmd_info(int argc, char** argv) {
@@ -59,6 +75,7 @@ int cmd_info(int argc, char** argv) {
     n_params += t.n_elements;
   }
   auto cfg = ModelConfig::from_gguf(f);
+  const Status loadable = check_loadable(*file);
   const std::string tok_model(f.get_string("tokenizer.ggml.model").value_or(""));
   const std::string tok_pre(f.get_string("tokenizer.ggml.pre").value_or(""));
   const GgufValue* toks = f.find("tokenizer.ggml.tokens");
@@ -78,6 +95,8 @@ int cmd_info(int argc, char** argv) {
     j["name"] = std::string(f.get_string("general.name").value_or(""));
     j["supported"] = cfg.is_ok();
     if (!cfg.is_ok()) j["unsupported_reason"] = cfg.status().message();
+    j["loadable"] = loadable.is_ok();
+    if (!loadable.is_ok()) j["load_error"] = loadable.message();
     if (cfg.is_ok()) {
       const ModelConfig& c = *cfg;
       j["hparams"] = {{"n_vocab", c.n_vocab},      {"n_ctx_train", c.n_ctx_train}, {"n_embd", c.n_embd},
@@ -94,8 +113,9 @@ int cmd_info(int argc, char** argv) {
                   {"bos", f.get_int("tokenizer.ggml.bos_token_id").value_or(-1)},
                   {"eos", f.get_int("tokenizer.ggml.eos_token_id").value_or(-1)}};
     j["chat_template"] = {{"present", tmpl.has_value()}, {"family", family}};
-    std::printf("%s\n", j.dump(2).c_str());
-    return kExitOk;
+    std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    std::fflush(stdout);
+    return loadable.is_ok() ? kExitOk : report(loadable);
   }
 
   std::printf("file            %s\n", path.c_str());
@@ -123,8 +143,6 @@ int cmd_info(int argc, char** argv) {
       std::printf("sliding window  %d tokens on %d layers; global layers %s\n", c.sliding_window, n_swa, globals.c_str());
     }
     std::printf("rms eps         %g\n", c.rms_eps);
-  } else {
-    std::printf("runnable        no: %s\n", cfg.status().message().c_str());
   }
   std::printf("tensor types   ");
   for (const auto& [name, s] : types)
@@ -135,7 +153,9 @@ int cmd_info(int argc, char** argv) {
               static_cast<long long>(f.get_int("tokenizer.ggml.bos_token_id").value_or(-1)),
               static_cast<long long>(f.get_int("tokenizer.ggml.eos_token_id").value_or(-1)));
   std::printf("chat template   %s\n", tmpl ? ("yes (" + family + ")").c_str() : "no");
-  return kExitOk;
+  std::printf("loadable        %s%s\n", loadable.is_ok() ? "yes" : "no: ", loadable.is_ok() ? "" : loadable.message().c_str());
+  std::fflush(stdout);
+  return loadable.is_ok() ? kExitOk : report(loadable);
 }
 
 }  // namespace phaselab::cli

@@ -51,7 +51,9 @@ int cmd_tokenize(int argc, char** argv) {
       out += std::to_string(ids[i]);
     }
   }
-  std::printf("%s\n", out.c_str());
+  // fwrite, not printf: a piece may hold a NUL byte.
+  out += '\n';
+  std::fwrite(out.data(), 1, out.size(), stdout);
   return kExitOk;
 }
 

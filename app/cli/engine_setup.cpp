@@ -37,6 +37,7 @@ Result<EngineSetup> open_session(const Args& args, int default_ctx) {
   if (!path) return invalid_argument("no model given: pass -m MODEL.gguf (scripts/fetch-model.sh gets the default one)");
   auto threads = args.get_int("--threads", default_threads(), 1, 256);
   if (!threads) return threads.status();
+  warn_if_oversubscribed(*threads);
   auto ctx = args.get_int("--ctx-size", default_ctx, 0, 1 << 20);
   if (!ctx) return ctx.status();
   auto batch = args.get_int("--batch-size", 64, 1, 4096);
