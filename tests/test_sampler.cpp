@@ -1,0 +1,492 @@
+// The sampler (engine/sampling, phaselab/sampler.h) rule by rule: greedy is
+// the argmax; temperature, top-k, top-p and min-p give the distribution
+// their definitions give, both as returned by distribution() (exactly) and
+// as drawn by sample() (the frequencies of many draws against the expected
+// probabilities: every bin within 5 standard deviations and the chi-squared
+// statistic below its 1e-6 quantile; a token the rules remove is never
+// drawn); the repetition, frequency and presence penalties change the logits
+// exactly as llama.cpp's do; the seed makes the draws reproducible.
+//
+// The chain (sampler.h): penalties over the last penalty_last_n tokens, then
+// greedy (temperature <= 0) or top-k -> top-p -> min-p -> temperature ->
+// draw. top-p and min-p look at the softmax of the logits before the
+// temperature, over the candidates the previous steps kept.
+#include <QtTest>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "phaselab/sampler.h"
+
+using namespace phaselab;
+
+namespace {
+
+using Dist = std::vector<std::pair<float, int32_t>>;
+
+// Plain sampling: no truncation, temperature 1, no penalties.
+SamplingParams plain(uint64_t seed = 1) {
+  SamplingParams p;
+  p.temperature = 1.f;
+  p.top_k = 0;
+  p.top_p = 1.f;
+  p.min_p = 0.f;
+  p.seed = seed;
+  return p;
+}
+
+// softmax(logits / T) over the ids in keep (all when empty), in double; the
+// other ids get 0.
+std::vector<double> softmax(const std::vector<float>& logits, double T, const std::vector<int>& keep = {}) {
+  std::vector<int> ids = keep;
+  if (ids.empty()) {
+    ids.resize(logits.size());
+    std::iota(ids.begin(), ids.end(), 0);
+  }
+  double mx = -INFINITY;
+  for (int i : ids) mx = std::max(mx, static_cast<double>(logits[i]));
+  std::vector<double> p(logits.size(), 0.0);
+  double sum = 0;
+  for (int i : ids) sum += p[i] = std::exp((logits[i] - mx) / T);
+  for (double& x : p) x /= sum;
+  return p;
+}
+
+// The probabilities a distribution() call returns, by id (0 for absent ids).
+std::vector<double> dist_probs(Sampler& s, std::vector<float> logits, const std::vector<int32_t>& history = {}) {
+  Dist d;
+  s.distribution(logits.data(), history, &d);
+  std::vector<double> p(logits.size(), 0.0);
+  for (const auto& [prob, id] : d) p.at(id) += prob;
+  return p;
+}
+
+// How often each id is drawn in n calls of sample() (the logits are copied
+// for every call, as the penalties modify them).
+std::vector<int> draw_counts(const SamplingParams& params, const std::vector<float>& logits, int n,
+                             const std::vector<int32_t>& history = {}) {
+  Sampler s(params, static_cast<int>(logits.size()));
+  std::vector<int> counts(logits.size(), 0);
+  std::vector<float> l;
+  for (int i = 0; i < n; i++) {
+    l = logits;
+    const int32_t id = s.sample(l.data(), history);
+    if (id < 0 || id >= static_cast<int32_t>(logits.size())) qFatal("sample() returned id %d", id);
+    counts[id]++;
+  }
+  return counts;
+}
+
+// The chi-squared distribution's quantile at 1 - 1e-6 (Wilson-Hilferty).
+double chi2_limit(int df) {
+  const double z = 4.753, a = 2.0 / (9.0 * df);
+  return df * std::pow(1.0 - a + z * std::sqrt(a), 3);
+}
+
+// Empty when counts (out of n draws) fit the probabilities want: ids with
+// probability 0 never drawn, each other id within 5 sigma of n*p, and the
+// chi-squared statistic under its 1e-6 quantile. Else what does not fit.
+QString frequencies_mismatch(const std::vector<int>& counts, const std::vector<double>& want) {
+  const double n = std::accumulate(counts.begin(), counts.end(), 0.0);
+  double chi2 = 0;
+  int bins = 0;
+  for (size_t i = 0; i < want.size(); i++) {
+    const double p = want[i];
+    if (p <= 0) {
+      if (counts[i] != 0) return QString("id %1 should never be drawn, was drawn %2 times").arg(i).arg(counts[i]);
+      continue;
+    }
+    const double mean = n * p, sigma = std::sqrt(n * p * (1 - p));
+    if (std::fabs(counts[i] - mean) > 5 * sigma + 1)
+      return QString("id %1 drawn %2 times, expected %3 +- %4 (5 sigma)").arg(i).arg(counts[i]).arg(mean).arg(5 * sigma);
+    chi2 += (counts[i] - mean) * (counts[i] - mean) / mean;
+    bins++;
+  }
+  if (bins > 1 && chi2 > chi2_limit(bins - 1))
+    return QString("chi-squared %1 over %2 bins, limit %3").arg(chi2).arg(bins).arg(chi2_limit(bins - 1));
+  return {};
+}
+
+#define CHECK_FREQUENCIES(counts, want)                                    \
+  do {                                                                     \
+    const QString why_ = frequencies_mismatch((counts), (want));           \
+    QVERIFY2(why_.isEmpty(), qPrintable(why_));                            \
+  } while (0)
+
+// want and got equal within 1e-6 per id.
+#define CHECK_PROBS(got, want)                                                                             \
+  do {                                                                                                     \
+    const auto g_ = (got);                                                                                 \
+    const auto w_ = (want);                                                                                \
+    QCOMPARE(g_.size(), w_.size());                                                                        \
+    for (size_t i_ = 0; i_ < w_.size(); i_++)                                                              \
+      QVERIFY2(std::fabs(g_[i_] - w_[i_]) <= 1e-6,                                                         \
+               qPrintable(QString("id %1: probability %2, expected %3").arg(i_).arg(g_[i_]).arg(w_[i_]))); \
+  } while (0)
+
+constexpr int kDraws = 100000;
+
+// Logits with well separated, unequal probabilities.
+const std::vector<float> kLogits = {1.2f, -0.4f, 2.0f, 0.1f, -1.5f, 0.9f, -0.2f, 1.6f, -3.0f, 0.5f};
+
+// The ids of kLogits from most to least likely.
+std::vector<int> ranked(const std::vector<float>& l) {
+  std::vector<int> ids(l.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  std::stable_sort(ids.begin(), ids.end(), [&](int a, int b) { return l[a] > l[b]; });
+  return ids;
+}
+
+}  // namespace
+
+class TestSampler : public QObject {
+  Q_OBJECT
+ private slots:
+  void greedy_is_argmax() {
+    SamplingParams p = plain();
+    p.temperature = 0.f;
+    p.top_k = 3;  // truncation does not matter to greedy
+    std::mt19937 rng(7);
+    std::normal_distribution<float> nd(0.f, 3.f);
+    for (int trial = 0; trial < 200; trial++) {
+      const int n = 1 + trial % 50;
+      std::vector<float> l(n);
+      for (float& x : l) x = nd(rng) - (trial % 2 ? 50.f : 0.f);  // all negative for odd trials
+      const int want = static_cast<int>(std::max_element(l.begin(), l.end()) - l.begin());
+      QCOMPARE(argmax(l.data(), n), want);
+      Sampler s(p, n);
+      std::vector<float> c = l;
+      QCOMPARE(s.sample(c.data(), {}), want);
+      Dist d;
+      c = l;
+      s.distribution(c.data(), {}, &d);
+      QCOMPARE(d.size(), size_t{1});
+      QCOMPARE(d[0].second, want);
+      QCOMPARE(d[0].first, 1.f);
+    }
+    // Ties go to the lowest id.
+    std::vector<float> tie = {1.f, 3.f, -2.f, 3.f, 3.f};
+    QCOMPARE(argmax(tie.data(), 5), 1);
+    Sampler s(p, 5);
+    QCOMPARE(s.sample(tie.data(), {}), 1);
+    // The last id can win.
+    std::vector<float> last = {-1.f, -2.f, 0.5f};
+    QCOMPARE(Sampler(p, 3).sample(last.data(), {}), 2);
+  }
+
+  void temperature_data() {
+    QTest::addColumn<float>("T");
+    QTest::newRow("T=1") << 1.f;
+    QTest::newRow("T=0.5 (sharper)") << 0.5f;
+    QTest::newRow("T=2 (flatter)") << 2.f;
+    QTest::newRow("T=0.05 (nearly greedy)") << 0.05f;
+  }
+  void temperature() {
+    QFETCH(float, T);
+    SamplingParams p = plain(11);
+    p.temperature = T;
+    const std::vector<double> want = softmax(kLogits, T);
+    Sampler s(p, static_cast<int>(kLogits.size()));
+    // distribution(): softmax(l / T), sorted, summing to 1.
+    Dist d;
+    std::vector<float> c = kLogits;
+    s.distribution(c.data(), {}, &d);
+    QCOMPARE(d.size(), kLogits.size());
+    double sum = 0;
+    for (size_t i = 0; i < d.size(); i++) {
+      sum += d[i].first;
+      if (i) QVERIFY(d[i - 1].first >= d[i].first);
+    }
+    QVERIFY(std::fabs(sum - 1) < 1e-5);
+    CHECK_PROBS(dist_probs(s, kLogits), want);
+    // sample(): the frequencies of many draws.
+    CHECK_FREQUENCIES(draw_counts(p, kLogits, kDraws), want);
+  }
+
+  void top_k_data() {
+    QTest::addColumn<int>("k");
+    QTest::addColumn<float>("T");
+    QTest::newRow("k=1 (the argmax)") << 1 << 1.f;
+    QTest::newRow("k=3") << 3 << 1.f;
+    QTest::newRow("k=3, T=1.7") << 3 << 1.7f;
+    QTest::newRow("k=6, T=0.6") << 6 << 0.6f;
+    QTest::newRow("k=n (all)") << 10 << 1.f;
+    QTest::newRow("k>n (all)") << 50 << 1.f;
+  }
+  void top_k() {
+    QFETCH(int, k);
+    QFETCH(float, T);
+    SamplingParams p = plain(21);
+    p.top_k = k;
+    p.temperature = T;
+    const std::vector<int> order = ranked(kLogits);
+    const std::vector<int> keep(order.begin(), order.begin() + std::min<size_t>(k, order.size()));
+    const std::vector<double> want = softmax(kLogits, T, keep);
+    Sampler s(p, static_cast<int>(kLogits.size()));
+    CHECK_PROBS(dist_probs(s, kLogits), want);
+    CHECK_FREQUENCIES(draw_counts(p, kLogits, kDraws), want);
+  }
+
+  void top_p_data() {
+    QTest::addColumn<std::vector<float>>("logits");
+    QTest::addColumn<float>("top_p");
+    QTest::addColumn<int>("top_k");
+    QTest::addColumn<float>("T");
+    QTest::addColumn<std::vector<int>>("keep");
+    // Two equal logits: exactly 0.5 each, so the boundary is exact.
+    QTest::newRow("mass reaches p exactly: kept") << std::vector<float>{0.f, 0.f} << 0.5f << 0 << 1.f
+                                                  << std::vector<int>{0};
+    QTest::newRow("just above: the next one too") << std::vector<float>{0.f, 0.f} << 0.5001f << 0 << 1.f
+                                                  << std::vector<int>{0, 1};
+    // Four equal: 0.25 each; ties by id.
+    QTest::newRow("4 equal, p=0.5") << std::vector<float>{0.f, 0.f, 0.f, 0.f} << 0.5f << 0 << 1.f
+                                    << std::vector<int>{0, 1};
+    QTest::newRow("4 equal, p=0.75") << std::vector<float>{0.f, 0.f, 0.f, 0.f} << 0.75f << 0 << 1.f
+                                     << std::vector<int>{0, 1, 2};
+    // Probabilities 0.5, 0.3, 0.15, 0.05 (ids 2, 0, 3, 1).
+    const std::vector<float> l = {std::log(0.3f), std::log(0.05f), std::log(0.5f), std::log(0.15f)};
+    QTest::newRow("p=0.7: two") << l << 0.7f << 0 << 1.f << std::vector<int>{2, 0};
+    QTest::newRow("p=0.79: two") << l << 0.79f << 0 << 1.f << std::vector<int>{2, 0};
+    QTest::newRow("p=0.81: three") << l << 0.81f << 0 << 1.f << std::vector<int>{2, 0, 3};
+    QTest::newRow("p=0.96: all four") << l << 0.96f << 0 << 1.f << std::vector<int>{2, 0, 3, 1};
+    QTest::newRow("p tiny: the most likely alone") << l << 1e-6f << 0 << 1.f << std::vector<int>{2};
+    QTest::newRow("p=1: off") << l << 1.f << 0 << 1.f << std::vector<int>{2, 0, 3, 1};
+    // The set is chosen before the temperature: at T=10 the first two are
+    // 0.28 and 0.27 of the mass, which would need three for p=0.7.
+    QTest::newRow("p=0.7, T=10: still two") << l << 0.7f << 0 << 10.f << std::vector<int>{2, 0};
+    QTest::newRow("p=0.45, T=0.3: still one") << l << 0.45f << 0 << 0.3f << std::vector<int>{2};
+    // After top-k: the mass of the k kept, renormalized: with k=2, id 2 has
+    // 0.5/0.8 = 0.625 >= 0.6 (over the whole vocabulary it would be 0.5).
+    QTest::newRow("k=2 then p=0.6: one") << l << 0.6f << 2 << 1.f << std::vector<int>{2};
+    QTest::newRow("k=3 then p=0.6: two") << l << 0.6f << 3 << 1.f << std::vector<int>{2, 0};
+  }
+  void top_p() {
+    QFETCH(std::vector<float>, logits);
+    QFETCH(float, top_p);
+    QFETCH(int, top_k);
+    QFETCH(float, T);
+    QFETCH(std::vector<int>, keep);
+    SamplingParams p = plain(31);
+    p.top_p = top_p;
+    p.top_k = top_k;
+    p.temperature = T;
+    const std::vector<double> want = softmax(logits, T, keep);
+    Sampler s(p, static_cast<int>(logits.size()));
+    CHECK_PROBS(dist_probs(s, logits), want);
+    CHECK_FREQUENCIES(draw_counts(p, logits, kDraws / 2), want);
+  }
+
+  void min_p_data() {
+    QTest::addColumn<std::vector<float>>("logits");
+    QTest::addColumn<float>("min_p");
+    QTest::addColumn<int>("top_k");
+    QTest::addColumn<float>("T");
+    QTest::addColumn<std::vector<int>>("keep");
+    // Probabilities relative to the most likely (id 1): 1, 0.5, 0.2, 0.09, 0.05.
+    const std::vector<float> l = {std::log(0.2f), 0.f, std::log(0.05f), std::log(0.5f), std::log(0.09f)};
+    QTest::newRow("min_p=0.1") << l << 0.1f << 0 << 1.f << std::vector<int>{1, 3, 0};
+    QTest::newRow("min_p=0.3") << l << 0.3f << 0 << 1.f << std::vector<int>{1, 3};
+    QTest::newRow("min_p=0.06") << l << 0.06f << 0 << 1.f << std::vector<int>{1, 3, 0, 4};
+    QTest::newRow("min_p=0.01: all") << l << 0.01f << 0 << 1.f << std::vector<int>{1, 3, 0, 4, 2};
+    QTest::newRow("min_p=0.9: the most likely alone") << l << 0.9f << 0 << 1.f << std::vector<int>{1};
+    QTest::newRow("min_p=0 off") << l << 0.f << 0 << 1.f << std::vector<int>{1, 3, 0, 4, 2};
+    // Before the temperature: T=5 flattens the ratios (0.2 -> 0.72) but not the set.
+    QTest::newRow("min_p=0.3, T=5") << l << 0.3f << 0 << 5.f << std::vector<int>{1, 3};
+    // After top-k.
+    QTest::newRow("k=2, min_p=0.1") << l << 0.1f << 2 << 1.f << std::vector<int>{1, 3};
+    // Exactly min_p times the most likely: kept (p >= min_p * p_max).
+    QTest::newRow("at the threshold: kept") << std::vector<float>{0.f, std::log(0.25f), std::log(0.2f)} << 0.25f << 0
+                                            << 1.f << std::vector<int>{0, 1};
+  }
+  void min_p() {
+    QFETCH(std::vector<float>, logits);
+    QFETCH(float, min_p);
+    QFETCH(int, top_k);
+    QFETCH(float, T);
+    QFETCH(std::vector<int>, keep);
+    SamplingParams p = plain(41);
+    p.min_p = min_p;
+    p.top_k = top_k;
+    p.temperature = T;
+    const std::vector<double> want = softmax(logits, T, keep);
+    Sampler s(p, static_cast<int>(logits.size()));
+    CHECK_PROBS(dist_probs(s, logits), want);
+    CHECK_FREQUENCIES(draw_counts(p, logits, kDraws / 2), want);
+  }
+
+  void the_whole_chain() {
+    // top-k=6 -> top-p=0.9 -> min-p=0.2 -> T=0.8 on kLogits, worked out here
+    // step by step from the definitions.
+    SamplingParams p = plain(51);
+    p.top_k = 6;
+    p.top_p = 0.9f;
+    p.min_p = 0.2f;
+    p.temperature = 0.8f;
+    std::vector<int> keep = ranked(kLogits);
+    keep.resize(6);
+    const std::vector<double> pk = softmax(kLogits, 1.0, keep);
+    double cum = 0;
+    size_t n = 0;
+    while (n < keep.size() && cum < 0.9) cum += pk[keep[n++]];
+    keep.resize(n);
+    const double pmax = pk[keep[0]];
+    keep.erase(std::remove_if(keep.begin(), keep.end(), [&](int id) { return pk[id] < 0.2 * pmax; }), keep.end());
+    QVERIFY(keep.size() >= 2 && keep.size() < 6);  // every step did something
+    const std::vector<double> want = softmax(kLogits, 0.8, keep);
+    Sampler s(p, static_cast<int>(kLogits.size()));
+    CHECK_PROBS(dist_probs(s, kLogits), want);
+    CHECK_FREQUENCIES(draw_counts(p, kLogits, kDraws), want);
+  }
+
+  void draw_follows_the_distribution() {
+    // draw() (speculative decoding's residual) on a given list.
+    const Dist d = {{0.1f, 4}, {0.6f, 0}, {0.25f, 2}, {0.05f, 1}};
+    const std::vector<double> want = {0.6, 0.05, 0.25, 0.0, 0.1};
+    Sampler s(plain(61), 5);
+    std::vector<int> counts(5, 0);
+    for (int i = 0; i < kDraws; i++) counts.at(s.draw(d))++;
+    CHECK_FREQUENCIES(counts, want);
+    // uniform(): in [0, 1), mean 1/2.
+    double sum = 0;
+    for (int i = 0; i < kDraws; i++) {
+      const double u = s.uniform();
+      QVERIFY(u >= 0 && u < 1);
+      sum += u;
+    }
+    QVERIFY(std::fabs(sum / kDraws - 0.5) < 5 * std::sqrt(1.0 / 12 / kDraws));
+  }
+
+  // llama.cpp's penalties, on each id that occurs count > 0 times in the last
+  // penalty_last_n tokens: logit / repeat_penalty if positive, else
+  // logit * repeat_penalty; then - count * frequency_penalty - presence_penalty.
+  void penalties_data() {
+    QTest::addColumn<float>("repeat");
+    QTest::addColumn<float>("frequency");
+    QTest::addColumn<float>("presence");
+    QTest::addColumn<int>("last_n");
+    QTest::newRow("repeat 1.3") << 1.3f << 0.f << 0.f << 64;
+    QTest::newRow("repeat 0.8 (favours repeats)") << 0.8f << 0.f << 0.f << 64;
+    QTest::newRow("frequency 0.4") << 1.f << 0.4f << 0.f << 64;
+    QTest::newRow("presence 0.7") << 1.f << 0.f << 0.7f << 64;
+    QTest::newRow("negative frequency and presence") << 1.f << -0.3f << -0.5f << 64;
+    QTest::newRow("all three") << 1.5f << 0.25f << 0.6f << 64;
+    QTest::newRow("all three, window 4") << 1.5f << 0.25f << 0.6f << 4;
+    QTest::newRow("all three, window 1") << 1.5f << 0.25f << 0.6f << 1;
+    QTest::newRow("window 0: off") << 1.5f << 0.25f << 0.6f << 0;
+  }
+  void penalties() {
+    QFETCH(float, repeat);
+    QFETCH(float, frequency);
+    QFETCH(float, presence);
+    QFETCH(int, last_n);
+    // Positive, negative and zero logits among the repeated ids.
+    const std::vector<float> logits = {2.5f, -1.25f, 0.f, 3.f, 0.75f, -2.f, 1.f, 0.5f};
+    // Older than any window above 4: 6 (x2), 0. The last 4: 1, 3, 1, 2.
+    // Ids outside the vocabulary are ignored.
+    const std::vector<int32_t> history = {6, 0, 6, 99, -3, 1, 3, 1, 2};
+    const size_t n = std::min(history.size(), static_cast<size_t>(last_n));
+    std::vector<int> count(logits.size(), 0);
+    for (size_t i = history.size() - n; i < history.size(); i++)
+      if (history[i] >= 0 && history[i] < static_cast<int32_t>(logits.size())) count[history[i]]++;
+    std::vector<float> want = logits;
+    for (size_t id = 0; id < want.size(); id++) {
+      if (!count[id]) continue;
+      float& l = want[id];
+      l = l > 0 ? l / repeat : l * repeat;
+      l -= static_cast<float>(count[id]) * frequency + presence;
+    }
+    SamplingParams p = plain();
+    p.temperature = 0.f;
+    p.repeat_penalty = repeat;
+    p.frequency_penalty = frequency;
+    p.presence_penalty = presence;
+    p.penalty_last_n = last_n;
+    QVERIFY(p.validate());
+    Sampler s(p, static_cast<int>(logits.size()));
+    std::vector<float> got = logits;
+    const int32_t id = s.sample(got.data(), history);
+    for (size_t i = 0; i < want.size(); i++)
+      QVERIFY2(std::fabs(got[i] - want[i]) <= 1e-6f * std::max(1.f, std::fabs(want[i])),
+               qPrintable(QString("id %1 (count %2): logit %3, expected %4").arg(i).arg(count[i]).arg(got[i]).arg(want[i])));
+    // Greedy picks from the penalized logits.
+    QCOMPARE(id, argmax(want.data(), static_cast<int>(want.size())));
+    // distribution() applies them the same way.
+    got = logits;
+    Dist d;
+    s.distribution(got.data(), history, &d);
+    for (size_t i = 0; i < want.size(); i++) QVERIFY(std::fabs(got[i] - want[i]) <= 1e-6f * std::max(1.f, std::fabs(want[i])));
+    // No history: nothing changes.
+    got = logits;
+    s.sample(got.data(), {});
+    QVERIFY(got == logits);
+  }
+
+  void penalties_steer_sampling() {
+    // A strong presence penalty on the two likeliest ids: the draws follow
+    // softmax of the penalized logits.
+    SamplingParams p = plain(71);
+    p.presence_penalty = 2.f;
+    const std::vector<int32_t> history = {2, 7, 2};
+    std::vector<float> penalized = kLogits;
+    penalized[2] -= 2.f;
+    penalized[7] -= 2.f;
+    CHECK_FREQUENCIES(draw_counts(p, kLogits, kDraws, history), softmax(penalized, 1.0));
+  }
+
+  void seeds() {
+    SamplingParams p = plain(1234);
+    const std::vector<float> l(64, 0.f);  // uniform over 64 ids: every draw depends on the RNG
+    auto sequence = [&](Sampler& s) {
+      std::vector<int32_t> seq;
+      for (int i = 0; i < 200; i++) {
+        std::vector<float> c = l;
+        seq.push_back(s.sample(c.data(), {}));
+      }
+      return seq;
+    };
+    Sampler a(p, 64), b(p, 64);
+    const auto sa = sequence(a);
+    QCOMPARE(sequence(b), sa);  // same seed, same sequence
+    QVERIFY(std::set<int32_t>(sa.begin(), sa.end()).size() > 40);  // and it does vary
+    a.reset(1234);
+    QCOMPARE(sequence(a), sa);  // reset restarts it
+    for (uint64_t seed : {uint64_t{0}, uint64_t{1}, uint64_t{1235}, ~uint64_t{0}}) {
+      p.seed = seed;
+      Sampler c(p, 64);
+      const auto sc = sequence(c);
+      QVERIFY2(sc != sa, qPrintable(QString("seed %1 gives seed 1234's sequence").arg(seed)));
+      c.reset(1234);
+      QCOMPARE(sequence(c), sa);  // the seed alone decides
+    }
+    Sampler zero(plain(0), 64), one(plain(1), 64);
+    QVERIFY(sequence(zero) != sequence(one));
+  }
+
+  void validate_rejects_out_of_range() {
+    QVERIFY(plain().validate());
+    auto bad = [](auto change) {
+      SamplingParams p = plain();
+      change(p);
+      return !p.validate();
+    };
+    QVERIFY(bad([](SamplingParams& p) { p.temperature = -0.1f; }));
+    QVERIFY(bad([](SamplingParams& p) { p.temperature = NAN; }));
+    QVERIFY(bad([](SamplingParams& p) { p.top_k = -1; }));
+    QVERIFY(bad([](SamplingParams& p) { p.top_p = 0.f; }));
+    QVERIFY(bad([](SamplingParams& p) { p.top_p = 1.01f; }));
+    QVERIFY(bad([](SamplingParams& p) { p.min_p = 1.f; }));
+    QVERIFY(bad([](SamplingParams& p) { p.min_p = -0.1f; }));
+    QVERIFY(bad([](SamplingParams& p) { p.repeat_penalty = 0.f; }));
+    QVERIFY(bad([](SamplingParams& p) { p.frequency_penalty = 11.f; }));
+    QVERIFY(bad([](SamplingParams& p) { p.presence_penalty = -11.f; }));
+    QVERIFY(bad([](SamplingParams& p) { p.penalty_last_n = -1; }));
+  }
+};
+
+QTEST_APPLESS_MAIN(TestSampler)
+#include "test_sampler.moc"
