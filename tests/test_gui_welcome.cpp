@@ -6,6 +6,7 @@
 #include <QApplication>
 #include <QDir>
 #include <QFile>
+#include <QImage>
 #include <QLabel>
 #include <QProcess>
 #include <QProgressBar>
@@ -31,11 +32,13 @@ struct Run {
   QString out, err;
 };
 
-Run gui(const QStringList& args) {
+Run gui(const QStringList& args, const QStringList& unset = {}, const QString& workDir = {}) {
   QProcess p;
   QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
   env.insert(QStringLiteral("QT_QPA_PLATFORM"), QStringLiteral("offscreen"));
+  for (const QString& name : unset) env.remove(name);
   p.setProcessEnvironment(env);
+  if (!workDir.isEmpty()) p.setWorkingDirectory(workDir);
   p.start(QStringLiteral(PHASELAB_GUI_PATH), args);
   if (!p.waitForStarted(10000) || !p.waitForFinished(120000)) return {};
   return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1, QString::fromUtf8(p.readAllStandardOutput()),
@@ -205,6 +208,42 @@ class TestGuiWelcome : public QObject {
     const Run both = gui({testing::stories(), QStringLiteral("--model"), testing::stories(), QStringLiteral("--quit")});
     QCOMPARE(both.code, 2);
     QVERIFY2(both.err.contains(QLatin1String("one model")), qPrintable(both.err));
+  }
+
+  // Numeric options are checked like phaselab-cli's: exit 2 with the reason.
+  void bad_numeric_options_are_refused() {
+    const QList<QStringList> bad = {{"-n", "abc"}, {"-n", "-1"},        {"-n", "99999999999"}, {"--temp", "abc"},
+                                    {"-t", "0"},   {"-t", "abc"},       {"--seed", "-5"},      {"--temp", "-1"}};
+    for (const QStringList& args : bad) {
+      const Run r = gui(args + QStringList{QStringLiteral("--quit")});
+      QVERIFY2(r.code == 2, qPrintable(args.join(QLatin1Char(' ')) + QStringLiteral(": exit %1").arg(r.code)));
+      QVERIFY2(r.err.contains(args[0]), qPrintable(r.err));
+    }
+  }
+
+  // --screenshot --quit with no --prompt used to wait forever.
+  void screenshot_and_quit_without_a_prompt_exit() {
+    const QString shot = m_dir.filePath(QStringLiteral("noprompt.png"));
+    const Run r = gui({QStringLiteral("--screenshot"), shot, QStringLiteral("--quit"), QStringLiteral("--db"),
+                       m_dir.filePath(QStringLiteral("noprompt.sqlite"))});
+    QCOMPARE(r.code, 0);
+    QVERIFY(QImage(shot).width() > 100);
+    const QString shot2 = m_dir.filePath(QStringLiteral("noprompt-model.png"));
+    const Run m = gui({testing::stories(), QStringLiteral("--screenshot"), shot2, QStringLiteral("--quit"),
+                       QStringLiteral("--db"), m_dir.filePath(QStringLiteral("noprompt2.sqlite"))});
+    QCOMPARE(m.code, 0);
+    QVERIFY(QImage(shot2).width() > 100);
+  }
+
+  // Without HOME nothing lands in the folder the app was started from.
+  void no_home_does_not_write_into_the_current_folder() {
+    QTemporaryDir cwd;
+    const Run r = gui({QStringLiteral("--quit"), QStringLiteral("--db"), m_dir.filePath(QStringLiteral("nohome.sqlite"))},
+                      {QStringLiteral("HOME"), QStringLiteral("XDG_DATA_HOME"), QStringLiteral("XDG_CONFIG_HOME")},
+                      cwd.path());
+    QCOMPARE(r.code, 0);
+    QVERIFY2(QDir(cwd.path()).entryList(QDir::AllEntries | QDir::NoDotAndDotDot).isEmpty(),
+             qPrintable(QDir(cwd.path()).entryList(QDir::AllEntries | QDir::NoDotAndDotDot).join(QLatin1Char(' '))));
   }
 
   void version_and_help() {

@@ -7,6 +7,9 @@
 #include <QUrl>
 #include <cstdio>
 #include <cstdlib>
+#include <pwd.h>
+#include <thread>
+#include <unistd.h>
 
 #include "chat_session.h"
 #include "engine_controller.h"
@@ -18,7 +21,34 @@
 
 using namespace phaselab::ui;
 
+namespace {
+
+// Without HOME, Qt and the data folder would land in the current folder (or
+// /.config): take the home folder from the password database instead.
+void ensureHome() {
+  const char* home = std::getenv("HOME");
+  if (home && *home) return;
+  if (const passwd* pw = ::getpwuid(::getuid()); pw && pw->pw_dir && *pw->pw_dir) ::setenv("HOME", pw->pw_dir, 1);
+}
+
+// The numeric options, checked like phaselab-cli's: a bad value is an error
+// (exit 2), never silently 0 or 1.
+bool parseInt(const QString& text, const char* name, qint64 min, qint64 max, qint64* out) {
+  bool ok = false;
+  const qint64 v = text.trimmed().toLongLong(&ok);
+  if (!ok || v < min || v > max) {
+    std::fprintf(stderr, "phaselab: %s must be an integer from %lld to %lld, not '%s'\n", name,
+                 static_cast<long long>(min), static_cast<long long>(max), qPrintable(text));
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  ensureHome();
   QApplication app(argc, argv);
   QApplication::setOrganizationName(QStringLiteral("PhaseLab"));
   QApplication::setApplicationName(QStringLiteral("PhaseLab"));
@@ -71,17 +101,44 @@ int main(int argc, char** argv) {
   options.measureHardware = !unattended;
   if (unattended && !HardwareProbe::cached().valid()) HardwareProbe::store(HardwareProbe::measure());
 
+  // Every numeric option is checked before anything starts.
+  qint64 nValue = 0, threadsValue = 0;
+  double tempValue = 0;
+  quint64 seedValue = 0;
+  if (p.isSet(nPredict) && !parseInt(p.value(nPredict), "-n", 1, 1 << 20, &nValue)) return 2;
+  if (p.isSet(threads) && !parseInt(p.value(threads), "--threads", 1, 256, &threadsValue)) return 2;
+  if (p.isSet(temp)) {
+    bool ok = false;
+    tempValue = p.value(temp).trimmed().toDouble(&ok);
+    if (!ok || !(tempValue >= 0 && tempValue <= 100)) {
+      std::fprintf(stderr, "phaselab: --temp must be a number from 0 to 100, not '%s'\n", qPrintable(p.value(temp)));
+      return 2;
+    }
+  }
+  if (p.isSet(seed)) {
+    bool ok = false;
+    const QString text = p.value(seed).trimmed();
+    seedValue = text.toULongLong(&ok);
+    if (!ok || text.startsWith(QLatin1Char('-')) || text.startsWith(QLatin1Char('+'))) {
+      std::fprintf(stderr, "phaselab: --seed must be a non-negative integer below 2^64, not '%s'\n", qPrintable(text));
+      return 2;
+    }
+  }
+  if (threadsValue > static_cast<qint64>(std::thread::hardware_concurrency()) && std::thread::hardware_concurrency() > 0)
+    std::fprintf(stderr, "phaselab: warning: %lld threads on %u hardware threads will be slower, not faster\n",
+                 static_cast<long long>(threadsValue), std::thread::hardware_concurrency());
+
   MainWindow window(options);
   GenerationSettings g = window.settings().generation;
-  if (p.isSet(nPredict)) g.maxTokens = std::max(1, p.value(nPredict).toInt());
-  if (p.isSet(temp)) g.temperature = p.value(temp).toFloat();
-  if (p.isSet(seed)) g.seed = p.value(seed).toULongLong();
+  if (p.isSet(nPredict)) g.maxTokens = static_cast<int>(nValue);
+  if (p.isSet(temp)) g.temperature = static_cast<float>(tempValue);
+  if (p.isSet(seed)) g.seed = seedValue;
   if (p.isSet(noKv)) g.useKvCache = false;
   if (p.isSet(ignoreEos)) g.ignoreEos = true;
   window.setGenerationSettings(g);
   if (p.isSet(threads)) {
     EngineConfig e = window.settings().engine;
-    e.threads = p.value(threads).toInt();
+    e.threads = static_cast<int>(threadsValue);
     window.setEngineConfig(e);
   }
   window.show();
@@ -100,12 +157,9 @@ int main(int argc, char** argv) {
       if (!window.sendMessage(p.value(prompt))) fail(window.lastError());
     }, Qt::SingleShotConnection);
   }
-  QObject::connect(window.chatSession(), &ChatSession::answerFinished, &app,
-                   [&](qint64, const MessageRecord& answer) {
-    if (!unattended) return;
-    if (answer.state == QLatin1String("error")) fail(answer.stats.error);
-    if (p.isSet(quit)) std::printf("%s\n", qPrintable(answer.content));
-    // A moment for the last Markdown render and the charts to repaint.
+  // The end of an unattended run: a moment for the last Markdown render and
+  // the charts to repaint, then the screenshot, then exit when --quit.
+  auto finishUnattended = [&] {
     QTimer::singleShot(200, &app, [&] {
       if (p.isSet(shot)) {
         if (!window.grab().save(p.value(shot))) {
@@ -116,9 +170,24 @@ int main(int argc, char** argv) {
       }
       if (p.isSet(quit)) QApplication::quit();
     });
+  };
+  QObject::connect(window.chatSession(), &ChatSession::answerFinished, &app,
+                   [&](qint64, const MessageRecord& answer) {
+    if (!p.isSet(prompt)) return;
+    if (answer.state == QLatin1String("error")) fail(answer.stats.error);
+    if (p.isSet(quit)) std::printf("%s\n", qPrintable(answer.content));
+    finishUnattended();
   });
   if (!modelPath.isEmpty()) window.loadModel(modelPath);
   else if (p.isSet(prompt)) fail(QStringLiteral("--prompt needs a model (--model FILE or FILE)"));
+  // --screenshot / --quit without --prompt: the window once the model is
+  // loaded, or as it opened when there is no model to load.
+  if (!p.isSet(prompt) && (p.isSet(shot) || p.isSet(quit))) {
+    if (!modelPath.isEmpty())
+      QObject::connect(&window, &MainWindow::modelReady, &app, finishUnattended, Qt::SingleShotConnection);
+    else
+      finishUnattended();
+  }
 
   const int rc = app.exec();
   return exitCode ? exitCode : rc;

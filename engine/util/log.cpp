@@ -4,6 +4,8 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 
 #include <cstdlib>
+#include <pwd.h>
+#include <unistd.h>
 #include <filesystem>
 #include <mutex>
 
@@ -18,7 +20,11 @@ bool g_initialised = false;
 std::string user_data_dir() {
   if (const char* x = std::getenv("XDG_DATA_HOME"); x && *x) return std::string(x) + "/PhaseLab";
   if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.local/share/PhaseLab";
-  return "./PhaseLab";
+  // No HOME (a service, `env -i`): the home folder from the password
+  // database, never the current folder.
+  if (const passwd* pw = ::getpwuid(::getuid()); pw && pw->pw_dir && *pw->pw_dir)
+    return std::string(pw->pw_dir) + "/.local/share/PhaseLab";
+  return "/tmp/PhaseLab-" + std::to_string(::getuid());
 }
 
 std::string user_model_dir() {
