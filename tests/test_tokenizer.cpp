@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "phaselab/gguf.h"
+#include "phaselab/log.h"
 #include "phaselab/tokenizer.h"
 
 using namespace phaselab;
@@ -72,14 +73,26 @@ Loaded load(const std::string& path) {
   return l;
 }
 
-std::string find_gemma() {
-  std::vector<std::string> candidates;
-  if (const char* home = std::getenv("HOME")) {
-    candidates.push_back(std::string(home) + "/.local/share/PhaseLab/models/gemma-3-270m-q4_k_m.gguf");
+// The default model (Gemma 3 270M), looked for where the engine and
+// scripts/test.sh put it: PHASELAB_DEFAULT_MODEL first (then it must exist:
+// a path that was set but is missing is an error, not a reason to skip),
+// else the engine's model folder (user_model_dir(): PHASELAB_MODEL_DIR, else
+// $XDG_DATA_HOME/PhaseLab/models, else ~/.local/share/PhaseLab/models), else
+// /tmp/models.
+struct GemmaPath {
+  std::string path;   // empty: not found
+  std::string error;  // set when PHASELAB_DEFAULT_MODEL names a missing file
+};
+
+GemmaPath find_gemma() {
+  if (const char* p = std::getenv("PHASELAB_DEFAULT_MODEL"); p && *p) {
+    if (std::filesystem::is_regular_file(p)) return {p, {}};
+    return {{}, std::string("PHASELAB_DEFAULT_MODEL is set to '") + p + "', which is not a file"};
   }
-  candidates.push_back("/tmp/models/gemma-3-270m-q4_k_m.gguf");
-  for (const auto& c : candidates) {
-    if (std::filesystem::exists(c)) return c;
+  const std::string name = "gemma-3-270m-q4_k_m.gguf";
+  for (const std::string& dir : {user_model_dir(), std::string("/tmp/models")}) {
+    const std::string c = dir + "/" + name;
+    if (std::filesystem::is_regular_file(c)) return {c, {}};
   }
   return {};
 }
@@ -364,11 +377,13 @@ class TestTokenizer : public QObject {
   }
 
   void gemma_round_trip() {
-    const std::string path = find_gemma();
-    if (path.empty()) {
-      QSKIP("gemma-3-270m-q4_k_m.gguf not found in ~/.local/share/PhaseLab/models or /tmp/models "
-            "(the test script downloads it)");
+    const GemmaPath found = find_gemma();
+    if (!found.error.empty()) QFAIL(found.error.c_str());
+    if (found.path.empty()) {
+      QSKIP(("gemma-3-270m-q4_k_m.gguf not found (PHASELAB_DEFAULT_MODEL unset; not in " + user_model_dir() +
+             " or /tmp/models; scripts/fetch-model.sh downloads it)").c_str());
     }
+    const std::string& path = found.path;
     Loaded l = load(path);
     QVERIFY(l.tok);
     QCOMPARE(l.tok->kind(), Tokenizer::Kind::spm);

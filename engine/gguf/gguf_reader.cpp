@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cerrno>
 #include <cstring>
 #include <sstream>
@@ -149,6 +150,15 @@ Status read_value(Cursor& c, GgufValueType type, GgufValue* v, const std::string
 
 bool mul_overflows(uint64_t a, uint64_t b, uint64_t* out) { return __builtin_mul_overflow(a, b, out); }
 
+// A float element read as an integer: NaN is 0 and values beyond int64 are
+// clamped (a plain cast of those would be undefined behaviour).
+int64_t float_to_int(double x) {
+  if (!(x == x)) return 0;
+  if (x >= 9.2233720368547758e18) return INT64_MAX;
+  if (x <= -9.2233720368547758e18) return INT64_MIN;
+  return static_cast<int64_t>(x);
+}
+
 }  // namespace
 
 std::string_view gguf_value_type_name(GgufValueType t) {
@@ -179,8 +189,8 @@ int64_t GgufValue::int_at(uint64_t k) const {
     case GgufValueType::INT32: { int32_t x; std::memcpy(&x, p, 4); return x; }
     case GgufValueType::UINT64: { uint64_t x; std::memcpy(&x, p, 8); return static_cast<int64_t>(x); }
     case GgufValueType::INT64: { int64_t x; std::memcpy(&x, p, 8); return x; }
-    case GgufValueType::FLOAT32: { float x; std::memcpy(&x, p, 4); return static_cast<int64_t>(x); }
-    case GgufValueType::FLOAT64: { double x; std::memcpy(&x, p, 8); return static_cast<int64_t>(x); }
+    case GgufValueType::FLOAT32: { float x; std::memcpy(&x, p, 4); return float_to_int(x); }
+    case GgufValueType::FLOAT64: { double x; std::memcpy(&x, p, 8); return float_to_int(x); }
     default: return 0;
   }
 }
@@ -226,14 +236,44 @@ std::string GgufValue::to_string(size_t max_items) const {
   return os.str();
 }
 
+namespace {
+
+// What a path that is not a regular file is, for the message.
+const char* file_kind(mode_t m) {
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISFIFO(m)) return "a FIFO (named pipe)";
+  if (S_ISSOCK(m)) return "a socket";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  return "not a regular file";
+}
+
+Status not_regular(const std::string& path, mode_t m) {
+  return io_error(path + ": is " + std::string(file_kind(m)) + ", not a regular file (give the path of a .gguf model file)");
+}
+
+}  // namespace
+
 Result<std::shared_ptr<GgufFile>> GgufFile::open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // A model must be a regular file. Opening a FIFO for reading blocks until
+  // a writer appears, and reading a device may never end: look first, then
+  // open without blocking and look again at what was opened (the path may
+  // have been replaced in between).
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    return io_error(path + ": cannot open: " + std::strerror(errno) + " (check the path and its permissions)");
+  if (!S_ISREG(st.st_mode)) return not_regular(path, st.st_mode);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0)
     return io_error(path + ": cannot open: " + std::strerror(errno) + " (check the path and its permissions)");
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (fstat(fd, &st) != 0) {
+    const int err = errno;
     ::close(fd);
-    return io_error(path + ": not a regular file");
+    return io_error(path + ": cannot stat: " + std::strerror(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return not_regular(path, st.st_mode);
   }
   std::shared_ptr<GgufFile> f(new GgufFile());
   f->path_ = path;
@@ -296,6 +336,7 @@ Status GgufFile::parse() {
     std::string_view key;
     PHASELAB_TRY(c.read_string(&key, "metadata key #" + std::to_string(k)));
     std::string skey(key);
+    if (skey.empty()) return c.error("metadata key #" + std::to_string(k), "the key is empty", at);
     if (kv_index_.count(skey)) return c.error("metadata key '" + skey + "'", "duplicate key", at);
     uint32_t type = 0;
     const uint64_t type_at = c.pos();

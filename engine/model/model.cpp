@@ -68,14 +68,26 @@ class Loader {
 Result<std::shared_ptr<Model>> Model::load(const std::string& path) {
   auto file = GgufFile::open(path);
   if (!file) return file.status();
-  auto cfg = ModelConfig::from_gguf(**file);
+  return from_file(std::move(*file));
+}
+
+Result<std::shared_ptr<Model>> Model::from_file(std::shared_ptr<GgufFile> file) {
+  if (!file) return invalid_argument("no file");
+  const std::string path = file->path();
+  auto cfg = ModelConfig::from_gguf(*file);
   if (!cfg) return cfg.status();
-  auto tok = Tokenizer::from_gguf(**file);
-  if (!tok) return tok.status().with_context("loading the vocabulary");
+  auto tok = Tokenizer::from_gguf(*file);
+  if (!tok) return tok.status().with_context(path + ": loading the vocabulary");
+  // Every layer has at least 9 tensors (2 norms, Q, K, V, output, gate, up,
+  // down): refuse a block count the file cannot hold before sizing for it.
+  if (static_cast<uint64_t>(cfg->n_layer) * 9 > file->tensors().size())
+    return invalid_file(path + ": '" + cfg->arch_str + ".block_count' = " + std::to_string(cfg->n_layer) +
+                        " layers, but the file holds only " + std::to_string(file->tensors().size()) +
+                        " tensors (tensor 'blk." + std::to_string(cfg->n_layer - 1) + ".attn_norm.weight' is missing?)");
 
   auto m = std::make_shared<Model>();
   m->path_ = path;
-  m->file_ = std::move(*file);
+  m->file_ = std::move(file);
   m->config_ = std::move(*cfg);
   m->tokenizer_ = std::move(*tok);
   const ModelConfig& c = m->config_;

@@ -1,6 +1,7 @@
 #include "phaselab/model_config.h"
 
 #include <cmath>
+#include <cstdint>
 
 namespace phaselab {
 
@@ -40,6 +41,24 @@ Status read_uniform_int(const GgufFile& f, const std::string& key, int* out, boo
   }
   return invalid_file(f.path() + ": '" + key + "' is not an integer");
 }
+
+// A float hyperparameter (float or integer in the file): finite, within
+// [lo, hi] (above lo when positive is set).
+Status read_float(const GgufFile& f, const std::string& key, double def, double lo, double hi, bool positive, float* out) {
+  double x = def;
+  if (const GgufValue* v = f.find(key)) {
+    if (v->is_float()) x = v->f;
+    else if (v->is_integer()) x = static_cast<double>(v->i);
+    else return invalid_file(f.path() + ": '" + key + "' is not a number");
+    if (!std::isfinite(x) || x < lo || x > hi || (positive && x <= lo))
+      return invalid_file(f.path() + ": '" + key + "' = " + v->to_string(0) + " is out of range");
+  }
+  *out = static_cast<float>(x);
+  return Status::ok();
+}
+
+constexpr int kMaxLayers = 1 << 16;
+constexpr int64_t kMaxWidth = 1 << 30;
 
 }  // namespace
 
@@ -81,9 +100,17 @@ Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& f) {
     return invalid_file(f.path() + ": head_count " + std::to_string(c.n_head) + " is not a multiple of head_count_kv " +
                         std::to_string(c.n_head_kv));
 
-  c.rms_eps = static_cast<float>(f.get_float(a + "attention.layer_norm_rms_epsilon").value_or(1e-5));
-  c.rope_base = static_cast<float>(f.get_float(a + "rope.freq_base").value_or(10000.0));
-  c.rope_base_swa = static_cast<float>(f.get_float(a + "rope.freq_base_swa").value_or(10000.0));
+  if (c.n_layer > kMaxLayers)
+    return invalid_file(f.path() + ": '" + a + "block_count' = " + std::to_string(c.n_layer) + " is out of range (at most " +
+                        std::to_string(kMaxLayers) + ")");
+  // Widths the engine computes in int: their products must fit too.
+  if (static_cast<int64_t>(c.n_head) * c.head_dim > kMaxWidth)
+    return invalid_file(f.path() + ": '" + a + "attention.head_count' x key_length = " +
+                        std::to_string(static_cast<int64_t>(c.n_head) * c.head_dim) + " is out of range");
+
+  PHASELAB_TRY(read_float(f, a + "attention.layer_norm_rms_epsilon", 1e-5, 0.0, 1.0, false, &c.rms_eps));
+  PHASELAB_TRY(read_float(f, a + "rope.freq_base", 10000.0, 0.0, 1e30, true, &c.rope_base));
+  PHASELAB_TRY(read_float(f, a + "rope.freq_base_swa", 10000.0, 0.0, 1e30, true, &c.rope_base_swa));
   if (auto sc = f.get_string(a + "rope.scaling.type"); sc && *sc != "none" && *sc != "")
     if (auto fac = f.get_float(a + "rope.scaling.factor"); fac && *fac != 1.0)
       return unsupported(f.path() + ": RoPE scaling '" + std::string(*sc) + "' is not supported yet");
@@ -91,7 +118,11 @@ Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& f) {
   // Vocabulary size: from the token list (the metadata key is often absent).
   if (const GgufValue* toks = f.find("tokenizer.ggml.tokens"); toks && toks->type == GgufValueType::ARRAY)
     c.n_vocab = static_cast<int>(toks->count);
-  if (auto nv = f.get_int(a + "vocab_size")) c.n_vocab = static_cast<int>(*nv);
+  if (const GgufValue* nv = f.find(a + "vocab_size")) {
+    if (!nv->is_integer() || nv->i <= 0 || nv->i > INT32_MAX)
+      return invalid_file(f.path() + ": '" + a + "vocab_size' = " + nv->to_string(0) + " is not a positive 32-bit integer");
+    c.n_vocab = static_cast<int>(nv->i);
+  }
   if (c.n_vocab <= 0) return invalid_file(f.path() + ": no vocabulary (tokenizer.ggml.tokens missing)");
 
   c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
@@ -109,7 +140,12 @@ Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& f) {
       // Gemma 3 27B scales queries by 1/sqrt(n_embd / n_head); the others by
       // 1/sqrt(head_dim). The file does not say which: 62 layers is the 27B.
       if (c.n_layer == 62) c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.n_embd / c.n_head));
-      c.sliding_window = static_cast<int>(f.get_int(a + "attention.sliding_window").value_or(512));
+      c.sliding_window = 512;
+      if (const GgufValue* sw = f.find(a + "attention.sliding_window")) {
+        if (!sw->is_integer() || sw->i < 0 || sw->i > (1 << 30))
+          return invalid_file(f.path() + ": '" + a + "attention.sliding_window' = " + sw->to_string(0) + " is out of range");
+        c.sliding_window = static_cast<int>(sw->i);
+      }
       const GgufValue* pat = f.find(a + "attention.sliding_window_pattern");
       if (pat && pat->type == GgufValueType::ARRAY && pat->elems) {
         for (int il = 0; il < c.n_layer && il < static_cast<int>(pat->count); il++) c.layer_is_swa[il] = pat->int_at(il) != 0;
@@ -121,8 +157,8 @@ Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& f) {
       break;
     }
   }
-  c.final_logit_softcap = static_cast<float>(f.get_float(a + "final_logit_softcapping").value_or(0.0));
-  c.attn_logit_softcap = static_cast<float>(f.get_float(a + "attn_logit_softcapping").value_or(0.0));
+  PHASELAB_TRY(read_float(f, a + "final_logit_softcapping", 0.0, 0.0, 1e30, false, &c.final_logit_softcap));
+  PHASELAB_TRY(read_float(f, a + "attn_logit_softcapping", 0.0, 0.0, 1e30, false, &c.attn_logit_softcap));
   return c;
 }
 

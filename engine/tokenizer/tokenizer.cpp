@@ -565,8 +565,9 @@ std::string BpeTokenizer::token_to_piece(TokenId id, bool render_special) const 
 
 // ---- GGUF helpers ---------------------------------------------------------------
 
-bool is_numeric_elem(GgufValueType t) {
-  return t != GgufValueType::STRING && t != GgufValueType::ARRAY && t != GgufValueType::BOOL;
+// A special-token id of -1, or 0xFFFFFFFF in an unsigned 32-bit key: "none".
+bool special_id_is_none(const GgufValue& v) {
+  return v.i == -1 || (v.type == GgufValueType::UINT32 && v.u == 0xFFFFFFFFu);
 }
 
 }  // namespace
@@ -603,15 +604,27 @@ Status Tokenizer::load_vocab(const GgufFile& file) {
   }
   texts_.assign(tokens->strings.begin(), tokens->strings.end());
 
-  scores_.assign(n, 0.0f);
-  if (const GgufValue* sc = file.find(kKeyScores)) {
-    if (sc->type != GgufValueType::ARRAY || !is_numeric_elem(sc->elem_type)) {
-      return invalid_file(std::string(kKeyScores) + " is not a numeric array");
+  // GGUF's tokenizer arrays have fixed element types (scores float32,
+  // token_type int32) and one entry per token; anything else is refused
+  // rather than converted.
+  auto check_array = [&](std::string_view key, const GgufValue* v, GgufValueType elem) -> Status {
+    if (v->type != GgufValueType::ARRAY || v->elem_type != elem) {
+      const std::string found = v->type == GgufValueType::ARRAY
+                                    ? "an array of " + std::string(gguf_value_type_name(v->elem_type))
+                                    : "a " + std::string(gguf_value_type_name(v->type));
+      return invalid_file(std::string(key) + " must be an array of " + std::string(gguf_value_type_name(elem)) +
+                          " (found " + found + ")");
     }
-    if (sc->count != n) {
-      return invalid_file(std::string(kKeyScores) + " has " + std::to_string(sc->count) + " entries but " +
+    if (v->count != n) {
+      return invalid_file(std::string(key) + " has " + std::to_string(v->count) + " entries but " +
                           std::string(kKeyTokens) + " has " + std::to_string(n));
     }
+    return Status::ok();
+  };
+
+  scores_.assign(n, 0.0f);
+  if (const GgufValue* sc = file.find(kKeyScores)) {
+    PHASELAB_TRY(check_array(kKeyScores, sc, GgufValueType::FLOAT32));
     for (size_t i = 0; i < n; i++) scores_[i] = static_cast<float>(sc->float_at(i));
   } else if (kind_ == Kind::spm) {
     return invalid_file(std::string(kKeyScores) + " is missing (a SentencePiece vocabulary merges by score)");
@@ -619,17 +632,27 @@ Status Tokenizer::load_vocab(const GgufFile& file) {
 
   attrs_.assign(n, TokenAttr::normal);
   if (const GgufValue* ty = file.find(kKeyTypes)) {
-    if (ty->type != GgufValueType::ARRAY || !is_numeric_elem(ty->elem_type) || ty->elem_type == GgufValueType::FLOAT32 ||
-        ty->elem_type == GgufValueType::FLOAT64) {
-      return invalid_file(std::string(kKeyTypes) + " is not an integer array");
-    }
-    if (ty->count != n) {
-      return invalid_file(std::string(kKeyTypes) + " has " + std::to_string(ty->count) + " entries but " +
-                          std::string(kKeyTokens) + " has " + std::to_string(n));
-    }
+    PHASELAB_TRY(check_array(kKeyTypes, ty, GgufValueType::INT32));
     for (size_t i = 0; i < n; i++) {
       const int64_t v = ty->int_at(i);
       attrs_[i] = (v >= 0 && v <= 6) ? static_cast<TokenAttr>(v) : TokenAttr::undefined;
+    }
+  }
+
+  // Every special-token id the file names (tokenizer.ggml.*_token_id) must
+  // be a token of the vocabulary. -1 (also written as the uint32 0xFFFFFFFF)
+  // is the converters' "none" and stands for an absent key.
+  const auto nt = static_cast<int64_t>(n);
+  for (const auto& [key, v] : file.metadata()) {
+    const std::string_view k = key;
+    if (k.substr(0, 15) != "tokenizer.ggml." || k.size() < 9 || k.substr(k.size() - 9) != "_token_id") continue;
+    if (!v.is_integer()) {
+      return invalid_file(key + " must be an integer token id (found " + std::string(gguf_value_type_name(v.type)) + ")");
+    }
+    if (special_id_is_none(v)) continue;
+    if (v.i < 0 || v.i >= nt) {
+      return invalid_file(key + " = " + v.to_string(0) + " is outside the vocabulary (" + std::to_string(n) +
+                          " tokens, ids 0.." + std::to_string(n - 1) + ")");
     }
   }
 
@@ -640,10 +663,9 @@ Status Tokenizer::load_vocab(const GgufFile& file) {
     token_to_id_.insert_or_assign(texts_[i], static_cast<TokenId>(i));  // last duplicate wins, as llama.cpp
   }
 
-  const auto nt = static_cast<int64_t>(n);
   auto read_id = [&](const char* key, TokenId fallback) -> TokenId {
-    // Out-of-range ids in the metadata are ignored rather than trusted.
-    if (auto v = file.get_int(key); v && *v >= 0 && *v < nt) return static_cast<TokenId>(*v);
+    // Checked above: present ids are in range or "none".
+    if (const GgufValue* v = file.find(key)) return special_id_is_none(*v) ? -1 : static_cast<TokenId>(v->i);
     return fallback >= 0 && fallback < nt ? fallback : -1;
   };
   const bool spm = kind_ == Kind::spm;

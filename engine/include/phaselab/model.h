@@ -53,6 +53,11 @@ class Model {
   // Opens, validates and maps a model. Unsupported architectures or tensor
   // types are refused with a message naming them.
   static Result<std::shared_ptr<Model>> load(const std::string& path);
+  // The same checks on a file already opened (GgufFile::open or from_bytes):
+  // config, tokenizer, every tensor's presence, shape and type. Nothing is
+  // computed; this is what `phaselab-cli info` uses to say whether a file
+  // would load.
+  static Result<std::shared_ptr<Model>> from_file(std::shared_ptr<GgufFile> file);
 
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }
