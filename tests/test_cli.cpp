@@ -1,5 +1,6 @@
 // The phaselab-cli contract other tools build on: output formats and exit
 // codes (0 success, 2 bad input with a one-line error on stderr).
+#include <QCryptographicHash>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
@@ -208,7 +209,8 @@ class TestCli : public QObject {
   }
 
   void quantize_rewrites_the_matrices() {
-    const QString out = QDir::temp().filePath("phaselab_stories_q8.gguf");
+    QTemporaryDir dir;
+    const QString out = dir.filePath("phaselab_stories_q8.gguf");
     const Run q = cli({"quantize", stories(), out, "Q8_0"});
     QCOMPARE(q.code, 0);
     const Run j = cli({"info", out, "--json"});
@@ -223,6 +225,38 @@ class TestCli : public QObject {
 
   // A twin has the original's tensors (names, types, shapes) and metadata,
   // with random values: it runs the same work.
+  // quantize never destroys its input and never replaces a file silently.
+  void quantize_protects_its_input_and_existing_files() {
+    QTemporaryDir dir;
+    const QString in = dir.filePath("in.gguf");
+    QVERIFY(QFile::copy(stories(), in));
+    QVERIFY(QFile::link(in, dir.filePath("symlink.gguf")));
+    QVERIFY(::link(in.toLocal8Bit().constData(), dir.filePath("hardlink.gguf").toLocal8Bit().constData()) == 0);
+    auto hash = [](const QString& path) {
+      QFile f(path);
+      f.open(QIODevice::ReadOnly);
+      return QCryptographicHash::hash(f.readAll(), QCryptographicHash::Sha256);
+    };
+    const QByteArray before = hash(in);
+    for (const char* out : {"in.gguf", "symlink.gguf", "hardlink.gguf"}) {
+      const Run r = cli({"quantize", "--force", in, dir.filePath(out), "Q8_0"});
+      expect_bad_input(r);
+      QVERIFY2(r.err.contains("input file"), qPrintable(r.err));
+      QCOMPARE(hash(in), before);
+    }
+    const QString out = dir.filePath("out.gguf");
+    QCOMPARE(cli({"quantize", in, out, "Q8_0"}).code, 0);
+    const Run again = cli({"quantize", in, out, "Q4_0"});
+    expect_bad_input(again);
+    QVERIFY2(again.err.contains("--force"), qPrintable(again.err));
+    const QByteArray q8 = hash(out);
+    QCOMPARE(cli({"quantize", "--force", in, out, "Q4_0"}).code, 0);
+    QVERIFY(hash(out) != q8);
+    QCOMPARE(cli({"info", out}).code, 0);
+    // Only the finished files: no partial file left beside them.
+    QVERIFY2(QDir(dir.path()).entryList({"*partial*"}).isEmpty(), qPrintable(QDir(dir.path()).entryList().join(' ')));
+  }
+
   void twin_has_the_originals_shapes() {
     const QString spec = QDir::temp().filePath("phaselab_twin_spec.gguf");
     const QString twin = QDir::temp().filePath("phaselab_twin.gguf");
