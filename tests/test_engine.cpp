@@ -9,6 +9,7 @@
 #include "phaselab/backend.h"
 #include "phaselab/chat_template.h"
 #include "phaselab/session.h"
+#include "phaselab/memory.h"
 #include "tiny_model.h"
 
 using namespace phaselab;
@@ -103,6 +104,81 @@ const char* kArchs[] = {"llama", "qwen2", "qwen3", "gemma3"};
 class TestEngine : public QObject {
   Q_OBJECT
  private slots:
+  // Too little memory: a refusal with the numbers, before anything is
+  // allocated (a KV cache of twice the available memory).
+  void too_little_memory_is_refused_with_the_numbers() {
+    const uint64_t available = available_memory_bytes();
+    QVERIFY2(available > 0, "MemAvailable is not readable here");
+    TinySpec spec = tiny_spec("llama");
+    spec.n_ctx_train = 1u << 30;
+    const std::string path = write_tiny_model(spec, "tiny_huge_ctx.gguf");
+    auto m = Model::load(path);
+    QVERIFY(bool(m));
+    const uint64_t per_token = KvCache::bytes_for((*m)->config(), 1 << 20) >> 20;
+    const uint64_t want = std::min<uint64_t>(2 * available / std::max<uint64_t>(per_token, 1), (1u << 30) - 64);
+    auto b = make_cpu_reference_backend(*m, 1, 8);
+    QVERIFY(bool(b));
+    const uint64_t rss_before = resident_memory_bytes();
+    auto s = Session::create(*m, std::move(*b), static_cast<int>(want));
+    QVERIFY(!s);
+    QCOMPARE(s.status().code(), StatusCode::out_of_memory);
+    const std::string msg = s.status().message();
+    QVERIFY2(msg.find("MiB are available") != std::string::npos && msg.find("context size") != std::string::npos,
+             msg.c_str());
+    QVERIFY(resident_memory_bytes() < rss_before + (64ull << 20));  // nothing big was touched
+  }
+
+  // Loading and unloading a model many times leaks nothing.
+  void load_and_unload_keep_memory_flat() {
+    uint64_t rss_after_warmup = 0;
+    std::vector<float> logits;
+    for (int i = 0; i < 100; i++) {
+      auto s = open_session(test_data("stories260K.gguf"), 128, 16, 1, i % 2 ? Kind::fast : Kind::reference);
+      QVERIFY(s->eval({1, 400, 300}, &logits));
+      if (i == 9) rss_after_warmup = resident_memory_bytes();
+    }
+    const uint64_t rss = resident_memory_bytes();
+    QVERIFY2(rss < rss_after_warmup + (4ull << 20),
+             qPrintable(QString("RSS grew from %1 to %2 KiB over 90 loads").arg(rss_after_warmup >> 10).arg(rss >> 10)));
+  }
+
+  // 1000 short generations with random settings: no error, no growth.
+  void thousand_random_generations_keep_memory_flat() {
+    auto s = open_session(test_data("stories260K.gguf"), 256, 16, 1, Kind::fast);
+    auto lookup = make_prompt_lookup_draft();
+    std::mt19937 rng(1234);
+    auto uni = [&](float a, float b) { return std::uniform_real_distribution<float>(a, b)(rng); };
+    const std::vector<int32_t> prompts[] = {{1, 400, 300, 450}, {1, 260, 261, 262, 263, 264}, {1}, {1, 500, 500, 500, 500}};
+    uint64_t rss_after_warmup = 0;
+    for (int i = 0; i < 1000; i++) {
+      GenerateOptions o;
+      o.n_predict = 1 + static_cast<int>(rng() % 8);
+      o.sampling.temperature = rng() % 4 == 0 ? 0.f : uni(0.1f, 2.f);
+      o.sampling.top_k = static_cast<int>(rng() % 60);
+      o.sampling.top_p = uni(0.1f, 1.f);
+      o.sampling.min_p = uni(0.f, 0.3f);
+      o.sampling.repeat_penalty = uni(1.f, 1.5f);
+      o.sampling.frequency_penalty = uni(0.f, 1.f);
+      o.sampling.presence_penalty = uni(0.f, 1.f);
+      o.sampling.seed = rng();
+      o.use_kv_cache = rng() % 8 != 0;
+      o.prefix_cache = rng() % 2 == 0;
+      o.ignore_eos = rng() % 2 == 0;
+      if (o.use_kv_cache && rng() % 4 == 0) {
+        o.draft = lookup.get();
+        o.spec_k = 1 + static_cast<int>(rng() % 6);
+      }
+      const auto& p = prompts[rng() % std::size(prompts)];
+      auto r = s->generate(p, o);
+      QVERIFY2(bool(r), qPrintable(QString("generation %1: %2").arg(i).arg(r.status().message().c_str())));
+      QVERIFY(!r->tokens.empty() && static_cast<int>(r->tokens.size()) <= o.n_predict);
+      if (i == 99) rss_after_warmup = resident_memory_bytes();
+    }
+    const uint64_t rss = resident_memory_bytes();
+    QVERIFY2(rss < rss_after_warmup + (2ull << 20),
+             qPrintable(QString("RSS grew from %1 to %2 KiB over 900 generations").arg(rss_after_warmup >> 10).arg(rss >> 10)));
+  }
+
   void stories260k_greedy_matches_reference() {
     auto session = open_session(test_data("stories260K.gguf"));
     const Tokenizer& tok = session->model().tokenizer();

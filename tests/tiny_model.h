@@ -24,6 +24,7 @@ struct TinySpec {
   TensorType embd_type = TensorType::F32;
   bool tied = false;
   uint32_t seed = 1;
+  uint32_t n_ctx_train = 256;
 };
 
 // A SentencePiece vocabulary: <unk> <s> </s>, the 256 byte tokens, a few words.
@@ -72,7 +73,7 @@ inline std::string write_tiny_model(const TinySpec& s, const std::string& file_n
   const std::string a = s.arch + ".";
   w.set("general.architecture", GgufWriteValue::string(s.arch));
   w.set("general.name", GgufWriteValue::string("tiny-" + s.arch));
-  w.set(a + "context_length", GgufWriteValue::u32(256));
+  w.set(a + "context_length", GgufWriteValue::u32(s.n_ctx_train));
   w.set(a + "embedding_length", GgufWriteValue::u32(s.n_embd));
   w.set(a + "block_count", GgufWriteValue::u32(s.n_layer));
   w.set(a + "feed_forward_length", GgufWriteValue::u32(s.n_ff));

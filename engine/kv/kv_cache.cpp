@@ -130,10 +130,19 @@ void KvPool::copy_prefix(int dst, int src, int n) {
 
 // ---- KvCache ------------------------------------------------------------------
 
+namespace {
+int pool_blocks_for(int n_ctx) { return 2 * ((n_ctx + KvPool::kBlockTokens - 1) / KvPool::kBlockTokens) + 1; }
+}  // namespace
+
+uint64_t KvCache::bytes_for(const ModelConfig& c, int n_ctx) {
+  // K and V: (block, layer, position in block, n_embd_kv) floats each.
+  return 2ull * static_cast<uint64_t>(pool_blocks_for(n_ctx)) * static_cast<uint64_t>(c.n_layer) *
+         KvPool::kBlockTokens * static_cast<uint64_t>(c.n_embd_kv()) * sizeof(float);
+}
+
 Result<std::unique_ptr<KvCache>> KvCache::create(const ModelConfig& c, int n_ctx) {
   if (n_ctx < 1) return invalid_argument("context size must be at least 1");
-  const int per_seq = (n_ctx + KvPool::kBlockTokens - 1) / KvPool::kBlockTokens;
-  auto pool = KvPool::create(c, 2 * per_seq + 1);
+  auto pool = KvPool::create(c, pool_blocks_for(n_ctx));
   if (!pool) return pool.status();
   return create_in(std::move(*pool), n_ctx);
 }

@@ -1,5 +1,7 @@
 #include "phaselab/session.h"
 
+#include "phaselab/memory.h"
+
 #include <algorithm>
 #include <chrono>
 
@@ -59,6 +61,17 @@ Result<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Model> mo
   if (n_ctx > model->config().n_ctx_train)
     return invalid_argument("context size " + std::to_string(n_ctx) + " exceeds the " +
                             std::to_string(model->config().n_ctx_train) + " tokens the model was trained for");
+  // Too little memory is refused here, with the numbers, before the KV cache
+  // is allocated (Linux would "allocate" it and kill the process later).
+  {
+    const ModelConfig& c = model->config();
+    MemoryNeed need;
+    need.weights = model->weight_bytes();
+    need.kv = KvCache::bytes_for(c, n_ctx);
+    need.work = static_cast<uint64_t>(backend->max_batch()) *
+                (static_cast<uint64_t>(c.n_vocab) + 4ull * c.n_ff + 8ull * c.n_embd) * sizeof(float);
+    if (Status st = check_memory(need, available_memory_bytes()); !st) return st;
+  }
   auto kv = KvCache::create(model->config(), n_ctx);
   if (!kv) return kv.status();
   std::unique_ptr<Session> s(new Session());

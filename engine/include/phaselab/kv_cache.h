@@ -91,6 +91,8 @@ class KvCache {
   // A sequence of up to n_ctx positions with a pool of its own: room for
   // twice the context, so that other conversations stay cached.
   static Result<std::unique_ptr<KvCache>> create(const ModelConfig& c, int n_ctx);
+  // The bytes create() allocates for n_ctx positions (K and V of its pool).
+  static uint64_t bytes_for(const ModelConfig& c, int n_ctx);
   // A sequence in a shared pool.
   static std::unique_ptr<KvCache> create_in(std::shared_ptr<KvPool> pool, int n_ctx);
   ~KvCache();

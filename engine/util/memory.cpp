@@ -1,0 +1,38 @@
+#include "phaselab/memory.h"
+
+#include <cstdio>
+#include <cstring>
+#include <unistd.h>
+
+namespace phaselab {
+
+uint64_t available_memory_bytes() {
+  FILE* f = std::fopen("/proc/meminfo", "r");
+  if (!f) return 0;
+  char line[256];
+  uint64_t kib = 0;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "MemAvailable: %lu kB", &kib) == 1) break;
+  std::fclose(f);
+  return kib * 1024;
+}
+
+uint64_t resident_memory_bytes() {
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  if (!f) return 0;
+  unsigned long size = 0, resident = 0;
+  const int n = std::fscanf(f, "%lu %lu", &size, &resident);
+  std::fclose(f);
+  return n == 2 ? static_cast<uint64_t>(resident) * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE)) : 0;
+}
+
+Status check_memory(const MemoryNeed& need, uint64_t available) {
+  if (available == 0 || need.total() <= available) return Status::ok();
+  auto mib = [](uint64_t b) { return std::to_string((b + (1 << 20) - 1) >> 20); };
+  std::string hint = need.kv > need.weights ? "lower the context size (-c)" : "use a smaller model or a smaller context size (-c)";
+  return out_of_memory("this needs about " + mib(need.total()) + " MiB of memory (weights " + mib(need.weights) +
+                       ", KV cache " + mib(need.kv) + ", work buffers " + mib(need.work) + ") and " + mib(available) +
+                       " MiB are available: " + hint);
+}
+
+}  // namespace phaselab
