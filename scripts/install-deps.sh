@@ -13,6 +13,8 @@ PACKAGES=(
   xvfb xauth
   # packaging and its test: .deb/.rpm/.tgz, lintian, desktop integration
   lintian rpm cpio desktop-file-utils appstream shared-mime-info xdg-utils libglib2.0-bin
+  # scripts/fuzz.sh: clang with libFuzzer and the sanitizer runtimes (only recommended by clang)
+  clang libclang-rt-14-dev
 )
 
 # --list: the package names, one per line (scripts/check-deps.sh reads them).

@@ -1,0 +1,47 @@
+// Fuzz target: chat template detection and rendering with random
+// conversations. Input: byte 0 picks the family (mod 5) and
+// add_generation_prompt (bit 3); the rest is messages separated by 0x00,
+// each a role byte (system, user, assistant, or - for other values - the
+// role name "tool") followed by its content. The whole input is also given
+// to detect_chat_template as a template source.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fuzz_common.h"
+#include "phaselab/chat_template.h"
+
+using namespace phaselab;
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string_view all(reinterpret_cast<const char*>(data), size);
+  const ChatTemplateFamily detected = detect_chat_template(all);
+  FUZZ_CHECK(std::string_view(chat_template_family_name(detected)).size() > 0);
+  if (size < 1) return 0;
+
+  const auto family = static_cast<ChatTemplateFamily>(data[0] % 5);
+  const bool gen = data[0] & 8;
+  std::vector<ChatMessage> msgs;
+  std::string_view rest = all.substr(1);
+  while (!rest.empty()) {
+    const size_t end = rest.find('\0');
+    std::string_view m = rest.substr(0, end);
+    rest = end == std::string_view::npos ? std::string_view() : rest.substr(end + 1);
+    if (m.empty()) continue;
+    static const char* const kRoles[] = {"system", "user", "assistant", "tool"};
+    msgs.push_back({kRoles[std::min<unsigned>(static_cast<uint8_t>(m[0]) % 8, 3)], std::string(m.substr(1))});
+  }
+
+  const std::string out = apply_chat_template(family, msgs, gen);
+  // Every user and assistant turn is in the prompt, whatever the family.
+  for (const ChatMessage& m : msgs) {
+    if (m.role == "user" || m.role == "assistant") FUZZ_CHECK(out.find(m.content) != std::string::npos);
+  }
+  // Families that give every role its own turn keep system messages too.
+  if (family == ChatTemplateFamily::chatml || family == ChatTemplateFamily::llama3 || family == ChatTemplateFamily::plain) {
+    for (const ChatMessage& m : msgs) FUZZ_CHECK(out.find(m.content) != std::string::npos);
+  }
+  for (const std::string& s : chat_stop_strings(family)) FUZZ_CHECK(!s.empty());
+  return 0;
+}
