@@ -78,13 +78,6 @@ Result<std::shared_ptr<Model>> Model::from_file(std::shared_ptr<GgufFile> file) 
   if (!cfg) return cfg.status();
   auto tok = Tokenizer::from_gguf(*file);
   if (!tok) return tok.status().with_context(path + ": loading the vocabulary");
-  // Every layer has at least 9 tensors (2 norms, Q, K, V, output, gate, up,
-  // down): refuse a block count the file cannot hold before sizing for it.
-  if (static_cast<uint64_t>(cfg->n_layer) * 9 > file->tensors().size())
-    return invalid_file(path + ": '" + cfg->arch_str + ".block_count' = " + std::to_string(cfg->n_layer) +
-                        " layers, but the file holds only " + std::to_string(file->tensors().size()) +
-                        " tensors (tensor 'blk." + std::to_string(cfg->n_layer - 1) + ".attn_norm.weight' is missing?)");
-
   auto m = std::make_shared<Model>();
   m->path_ = path;
   m->file_ = std::move(file);
@@ -105,6 +98,13 @@ Result<std::shared_ptr<Model>> Model::from_file(std::shared_ptr<GgufFile> file) 
     w.tied_output = true;
   }
   PHASELAB_TRY(L.vec("rope_freqs.weight", c.n_rot / 2, &w.rope_freq_factors, false));
+
+  // Every layer has at least 9 tensors (2 norms, Q, K, V, output, gate, up,
+  // down): refuse a block count the file cannot hold before sizing for it.
+  if (static_cast<uint64_t>(c.n_layer) * 9 > m->file_->tensors().size())
+    return invalid_file(path + ": '" + c.arch_str + ".block_count' = " + std::to_string(c.n_layer) +
+                        " layers, but the file holds only " + std::to_string(m->file_->tensors().size()) +
+                        " tensors (tensor 'blk." + std::to_string(c.n_layer - 1) + ".attn_norm.weight' is missing?)");
 
   const int64_t nq = c.n_embd_q(), nkv = c.n_embd_kv();
   w.layers.resize(c.n_layer);
