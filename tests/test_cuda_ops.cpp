@@ -6,11 +6,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
 #include "backend/cpu/ref_ops.h"
 #include "kernels/kernels.h"
+#include "phaselab/backend.h"
 #include "phaselab/quant.h"
 #include "test_util.h"
 
@@ -121,10 +123,62 @@ std::vector<float> ref_matmul(const Matrix& m, int n_in, int n_out, const std::v
 class TestCudaOps : public QObject {
   Q_OBJECT
  private slots:
+  // What the CUDA runtime says about this machine, checked for substance.
+  // Unavailable: a real error code, with the runtime's own name and
+  // description (not "unknown"), which is the reason every other test SKIPs
+  // with; and the engine's loader (probe_cuda through libphaselab_cuda.so)
+  // passes the same reason on. Available: device 0's name, compute capability
+  // and memory, as the runtime and the loader's probe report them.
   void availability_is_reported() {
-    const QString why = cuda_unavailable();
-    if (!why.isEmpty()) qInfo("%s", qPrintable(why));  // every other test SKIPs with this reason
-    QVERIFY(why.isEmpty() || why.startsWith("CUDA unavailable"));
+    int count = -1;
+    const cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+      const QString name = cudaGetErrorName(e), what = cudaGetErrorString(e);
+      qInfo("CUDA unavailable: %s (%s)", qPrintable(what), qPrintable(name));
+      QVERIFY2(name.startsWith("cudaError") && name != "cudaErrorUnknown", qPrintable(name));
+      QVERIFY2(what.size() > 3 && what != "unknown error" && !what.startsWith("unrecognized"), qPrintable(what));
+      QCOMPARE(cuda_unavailable(), "CUDA unavailable: " + what);
+#ifndef PHASELAB_CUDA_EMULATOR
+      // The loader either finds no library (and says where it looked) or
+      // the library's probe gives the runtime's reason.
+      const CudaProbe probe = probe_cuda();
+      QVERIFY(!probe.available);
+      QVERIFY2(probe.reason.find(what.toStdString()) != std::string::npos ||
+                   probe.reason.find("libphaselab_cuda") != std::string::npos,
+               probe.reason.c_str());
+#endif
+      return;
+    }
+    // The runtime answers cudaErrorNoDevice rather than success with none.
+    QVERIFY2(count >= 1, qPrintable(QString("cudaGetDeviceCount: success with %1 devices").arg(count)));
+    QVERIFY(cuda_unavailable().isEmpty());
+    cudaDeviceProp prop{};
+    CU(cudaGetDeviceProperties(&prop, 0));
+    const size_t name_len = strnlen(prop.name, sizeof prop.name);
+    QVERIFY2(name_len > 0 && name_len < sizeof prop.name, "device 0 has no name");
+    QVERIFY2(prop.major >= 5 && prop.minor >= 0, qPrintable(QString("compute %1.%2").arg(prop.major).arg(prop.minor)));
+    QVERIFY(prop.multiProcessorCount > 0);
+    QCOMPARE(prop.warpSize, 32);
+    CU(cudaSetDevice(0));
+    size_t free_b = 0, total_b = 0;
+    CU(cudaMemGetInfo(&free_b, &total_b));
+    QVERIFY(total_b >= (size_t{256} << 20));
+    QVERIFY(free_b > 0 && free_b <= total_b);
+    QCOMPARE(total_b, static_cast<size_t>(prop.totalGlobalMem));
+    qInfo("CUDA device 0: %s, compute %d.%d, %d SMs, %zu MiB (%zu MiB free)", prop.name, prop.major, prop.minor,
+          prop.multiProcessorCount, total_b >> 20, free_b >> 20);
+#ifndef PHASELAB_CUDA_EMULATOR
+    // The same device through the engine's loader, when the library is
+    // there (a test run right after building only this test may lack it).
+    const CudaProbe probe = probe_cuda();
+    if (!probe.available) {
+      QVERIFY2(probe.reason.find("libphaselab_cuda") != std::string::npos, probe.reason.c_str());
+      return;
+    }
+    QVERIFY2(probe.description.find(prop.name) != std::string::npos, probe.description.c_str());
+    QCOMPARE(probe.total_mem, total_b);
+    QVERIFY(probe.free_mem > 0 && probe.free_mem <= probe.total_mem);
+#endif
   }
 
   void rmsnorm() {
