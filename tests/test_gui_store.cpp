@@ -75,6 +75,14 @@ class TestGuiStore : public QObject {
   QTemporaryDir m_dir;
   int m_n = 0;
   QString freshPath() { return m_dir.filePath(QStringLiteral("db%1.sqlite").arg(++m_n)); }
+  // A main window on the database at path, no probe, no model reloaded.
+  static MainWindow::Options windowOn(const QString& path) {
+    MainWindow::Options o;
+    o.dbPath = path;
+    o.measureHardware = false;
+    o.autoLoadLastModel = false;
+    return o;
+  }
 
  private slots:
   void initTestCase() { testing::isolate(m_dir, "test_gui_store"); }
@@ -247,11 +255,7 @@ class TestGuiStore : public QObject {
     QCOMPARE(fileHash(path), before);  // not a byte written
 
     {
-      MainWindow::Options o;
-      o.dbPath = path;
-      o.measureHardware = false;
-      o.autoLoadLastModel = false;
-      MainWindow w(o);
+      MainWindow w(windowOn(path));
       w.show();
       QVERIFY(w.isStoreWarningShown());
       QVERIFY(w.isNotSavedShown());
@@ -294,11 +298,7 @@ class TestGuiStore : public QObject {
   void send_works_when_the_database_cannot_be_used() {
     const QString path = freshPath();
     QVERIFY(QDir().mkpath(path));  // a folder where the file should be
-    MainWindow::Options o;
-    o.dbPath = path;
-    o.measureHardware = false;
-    o.autoLoadLastModel = false;
-    MainWindow w(o);
+    MainWindow w(windowOn(path));
     w.show();
     QSignalSpy ready(&w, &MainWindow::modelReady);
     EngineConfig c;
