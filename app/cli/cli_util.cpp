@@ -1,12 +1,13 @@
 #include "cli_util.h"
 
+#include "phaselab/thread_pool.h"
+
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sys/stat.h>
-#include <thread>
 #include <sstream>
 
 namespace phaselab::cli {
@@ -121,10 +122,8 @@ Result<std::string> read_text_file(const std::string& path) {
 }
 
 void warn_if_oversubscribed(int threads) {
-  const unsigned hw = std::thread::hardware_concurrency();
-  if (hw > 0 && threads > static_cast<int>(hw))
-    std::fprintf(stderr, "phaselab-cli: warning: %d threads on %u hardware threads will be slower, not faster "
-                         "(the default is one per core)\n", threads, hw);
+  if (const std::string w = thread_count_warning(threads); !w.empty())
+    std::fprintf(stderr, "phaselab-cli: warning: %s\n", w.c_str());
 }
 
 }  // namespace phaselab::cli

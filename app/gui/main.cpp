@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <pwd.h>
-#include <thread>
 #include <unistd.h>
 
 #include "chat_session.h"
@@ -17,6 +16,7 @@
 #include "main_window.h"
 #include "metrics_dock.h"
 #include "phaselab/log.h"
+#include "phaselab/thread_pool.h"
 #include "app_identity.h"
 
 using namespace phaselab::ui;
@@ -124,9 +124,8 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (threadsValue > static_cast<qint64>(std::thread::hardware_concurrency()) && std::thread::hardware_concurrency() > 0)
-    std::fprintf(stderr, "phaselab: warning: %lld threads on %u hardware threads will be slower, not faster\n",
-                 static_cast<long long>(threadsValue), std::thread::hardware_concurrency());
+  if (const std::string w = phaselab::thread_count_warning(static_cast<int>(threadsValue)); !w.empty())
+    std::fprintf(stderr, "phaselab: warning: %s\n", w.c_str());
 
   MainWindow window(options);
   GenerationSettings g = window.settings().generation;

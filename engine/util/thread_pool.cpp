@@ -104,4 +104,11 @@ void ThreadPool::worker(int ith) {
   }
 }
 
+std::string thread_count_warning(int threads) {
+  const unsigned hw = std::thread::hardware_concurrency();
+  if (hw == 0 || threads <= static_cast<int>(hw)) return {};
+  return std::to_string(threads) + " threads on " + std::to_string(hw) +
+         " hardware threads will be slower, not faster (the default is one per core)";
+}
+
 }  // namespace phaselab

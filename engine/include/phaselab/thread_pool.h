@@ -13,10 +13,15 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
 namespace phaselab {
+
+// A warning for the front ends when more threads are asked for than the
+// machine has hardware threads (they then slow each other down), else empty.
+std::string thread_count_warning(int threads);
 
 class ThreadPool {
  public:
