@@ -134,6 +134,15 @@ constexpr int kDraws = 100000;
 // Logits with well separated, unequal probabilities.
 const std::vector<float> kLogits = {1.2f, -0.4f, 2.0f, 0.1f, -1.5f, 0.9f, -0.2f, 1.6f, -3.0f, 0.5f};
 
+// The sampler with p keeps exactly the ids in `keep`, with softmax(logits / T)
+// over them: in its probabilities and in its draws.
+void check_keeps(const SamplingParams& p, const std::vector<float>& logits, const std::vector<int>& keep) {
+  const std::vector<double> want = softmax(logits, p.temperature, keep);
+  Sampler s(p, static_cast<int>(logits.size()));
+  CHECK_PROBS(dist_probs(s, logits), want);
+  CHECK_FREQUENCIES(draw_counts(p, logits, kDraws / 2), want);
+}
+
 // The ids of kLogits from most to least likely.
 std::vector<int> ranked(const std::vector<float>& l) {
   std::vector<int> ids(l.size());
@@ -275,10 +284,7 @@ class TestSampler : public QObject {
     p.top_p = top_p;
     p.top_k = top_k;
     p.temperature = T;
-    const std::vector<double> want = softmax(logits, T, keep);
-    Sampler s(p, static_cast<int>(logits.size()));
-    CHECK_PROBS(dist_probs(s, logits), want);
-    CHECK_FREQUENCIES(draw_counts(p, logits, kDraws / 2), want);
+    check_keeps(p, logits, keep);
   }
 
   void min_p_data() {
@@ -313,10 +319,7 @@ class TestSampler : public QObject {
     p.min_p = min_p;
     p.top_k = top_k;
     p.temperature = T;
-    const std::vector<double> want = softmax(logits, T, keep);
-    Sampler s(p, static_cast<int>(logits.size()));
-    CHECK_PROBS(dist_probs(s, logits), want);
-    CHECK_FREQUENCIES(draw_counts(p, logits, kDraws / 2), want);
+    check_keeps(p, logits, keep);
   }
 
   void the_whole_chain() {
