@@ -263,6 +263,25 @@ class TestEngine : public QObject {
     QCOMPARE(detect_chat_template("<|start_header_id|>"), ChatTemplateFamily::llama3);
     QCOMPARE(detect_chat_template("[INST]"), ChatTemplateFamily::llama2);
     QCOMPARE(detect_chat_template("{{ messages }}"), ChatTemplateFamily::plain);
+    for (ChatTemplateFamily f : chat_template_families())
+      QCOMPARE(chat_template_family_from_name(chat_template_family_name(f)), std::optional(f));
+    QVERIFY(!chat_template_family_from_name("jinja").has_value());
+  }
+
+  // Base models get example exchanges before the conversation; a system
+  // prompt replaces the preamble's first line but keeps the examples.
+  void fewshot_transcript_for_base_models() {
+    const std::string plain = apply_chat_template(ChatTemplateFamily::plain, {{"user", "Hi"}});
+    const std::string fs = apply_chat_template(ChatTemplateFamily::plain_fewshot, {{"user", "Hi"}});
+    QCOMPARE(plain, std::string("User: Hi\nAssistant:"));
+    QVERIFY(fs.size() > plain.size() + 100);
+    QVERIFY(fs.ends_with("\nUser: Hi\nAssistant:"));
+    QVERIFY(fs.find("Assistant: A spider has eight legs.\n") != std::string::npos);
+    const std::string sys = apply_chat_template(ChatTemplateFamily::plain_fewshot, {{"system", "You are a pirate."}, {"user", "Hi"}});
+    QVERIFY(sys.starts_with("You are a pirate.\n\nUser: How many legs"));
+    QVERIFY(sys.ends_with("\nUser: Hi\nAssistant:"));
+    QCOMPARE(sys.find("System:"), std::string::npos);
+    QCOMPARE(chat_stop_strings(ChatTemplateFamily::plain_fewshot), chat_stop_strings(ChatTemplateFamily::plain));
   }
 
   void gemma_chat_prompt_tokenizes_turn_markers() {
@@ -277,14 +296,15 @@ class TestEngine : public QObject {
   }
 
   // The default model is the base (pre-trained) Gemma 3 270M and has no chat
-  // template, so chat uses the plain transcript format; its answer must name
-  // Paris. (With Gemma's turn markers the base model only repeats the
+  // template, so chat uses the few-shot transcript; its answer must name
+  // Paris (which no example mentions). (With Gemma's turn markers the base model only repeats the
   // question, in llama.cpp as here: see the reference file.)
   void gemma_chat_answer_names_paris() {
     REQUIRE_DEFAULT_MODEL(path);
     auto session = open_session(path, 256, 64);
     const Model& m = session->model();
-    QCOMPARE(m.chat_template(), ChatTemplateFamily::plain);
+    QCOMPARE(m.chat_template(), ChatTemplateFamily::plain_fewshot);
+    QVERIFY(!m.has_chat_template());
     const auto prompt = m.tokenizer().encode(
         apply_chat_template(m.chat_template(), {{"user", "What is the capital of France?"}}), true, true);
     GenerateOptions o = greedy(32);

@@ -143,9 +143,12 @@ ChatTemplateFamily Model::chat_template() const {
   if (auto t = file_->get_string("tokenizer.chat_template")) return detect_chat_template(*t);
   // No template: a base (pre-trained) model. Such models answer a plain
   // "User: / Assistant:" transcript far better than the turn markers of
-  // their instruction-tuned siblings (the default Gemma 3 270M is one).
-  return ChatTemplateFamily::plain;
+  // their instruction-tuned siblings (the default Gemma 3 270M is one), and
+  // better still after a few example exchanges.
+  return ChatTemplateFamily::plain_fewshot;
 }
+
+bool Model::has_chat_template() const { return file_->get_string("tokenizer.chat_template").has_value(); }
 
 std::string Model::type_mix() const {
   std::map<std::string, uint64_t> bytes;

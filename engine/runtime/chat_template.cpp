@@ -13,12 +13,24 @@ ChatTemplateFamily detect_chat_template(std::string_view s) {
 const char* chat_template_family_name(ChatTemplateFamily f) {
   switch (f) {
     case ChatTemplateFamily::plain: return "plain";
+    case ChatTemplateFamily::plain_fewshot: return "plain-fewshot";
     case ChatTemplateFamily::gemma: return "gemma";
     case ChatTemplateFamily::chatml: return "chatml";
     case ChatTemplateFamily::llama3: return "llama3";
     case ChatTemplateFamily::llama2: return "llama2";
   }
   return "plain";
+}
+
+std::optional<ChatTemplateFamily> chat_template_family_from_name(std::string_view name) {
+  for (ChatTemplateFamily f : chat_template_families())
+    if (name == chat_template_family_name(f)) return f;
+  return std::nullopt;
+}
+
+std::vector<ChatTemplateFamily> chat_template_families() {
+  return {ChatTemplateFamily::gemma,  ChatTemplateFamily::chatml, ChatTemplateFamily::llama3,
+          ChatTemplateFamily::llama2, ChatTemplateFamily::plain,  ChatTemplateFamily::plain_fewshot};
 }
 
 namespace {
@@ -91,6 +103,35 @@ std::string render_plain(const std::vector<ChatMessage>& msgs, bool gen) {
   return out;
 }
 
+// The examples answer questions unlike the ones people test with first (no
+// capitals of countries), so a right answer is the model's, not a copy.
+constexpr const char* kFewShotPreamble =
+    "The following is a conversation between a person and a helpful assistant. The assistant answers "
+    "each question accurately and briefly.\n"
+    "\n"
+    "User: How many legs does a spider have?\n"
+    "Assistant: A spider has eight legs.\n"
+    "User: What is water made of?\n"
+    "Assistant: Water is made of hydrogen and oxygen: each molecule has two hydrogen atoms and one oxygen atom.\n"
+    "User: Give me two words that rhyme with cat.\n"
+    "Assistant: Hat and mat.\n";
+
+// A system prompt replaces the preamble's first sentence: it says who the
+// assistant is; the examples still show what an answer looks like.
+std::string render_plain_fewshot(const std::vector<ChatMessage>& msgs, bool gen) {
+  std::string out = kFewShotPreamble, system;
+  std::vector<ChatMessage> turns;
+  for (const auto& m : msgs) {
+    if (m.role == "system") system += m.content;
+    else turns.push_back(m);
+  }
+  if (!system.empty()) {
+    const std::string_view p = kFewShotPreamble;
+    out = system + "\n" + std::string(p.substr(p.find("\n\n") + 1));
+  }
+  return out + render_plain(turns, gen);
+}
+
 }  // namespace
 
 std::string apply_chat_template(ChatTemplateFamily family, const std::vector<ChatMessage>& messages,
@@ -100,6 +141,7 @@ std::string apply_chat_template(ChatTemplateFamily family, const std::vector<Cha
     case ChatTemplateFamily::chatml: return render_chatml(messages, add_generation_prompt);
     case ChatTemplateFamily::llama3: return render_llama3(messages, add_generation_prompt);
     case ChatTemplateFamily::llama2: return render_llama2(messages, add_generation_prompt);
+    case ChatTemplateFamily::plain_fewshot: return render_plain_fewshot(messages, add_generation_prompt);
     case ChatTemplateFamily::plain: break;
   }
   return render_plain(messages, add_generation_prompt);
@@ -112,7 +154,8 @@ std::vector<std::string> chat_stop_strings(ChatTemplateFamily family) {
     case ChatTemplateFamily::llama3: return {"<|eot_id|>", "<|start_header_id|>"};
     case ChatTemplateFamily::llama2: return {"[INST]", "</s>"};
     // A base model may also start another "Assistant:" line of its own.
-    case ChatTemplateFamily::plain: return {"\nUser:", "\nSystem:", "\nAssistant:"};
+    case ChatTemplateFamily::plain:
+    case ChatTemplateFamily::plain_fewshot: return {"\nUser:", "\nSystem:", "\nAssistant:"};
   }
   return {};
 }

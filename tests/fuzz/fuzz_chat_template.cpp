@@ -1,5 +1,5 @@
 // Fuzz target: chat template detection and rendering with random
-// conversations. Input: byte 0 picks the family (mod 5) and
+// conversations. Input: byte 0 picks the family (mod the number of families) and
 // add_generation_prompt (bit 3); the rest is messages separated by 0x00,
 // each a role byte (system, user, assistant, or - for other values - the
 // role name "tool") followed by its content. The whole input is also given
@@ -20,7 +20,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(std::string_view(chat_template_family_name(detected)).size() > 0);
   if (size < 1) return 0;
 
-  const auto family = static_cast<ChatTemplateFamily>(data[0] % 5);
+  static const std::vector<ChatTemplateFamily> kFamilies = chat_template_families();
+  const ChatTemplateFamily family = kFamilies[data[0] % kFamilies.size()];
+  FUZZ_CHECK(chat_template_family_from_name(chat_template_family_name(family)) == family);
   const bool gen = data[0] & 8;
   std::vector<ChatMessage> msgs;
   std::string_view rest = all.substr(1);
@@ -39,7 +41,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (m.role == "user" || m.role == "assistant") FUZZ_CHECK(out.find(m.content) != std::string::npos);
   }
   // Families that give every role its own turn keep system messages too.
-  if (family == ChatTemplateFamily::chatml || family == ChatTemplateFamily::llama3 || family == ChatTemplateFamily::plain) {
+  if (family == ChatTemplateFamily::chatml || family == ChatTemplateFamily::llama3 || family == ChatTemplateFamily::plain ||
+      family == ChatTemplateFamily::plain_fewshot) {
     for (const ChatMessage& m : msgs) FUZZ_CHECK(out.find(m.content) != std::string::npos);
   }
   for (const std::string& s : chat_stop_strings(family)) FUZZ_CHECK(!s.empty());

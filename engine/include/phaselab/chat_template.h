@@ -3,13 +3,18 @@
 // conversations with its own implementation of that family's format.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace phaselab {
 
-enum class ChatTemplateFamily { plain, gemma, chatml, llama3, llama2 };
+// plain: a "User: / Assistant:" transcript. plain_fewshot: the same
+// transcript after a short preamble with three example exchanges, for base
+// (pre-trained) models: without examples a base model continues the
+// transcript as any text ("Hello, my name is ..."), with them it answers.
+enum class ChatTemplateFamily { plain, plain_fewshot, gemma, chatml, llama3, llama2 };
 
 struct ChatMessage {
   std::string role;  // "system", "user" or "assistant"
@@ -18,6 +23,11 @@ struct ChatMessage {
 
 ChatTemplateFamily detect_chat_template(std::string_view jinja_source);
 const char* chat_template_family_name(ChatTemplateFamily f);
+// The family of a name chat_template_family_name() returns; nullopt for
+// anything else.
+std::optional<ChatTemplateFamily> chat_template_family_from_name(std::string_view name);
+// The families in the order a template chooser lists them.
+std::vector<ChatTemplateFamily> chat_template_families();
 
 // Renders the conversation as prompt text. The BOS token is not included (the
 // tokenizer adds it); special markers such as <start_of_turn> are written as

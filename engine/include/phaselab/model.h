@@ -67,9 +67,11 @@ class Model {
   // Bytes of weights read per decoded token (all matrices once): the
   // numerator of the achieved-bandwidth figure.
   uint64_t weight_bytes() const { return weight_bytes_; }
-  // The chat format: the family of tokenizer.chat_template; plain for
-  // models without one (base models).
+  // The chat format: the family of tokenizer.chat_template; for models
+  // without one (base models) the few-shot transcript.
   ChatTemplateFamily chat_template() const;
+  // False for a base (pre-trained) model: the file has no chat template.
+  bool has_chat_template() const;
   // A short description of the type mix, e.g. "Q4_K 61%, Q6_K 30%, F32 9%".
   std::string type_mix() const;
 
