@@ -143,7 +143,7 @@ class TestGuiStore : public QObject {
     }
     ConversationStore s;
     QVERIFY2(s.open(path), qPrintable(s.lastError()));
-    QCOMPARE(s.schemaVersion(), 2);
+    QCOMPARE(s.schemaVersion(), ConversationStore::kSchemaVersion);
     QCOMPARE(s.messages(7).size(), 1);
     RawDb raw(path);
     QCOMPARE(raw.value(QStringLiteral("SELECT COUNT(*) FROM sqlite_master WHERE name = 'conversations_by_update'")).toInt(), 1);
@@ -363,6 +363,111 @@ class TestGuiStore : public QObject {
     QCOMPARE(msgs[0].content, QStringLiteral("Once upon a time"));
     QCOMPARE(msgs[1].state, QStringLiteral("interrupted"));
     QVERIFY2(msgs[1].content.startsWith(seen), "the saved answer lost text that had been saved before");
+  }
+
+  // A version-2 database as that release wrote it: migration 2 -> 3 keeps
+  // every row and gives each conversation the default settings.
+  void version_2_database_gets_default_conversation_settings() {
+    const QString path = freshPath();
+    {
+      RawDb raw(path);
+      QVERIFY(raw.exec(QStringLiteral("CREATE TABLE schema_version (version INTEGER NOT NULL)")));
+      QVERIFY(raw.exec(QStringLiteral("INSERT INTO schema_version VALUES (2)")));
+      QVERIFY(raw.exec(QStringLiteral("CREATE TABLE conversations (id INTEGER PRIMARY KEY, title TEXT NOT NULL, "
+                                      "created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL)")));
+      QVERIFY(raw.exec(QStringLiteral("CREATE TABLE messages (id INTEGER PRIMARY KEY, conversation_id INTEGER NOT NULL "
+                                      "REFERENCES conversations(id) ON DELETE CASCADE, role TEXT NOT NULL, content TEXT "
+                                      "NOT NULL, state TEXT NOT NULL DEFAULT 'done', stats TEXT, created_at INTEGER NOT NULL)")));
+      QVERIFY(raw.exec(QStringLiteral("CREATE INDEX messages_by_conversation ON messages(conversation_id, id)")));
+      QVERIFY(raw.exec(QStringLiteral("CREATE INDEX conversations_by_update ON conversations(updated_at DESC)")));
+      QVERIFY(raw.exec(QStringLiteral("INSERT INTO conversations VALUES (7, 'seven', 1000, 5000)")));
+      QVERIFY(raw.exec(QStringLiteral("INSERT INTO conversations VALUES (8, 'eight', 2000, 3000)")));
+      QVERIFY(raw.exec(QStringLiteral("INSERT INTO messages (conversation_id, role, content, created_at) VALUES (7, 'user', 'hi', 1)")));
+      QVERIFY(raw.exec(QStringLiteral("INSERT INTO messages (conversation_id, role, content, state, stats, created_at) "
+                                      "VALUES (7, 'assistant', 'hello', 'stopped', '{\"n_generated\":4}', 2)")));
+    }
+    ConversationStore s;
+    QVERIFY2(s.open(path), qPrintable(s.lastError()));
+    QCOMPARE(s.schemaVersion(), 3);
+    const auto convs = s.conversations();
+    QCOMPARE(convs.size(), 2);
+    QCOMPARE(convs[0].id, 7);
+    QCOMPARE(convs[0].title, QStringLiteral("seven"));
+    QCOMPARE(convs[0].createdAt.toMSecsSinceEpoch(), 1000);
+    QCOMPARE(convs[0].updatedAt.toMSecsSinceEpoch(), 5000);
+    QCOMPARE(convs[1].title, QStringLiteral("eight"));
+    const auto msgs = s.messages(7);
+    QCOMPARE(msgs.size(), 2);
+    QCOMPARE(msgs[1].content, QStringLiteral("hello"));
+    QCOMPARE(msgs[1].state, QStringLiteral("stopped"));
+    QCOMPARE(msgs[1].stats.nGenerated, 4);
+    for (qint64 id : {7, 8}) {
+      const ConversationSettings cs = s.conversationSettings(id);
+      QCOMPARE(cs.mode, QStringLiteral("chat"));
+      QVERIFY(!cs.hasSystemPrompt);
+      QVERIFY(cs.chatTemplate.isEmpty());
+      QCOMPARE(cs, ConversationSettings{});
+    }
+    RawDb raw(path);
+    QCOMPARE(raw.value(QStringLiteral("SELECT mode FROM conversations WHERE id = 8")).toString(), QStringLiteral("chat"));
+    QVERIFY(raw.value(QStringLiteral("SELECT system_prompt IS NULL AND template IS NULL FROM conversations WHERE id = 8")).toBool());
+  }
+
+  void conversation_settings_round_trip() {
+    const QString path = freshPath();
+    ConversationSettings notebook;
+    notebook.mode = QStringLiteral("notebook");
+    notebook.chatTemplate = QStringLiteral("plain-fewshot");
+    ConversationSettings prompted;
+    prompted.hasSystemPrompt = true;
+    prompted.systemPrompt = QStringLiteral("Answer in French.\nBriefly.");
+    prompted.chatTemplate = QStringLiteral("llama3");
+    ConversationSettings emptyPrompt;  // set, but empty: no system prompt at all, not the default
+    emptyPrompt.hasSystemPrompt = true;
+    qint64 a = 0, b = 0, c = 0, d = 0;
+    {
+      ConversationStore s;
+      QVERIFY(s.open(path));
+      a = s.createConversation(QStringLiteral("notebook"), notebook);
+      b = s.createConversation(QStringLiteral("prompted"), prompted);
+      c = s.createConversation(QStringLiteral("empty prompt"), emptyPrompt);
+      d = s.createConversation(QStringLiteral("default"));
+      QVERIFY(a > 0 && b > 0 && c > 0 && d > 0);
+      QCOMPARE(s.conversationSettings(a), notebook);
+      // Changing them: back to the defaults, and from the defaults.
+      QVERIFY(s.setConversationSettings(a, ConversationSettings{}));
+      QVERIFY(s.setConversationSettings(d, notebook));
+    }
+    ConversationStore s;
+    QVERIFY(s.open(path));
+    QCOMPARE(s.conversationSettings(a), ConversationSettings{});
+    QCOMPARE(s.conversationSettings(b), prompted);
+    QCOMPARE(s.conversationSettings(c), emptyPrompt);
+    QVERIFY(s.conversationSettings(c).hasSystemPrompt);
+    QCOMPARE(s.conversationSettings(d), notebook);
+    QCOMPARE(s.conversationSettings(b).systemPrompt, QStringLiteral("Answer in French.\nBriefly."));
+
+    // Invalid settings are refused with the field named, and change nothing.
+    ConversationSettings bad;
+    bad.mode = QStringLiteral("poetry");
+    QVERIFY(!s.setConversationSettings(b, bad));
+    QVERIFY2(s.lastError().contains(QLatin1String("mode")), qPrintable(s.lastError()));
+    QCOMPARE(s.createConversation(QStringLiteral("bad"), bad), 0);
+    bad = {};
+    bad.chatTemplate = QStringLiteral("vicuna");
+    QVERIFY(!s.setConversationSettings(b, bad));
+    QVERIFY2(s.lastError().contains(QLatin1String("template")), qPrintable(s.lastError()));
+    QCOMPARE(s.conversationSettings(b), prompted);
+    QCOMPARE(s.conversations().size(), 4);
+    QVERIFY(!s.setConversationSettings(9999, notebook));  // no such conversation
+
+    // A value no PhaseLab writes, put in by hand: the defaults, not a failure.
+    {
+      RawDb raw(path);
+      QVERIFY(raw.exec(QStringLiteral("UPDATE conversations SET mode = 'rap', template = 'vicuna' WHERE id = %1").arg(d)));
+    }
+    QCOMPARE(s.conversationSettings(d).mode, QStringLiteral("chat"));
+    QVERIFY(s.conversationSettings(d).chatTemplate.isEmpty());
   }
 };
 

@@ -38,12 +38,41 @@ const char* const kMigrations[] = {
     "CREATE INDEX messages_by_conversation ON messages(conversation_id, id);",
     // 1 -> 2: updated_at index for the conversation list's order.
     "CREATE INDEX conversations_by_update ON conversations(updated_at DESC);",
+    // 2 -> 3: per-conversation settings (ConversationSettings). NULL
+    // system_prompt: the application's default; NULL or '' template: the
+    // model's own.
+    "ALTER TABLE conversations ADD COLUMN mode TEXT NOT NULL DEFAULT 'chat';"
+    "ALTER TABLE conversations ADD COLUMN system_prompt TEXT;"
+    "ALTER TABLE conversations ADD COLUMN template TEXT;",
 };
 static_assert(std::size(kMigrations) == ConversationStore::kSchemaVersion);
 
 qint64 nowMs() { return QDateTime::currentMSecsSinceEpoch(); }
 
+// NULL when unset. A null QString binds as NULL too, so a set but empty
+// value is bound as '' explicitly.
+QVariant textOrNull(bool set, const QString& s) {
+  if (!set) return QVariant(QString());
+  return s.isNull() ? QStringLiteral("") : s;
+}
+
 }  // namespace
+
+QStringList ConversationSettings::modeNames() { return {QStringLiteral("chat"), QStringLiteral("notebook")}; }
+
+QStringList ConversationSettings::templateNames() {
+  return {QStringLiteral("gemma"), QStringLiteral("chatml"), QStringLiteral("llama3"),
+          QStringLiteral("llama2"), QStringLiteral("plain"), QStringLiteral("plain-fewshot")};
+}
+
+QString ConversationSettings::validate() const {
+  if (!modeNames().contains(mode))
+    return QStringLiteral("mode: '%1' is not one of %2").arg(mode, modeNames().join(QStringLiteral(", ")));
+  if (!chatTemplate.isEmpty() && !templateNames().contains(chatTemplate))
+    return QStringLiteral("template: '%1' is not one of %2 (or empty for the model's own)")
+        .arg(chatTemplate, templateNames().join(QStringLiteral(", ")));
+  return {};
+}
 
 ConversationStore::ConversationStore(QObject* parent) : QObject(parent) {}
 
@@ -251,7 +280,7 @@ QList<ConversationRecord> ConversationStore::conversations(const QString& filter
   QSqlQuery q(QSqlDatabase::database(m_connection, false));
   // The search matches titles and message text.
   q.prepare(QStringLiteral(
-      "SELECT id, title, updated_at FROM conversations WHERE :f = '' OR title LIKE :p ESCAPE '\\' "
+      "SELECT id, title, created_at, updated_at FROM conversations WHERE :f = '' OR title LIKE :p ESCAPE '\\' "
       "OR id IN (SELECT conversation_id FROM messages WHERE content LIKE :p ESCAPE '\\') "
       "ORDER BY updated_at DESC, id DESC"));
   QString pattern = filter;
@@ -271,23 +300,147 @@ QList<ConversationRecord> ConversationStore::conversations(const QString& filter
       continue;
     }
     r.title = q.value(1).toString();
-    r.updatedAt = QDateTime::fromMSecsSinceEpoch(q.value(2).toLongLong());
+    r.createdAt = QDateTime::fromMSecsSinceEpoch(q.value(2).toLongLong());
+    r.updatedAt = QDateTime::fromMSecsSinceEpoch(q.value(3).toLongLong());
     out.push_back(r);
   }
   return out;
 }
 
-qint64 ConversationStore::createConversation(const QString& title) {
+ConversationRecord ConversationStore::conversation(qint64 id) const {
+  ConversationRecord r;
   QSqlQuery q(QSqlDatabase::database(m_connection, false));
-  q.prepare(QStringLiteral("INSERT INTO conversations (title, created_at, updated_at) VALUES (?, ?, ?)"));
-  q.addBindValue(title);
-  q.addBindValue(nowMs());
-  q.addBindValue(nowMs());
+  q.prepare(QStringLiteral("SELECT title, created_at, updated_at FROM conversations WHERE id = ?"));
+  q.addBindValue(id);
+  if (!q.exec() || !q.next()) return r;
+  r.id = id;
+  r.title = q.value(0).toString();
+  r.createdAt = QDateTime::fromMSecsSinceEpoch(q.value(1).toLongLong());
+  r.updatedAt = QDateTime::fromMSecsSinceEpoch(q.value(2).toLongLong());
+  return r;
+}
+
+qint64 ConversationStore::createConversation(const QString& title, const ConversationSettings& settings) {
+  if (const QString bad = settings.validate(); !bad.isEmpty()) {
+    m_lastError = bad;
+    return 0;
+  }
+  const qint64 now = nowMs();
+  QSqlQuery q(QSqlDatabase::database(m_connection, false));
+  q.prepare(QStringLiteral("INSERT INTO conversations (title, created_at, updated_at, mode, system_prompt, template) "
+                           "VALUES (?, ?, ?, ?, ?, ?)"));
+  q.addBindValue(title.isNull() ? QStringLiteral("") : title);
+  q.addBindValue(now);
+  q.addBindValue(now);
+  q.addBindValue(settings.mode);
+  q.addBindValue(textOrNull(settings.hasSystemPrompt, settings.systemPrompt));
+  q.addBindValue(textOrNull(!settings.chatTemplate.isEmpty(), settings.chatTemplate));
   if (!q.exec()) {
     m_lastError = q.lastError().text();
     return 0;
   }
   return q.lastInsertId().toLongLong();
+}
+
+ConversationSettings ConversationStore::conversationSettings(qint64 id) const {
+  ConversationSettings s;
+  QSqlQuery q(QSqlDatabase::database(m_connection, false));
+  q.prepare(QStringLiteral("SELECT mode, system_prompt, template FROM conversations WHERE id = ?"));
+  q.addBindValue(id);
+  if (!q.exec() || !q.next()) return s;
+  const QString mode = q.value(0).toString();
+  if (ConversationSettings::modeNames().contains(mode)) {
+    s.mode = mode;
+  } else {
+    spdlog::warn("conversation store: conversation {} has unknown mode '{}', using chat", id, mode.toStdString());
+  }
+  s.hasSystemPrompt = !q.isNull(1);
+  s.systemPrompt = s.hasSystemPrompt ? q.value(1).toString() : QString();
+  const QString tmpl = q.value(2).toString();
+  if (tmpl.isEmpty() || ConversationSettings::templateNames().contains(tmpl)) {
+    s.chatTemplate = tmpl;
+  } else {
+    spdlog::warn("conversation store: conversation {} has unknown template '{}', using the model's own", id,
+                 tmpl.toStdString());
+  }
+  return s;
+}
+
+bool ConversationStore::setConversationSettings(qint64 id, const ConversationSettings& settings) {
+  if (const QString bad = settings.validate(); !bad.isEmpty()) {
+    m_lastError = bad;
+    return false;
+  }
+  QSqlQuery q(QSqlDatabase::database(m_connection, false));
+  q.prepare(QStringLiteral("UPDATE conversations SET mode = ?, system_prompt = ?, template = ? WHERE id = ?"));
+  q.addBindValue(settings.mode);
+  q.addBindValue(textOrNull(settings.hasSystemPrompt, settings.systemPrompt));
+  q.addBindValue(textOrNull(!settings.chatTemplate.isEmpty(), settings.chatTemplate));
+  q.addBindValue(id);
+  if (!q.exec()) {
+    m_lastError = q.lastError().text();
+    return false;
+  }
+  if (q.numRowsAffected() != 1) {
+    m_lastError = QStringLiteral("no conversation %1").arg(id);
+    return false;
+  }
+  return true;
+}
+
+bool ConversationStore::insertConversations(const QList<ConversationData>& items, QList<qint64>* ids) {
+  QList<qint64> created;
+  for (const ConversationData& item : items)
+    if (const QString bad = item.settings.validate(); !bad.isEmpty()) {
+      m_lastError = bad;
+      return false;
+    }
+  QSqlDatabase db = QSqlDatabase::database(m_connection, false);
+  if (!db.transaction()) {
+    m_lastError = QStringLiteral("cannot start a transaction: %1").arg(db.lastError().text());
+    return false;
+  }
+  auto fail = [&](const QSqlQuery& q) {
+    m_lastError = q.lastError().text();
+    db.rollback();
+    spdlog::warn("conversation store: import failed, nothing written: {}", m_lastError.toStdString());
+    return false;
+  };
+  const qint64 now = nowMs();
+  for (const ConversationData& item : items) {
+    QSqlQuery c(db);
+    c.prepare(QStringLiteral("INSERT INTO conversations (title, created_at, updated_at, mode, system_prompt, template) "
+                             "VALUES (?, ?, ?, ?, ?, ?)"));
+    c.addBindValue(item.record.title.isNull() ? QStringLiteral("") : item.record.title);
+    c.addBindValue(item.record.createdAt.isValid() ? item.record.createdAt.toMSecsSinceEpoch() : now);
+    c.addBindValue(now);
+    c.addBindValue(item.settings.mode);
+    c.addBindValue(textOrNull(item.settings.hasSystemPrompt, item.settings.systemPrompt));
+    c.addBindValue(textOrNull(!item.settings.chatTemplate.isEmpty(), item.settings.chatTemplate));
+    if (!c.exec()) return fail(c);
+    const qint64 id = c.lastInsertId().toLongLong();
+    QSqlQuery m(db);
+    m.prepare(QStringLiteral("INSERT INTO messages (conversation_id, role, content, state, stats, created_at) "
+                             "VALUES (?, ?, ?, ?, ?, ?)"));
+    for (const MessageRecord& msg : item.messages) {
+      m.addBindValue(id);
+      m.addBindValue(msg.role);
+      m.addBindValue(msg.content.isNull() ? QStringLiteral("") : msg.content);
+      m.addBindValue(msg.state.isEmpty() ? QStringLiteral("done") : msg.state);
+      m.addBindValue(msg.hasStats ? QVariant(QString::fromUtf8(QJsonDocument(msg.stats.toJson()).toJson(QJsonDocument::Compact)))
+                                  : QVariant(QString()));
+      m.addBindValue(now);
+      if (!m.exec()) return fail(m);
+    }
+    created.push_back(id);
+  }
+  if (!db.commit()) {
+    m_lastError = QStringLiteral("commit failed: %1").arg(db.lastError().text());
+    db.rollback();
+    return false;
+  }
+  if (ids) *ids = created;
+  return true;
 }
 
 bool ConversationStore::renameConversation(qint64 id, const QString& title) {

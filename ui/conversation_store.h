@@ -8,6 +8,7 @@
 #include <QList>
 #include <QObject>
 #include <QString>
+#include <QStringList>
 
 #include "engine_types.h"
 
@@ -16,7 +17,24 @@ namespace phaselab::ui {
 struct ConversationRecord {
   qint64 id = 0;
   QString title;
+  QDateTime createdAt;
   QDateTime updatedAt;
+};
+
+// How a conversation talks to the model, kept per conversation.
+struct ConversationSettings {
+  // chat: turns through a chat template. notebook: the model continues the
+  // person's text as written, the sensible way to use a base model.
+  QString mode = QStringLiteral("chat");
+  QString systemPrompt;
+  bool hasSystemPrompt = false;  // false: the application's default system prompt
+  QString chatTemplate;          // empty: the model's own template; else one of templateNames()
+
+  static QStringList modeNames();      // chat, notebook
+  static QStringList templateNames();  // gemma, chatml, llama3, llama2, plain, plain-fewshot
+  // Empty when valid, else what is wrong (naming the field).
+  QString validate() const;
+  bool operator==(const ConversationSettings&) const = default;
 };
 
 struct MessageRecord {
@@ -32,7 +50,7 @@ struct MessageRecord {
 class ConversationStore : public QObject {
   Q_OBJECT
  public:
-  static constexpr int kSchemaVersion = 2;
+  static constexpr int kSchemaVersion = 3;
 
   explicit ConversationStore(QObject* parent = nullptr);
   ~ConversationStore() override;
@@ -59,7 +77,14 @@ class ConversationStore : public QObject {
   static QString defaultPath();
 
   QList<ConversationRecord> conversations(const QString& filter = {}) const;
-  qint64 createConversation(const QString& title);
+  // The conversation with this id; id 0 when there is none.
+  ConversationRecord conversation(qint64 id) const;
+  // 0 with lastError() when the settings are invalid or the insert fails.
+  qint64 createConversation(const QString& title, const ConversationSettings& settings = {});
+  // Defaults for an unknown id; an unknown mode or template read from the
+  // file falls back to the default with a log line, like other bad rows.
+  ConversationSettings conversationSettings(qint64 id) const;
+  bool setConversationSettings(qint64 id, const ConversationSettings& settings);
   bool renameConversation(qint64 id, const QString& title);
   bool deleteConversation(qint64 id);
 
@@ -71,6 +96,17 @@ class ConversationStore : public QObject {
   bool deleteMessage(qint64 id);
   // Deletes the messages of a conversation that come after message id.
   bool deleteMessagesAfter(qint64 conversationId, qint64 id);
+
+  // Whole conversations written at once (import): all of them or, on any
+  // failure, none (one transaction). record.createdAt is kept when valid;
+  // updatedAt is now, so they come first in the list. Messages keep their
+  // role, content, state and stats. ids gets the new conversations' ids.
+  struct ConversationData {
+    ConversationRecord record;
+    ConversationSettings settings;
+    QList<MessageRecord> messages;
+  };
+  bool insertConversations(const QList<ConversationData>& items, QList<qint64>* ids = nullptr);
 
  private:
   bool openConnection(const QString& path);
