@@ -4,33 +4,55 @@
 #include <QBarSet>
 #include <QChart>
 #include <QChartView>
+#include <QCursor>
+#include <QGraphicsLayout>
+#include <QGraphicsSimpleTextItem>
 #include <QGroupBox>
 #include <QHorizontalStackedBarSeries>
 #include <QLabel>
 #include <QLineSeries>
 #include <QProgressBar>
 #include <QScrollArea>
+#include <QTabWidget>
+#include <QTimer>
+#include <QToolTip>
 #include <QVBoxLayout>
 #include <QValueAxis>
 #include <algorithm>
+#include <cmath>
 
+#include "chart_scale.h"
 #include "phase_meter.h"
 
 namespace phaselab::ui {
 
 namespace {
 
-QChartView* makeChartView(QChart* chart) {
+// Ticks that fit the chart's size, so that Qt never hides every other
+// label for lack of room: a left axis needs ~22 px per label, a bottom axis
+// ~40 px ("12000") or ~22 px for the turns' one or two digits. Measured on
+// the chart's width and the plot area's height, neither of which depends
+// on the labels, so a rescale cannot feed back into the next one.
+int tickBudget(double pixels, double perTick, int most) {
+  if (pixels <= 0) return most;  // not laid out yet
+  return std::clamp(static_cast<int>(pixels / perTick) + 1, 3, most);
+}
+
+QChartView* makeChartView(QChart* chart, int minimumHeight) {
   chart->legend()->hide();
   chart->setMargins(QMargins(2, 2, 2, 2));
   chart->setBackgroundRoundness(0);
+  chart->layout()->setContentsMargins(0, 0, 0, 0);  // fill the view
   // Follow the window's palette so the charts are readable in dark mode too.
   const QPalette pal;
   chart->setBackgroundBrush(pal.color(QPalette::Base));
   chart->setTitleBrush(pal.color(QPalette::Text));
+  QFont title = chart->titleFont();
+  title.setBold(true);
+  chart->setTitleFont(title);
   auto* view = new QChartView(chart);
   view->setRenderHint(QPainter::Antialiasing);
-  view->setMinimumHeight(150);
+  view->setMinimumHeight(minimumHeight);
   return view;
 }
 
@@ -41,7 +63,27 @@ void styleAxis(QAbstractAxis* axis) {
   QFont f = axis->labelsFont();
   f.setPointSizeF(std::max(6.0, f.pointSizeF() * 0.8));
   axis->setLabelsFont(f);
+  axis->setTitleFont(f);
 }
+
+// A grey "No answers yet" in the middle of the plot area while a chart is
+// empty, so that an empty chart reads as empty and not as zero.
+QGraphicsSimpleTextItem* addPlaceholder(QChart* chart, const QString& text) {
+  auto* item = new QGraphicsSimpleTextItem(text, chart);
+  item->setBrush(QPalette().color(QPalette::PlaceholderText));
+  item->setZValue(10);
+  auto center = [chart, item] { item->setPos(chart->plotArea().center() - item->boundingRect().center()); };
+  QObject::connect(chart, &QChart::plotAreaChanged, chart, center);
+  center();
+  return item;
+}
+
+// The dock's content: 340 px wide where the window has room (charts need
+// it), while the dock's minimum stays small for an 800x600 window.
+class DockContent : public QWidget {
+ public:
+  QSize sizeHint() const override { return QWidget::sizeHint().expandedTo(QSize(340, 0)); }
+};
 
 QGroupBox* group(const QString& title, QWidget* content) {
   auto* box = new QGroupBox(title);
@@ -51,11 +93,21 @@ QGroupBox* group(const QString& title, QWidget* content) {
   return box;
 }
 
+// A tab's page: scrolls only where the window is smaller than 1280x800.
+QScrollArea* scrollPage(QWidget* content) {
+  auto* scroll = new QScrollArea;
+  scroll->setWidgetResizable(true);
+  scroll->setFrameShape(QFrame::NoFrame);
+  scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+  scroll->setWidget(content);
+  return scroll;
+}
+
 }  // namespace
 
 MetricsDock::MetricsDock(QWidget* parent) : QDockWidget(tr("Metrics"), parent) {
   setObjectName(QStringLiteral("metricsDock"));
-  auto* content = new QWidget;
+  auto* content = new DockContent;
   auto* layout = new QVBoxLayout(content);
   layout->setContentsMargins(4, 4, 4, 4);
   m_header = new QLabel(tr("No model loaded"));
@@ -64,67 +116,87 @@ MetricsDock::MetricsDock(QWidget* parent) : QDockWidget(tr("Metrics"), parent) {
 
   // Decode tokens/s over the answer: flat for a memory-bound decode, falling
   // slowly as the KV cache (read every step) grows.
-  auto* decodeChart = new QChart;
-  decodeChart->setTitle(tr("Decode tokens/s over the answer"));
+  m_decodeChart = new QChart;
+  m_decodeChart->setTitle(tr("Decode tokens/s over the answer"));
   m_decodeSeries = new QLineSeries;
   m_decodeSeries->setPointsVisible(true);
-  decodeChart->addSeries(m_decodeSeries);
+  m_decodeChart->addSeries(m_decodeSeries);
   m_decodeX = new QValueAxis;
   m_decodeX->setTitleText(tr("token"));
-  m_decodeX->setLabelFormat(QStringLiteral("%d"));
   m_decodeY = new QValueAxis;
-  m_decodeY->setLabelFormat(QStringLiteral("%.0f"));
   for (QValueAxis* a : {m_decodeX, m_decodeY}) styleAxis(a);
-  decodeChart->addAxis(m_decodeX, Qt::AlignBottom);
-  decodeChart->addAxis(m_decodeY, Qt::AlignLeft);
+  m_decodeChart->addAxis(m_decodeX, Qt::AlignBottom);
+  m_decodeChart->addAxis(m_decodeY, Qt::AlignLeft);
   m_decodeSeries->attachAxis(m_decodeX);
   m_decodeSeries->attachAxis(m_decodeY);
-  m_decodeX->setRange(0, 16);
-  m_decodeY->setRange(0, 1);
-  layout->addWidget(makeChartView(decodeChart));
+  m_decodeEmpty = addPlaceholder(m_decodeChart, tr("No tokens yet"));
+  auto* decodeView = makeChartView(m_decodeChart, 120);
 
-  auto* ttftChart = new QChart;
+  auto* ttftChart = m_ttftChart = new QChart;
   ttftChart->setTitle(tr("Time to first token per turn (ms)"));
   m_ttftSeries = new QLineSeries;
   m_ttftSeries->setPointsVisible(true);
   ttftChart->addSeries(m_ttftSeries);
   m_ttftX = new QValueAxis;
-  m_ttftX->setLabelFormat(QStringLiteral("%d"));
   m_ttftX->setTitleText(tr("turn"));
   m_ttftY = new QValueAxis;
-  m_ttftY->setLabelFormat(QStringLiteral("%.0f"));
   for (QValueAxis* a : {m_ttftX, m_ttftY}) styleAxis(a);
   ttftChart->addAxis(m_ttftX, Qt::AlignBottom);
   ttftChart->addAxis(m_ttftY, Qt::AlignLeft);
   m_ttftSeries->attachAxis(m_ttftX);
   m_ttftSeries->attachAxis(m_ttftY);
-  m_ttftX->setRange(0, 5);
-  m_ttftY->setRange(0, 1);
-  layout->addWidget(makeChartView(ttftChart));
+  m_ttftEmpty = addPlaceholder(ttftChart, tr("No answers yet"));
+  auto* ttftView = makeChartView(ttftChart, 120);
 
-  auto* timelineChart = new QChart;
-  timelineChart->setTitle(tr("Request timeline: prefill | decode (ms)"));
+  auto* timelineChart = m_timelineChart = new QChart;
+  timelineChart->setTitle(tr("Request timeline (ms)"));
   m_timeline = new QHorizontalStackedBarSeries;
+  m_timeline->setBarWidth(0.7);
   m_prefillSet = new QBarSet(tr("prefill"));
   m_decodeSet = new QBarSet(tr("decode"));
   m_timeline->append(m_prefillSet);
   m_timeline->append(m_decodeSet);
   timelineChart->addSeries(m_timeline);
   m_timelineCategories = new QBarCategoryAxis;
+  // Qt elides "#12" to "..." unless a row is taller than the label plus a
+  // generous padding; the rows are never shorter than the label itself.
+  m_timelineCategories->setTruncateLabels(false);
   m_timelineX = new QValueAxis;
-  m_timelineX->setLabelFormat(QStringLiteral("%.0f"));
   styleAxis(m_timelineCategories);
   styleAxis(m_timelineX);
   timelineChart->addAxis(m_timelineCategories, Qt::AlignLeft);
   timelineChart->addAxis(m_timelineX, Qt::AlignBottom);
   m_timeline->attachAxis(m_timelineCategories);
   m_timeline->attachAxis(m_timelineX);
-  m_timelineX->setRange(0, 1);
-  auto* timelineView = makeChartView(timelineChart);
+  m_timelineEmpty = addPlaceholder(timelineChart, tr("No requests yet"));
+  // Room for kTimelineRequests rows whose labels are never elided.
+  auto* timelineView = makeChartView(timelineChart, 210);
   timelineChart->legend()->show();
   timelineChart->legend()->setLabelColor(QPalette().color(QPalette::Text));
   timelineChart->legend()->setAlignment(Qt::AlignBottom);
-  layout->addWidget(timelineView);
+
+  for (QChart* chart : {m_decodeChart, m_ttftChart, m_timelineChart})
+    connect(chart, &QChart::plotAreaChanged, this, [this] {
+      if (m_rescalePending || tickBudgets() == m_budgets) return;
+      m_rescalePending = true;  // after the layout that emitted this
+      QTimer::singleShot(0, this, [this] {
+        m_rescalePending = false;
+        rescale();
+      });
+    });
+  connect(m_decodeSeries, &QLineSeries::hovered, this,
+          [this](const QPointF& p, bool state) { showPointToolTip(m_decodeSeries, p, state); });
+  connect(m_ttftSeries, &QLineSeries::hovered, this,
+          [this](const QPointF& p, bool state) { showPointToolTip(m_ttftSeries, p, state); });
+  connect(m_timeline, &QHorizontalStackedBarSeries::hovered, this,
+          [this](bool state, int index, QBarSet*) { showTimelineToolTip(state, index); });
+
+  auto* charts = new QWidget;
+  auto* chartCol = new QVBoxLayout(charts);
+  chartCol->setContentsMargins(0, 0, 0, 0);
+  chartCol->addWidget(decodeView, 2);
+  chartCol->addWidget(ttftView, 2);
+  chartCol->addWidget(timelineView, 3);
 
   m_kvBar = new QProgressBar;
   m_kvBar->setRange(0, 1);
@@ -137,24 +209,37 @@ MetricsDock::MetricsDock(QWidget* parent) : QDockWidget(tr("Metrics"), parent) {
   kvCol->setContentsMargins(0, 0, 0, 0);
   kvCol->addWidget(m_kvBar);
   kvCol->addWidget(m_kvBlocks);
-  layout->addWidget(group(tr("KV cache (positions used / capacity)"), kvBox));
 
   m_phaseMeter = new PhaseMeter;
-  layout->addWidget(group(tr("Phase meter"), m_phaseMeter));
-
   m_spec = new QLabel(tr("Speculative decoding is off (Settings, or the chat toolbar)."));
   m_spec->setObjectName(QStringLiteral("specLabel"));
   m_spec->setWordWrap(true);
   m_spec->setEnabled(false);
-  layout->addWidget(group(tr("Speculative acceptance"), m_spec));
-  layout->addStretch(1);
 
-  auto* scroll = new QScrollArea;
-  scroll->setWidgetResizable(true);
-  scroll->setWidget(content);
-  setWidget(scroll);
-  setMinimumWidth(320);
+  m_meterPage = new QWidget;
+  auto* meterCol = new QVBoxLayout(m_meterPage);
+  meterCol->setContentsMargins(0, 0, 0, 0);
+  meterCol->addWidget(group(tr("Phase meter"), m_phaseMeter));
+  meterCol->addWidget(group(tr("KV cache (positions used / capacity)"), kvBox));
+  meterCol->addWidget(group(tr("Speculative acceptance"), m_spec));
+  meterCol->addStretch(1);
+
+  m_tabs = new QTabWidget;
+  m_tabs->setObjectName(QStringLiteral("metricsTabs"));
+  m_tabs->setDocumentMode(true);
+  m_tabs->addTab(scrollPage(charts), tr("Charts"));
+  m_tabs->addTab(scrollPage(m_meterPage), tr("Phase meter && KV"));
+  layout->addWidget(m_tabs, 1);
+
+  connect(m_phaseMeter, &PhaseMeter::remeasureRequested, this, &MetricsDock::remeasureRequested);
+
+  setWidget(content);
+  // Fits beside the chat in an 800x600 window.
+  setMinimumWidth(240);
+  rescale();
 }
+
+void MetricsDock::showPhaseMeter() { m_tabs->setCurrentIndex(1); }
 
 void MetricsDock::setModel(const ModelInfo& info) {
   m_modelText = tr("%1 · %2 · %n thread(s) · context %3", "", info.threads).arg(info.name, info.backend).arg(info.contextSize);
@@ -170,53 +255,93 @@ void MetricsDock::setPeaks(const HardwarePeaks& peaks) { m_phaseMeter->setPeaks(
 
 void MetricsDock::startRequest(const LiveMetrics& m) {
   m_requestId = m.requestId;
-  m_turn++;
+  m_requests++;
   m_decodeSeries->clear();
-  m_maxTps = 1;
-  m_decodeX->setRange(0, 16);
-  if (m_prefillSet->count() >= kTimelineRequests) {
-    m_prefillSet->remove(0);
-    m_decodeSet->remove(0);
-    QStringList cats = m_timelineCategories->categories();
-    cats.removeFirst();
-    m_timelineCategories->setCategories(cats);
-  }
-  m_prefillSet->append(0);
-  m_decodeSet->append(0);
-  QStringList cats = m_timelineCategories->categories();
-  cats.append(QStringLiteral("#%1").arg(m_turn));
+  m_maxTps = 0;
+  m_maxTokens = 0;
+  if (m_rows.size() >= kTimelineRequests) m_rows.removeFirst();
+  m_rows.append({m_requests, 0, 0, 0});
+  // Always kTimelineRequests slots, so a bar keeps its thickness from the
+  // first request to the eighth: the newest on top, blank slots (distinct
+  // runs of spaces; the axis needs unique names) at the bottom.
+  QStringList cats;
+  for (int i = m_rows.size(); i < kTimelineRequests; i++) cats << QString(i + 1, QLatin1Char(' '));
+  for (const TimelineRow& r : m_rows) cats << QStringLiteral("#%1").arg(r.number);
   m_timelineCategories->setCategories(cats);
+  refreshTimeline();
+}
+
+void MetricsDock::refreshTimeline() {
+  QList<qreal> prefill(kTimelineRequests - m_rows.size(), 0), decode = prefill;
+  for (const TimelineRow& r : m_rows) {
+    prefill << r.prefillMs;
+    decode << r.decodeMs;
+  }
+  m_prefillSet->remove(0, m_prefillSet->count());
+  m_decodeSet->remove(0, m_decodeSet->count());
+  m_prefillSet->append(prefill);
+  m_decodeSet->append(decode);
+}
+
+// Every value axis on a 1-2-5 scale; the counts (tokens, turns) on integers.
+// Headroom of 10% above the largest value keeps its marker off the frame.
+QList<int> MetricsDock::tickBudgets() const {
+  return {tickBudget(m_decodeChart->size().width(), 40, 6), tickBudget(m_decodeChart->plotArea().height(), 22, 6),
+          tickBudget(m_ttftChart->size().width(), 22, 8), tickBudget(m_ttftChart->plotArea().height(), 22, 6),
+          tickBudget(m_timelineChart->size().width(), 40, 6)};
+}
+
+void MetricsDock::rescale() {
+  m_budgets = tickBudgets();
+  applyScale(m_decodeX, niceScale(0, std::max(16.0, m_maxTokens * 1.05), m_budgets[0], true));
+  applyScale(m_decodeY, niceScale(0, m_maxTps > 0 ? m_maxTps * 1.1 : 10, m_budgets[1]));
+  // One turn to the right of the last, so that its marker is not on the frame.
+  applyScale(m_ttftX, niceScale(0, std::max(5, m_maxTurn + 1), m_budgets[2], true));
+  applyScale(m_ttftY, niceScale(0, m_maxTtft > 0 ? m_maxTtft * 1.1 : 100, m_budgets[3]));
+  double maxTimeline = 0;
+  for (const TimelineRow& r : m_rows) maxTimeline = std::max(maxTimeline, r.prefillMs + r.decodeMs);
+  applyScale(m_timelineX, niceScale(0, maxTimeline > 0 ? maxTimeline * 1.05 : 100, m_budgets[4]));
+  m_decodeEmpty->setVisible(m_decodeSeries->count() == 0);
+  m_ttftEmpty->setVisible(m_ttftSeries->count() == 0);
+  m_timelineEmpty->setVisible(m_rows.isEmpty());
 }
 
 void MetricsDock::updateMetrics(const LiveMetrics& m) {
   if (m.requestId != m_requestId) startRequest(m);
-  const int last = m_prefillSet->count() - 1;
+  const int last = m_rows.size() - 1;
   if (m.phase == QLatin1String("prefill")) {
     m_header->setText(m_modelText + tr(" — prefill of %1 tokens").arg(m.nPrompt - m.nReused));
   } else {
-    const double tps = m.phase == QLatin1String("done") && m_decodeSeries->count() == 0 ? m.decodeTps : m.windowTps;
-    if (m.nGenerated > 0 && tps > 0) {
+    // The final snapshot's window is the tail since the last one, often a
+    // few tokens: plot it only where no earlier point covers that token.
+    const bool first = m_decodeSeries->count() == 0;
+    const double tps = m.phase == QLatin1String("done") && first ? m.decodeTps : m.windowTps;
+    const bool newToken = first || m.nGenerated > m_decodeSeries->at(m_decodeSeries->count() - 1).x();
+    if (m.nGenerated > 0 && tps > 0 && newToken) {
       m_decodeSeries->append(m.nGenerated, tps);
       m_maxTps = std::max(m_maxTps, tps);
-      m_decodeY->setRange(0, m_maxTps * 1.15);
-      m_decodeX->setRange(0, std::max(16, m.nGenerated));
     }
-    m_prefillSet->replace(last, m.ttftMs);
-    m_decodeSet->replace(last, std::max(0.0, m.elapsedMs - m.ttftMs));
-    m_maxTimeline = 0;
-    for (int i = 0; i < m_prefillSet->count(); i++)
-      m_maxTimeline = std::max(m_maxTimeline, m_prefillSet->at(i) + m_decodeSet->at(i));
-    m_timelineX->setRange(0, std::max(1.0, m_maxTimeline * 1.05));
+    m_maxTokens = std::max(m_maxTokens, m.nGenerated);
+    TimelineRow& row = m_rows[last];
+    row.prefillMs = m.ttftMs;
+    row.decodeMs = std::max(0.0, m.elapsedMs - m.ttftMs);
+    row.tokens = m.nGenerated;
+    const int bar = kTimelineRequests - 1;  // the newest row's slot
+    m_prefillSet->replace(bar, row.prefillMs);
+    m_decodeSet->replace(bar, row.decodeMs);
     const QString phase = m.phase == QLatin1String("done") ? tr("done") : tr("decoding");
     m_header->setText(m_modelText +
                       tr(" — %1, %2 tokens, %3 tok/s").arg(phase).arg(m.nGenerated).arg(m.decodeTps, 0, 'f', 1));
   }
-  if (m.phase == QLatin1String("done")) {
-    m_ttftSeries->append(m_turn, m.ttftMs);
+  // A request stopped before its first token has no TTFT: a point at 0 ms
+  // would be a marker on the axis that reads as "instant".
+  if (m.phase == QLatin1String("done") && m.nGenerated > 0 && m.ttftMs > 0 && m_ttftRequestId != m.requestId) {
+    m_ttftRequestId = m.requestId;
+    m_ttftSeries->append(m_requests, m.ttftMs);
     m_maxTtft = std::max(m_maxTtft, m.ttftMs);
-    m_ttftY->setRange(0, m_maxTtft * 1.15);
-    m_ttftX->setRange(0, std::max(5, m_turn + 1));
+    m_maxTurn = m_requests;
   }
+  rescale();
   if (m.kvCapacity > 0) {
     m_kvBar->setRange(0, static_cast<int>(m.kvCapacity));
     m_kvBar->setValue(static_cast<int>(std::min(m.kvUsed, m.kvCapacity)));
@@ -224,14 +349,22 @@ void MetricsDock::updateMetrics(const LiveMetrics& m) {
   }
   if (!m.speculative.isEmpty()) {
     m_spec->setEnabled(true);
-    const double rate = m.specDrafted > 0 ? 100.0 * m.specAccepted / m.specDrafted : 0;
-    m_spec->setText(tr("%1: %2 drafted, %3 accepted (%4%), %5 tokens per target pass. Verification checks all drafted "
-                       "tokens in one pass, so accepted drafts are tokens that cost no pass of their own.")
-                        .arg(m.speculative)
-                        .arg(m.specDrafted)
-                        .arg(m.specAccepted)
-                        .arg(rate, 0, 'f', 0)
-                        .arg(m.tokensPerPass, 0, 'f', 2));
+    const QString why = tr(" Verification checks all drafted tokens in one pass, so accepted drafts are tokens "
+                           "that cost no pass of their own.");
+    if (m.specDrafted <= 0) {
+      // Nothing to verify yet (a lookup finds no match in the context): each
+      // target pass made its one token, as without speculation.
+      m_spec->setText(tr("%1: no drafts yet, so 1.00 token per target pass.").arg(m.speculative) + why);
+    } else {
+      QString text = tr("%1: %2 drafted, %3 accepted (%4%)")
+                         .arg(m.speculative)
+                         .arg(m.specDrafted)
+                         .arg(m.specAccepted)
+                         .arg(100.0 * m.specAccepted / m.specDrafted, 0, 'f', 0);
+      // Every pass makes at least one token; below 1 the count is not in yet.
+      if (m.tokensPerPass >= 1) text += tr(", %1 tokens per target pass").arg(m.tokensPerPass, 0, 'f', 2);
+      m_spec->setText(text + QLatin1Char('.') + why);
+    }
   } else if (m.phase == QLatin1String("done")) {
     m_spec->setEnabled(false);
     m_spec->setText(tr("Speculative decoding is off (Settings, or the chat toolbar)."));
@@ -246,11 +379,55 @@ void MetricsDock::updateMetrics(const LiveMetrics& m) {
   m_phaseMeter->update(m);
 }
 
+// The exact value of the data point nearest the hovered spot of the line.
+void MetricsDock::showPointToolTip(QLineSeries* series, const QPointF& hovered, bool state) {
+  if (!state || series->count() == 0) {
+    QToolTip::hideText();
+    return;
+  }
+  const QList<QPointF> points = series->points();
+  const QPointF p = *std::min_element(points.begin(), points.end(), [&](const QPointF& a, const QPointF& b) {
+    return std::abs(a.x() - hovered.x()) < std::abs(b.x() - hovered.x());
+  });
+  const QString text = series == m_ttftSeries
+                           ? tr("Turn %1: first token after %2 ms").arg(p.x()).arg(p.y(), 0, 'f', 1)
+                           : tr("Token %1: %2 tokens/s").arg(p.x()).arg(p.y(), 0, 'f', 1);
+  QToolTip::showText(QCursor::pos(), text);
+}
+
+void MetricsDock::showTimelineToolTip(bool state, int index) {
+  index -= kTimelineRequests - m_rows.size();  // past the blank slots
+  if (!state || index < 0 || index >= m_rows.size()) {
+    QToolTip::hideText();
+    return;
+  }
+  const TimelineRow& r = m_rows[index];
+  QToolTip::showText(QCursor::pos(), tr("#%1: prefill %2 ms + decode %3 ms = %4 ms, %n token(s)", "", r.tokens)
+                                         .arg(r.number)
+                                         .arg(r.prefillMs, 0, 'f', 1)
+                                         .arg(r.decodeMs, 0, 'f', 1)
+                                         .arg(r.prefillMs + r.decodeMs, 0, 'f', 1));
+}
+
 QString MetricsDock::specText() const { return m_spec->text(); }
 
 int MetricsDock::decodePointCount() const { return m_decodeSeries->count(); }
 int MetricsDock::ttftPointCount() const { return m_ttftSeries->count(); }
-int MetricsDock::timelineCount() const { return m_prefillSet->count(); }
+QList<QPointF> MetricsDock::ttftPoints() const { return m_ttftSeries->points(); }
+int MetricsDock::timelineCount() const { return m_rows.size(); }
+QStringList MetricsDock::timelineLabels() const {
+  QStringList out;
+  for (const QString& c : m_timelineCategories->categories())
+    if (!c.trimmed().isEmpty()) out << c;
+  return out;
+}
 QString MetricsDock::kvText() const { return m_kvBar->text(); }
+
+QStringList MetricsDock::placeholders() const {
+  QStringList out;
+  for (QGraphicsSimpleTextItem* item : {m_decodeEmpty, m_ttftEmpty, m_timelineEmpty})
+    if (item->isVisible()) out << item->text();
+  return out;
+}
 
 }  // namespace phaselab::ui
