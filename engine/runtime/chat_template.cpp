@@ -104,17 +104,20 @@ std::string render_plain(const std::vector<ChatMessage>& msgs, bool gen) {
 }
 
 // The examples answer questions unlike the ones people test with first (no
-// capitals of countries), so a right answer is the model's, not a copy.
+// capitals of countries), so a right answer is the model's, not a copy. Chosen
+// on eight test questions with Gemma 3 270M (greedy): examples about what
+// things are made of were copied into unrelated answers ("the sky is blue
+// because it is made of hydrogen and oxygen"); these three were not.
 constexpr const char* kFewShotPreamble =
     "The following is a conversation between a person and a helpful assistant. The assistant answers "
     "each question accurately and briefly.\n"
     "\n"
     "User: How many legs does a spider have?\n"
     "Assistant: A spider has eight legs.\n"
-    "User: What is water made of?\n"
-    "Assistant: Water is made of hydrogen and oxygen: each molecule has two hydrogen atoms and one oxygen atom.\n"
-    "User: Give me two words that rhyme with cat.\n"
-    "Assistant: Hat and mat.\n";
+    "User: What is the boiling point of water at sea level?\n"
+    "Assistant: Water boils at 100 degrees Celsius (212 degrees Fahrenheit) at sea level.\n"
+    "User: Who painted the Mona Lisa?\n"
+    "Assistant: Leonardo da Vinci painted the Mona Lisa in the early 1500s.\n";
 
 // A system prompt replaces the preamble's first sentence: it says who the
 // assistant is; the examples still show what an answer looks like.
