@@ -1,24 +1,37 @@
-// HardwareProbe: the machine's peaks the phase meter divides by. Measured
-// once (about half a second) and cached in QSettings.
+// HardwareProbe: the machine's peaks the phase meter divides by, measured by
+// the engine (phaselab/machine.h: all physical cores, SIMD reads of a 512 MiB
+// buffer, best of several passes) and cached in QSettings.
 #pragma once
+
+#include <QString>
 
 namespace phaselab::ui {
 
 struct HardwarePeaks {
-  double memoryBandwidth = 0;  // bytes/s, all cores reading a 256 MiB buffer
-  double peakFlops = 0;        // FP32 FLOP/s, all cores running independent FMAs
+  double memoryBandwidth = 0;  // bytes/s read, all physical cores, best pass
+  double peakFlops = 0;        // FP32 FLOP/s, all physical cores running independent FMAs
   // 8-bit integer multiply-adds (2 ops each) per second with the instructions
   // the fast CPU backend uses (AVX-512 VNNI, AVX-VNNI or AVX2); 0 if unknown.
   double peakInt8Ops = 0;
   int threads = 0;
+  quint64 llcBytes = 0;      // last-level cache; 0 if unknown
+  quint64 bufferBytes = 0;   // what the bandwidth passes read
+  int runs = 0;              // bandwidth passes (the best counts)
+  bool plausible = true;     // false: a figure looked wrong when measured (see note)
+  QString note;              // why, or that the buffer was smaller; empty when fine
   bool valid() const { return memoryBandwidth > 0 && peakFlops > 0; }
 };
 
 class HardwareProbe {
  public:
-  // Runs the probes; call off the GUI thread.
+  // Bumped whenever the method changes: cached peaks of another version are
+  // discarded (cached() is invalid) so they are measured again.
+  static constexpr int kVersion = 2;
+
+  // Runs the probes (about a second); call off the GUI thread and not while a
+  // model is generating. threads 0: one per physical core.
   static HardwarePeaks measure(int threads = 0);
-  static HardwarePeaks cached();  // invalid when never measured
+  static HardwarePeaks cached();  // invalid when never measured or measured by an older method
   static void store(const HardwarePeaks& peaks);
 };
 

@@ -3,8 +3,15 @@
 #include <QGridLayout>
 #include <QLabel>
 #include <QProgressBar>
+#include <QPushButton>
+
+#include <algorithm>
 
 namespace phaselab::ui {
+
+namespace {
+double mib(double bytes) { return bytes / (1 << 20); }
+}  // namespace
 
 PhaseMeter::PhaseMeter(QWidget* parent) : QWidget(parent) {
   auto* grid = new QGridLayout(this);
@@ -20,24 +27,37 @@ PhaseMeter::PhaseMeter(QWidget* parent) : QWidget(parent) {
   m_prefillBar = makeBar();
   m_decodeText = new QLabel;
   m_prefillText = new QLabel;
+  m_decodeText->setObjectName(QStringLiteral("decodeText"));
+  m_prefillText->setObjectName(QStringLiteral("prefillText"));
   m_decodeText->setWordWrap(true);
   m_prefillText->setWordWrap(true);
-  grid->addWidget(new QLabel(tr("Decode: memory")), 0, 0);
+  m_decodeTitle = new QLabel(tr("Decode: memory"));
+  m_remeasure = new QPushButton(tr("Measure again"));
+  m_remeasure->setObjectName(QStringLiteral("remeasureButton"));
+  m_remeasure->setToolTip(tr("Measure this machine's memory bandwidth and compute peaks again (about a second; "
+                             "best while no model is generating)."));
+  connect(m_remeasure, &QPushButton::clicked, this, &PhaseMeter::remeasureRequested);
+  grid->addWidget(m_decodeTitle, 0, 0);
   grid->addWidget(m_decodeBar, 0, 1);
   grid->addWidget(m_decodeText, 1, 0, 1, 2);
   grid->addWidget(new QLabel(tr("Prefill: compute")), 2, 0);
   grid->addWidget(m_prefillBar, 2, 1);
   grid->addWidget(m_prefillText, 3, 0, 1, 2);
-  m_decodeBar->setToolTip(tr("Achieved bandwidth = weight bytes per token x decode tokens/s, over the measured "
-                             "memory bandwidth (all cores summing a 256 MiB buffer)."));
-  m_prefillBar->setToolTip(tr("Achieved compute = 2 x parameters FLOPs per token x prefill tokens/s, over the "
-                              "measured FP32 FMA peak (all cores). The engine's int8 dot products can run above "
-                              "the FP32 figure."));
+  grid->addWidget(m_remeasure, 4, 1, Qt::AlignRight);
   refresh();
 }
 
+QString PhaseMeter::decodeText() const { return m_decodeText->text(); }
+QString PhaseMeter::prefillText() const { return m_prefillText->text(); }
+
 void PhaseMeter::setPeaks(const HardwarePeaks& peaks) {
   m_peaks = peaks;
+  m_measuring = false;
+  refresh();
+}
+
+void PhaseMeter::setMeasuring(bool measuring) {
+  m_measuring = measuring;
   refresh();
 }
 
@@ -46,42 +66,110 @@ void PhaseMeter::setModel(quint64 weightBytes, double prefillOpsPerToken, bool i
   m_prefillOpsPerToken = prefillOpsPerToken;
   m_int8 = int8Compute;
   m_decodeTps = m_prefillTps = 0;
+  m_kvCache = true;
+  m_positions = 0;
   refresh();
 }
 
 void PhaseMeter::update(const LiveMetrics& m) {
   if (m.prefillTps > 0) m_prefillTps = m.prefillTps;
-  const double tps = m.phase == QLatin1String("done") ? m.decodeTps : (m.windowTps > 0 ? m.windowTps : m.decodeTps);
+  const bool done = m.phase == QLatin1String("done");
+  const double tps = done ? m.decodeTps : (m.windowTps > 0 ? m.windowTps : m.decodeTps);
   if (tps > 0) m_decodeTps = tps;
+  m_kvCache = m.kvCache;
+  // Without the cache step k recomputes nPrompt + k positions: the current
+  // count for the recent rate, the average over the answer for the final one.
+  m_positions = m.nPrompt + (done ? m.nGenerated / 2.0 : m.nGenerated);
   refresh();
 }
 
+void PhaseMeter::refreshToolTips() {
+  // (No translations are loaded, so %n's "core(s)" would show as written.)
+  const int threads = std::max(m_peaks.threads, 1);
+  const QString cores = threads == 1 ? tr("1 physical core") : tr("%1 physical cores").arg(threads);
+  const QString how = m_peaks.runs > 0
+                          ? tr("%1, each reading its own slice of a %2 MiB buffer with SIMD loads, best of %3 passes")
+                                .arg(cores)
+                                .arg(mib(static_cast<double>(m_peaks.bufferBytes)), 0, 'f', 0)
+                                .arg(m_peaks.runs)
+                          : tr("all physical cores reading a large buffer with SIMD loads, best of several passes");
+  const QString compute = tr("%1 running independent FMA chains, best of 5 short runs").arg(cores);
+  if (m_kvCache)
+    m_decodeBar->setToolTip(tr("Achieved bandwidth = weight bytes per token x decode tokens/s, over the measured "
+                               "memory read bandwidth (%1).").arg(how));
+  else
+    m_decodeBar->setToolTip(tr("The KV cache is off: each token recomputes every position, so achieved compute = "
+                               "2 x parameters ops per position x positions x tokens/s, over the measured compute "
+                               "peak (%1).").arg(compute));
+  m_prefillBar->setToolTip(
+      tr("Achieved compute = 2 x parameters ops per token x prefill tokens/s, over the measured peak: 8-bit integer "
+         "multiply-adds where the backend multiplies in int8, else FP32 FMAs (%1).").arg(compute));
+}
+
 void PhaseMeter::refresh() {
-  const double bw = static_cast<double>(m_weightBytes) * m_decodeTps;  // bytes/s
-  const double flops = m_prefillOpsPerToken * m_prefillTps;
   // The integer peak where the backend multiplies in 8 bits and it was
-  // measured (older cached probes lack it), else the FP32 peak.
+  // measured, else the FP32 peak.
   const bool int8 = m_int8 && m_peaks.peakInt8Ops > 0;
-  const double peak = int8 ? m_peaks.peakInt8Ops : m_peaks.peakFlops;
-  m_decodeFraction = m_peaks.memoryBandwidth > 0 ? bw / m_peaks.memoryBandwidth : 0;
-  m_prefillFraction = peak > 0 ? flops / peak : 0;
+  const double computePeak = int8 ? m_peaks.peakInt8Ops : m_peaks.peakFlops;
+  const QString opsUnit = int8 ? tr("GOP/s") : tr("GFLOP/s");
+  const double bw = static_cast<double>(m_weightBytes) * m_decodeTps;  // bytes/s
+  const double decodeOps = m_prefillOpsPerToken * m_positions * m_decodeTps;
+  const double flops = m_prefillOpsPerToken * m_prefillTps;
+  if (m_kvCache)
+    m_decodeFraction = m_peaks.memoryBandwidth > 0 ? bw / m_peaks.memoryBandwidth : 0;
+  else
+    m_decodeFraction = computePeak > 0 ? decodeOps / computePeak : 0;
+  m_prefillFraction = computePeak > 0 ? flops / computePeak : 0;
   m_decodeBar->setValue(std::min(100, static_cast<int>(m_decodeFraction * 100 + 0.5)));
   m_prefillBar->setValue(std::min(100, static_cast<int>(m_prefillFraction * 100 + 0.5)));
-  if (!m_peaks.valid()) {
-    m_decodeText->setText(tr("Measuring this machine's memory bandwidth and compute peak…"));
+  m_decodeTitle->setText(m_kvCache ? tr("Decode: memory") : tr("Decode: compute"));
+  m_remeasure->setEnabled(!m_measuring);
+  refreshToolTips();
+  if (m_measuring || !m_peaks.valid()) {
+    m_decodeText->setText(m_measuring ? tr("Measuring this machine's memory bandwidth and compute peaks…")
+                                      : tr("This machine's memory bandwidth and compute peaks are not measured yet."));
     m_prefillText->clear();
     return;
   }
-  QString dec = tr("%1 GB/s of %2 GB/s. Decode is memory-bound: every token reads all %3 MiB of weights "
-                   "once and does only ~2 FLOPs per weight.")
-                    .arg(bw / 1e9, 0, 'f', 1)
-                    .arg(m_peaks.memoryBandwidth / 1e9, 0, 'f', 1)
-                    .arg(static_cast<double>(m_weightBytes) / (1 << 20), 0, 'f', 1);
-  if (m_decodeFraction > 1) dec += tr(" (Above 100%: the weights fit in the CPU caches.)");
+
+  const double weightMiB = mib(static_cast<double>(m_weightBytes));
+  const double llcMiB = mib(static_cast<double>(m_peaks.llcBytes));
+  QString dec;
+  if (m_kvCache) {
+    dec = tr("%1 GB/s of %2 GB/s. Decode is memory-bound: every token reads all %3 MiB of weights once and does "
+             "only ~2 FLOPs per weight.")
+              .arg(bw / 1e9, 0, 'f', 1)
+              .arg(m_peaks.memoryBandwidth / 1e9, 0, 'f', 1)
+              .arg(weightMiB, 0, 'f', 1);
+    if (m_decodeFraction > 1) {
+      // Weights larger than the last-level cache come from DRAM every token:
+      // more than the measured bandwidth then means the measurement was low.
+      if (m_peaks.llcBytes > 0 && m_weightBytes <= m_peaks.llcBytes)
+        dec += tr(" (Above 100%: the weights fit in the %1 MiB last-level cache.)").arg(llcMiB, 0, 'f', 0);
+      else if (m_peaks.llcBytes > 0)
+        dec += tr(" Above 100%, yet the %1 MiB of weights are larger than the %2 MiB last-level cache and are read "
+                  "from memory: the measured peak looks too low (the machine was probably busy while it was "
+                  "measured). Press \"Measure again\" while no model is generating.")
+                   .arg(weightMiB, 0, 'f', 1)
+                   .arg(llcMiB, 0, 'f', 0);
+      else
+        dec += tr(" Above 100%: the measured peak looks too low (the machine was probably busy while it was "
+                  "measured). Press \"Measure again\" while no model is generating.");
+    }
+  } else {
+    dec = tr("Without the KV cache every token recomputes all %1 positions: decode is compute-bound. %2 %4 of %3 %4.")
+              .arg(static_cast<int>(m_positions + 0.5))
+              .arg(decodeOps / 1e9, 0, 'f', 1)
+              .arg(computePeak / 1e9, 0, 'f', 0)
+              .arg(opsUnit);
+  }
+  if (!m_peaks.plausible && !m_peaks.note.isEmpty())
+    dec += tr(" The last measurement looked doubtful (%1).").arg(m_peaks.note);
   m_decodeText->setText(dec);
+
   QString pre = int8 ? tr("%1 GOP/s of %2 GOP/s (8-bit integer multiply-adds, 2 ops each). ")
                      : tr("%1 GFLOP/s of %2 GFLOP/s. ");
-  pre = pre.arg(flops / 1e9, 0, 'f', 1).arg(peak / 1e9, 0, 'f', 0);
+  pre = pre.arg(flops / 1e9, 0, 'f', 1).arg(computePeak / 1e9, 0, 'f', 0);
   pre += tr("Prefill is compute-bound: each weight row loaded serves a whole batch of prompt tokens.");
   if (m_prefillFraction > 1) pre += tr(" (Above 100%: the kernels do more per instruction than this peak counts.)");
   m_prefillText->setText(pre);

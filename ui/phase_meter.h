@@ -1,6 +1,8 @@
 // PhaseMeter: how close each phase runs to the machine's limit. Decode reads
 // every weight once per token, so its limit is memory bandwidth; prefill
 // reuses each weight row for a whole batch of tokens, so its limit is compute.
+// Without the KV cache every decode step is a prefill of the whole sequence,
+// so decode is then compute-bound too, and the meter says so.
 #pragma once
 
 #include <QWidget>
@@ -10,6 +12,7 @@
 
 class QLabel;
 class QProgressBar;
+class QPushButton;
 
 namespace phaselab::ui {
 
@@ -18,30 +21,50 @@ class PhaseMeter : public QWidget {
  public:
   explicit PhaseMeter(QWidget* parent = nullptr);
 
+  // Also ends the measuring state (setMeasuring(false)).
   void setPeaks(const HardwarePeaks& peaks);
   // prefillOpsPerToken: 2 x the multiply-adds of one prompt token.
   // int8Compute: the backend multiplies in 8-bit integers (the fast CPU
   // backend), so its compute limit is the integer peak, not the FP32 one.
   void setModel(quint64 weightBytes, double prefillOpsPerToken, bool int8Compute);
   void update(const LiveMetrics& m);
+  // While true the texts say the machine is being measured and the
+  // "Measure again" button is disabled.
+  void setMeasuring(bool measuring);
+  bool isMeasuring() const { return m_measuring; }
 
-  // Fractions of the peaks (may exceed 1 when the weights fit in cache).
+  // Fractions of the peaks (may exceed 1: cache hits, or a peak measured too low).
   double decodeFraction() const { return m_decodeFraction; }
   double prefillFraction() const { return m_prefillFraction; }
+  // True when decode is shown against the compute peak (the KV cache is off).
+  bool decodeComputeBound() const { return !m_kvCache; }
+  QString decodeText() const;
+  QString prefillText() const;
+
+ signals:
+  // The user pressed "Measure again": measure the peaks (off the GUI thread),
+  // then setPeaks().
+  void remeasureRequested();
 
  private:
   void refresh();
+  void refreshToolTips();
 
   HardwarePeaks m_peaks;
   quint64 m_weightBytes = 0;
   double m_prefillOpsPerToken = 0;
   bool m_int8 = false;
+  bool m_kvCache = true;
+  bool m_measuring = false;
+  double m_positions = 0;  // tokens each decode step recomputes without the KV cache
   double m_decodeTps = 0, m_prefillTps = 0;
   double m_decodeFraction = 0, m_prefillFraction = 0;
+  QLabel* m_decodeTitle = nullptr;
   QProgressBar* m_decodeBar = nullptr;
   QProgressBar* m_prefillBar = nullptr;
   QLabel* m_decodeText = nullptr;
   QLabel* m_prefillText = nullptr;
+  QPushButton* m_remeasure = nullptr;
 };
 
 }  // namespace phaselab::ui
