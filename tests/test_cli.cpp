@@ -350,7 +350,9 @@ class TestCli : public QObject {
   void chat_drops_old_turns_to_fit_the_context() {
     QByteArray turns;
     for (int i = 0; i < 8; i++) turns += "Tell me a long story about a cat and a dog\n";
-    const Run r = cli_within({"chat", "-m", stories(), "-c", "64", "-n", "12", "--temp", "0"}, 120000, turns);
+    // stories260K has no chat template: its turns follow the few-shot
+    // preamble (~290 of its tokens), which every prompt keeps.
+    const Run r = cli_within({"chat", "-m", stories(), "-c", "384", "-n", "12", "--temp", "0"}, 120000, turns);
     QCOMPARE(r.code, 0);
     QVERIFY2(!r.err.contains("error"), qPrintable(r.err));
     QVERIFY2(r.err.contains("dropped") && r.err.contains("/reset"), qPrintable(r.err));
@@ -362,6 +364,44 @@ class TestCli : public QObject {
     QCOMPARE(r.code, 0);
     QCOMPARE(r.err.count("decode"), 2);  // one stats line per answer
     QVERIFY(r.err.contains("reused"));
+  }
+
+  // On the CPU, bench measures the machine first and shows decode against the
+  // read bandwidth, prefill against the int8 peak; --no-peaks skips that.
+  void bench_shows_phases_against_the_machine_peaks() {
+    const Run b = cli({"bench", "-m", stories(), "-p", "32", "-n", "8", "-r", "1", "--json"});
+    QCOMPARE(b.code, 0);
+    const QJsonArray arr = QJsonDocument::fromJson(b.out.toUtf8()).array();
+    QCOMPARE(arr.size(), 2);
+    for (const auto& v : arr) {
+      const QJsonObject o = v.toObject();
+      QVERIFY2(o["machine_read_gbps"].toDouble() > 1, qPrintable(b.out));
+      QVERIFY(o["machine_int8_gops"].toDouble() > 0);
+      const bool decode = o["n_gen"].toInt() > 0;
+      QVERIFY2((o["decode_bandwidth_fraction"].toDouble() > 0) == decode, qPrintable(b.out));
+      QVERIFY2((o["prefill_compute_fraction"].toDouble() > 0) == !decode, qPrintable(b.out));
+    }
+    const Run t = cli({"bench", "-m", stories(), "-p", "32", "-n", "8", "-r", "1"});
+    QCOMPARE(t.code, 0);
+    QVERIFY2(t.out.contains("of the machine's read bandwidth") && t.out.contains("of the machine's int8 peak"),
+             qPrintable(t.out));
+    const Run n = cli({"bench", "-m", stories(), "-p", "0", "-n", "8", "-r", "1", "--no-peaks", "--json"});
+    QCOMPARE(n.code, 0);
+    const QJsonObject o = QJsonDocument::fromJson(n.out.toUtf8()).array().first().toObject();
+    QCOMPARE(o["machine_read_gbps"].toDouble(), 0.0);
+    QCOMPARE(o["decode_bandwidth_fraction"].toDouble(), 0.0);
+  }
+
+  void devices_lists_cores_cache_and_measured_peaks() {
+    const Run d = cli({"devices", "--measure", "--json"});
+    QCOMPARE(d.code, 0);
+    const QJsonObject cpu = QJsonDocument::fromJson(d.out.toUtf8()).object()["cpu"].toObject();
+    QVERIFY(cpu["physical_cores"].toInt() >= 1);
+    QCOMPARE(cpu["default_threads"].toInt(), cpu["physical_cores"].toInt());
+    QVERIFY2(cpu["peaks"].toObject()["read_gbps"].toDouble() > 1, qPrintable(d.out));
+    const Run t = cli({"devices"});
+    QCOMPARE(t.code, 0);
+    QVERIFY2(t.out.contains("physical cores"), qPrintable(t.out));
   }
 };
 

@@ -1,7 +1,9 @@
 // phaselab-cli bench: llama-bench style throughput. pp<N>: prefill of N prompt
 // tokens from an empty cache; tg<N>: N decode steps of one token each from an
 // empty cache. One warm-up run, then mean and standard deviation of tokens/s
-// over the repeats.
+// over the repeats. On the CPU the machine's peaks are measured first
+// (phaselab/machine.h) so decode reads as a fraction of the read bandwidth
+// and prefill as a fraction of the compute peak.
 #include <sys/resource.h>
 
 #include <chrono>
@@ -14,6 +16,7 @@
 #include "commands.h"
 #include "engine_setup.h"
 #include "phaselab/chat_template.h"
+#include "phaselab/machine.h"
 #include "phaselab/session.h"
 
 namespace phaselab::cli {
@@ -59,12 +62,16 @@ int cmd_bench(int argc, char** argv) {
                            {"--repetitions", "-r", true},
                            {"--chat-turns", "", true},
                            {"--json", "", false},
+                           {"--no-peaks", "", false},
                            {"--help", "-h", false}});
   auto args = Args::parse(argc, argv, opts);
   if (!args) return report(args.status());
   if (args->has("--help")) {
-    std::printf("usage: phaselab-cli bench -m MODEL [-p 512] [-n 128] [-r 5] [-t N] [--backend cpu] [--json]\n"
+    std::printf("usage: phaselab-cli bench -m MODEL [-p 512] [-n 128] [-r 5] [-t N] [--backend cpu] [--no-peaks] [--json]\n"
                 "  pp<N>: prefill of N tokens; tg<N>: N single-token decode steps; -p 0 or -n 0 skips a test.\n"
+                "  On the CPU the machine's peaks are measured first (about a second: read bandwidth with\n"
+                "  every physical core, FP32 and int8 compute) and decode is shown as a fraction of the\n"
+                "  read bandwidth, prefill of the compute peak; --no-peaks skips that.\n"
                 "  With --spec lookup|draft: also sg<N>, greedy generation of N tokens on a built-in\n"
                 "  rewrite-the-text prompt with and without speculation (acceptance, speed-up).\n"
                 "  --chat-turns N: TTFT of the N-th turn of a scripted chat, with and without prefix reuse.\n%s",
@@ -86,6 +93,21 @@ int cmd_bench(int argc, char** argv) {
   if (need > s.n_ctx())
     return usage_error("the test needs " + std::to_string(need) + " tokens of context but the session has " +
                        std::to_string(s.n_ctx()) + ": pass --ctx-size");
+
+  // The machine's peaks, before the model runs (anything running beside the
+  // probe lowers its figures). On the GPU the device's own peak is used.
+  const std::string backend = s.backend().name();
+  const bool cpu = backend.rfind("cpu", 0) == 0;
+  MachinePeaks peaks;
+  if (cpu && !args->has("--no-peaks")) {
+    peaks = measure_machine_peaks();
+    if (!peaks.note.empty()) std::fprintf(stderr, "phaselab-cli: machine peaks: %s\n", peaks.note.c_str());
+  }
+  // The fast CPU backends multiply 8-bit activations by the quantized weights
+  // in integers: their compute limit is the integer peak.
+  const bool int8 = cpu && backend != "cpu-reference" && peaks.int8_ops > 0;
+  const double compute_peak = int8 ? peaks.int8_ops : peaks.fp32_flops;
+  const char* compute_unit = int8 ? "GOP/s" : "GFLOP/s";
 
   // Random tokens (fixed seed) avoid special-casing any text.
   std::mt19937 rng(42);
@@ -206,7 +228,6 @@ int cmd_bench(int argc, char** argv) {
 
   const Model& m = s.model();
   const double size_mib = m.file().file_size() / 1048576.0;
-  const std::string backend = s.backend().name();
   const int threads = *args->get_int("--threads", default_threads(), 1, 256);
   const double rss = peak_rss_mib();
   // Decode reads every weight once per token: its achieved bandwidth, and on
@@ -214,6 +235,19 @@ int cmd_bench(int argc, char** argv) {
   const double weight_gb = m.weight_bytes() / 1e9;
   const double peak_gbps = backend == "cuda" ? probe_cuda().peak_gbps : 0.0;
   auto decode_gbps = [&](const BenchResult& r) { return r.n_gen > 0 ? r.mean * weight_gb : 0.0; };
+  // Prefill does 2 ops per weight of the blocks' matrices per token.
+  double ops_per_token = 0;
+  for (const auto& t : m.file().tensors())
+    if (t.name.rfind("blk.", 0) == 0 && t.n_dims == 2) ops_per_token += 2.0 * static_cast<double>(t.n_elements);
+  auto prefill_gops = [&](const BenchResult& r) { return r.n_prompt > 0 ? r.mean * ops_per_token / 1e9 : 0.0; };
+  const double machine_gbps = peaks.read_bandwidth / 1e9;
+  auto bandwidth_fraction = [&](const BenchResult& r) {
+    const double peak = peak_gbps > 0 ? peak_gbps : machine_gbps;
+    return peak > 0 ? decode_gbps(r) / peak : 0.0;
+  };
+  auto compute_fraction = [&](const BenchResult& r) {
+    return compute_peak > 0 ? prefill_gops(r) * 1e9 / compute_peak : 0.0;
+  };
   if (args->has("--json")) {
     nlohmann::json arr = nlohmann::json::array();
     for (const auto& r : results)
@@ -238,7 +272,16 @@ int cmd_bench(int argc, char** argv) {
                      {"weights_gb_per_token", weight_gb},
                      {"decode_gbps", decode_gbps(r)},
                      {"device_peak_gbps", peak_gbps},
-                     {"decode_bandwidth_fraction", peak_gbps > 0 ? decode_gbps(r) / peak_gbps : 0.0},
+                     {"decode_bandwidth_fraction", bandwidth_fraction(r)},
+                     {"prefill_gops", prefill_gops(r)},
+                     {"prefill_compute_fraction", compute_fraction(r)},
+                     {"machine_read_gbps", machine_gbps},
+                     {"machine_fp32_gflops", peaks.fp32_flops / 1e9},
+                     {"machine_int8_gops", peaks.int8_ops / 1e9},
+                     {"machine_peak_threads", peaks.threads},
+                     {"machine_llc_mib", peaks.llc_bytes / 1048576.0},
+                     {"machine_peaks_plausible", peaks.plausible},
+                     {"machine_peaks_note", peaks.note},
                      {"peak_rss_mib", rss}});
     if (with_spec)
       arr.push_back({{"test", "sg" + std::to_string(*n_gen)},
@@ -281,12 +324,24 @@ int cmd_bench(int argc, char** argv) {
                 m.config().name.empty() ? m.config().arch_str.c_str() : m.config().name.c_str(), backend.c_str(),
                 setup->draft->name().c_str(), setup->spec_k, threads, *n_gen, spec.spec_tps, spec.plain_tps,
                 spec.spec_tps / spec.plain_tps);
-  for (const auto& r : results)
+  if (peaks.read_bandwidth > 0)
+    std::printf("\nmachine: read %.1f GB/s (%d threads, SIMD reads of %zu MiB, best of %d), FP32 %.0f GFLOP/s, "
+                "int8 %.0f GOP/s, last-level cache %zu MiB%s%s\n",
+                machine_gbps, peaks.threads, peaks.buffer_bytes >> 20, peaks.runs, peaks.fp32_flops / 1e9,
+                peaks.int8_ops / 1e9, peaks.llc_bytes >> 20, peaks.plausible ? "" : "; doubtful: ",
+                peaks.plausible ? "" : peaks.note.c_str());
+  for (const auto& r : results) {
+    if (r.n_prompt > 0 && compute_peak > 0)
+      std::printf("\n%s: %.1f %s, %.1f%% of the machine's %s peak %.0f %s\n", r.test.c_str(), prefill_gops(r),
+                  compute_unit, 100 * compute_fraction(r), int8 ? "int8" : "FP32", compute_peak / 1e9, compute_unit);
     if (r.n_gen > 0) {
       std::printf("\n%s: %.1f GB/s of weights (%.3f GB per token)", r.test.c_str(), decode_gbps(r), weight_gb);
       if (peak_gbps > 0) std::printf(", %.1f%% of the device's peak %.0f GB/s", 100 * decode_gbps(r) / peak_gbps, peak_gbps);
+      else if (machine_gbps > 0)
+        std::printf(", %.1f%% of the machine's read bandwidth %.1f GB/s", 100 * bandwidth_fraction(r), machine_gbps);
       std::printf("\n");
     }
+  }
   if (with_spec)
     std::printf("\nspeculative: drafted %d, accepted %d (%.0f%%), %.2f tokens per target pass, output %s plain greedy\n",
                 spec.drafted, spec.accepted, 100 * spec.acceptance, spec.tokens_per_pass,

@@ -1,7 +1,8 @@
 #include "engine_setup.h"
 
 #include <cstdio>
-#include <thread>
+
+#include "phaselab/machine.h"
 
 namespace phaselab::cli {
 
@@ -16,7 +17,7 @@ const std::vector<OptionSpec>& engine_options() {
 
 const char* const kEngineHelp =
     "  -m, --model PATH         GGUF model file\n"
-    "  -t, --threads N          CPU threads (default: all cores)\n"
+    "  -t, --threads N          CPU threads (default: one per physical core)\n"
     "  -c, --ctx-size N         context size in tokens (default: the model's, at most 4096)\n"
     "  -b, --batch-size N       prefill batch (default 64)\n"
     "      --backend NAME       cpu (fast, default), cpu-portable (no SIMD), cpu-reference (the oracle),\n"
@@ -27,10 +28,9 @@ const char* const kEngineHelp =
     "      --spec-k K           tokens drafted per target pass (default 4)\n"
     "      --no-prefix-cache    prefill every request in full (no reuse of cached KV blocks)\n";
 
-int default_threads() {
-  const unsigned n = std::thread::hardware_concurrency();
-  return n == 0 ? 1 : static_cast<int>(n);
-}
+// One per physical core (SMT siblings share a core's FMA units and its share
+// of memory bandwidth: they make decode slower, not faster).
+int default_threads() { return phaselab::default_thread_count(); }
 
 Result<EngineSetup> open_session(const Args& args, int default_ctx) {
   const auto path = args.get("--model");
