@@ -9,6 +9,7 @@
 #include <QTest>
 #include <QTimer>
 
+#include "appearance.h"
 #include "chat_composer.h"
 #include "chat_session.h"
 #include "chat_view.h"
@@ -20,10 +21,40 @@
 #include "metrics_dock.h"
 
 #include <QComboBox>
-#include <QToolBar>
+#include <QAccessible>
+#include <QAbstractButton>
+#include <QAction>
+#include <QChart>
+#include <QChartView>
+#include <QTabBar>
+#include <QCheckBox>
+#include <QTextBrowser>
+#include <QLabel>
+#include <QPushButton>
+#include <QScrollBar>
+#include <QToolButton>
+#include "phaselab/backend.h"
+#include "phaselab/model.h"
+#include "phaselab/session.h"
 #include "phase_meter.h"
 
 using namespace phaselab::ui;
+
+namespace {
+static void sendAndWait(MainWindow& w, const QString& text) {
+  QSignalSpy finished(w.chatSession(), &ChatSession::answerFinished);
+  QVERIFY(w.sendMessage(text));
+  QVERIFY(finished.wait(60000));
+  QApplication::processEvents();
+}
+// Whether the widget's rectangle lies inside the chat's viewport.
+static bool insideViewport(ChatView* view, QWidget* child, bool whole = true) {
+  const QRect vp = view->viewport()->rect();
+  const QRect r(child->mapTo(view->viewport(), QPoint(0, 0)), child->size());
+  return whole ? vp.contains(r) : vp.intersects(r);
+}
+
+}  // namespace
 
 class TestGuiWindow : public QObject {
   Q_OBJECT
@@ -115,7 +146,7 @@ class TestGuiWindow : public QObject {
     QVERIFY(finished.wait(60000));
     const QString plain = answers(w).last()->text();
     auto* combo = w.findChild<QComboBox*>(QStringLiteral("specCombo"));
-    auto* kv = w.findChild<QToolBar*>(QStringLiteral("chatToolbar"))->actions().first();
+    auto* kv = w.findChild<QCheckBox*>(QStringLiteral("kvToggle"));
     QVERIFY(combo && kv && kv->isChecked());
     combo->setCurrentIndex(combo->findData(QStringLiteral("lookup")));
     QCOMPARE(w.generationSettings().speculative, QStringLiteral("lookup"));
@@ -126,7 +157,7 @@ class TestGuiWindow : public QObject {
     const QString spec = w.metricsDock()->specText();
     QVERIFY2(spec.contains(QStringLiteral("lookup")) && spec.contains(QStringLiteral("drafted")), qPrintable(spec));
     QVERIFY2(answers(w).last()->statsText().contains(QStringLiteral("accepted")), qPrintable(answers(w).last()->statsText()));
-    kv->trigger();  // KV cache off for the next message
+    kv->click();  // KV cache off for the next message
     QCOMPARE(w.generationSettings().useKvCache, false);
   }
 
@@ -323,6 +354,238 @@ class TestGuiWindow : public QObject {
           static_cast<long long>(clock.elapsed()), rec.stats.ttftMs);
     QCOMPARE(rec.stats.nGenerated, 500);
     QVERIFY2(maxGap < 250'000'000, "the GUI thread was blocked for a quarter of a second");
+  }
+
+  // Layout, as seen in a real window (issue: the chat did not follow the
+  // answer; cards grew wider than the view once it scrolled; controls hid at
+  // 800x600).
+  void chat_follows_the_answer_unless_scrolled_up() {
+    MainWindow w(options());
+    w.resize(800, 600);
+    w.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&w));
+    QVERIFY(loadStories(w));
+    w.setGenerationSettings(answer(160));
+    ChatView* view = w.chatView();
+    for (int i = 0; i < 3; i++) {
+      sendAndWait(w, QStringLiteral("Tell me story number %1").arg(i + 1));
+      // The whole footer of the newest answer (its buttons) is in view.
+      MessageWidget* last = answers(w).last();
+      QVERIFY2(insideViewport(view, last->findChildren<QToolButton*>().last()),
+               qPrintable(QStringLiteral("turn %1: the last answer's buttons are out of view").arg(i + 1)));
+      QVERIFY(view->isFollowing());
+      QVERIFY(!view->isJumpButtonShown());
+    }
+    QVERIFY2(view->verticalScrollBar()->maximum() > 0, "three answers should overflow an 800x600 window");
+
+    // While an answer streams, the view stays at its end.
+    QSignalSpy finished(w.chatSession(), &ChatSession::answerFinished);
+    QSignalSpy deltas(w.chatSession(), &ChatSession::answerDelta);
+    w.setGenerationSettings(answer(400));
+    QVERIFY(w.sendMessage(QStringLiteral("And another one")));
+    while (deltas.size() < 3 && finished.isEmpty()) QTest::qWait(5);
+    QTest::qWait(MessageWidget::kRenderIntervalMs * 2);
+    QScrollBar* sb = view->verticalScrollBar();
+    QVERIFY2(sb->value() == sb->maximum(), qPrintable(QStringLiteral("mid-answer: %1 of %2").arg(sb->value()).arg(sb->maximum())));
+    // Scrolling up stops following and offers the way back.
+    sb->setValue(0);
+    QVERIFY(!view->isFollowing());
+    QVERIFY(view->isJumpButtonShown());
+    QVERIFY(finished.wait(60000));
+    QApplication::processEvents();
+    QCOMPARE(sb->value(), 0);  // left where the person is reading
+    auto* jump = view->findChild<QToolButton*>(QStringLiteral("jumpToLatest"));
+    QVERIFY(jump && jump->isVisible());
+    jump->click();
+    QApplication::processEvents();
+    QCOMPARE(sb->value(), sb->maximum());
+    QVERIFY(!view->isJumpButtonShown());
+    QVERIFY(insideViewport(view, answers(w).last()->findChildren<QToolButton*>().last()));
+  }
+
+  void cards_never_exceed_the_viewport() {
+    for (const QSize size : {QSize(1280, 800), QSize(800, 600)}) {
+      MainWindow w(options());
+      w.resize(size);
+      w.show();
+      QVERIFY(QTest::qWaitForWindowExposed(&w));
+      QVERIFY(loadStories(w));
+      w.setGenerationSettings(answer(200));
+      for (int i = 0; i < 3; i++) sendAndWait(w, QStringLiteral("A question long enough to wrap, number %1, about dragons").arg(i));
+      ChatView* view = w.chatView();
+      QVERIFY(view->verticalScrollBar()->isVisible());
+      const int vpWidth = view->viewport()->width();
+      for (MessageWidget* m : view->messageWidgets()) {
+        const QRect r(m->mapTo(view->viewport(), QPoint(0, 0)), m->size());
+        QVERIFY2(r.left() >= 0 && r.right() < vpWidth,
+                 qPrintable(QStringLiteral("%1x%2: card %3..%4 in a viewport %5 wide")
+                                .arg(size.width()).arg(size.height()).arg(r.left()).arg(r.right()).arg(vpWidth)));
+        for (QToolButton* b : m->findChildren<QToolButton*>()) {
+          const QRect br(b->mapTo(view->viewport(), QPoint(0, 0)), b->size());
+          QVERIFY2(b->isVisible() && br.right() < vpWidth, qPrintable(b->text() + QStringLiteral(" is cut off")));
+        }
+      }
+    }
+  }
+
+  void every_toolbar_control_visible_at_800x600() {
+    MainWindow w(options());
+    w.resize(800, 600);
+    w.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&w));
+    QVERIFY(loadStories(w));
+    QApplication::processEvents();
+    QVERIFY(w.isNarrowLayout());
+    auto* bar = w.findChild<QWidget*>(QStringLiteral("chatToolbar"));
+    QVERIFY(bar && bar->isVisible());
+    const QRect window = w.rect();
+    int controls = 0;
+    for (QWidget* c : bar->findChildren<QWidget*>(Qt::FindDirectChildrenOnly)) {
+      if (c->isWindow()) continue;
+      QVERIFY2(c->isVisible(), qPrintable(c->objectName() + QStringLiteral(" is hidden")));
+      const QRect r(c->mapTo(&w, QPoint(0, 0)), c->size());
+      QVERIFY2(window.contains(r) && r.width() >= c->minimumSizeHint().width(),
+               qPrintable(QStringLiteral("%1 at %2,%3 %4x%5 (needs %6 px) is not whole in the window")
+                              .arg(c->objectName()).arg(r.x()).arg(r.y()).arg(r.width()).arg(r.height())
+                              .arg(c->minimumSizeHint().width())));
+      controls++;
+    }
+    QVERIFY(controls >= 5);  // mode, KV cache, speculative label and selector, settings
+    // The chat keeps most of the window; the side panels share one column.
+    QVERIFY2(w.chatView()->width() >= 440, qPrintable(QString::number(w.chatView()->width())));
+    // And back to two columns when the window grows.
+    w.resize(1280, 800);
+    QApplication::processEvents();
+    QVERIFY(!w.isNarrowLayout());
+  }
+
+  // stories260K has no chat template: the window says it is a base model and
+  // offers notebook mode, where the answer continues the text exactly as
+  // the engine continues it.
+  void base_model_note_and_notebook_mode() {
+    MainWindow w(options());
+    w.show();
+    QVERIFY(loadStories(w));
+    QVERIFY(w.isBaseModelNoteShown());
+    auto* useNotebook = w.findChild<QPushButton*>(QStringLiteral("useNotebookMode"));
+    QVERIFY(useNotebook);
+    useNotebook->click();
+    QCOMPARE(w.chatSession()->conversationSettings().mode, QStringLiteral("notebook"));
+    QVERIFY(!w.isBaseModelNoteShown());
+    w.setGenerationSettings(answer(40));
+    const QString text = QStringLiteral("Once upon a time, there was a little dog named");
+    sendAndWait(w, text);
+    const QString continuation = answers(w).last()->text();
+
+    // The oracle: the engine itself, greedy, on the raw text.
+    auto model = phaselab::Model::load(testing::stories().toStdString());
+    QVERIFY(model.is_ok());
+    auto backend = phaselab::make_cpu_backend(*model, 1);
+    QVERIFY(backend.is_ok());
+    auto session = phaselab::Session::create(*model, std::move(*backend), 256);
+    QVERIFY(session.is_ok());
+    phaselab::GenerateOptions o;
+    o.n_predict = 40;
+    o.ignore_eos = true;
+    o.sampling.temperature = 0;
+    auto r = (*session)->generate((*model)->tokenizer().encode(text.toStdString(), true, false), o);
+    QVERIFY(r.is_ok());
+    QCOMPARE(continuation, QString::fromStdString(r->text));
+    // Saved with the conversation, and the cards say what they are.
+    QCOMPARE(w.store()->conversationSettings(w.chatSession()->conversationId()).mode, QStringLiteral("notebook"));
+    QVERIFY(w.chatView()->messageWidgets().first()->findChildren<QLabel*>().first()->text() == QStringLiteral("Text"));
+  }
+
+  void export_and_import_through_the_window() {
+    MainWindow w(options());
+    w.show();
+    QVERIFY(loadStories(w));
+    w.setGenerationSettings(answer(30));
+    sendAndWait(w, QStringLiteral("Tell me about cats"));
+    const qint64 id = w.chatSession()->conversationId();
+    const QString json = m_dir.filePath(QStringLiteral("export.json")), md = m_dir.filePath(QStringLiteral("export.md"));
+    QVERIFY(w.exportConversation(json));
+    QVERIFY(w.exportConversation(md));
+    QFile mdFile(md);
+    QVERIFY(mdFile.open(QIODevice::ReadOnly));
+    const QString markdown = QString::fromUtf8(mdFile.readAll());
+    QVERIFY(markdown.contains(QStringLiteral("Tell me about cats")));
+    QVERIFY(markdown.contains(answers(w).last()->text().left(20)));
+    QVERIFY(w.importConversations(json));
+    QVERIFY(w.chatSession()->conversationId() != id);
+    const auto a = w.store()->messages(id), b = w.store()->messages(w.chatSession()->conversationId());
+    QCOMPARE(b.size(), a.size());
+    for (int i = 0; i < a.size(); i++) {
+      QCOMPARE(b[i].role, a[i].role);
+      QCOMPARE(b[i].content, a[i].content);
+      QCOMPARE(b[i].stats.nGenerated, a[i].stats.nGenerated);
+    }
+    // A file that is not an export is refused with the reason, nothing added.
+    const int before = w.store()->conversations().size();
+    QFile bad(m_dir.filePath(QStringLiteral("bad.json")));
+    QVERIFY(bad.open(QIODevice::WriteOnly));
+    bad.write("{\"format\": \"something else\"}");
+    bad.close();
+    QVERIFY(!w.importConversations(bad.fileName()));
+    QVERIFY(w.isErrorShown());
+    QCOMPARE(w.store()->conversations().size(), before);
+  }
+
+  // View > Theme and Ctrl+= / Ctrl+- reach the cards already shown.
+  void theme_and_text_size_reach_the_open_chat() {
+    MainWindow w(options());
+    w.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&w));
+    QVERIFY(loadStories(w));
+    w.setGenerationSettings(answer(10));
+    sendAndWait(w, QStringLiteral("Hello"));
+    MessageWidget* card = answers(w).last();
+    w.findChild<QAction*>(QStringLiteral("theme-dark"))->trigger();
+    QVERIFY(Appearance::isDark(QApplication::palette()));
+    QVERIFY2(card->palette().color(QPalette::Window).lightness() < 100,
+             qPrintable(card->palette().color(QPalette::Window).name()));
+    const int before = QApplication::font().pointSize();
+    QTest::keyClick(&w, Qt::Key_Equal, Qt::ControlModifier);
+    QCOMPARE(QApplication::font().pointSize(), before + 1);
+    QCOMPARE(card->findChild<QTextBrowser*>()->font().pointSize(), before + 1);
+    QTest::keyClick(&w, Qt::Key_Minus, Qt::ControlModifier);
+    QTest::keyClick(&w, Qt::Key_Minus, Qt::ControlModifier);
+    QCOMPARE(QApplication::font().pointSize(), before - 1);
+    QTest::keyClick(&w, Qt::Key_0, Qt::ControlModifier);
+    QCOMPARE(QApplication::font().pointSize(), before);
+    // The charts follow too.
+    QChart* chart = w.metricsDock()->findChild<QChartView*>()->chart();
+    QVERIFY(chart->backgroundBrush().color().lightness() < 100);
+    w.findChild<QAction*>(QStringLiteral("theme-system"))->trigger();
+    QVERIFY(card->palette().color(QPalette::Window).lightness() > 150);
+    QVERIFY(chart->backgroundBrush().color().lightness() > 150);
+  }
+
+  // Every control a keyboard or screen-reader user reaches has a name: its
+  // text, a buddy label, or an accessible name.
+  void every_control_has_an_accessible_name() {
+    MainWindow w(options());
+    w.resize(1280, 800);
+    w.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&w));
+    QVERIFY(loadStories(w));
+    w.setGenerationSettings(answer(10));
+    sendAndWait(w, QStringLiteral("Hello"));
+    QStringList unnamed;
+    int checked = 0;
+    for (QWidget* c : w.findChildren<QWidget*>()) {
+      if (!c->isVisible() || c->focusPolicy() == Qt::NoFocus) continue;
+      if (!qobject_cast<QAbstractButton*>(c) && !qobject_cast<QComboBox*>(c) && !qobject_cast<QLineEdit*>(c) &&
+          !qobject_cast<QAbstractScrollArea*>(c) && !qobject_cast<QTabBar*>(c))
+        continue;
+      QAccessibleInterface* a = QAccessible::queryAccessibleInterface(c);
+      QVERIFY(a);
+      checked++;
+      if (a->text(QAccessible::Name).trimmed().isEmpty())
+        unnamed << QStringLiteral("%1 (%2)").arg(c->objectName(), QString::fromLatin1(c->metaObject()->className()));
+    }
+    QVERIFY(checked >= 15);
+    QVERIFY2(unnamed.isEmpty(), qPrintable(unnamed.join(QStringLiteral(", "))));
   }
 };
 

@@ -14,6 +14,7 @@ ChatComposer::ChatComposer(QWidget* parent) : QWidget(parent) {
   m_editor = new QPlainTextEdit;
   m_editor->setObjectName(QStringLiteral("composerEditor"));
   m_editor->setPlaceholderText(tr("Type a message; Ctrl+Enter sends, Esc stops the answer"));
+  m_editor->setAccessibleName(tr("Message"));
   m_editor->setMaximumHeight(110);
   m_editor->setTabChangesFocus(true);
   m_editor->installEventFilter(this);
@@ -26,6 +27,8 @@ ChatComposer::ChatComposer(QWidget* parent) : QWidget(parent) {
   m_stop->setObjectName(QStringLiteral("stopButton"));
   m_stop->setToolTip(tr("Stop the answer (Esc)"));
   m_stop->setEnabled(false);
+  m_send->setAccessibleName(tr("Send"));
+  m_stop->setAccessibleName(tr("Stop the answer"));
   buttons->addWidget(m_send);
   buttons->addWidget(m_stop);
   buttons->addStretch(1);
@@ -35,6 +38,13 @@ ChatComposer::ChatComposer(QWidget* parent) : QWidget(parent) {
 }
 
 QString ChatComposer::text() const { return m_editor->toPlainText(); }
+void ChatComposer::setNotebookMode(bool notebook) {
+  m_editor->setPlaceholderText(notebook ? tr("Write the start of a text; the model continues it (Ctrl+Enter)")
+                                        : tr("Type a message; Ctrl+Enter sends, Esc stops the answer"));
+  m_send->setText(notebook ? tr("Continue") : tr("Send"));
+  m_send->setToolTip(notebook ? tr("Let the model continue the text (Ctrl+Enter)") : tr("Send (Ctrl+Enter)"));
+}
+
 void ChatComposer::setText(const QString& text) { m_editor->setPlainText(text); }
 void ChatComposer::clear() { m_editor->clear(); }
 void ChatComposer::focusEditor() { m_editor->setFocus(); }

@@ -18,6 +18,8 @@ class ChatComposer : public QWidget {
   void clear();
   void setBusy(bool busy);
   void focusEditor();
+  // Notebook: the model continues the text ("Continue"); chat: "Send".
+  void setNotebookMode(bool notebook);
   QPlainTextEdit* editor() const { return m_editor; }
 
  signals:

@@ -24,14 +24,39 @@ void ChatSession::openConversation(qint64 id) {
   if (isStreaming()) stop();
   m_conversationId = id;
   m_messages = id ? m_store->messages(id) : QList<MessageRecord>{};
+  m_conversationSettings = id ? m_store->conversationSettings(id) : m_defaultSettings;
+  emit conversationSettingsChanged(m_conversationSettings);
   emit conversationOpened(id, m_messages);
+}
+
+bool ChatSession::setConversationSettings(const ConversationSettings& settings) {
+  if (const QString why = settings.validate(); !why.isEmpty()) {
+    emit errorOccurred(why);
+    return false;
+  }
+  if (m_conversationId != 0 && !m_store->setConversationSettings(m_conversationId, settings)) {
+    emit errorOccurred(tr("Could not save the conversation's settings: %1").arg(m_store->lastError()));
+    return false;
+  }
+  m_conversationSettings = settings;
+  emit conversationSettingsChanged(settings);
+  return true;
 }
 
 void ChatSession::newConversation() { openConversation(0); }
 
 bool ChatSession::send(const QString& text) {
-  const QString t = text.trimmed();
-  if (t.isEmpty() || isStreaming()) return false;
+  // A chat message is trimmed; notebook text is kept as written (a trailing
+  // newline starts a new paragraph) except for trailing spaces, which would
+  // make the model's next word start with a space token of its own.
+  const bool notebook = m_conversationSettings.mode == QLatin1String("notebook");
+  QString t = text;
+  if (notebook) {
+    while (t.endsWith(QLatin1Char(' ')) || t.endsWith(QLatin1Char('\t'))) t.chop(1);
+  } else {
+    t = t.trimmed();
+  }
+  if (t.trimmed().isEmpty() || isStreaming()) return false;
   if (!m_engine->hasModel()) {
     emit errorOccurred(tr("No model is loaded: open one with File > Open Model (Ctrl+O)."));
     return false;
@@ -39,7 +64,7 @@ bool ChatSession::send(const QString& text) {
   if (m_conversationId == 0) {
     QString title = t.simplified();
     if (title.size() > 48) title = title.left(47) + QChar(0x2026);
-    m_conversationId = m_store->createConversation(title);
+    m_conversationId = m_store->createConversation(title, m_conversationSettings);
     if (m_conversationId == 0) {
       emit errorOccurred(tr("Could not save the conversation: %1").arg(m_store->lastError()));
       return false;
@@ -73,7 +98,11 @@ bool ChatSession::startAnswer() {
     emit errorOccurred(tr("Could not save the answer: %1").arg(m_store->lastError()));
     return false;
   }
-  const int request = m_engine->send(turns, m_settings);
+  GenerationSettings g = m_settings;
+  g.mode = m_conversationSettings.mode;
+  g.chatTemplate = m_conversationSettings.chatTemplate;
+  if (m_conversationSettings.hasSystemPrompt) g.systemPrompt = m_conversationSettings.systemPrompt;
+  const int request = m_engine->send(turns, g);
   if (request == 0) {
     m_store->deleteMessage(answer.id);
     emit errorOccurred(tr("The engine is busy or has no model."));

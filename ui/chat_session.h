@@ -26,6 +26,14 @@ class ChatSession : public QObject {
   void setGenerationSettings(const GenerationSettings& s) { m_settings = s; }
   const GenerationSettings& generationSettings() const { return m_settings; }
 
+  // The open conversation's mode, system prompt and template (saved with it;
+  // for a new conversation, used when its first message creates it).
+  const ConversationSettings& conversationSettings() const { return m_conversationSettings; }
+  bool setConversationSettings(const ConversationSettings& settings);
+  // What a new conversation starts with (notebook for a base model, if the
+  // person chose so); does not change the open one.
+  void setDefaultConversationSettings(const ConversationSettings& s) { m_defaultSettings = s; }
+
   qint64 conversationId() const { return m_conversationId; }
   const QList<MessageRecord>& messages() const { return m_messages; }
   bool isStreaming() const { return m_streamingId != 0; }
@@ -42,6 +50,7 @@ class ChatSession : public QObject {
 
  signals:
   void conversationOpened(qint64 id, const QList<phaselab::ui::MessageRecord>& messages);
+  void conversationSettingsChanged(const phaselab::ui::ConversationSettings& settings);
   void conversationsChanged();
   void messageAdded(const phaselab::ui::MessageRecord& message);
   void messageRemoved(qint64 id);
@@ -60,6 +69,7 @@ class ChatSession : public QObject {
   ConversationStore* m_store;
   EngineController* m_engine;
   GenerationSettings m_settings;
+  ConversationSettings m_conversationSettings, m_defaultSettings;
   qint64 m_conversationId = 0;
   QList<MessageRecord> m_messages;
   qint64 m_streamingId = 0;  // the assistant message being written

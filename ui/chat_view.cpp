@@ -1,23 +1,46 @@
 #include "chat_view.h"
 
+#include <QResizeEvent>
 #include <QScrollBar>
-#include <QTimer>
+#include <QToolButton>
 #include <QVBoxLayout>
 
 #include "message_widget.h"
 
 namespace phaselab::ui {
 
+namespace {
+// Within this many pixels of the bottom counts as "at the bottom": a wheel
+// step is ~60 px, so one notch up is a deliberate move away.
+constexpr int kBottomSlackPx = 24;
+}  // namespace
+
 ChatView::ChatView(QWidget* parent) : QScrollArea(parent) {
   setObjectName(QStringLiteral("chatView"));
+  setAccessibleName(tr("Conversation"));
   setWidgetResizable(true);
   setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+  // The scroll bar is always there, so the cards' width does not change (and
+  // their text does not reflow) when a conversation first outgrows the view.
+  setVerticalScrollBarPolicy(Qt::ScrollBarAlwaysOn);
   m_content = new QWidget;
   m_layout = new QVBoxLayout(m_content);
   m_layout->setContentsMargins(8, 8, 8, 8);
   m_layout->setSpacing(8);
   m_layout->addStretch(1);
   setWidget(m_content);
+
+  m_jump = new QToolButton(this);
+  m_jump->setObjectName(QStringLiteral("jumpToLatest"));
+  m_jump->setText(tr("↓ Jump to latest"));
+  m_jump->setToolTip(tr("Scroll to the newest message and follow the answer"));
+  m_jump->setAccessibleName(tr("Jump to latest message"));
+  m_jump->setToolButtonStyle(Qt::ToolButtonTextOnly);
+  m_jump->hide();
+  connect(m_jump, &QToolButton::clicked, this, &ChatView::jumpToLatest);
+
+  connect(verticalScrollBar(), &QScrollBar::valueChanged, this, &ChatView::onScrolled);
+  connect(verticalScrollBar(), &QScrollBar::rangeChanged, this, &ChatView::onRangeChanged);
 }
 
 QList<MessageWidget*> ChatView::messageWidgets() const { return m_content->findChildren<MessageWidget*>(); }
@@ -28,23 +51,36 @@ MessageWidget* ChatView::messageWidget(qint64 id) const {
   return nullptr;
 }
 
+void ChatView::setRoleLabels(const QString& user, const QString& assistant) {
+  m_userLabel = user;
+  m_assistantLabel = assistant;
+}
+
+MessageWidget* ChatView::makeCard(const MessageRecord& message) {
+  auto* w = new MessageWidget(message, m_content);
+  if (message.role == QLatin1String("user") && !m_userLabel.isEmpty()) w->setRoleLabel(m_userLabel);
+  if (message.role == QLatin1String("assistant") && !m_assistantLabel.isEmpty()) w->setRoleLabel(m_assistantLabel);
+  w->setRegenerateEnabled(!m_busy);
+  connect(w, &MessageWidget::regenerateRequested, this, &ChatView::regenerateRequested);
+  connect(w, &MessageWidget::editRequested, this, &ChatView::editRequested);
+  m_layout->insertWidget(m_layout->count() - 1, w);  // before the stretch
+  return w;
+}
+
 void ChatView::setMessages(const QList<MessageRecord>& messages) {
   for (MessageWidget* w : messageWidgets()) {
     m_layout->removeWidget(w);
     delete w;
   }
-  for (const MessageRecord& m : messages) addMessage(m);
-  QTimer::singleShot(0, this, [this] { scrollToEndIfFollowing(true); });
+  for (const MessageRecord& m : messages) makeCard(m);
+  jumpToLatest();  // an opened conversation shows its end
 }
 
 void ChatView::addMessage(const MessageRecord& message) {
-  const bool follow = atEnd();
-  auto* w = new MessageWidget(message, m_content);
-  w->setRegenerateEnabled(!m_busy);
-  connect(w, &MessageWidget::regenerateRequested, this, &ChatView::regenerateRequested);
-  connect(w, &MessageWidget::editRequested, this, &ChatView::editRequested);
-  m_layout->insertWidget(m_layout->count() - 1, w);  // before the stretch
-  QTimer::singleShot(0, this, [this, follow] { scrollToEndIfFollowing(follow); });
+  makeCard(message);
+  // The person's own message (and the answer that follows it) is what they
+  // want to see: sending always returns to the bottom.
+  if (message.role == QLatin1String("user")) jumpToLatest();
 }
 
 void ChatView::removeMessage(qint64 id) {
@@ -55,19 +91,12 @@ void ChatView::removeMessage(qint64 id) {
 }
 
 void ChatView::appendToMessage(qint64 id, const QString& delta) {
-  if (MessageWidget* w = messageWidget(id)) {
-    const bool follow = atEnd();
-    w->appendText(delta);
-    if (follow) QTimer::singleShot(MessageWidget::kRenderIntervalMs + 5, this, [this] { scrollToEndIfFollowing(true); });
-  }
+  // Growth of the card changes the scroll range; onRangeChanged follows it.
+  if (MessageWidget* w = messageWidget(id)) w->appendText(delta);
 }
 
 void ChatView::finishMessage(qint64 id, const MessageRecord& message) {
-  if (MessageWidget* w = messageWidget(id)) {
-    const bool follow = atEnd();
-    w->finish(message);
-    QTimer::singleShot(0, this, [this, follow] { scrollToEndIfFollowing(follow); });
-  }
+  if (MessageWidget* w = messageWidget(id)) w->finish(message);
 }
 
 void ChatView::editMessage(qint64 id, const QString& content) {
@@ -79,14 +108,39 @@ void ChatView::setBusy(bool busy) {
   for (MessageWidget* w : messageWidgets()) w->setRegenerateEnabled(!busy);
 }
 
-bool ChatView::atEnd() const {
-  const QScrollBar* sb = verticalScrollBar();
-  return sb->value() >= sb->maximum() - 40;
+bool ChatView::isJumpButtonShown() const { return m_jump->isVisibleTo(this); }
+
+void ChatView::jumpToLatest() {
+  m_follow = true;
+  m_jump->hide();
+  // The layout may not have run yet for cards added just now: do it, so the
+  // range below is the final one (onRangeChanged keeps up with later growth).
+  m_content->layout()->activate();
+  verticalScrollBar()->setValue(verticalScrollBar()->maximum());
 }
 
-void ChatView::scrollToEndIfFollowing(bool wasAtEnd) {
-  // Only follow the answer when the user has not scrolled up to read.
-  if (wasAtEnd) verticalScrollBar()->setValue(verticalScrollBar()->maximum());
+void ChatView::onRangeChanged(int, int max) {
+  if (m_follow) verticalScrollBar()->setValue(max);
+}
+
+void ChatView::onScrolled(int value) {
+  const QScrollBar* sb = verticalScrollBar();
+  m_follow = value >= sb->maximum() - kBottomSlackPx;
+  m_jump->setVisible(!m_follow);
+  if (!m_follow) placeJumpButton();
+}
+
+void ChatView::placeJumpButton() {
+  m_jump->adjustSize();
+  const QRect vp = viewport()->geometry();  // in this widget's coordinates
+  m_jump->move(vp.center().x() - m_jump->width() / 2, vp.bottom() - m_jump->height() - 8);
+  m_jump->raise();
+}
+
+void ChatView::resizeEvent(QResizeEvent* e) {
+  QScrollArea::resizeEvent(e);
+  placeJumpButton();
+  if (m_follow) verticalScrollBar()->setValue(verticalScrollBar()->maximum());
 }
 
 }  // namespace phaselab::ui

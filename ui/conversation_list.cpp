@@ -19,11 +19,13 @@ ConversationList::ConversationList(ConversationStore* store, QWidget* parent) : 
   newButton->setToolTip(tr("Start a new conversation (Ctrl+N)"));
   layout->addWidget(newButton);
   m_search = new QLineEdit;
+  m_search->setAccessibleName(tr("Search conversations"));
   m_search->setPlaceholderText(tr("Search conversations"));
   m_search->setClearButtonEnabled(true);
   layout->addWidget(m_search);
   m_list = new QListWidget;
   m_list->setObjectName(QStringLiteral("conversationList"));
+  m_list->setAccessibleName(tr("Conversations"));
   layout->addWidget(m_list, 1);
   auto* row = new QHBoxLayout;
   m_rename = new QPushButton(tr("Rename"));

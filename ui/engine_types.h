@@ -32,6 +32,10 @@ struct GenerationSettings {
   QString draftModel;       // GGUF path for speculative = draft
   bool ignoreEos = false;  // only for tests and demos that need long answers
   QString systemPrompt;
+  // chat: the turns through a chat template. notebook: the model continues
+  // the messages' text joined as written, with no template (base models).
+  QString mode = QStringLiteral("chat");
+  QString chatTemplate;  // a phaselab::chat_template_family_name(); empty: the model's own
 };
 
 struct ChatTurn {
@@ -53,7 +57,8 @@ struct ModelInfo {
   // layers' weight matrices (the token embedding is a lookup, and the output
   // projection runs for the last token only).
   double prefillOpsPerToken = 0;
-  QString chatTemplate;
+  QString chatTemplate;      // the family chat uses (plain-fewshot for a base model)
+  bool hasChatTemplate = false;  // false: a base model, best used in notebook mode
   QString backend;
   int threads = 0;
 };
@@ -76,6 +81,9 @@ struct LiveMetrics {
   int specDrafted = 0, specAccepted = 0;
   double tokensPerPass = 0;
   QString speculative;  // the draft source's name, empty when off
+  // False when the request runs without the KV cache: every step recomputes
+  // all positions, so decode is compute-bound, not memory-bound.
+  bool kvCache = true;
   // Paged KV pool (at the end of the request).
   int kvBlocksUsed = 0, kvBlocksCached = 0, kvBlocksShared = 0, kvBlocksTotal = 0;
 };

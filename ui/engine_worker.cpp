@@ -9,6 +9,7 @@
 
 #include "engine_controller.h"
 #include "phaselab/chat_template.h"
+#include "phaselab/machine.h"
 #include "phaselab/session.h"
 #include "phaselab/speculative.h"
 
@@ -22,13 +23,11 @@ double msSince(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
-// All cores but one: the CPU backend's pool spins between steps, and a pool
-// that takes every core starves the GUI thread (and is starved by it: on a
-// busy 2-core machine decode fell from ~3000 to ~30 tokens/s in a test).
-int defaultThreads() {
-  const int n = static_cast<int>(std::thread::hardware_concurrency());
-  return std::max(1, n - 1);
-}
+// One per physical core, as in phaselab-cli. (It was all cores but one while
+// the pool spun without sleeping and starved the GUI thread; its workers now
+// spin briefly, yield, then sleep, and on a loaded 2-core machine 2 threads
+// left the GUI thread's longest stall as short as 1 thread did.)
+int defaultThreads() { return phaselab::default_thread_count(); }
 
 RequestStats toStats(const RequestMetrics& m, const QString& backend) {
   RequestStats s;
@@ -130,6 +129,7 @@ void EngineWorker::loadModelImpl(const QString& path, const EngineConfig& config
   info.fileSize = static_cast<qint64>(m->file().file_size());
   info.weightBytes = m->weight_bytes();
   info.chatTemplate = QString::fromUtf8(chat_template_family_name(m->chat_template()));
+  info.hasChatTemplate = m->has_chat_template();
   info.backend = QString::fromStdString(m_session->backend().name());
   info.threads = threads;
   emit modelLoaded(info);
@@ -171,14 +171,31 @@ void EngineWorker::generateImpl(int requestId, const QList<ChatTurn>& turns, con
   };
   if (!m_session) return fail(QStringLiteral("no model is loaded: open one with File > Open Model (Ctrl+O)"));
   const Model& model = m_session->model();
-  const ChatTemplateFamily family = model.chat_template();
+  ChatTemplateFamily family = model.chat_template();
+  if (!settings.chatTemplate.isEmpty()) {
+    const auto chosen = chat_template_family_from_name(settings.chatTemplate.toStdString());
+    if (!chosen) return fail(QStringLiteral("unknown chat template \"%1\": choose one in Chat > Conversation Settings")
+                                 .arg(settings.chatTemplate));
+    family = *chosen;
+  }
+  const bool notebook = settings.mode == QLatin1String("notebook");
 
-  std::vector<ChatMessage> messages;
-  if (!settings.systemPrompt.trimmed().isEmpty())
-    messages.push_back({"system", settings.systemPrompt.toStdString()});
-  for (const ChatTurn& t : turns) messages.push_back({t.role.toStdString(), t.content.toStdString()});
-  // Rendered chats contain special markers as text: parse_special = true.
-  const auto prompt = model.tokenizer().encode(apply_chat_template(family, messages), true, true);
+  std::vector<TokenId> prompt;
+  if (notebook) {
+    // The document so far, as written: the person's text and the model's
+    // continuations joined with nothing added. The person's text is plain
+    // text, so special markers in it stay text (parse_special = false).
+    std::string text;
+    for (const ChatTurn& t : turns) text += t.content.toStdString();
+    prompt = model.tokenizer().encode(text, true, false);
+  } else {
+    std::vector<ChatMessage> messages;
+    if (!settings.systemPrompt.trimmed().isEmpty())
+      messages.push_back({"system", settings.systemPrompt.toStdString()});
+    for (const ChatTurn& t : turns) messages.push_back({t.role.toStdString(), t.content.toStdString()});
+    // Rendered chats contain special markers as text: parse_special = true.
+    prompt = model.tokenizer().encode(apply_chat_template(family, messages), true, true);
+  }
 
   GenerateOptions opt;
   opt.n_predict = settings.maxTokens;
@@ -193,7 +210,8 @@ void EngineWorker::generateImpl(int requestId, const QList<ChatTurn>& turns, con
   opt.prefix_cache = settings.prefixCache;
   opt.draft = draftSource(settings);
   opt.spec_k = std::clamp(settings.specK, 1, 32);
-  for (auto& s : chat_stop_strings(family)) opt.stop.push_back(s);
+  if (!notebook)
+    for (auto& s : chat_stop_strings(family)) opt.stop.push_back(s);
   if (Status st = opt.sampling.validate(); !st) return fail(QString::fromStdString(st.message()));
 
   const QString backendName = QString::fromStdString(m_session->backend().name());
@@ -208,6 +226,7 @@ void EngineWorker::generateImpl(int requestId, const QList<ChatTurn>& turns, con
   // tokens really computed.
   live.nReused = m_session->reusable_prefix(prompt, opt);
   live.speculative = opt.draft ? QString::fromStdString(opt.draft->name()) : QString();
+  live.kvCache = opt.use_kv_cache;
   emit metricsUpdated(live);  // prefill runs without callbacks: show it started
 
   // Coalescing state. The first token is sent at once (it is the TTFT the
@@ -312,7 +331,7 @@ DraftSource* EngineWorker::draftSource(const GenerationSettings& settings) {
     emit errorOccurred(tr("Draft model: %1; answering without speculation.").arg(QString::fromStdString(dm.status().message())));
     return nullptr;
   }
-  auto db = make_cpu_backend(*dm, std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1), 64);
+  auto db = make_cpu_backend(*dm, defaultThreads(), 64);
   if (!db) {
     emit errorOccurred(QString::fromStdString(db.status().message()));
     return nullptr;

@@ -1,6 +1,7 @@
 #include "main_window.h"
 
 #include <QAction>
+#include <QActionGroup>
 #include <QApplication>
 #include <QClipboard>
 #include <QCloseEvent>
@@ -21,12 +22,19 @@
 #include <QStatusBar>
 #include <QThread>
 #include <QToolButton>
+#include <QCheckBox>
 #include <QComboBox>
+#include <QRegularExpression>
+#include <QResizeEvent>
+#include <QSaveFile>
 #include <QStackedWidget>
 #include <QToolBar>
 #include <QVBoxLayout>
 
+#include "appearance.h"
 #include "chat_composer.h"
+#include "conversation_export.h"
+#include "conversation_settings_dialog.h"
 #include "hardware_probe.h"
 #include "phaselab/backend.h"
 #include "chat_session.h"
@@ -35,6 +43,7 @@
 #include "engine_controller.h"
 #include "message_widget.h"
 #include "metrics_dock.h"
+#include "phase_meter.h"
 #include "model_manager.h"
 #include "phaselab/log.h"
 #include "settings_dialog.h"
@@ -86,6 +95,24 @@ MainWindow::MainWindow(const Options& options, QWidget* parent) : QMainWindow(pa
   m_errorBanner->layout()->addWidget(dismiss);
   connect(dismiss, &QToolButton::clicked, this, &MainWindow::clearError);
   col->addWidget(m_errorBanner);
+  // A base model (no chat template) is said to be one, with the way to use
+  // it well one click away.
+  m_baseModelNote = makeBanner(&m_baseModelText, QColor(214, 232, 255));
+  m_baseModelNote->setObjectName(QStringLiteral("baseModelNote"));
+  auto* notebook = new QPushButton(tr("Use Notebook Mode"));
+  notebook->setObjectName(QStringLiteral("useNotebookMode"));
+  m_baseModelNote->layout()->addWidget(notebook);
+  connect(notebook, &QPushButton::clicked, this, [this] { setConversationMode(QStringLiteral("notebook")); });
+  auto* dismissNote = new QToolButton;
+  dismissNote->setText(QStringLiteral("✕"));
+  dismissNote->setToolTip(tr("Dismiss"));
+  dismissNote->setAccessibleName(tr("Dismiss the base model note"));
+  m_baseModelNote->layout()->addWidget(dismissNote);
+  connect(dismissNote, &QToolButton::clicked, this, [this] {
+    m_baseModelNoteDismissed = true;
+    updateBaseModelNote();
+  });
+  col->addWidget(m_baseModelNote);
   m_pages = new QStackedWidget;
   m_chatPage = new QWidget;
   auto* chatColumn = new QVBoxLayout(m_chatPage);
@@ -125,11 +152,11 @@ MainWindow::MainWindow(const Options& options, QWidget* parent) : QMainWindow(pa
     m_store.openInMemory();
   }
   m_conversations = new ConversationList(&m_store);
-  auto* listDock = new QDockWidget(tr("Conversations"), this);
-  listDock->setObjectName(QStringLiteral("conversationsDock"));
-  listDock->setWidget(m_conversations);
-  listDock->setFeatures(QDockWidget::DockWidgetMovable | QDockWidget::DockWidgetClosable);
-  addDockWidget(Qt::LeftDockWidgetArea, listDock);
+  m_listDock = new QDockWidget(tr("Conversations"), this);
+  m_listDock->setObjectName(QStringLiteral("conversationsDock"));
+  m_listDock->setWidget(m_conversations);
+  m_listDock->setFeatures(QDockWidget::DockWidgetMovable | QDockWidget::DockWidgetClosable);
+  addDockWidget(Qt::LeftDockWidgetArea, m_listDock);
   m_metrics = new MetricsDock(this);
   addDockWidget(Qt::RightDockWidgetArea, m_metrics);
 
@@ -150,6 +177,7 @@ MainWindow::MainWindow(const Options& options, QWidget* parent) : QMainWindow(pa
   connect(m_conversations, &ConversationList::conversationDeleted, this, [this](qint64 id) {
     if (id == m_chat->conversationId()) m_chat->newConversation();
   });
+  connect(m_chat, &ChatSession::conversationSettingsChanged, this, &MainWindow::applyConversationSettings);
   connect(m_chat, &ChatSession::conversationOpened, this, [this](qint64 id, const QList<MessageRecord>& messages) {
     m_chatView->setMessages(messages);
     m_conversations->setCurrent(id);
@@ -210,9 +238,11 @@ MainWindow::MainWindow(const Options& options, QWidget* parent) : QMainWindow(pa
     m_modelLabel->setText(tr("No model"));
     setWindowTitle(QStringLiteral("PhaseLab"));
     updateWelcome();
+    updateBaseModelNote();
   });
 
   createMenus();
+  connect(m_metrics, &MetricsDock::remeasureRequested, this, &MainWindow::startHardwareProbe);
   m_metrics->setPeaks(HardwareProbe::cached());
   if (!HardwareProbe::cached().valid() && options.measureHardware) startHardwareProbe();
 
@@ -220,6 +250,7 @@ MainWindow::MainWindow(const Options& options, QWidget* parent) : QMainWindow(pa
   restoreGeometry(s.value(QStringLiteral("window/geometry")).toByteArray());
   restoreState(s.value(QStringLiteral("window/state")).toByteArray());
   if (!s.contains(QStringLiteral("window/geometry"))) resize(1280, 800);
+  applyConversationSettings(m_chat->conversationSettings());
 
   m_conversations->refresh();
   if (options.autoLoadLastModel && !m_settings.lastModel.isEmpty() && QFileInfo::exists(m_settings.lastModel))
@@ -243,6 +274,11 @@ void MainWindow::createMenus() {
   models->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_M));
   file->addAction(tr("&Unload Model"), m_engine, &EngineController::unloadModel);
   file->addSeparator();
+  QAction* exportChat = file->addAction(tr("&Export Conversation…"), this, &MainWindow::exportDialog);
+  exportChat->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_E));
+  exportChat->setToolTip(tr("Save the open conversation as Markdown (to read) or JSON (to import elsewhere)"));
+  file->addAction(tr("&Import Conversations…"), this, &MainWindow::importDialog);
+  file->addSeparator();
   QAction* quit = file->addAction(tr("&Quit"), this, &QWidget::close);
   quit->setShortcut(QKeySequence::Quit);
 
@@ -263,9 +299,41 @@ void MainWindow::createMenus() {
       }
   });
   copy->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_C));
+  chat->addSeparator();
+  QAction* convSettings = chat->addAction(tr("Conversation &Settings…"), this, &MainWindow::openConversationSettings);
+  convSettings->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_S));
+  QAction* notebookMode = chat->addAction(tr("&Notebook Mode"));
+  notebookMode->setObjectName(QStringLiteral("notebookModeAction"));
+  notebookMode->setCheckable(true);
+  notebookMode->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_N));
+  connect(notebookMode, &QAction::toggled, this, [this](bool on) {
+    setConversationMode(on ? QStringLiteral("notebook") : QStringLiteral("chat"));
+  });
+  connect(m_chat, &ChatSession::conversationSettingsChanged, notebookMode, [notebookMode](const ConversationSettings& s) {
+    const QSignalBlocker block(notebookMode);
+    notebookMode->setChecked(s.mode == QLatin1String("notebook"));
+  });
 
   QMenu* view = menuBar()->addMenu(tr("&View"));
   for (QDockWidget* d : findChildren<QDockWidget*>()) view->addAction(d->toggleViewAction());
+  view->addSeparator();
+  QMenu* theme = view->addMenu(tr("&Theme"));
+  auto* themes = new QActionGroup(theme);
+  for (const auto& [t, label] : {std::pair{Theme::System, tr("&System")}, std::pair{Theme::Light, tr("&Light")},
+                                 std::pair{Theme::Dark, tr("&Dark")}}) {
+    QAction* a = theme->addAction(label, this, [t = t] { applyTheme(t); });
+    a->setCheckable(true);
+    a->setChecked(Appearance::instance()->theme() == t);
+    a->setObjectName(QStringLiteral("theme-") + themeName(t));
+    themes->addAction(a);
+  }
+  QAction* bigger = view->addAction(tr("&Larger Text"), this, [] { increaseFontSize(); });
+  // Ctrl+= as well as Ctrl++: on most layouts + needs Shift.
+  bigger->setShortcuts({QKeySequence(Qt::CTRL | Qt::Key_Equal), QKeySequence(Qt::CTRL | Qt::Key_Plus)});
+  QAction* smaller = view->addAction(tr("&Smaller Text"), this, [] { decreaseFontSize(); });
+  smaller->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_Minus));
+  QAction* reset = view->addAction(tr("&Actual Size"), this, [] { resetFontSize(); });
+  reset->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_0));
 
   QMenu* settings = menuBar()->addMenu(tr("&Settings"));
   QAction* prefs = settings->addAction(tr("&Preferences…"), this, &MainWindow::openSettings);
@@ -310,28 +378,49 @@ void MainWindow::applyGenerationSettings(const GenerationSettings& g) {
 }
 
 void MainWindow::createChatToolbar(QVBoxLayout* column) {
-  auto* bar = new QToolBar(tr("Chat"));
+  // A row of plain widgets rather than a QToolBar: a toolbar hides what does
+  // not fit behind an overflow button, and these must stay in sight.
+  auto* bar = new QWidget;
   bar->setObjectName(QStringLiteral("chatToolbar"));
-  m_kvToggle = bar->addAction(tr("KV cache"));
+  auto* row = new QHBoxLayout(bar);
+  row->setContentsMargins(2, 0, 2, 0);
+  row->setSpacing(6);
+
+  m_modeCombo = new QComboBox;
+  m_modeCombo->setObjectName(QStringLiteral("modeCombo"));
+  m_modeCombo->setAccessibleName(tr("Conversation mode"));
+  m_modeCombo->addItem(tr("Chat"), QStringLiteral("chat"));
+  m_modeCombo->addItem(tr("Notebook"), QStringLiteral("notebook"));
+  m_modeCombo->setToolTip(tr("Chat: questions and answers through the chat template.\nNotebook: the model continues "
+                             "your text as written, the way to use a base model."));
+  row->addWidget(m_modeCombo);
+  connect(m_modeCombo, &QComboBox::currentIndexChanged, this,
+          [this] { setConversationMode(m_modeCombo->currentData().toString()); });
+
+  m_kvToggle = new QCheckBox(tr("KV cache"));
   m_kvToggle->setObjectName(QStringLiteral("kvToggle"));
-  m_kvToggle->setCheckable(true);
+  m_kvToggle->setAccessibleName(tr("KV cache"));
   m_kvToggle->setToolTip(tr("Off: every token recomputes the whole conversation. Watch decode tokens/s drop."));
-  connect(m_kvToggle, &QAction::toggled, this, [this](bool on) {
+  row->addWidget(m_kvToggle);
+  connect(m_kvToggle, &QCheckBox::toggled, this, [this](bool on) {
     GenerationSettings g = m_settings.generation;
     if (g.useKvCache == on) return;
     g.useKvCache = on;
     applyGenerationSettings(g);
   });
-  bar->addSeparator();
-  bar->addWidget(new QLabel(tr(" Speculative: ")));
+
+  auto* specLabel = new QLabel(tr("Speculative:"));
+  row->addWidget(specLabel);
   m_specCombo = new QComboBox;
   m_specCombo->setObjectName(QStringLiteral("specCombo"));
+  m_specCombo->setAccessibleName(tr("Speculative decoding"));
+  specLabel->setBuddy(m_specCombo);
   m_specCombo->addItem(tr("off"), QStringLiteral("none"));
   m_specCombo->addItem(tr("prompt lookup"), QStringLiteral("lookup"));
   m_specCombo->addItem(tr("draft model"), QStringLiteral("draft"));
   m_specCombo->setToolTip(tr("Draft tokens cheaply, verify them in one pass of the model. The answer is the same "
                              "(greedy) or has the same distribution (sampling); the metrics dock shows acceptance."));
-  bar->addWidget(m_specCombo);
+  row->addWidget(m_specCombo);
   connect(m_specCombo, &QComboBox::currentIndexChanged, this, [this] {
     GenerationSettings g = m_settings.generation;
     const QString mode = m_specCombo->currentData().toString();
@@ -339,6 +428,15 @@ void MainWindow::createChatToolbar(QVBoxLayout* column) {
     g.speculative = mode;
     applyGenerationSettings(g);
   });
+
+  auto* conv = new QToolButton;
+  conv->setObjectName(QStringLiteral("conversationSettingsButton"));
+  conv->setText(tr("Settings…"));
+  conv->setToolTip(tr("This conversation's mode, system prompt and chat template (Ctrl+Shift+S)"));
+  conv->setAccessibleName(tr("Conversation settings"));
+  row->addWidget(conv);
+  connect(conv, &QToolButton::clicked, this, &MainWindow::openConversationSettings);
+  row->addStretch(1);
   column->addWidget(bar);
   syncChatToolbar();
 }
@@ -348,6 +446,139 @@ void MainWindow::syncChatToolbar() {
   const QSignalBlocker a(m_kvToggle), b(m_specCombo);
   m_kvToggle->setChecked(m_settings.generation.useKvCache);
   m_specCombo->setCurrentIndex(std::max(0, m_specCombo->findData(m_settings.generation.speculative)));
+}
+
+void MainWindow::applyConversationSettings(const ConversationSettings& s) {
+  const bool notebook = s.mode == QLatin1String("notebook");
+  {
+    const QSignalBlocker block(m_modeCombo);
+    m_modeCombo->setCurrentIndex(std::max(0, m_modeCombo->findData(s.mode)));
+  }
+  m_composer->setNotebookMode(notebook);
+  m_chatView->setRoleLabels(notebook ? tr("Text") : tr("You"), notebook ? tr("Continuation") : tr("Assistant"));
+  updateBaseModelNote();
+}
+
+void MainWindow::setConversationMode(const QString& mode) {
+  ConversationSettings s = m_chat->conversationSettings();
+  if (s.mode == mode) return;
+  s.mode = mode;
+  if (!m_chat->setConversationSettings(s)) applyConversationSettings(m_chat->conversationSettings());
+  // A new conversation after this one starts in the same mode.
+  ConversationSettings next;
+  next.mode = mode;
+  m_chat->setDefaultConversationSettings(next);
+  if (!m_chat->messages().isEmpty()) m_chat->openConversation(m_chat->conversationId());  // relabel the cards
+}
+
+void MainWindow::openConversationSettings() {
+  const QString modelTemplate = m_engine->hasModel() ? m_engine->modelInfo().chatTemplate : QString();
+  ConversationSettingsDialog dlg(m_chat->conversationSettings(), modelTemplate,
+                                 m_settings.generation.systemPrompt, this);
+  if (dlg.exec() != QDialog::Accepted) return;
+  const QString before = m_chat->conversationSettings().mode;
+  m_chat->setConversationSettings(dlg.settings());
+  if (before != dlg.settings().mode && !m_chat->messages().isEmpty()) m_chat->openConversation(m_chat->conversationId());
+}
+
+void MainWindow::updateBaseModelNote() {
+  const bool base = m_engine->hasModel() && !m_engine->modelInfo().hasChatTemplate;
+  const bool notebook = m_chat->conversationSettings().mode == QLatin1String("notebook");
+  if (base)
+    m_baseModelText->setText(
+        tr("<b>%1 is a base model</b>: it has no chat template and was not trained to answer. Chat gives it "
+           "three example exchanges first; Notebook mode, where it continues your text, suits it best.")
+            .arg(m_engine->modelInfo().name.toHtmlEscaped()));
+  m_baseModelNote->setVisible(base && !notebook && !m_baseModelNoteDismissed);
+}
+
+bool MainWindow::isBaseModelNoteShown() const { return m_baseModelNote->isVisibleTo(this); }
+
+void MainWindow::resizeEvent(QResizeEvent* e) {
+  QMainWindow::resizeEvent(e);
+  updateDockLayout();
+}
+
+void MainWindow::updateDockLayout() {
+  const bool narrow = width() < kNarrowWidth;
+  if (narrow == m_narrow || !m_listDock || !m_metrics) return;
+  m_narrow = narrow;
+  if (narrow) {
+    // One column of side panels as tabs, the metrics in front: the chat keeps
+    // about two thirds of an 800 px window.
+    tabifyDockWidget(m_metrics, m_listDock);
+    m_metrics->raise();
+    resizeDocks({m_metrics}, {std::max(m_metrics->minimumWidth(), width() * 34 / 100)}, Qt::Horizontal);
+  } else {
+    addDockWidget(Qt::LeftDockWidgetArea, m_listDock);
+    resizeDocks({m_listDock, m_metrics}, {220, 380}, Qt::Horizontal);
+  }
+}
+
+bool MainWindow::exportConversation(const QString& path) {
+  if (m_chat->conversationId() == 0) {
+    showError(tr("Nothing to export yet: this conversation has no messages."));
+    return false;
+  }
+  m_chat->flush();
+  const bool markdown = path.endsWith(QLatin1String(".md"), Qt::CaseInsensitive) ||
+                        path.endsWith(QLatin1String(".markdown"), Qt::CaseInsensitive);
+  const QByteArray data = markdown ? exportMarkdown(&m_store, m_chat->conversationId()).toUtf8()
+                                   : phaselab::ui::exportConversation(&m_store, m_chat->conversationId());
+  QSaveFile f(path);
+  if (!f.open(QIODevice::WriteOnly) || f.write(data) != data.size() || !f.commit()) {
+    showError(tr("Could not write %1: %2. Choose another folder.").arg(path, f.errorString()));
+    return false;
+  }
+  statusBar()->showMessage(tr("Exported to %1").arg(path), 5000);
+  return true;
+}
+
+bool MainWindow::importConversations(const QString& path) {
+  QFile f(path);
+  if (!f.open(QIODevice::ReadOnly)) {
+    showError(tr("Could not read %1: %2").arg(path, f.errorString()));
+    return false;
+  }
+  if (f.size() > conversation_export::kMaxFileBytes) {
+    showError(tr("%1 is larger than %2 MiB: not a PhaseLab conversation export.")
+                  .arg(path).arg(conversation_export::kMaxFileBytes >> 20));
+    return false;
+  }
+  QString error;
+  QList<qint64> ids;
+  const qint64 first = importJson(&m_store, f.readAll(), &error, &ids);
+  if (first == 0) {
+    showError(tr("Could not import %1: %2").arg(QFileInfo(path).fileName(), error));
+    return false;
+  }
+  m_conversations->refresh();
+  m_chat->openConversation(first);
+  statusBar()->showMessage(tr("Imported %n conversation(s) from %1", "", ids.size()).arg(QFileInfo(path).fileName()), 5000);
+  return true;
+}
+
+void MainWindow::exportDialog() {
+  if (m_chat->conversationId() == 0) {
+    showError(tr("Nothing to export yet: this conversation has no messages."));
+    return;
+  }
+  QString title;
+  for (const ConversationRecord& c : m_store.conversations())
+    if (c.id == m_chat->conversationId()) title = c.title;
+  QString base = title.left(40).replace(QRegularExpression(QStringLiteral("[^\\w\\- ]")), QString()).trimmed();
+  if (base.isEmpty()) base = QStringLiteral("conversation");
+  QString filter;
+  const QString path = QFileDialog::getSaveFileName(this, tr("Export conversation"), QDir::home().filePath(base + QStringLiteral(".md")),
+                                                    tr("Markdown (*.md);;PhaseLab JSON (*.json)"), &filter);
+  if (path.isEmpty()) return;
+  exportConversation(path);
+}
+
+void MainWindow::importDialog() {
+  const QString path = QFileDialog::getOpenFileName(this, tr("Import conversations"), QDir::homePath(),
+                                                    tr("PhaseLab JSON (*.json);;All files (*)"));
+  if (!path.isEmpty()) importConversations(path);
 }
 
 void MainWindow::setEngineConfig(const EngineConfig& e) { m_settings.engine = e; }
@@ -372,6 +603,7 @@ void MainWindow::onModelLoaded(const ModelInfo& info) {
   m_modelLabel->setText(tr("%1 · %2 · %3").arg(info.name, info.backend, info.typeMix));
   setWindowTitle(QStringLiteral("PhaseLab — %1").arg(info.name));
   m_metrics->setModel(info);
+  updateBaseModelNote();
   // The phase meter divides by the peaks of the device doing the work: the
   // GPU's from its properties, else this machine's measured CPU peaks.
   if (info.backend == QLatin1String("cuda")) {
@@ -478,12 +710,24 @@ void MainWindow::editMessage(qint64 id) {
 }
 
 void MainWindow::startHardwareProbe() {
+  if (m_probing) return;
+  m_probing = true;
+  m_metrics->phaseMeter()->setMeasuring(true);
+  statusBar()->showMessage(tr("Measuring this machine's memory bandwidth and compute peaks…"));
   QPointer<MainWindow> self(this);
   QThread* t = QThread::create([self] {
     const HardwarePeaks peaks = HardwareProbe::measure();
     QMetaObject::invokeMethod(qApp, [self, peaks] {
       HardwareProbe::store(peaks);
-      if (self) self->m_metrics->setPeaks(peaks);
+      if (!self) return;
+      self->m_probing = false;
+      self->m_metrics->phaseMeter()->setMeasuring(false);
+      // A GPU model keeps the GPU's peaks; the CPU's are stored for later.
+      if (!self->m_engine->hasModel() || self->m_engine->modelInfo().backend != QLatin1String("cuda"))
+        self->m_metrics->setPeaks(peaks);
+      self->statusBar()->showMessage(
+          tr("Measured: memory reads %1 GB/s on %n thread(s)", "", peaks.threads).arg(peaks.memoryBandwidth / 1e9, 0, 'f', 1),
+          8000);
     }, Qt::QueuedConnection);
   });
   connect(t, &QThread::finished, t, &QObject::deleteLater);

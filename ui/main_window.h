@@ -14,7 +14,9 @@ class QFrame;
 class QPushButton;
 
 class QVBoxLayout;
+class QCheckBox;
 class QComboBox;
+class QDockWidget;
 class QStackedWidget;
 
 namespace phaselab::ui {
@@ -46,6 +48,8 @@ class MainWindow : public QMainWindow {
   // Overrides for this run only (screenshot mode, tests); not saved.
   void setGenerationSettings(const GenerationSettings& g);
   void setEngineConfig(const EngineConfig& e);
+  // "chat" or "notebook" for the open conversation (and the next new one).
+  void setConversationMode(const QString& mode);
   const AppSettings& settings() const { return m_settings; }
 
   QString lastError() const { return m_lastError; }
@@ -60,6 +64,14 @@ class MainWindow : public QMainWindow {
   bool isWelcomeShown() const;
   bool isStoreWarningShown() const;
   bool isNotSavedShown() const;
+  bool isBaseModelNoteShown() const;
+  // Below this width the conversation list joins the metrics as a tab on the
+  // right, so that the chat keeps most of a small window.
+  static constexpr int kNarrowWidth = 1100;
+  bool isNarrowLayout() const { return m_narrow; }
+  // File > Export / Import without the file dialogs (tests, scripts).
+  bool exportConversation(const QString& path);  // .md: Markdown, else JSON
+  bool importConversations(const QString& path);
   // Renames the database that could not be used and starts a fresh one.
   void moveDatabaseAside();
   ConversationStore* store() { return &m_store; }
@@ -69,6 +81,7 @@ class MainWindow : public QMainWindow {
 
  protected:
   void closeEvent(QCloseEvent* e) override;
+  void resizeEvent(QResizeEvent* e) override;
   void dragEnterEvent(QDragEnterEvent* e) override;
   void dropEvent(QDropEvent* e) override;
 
@@ -78,6 +91,12 @@ class MainWindow : public QMainWindow {
   // generation settings for the next message, no reload.
   void createChatToolbar(QVBoxLayout* column);
   void syncChatToolbar();
+  void applyConversationSettings(const ConversationSettings& s);
+  void openConversationSettings();
+  void updateBaseModelNote();
+  void updateDockLayout();
+  void exportDialog();
+  void importDialog();
   void applyGenerationSettings(const GenerationSettings& g);
   void showError(const QString& message);
   void clearError();
@@ -116,8 +135,15 @@ class MainWindow : public QMainWindow {
   QProgressDialog* m_loadProgress = nullptr;
   QString m_lastError;
   QString m_loadingPath;
-  QAction* m_kvToggle = nullptr;
+  QCheckBox* m_kvToggle = nullptr;
   QComboBox* m_specCombo = nullptr;
+  QComboBox* m_modeCombo = nullptr;
+  QFrame* m_baseModelNote = nullptr;
+  QLabel* m_baseModelText = nullptr;
+  QDockWidget* m_listDock = nullptr;
+  bool m_narrow = false;
+  bool m_probing = false;  // the hardware probe runs
+  bool m_baseModelNoteDismissed = false;
 };
 
 }  // namespace phaselab::ui

@@ -1,5 +1,7 @@
 #include "message_widget.h"
 
+#include "appearance.h"
+
 #include <QAbstractTextDocumentLayout>
 #include <QApplication>
 #include <QClipboard>
@@ -19,9 +21,6 @@ MessageWidget::MessageWidget(const MessageRecord& message, QWidget* parent) : QF
   setObjectName(isUser ? QStringLiteral("userMessage") : QStringLiteral("assistantMessage"));
   setFrameShape(QFrame::StyledPanel);
   setAutoFillBackground(true);
-  QPalette pal = palette();
-  pal.setColor(QPalette::Window, isUser ? pal.color(QPalette::AlternateBase) : pal.color(QPalette::Base));
-  setPalette(pal);
 
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(10, 6, 10, 6);
@@ -39,6 +38,8 @@ MessageWidget::MessageWidget(const MessageRecord& message, QWidget* parent) : QF
   m_body->setVerticalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
   m_body->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
   m_body->setSizePolicy(QSizePolicy::Expanding, QSizePolicy::Fixed);
+  m_body->setMinimumWidth(0);
+  m_body->setAccessibleName(tr("Message text"));
   m_body->viewport()->setAutoFillBackground(false);
   m_body->setStyleSheet(QStringLiteral("QTextBrowser { background: transparent; }"));
   connect(m_body->document()->documentLayout(), &QAbstractTextDocumentLayout::documentSizeChanged, this,
@@ -48,17 +49,19 @@ MessageWidget::MessageWidget(const MessageRecord& message, QWidget* parent) : QF
   auto* footer = new QHBoxLayout;
   m_stats = new QLabel;
   m_stats->setObjectName(QStringLiteral("messageStats"));
-  QFont small = m_stats->font();
-  small.setPointSizeF(small.pointSizeF() * 0.9);
-  m_stats->setFont(small);
   m_stats->setForegroundRole(QPalette::PlaceholderText);
   m_stats->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  // A long stats line wraps instead of setting the card's minimum width: a
+  // card wider than the chat would hide its buttons off the right edge.
+  m_stats->setWordWrap(true);
+  m_stats->setMinimumWidth(0);
   footer->addWidget(m_stats, 1);
   auto makeButton = [&](const QString& text, const QString& tip) {
     auto* b = new QToolButton;
     b->setText(text);
     b->setToolTip(tip);
     b->setAutoRaise(true);
+    b->setAccessibleName(tip);
     footer->addWidget(b);
     return b;
   };
@@ -76,8 +79,30 @@ MessageWidget::MessageWidget(const MessageRecord& message, QWidget* parent) : QF
   m_renderTimer.setSingleShot(true);
   m_renderTimer.setInterval(kRenderIntervalMs);
   connect(&m_renderTimer, &QTimer::timeout, this, &MessageWidget::render);
+  applyAppearance();
+  // The theme and text size can change while the card is shown.
+  connect(Appearance::instance(), &Appearance::changed, this, [this] {
+    applyAppearance();
+    render();
+  });
   render();
   updateFooter();
+}
+
+void MessageWidget::applyAppearance() {
+  // Colours and sizes come from the application's current palette and font,
+  // not the ones the card was made with.
+  const bool isUser = m_message.role == QLatin1String("user");
+  QPalette pal = QApplication::palette();
+  pal.setColor(QPalette::Window, isUser ? pal.color(QPalette::AlternateBase) : pal.color(QPalette::Base));
+  setPalette(pal);
+  QFont small = QApplication::font();
+  small.setPointSizeF(small.pointSizeF() * 0.9);
+  m_stats->setFont(small);
+  QFont bold = QApplication::font();
+  bold.setBold(true);
+  m_role->setFont(bold);
+  m_body->setFont(QApplication::font());
 }
 
 QString MessageWidget::statsText() const { return m_stats->text(); }
@@ -98,6 +123,8 @@ void MessageWidget::finish(const MessageRecord& message) {
   render();
   updateFooter();
 }
+
+void MessageWidget::setRoleLabel(const QString& label) { m_role->setText(label); }
 
 void MessageWidget::setRegenerateEnabled(bool enabled) {
   if (m_regenerate) m_regenerate->setEnabled(enabled);

@@ -31,6 +31,7 @@ class MessageWidget : public QFrame {
   void setText(const QString& text);
   void finish(const MessageRecord& message);
   void setRegenerateEnabled(bool enabled);
+  void setRoleLabel(const QString& label);
 
  signals:
   void regenerateRequested(qint64 id);
@@ -41,6 +42,7 @@ class MessageWidget : public QFrame {
 
  private:
   void render();
+  void applyAppearance();
   void fitHeight();
   void updateFooter();
 

@@ -1,5 +1,10 @@
 #include "metrics_dock.h"
 
+#include <QApplication>
+#include <QGraphicsSimpleTextItem>
+
+#include "appearance.h"
+
 #include <QBarCategoryAxis>
 #include <QBarSet>
 #include <QChart>
@@ -51,6 +56,7 @@ QChartView* makeChartView(QChart* chart, int minimumHeight) {
   title.setBold(true);
   chart->setTitleFont(title);
   auto* view = new QChartView(chart);
+  view->setAccessibleName(chart->title());
   view->setRenderHint(QPainter::Antialiasing);
   view->setMinimumHeight(minimumHeight);
   return view;
@@ -64,6 +70,30 @@ void styleAxis(QAbstractAxis* axis) {
   f.setPointSizeF(std::max(6.0, f.pointSizeF() * 0.8));
   axis->setLabelsFont(f);
   axis->setTitleFont(f);
+}
+
+// Colours and fonts again from the application's palette and font: after a
+// theme or text-size change (View menu) the charts follow the window.
+void restyleChart(QChart* chart) {
+  const QPalette pal = QApplication::palette();
+  chart->setBackgroundBrush(pal.color(QPalette::Base));
+  chart->setTitleBrush(pal.color(QPalette::Text));
+  QFont title = QApplication::font();
+  title.setBold(true);
+  chart->setTitleFont(title);
+  chart->legend()->setLabelColor(pal.color(QPalette::Text));
+  QFont small = QApplication::font();
+  small.setPointSizeF(std::max(6.0, small.pointSizeF() * 0.8));
+  chart->legend()->setFont(small);
+  for (QAbstractAxis* axis : chart->axes()) {
+    axis->setLabelsBrush(pal.color(QPalette::Text));
+    axis->setTitleBrush(pal.color(QPalette::Text));
+    axis->setLabelsFont(small);
+    axis->setTitleFont(small);
+    axis->setGridLineColor(pal.color(QPalette::Mid));
+  }
+  for (QGraphicsItem* item : chart->childItems())
+    if (auto* text = dynamic_cast<QGraphicsSimpleTextItem*>(item)) text->setBrush(pal.color(QPalette::PlaceholderText));
 }
 
 // A grey "No answers yet" in the middle of the plot area while a chart is
@@ -96,6 +126,7 @@ QGroupBox* group(const QString& title, QWidget* content) {
 // A tab's page: scrolls only where the window is smaller than 1280x800.
 QScrollArea* scrollPage(QWidget* content) {
   auto* scroll = new QScrollArea;
+  scroll->setAccessibleName(QObject::tr("Metrics"));
   scroll->setWidgetResizable(true);
   scroll->setFrameShape(QFrame::NoFrame);
   scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
@@ -175,6 +206,9 @@ MetricsDock::MetricsDock(QWidget* parent) : QDockWidget(tr("Metrics"), parent) {
   timelineChart->legend()->setLabelColor(QPalette().color(QPalette::Text));
   timelineChart->legend()->setAlignment(Qt::AlignBottom);
 
+  connect(Appearance::instance(), &Appearance::changed, this, [this] {
+    for (QChart* chart : {m_decodeChart, m_ttftChart, m_timelineChart}) restyleChart(chart);
+  });
   for (QChart* chart : {m_decodeChart, m_ttftChart, m_timelineChart})
     connect(chart, &QChart::plotAreaChanged, this, [this] {
       if (m_rescalePending || tickBudgets() == m_budgets) return;

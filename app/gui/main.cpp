@@ -13,6 +13,7 @@
 #include "chat_session.h"
 #include "engine_controller.h"
 #include "hardware_probe.h"
+#include "appearance.h"
 #include "main_window.h"
 #include "metrics_dock.h"
 #include "phaselab/log.h"
@@ -54,6 +55,7 @@ int main(int argc, char** argv) {
   QApplication::setApplicationName(QStringLiteral("PhaseLab"));
   QApplication::setApplicationVersion(QStringLiteral(PHASELAB_VERSION));
   applyAppIdentity();  // desktop file name (io.github.phaselab.PhaseLab) and window icon
+  phaselab::ui::loadAppearance();  // the saved theme and text size (needs the names above for QSettings)
   const char* logLevel = std::getenv("PHASELAB_LOG");
   phaselab::init_logging(logLevel && *logLevel ? logLevel : "warn", true);
 
@@ -71,8 +73,9 @@ int main(int argc, char** argv) {
   const QCommandLineOption noKv(QStringLiteral("no-kv-cache"), QStringLiteral("Recompute the whole sequence every token (slow on purpose)."));
   const QCommandLineOption ignoreEos(QStringLiteral("ignore-eos"), QStringLiteral("Keep generating past end-of-generation tokens."));
   const QCommandLineOption threads({QStringLiteral("t"), QStringLiteral("threads")}, QStringLiteral("CPU threads for this run."), QStringLiteral("N"));
+  const QCommandLineOption notebook(QStringLiteral("notebook"), QStringLiteral("Send the prompt in notebook mode: the model continues the text."));
   const QCommandLineOption db(QStringLiteral("db"), QStringLiteral("Conversation database (default: $PHASELAB_DB or the data folder)."), QStringLiteral("FILE"));
-  p.addOptions({model, prompt, shot, quit, nPredict, temp, seed, noKv, ignoreEos, threads, db});
+  p.addOptions({model, prompt, shot, quit, nPredict, temp, seed, noKv, ignoreEos, threads, notebook, db});
   p.addPositionalArgument(QStringLiteral("FILE"),
                           QStringLiteral("GGUF model to open (what a file manager passes; same as --model)."),
                           QStringLiteral("[FILE.gguf]"));
@@ -153,6 +156,7 @@ int main(int argc, char** argv) {
   QObject::connect(window.engine(), &EngineController::modelLoadFailed, &app, fail);
   if (p.isSet(prompt)) {
     QObject::connect(&window, &MainWindow::modelReady, &app, [&] {
+      if (p.isSet(notebook)) window.setConversationMode(QStringLiteral("notebook"));
       if (!window.sendMessage(p.value(prompt))) fail(window.lastError());
     }, Qt::SingleShotConnection);
   }
