@@ -194,7 +194,8 @@ class TestGuiEngine : public QObject {
     QCOMPARE(info.contextTrained, 2048);
     QVERIFY(info.nParams > 290'000 && info.nParams < 300'000);
     QVERIFY(info.typeMix.contains(QStringLiteral("F32")));
-    QCOMPARE(info.chatTemplate, QStringLiteral("plain"));
+    QCOMPARE(info.chatTemplate, QStringLiteral("plain-fewshot"));  // no template: a base model
+    QVERIFY(!info.hasChatTemplate);
     const ModelInfo bad = ModelManager::describe(m_dir.filePath(QStringLiteral("missing.gguf")), &err);
     QVERIFY(bad.architecture.isEmpty());
     QVERIFY(!err.isEmpty());

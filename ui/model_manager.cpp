@@ -37,6 +37,7 @@ ModelInfo ModelManager::describe(const QString& path, QString* error) {
     info.contextTrained = c.n_ctx_train;
     info.weightBytes = m.weight_bytes();
     info.chatTemplate = QString::fromUtf8(chat_template_family_name(m.chat_template()));
+    info.hasChatTemplate = m.has_chat_template();
   } catch (const std::exception& e) {
     if (error) *error = QString::fromUtf8(e.what());
   }
@@ -154,7 +155,7 @@ void ModelManager::setRows(const QList<ModelInfo>& rows, const QStringList& erro
     m_table->setItem(r, 3, new QTableWidgetItem(m.typeMix));
     m_table->setItem(r, 4, new QTableWidgetItem(ok ? QString::number(m.contextTrained) : QString()));
     m_table->setItem(r, 5, new QTableWidgetItem(formatBytes(m.fileSize)));
-    m_table->setItem(r, 6, new QTableWidgetItem(m.chatTemplate));
+    m_table->setItem(r, 6, new QTableWidgetItem(!ok || m.hasChatTemplate ? m.chatTemplate : tr("none: base model")));
   }
   QString status = rows.isEmpty() ? tr("No .gguf files here. Use Open file… or drop a model on the window.")
                                   : tr("%n model(s).", "", rows.size());
