@@ -1,5 +1,6 @@
 #include "chart_scale.h"
 
+#include <QSignalBlocker>
 #include <QValueAxis>
 #include <algorithm>
 #include <cmath>
@@ -63,10 +64,18 @@ QString labelFormat(const NiceScale& s) {
 
 void applyScale(QValueAxis* axis, const NiceScale& s) {
   axis->setTickType(QValueAxis::TicksFixed);
-  axis->setRange(s.min, s.max);
-  axis->setTickCount(s.ticks);
   axis->setMinorTickCount(0);
-  axis->setLabelFormat(labelFormat(s));
+  // The axis lays its labels out when its range changes. Tick count and
+  // format go in first, silently, so that this layout already uses them: in
+  // the other order a streaming chart showed a frame of the new range in the
+  // old tick count ("0 27 53 80").
+  const bool rangeChanges = axis->min() != s.min || axis->max() != s.max;
+  {
+    const QSignalBlocker quiet(rangeChanges ? axis : nullptr);
+    axis->setTickCount(s.ticks);
+    axis->setLabelFormat(labelFormat(s));
+  }
+  axis->setRange(s.min, s.max);
 }
 
 }  // namespace phaselab::ui
