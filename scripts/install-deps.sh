@@ -11,6 +11,8 @@ PACKAGES=(
   libspdlog-dev libfmt-dev nlohmann-json3-dev libpcre2-dev
   libboost-context-dev
   xvfb xauth
+  # scripts/screenshots.sh: drive the real window in Xvfb and capture it
+  xdotool imagemagick
   # packaging and its test: .deb/.rpm/.tgz, lintian, desktop integration
   lintian rpm cpio desktop-file-utils appstream shared-mime-info xdg-utils libglib2.0-bin
   # scripts/fuzz.sh: clang with libFuzzer and the sanitizer runtimes (only recommended by clang)

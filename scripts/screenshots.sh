@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Screenshots of the real window, as a person sees it: PhaseLab in an X
+# server (Xvfb) at 1280x800 and 800x600, driven with xdotool (type a
+# question, Ctrl+Enter), captured mid-answer and after. Writes
+# docs/screenshots/{chat,notebook}-<size>-{mid,after}.png and
+# phase-meter-<size>.png (the metrics dock's second tab), and
+# docs/screenshot.png (the README's, 1280x800 after the answer).
+#
+#   scripts/screenshots.sh [MODEL.gguf]     (default: the default model)
+#
+# Needs a build (scripts/build.sh) and xvfb, xdotool and imagemagick
+# (scripts/install-deps.sh installs them). Settings and conversations go to a
+# temporary folder: yours are not touched.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+MODEL=${1:-${PHASELAB_MODEL:-$HOME/.local/share/PhaseLab/models/gemma-3-270m-q4_k_m.gguf}}
+APP=${PHASELAB_GUI:-$ROOT/build/app/gui/phaselab}
+OUT=${PHASELAB_SCREENSHOTS:-$ROOT/docs/screenshots}
+for tool in Xvfb xdotool import; do
+  command -v "$tool" >/dev/null || { echo "screenshots: $tool is missing: run scripts/install-deps.sh" >&2; exit 1; }
+done
+[[ -x "$APP" ]] || { echo "screenshots: $APP is missing: run scripts/build.sh" >&2; exit 1; }
+[[ -f "$MODEL" ]] || { echo "screenshots: no model at $MODEL: run scripts/fetch-model.sh" >&2; exit 1; }
+mkdir -p "$OUT"
+TMP=$(mktemp -d)
+XPID=""; APID=""
+cleanup() {
+  [[ -n "$APID" ]] && kill "$APID" 2>/dev/null || true
+  [[ -n "$XPID" ]] && kill "$XPID" 2>/dev/null || true
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+# shot SIZE: one run of the application on a screen of that size.
+shot() {
+  local size=$1 w=${1%x*} h=${1#*x} display=:$((90 + RANDOM % 9))
+  Xvfb "$display" -screen 0 "${size}x24" -nolisten tcp >/dev/null 2>&1 &
+  XPID=$!
+  for _ in $(seq 50); do xdotool -v >/dev/null 2>&1 && DISPLAY=$display xdotool getdisplaygeometry >/dev/null 2>&1 && break; sleep 0.1; done
+  export DISPLAY=$display
+  rm -rf "$TMP/home"; mkdir -p "$TMP/home"
+  XDG_CONFIG_HOME="$TMP/home/config" XDG_DATA_HOME="$TMP/home/data" PHASELAB_DB="$TMP/home/chats.sqlite" \
+    "$APP" "$MODEL" >"$TMP/app-$size.log" 2>&1 &
+  APID=$!
+  local win
+  win=$(xdotool search --sync --onlyvisible --name '^PhaseLab' | head -1)
+  xdotool windowmove "$win" 0 0 windowsize "$win" "$w" "$h"
+  # Loaded: the title names the model.
+  for _ in $(seq 100); do xdotool getwindowname "$win" | grep -q '—' && break; sleep 0.1; done
+  sleep 0.5
+  xdotool windowactivate --sync "$win" 2>/dev/null || xdotool windowfocus --sync "$win"
+  xdotool type --delay 15 "Why is the sky blue?"
+  xdotool key ctrl+Return
+  sleep 5
+  xdotool type --delay 15 "What do bees make?"
+  xdotool key ctrl+Return
+  sleep 0.3
+  import -window root "$OUT/chat-$size-mid.png"
+  sleep 5
+  import -window root "$OUT/chat-$size-after.png"
+  # The metrics dock's second tab (where its tab bar is at this size).
+  local tab_x=1075 tab_y=89
+  [[ $size == 800x600 ]] && tab_x=662 tab_y=103
+  xdotool mousemove "$tab_x" "$tab_y" click 1
+  sleep 0.5
+  import -window root "$OUT/phase-meter-$size.png"
+  xdotool mousemove "$((tab_x - 100))" "$tab_y" click 1
+  # Notebook mode in a new conversation: the model continues the text (a
+  # long answer, so the first capture is mid-answer).
+  xdotool key ctrl+n
+  sleep 0.3
+  xdotool key ctrl+shift+n
+  xdotool type --delay 15 "The three most important inventions of the nineteenth century were"
+  xdotool key ctrl+Return
+  sleep 2
+  import -window root "$OUT/notebook-$size-mid.png"
+  sleep 12
+  import -window root "$OUT/notebook-$size-after.png"
+  xdotool key ctrl+q
+  wait "$APID" 2>/dev/null || true; APID=""
+  kill "$XPID" 2>/dev/null || true; wait "$XPID" 2>/dev/null || true; XPID=""
+}
+
+shot 1280x800
+shot 800x600
+cp "$OUT/chat-1280x800-after.png" "$ROOT/docs/screenshot.png"
+echo "screenshots: written to $OUT (and docs/screenshot.png)"
