@@ -1,107 +1,103 @@
-// phaselab-cli quantize IN OUT TYPE: rewrites a GGUF with its matrices in
-// another type (dequantized to F32 and quantized again with PhaseLab's
-// reference quantizers). Norms, biases and 1-D tensors keep their type.
-#include <cstdio>
-#include <cstdlib>
-#include <string>
-#include <sys/stat.h>
+// phaselab-cli quantize IN OUT TYPE: rewrites a GGUF model in one of
+// llama.cpp's file types with llama.cpp's per-tensor mix (the work is
+// phaselab::quantize_model; this prints its progress and a summary).
 #include <unistd.h>
+
+#include <cstdio>
+#include <string>
 
 #include "cli_util.h"
 #include "commands.h"
-#include "phaselab/gguf.h"
-#include "phaselab/quant.h"
+#include "phaselab/quantize.h"
 
 namespace phaselab::cli {
 
 namespace {
 
-// The output must not be the input (same file, through a symlink or a hard
-// link too) and must not replace an existing file unless --force.
-Status check_output(const std::string& in, const std::string& out, bool force) {
-  struct stat si{}, so{};
-  if (::stat(in.c_str(), &si) != 0) return io_error(in + ": cannot open");
-  if (::stat(out.c_str(), &so) != 0) return {};  // a new file
-  if (si.st_dev == so.st_dev && si.st_ino == so.st_ino)
-    return invalid_argument(out + " is the input file itself (or a link to it): write to another file");
-  if (!S_ISREG(so.st_mode)) return invalid_argument(out + " exists and is not a regular file");
-  if (!force) return invalid_argument(out + " exists: pass --force to replace it");
-  return {};
-}
+double mib(uint64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
 
-// OUT.partial-XXXXXX in OUT's folder, so that the final rename is atomic.
-std::string temp_path_beside(const std::string& out) {
-  std::string pattern = out + ".partial-XXXXXX";
-  const int fd = ::mkstemp(pattern.data());
-  if (fd < 0) return {};
-  ::close(fd);
-  return pattern;
+std::string type_list() {
+  std::string s;
+  for (FileType t : supported_file_types()) {
+    if (!s.empty()) s += ' ';
+    s += file_type_name(t);
+  }
+  return s;
 }
 
 }  // namespace
 
-
 int cmd_quantize(int argc, char** argv) {
-  auto args = Args::parse(argc, argv, {{"--help", "-h", false}, {"--force", "-f", false}});
+  auto args = Args::parse(argc, argv,
+                          {{"--help", "-h", false}, {"--force", "-f", false}, {"--threads", "-t", true}, {"--quiet", "-q", false}});
   if (!args) return report(args.status());
   if (args->has("--help") || args->positional().size() != 3) {
     std::fprintf(args->has("--help") ? stdout : stderr,
-                 "usage: phaselab-cli quantize [--force] IN.gguf OUT.gguf TYPE\n"
-                 "  TYPE: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K (matrices only)\n"
-                 "  OUT is written beside itself and renamed into place once complete and reloaded;\n"
-                 "  an existing OUT is replaced only with --force, and never when it is IN.\n");
+                 "usage: phaselab-cli quantize [--force] [-t N] [-q] IN.gguf OUT.gguf TYPE\n"
+                 "  TYPE: a llama.cpp file type: %s\n"
+                 "        (Q4_K and Q5_K mean Q4_K_M and Q5_K_M)\n"
+                 "  Tensors get llama.cpp's per-tensor types for that file type (e.g. Q4_K_M: Q6_K for\n"
+                 "  the output and for attn_v/ffn_down in some layers); norms and biases keep theirs.\n"
+                 "  A quantized IN is dequantized and quantized again (tensors already in their target\n"
+                 "  type are copied unchanged).\n"
+                 "  -t, --threads N  threads (default: one per hardware thread)\n"
+                 "  -f, --force      replace an existing OUT (never IN itself)\n"
+                 "  -q, --quiet      no progress, only the summary\n"
+                 "  OUT is written beside itself and renamed into place once complete and reloaded.\n",
+                 type_list().c_str());
     return args->has("--help") ? kExitOk : kExitBadInput;
   }
   const auto& pos = args->positional();
-  std::optional<TensorType> type;
-  for (uint32_t id = 0; id < 40; id++)
-    if (auto tr = tensor_type_traits(id); tr && tr->can_dequantize && tr->name == pos[2]) type = tr->type;
-  if (!type) return usage_error("unknown or unsupported type '" + pos[2] + "'");
-  if (Status st = check_output(pos[0], pos[1], args->has("--force")); !st) return report(st);
-  auto in = GgufFile::open(pos[0]);
-  if (!in) return report(in.status());
-  const GgufFile& f = **in;
-  GgufWriter w(3, static_cast<uint32_t>(f.alignment()));
-  for (const auto& [key, value] : f.metadata())
-    if (key != "general.alignment") w.set(key, GgufWriteValue::copy_of(value));
-  int converted = 0;
-  std::vector<float> row;
-  for (const auto& t : f.tensors()) {
-    const bool matrix = t.n_dims >= 2 && t.ne[0] % traits_of(*type).block_size == 0 && traits_of(t.type).can_dequantize;
-    std::vector<int64_t> shape(t.ne, t.ne + t.n_dims);
-    if (!matrix || t.type == *type) {
-      if (Status st = w.add_tensor(t.name, t.type, shape, t.data, t.n_bytes); !st) return report(st);
-      continue;
+  const auto ft = parse_file_type(pos[2]);
+  if (!ft) return usage_error("unknown or unsupported type '" + pos[2] + "' (one of: " + type_list() + ")");
+  auto threads = args->get_int("--threads", 0, 0, 256);
+  if (!threads) return report(threads.status());
+  if (*threads > 0) warn_if_oversubscribed(*threads);
+
+  QuantizeOptions opts;
+  opts.n_threads = *threads;
+  opts.overwrite = args->has("--force");
+  const bool tty = ::isatty(STDERR_FILENO);
+  const bool quiet = args->has("--quiet");
+  int last_pct = -1;
+  auto progress = [&](size_t i, size_t n, uint64_t done, uint64_t total) {
+    if (quiet) return;
+    const int pct = total ? static_cast<int>(100 * done / total) : 100;
+    if (tty) {
+      std::fprintf(stderr, "\rquantize: tensor %zu/%zu, %3d%% of %.1f MiB", i + 1, n, pct, mib(total));
+      if (i + 1 == n) std::fputc('\n', stderr);
+    } else if (pct / 10 != last_pct / 10 || i + 1 == n) {
+      std::fprintf(stderr, "quantize: tensor %zu/%zu, %d%%\n", i + 1, n, pct);
     }
-    const int64_t n0 = t.ne[0];
-    const int64_t rows = static_cast<int64_t>(t.n_elements) / n0;
-    std::vector<uint8_t> out(row_size(*type, n0) * rows);
-    row.resize(n0);
-    for (int64_t r = 0; r < rows; r++) {
-      if (Status st = dequantize_row(t.type, t.data + r * row_size(t.type, n0), row.data(), n0); !st) return report(st);
-      if (Status st = quantize_row(*type, row.data(), out.data() + r * row_size(*type, n0), n0); !st) return report(st);
-    }
-    if (Status st = w.add_tensor(t.name, *type, shape, out.data(), out.size()); !st) return report(st);
-    converted++;
-  }
-  const std::string tmp = temp_path_beside(pos[1]);
-  if (tmp.empty()) return report(io_error(pos[1] + ": cannot create a file in its folder"));
-  auto fail = [&](const Status& st) {
-    std::remove(tmp.c_str());
-    return report(st);
+    last_pct = pct;
   };
-  if (Status st = w.write(tmp); !st) return fail(st);
-  // Reload what was written before it replaces anything.
-  auto check = GgufFile::open(tmp);
-  if (!check) return fail(check.status());
-  if ((*check)->tensors().size() != f.tensors().size())
-    return fail(internal_error(pos[1] + ": the written file does not read back (tensor count differs)"));
-  // mkstemp made it 0600: give it the mode a new file gets here.
-  const mode_t mask = ::umask(0);
-  ::umask(mask);
-  ::chmod(tmp.c_str(), 0666 & ~mask);
-  if (std::rename(tmp.c_str(), pos[1].c_str()) != 0) return fail(io_error(pos[1] + ": cannot rename the finished file into place"));
-  std::fprintf(stderr, "quantize: %d matrices converted to %s, written to %s\n", converted, pos[2].c_str(), pos[1].c_str());
+  auto rep = quantize_model(pos[0], pos[1], *ft, opts, progress, nullptr);
+  if (!rep) return report(rep.status());
+
+  const std::string name(file_type_name(*ft));
+  std::fprintf(stderr, "quantize: %s (%s, %.1f MiB) -> %s (%s, %.1f MiB) in %.1f s on %d thread%s\n", pos[0].c_str(),
+               rep->in_file_type.empty() ? "no file type" : rep->in_file_type.c_str(), mib(rep->in_file_bytes),
+               pos[1].c_str(), name.c_str(), mib(rep->out_file_bytes), rep->seconds, rep->n_threads,
+               rep->n_threads == 1 ? "" : "s");
+  const int copied = static_cast<int>(rep->tensors.size()) - rep->n_converted;
+  std::fprintf(stderr, "quantize: %d tensors converted, %d copied unchanged (already in their target type)\n",
+               rep->n_converted, copied);
+  if (rep->n_requantized > 0)
+    std::fprintf(stderr,
+                 "quantize: requantizing: %d tensors were quantized already and were dequantized to F32 first;\n"
+                 "          their error adds to the original quantization's (quantize from F16/BF16/F32 when you can)\n",
+                 rep->n_requantized);
+  if (rep->n_fallback > 0)
+    std::fprintf(stderr, "quantize: %d tensors took a fallback type (row length not a multiple of 256)\n",
+                 rep->n_fallback);
+  std::string mix;
+  for (const auto& c : rep->type_mix) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%s%s x%d (%.1f MiB)", mix.empty() ? "" : ", ",
+                  std::string(tensor_type_name(c.type)).c_str(), c.tensors, mib(c.bytes));
+    mix += buf;
+  }
+  std::fprintf(stderr, "quantize: type mix: %s\n", mix.c_str());
   return kExitOk;
 }
 

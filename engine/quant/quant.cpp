@@ -289,6 +289,69 @@ void pack_scales_k4(const uint8_t sc[8], const uint8_t mn[8], uint8_t out[12]) {
   }
 }
 
+// Round to nearest (ties to even) for |v| < 2^22 without a libm call
+// (nearbyint is one without SSE4.1): adding 1.5 * 2^23 leaves no fraction
+// bits. Larger values come out large and are clamped by the callers.
+inline float round_even(float v) {
+  constexpr float kBig = 12582912.f;
+  return (v + kBig) - kBig;
+}
+
+// Best (scale, offset) for n values on levels 0..kMaxQ, x ~= s*q + b with
+// b <= 0 (the formats store the offset as a non-negative "min" subtracted).
+// Tries a grid of step sizes around (max - min) / kMaxQ; for each, rounds
+// to levels and solves the least-squares fit of s and b for those levels;
+// keeps the fit of least squared error (expanded from the sums, so each
+// candidate is one pass). Plain min/max scaling wastes part of the range on
+// the single extreme value.
+template <int kMaxQ>
+void fit_asym(const float* x, int n, float* s_out, float* m_out) {
+  const float mn = std::min(0.f, *std::min_element(x, x + n)), mx = *std::max_element(x, x + n);
+  *s_out = (mx - mn) / kMaxQ;
+  *m_out = -mn;
+  if (mx <= mn) return;
+  double sx = 0, sxx = 0;
+  for (int i = 0; i < n; i++) {
+    sx += x[i];
+    sxx += static_cast<double>(x[i]) * x[i];
+  }
+  double best = -1;
+  for (int k = -12; k <= 12; k++) {
+    const float inv = (kMaxQ + 0.1f * k) / (mx - mn);
+    // Eight partial sums per quantity (n is a multiple of 8), so that the
+    // compiler can keep them in vector registers.
+    float aq[8] = {}, aqq[8] = {}, aqx[8] = {};
+    for (int i = 0; i < n; i += 8)
+      for (int j = 0; j < 8; j++) {
+        const float q = std::min(std::max(round_even((x[i + j] - mn) * inv), 0.f), static_cast<float>(kMaxQ));
+        aq[j] += q;
+        aqq[j] += q * q;
+        aqx[j] += q * x[i + j];
+      }
+    float sq = 0, sqq = 0, sqx = 0;
+    for (int j = 0; j < 8; j++) {
+      sq += aq[j];
+      sqq += aqq[j];
+      sqx += aqx[j];
+    }
+    const double det = static_cast<double>(n) * sqq - static_cast<double>(sq) * sq;
+    if (det <= 0) continue;
+    double s = (n * static_cast<double>(sqx) - sq * sx) / det, b = (sx - s * sq) / n;
+    if (b > 0) {  // the offset cannot be positive: fit the scale alone
+      b = 0;
+      s = sqx / sqq;
+    }
+    if (s <= 0) continue;
+    // sum((s*q + b - x)^2) from the sums
+    const double e = s * s * sqq + 2 * s * b * sq + n * b * b - 2 * s * sqx - 2 * b * sx + sxx;
+    if (best < 0 || e < best) {
+      best = e;
+      *s_out = static_cast<float>(s);
+      *m_out = static_cast<float>(-b);
+    }
+  }
+}
+
 // Asymmetric K-quant of one super-block: per sub-block of 32 a scale and a
 // min (value = d*sc*q - dmin*m), both 6-bit relative to the super-block's.
 template <int kMaxQ>
@@ -297,11 +360,7 @@ void quant_k_asym(const float* x, float* d_out, float* dmin_out, uint8_t sc_q[8]
   float scales[8], mins[8];
   float max_scale = 0, max_min = 0;
   for (int s = 0; s < 8; s++) {
-    const float* xs = x + 32 * s;
-    float mn = std::min(0.f, *std::min_element(xs, xs + 32));
-    float mx = *std::max_element(xs, xs + 32);
-    scales[s] = (mx - mn) / kMaxQ;
-    mins[s] = -mn;
+    fit_asym<kMaxQ>(x + 32 * s, 32, &scales[s], &mins[s]);
     max_scale = std::max(max_scale, scales[s]);
     max_min = std::max(max_min, mins[s]);
   }
@@ -352,11 +411,47 @@ void quant_q5_k(const float* x, BlockQ5_K* y, int64_t nb) {
   }
 }
 
+// Q6_K's sub-block scale: levels -32..31 with the value of largest
+// magnitude on -32 to start; then a grid of slightly smaller and larger
+// steps, each refit by least squares (s = sum(q*x) / sum(q*q), whose error
+// is sum(x^2) - sum(q*x)^2 / sum(q*q)), keeping the best. The sign follows
+// symmetric_scale's.
+float fit_symmetric_q6(const float* x, int n) {
+  const float s0 = symmetric_scale<32>(x, n);
+  if (s0 == 0) return 0;
+  float best_s = s0;
+  double best_gain = -1;
+  for (int k = -12; k <= 12; k++) {
+    const float inv = (32.f + 0.1f * k) / (32.f * s0);
+    float aqq[8] = {}, aqx[8] = {};  // as in fit_asym
+    for (int i = 0; i < n; i += 8)
+      for (int j = 0; j < 8; j++) {
+        const float q = std::min(std::max(round_even(x[i + j] * inv), -32.f), 31.f);
+        aqq[j] += q * q;
+        aqx[j] += q * x[i + j];
+      }
+    float sqq = 0, sqx = 0;
+    for (int j = 0; j < 8; j++) {
+      sqq += aqq[j];
+      sqx += aqx[j];
+    }
+    if (sqq <= 0) continue;
+    const float s = sqx / sqq;
+    if (s == 0 || (s > 0) != (s0 > 0)) continue;
+    const double gain = static_cast<double>(sqx) * sqx / sqq;
+    if (gain > best_gain) {
+      best_gain = gain;
+      best_s = s;
+    }
+  }
+  return best_s;
+}
+
 void quant_q6_k(const float* x, BlockQ6_K* y, int64_t nb) {
   for (int64_t i = 0; i < nb; i++, x += QK_K) {
     float scales[16], max_abs_scale = 0, max_scale = 0;
     for (int s = 0; s < 16; s++) {
-      scales[s] = symmetric_scale<32>(x + 16 * s, 16);
+      scales[s] = fit_symmetric_q6(x + 16 * s, 16);
       if (std::fabs(scales[s]) > max_abs_scale) {
         max_abs_scale = std::fabs(scales[s]);
         max_scale = scales[s];
