@@ -32,6 +32,21 @@ std::string user_model_dir() {
   return user_data_dir() + "/models";
 }
 
+std::string bundled_text_path(const std::string& name) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const fs::path p = exe.parent_path().parent_path() / "share" / "phaselab" / "text" / name;
+    if (fs::is_regular_file(p, ec)) return p.string();
+  }
+#ifdef PHASELAB_RESOURCE_SOURCE_DIR
+  const fs::path src = fs::path(PHASELAB_RESOURCE_SOURCE_DIR) / "text" / name;
+  if (fs::is_regular_file(src, ec)) return src.string();
+#endif
+  return {};
+}
+
 void init_logging(const std::string& console_level, bool to_file) {
   std::lock_guard lock(g_mutex);
   auto console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();

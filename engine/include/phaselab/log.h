@@ -12,6 +12,11 @@ namespace phaselab {
 std::string user_data_dir();
 // The model folder: <user_data_dir>/models (PHASELAB_MODEL_DIR overrides).
 std::string user_model_dir();
+// A text PhaseLab ships (resources/text/NAME, e.g. "eval-en.txt"):
+// share/phaselab/text/ beside the running executable's bin/ once installed or
+// unpacked, else the source tree the binary was built from. Empty when
+// neither has it.
+std::string bundled_text_path(const std::string& name);
 
 // Sets up the default logger once. level: "trace".."off" for the console;
 // the file always gets info and up. Safe to call more than once.

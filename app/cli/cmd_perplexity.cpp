@@ -1,0 +1,190 @@
+// phaselab-cli perplexity: perplexity of a model on a text with
+// llama-perplexity's conventions (phaselab/perplexity.h), and KL divergence
+// against a reference run saved with --save-logits.
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "cli_util.h"
+#include "commands.h"
+#include "engine_setup.h"
+#include "phaselab/log.h"
+#include "phaselab/perplexity.h"
+
+namespace phaselab::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string base_name(const std::string& p) { return fs::path(p).filename().string(); }
+
+void print_progress(const PerplexityProgress& p, bool tty, double* last_line_s) {
+  if (tty) {
+    constexpr int kWidth = 30;
+    const double f = p.tokens_total ? static_cast<double>(p.tokens_done) / p.tokens_total : 1;
+    const int filled = static_cast<int>(f * kWidth);
+    const double eta = p.tokens_per_s > 0 ? (p.tokens_total - p.tokens_done) / p.tokens_per_s : 0;
+    std::string bar(filled, '#');
+    bar.resize(kWidth, '.');
+    std::fprintf(stderr, "\rperplexity: [%s] %d/%d chunks, %.0f tok/s", bar.c_str(), p.chunk, p.n_chunks, p.tokens_per_s);
+    if (p.chunk > 0) std::fprintf(stderr, ", PPL %.4f", p.ppl);
+    std::fprintf(stderr, ", ETA %.0f s   ", eta);
+    if (p.tokens_done == p.tokens_total) std::fputc('\n', stderr);
+    std::fflush(stderr);
+  } else if (p.tokens_done == p.tokens_total || (p.chunk > 0 && p.elapsed_s - *last_line_s >= 10)) {
+    // A log file gets a line at most every 10 s (and the last).
+    if (p.chunk == 0) return;
+    std::fprintf(stderr, "perplexity: %d/%d chunks, PPL %.4f, %.0f tok/s\n", p.chunk, p.n_chunks, p.ppl, p.tokens_per_s);
+    *last_line_s = p.elapsed_s;
+  }
+}
+
+}  // namespace
+
+int cmd_perplexity(int argc, char** argv) {
+  std::vector<OptionSpec> opts = engine_options();
+  opts.insert(opts.end(), {{"--file", "-f", true},
+                           {"--chunks", "", true},
+                           {"--save-logits", "", true},
+                           {"--kl-base", "", true},
+                           {"--top-k", "", true},
+                           {"--json", "", false},
+                           {"--help", "-h", false}});
+  auto args = Args::parse(argc, argv, opts);
+  if (!args) return report(args.status());
+  if (args->has("--help")) {
+    std::printf(
+        "usage: phaselab-cli perplexity -m MODEL [-f TEXT] [-c 512] [-b N] [-t N] [--chunks N] [--json]\n"
+        "                               [--save-logits FILE [--top-k 32]] [--kl-base FILE]\n"
+        "  Perplexity as llama-perplexity computes it: the text tokenized once, cut into chunks of\n"
+        "  -c tokens, each run from an empty cache with BOS first, the second half of each scored.\n"
+        "  -f, --file PATH          the text (default: the bundled eval-en.txt)\n"
+        "      --chunks N           run only the first N chunks (default: all)\n"
+        "      --save-logits FILE   keep this run's top-k log-probs at every scored position (a KL base)\n"
+        "      --top-k K            tokens kept per position with --save-logits (default 32)\n"
+        "      --kl-base FILE       KL divergence, top-1 agreement and RMS dp against a saved base\n"
+        "                           (same text, context and vocabulary; -c defaults to the base's)\n"
+        "      --json               print one JSON object at the end\n%s",
+        kEngineHelp);
+    return kExitOk;
+  }
+  if (!args->positional().empty()) return usage_error("unexpected argument '" + args->positional()[0] + "'");
+
+  std::optional<KlBase> base;
+  if (const auto kl = args->get("--kl-base")) {
+    auto b = KlBase::load(*kl);
+    if (!b) return report(b.status());
+    base = std::move(*b);
+  }
+  auto n_ctx = args->get_int("--ctx-size", base ? base->n_ctx : 512, 4, 1 << 20);
+  if (!n_ctx) return report(n_ctx.status());
+  auto chunks = args->get_int("--chunks", -1, 1, 1 << 24);
+  if (!chunks) return report(chunks.status());
+  auto top_k = args->get_int("--top-k", 32, 1, KlBase::kMaxTopK);
+  if (!top_k) return report(top_k.status());
+  if (args->has("--top-k") && !args->has("--save-logits")) return usage_error("--top-k applies to --save-logits only");
+
+  std::string text_path = args->get_or("--file", "");
+  if (text_path.empty()) {
+    text_path = bundled_text_path("eval-en.txt");
+    if (text_path.empty())
+      return report(invalid_argument(
+          "the bundled evaluation text (share/phaselab/text/eval-en.txt) is not installed here: pass -f TEXT"));
+  }
+  auto text = read_text_file(text_path);
+  if (!text) return report(text.status());
+
+  auto setup = open_session(*args, *n_ctx);
+  if (!setup) return report(setup.status());
+  Session& session = *setup->session;
+  const std::string model_name = base_name(setup->model->path());
+  const std::string backend = session.backend().name();
+
+  const std::vector<int32_t> tokens = perplexity_tokenize(setup->model->tokenizer(), *text);
+  PerplexityOptions po;
+  po.n_ctx = *n_ctx;
+  po.n_chunks = *chunks;
+  po.kl_base = base ? &*base : nullptr;
+  KlBase saved;
+  const auto save_path = args->get("--save-logits");
+  if (save_path) {
+    po.save_base = &saved;
+    po.save_top_k = *top_k;
+  }
+  const int n_chunk_max = static_cast<int>(tokens.size() / *n_ctx);
+  int n_run = *chunks > 0 ? std::min(*chunks, n_chunk_max) : n_chunk_max;
+  if (base && *chunks < 0) n_run = std::min(n_run, base->n_chunks);
+  std::fprintf(stderr, "perplexity: %s on %s (%s), %zu tokens; %d chunk%s of %d tokens\n", model_name.c_str(),
+               base_name(text_path).c_str(), backend.c_str(), tokens.size(), n_run, n_run == 1 ? "" : "s", *n_ctx);
+
+  const bool tty = ::isatty(STDERR_FILENO);
+  double last_line = 0;
+  auto res = run_perplexity(session, tokens, po, [&](const PerplexityProgress& p) { print_progress(p, tty, &last_line); });
+  if (!res) return report(res.status());
+  const PerplexityResult& r = *res;
+
+  if (save_path) {
+    saved.label = model_name + " (" + backend + ")";
+    if (Status st = saved.save(*save_path); !st) return report(st);
+  }
+
+  if (args->has("--json")) {
+    nlohmann::json j;
+    j["model"] = model_name;
+    j["backend"] = backend;
+    j["text"] = text_path;
+    j["ppl"] = r.ppl;
+    j["ppl_err"] = r.ppl_err;
+    j["nll"] = r.nll_mean;
+    j["n_ctx"] = r.n_ctx;
+    j["n_chunks"] = r.n_chunks;
+    j["n_scored"] = r.n_scored;
+    j["n_tokens_text"] = r.n_tokens_text;
+    j["n_evaluated"] = r.n_evaluated;
+    j["seconds"] = r.seconds;
+    j["tokens_per_s"] = r.tokens_per_s;
+    if (save_path) j["saved_logits"] = *save_path;
+    if (r.kl) {
+      const KlStats& k = *r.kl;
+      j["kl_base"] = *args->get("--kl-base");
+      j["kl_base_label"] = k.base_label;
+      j["kl_top_k"] = k.top_k;
+      j["kld"] = k.kld;
+      j["kld_err"] = k.kld_err;
+      j["kld_median"] = k.kld_median;
+      j["kld_p99"] = k.kld_p99;
+      j["kld_max"] = k.kld_max;
+      j["top1_agree"] = k.top1_agree;
+      j["rms_dp"] = k.rms_dp;
+      j["dp_mean"] = k.dp_mean;
+      j["ppl_base"] = k.ppl_base;
+    }
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    return kExitOk;
+  }
+
+  std::printf("%d chunks of %d tokens, %lld scored; %lld tokens in %.2f s, %.1f tokens/s\n", r.n_chunks, r.n_ctx,
+              static_cast<long long>(r.n_scored), static_cast<long long>(r.n_evaluated), r.seconds, r.tokens_per_s);
+  std::printf("Final estimate: PPL = %.4f +/- %.5f\n", r.ppl, r.ppl_err);
+  if (r.kl) {
+    const KlStats& k = *r.kl;
+    std::printf("\nKL divergence against %s (top-%d of the base plus the rest as one bin: a lower bound)\n",
+                k.base_label.empty() ? "the base" : k.base_label.c_str(), k.top_k);
+    std::printf("PPL(base)  : %.4f\n", k.ppl_base);
+    std::printf("Mean    KLD: %10.6f +/- %10.6f\n", k.kld, k.kld_err);
+    std::printf("Median  KLD: %10.6f\n", k.kld_median);
+    std::printf("99.0%%   KLD: %10.6f\n", k.kld_p99);
+    std::printf("Maximum KLD: %10.6f\n", k.kld_max);
+    std::printf("Mean    dp : %7.3f %%\n", k.dp_mean);
+    std::printf("RMS     dp : %7.3f %%\n", k.rms_dp);
+    std::printf("Same top p : %7.3f %%\n", 100 * k.top1_agree);
+  }
+  if (save_path) std::fprintf(stderr, "perplexity: saved the top-%d log-probs to %s\n", *top_k, save_path->c_str());
+  return kExitOk;
+}
+
+}  // namespace phaselab::cli
