@@ -20,6 +20,7 @@ inline void isolate(QTemporaryDir& dir, const char* appName) {
   QVERIFY(dir.isValid());
   qputenv("XDG_CONFIG_HOME", dir.filePath(QStringLiteral("config")).toUtf8());
   qputenv("XDG_DATA_HOME", dir.filePath(QStringLiteral("data")).toUtf8());
+  qputenv("XDG_CACHE_HOME", dir.filePath(QStringLiteral("cache")).toUtf8());  // quantized variants of Compare
   qputenv("PHASELAB_MODEL_DIR", dir.filePath(QStringLiteral("models")).toUtf8());
   QSettings::setPath(QSettings::NativeFormat, QSettings::UserScope, dir.filePath(QStringLiteral("config")));
   QCoreApplication::setOrganizationName(QStringLiteral("PhaseLabTest"));

@@ -388,7 +388,7 @@ class TestGuiStore : public QObject {
     }
     ConversationStore s;
     QVERIFY2(s.open(path), qPrintable(s.lastError()));
-    QCOMPARE(s.schemaVersion(), 3);
+    QCOMPARE(s.schemaVersion(), ConversationStore::kSchemaVersion);
     const auto convs = s.conversations();
     QCOMPARE(convs.size(), 2);
     QCOMPARE(convs[0].id, 7);
@@ -468,6 +468,44 @@ class TestGuiStore : public QObject {
     }
     QCOMPARE(s.conversationSettings(d).mode, QStringLiteral("chat"));
     QVERIFY(s.conversationSettings(d).chatTemplate.isEmpty());
+  }
+
+  // Compare window runs (schema 4): saved, listed newest first, kept across
+  // a reopen, deleted; a version-4 file without the table is damaged.
+  void compare_runs_round_trip() {
+    const QString path = freshPath();
+    qint64 first = 0, second = 0;
+    {
+      ConversationStore s;
+      QVERIFY(s.open(path));
+      QCOMPARE(s.schemaVersion(), 4);
+      first = s.saveCompareRun(QStringLiteral("run one"), "{\"chunks\":8}", "[{\"name\":\"a\",\"tg128\":1}]");
+      second = s.saveCompareRun(QStringLiteral("run two"), "{}", "[]");
+      QVERIFY(first > 0 && second > first);
+    }
+    ConversationStore s;
+    QVERIFY(s.open(path));
+    const auto runs = s.compareRuns();
+    QCOMPARE(runs.size(), 2);
+    QCOMPARE(runs[0].id, second);
+    QCOMPARE(runs[1].title, QStringLiteral("run one"));
+    QCOMPARE(runs[1].options, QByteArray("{\"chunks\":8}"));
+    QCOMPARE(runs[1].rows, QByteArray("[{\"name\":\"a\",\"tg128\":1}]"));
+    QVERIFY(s.deleteCompareRun(first));
+    QVERIFY(!s.deleteCompareRun(first));
+    QCOMPARE(s.compareRuns().size(), 1);
+    s.close();
+    {
+      QSqlDatabase db = QSqlDatabase::addDatabase(QStringLiteral("QSQLITE"), QStringLiteral("drop_compare"));
+      db.setDatabaseName(path);
+      QVERIFY(db.open());
+      QVERIFY(QSqlQuery(db).exec(QStringLiteral("DROP TABLE compare_runs")));
+      db.close();
+    }
+    QSqlDatabase::removeDatabase(QStringLiteral("drop_compare"));
+    ConversationStore damaged;
+    QVERIFY(!damaged.open(path));
+    QVERIFY2(damaged.lastError().contains(QLatin1String("compare_runs")), qPrintable(damaged.lastError()));
   }
 };
 

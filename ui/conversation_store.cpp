@@ -44,6 +44,13 @@ const char* const kMigrations[] = {
     "ALTER TABLE conversations ADD COLUMN mode TEXT NOT NULL DEFAULT 'chat';"
     "ALTER TABLE conversations ADD COLUMN system_prompt TEXT;"
     "ALTER TABLE conversations ADD COLUMN template TEXT;",
+    // 3 -> 4: saved runs of the Compare window (rows as phaselab::compare_rows_json).
+    "CREATE TABLE compare_runs ("
+    "  id INTEGER PRIMARY KEY,"
+    "  created_at INTEGER NOT NULL,"
+    "  title TEXT NOT NULL,"
+    "  options TEXT NOT NULL,"
+    "  rows TEXT NOT NULL);",
 };
 static_assert(std::size(kMigrations) == ConversationStore::kSchemaVersion);
 
@@ -193,12 +200,11 @@ bool ConversationStore::checkBeforeWriting(bool existing) {
                       .arg(kSchemaVersion);
     return false;
   }
-  if (version >= 1)
-    for (const char* table : {"conversations", "messages"})
-      if (!hasTable(table)) {
-        m_lastError = QStringLiteral("the database is damaged: its table '%1' is missing").arg(QString::fromLatin1(table));
-        return false;
-      }
+  for (const auto& [since, table] : {std::pair{1, "conversations"}, std::pair{1, "messages"}, std::pair{4, "compare_runs"}})
+    if (version >= since && !hasTable(table)) {
+      m_lastError = QStringLiteral("the database is damaged: its table '%1' is missing").arg(QString::fromLatin1(table));
+      return false;
+    }
   return true;
 }
 
@@ -568,6 +574,47 @@ bool ConversationStore::deleteMessagesAfter(qint64 conversationId, qint64 id) {
   q.addBindValue(conversationId);
   q.addBindValue(id);
   return q.exec();
+}
+
+qint64 ConversationStore::saveCompareRun(const QString& title, const QByteArray& options, const QByteArray& rows) {
+  QSqlQuery q(QSqlDatabase::database(m_connection));
+  q.prepare(QStringLiteral("INSERT INTO compare_runs (created_at, title, options, rows) VALUES (?, ?, ?, ?)"));
+  q.addBindValue(nowMs());
+  q.addBindValue(title);
+  q.addBindValue(QString::fromUtf8(options));
+  q.addBindValue(QString::fromUtf8(rows));
+  if (!q.exec()) {
+    m_lastError = q.lastError().text();
+    return 0;
+  }
+  return q.lastInsertId().toLongLong();
+}
+
+QList<CompareRunRecord> ConversationStore::compareRuns() const {
+  QList<CompareRunRecord> out;
+  QSqlQuery q(QSqlDatabase::database(m_connection));
+  if (!q.exec(QStringLiteral("SELECT id, created_at, title, options, rows FROM compare_runs ORDER BY id DESC"))) return out;
+  while (q.next()) {
+    CompareRunRecord r;
+    r.id = q.value(0).toLongLong();
+    r.createdAt = QDateTime::fromMSecsSinceEpoch(q.value(1).toLongLong());
+    r.title = q.value(2).toString();
+    r.options = q.value(3).toString().toUtf8();
+    r.rows = q.value(4).toString().toUtf8();
+    out.push_back(r);
+  }
+  return out;
+}
+
+bool ConversationStore::deleteCompareRun(qint64 id) {
+  QSqlQuery q(QSqlDatabase::database(m_connection));
+  q.prepare(QStringLiteral("DELETE FROM compare_runs WHERE id = ?"));
+  q.addBindValue(id);
+  if (!q.exec()) {
+    m_lastError = q.lastError().text();
+    return false;
+  }
+  return q.numRowsAffected() > 0;
 }
 
 }  // namespace phaselab::ui

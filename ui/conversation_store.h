@@ -37,6 +37,15 @@ struct ConversationSettings {
   bool operator==(const ConversationSettings&) const = default;
 };
 
+// A saved run of the Compare window: its options and result rows as JSON.
+struct CompareRunRecord {
+  qint64 id = 0;
+  QDateTime createdAt;
+  QString title;
+  QByteArray options;  // the window's settings (variants, text, chunks)
+  QByteArray rows;     // phaselab::compare_rows_json()
+};
+
 struct MessageRecord {
   qint64 id = 0;
   qint64 conversationId = 0;
@@ -50,7 +59,7 @@ struct MessageRecord {
 class ConversationStore : public QObject {
   Q_OBJECT
  public:
-  static constexpr int kSchemaVersion = 3;
+  static constexpr int kSchemaVersion = 4;
 
   explicit ConversationStore(QObject* parent = nullptr);
   ~ConversationStore() override;
@@ -96,6 +105,11 @@ class ConversationStore : public QObject {
   bool deleteMessage(qint64 id);
   // Deletes the messages of a conversation that come after message id.
   bool deleteMessagesAfter(qint64 conversationId, qint64 id);
+
+  // Compare window runs, newest first.
+  qint64 saveCompareRun(const QString& title, const QByteArray& options, const QByteArray& rows);
+  QList<CompareRunRecord> compareRuns() const;
+  bool deleteCompareRun(qint64 id);
 
   // Whole conversations written at once (import): all of them or, on any
   // failure, none (one transaction). record.createdAt is kept when valid;

@@ -33,6 +33,7 @@
 
 #include "appearance.h"
 #include "chat_composer.h"
+#include "compare_window.h"
 #include "conversation_export.h"
 #include "conversation_settings_dialog.h"
 #include "hardware_probe.h"
@@ -279,6 +280,23 @@ void MainWindow::createMenus() {
   exportChat->setToolTip(tr("Save the open conversation as Markdown (to read) or JSON (to import elsewhere)"));
   file->addAction(tr("&Import Conversations…"), this, &MainWindow::importDialog);
   file->addSeparator();
+  QAction* compare = file->addAction(tr("&Compare Models…"), this, [this] {
+    compareWindow()->show();
+    compareWindow()->raise();
+    compareWindow()->activateWindow();
+  });
+  compare->setObjectName(QStringLiteral("compareAction"));
+  compare->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_K));
+  compare->setToolTip(tr("Models and quantizations side by side: speed, memory, perplexity, KL divergence"));
+  file->addSeparator();
+  // The main toolbar: what a person reaches for first.
+  QToolBar* mainBar = addToolBar(tr("Main"));
+  mainBar->setObjectName(QStringLiteral("mainToolbar"));
+  mainBar->setMovable(false);
+  mainBar->addAction(newChat);
+  mainBar->addAction(open);
+  mainBar->addAction(models);
+  mainBar->addAction(compare);
   QAction* quit = file->addAction(tr("&Quit"), this, &QWidget::close);
   quit->setShortcut(QKeySequence::Quit);
 
@@ -513,6 +531,13 @@ void MainWindow::updateDockLayout() {
     addDockWidget(Qt::LeftDockWidgetArea, m_listDock);
     resizeDocks({m_listDock, m_metrics}, {220, 380}, Qt::Horizontal);
   }
+}
+
+CompareWindow* MainWindow::compareWindow() {
+  if (!m_compare) m_compare = new CompareWindow(&m_store, this);
+  // A model is loaded: offer it as the first variant.
+  if (m_compare->variantCount() == 0 && m_engine->hasModel()) m_compare->addModel(m_engine->modelInfo().path);
+  return m_compare;
 }
 
 bool MainWindow::exportConversation(const QString& path) {

@@ -28,6 +28,7 @@ class ChatComposer;
 class ConversationList;
 class MetricsDock;
 class WelcomePage;
+class CompareWindow;
 
 class MainWindow : public QMainWindow {
   Q_OBJECT
@@ -69,6 +70,8 @@ class MainWindow : public QMainWindow {
   // right, so that the chat keeps most of a small window.
   static constexpr int kNarrowWidth = 1100;
   bool isNarrowLayout() const { return m_narrow; }
+  // The Compare window (File > Compare Models), made on first use.
+  CompareWindow* compareWindow();
   // File > Export / Import without the file dialogs (tests, scripts).
   bool exportConversation(const QString& path);  // .md: Markdown, else JSON
   bool importConversations(const QString& path);
@@ -143,6 +146,7 @@ class MainWindow : public QMainWindow {
   QDockWidget* m_listDock = nullptr;
   bool m_narrow = false;
   bool m_probing = false;  // the hardware probe runs
+  CompareWindow* m_compare = nullptr;
   bool m_baseModelNoteDismissed = false;
 };
 

@@ -11,4 +11,5 @@ int cmd_quantize(int argc, char** argv);
 int cmd_devices(int argc, char** argv);
 int cmd_twin(int argc, char** argv);
 int cmd_perplexity(int argc, char** argv);
+int cmd_compare(int argc, char** argv);
 }  // namespace phaselab::cli

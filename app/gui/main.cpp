@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "chat_session.h"
+#include "compare_window.h"
 #include "engine_controller.h"
 #include "hardware_probe.h"
 #include "appearance.h"
@@ -74,8 +75,12 @@ int main(int argc, char** argv) {
   const QCommandLineOption ignoreEos(QStringLiteral("ignore-eos"), QStringLiteral("Keep generating past end-of-generation tokens."));
   const QCommandLineOption threads({QStringLiteral("t"), QStringLiteral("threads")}, QStringLiteral("CPU threads for this run."), QStringLiteral("N"));
   const QCommandLineOption notebook(QStringLiteral("notebook"), QStringLiteral("Send the prompt in notebook mode: the model continues the text."));
+  const QCommandLineOption compare(QStringLiteral("compare"), QStringLiteral("Open the Compare window with these models (comma-separated) and run it; with --screenshot, of that window."), QStringLiteral("A.gguf[,B.gguf]"));
+  const QCommandLineOption quant(QStringLiteral("quant"), QStringLiteral("With --compare: also these quantizations of the first model."), QStringLiteral("T1,T2"));
+  const QCommandLineOption text(QStringLiteral("text"), QStringLiteral("With --compare: the evaluation text (default: the bundled one)."), QStringLiteral("FILE"));
+  const QCommandLineOption chunks(QStringLiteral("chunks"), QStringLiteral("With --compare: perplexity chunks of 512 tokens (default 8)."), QStringLiteral("N"));
   const QCommandLineOption db(QStringLiteral("db"), QStringLiteral("Conversation database (default: $PHASELAB_DB or the data folder)."), QStringLiteral("FILE"));
-  p.addOptions({model, prompt, shot, quit, nPredict, temp, seed, noKv, ignoreEos, threads, notebook, db});
+  p.addOptions({model, prompt, shot, quit, nPredict, temp, seed, noKv, ignoreEos, threads, notebook, compare, quant, text, chunks, db});
   p.addPositionalArgument(QStringLiteral("FILE"),
                           QStringLiteral("GGUF model to open (what a file manager passes; same as --model)."),
                           QStringLiteral("[FILE.gguf]"));
@@ -94,7 +99,20 @@ int main(int argc, char** argv) {
     modelPath = url.isLocalFile() ? url.toLocalFile() : positional.front();
   }
 
-  const bool unattended = p.isSet(prompt) || p.isSet(shot) || p.isSet(quit);
+  const bool unattended = p.isSet(prompt) || p.isSet(shot) || p.isSet(quit) || p.isSet(compare);
+  int chunksValue = 8;
+  if (p.isSet(chunks)) {
+    bool ok = false;
+    chunksValue = p.value(chunks).toInt(&ok);
+    if (!ok || chunksValue < 1 || chunksValue > 10000) {
+      std::fprintf(stderr, "phaselab: --chunks must be a whole number from 1 to 10000\n");
+      return 2;
+    }
+  }
+  if ((p.isSet(quant) || p.isSet(text) || p.isSet(chunks)) && !p.isSet(compare)) {
+    std::fprintf(stderr, "phaselab: --quant, --text and --chunks go with --compare (run phaselab --help)\n");
+    return 2;
+  }
   MainWindow::Options options;
   options.dbPath = p.value(db);
   options.autoLoadLastModel = modelPath.isEmpty();
@@ -185,11 +203,43 @@ int main(int argc, char** argv) {
   else if (p.isSet(prompt)) fail(QStringLiteral("--prompt needs a model (--model FILE or FILE)"));
   // --screenshot / --quit without --prompt: the window once the model is
   // loaded, or as it opened when there is no model to load.
-  if (!p.isSet(prompt) && (p.isSet(shot) || p.isSet(quit))) {
+  if (!p.isSet(prompt) && !p.isSet(compare) && (p.isSet(shot) || p.isSet(quit))) {
     if (!modelPath.isEmpty())
       QObject::connect(&window, &MainWindow::modelReady, &app, finishUnattended, Qt::SingleShotConnection);
     else
       finishUnattended();
+  }
+
+  // --compare: the Compare window runs the models (and quantizations) and,
+  // unattended, saves its screenshot, prints the rows as JSON and exits.
+  if (p.isSet(compare)) {
+    CompareWindow* cw = window.compareWindow();
+    for (const QString& m : p.value(compare).split(QLatin1Char(','), Qt::SkipEmptyParts)) cw->addModel(m);
+    for (const QString& q : p.value(quant).split(QLatin1Char(','), Qt::SkipEmptyParts))
+      if (!cw->addQuantization(q)) {
+        std::fprintf(stderr, "phaselab: unknown quantization type %s\n", qPrintable(q));
+        return 2;
+      }
+    if (p.isSet(text)) cw->setTextFile(p.value(text));
+    cw->setChunks(chunksValue);
+    if (p.isSet(threads)) cw->setThreads(static_cast<int>(threadsValue));
+    cw->show();
+    QObject::connect(cw, &CompareWindow::runFinished, &app, [&, cw](bool ok, const QString& error) {
+      if (!ok) {
+        std::fprintf(stderr, "phaselab: compare: %s\n", qPrintable(error));
+        exitCode = 1;
+      } else {
+        std::printf("%s\n", phaselab::compare_rows_json(cw->rows()).c_str());
+      }
+      QTimer::singleShot(300, &app, [&, cw] {
+        if (p.isSet(shot)) {
+          if (!cw->grab().save(p.value(shot))) fail(QStringLiteral("cannot write %1").arg(p.value(shot)));
+          else std::fprintf(stderr, "phaselab: saved %s\n", qPrintable(p.value(shot)));
+        }
+        if (p.isSet(quit)) QApplication::exit(exitCode);
+      });
+    });
+    QTimer::singleShot(0, cw, [cw] { cw->startRun(); });
   }
 
   const int rc = app.exec();

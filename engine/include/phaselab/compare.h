@@ -1,0 +1,100 @@
+// Model and quantization comparison: several variants (model files, and
+// quantizations made from the first one) through the same measurements, so
+// that speed, memory and quality sit side by side.
+//
+// Per variant, in order, each from a fresh session:
+//   pp512     prefill tokens/s of opts.n_prompt tokens from an empty cache
+//             (one warm-up, then the mean of opts.repetitions runs);
+//   tg128     decode tokens/s of opts.n_gen tokens after a 16-token prompt,
+//             greedy, with the variant's KV cache and speculative settings
+//             (mean of the runs);
+//   ttft_ms   time to first token of a fixed chat prompt rendered with the
+//             model's template, prefix cache off (median of the runs);
+//   ppl       perplexity on the text (phaselab/perplexity.h, llama-perplexity's
+//             conventions), opts.n_ctx tokens per chunk, opts.n_chunks chunks;
+//   kld, kld_p99, top1_agree, rms_dp
+//             against the first variant (the reference: kld 0, top1_agree 1);
+//   peak_rss_mib
+//             the process's peak resident memory while the variant loaded and
+//             ran: the kernel's high-water mark is reset before each variant
+//             (/proc/self/clear_refs), so each row is its own.
+// A --quant variant is written by quantize_model() into opts.cache_dir as
+// <stem>-<TYPE>.gguf and reused while it is newer than its source.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "phaselab/quantize.h"
+#include "phaselab/status.h"
+
+namespace phaselab {
+
+struct CompareVariant {
+  std::string name;                     // empty: the file name (and type)
+  std::string file;                     // a GGUF model
+  std::optional<FileType> quantize_to;  // made from file first (cached)
+  std::string backend = "cpu";          // cpu | cpu-portable | cpu-reference | cuda
+  bool kv_cache = true;
+  std::string speculative = "none";     // none | lookup (for tg)
+};
+
+struct CompareOptions {
+  std::string text;        // the evaluation text (perplexity and KL)
+  int n_ctx = 512;         // perplexity chunk
+  int n_chunks = 8;        // -1: all the text holds
+  int n_prompt = 512;      // pp test
+  int n_gen = 128;         // tg test
+  int repetitions = 3;
+  int n_threads = 0;       // 0: one per physical core
+  std::string cache_dir;   // quantized variants; empty: <user cache>/PhaseLab/quantized
+  std::string ttft_prompt = "Why is the sky blue?";
+};
+
+struct CompareRow {
+  std::string name, file, type_mix, backend;
+  std::string file_type;   // "Q4_K_M", from general.file_type ("" when absent)
+  double size_mib = 0;
+  double pp = 0, tg = 0;   // tokens/s (pp512, tg128 with the default sizes)
+  double ttft_ms = 0;
+  double peak_rss_mib = 0;
+  bool rss_per_variant = true;  // false: the kernel could not reset the peak (a lower bound of earlier rows')
+  double ppl = 0, ppl_err = 0;
+  double kld = 0, kld_p99 = 0, top1_agree = 1, rms_dp = 0;
+  bool reference = false;
+  bool kv_cache = true;
+  std::string speculative;
+};
+
+struct CompareProgress {
+  int variant = 0, n_variants = 0;  // the variant being measured (0-based)
+  std::string stage;                // quantize | load | pp | tg | ttft | perplexity | done
+  double fraction = 0;              // of the whole run, 0..1
+  std::string message;              // "Q5_K_M: perplexity chunk 3 of 8"
+};
+using CompareProgressFn = std::function<void(const CompareProgress&)>;
+
+// Where quantized variants are kept: $XDG_CACHE_HOME/PhaseLab/quantized, or
+// ~/.cache/PhaseLab/quantized.
+std::string default_compare_cache_dir();
+
+// Checks the variants and options before anything runs (files exist, types
+// and backends known, sizes in range); invalid_argument naming what is wrong.
+Status validate_compare(const std::vector<CompareVariant>& variants, const CompareOptions& opts);
+
+// Runs every variant (cancel is read between steps and inside perplexity).
+// A variant that fails stops the run with its error, naming the variant.
+Result<std::vector<CompareRow>> run_compare(const std::vector<CompareVariant>& variants, const CompareOptions& opts,
+                                            const CompareProgressFn& progress = {},
+                                            const std::atomic<bool>* cancel = nullptr);
+
+// The rows as a JSON array / a Markdown-style table (what the CLI prints) /
+// CSV (what the GUI exports). Field names as in CompareRow.
+std::string compare_rows_json(const std::vector<CompareRow>& rows);
+std::string compare_rows_table(const std::vector<CompareRow>& rows, int n_prompt = 512, int n_gen = 128);
+std::string compare_rows_csv(const std::vector<CompareRow>& rows);
+
+}  // namespace phaselab

@@ -1,0 +1,355 @@
+#include "phaselab/compare.h"
+
+#include <pwd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "phaselab/backend.h"
+#include "phaselab/chat_template.h"
+#include "phaselab/machine.h"
+#include "phaselab/model.h"
+#include "phaselab/perplexity.h"
+#include "phaselab/session.h"
+#include "phaselab/speculative.h"
+
+namespace phaselab {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// The kernel's peak resident set (VmHWM) of this process, in MiB.
+double vm_hwm_mib() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::strtod(line.c_str() + 6, nullptr) / 1024.0;  // kB
+  return 0;
+}
+
+// Resets VmHWM to the current resident set ("5" > clear_refs, Linux 4.0+).
+bool reset_vm_hwm() {
+  FILE* f = std::fopen("/proc/self/clear_refs", "w");
+  if (!f) return false;
+  const bool ok = std::fputs("5", f) >= 0;
+  return std::fclose(f) == 0 && ok;
+}
+
+bool known_backend(const std::string& b) {
+  return b == "cpu" || b == "cpu-portable" || b == "cpu-reference" || b == "cuda";
+}
+
+Result<std::unique_ptr<Backend>> open_backend(const std::string& kind, std::shared_ptr<const Model> model, int threads) {
+  if (kind == "cuda") return make_cuda_backend(std::move(model), 64);
+  if (kind == "cpu-reference") return make_cpu_reference_backend(std::move(model), threads, 64);
+  return make_cpu_backend(std::move(model), threads, 64, kind == "cpu-portable");
+}
+
+std::string stem_of(const std::string& path) { return fs::path(path).stem().string(); }
+
+// The cached quantization of source in dir, made when missing or older.
+Result<std::string> quantized_variant(const std::string& source, FileType type, const std::string& dir, int threads,
+                                      const std::function<void(double)>& progress, const std::atomic<bool>* cancel) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return io_error("cannot create the cache folder " + dir + ": " + ec.message() + " (choose another with --cache)");
+  const std::string out = (fs::path(dir) / (stem_of(source) + "-" + std::string(file_type_name(type)) + ".gguf")).string();
+  const auto src_time = fs::last_write_time(source, ec);
+  if (!ec && fs::exists(out) && fs::last_write_time(out, ec) >= src_time && !ec) return out;
+  QuantizeOptions qo;
+  qo.n_threads = threads;
+  qo.overwrite = true;  // a stale cached copy
+  auto r = quantize_model(source, out, type, qo,
+                          [&](size_t, size_t, uint64_t done, uint64_t total) {
+                            if (progress && total) progress(static_cast<double>(done) / static_cast<double>(total));
+                          },
+                          cancel);
+  if (!r) return r.status();
+  return out;
+}
+
+// Stages of one variant and their share of its time (for the progress bar):
+// quantize (when made), load, pp, tg, ttft, perplexity.
+constexpr double kShare[] = {0.15, 0.02, 0.13, 0.15, 0.05, 0.50};
+
+}  // namespace
+
+std::string default_compare_cache_dir() {
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/PhaseLab/quantized";
+  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/PhaseLab/quantized";
+  if (const passwd* pw = ::getpwuid(::getuid()); pw && pw->pw_dir && *pw->pw_dir)
+    return std::string(pw->pw_dir) + "/.cache/PhaseLab/quantized";
+  return "/tmp/PhaseLab-" + std::to_string(::getuid()) + "/quantized";
+}
+
+Status validate_compare(const std::vector<CompareVariant>& variants, const CompareOptions& opts) {
+  if (variants.empty()) return invalid_argument("nothing to compare: give at least one model");
+  if (variants.size() > 32) return invalid_argument("at most 32 variants in one comparison");
+  for (size_t i = 0; i < variants.size(); i++) {
+    const CompareVariant& v = variants[i];
+    const std::string which = "variant " + std::to_string(i + 1) + " (" + v.file + ")";
+    std::error_code ec;
+    if (!fs::is_regular_file(v.file, ec))
+      return invalid_argument(which + ": no such model file (give the path of a .gguf file)");
+    if (!known_backend(v.backend))
+      return invalid_argument(which + ": unknown backend '" + v.backend + "' (cpu, cpu-portable, cpu-reference, cuda)");
+    if (v.speculative != "none" && v.speculative != "lookup")
+      return invalid_argument(which + ": speculative must be none or lookup, not '" + v.speculative + "'");
+    if (v.speculative != "none" && !v.kv_cache)
+      return invalid_argument(which + ": speculative decoding needs the KV cache");
+  }
+  if (opts.n_ctx < 16 || opts.n_ctx > 32768 || opts.n_ctx % 2)
+    return invalid_argument("the perplexity context must be an even number from 16 to 32768 (-c)");
+  if (opts.n_chunks == 0 || opts.n_chunks < -1 || opts.n_chunks > 100000)
+    return invalid_argument("chunks must be at least 1 (or -1 for the whole text)");
+  if (opts.n_prompt < 0 || opts.n_prompt > 16384 || opts.n_gen < 0 || opts.n_gen > 16384)
+    return invalid_argument("-p and -n must be from 0 to 16384");
+  if (opts.repetitions < 1 || opts.repetitions > 100) return invalid_argument("-r must be from 1 to 100");
+  if (opts.text.empty()) return invalid_argument("the evaluation text is empty (-f FILE)");
+  return Status::ok();
+}
+
+Result<std::vector<CompareRow>> run_compare(const std::vector<CompareVariant>& variants, const CompareOptions& opts,
+                                            const CompareProgressFn& progress, const std::atomic<bool>* cancel) {
+  PHASELAB_TRY(validate_compare(variants, opts));
+  const int threads = opts.n_threads > 0 ? opts.n_threads : default_thread_count();
+  const std::string cache_dir = opts.cache_dir.empty() ? default_compare_cache_dir() : opts.cache_dir;
+  const int n = static_cast<int>(variants.size());
+  auto stop_asked = [&] { return cancel && cancel->load(); };
+  std::vector<CompareRow> rows;
+  std::optional<KlBase> base;  // the reference's distributions
+  std::vector<int32_t> base_tokens;
+
+  for (int vi = 0; vi < n; vi++) {
+    const CompareVariant& v = variants[vi];
+    double done = 0;  // of this variant
+    auto report = [&](const char* stage, double within, const std::string& message) {
+      if (progress) progress({vi, n, stage, std::min(1.0, (vi + done + within) / n), message});
+    };
+    auto finish_stage = [&](int stage) { done += kShare[stage]; };
+
+    CompareRow row;
+    row.backend = v.backend;
+    row.kv_cache = v.kv_cache;
+    row.speculative = v.speculative;
+    row.reference = vi == 0;
+    row.rss_per_variant = reset_vm_hwm();
+    std::string file = v.file;
+    const std::string label = v.name.empty()
+                                  ? (v.quantize_to ? std::string(file_type_name(*v.quantize_to)) : fs::path(v.file).filename().string())
+                                  : v.name;
+    auto fail = [&](const Status& st) -> Status {
+      return Status(st.code(), label + ": " + st.message());
+    };
+    if (v.quantize_to) {
+      report("quantize", 0, label + ": quantizing " + fs::path(v.file).filename().string());
+      auto q = quantized_variant(v.file, *v.quantize_to, cache_dir, threads,
+                                 [&](double f) { report("quantize", kShare[0] * f, label + ": quantizing"); }, cancel);
+      if (!q) return fail(q.status());
+      file = *q;
+    }
+    finish_stage(0);
+    if (stop_asked()) return cancelled("comparison cancelled");
+    row.name = label;
+    row.file = file;
+    std::error_code ec;
+    row.size_mib = static_cast<double>(fs::file_size(file, ec)) / (1 << 20);
+
+    report("load", 0, label + ": loading");
+    auto model = Model::load(file);
+    if (!model) return fail(model.status());
+    row.type_mix = (*model)->type_mix();
+    if (auto ft = (*model)->file().get_int("general.file_type"); ft && *ft >= 0 && *ft < (1ll << 32))
+      row.file_type = file_type_name_of(static_cast<uint32_t>(*ft));
+    auto backend = open_backend(v.backend, *model, threads);
+    if (!backend) return fail(backend.status());
+    // The fixed chat prompt of the TTFT test, in the model's own template.
+    const auto ttft_prompt = (*model)->tokenizer().encode(
+        apply_chat_template((*model)->chat_template(), {{"user", opts.ttft_prompt}}), true, true);
+    const int n_ctx = std::max({opts.n_ctx, opts.n_prompt + 16, 16 + opts.n_gen + 16,
+                                static_cast<int>(ttft_prompt.size()) + 8, 256});
+    auto session_r = Session::create(*model, std::move(*backend), n_ctx);
+    if (!session_r) return fail(session_r.status());
+    Session& s = **session_r;
+    finish_stage(1);
+
+    // The evaluation text's tokens: also the source of the pp and tg prompts.
+    std::vector<int32_t> text_tokens = perplexity_tokenize((*model)->tokenizer(), opts.text);
+    if (text_tokens.size() < 32) return fail(invalid_argument("the evaluation text is too short (" +
+                                                              std::to_string(text_tokens.size()) + " tokens)"));
+
+    // pp: prefill of n_prompt tokens (the text's, repeated if short).
+    if (opts.n_prompt > 0) {
+      std::vector<int32_t> prompt(opts.n_prompt);
+      for (int i = 0; i < opts.n_prompt; i++) prompt[i] = text_tokens[i % text_tokens.size()];
+      double sum = 0;
+      for (int r = 0; r <= opts.repetitions; r++) {  // r = 0: warm-up
+        if (stop_asked()) return cancelled("comparison cancelled");
+        report("pp", kShare[2] * r / (opts.repetitions + 1), label + ": prefill " + std::to_string(opts.n_prompt));
+        s.kv().clear();
+        const auto t0 = Clock::now();
+        PHASELAB_TRY(s.eval(prompt, nullptr));
+        if (r > 0) sum += opts.n_prompt / seconds_since(t0);
+      }
+      row.pp = sum / opts.repetitions;
+    }
+    finish_stage(2);
+
+    // tg: n_gen greedy tokens after 16 tokens of the text, as the variant
+    // decodes (KV cache on or off, speculative or not).
+    if (opts.n_gen > 0) {
+      std::vector<int32_t> prompt(text_tokens.begin(), text_tokens.begin() + 16);
+      std::unique_ptr<DraftSource> draft;
+      if (v.speculative == "lookup") draft = make_prompt_lookup_draft();
+      double sum = 0;
+      for (int r = 0; r <= opts.repetitions; r++) {
+        if (stop_asked()) return cancelled("comparison cancelled");
+        report("tg", kShare[3] * r / (opts.repetitions + 1), label + ": decode " + std::to_string(opts.n_gen));
+        s.kv().clear();
+        GenerateOptions g;
+        g.n_predict = opts.n_gen;
+        g.ignore_eos = true;
+        g.sampling.temperature = 0;
+        g.use_kv_cache = v.kv_cache;
+        g.prefix_cache = false;
+        g.draft = draft.get();
+        auto res = s.generate(prompt, g, {}, cancel);
+        if (!res) return fail(res.status());
+        if (r > 0) sum += res->metrics.decode_tps;
+      }
+      row.tg = sum / opts.repetitions;
+    }
+    finish_stage(3);
+
+    // TTFT of the fixed chat prompt.
+    {
+      const auto& prompt = ttft_prompt;
+      std::vector<double> ttft;
+      for (int r = 0; r <= opts.repetitions; r++) {
+        if (stop_asked()) return cancelled("comparison cancelled");
+        report("ttft", kShare[4] * r / (opts.repetitions + 1), label + ": time to first token");
+        s.kv().clear();
+        GenerateOptions g;
+        g.n_predict = 1;
+        g.sampling.temperature = 0;
+        g.prefix_cache = false;
+        g.use_kv_cache = v.kv_cache;
+        auto res = s.generate(prompt, g, {}, cancel);
+        if (!res) return fail(res.status());
+        if (r > 0) ttft.push_back(res->metrics.ttft_ms);
+      }
+      std::sort(ttft.begin(), ttft.end());
+      row.ttft_ms = ttft[ttft.size() / 2];
+    }
+    finish_stage(4);
+
+    // Perplexity; the reference keeps its distributions for the others' KL.
+    if (vi > 0 && text_tokens != base_tokens)
+      return fail(invalid_argument("its tokenizer splits the text differently from the reference's: KL divergence "
+                                   "needs the same vocabulary (compare quantizations of one model)"));
+    PerplexityOptions po;
+    po.n_ctx = opts.n_ctx;
+    po.n_chunks = opts.n_chunks;
+    KlBase made;
+    if (vi == 0) po.save_base = &made;
+    else po.kl_base = &*base;
+    auto ppl = run_perplexity(
+        s, text_tokens, po,
+        [&](const PerplexityProgress& p) {
+          const double f = p.tokens_total ? static_cast<double>(p.tokens_done) / p.tokens_total : 0;
+          report("perplexity", kShare[5] * f,
+                 label + ": perplexity chunk " + std::to_string(p.chunk) + " of " + std::to_string(p.n_chunks));
+        },
+        cancel);
+    if (!ppl) return fail(ppl.status());
+    row.ppl = ppl->ppl;
+    row.ppl_err = ppl->ppl_err;
+    if (vi == 0) {
+      base = std::move(made);
+      base_tokens = text_tokens;
+      row.kld = 0, row.kld_p99 = 0, row.top1_agree = 1, row.rms_dp = 0;
+    } else if (ppl->kl) {
+      row.kld = ppl->kl->kld;
+      row.kld_p99 = ppl->kl->kld_p99;
+      row.top1_agree = ppl->kl->top1_agree;
+      row.rms_dp = ppl->kl->rms_dp;
+    }
+    finish_stage(5);
+    row.peak_rss_mib = vm_hwm_mib();
+    rows.push_back(row);
+    report("done", 0, label + ": done");
+  }
+  return rows;
+}
+
+std::string compare_rows_json(const std::vector<CompareRow>& rows) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const CompareRow& r : rows)
+    a.push_back({{"name", r.name},         {"file", r.file},
+                 {"file_type", r.file_type}, {"type_mix", r.type_mix},
+                 {"backend", r.backend},   {"kv_cache", r.kv_cache},
+                 {"speculative", r.speculative}, {"size_mib", r.size_mib},
+                 {"pp512", r.pp},          {"tg128", r.tg},
+                 {"ttft_ms", r.ttft_ms},   {"peak_rss_mib", r.peak_rss_mib},
+                 {"peak_rss_per_variant", r.rss_per_variant},
+                 {"ppl", r.ppl},           {"ppl_err", r.ppl_err},
+                 {"kld", r.kld},           {"kld_p99", r.kld_p99},
+                 {"top1_agree", r.top1_agree}, {"rms_dp", r.rms_dp},
+                 {"reference", r.reference}});
+  return a.dump(2);
+}
+
+std::string compare_rows_table(const std::vector<CompareRow>& rows, int n_prompt, int n_gen) {
+  std::ostringstream o;
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "| %-22s | %8s | %9s | %9s | %8s | %8s | %20s | %8s | %7s | %7s |\n", "variant", "MiB",
+                ("pp" + std::to_string(n_prompt)).c_str(), ("tg" + std::to_string(n_gen)).c_str(), "TTFT ms",
+                "RSS MiB", "PPL", "KLD", "top-1", "RMS dp");
+  o << buf;
+  o << "|------------------------|----------|-----------|-----------|----------|----------|----------------------|----------|---------|---------|\n";
+  for (const CompareRow& r : rows) {
+    std::string name = r.name.size() > 22 ? r.name.substr(0, 21) + "~" : r.name;
+    char ppl[64];
+    std::snprintf(ppl, sizeof ppl, "%.3f +/- %.3f", r.ppl, r.ppl_err);
+    std::snprintf(buf, sizeof buf, "| %-22s | %8.1f | %9.1f | %9.1f | %8.1f | %8.0f | %20s | %8.5f | %6.2f%% | %6.2f%% |\n",
+                  name.c_str(), r.size_mib, r.pp, r.tg, r.ttft_ms, r.peak_rss_mib, ppl, r.kld, 100 * r.top1_agree,
+                  r.rms_dp);
+    o << buf;
+  }
+  return o.str();
+}
+
+std::string compare_rows_csv(const std::vector<CompareRow>& rows) {
+  auto field = [](const std::string& s) {
+    if (s.find_first_of(",\"\n") == std::string::npos) return s;
+    std::string q = "\"";
+    for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+    return q + "\"";
+  };
+  std::ostringstream o;
+  o << "name,file,file_type,type_mix,backend,kv_cache,speculative,size_mib,pp512,tg128,ttft_ms,peak_rss_mib,ppl,ppl_err,"
+       "kld,kld_p99,top1_agree,rms_dp,reference\n";
+  for (const CompareRow& r : rows) {
+    o << field(r.name) << ',' << field(r.file) << ',' << field(r.file_type) << ',' << field(r.type_mix) << ','
+      << field(r.backend) << ',' << (r.kv_cache ? "true" : "false") << ',' << field(r.speculative) << ',' << r.size_mib
+      << ',' << r.pp << ',' << r.tg << ',' << r.ttft_ms << ',' << r.peak_rss_mib << ',' << r.ppl << ',' << r.ppl_err
+      << ',' << r.kld << ',' << r.kld_p99 << ',' << r.top1_agree << ',' << r.rms_dp << ','
+      << (r.reference ? "true" : "false") << '\n';
+  }
+  return o.str();
+}
+
+}  // namespace phaselab

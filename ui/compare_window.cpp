@@ -1,0 +1,642 @@
+#include "compare_window.h"
+
+#include <QApplication>
+#include <QBarCategoryAxis>
+#include <QBarSeries>
+#include <QBarSet>
+#include <QChart>
+#include <QChartView>
+#include <QCheckBox>
+#include <QCloseEvent>
+#include <QComboBox>
+#include <QDateTime>
+#include <QDir>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QFormLayout>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QLabel>
+#include <QLineEdit>
+#include <QMenu>
+#include <QMessageBox>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QSaveFile>
+#include <QScatterSeries>
+#include <QSpinBox>
+#include <QSplitter>
+#include <QTabWidget>
+#include <QTableWidget>
+#include <QThread>
+#include <QToolBar>
+#include <QVBoxLayout>
+#include <QValueAxis>
+
+#include "chart_scale.h"
+#include "conversation_store.h"
+#include "phaselab/log.h"
+
+namespace phaselab::ui {
+
+namespace {
+
+enum VariantColumn { kColName, kColSource, kColBackend, kColKv, kColSpec, kVariantColumns };
+
+QString typeLabel(const CompareVariant& v) {
+  return v.quantize_to ? QString::fromLatin1(file_type_name(*v.quantize_to).data(),
+                                             static_cast<int>(file_type_name(*v.quantize_to).size()))
+                       : QObject::tr("as is");
+}
+
+QChartView* chartView(QChart* chart, const QString& title) {
+  chart->setTitle(title);
+  chart->legend()->setAlignment(Qt::AlignBottom);
+  chart->setMargins(QMargins(4, 4, 4, 4));
+  auto* view = new QChartView(chart);
+  view->setRenderHint(QPainter::Antialiasing);
+  view->setAccessibleName(title);
+  view->setMinimumHeight(200);
+  return view;
+}
+
+void clearChart(QChart* chart) {
+  chart->removeAllSeries();
+  for (QAbstractAxis* a : chart->axes()) {
+    chart->removeAxis(a);
+    delete a;
+  }
+}
+
+// Bars of one or more value sets per variant, on a 1-2-5 value axis.
+void fillBars(QChart* chart, const QStringList& categories, const QList<QPair<QString, QList<double>>>& sets,
+              const QString& unit) {
+  clearChart(chart);
+  auto* series = new QBarSeries;
+  double max = 0;
+  for (const auto& [name, values] : sets) {
+    auto* set = new QBarSet(name);
+    for (double v : values) {
+      *set << v;
+      max = std::max(max, v);
+    }
+    series->append(set);
+  }
+  series->setLabelsVisible(true);
+  series->setLabelsFormat(QStringLiteral("@value"));
+  series->setLabelsPrecision(4);
+  chart->addSeries(series);
+  auto* x = new QBarCategoryAxis;
+  x->append(categories);
+  auto* y = new QValueAxis;
+  y->setTitleText(unit);
+  applyScale(y, niceScale(0, max > 0 ? max * 1.15 : 1, 6));
+  chart->addAxis(x, Qt::AlignBottom);
+  chart->addAxis(y, Qt::AlignLeft);
+  series->attachAxis(x);
+  series->attachAxis(y);
+  chart->legend()->setVisible(sets.size() > 1);
+}
+
+}  // namespace
+
+CompareWindow::CompareWindow(ConversationStore* store, QWidget* parent) : QMainWindow(parent), m_store(store) {
+  setWindowTitle(tr("Compare models — PhaseLab"));
+  setObjectName(QStringLiteral("compareWindow"));
+  setAttribute(Qt::WA_DeleteOnClose, false);
+  resize(1100, 760);
+
+  auto* central = new QWidget;
+  auto* col = new QVBoxLayout(central);
+
+  // Saved runs.
+  auto* savedRow = new QHBoxLayout;
+  savedRow->addWidget(new QLabel(tr("Saved runs:")));
+  m_saved = new QComboBox;
+  m_saved->setObjectName(QStringLiteral("savedRuns"));
+  m_saved->setAccessibleName(tr("Saved runs"));
+  m_saved->setMinimumContentsLength(40);
+  savedRow->addWidget(m_saved, 1);
+  auto* openSaved = new QPushButton(tr("Open"));
+  openSaved->setAccessibleName(tr("Open the saved run"));
+  savedRow->addWidget(openSaved);
+  connect(openSaved, &QPushButton::clicked, this, [this] {
+    if (m_saved->currentData().isValid()) openSavedRun(m_saved->currentData().toLongLong());
+  });
+  col->addLayout(savedRow);
+
+  // Variants.
+  m_variants = new QTableWidget(0, kVariantColumns);
+  m_variants->setObjectName(QStringLiteral("variantsTable"));
+  m_variants->setAccessibleName(tr("Variants"));
+  m_variants->setHorizontalHeaderLabels({tr("Variant"), tr("Quantization"), tr("Backend"), tr("KV cache"), tr("Speculative")});
+  m_variants->horizontalHeader()->setSectionResizeMode(kColName, QHeaderView::Stretch);
+  m_variants->verticalHeader()->setVisible(false);
+  m_variants->setSelectionBehavior(QAbstractItemView::SelectRows);
+  m_variants->setMinimumHeight(120);
+  auto* variantButtons = new QHBoxLayout;
+  m_addModel = new QPushButton(tr("Add Model…"));
+  m_addModel->setObjectName(QStringLiteral("addModel"));
+  connect(m_addModel, &QPushButton::clicked, this, &CompareWindow::chooseModel);
+  m_addQuant = new QPushButton(tr("Add Quantization"));
+  m_addQuant->setObjectName(QStringLiteral("addQuantization"));
+  m_addQuant->setToolTip(tr("A quantization of the first model, made once and kept in %1")
+                             .arg(QString::fromStdString(default_compare_cache_dir())));
+  auto* quantMenu = new QMenu(m_addQuant);
+  for (FileType t : supported_file_types()) {
+    const QString name = QString::fromLatin1(file_type_name(t).data(), static_cast<int>(file_type_name(t).size()));
+    quantMenu->addAction(name, this, [this, name] { addQuantization(name); });
+  }
+  m_addQuant->setMenu(quantMenu);
+  m_remove = new QPushButton(tr("Remove"));
+  connect(m_remove, &QPushButton::clicked, this, &CompareWindow::removeSelected);
+  variantButtons->addWidget(m_addModel);
+  variantButtons->addWidget(m_addQuant);
+  variantButtons->addWidget(m_remove);
+  variantButtons->addStretch(1);
+
+  // Measurement options.
+  auto* form = new QFormLayout;
+  auto* textRow = new QHBoxLayout;
+  m_text = new QLineEdit(QString::fromStdString(bundled_text_path("eval-en.txt")));
+  m_text->setAccessibleName(tr("Evaluation text"));
+  m_text->setPlaceholderText(tr("a UTF-8 text file"));
+  auto* browse = new QPushButton(tr("Choose…"));
+  browse->setAccessibleName(tr("Choose the evaluation text"));
+  connect(browse, &QPushButton::clicked, this, &CompareWindow::chooseText);
+  textRow->addWidget(m_text, 1);
+  textRow->addWidget(browse);
+  form->addRow(tr("Text (perplexity, KL):"), textRow);
+  m_chunks = new QSpinBox;
+  m_chunks->setRange(1, 10000);
+  m_chunks->setValue(8);
+  m_chunks->setAccessibleName(tr("Perplexity chunks"));
+  m_chunks->setToolTip(tr("Chunks of 512 tokens scored (their second halves), as llama-perplexity does"));
+  form->addRow(tr("Chunks of 512 tokens:"), m_chunks);
+  m_threads = new QSpinBox;
+  m_threads->setRange(0, 256);
+  m_threads->setSpecialValueText(tr("one per physical core"));
+  m_threads->setAccessibleName(tr("Threads"));
+  form->addRow(tr("Threads:"), m_threads);
+
+  auto* runRow = new QHBoxLayout;
+  m_run = new QPushButton(tr("Run"));
+  m_run->setObjectName(QStringLiteral("runCompare"));
+  m_run->setDefault(true);
+  connect(m_run, &QPushButton::clicked, this, &CompareWindow::startRun);
+  m_cancel = new QPushButton(tr("Cancel"));
+  m_cancel->setObjectName(QStringLiteral("cancelCompare"));
+  m_cancel->setEnabled(false);
+  connect(m_cancel, &QPushButton::clicked, this, &CompareWindow::cancelRun);
+  m_progress = new QProgressBar;
+  m_progress->setRange(0, 1000);
+  m_progress->setValue(0);
+  m_progress->setTextVisible(false);
+  m_progress->setAccessibleName(tr("Progress"));
+  m_status = new QLabel(tr("Add models and quantizations, then Run."));
+  m_status->setObjectName(QStringLiteral("compareStatus"));
+  runRow->addWidget(m_run);
+  runRow->addWidget(m_cancel);
+  runRow->addWidget(m_progress, 1);
+
+  auto* top = new QWidget;
+  auto* topCol = new QVBoxLayout(top);
+  topCol->setContentsMargins(0, 0, 0, 0);
+  topCol->addWidget(m_variants, 1);
+  topCol->addLayout(variantButtons);
+  topCol->addLayout(form);
+  topCol->addLayout(runRow);
+  topCol->addWidget(m_status);
+
+  // Results.
+  m_tabs = new QTabWidget;
+  m_tabs->setObjectName(QStringLiteral("compareTabs"));
+  m_results = new QTableWidget(0, 11);
+  m_results->setObjectName(QStringLiteral("compareResults"));
+  m_results->setAccessibleName(tr("Results"));
+  m_results->setHorizontalHeaderLabels({tr("Variant"), tr("Types"), tr("Size MiB"), tr("Prefill tok/s"),
+                                        tr("Decode tok/s"), tr("TTFT ms"), tr("Peak RSS MiB"), tr("Perplexity"),
+                                        tr("KL divergence"), tr("Top-1 agree"), tr("RMS Δp")});
+  m_results->verticalHeader()->setVisible(false);
+  m_results->setEditTriggers(QAbstractItemView::NoEditTriggers);
+  m_results->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+  m_tabs->addTab(m_results, tr("Table"));
+  auto* speed = new QWidget;
+  auto* speedRow = new QHBoxLayout(speed);
+  m_speedChart = new QChart;
+  speedRow->addWidget(chartView(m_speedChart, tr("Prefill and decode tokens/s")));
+  m_tabs->addTab(speed, tr("Speed"));
+  m_qualityChart = new QChart;
+  m_tabs->addTab(chartView(m_qualityChart, tr("Decode speed against KL divergence (point size: peak memory)")),
+                 tr("Speed vs quality"));
+  m_memoryChart = new QChart;
+  m_tabs->addTab(chartView(m_memoryChart, tr("File size and peak memory (MiB)")), tr("Memory"));
+
+  auto* split = new QSplitter(Qt::Vertical);
+  split->addWidget(top);
+  split->addWidget(m_tabs);
+  split->setStretchFactor(1, 2);
+  col->addWidget(split, 1);
+  setCentralWidget(central);
+
+  auto* bar = addToolBar(tr("Compare"));
+  bar->setObjectName(QStringLiteral("compareToolbar"));
+  bar->addAction(tr("Export CSV…"), this, [this] {
+    const QString p = QFileDialog::getSaveFileName(this, tr("Export CSV"), QDir::home().filePath(QStringLiteral("compare.csv")),
+                                                   tr("CSV (*.csv)"));
+    if (!p.isEmpty()) exportCsv(p);
+  });
+  bar->addAction(tr("Export JSON…"), this, [this] {
+    const QString p = QFileDialog::getSaveFileName(this, tr("Export JSON"), QDir::home().filePath(QStringLiteral("compare.json")),
+                                                   tr("JSON (*.json)"));
+    if (!p.isEmpty()) exportJson(p);
+  });
+  refreshSavedRuns();
+}
+
+CompareWindow::~CompareWindow() {
+  if (m_thread) {
+    m_cancelFlag->store(true);
+    m_thread->wait();
+  }
+}
+
+QList<QChartView*> CompareWindow::chartViews() const { return findChildren<QChartView*>(); }
+
+void CompareWindow::addVariantRow(const CompareVariant& v) {
+  const int r = m_variants->rowCount();
+  m_variants->insertRow(r);
+  auto* name = new QTableWidgetItem(QFileInfo(QString::fromStdString(v.file)).fileName());
+  name->setData(Qt::UserRole, QString::fromStdString(v.file));
+  name->setToolTip(QString::fromStdString(v.file));
+  name->setFlags(name->flags() & ~Qt::ItemIsEditable);
+  m_variants->setItem(r, kColName, name);
+  auto* src = new QTableWidgetItem(typeLabel(v));
+  src->setData(Qt::UserRole, v.quantize_to ? static_cast<int>(*v.quantize_to) : -1);
+  src->setFlags(src->flags() & ~Qt::ItemIsEditable);
+  m_variants->setItem(r, kColSource, src);
+  auto* backend = new QComboBox;
+  backend->addItems({QStringLiteral("cpu"), QStringLiteral("cpu-portable"), QStringLiteral("cpu-reference"), QStringLiteral("cuda")});
+  backend->setCurrentText(QString::fromStdString(v.backend));
+  backend->setAccessibleName(tr("Backend"));
+  m_variants->setCellWidget(r, kColBackend, backend);
+  auto* kv = new QCheckBox;
+  kv->setChecked(v.kv_cache);
+  kv->setAccessibleName(tr("KV cache"));
+  m_variants->setCellWidget(r, kColKv, kv);
+  auto* spec = new QComboBox;
+  spec->addItem(tr("off"), QStringLiteral("none"));
+  spec->addItem(tr("prompt lookup"), QStringLiteral("lookup"));
+  spec->setCurrentIndex(std::max(0, spec->findData(QString::fromStdString(v.speculative))));
+  spec->setAccessibleName(tr("Speculative decoding"));
+  m_variants->setCellWidget(r, kColSpec, spec);
+}
+
+void CompareWindow::addModel(const QString& path) {
+  CompareVariant v;
+  v.file = path.toStdString();
+  addVariantRow(v);
+}
+
+bool CompareWindow::addQuantization(const QString& type) {
+  const auto ft = parse_file_type(type.toStdString());
+  if (!ft) {
+    showError(tr("Unknown quantization type %1").arg(type));
+    return false;
+  }
+  if (m_variants->rowCount() == 0) {
+    showError(tr("Add a model first: quantizations are made from the first model."));
+    return false;
+  }
+  CompareVariant v;
+  v.file = m_variants->item(0, kColName)->data(Qt::UserRole).toString().toStdString();
+  v.quantize_to = *ft;
+  addVariantRow(v);
+  return true;
+}
+
+int CompareWindow::variantCount() const { return m_variants->rowCount(); }
+void CompareWindow::setTextFile(const QString& path) { m_text->setText(path); }
+void CompareWindow::setChunks(int chunks) { m_chunks->setValue(chunks); }
+void CompareWindow::setThreads(int threads) { m_threads->setValue(threads); }
+void CompareWindow::setSpeedTests(int nPrompt, int nGen, int repetitions) {
+  m_nPrompt = nPrompt, m_nGen = nGen, m_repetitions = repetitions;
+}
+
+std::vector<CompareVariant> CompareWindow::variants() const {
+  std::vector<CompareVariant> out;
+  for (int r = 0; r < m_variants->rowCount(); r++) {
+    CompareVariant v;
+    v.file = m_variants->item(r, kColName)->data(Qt::UserRole).toString().toStdString();
+    const int ft = m_variants->item(r, kColSource)->data(Qt::UserRole).toInt();
+    if (ft >= 0) v.quantize_to = static_cast<FileType>(ft);
+    v.backend = static_cast<QComboBox*>(m_variants->cellWidget(r, kColBackend))->currentText().toStdString();
+    v.kv_cache = static_cast<QCheckBox*>(m_variants->cellWidget(r, kColKv))->isChecked();
+    v.speculative = static_cast<QComboBox*>(m_variants->cellWidget(r, kColSpec))->currentData().toString().toStdString();
+    out.push_back(v);
+  }
+  return out;
+}
+
+void CompareWindow::chooseModel() {
+  const QString dir = QString::fromStdString(user_model_dir());
+  const QStringList paths =
+      QFileDialog::getOpenFileNames(this, tr("Add models"), dir, tr("GGUF models (*.gguf);;All files (*)"));
+  for (const QString& p : paths) addModel(p);
+}
+
+void CompareWindow::chooseText() {
+  const QString p = QFileDialog::getOpenFileName(this, tr("Evaluation text"), QFileInfo(m_text->text()).path(),
+                                                 tr("Text (*.txt);;All files (*)"));
+  if (!p.isEmpty()) m_text->setText(p);
+}
+
+void CompareWindow::removeSelected() {
+  const auto rows = m_variants->selectionModel()->selectedRows();
+  QList<int> indexes;
+  for (const QModelIndex& i : rows) indexes << i.row();
+  std::sort(indexes.begin(), indexes.end(), std::greater<>());
+  for (int r : indexes) m_variants->removeRow(r);
+}
+
+void CompareWindow::showError(const QString& message) {
+  m_lastError = message;
+  m_status->setText(QStringLiteral("<span style='color:#b00020'>%1</span>").arg(message.toHtmlEscaped()));
+  spdlog::warn("compare: {}", message.toStdString());
+}
+
+void CompareWindow::setRunning(bool running) {
+  m_run->setEnabled(!running);
+  m_cancel->setEnabled(running);
+  m_addModel->setEnabled(!running);
+  m_addQuant->setEnabled(!running);
+  m_remove->setEnabled(!running);
+  m_variants->setEnabled(!running);
+}
+
+bool CompareWindow::startRun() {
+  if (m_thread) return false;
+  m_lastError.clear();
+  const std::vector<CompareVariant> vs = variants();
+  CompareOptions opts;
+  QFile text(m_text->text());
+  if (m_text->text().isEmpty() || !text.open(QIODevice::ReadOnly)) {
+    showError(tr("Cannot read the evaluation text %1: choose a text file.").arg(m_text->text()));
+    emit runFinished(false, m_lastError);
+    return false;
+  }
+  if (text.size() > (64 << 20)) {
+    showError(tr("The evaluation text is larger than 64 MiB: choose a smaller one."));
+    emit runFinished(false, m_lastError);
+    return false;
+  }
+  opts.text = text.readAll().toStdString();
+  opts.n_chunks = m_chunks->value();
+  opts.n_threads = m_threads->value();
+  opts.n_prompt = m_nPrompt;
+  opts.n_gen = m_nGen;
+  opts.repetitions = m_repetitions;
+  if (Status st = validate_compare(vs, opts); !st) {
+    showError(QString::fromStdString(st.message()));
+    emit runFinished(false, m_lastError);
+    return false;
+  }
+  setRunning(true);
+  m_progress->setValue(0);
+  m_status->setText(tr("Starting…"));
+  m_cancelFlag = std::make_shared<std::atomic<bool>>(false);
+  QPointer<CompareWindow> self(this);
+  auto flag = m_cancelFlag;
+  m_thread = QThread::create([self, vs, opts, flag] {
+    auto result = run_compare(
+        vs, opts,
+        [self](const CompareProgress& p) {
+          QMetaObject::invokeMethod(qApp, [self, p] { if (self) self->onProgress(p); }, Qt::QueuedConnection);
+        },
+        flag.get());
+    std::vector<CompareRow> rows;
+    QString error;
+    const bool cancelled = !result && result.status().code() == StatusCode::cancelled;
+    if (result) rows = std::move(*result);
+    else error = QString::fromStdString(result.status().message());
+    QMetaObject::invokeMethod(qApp, [self, rows, error, cancelled] { if (self) self->onDone(rows, error, cancelled); },
+                              Qt::QueuedConnection);
+  });
+  connect(m_thread, &QThread::finished, m_thread, &QObject::deleteLater);
+  m_thread->start(QThread::LowPriority);
+  return true;
+}
+
+void CompareWindow::cancelRun() {
+  if (m_cancelFlag) m_cancelFlag->store(true);
+  m_status->setText(tr("Cancelling…"));
+}
+
+void CompareWindow::onProgress(const CompareProgress& p) {
+  m_progress->setValue(static_cast<int>(p.fraction * 1000));
+  m_status->setText(tr("Variant %1 of %2 — %3").arg(p.variant + 1).arg(p.n_variants).arg(QString::fromStdString(p.message)));
+}
+
+void CompareWindow::onDone(const std::vector<CompareRow>& rows, const QString& error, bool cancelled) {
+  if (m_thread) m_thread->wait();
+  m_thread = nullptr;
+  setRunning(false);
+  if (cancelled) {
+    m_status->setText(tr("Cancelled."));
+    m_progress->setValue(0);
+    emit runFinished(false, tr("cancelled"));
+    return;
+  }
+  if (!error.isEmpty()) {
+    showError(error);
+    emit runFinished(false, error);
+    return;
+  }
+  m_rows = rows;
+  m_progress->setValue(1000);
+  showRows();
+  const QString title = tr("%1 variants, %2").arg(rows.size()).arg(QDateTime::currentDateTime().toString(Qt::ISODate));
+  if (m_store && m_store->isOpen() && m_store->saveCompareRun(title, optionsJson(), QByteArray::fromStdString(compare_rows_json(rows))) == 0)
+    showError(tr("The run finished but could not be saved: %1").arg(m_store->lastError()));
+  else
+    m_status->setText(tr("Done: %1 variants measured and saved.").arg(rows.size()));
+  refreshSavedRuns();
+  emit runFinished(true, QString());
+}
+
+QByteArray CompareWindow::optionsJson() const {
+  QJsonArray vs;
+  for (const CompareVariant& v : variants())
+    vs.append(QJsonObject{{"file", QString::fromStdString(v.file)},
+                          {"quantize_to", v.quantize_to ? QString::fromLatin1(file_type_name(*v.quantize_to).data())
+                                                        : QString()},
+                          {"backend", QString::fromStdString(v.backend)},
+                          {"kv_cache", v.kv_cache},
+                          {"speculative", QString::fromStdString(v.speculative)}});
+  return QJsonDocument(QJsonObject{{"variants", vs},
+                                   {"text", m_text->text()},
+                                   {"chunks", m_chunks->value()},
+                                   {"threads", m_threads->value()},
+                                   {"n_prompt", m_nPrompt},
+                                   {"n_gen", m_nGen}})
+      .toJson(QJsonDocument::Compact);
+}
+
+void CompareWindow::showRows() {
+  m_results->setRowCount(0);
+  QStringList names;
+  QList<double> pp, tg, size, rss;
+  for (const CompareRow& r : m_rows) {
+    const int i = m_results->rowCount();
+    m_results->insertRow(i);
+    const QString name = QString::fromStdString(r.name) + (r.reference ? tr(" (reference)") : QString());
+    names << QString::fromStdString(r.name);
+    auto cell = [&](int c, const QString& text, const QString& tip = {}) {
+      auto* item = new QTableWidgetItem(text);
+      if (c > 0) item->setTextAlignment(Qt::AlignRight | Qt::AlignVCenter);
+      if (!tip.isEmpty()) item->setToolTip(tip);
+      m_results->setItem(i, c, item);
+    };
+    cell(0, name, QString::fromStdString(r.file));
+    cell(1, QString::fromStdString(r.file_type.empty() ? r.type_mix : r.file_type), QString::fromStdString(r.type_mix));
+    cell(2, QString::number(r.size_mib, 'f', 1));
+    cell(3, QString::number(r.pp, 'f', 1));
+    cell(4, QString::number(r.tg, 'f', 1), r.kv_cache ? QString() : tr("without the KV cache"));
+    cell(5, QString::number(r.ttft_ms, 'f', 1));
+    cell(6, QString::number(r.peak_rss_mib, 'f', 0));
+    cell(7, QStringLiteral("%1 ± %2").arg(r.ppl, 0, 'f', 3).arg(r.ppl_err, 0, 'f', 3));
+    cell(8, QString::number(r.kld, 'f', 5));
+    cell(9, QStringLiteral("%1%").arg(100 * r.top1_agree, 0, 'f', 2));
+    cell(10, QStringLiteral("%1%").arg(r.rms_dp, 0, 'f', 2));
+    pp << r.pp;
+    tg << r.tg;
+    size << r.size_mib;
+    rss << r.peak_rss_mib;
+  }
+  fillBars(m_speedChart, names, {{tr("prefill"), pp}, {tr("decode"), tg}}, tr("tokens/s"));
+  fillBars(m_memoryChart, names, {{tr("file"), size}, {tr("peak RSS"), rss}}, tr("MiB"));
+
+  // Speed against quality: one series per variant, so each point can have
+  // its own size (peak memory) and a legend entry with its name.
+  clearChart(m_qualityChart);
+  auto* x = new QValueAxis;
+  x->setTitleText(tr("KL divergence from the reference (nats)"));
+  auto* y = new QValueAxis;
+  y->setTitleText(tr("decode tokens/s"));
+  m_qualityChart->addAxis(x, Qt::AlignBottom);
+  m_qualityChart->addAxis(y, Qt::AlignLeft);
+  double maxK = 0, maxT = 0, maxR = 1;
+  for (const CompareRow& r : m_rows) maxK = std::max(maxK, r.kld), maxT = std::max(maxT, r.tg), maxR = std::max(maxR, r.peak_rss_mib);
+  for (const CompareRow& r : m_rows) {
+    auto* s = new QScatterSeries;
+    s->setName(QString::fromStdString(r.name));
+    s->setMarkerSize(10 + 30 * r.peak_rss_mib / maxR);
+    s->append(r.kld, r.tg);
+    m_qualityChart->addSeries(s);
+    s->attachAxis(x);
+    s->attachAxis(y);
+  }
+  applyScale(x, niceScale(0, maxK > 0 ? maxK * 1.15 : 0.01, 6));
+  applyScale(y, niceScale(0, maxT > 0 ? maxT * 1.15 : 1, 6));
+  m_qualityChart->legend()->setVisible(true);
+}
+
+std::vector<CompareRow> CompareWindow::rowsFromJson(const QByteArray& json, QString* error) {
+  std::vector<CompareRow> rows;
+  QJsonParseError pe{};
+  const QJsonDocument doc = QJsonDocument::fromJson(json, &pe);
+  if (pe.error != QJsonParseError::NoError || !doc.isArray()) {
+    if (error) *error = tr("not a list of comparison rows: %1").arg(pe.errorString());
+    return {};
+  }
+  for (const QJsonValue& v : doc.array()) {
+    const QJsonObject o = v.toObject();
+    if (!o.value(QStringLiteral("name")).isString() || !o.value(QStringLiteral("tg128")).isDouble()) {
+      if (error) *error = tr("a row without name or tg128");
+      return {};
+    }
+    CompareRow r;
+    r.name = o.value(QStringLiteral("name")).toString().toStdString();
+    r.file = o.value(QStringLiteral("file")).toString().toStdString();
+    r.file_type = o.value(QStringLiteral("file_type")).toString().toStdString();
+    r.type_mix = o.value(QStringLiteral("type_mix")).toString().toStdString();
+    r.backend = o.value(QStringLiteral("backend")).toString().toStdString();
+    r.kv_cache = o.value(QStringLiteral("kv_cache")).toBool(true);
+    r.speculative = o.value(QStringLiteral("speculative")).toString().toStdString();
+    r.size_mib = o.value(QStringLiteral("size_mib")).toDouble();
+    r.pp = o.value(QStringLiteral("pp512")).toDouble();
+    r.tg = o.value(QStringLiteral("tg128")).toDouble();
+    r.ttft_ms = o.value(QStringLiteral("ttft_ms")).toDouble();
+    r.peak_rss_mib = o.value(QStringLiteral("peak_rss_mib")).toDouble();
+    r.ppl = o.value(QStringLiteral("ppl")).toDouble();
+    r.ppl_err = o.value(QStringLiteral("ppl_err")).toDouble();
+    r.kld = o.value(QStringLiteral("kld")).toDouble();
+    r.kld_p99 = o.value(QStringLiteral("kld_p99")).toDouble();
+    r.top1_agree = o.value(QStringLiteral("top1_agree")).toDouble();
+    r.rms_dp = o.value(QStringLiteral("rms_dp")).toDouble();
+    r.reference = o.value(QStringLiteral("reference")).toBool();
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+void CompareWindow::refreshSavedRuns() {
+  m_saved->clear();
+  if (!m_store || !m_store->isOpen()) return;
+  for (const CompareRunRecord& r : m_store->compareRuns()) m_saved->addItem(r.title, r.id);
+}
+
+bool CompareWindow::openSavedRun(qint64 id) {
+  if (!m_store) return false;
+  for (const CompareRunRecord& r : m_store->compareRuns()) {
+    if (r.id != id) continue;
+    QString error;
+    std::vector<CompareRow> rows = rowsFromJson(r.rows, &error);
+    if (rows.empty()) {
+      showError(tr("The saved run %1 cannot be read: %2").arg(r.title, error));
+      return false;
+    }
+    m_rows = std::move(rows);
+    showRows();
+    m_status->setText(tr("Saved run: %1").arg(r.title));
+    return true;
+  }
+  showError(tr("No saved run %1").arg(id));
+  return false;
+}
+
+bool CompareWindow::writeFile(const QString& path, const QByteArray& data) {
+  QSaveFile f(path);
+  if (!f.open(QIODevice::WriteOnly) || f.write(data) != data.size() || !f.commit()) {
+    showError(tr("Could not write %1: %2").arg(path, f.errorString()));
+    return false;
+  }
+  m_status->setText(tr("Exported to %1").arg(path));
+  return true;
+}
+
+bool CompareWindow::exportCsv(const QString& path) {
+  if (m_rows.empty()) {
+    showError(tr("Nothing to export: run a comparison or open a saved run first."));
+    return false;
+  }
+  return writeFile(path, QByteArray::fromStdString(compare_rows_csv(m_rows)));
+}
+
+bool CompareWindow::exportJson(const QString& path) {
+  if (m_rows.empty()) {
+    showError(tr("Nothing to export: run a comparison or open a saved run first."));
+    return false;
+  }
+  return writeFile(path, QByteArray::fromStdString(compare_rows_json(m_rows)));
+}
+
+void CompareWindow::closeEvent(QCloseEvent* e) {
+  if (m_thread) cancelRun();  // the worker stops at its next step; the destructor waits for it
+  QMainWindow::closeEvent(e);
+}
+
+}  // namespace phaselab::ui
