@@ -59,8 +59,8 @@ shot() {
   sleep 5
   import -window root "$OUT/chat-$size-after.png"
   # The metrics dock's second tab (where its tab bar is at this size).
-  local tab_x=1075 tab_y=89
-  [[ $size == 800x600 ]] && tab_x=662 tab_y=103
+  local tab_x=1075 tab_y=118
+  [[ $size == 800x600 ]] && tab_x=662 tab_y=118
   xdotool mousemove "$tab_x" "$tab_y" click 1
   sleep 0.5
   import -window root "$OUT/phase-meter-$size.png"

@@ -146,6 +146,8 @@ class MainWindow : public QMainWindow {
   QDockWidget* m_listDock = nullptr;
   bool m_narrow = false;
   bool m_probing = false;  // the hardware probe runs
+  bool m_probeWaiting = false;  // it waits for the engine to be idle
+  bool m_probeRetryConnected = false;
   CompareWindow* m_compare = nullptr;
   bool m_baseModelNoteDismissed = false;
 };
