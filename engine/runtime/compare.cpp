@@ -1,9 +1,5 @@
 #include "phaselab/compare.h"
 
-#include <pwd.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -15,6 +11,7 @@
 
 #include "phaselab/backend.h"
 #include "phaselab/chat_template.h"
+#include "phaselab/log.h"
 #include "phaselab/machine.h"
 #include "phaselab/model.h"
 #include "phaselab/perplexity.h"
@@ -87,13 +84,7 @@ constexpr double kShare[] = {0.15, 0.02, 0.13, 0.15, 0.05, 0.50};
 
 }  // namespace
 
-std::string default_compare_cache_dir() {
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/PhaseLab/quantized";
-  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/PhaseLab/quantized";
-  if (const passwd* pw = ::getpwuid(::getuid()); pw && pw->pw_dir && *pw->pw_dir)
-    return std::string(pw->pw_dir) + "/.cache/PhaseLab/quantized";
-  return "/tmp/PhaseLab-" + std::to_string(::getuid()) + "/quantized";
-}
+std::string default_compare_cache_dir() { return user_cache_dir() + "/quantized"; }
 
 Status validate_compare(const std::vector<CompareVariant>& variants, const CompareOptions& opts) {
   if (variants.empty()) return invalid_argument("nothing to compare: give at least one model");

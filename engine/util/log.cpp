@@ -17,15 +17,22 @@ std::string g_log_path;
 bool g_initialised = false;
 }  // namespace
 
-std::string user_data_dir() {
-  if (const char* x = std::getenv("XDG_DATA_HOME"); x && *x) return std::string(x) + "/PhaseLab";
-  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.local/share/PhaseLab";
-  // No HOME (a service, `env -i`): the home folder from the password
-  // database, never the current folder.
+namespace {
+// $XDG_<KIND>_HOME/PhaseLab, else <home>/<fallback>/PhaseLab, where home is
+// $HOME or, without it (a service, `env -i`), the password database's home
+// folder, never the current folder.
+std::string xdg_dir(const char* xdg_var, const char* fallback) {
+  if (const char* x = std::getenv(xdg_var); x && *x) return std::string(x) + "/PhaseLab";
+  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/" + fallback + "/PhaseLab";
   if (const passwd* pw = ::getpwuid(::getuid()); pw && pw->pw_dir && *pw->pw_dir)
-    return std::string(pw->pw_dir) + "/.local/share/PhaseLab";
+    return std::string(pw->pw_dir) + "/" + fallback + "/PhaseLab";
   return "/tmp/PhaseLab-" + std::to_string(::getuid());
 }
+}  // namespace
+
+std::string user_data_dir() { return xdg_dir("XDG_DATA_HOME", ".local/share"); }
+
+std::string user_cache_dir() { return xdg_dir("XDG_CACHE_HOME", ".cache"); }
 
 std::string user_model_dir() {
   if (const char* m = std::getenv("PHASELAB_MODEL_DIR"); m && *m) return m;

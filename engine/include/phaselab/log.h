@@ -10,6 +10,8 @@ namespace phaselab {
 
 // The user's data folder: $XDG_DATA_HOME/PhaseLab or ~/.local/share/PhaseLab.
 std::string user_data_dir();
+// The user's cache folder: $XDG_CACHE_HOME/PhaseLab or ~/.cache/PhaseLab.
+std::string user_cache_dir();
 // The model folder: <user_data_dir>/models (PHASELAB_MODEL_DIR overrides).
 std::string user_model_dir();
 // A text PhaseLab ships (resources/text/NAME, e.g. "eval-en.txt"):
