@@ -132,8 +132,10 @@ __attribute__((target("avx2"))) uint64_t read_avx2(const uint8_t* p, std::size_t
     d = _mm256_add_epi64(d, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 96)));
   }
   const __m256i s = _mm256_add_epi64(_mm256_add_epi64(a, b), _mm256_add_epi64(c, d));
-  return static_cast<uint64_t>(_mm256_extract_epi64(s, 0) + _mm256_extract_epi64(s, 1) + _mm256_extract_epi64(s, 2) +
-                               _mm256_extract_epi64(s, 3));
+  // The lanes as unsigned numbers: their sum wraps, which it may (only its
+  // existence matters), where a signed sum would be undefined (UBSan).
+  return static_cast<uint64_t>(_mm256_extract_epi64(s, 0)) + static_cast<uint64_t>(_mm256_extract_epi64(s, 1)) +
+         static_cast<uint64_t>(_mm256_extract_epi64(s, 2)) + static_cast<uint64_t>(_mm256_extract_epi64(s, 3));
 }
 #endif
 
