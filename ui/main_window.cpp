@@ -592,14 +592,11 @@ void MainWindow::exportDialog() {
     showError(tr("Nothing to export yet: this conversation has no messages."));
     return;
   }
-  QString title;
-  for (const ConversationRecord& c : m_store.conversations())
-    if (c.id == m_chat->conversationId()) title = c.title;
+  const QString title = m_store.conversation(m_chat->conversationId()).title;
   QString base = title.left(40).replace(QRegularExpression(QStringLiteral("[^\\w\\- ]")), QString()).trimmed();
   if (base.isEmpty()) base = QStringLiteral("conversation");
-  QString filter;
   const QString path = QFileDialog::getSaveFileName(this, tr("Export conversation"), QDir::home().filePath(base + QStringLiteral(".md")),
-                                                    tr("Markdown (*.md);;PhaseLab JSON (*.json)"), &filter);
+                                                    tr("Markdown (*.md);;PhaseLab JSON (*.json)"));
   if (path.isEmpty()) return;
   exportConversation(path);
 }
