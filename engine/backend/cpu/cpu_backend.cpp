@@ -50,6 +50,9 @@ class CpuBackend final : public Backend {
       const int64_t max_in = std::max<int64_t>({c_.n_embd, c_.n_ff, c_.n_embd_q()});
       row_buf_.assign(pool_.size(), std::vector<float>(max_in));
       rope_cs_.resize(static_cast<size_t>(2) * B * c_.n_rot);
+      tok_kv_.resize(B);
+      tok_pos_.resize(B);
+      tok_id_.resize(B);
       score_buf_.assign(pool_.size(), std::vector<float>());
       vrow_buf_.assign(pool_.size(), std::vector<const float*>());
       if (k_fast_) {
@@ -75,22 +78,53 @@ class CpuBackend final : public Backend {
   uint64_t positions_computed() const override { return computed_; }
 
   Status forward(const int32_t* tokens, int T, KvCache& kv, float* logits, LogitsMode mode) override {
-    if (T < 1 || T > max_batch_) return invalid_argument("batch of " + std::to_string(T) + " tokens (1.." + std::to_string(max_batch_) + ")");
-    const int p0 = kv.n_past();
-    PHASELAB_TRY(kv.reserve(T));  // blocks for the new positions (copy on write)
-    for (int t = 0; t < T; t++)
-      if (tokens[t] < 0 || tokens[t] >= c_.n_vocab) return invalid_argument("token id " + std::to_string(tokens[t]) + " is outside the vocabulary");
-    const size_t score_size = static_cast<size_t>(c_.n_head / c_.n_head_kv) * kv.n_ctx();
+    const SeqChunk chunk{&kv, tokens, T, mode, logits};
+    return forward_batch(&chunk, 1);
+  }
+
+  bool batched_forward() const override { return true; }
+
+  // The tokens of every chunk, one after another, are the rows t = 0..T-1 of
+  // every buffer below; tok_kv_[t] and tok_pos_[t] say whose and where.
+  Status forward_batch(const SeqChunk* chunks, int n_chunks) override {
+    if (n_chunks < 1) return invalid_argument("an empty batch: nothing to compute");
+    int T = 0, n_ctx_max = 0, n_logit_rows = 0;
+    for (int i = 0; i < n_chunks; i++) {
+      const SeqChunk& ch = chunks[i];
+      if (!ch.kv || !ch.tokens || ch.n_tokens < 1)
+        return invalid_argument("batch chunk " + std::to_string(i) + " has no sequence or no tokens");
+      if (ch.mode != LogitsMode::none && !ch.logits)
+        return invalid_argument("batch chunk " + std::to_string(i) + " asks for logits but gives nowhere to put them");
+      for (int j = 0; j < i; j++)
+        if (chunks[j].kv == ch.kv) return invalid_argument("a sequence appears twice in one batch");
+      for (int t = 0; t < ch.n_tokens; t++)
+        if (ch.tokens[t] < 0 || ch.tokens[t] >= c_.n_vocab)
+          return invalid_argument("token id " + std::to_string(ch.tokens[t]) + " is outside the vocabulary");
+      T += ch.n_tokens;
+      n_ctx_max = std::max(n_ctx_max, ch.kv->n_ctx());
+      n_logit_rows += ch.mode == LogitsMode::last ? 1 : ch.mode == LogitsMode::all ? ch.n_tokens : 0;
+    }
+    if (T > max_batch_)
+      return invalid_argument("batch of " + std::to_string(T) + " tokens (1.." + std::to_string(max_batch_) + ")");
+    for (int i = 0; i < n_chunks; i++) PHASELAB_TRY(chunks[i].kv->reserve(chunks[i].n_tokens));  // copy on write
+    for (int i = 0, t = 0; i < n_chunks; i++)
+      for (int j = 0; j < chunks[i].n_tokens; j++, t++) {
+        tok_kv_[t] = chunks[i].kv;
+        tok_pos_[t] = chunks[i].kv->n_past() + j;
+        tok_id_[t] = chunks[i].tokens[j];
+      }
+    score_stride_ = n_ctx_max;
+    const size_t score_size = static_cast<size_t>(c_.n_head / c_.n_head_kv) * n_ctx_max;
     for (auto& s : score_buf_)
       if (s.size() < score_size) s.resize(score_size);
     for (auto& v : vrow_buf_)
-      if (static_cast<int>(v.size()) < kv.n_ctx()) v.resize(kv.n_ctx());
+      if (static_cast<int>(v.size()) < n_ctx_max) v.resize(n_ctx_max);
 
     const int D = c_.n_embd, HD = c_.head_dim, NQ = c_.n_embd_q(), NKV = c_.n_embd_kv();
     rope_ready_ = 0;
     // x: (T, n_embd) the residual stream
     for (int t = 0; t < T; t++) {
-      PHASELAB_TRY(dequantize_row(w_.tok_embd.type, w_.tok_embd.row(tokens[t]), &x_[static_cast<size_t>(t) * D], D));
+      PHASELAB_TRY(dequantize_row(w_.tok_embd.type, w_.tok_embd.row(tok_id_[t]), &x_[static_cast<size_t>(t) * D], D));
       if (c_.embd_scale != 1.f)
         for (int i = 0; i < D; i++) x_[static_cast<size_t>(t) * D + i] *= c_.embd_scale;
     }
@@ -117,7 +151,7 @@ class CpuBackend final : public Backend {
       if (!(rope_ready_ & (1 << which))) {
         const float base = which ? c_.rope_base_swa : c_.rope_base;
         const float* ff = w_.rope_freq_factors.empty() ? nullptr : w_.rope_freq_factors.data();
-        for (int t = 0; t < T; t++) ref::rope_angles(&rope_cs_[(which * max_batch_ + t) * c_.n_rot], c_.n_rot, p0 + t, base, ff);
+        for (int t = 0; t < T; t++) ref::rope_angles(&rope_cs_[(which * max_batch_ + t) * c_.n_rot], c_.n_rot, tok_pos_[t], base, ff);
         rope_ready_ |= 1 << which;
       }
       per_token(T, [&](int t) {
@@ -132,10 +166,10 @@ class CpuBackend final : public Backend {
           if (c_.qk_norm) ref::rmsnorm(kh, kh, L.k_norm.data(), HD, c_.rms_eps);
           ref::rope_apply(kh, c_.n_rot, cs, c_.rope_neox);
         }
-        std::memcpy(kv.k(il, p0 + t), &k_[t * NKV], sizeof(float) * NKV);
-        std::memcpy(kv.v(il, p0 + t), &v_[t * NKV], sizeof(float) * NKV);
+        std::memcpy(tok_kv_[t]->k(il, tok_pos_[t]), &k_[t * NKV], sizeof(float) * NKV);
+        std::memcpy(tok_kv_[t]->v(il, tok_pos_[t]), &v_[t * NKV], sizeof(float) * NKV);
       });
-      attention(kv, il, p0, T);  // -> xb: (T, n_head*head_dim)
+      attention(il, T);  // -> xb: (T, n_head*head_dim)
       matmul(L.wo, xb_.data(), xb2_.data(), T);
       per_token(T, [&](int t) {
         if (c_.post_norms) ref::rmsnorm(&xb2_[t * D], &xb2_[t * D], L.post_attn_norm.data(), D, c_.rms_eps);
@@ -162,18 +196,38 @@ class CpuBackend final : public Backend {
         ref::add(&x_[t * D], &xb2_[t * D], D);
       });
     }
-    kv.append(tokens, T);
+    for (int i = 0; i < n_chunks; i++) chunks[i].kv->append(chunks[i].tokens, chunks[i].n_tokens);
     computed_ += static_cast<uint64_t>(T);
 
-    if (mode == LogitsMode::none) return Status::ok();
-    const int first = mode == LogitsMode::last ? T - 1 : 0;
-    const int n_out = T - first;
-    for (int t = first; t < T; t++) ref::rmsnorm(&xb_[(t - first) * D], &x_[t * D], w_.output_norm.data(), D, c_.rms_eps);
-    matmul(w_.output, xb_.data(), logits, n_out);  // (n_out, n_vocab)
+    if (n_logit_rows == 0) return Status::ok();
+    // The rows that want logits, normed into xb_ one after another, go
+    // through the output matrix together (the largest matrix of a small
+    // model: read once for the whole batch).
+    int r = 0;
+    for (int i = 0, t0 = 0; i < n_chunks; t0 += chunks[i].n_tokens, i++) {
+      const SeqChunk& ch = chunks[i];
+      const int first = ch.mode == LogitsMode::last ? ch.n_tokens - 1 : ch.mode == LogitsMode::all ? 0 : ch.n_tokens;
+      for (int t = t0 + first; t < t0 + ch.n_tokens; t++, r++)
+        ref::rmsnorm(&xb_[static_cast<size_t>(r) * D], &x_[static_cast<size_t>(t) * D], w_.output_norm.data(), D, c_.rms_eps);
+    }
+    const size_t n_logits = static_cast<size_t>(n_logit_rows) * c_.n_vocab;
+    float* out = chunks[0].logits;
+    if (n_chunks > 1) {
+      if (logits_buf_.size() < n_logits) logits_buf_.resize(n_logits);  // grows to the largest batch once
+      out = logits_buf_.data();
+    }
+    matmul(w_.output, xb_.data(), out, n_logit_rows);  // (n_logit_rows, n_vocab)
     if (c_.final_logit_softcap > 0) {
       const float cap = c_.final_logit_softcap;
-      for (size_t i = 0; i < static_cast<size_t>(n_out) * c_.n_vocab; i++) logits[i] = cap * std::tanh(logits[i] / cap);
+      for (size_t i = 0; i < n_logits; i++) out[i] = cap * std::tanh(out[i] / cap);
     }
+    if (n_chunks > 1)
+      for (int i = 0, row = 0; i < n_chunks; i++) {
+        const SeqChunk& ch = chunks[i];
+        const int n = ch.mode == LogitsMode::last ? 1 : ch.mode == LogitsMode::all ? ch.n_tokens : 0;
+        std::copy_n(out + static_cast<size_t>(row) * c_.n_vocab, static_cast<size_t>(n) * c_.n_vocab, ch.logits);
+        row += n;
+      }
     return Status::ok();
   }
 
@@ -398,14 +452,15 @@ class CpuBackend final : public Backend {
 
   float dot(const float* a, const float* b, int64_t n) const { return k_fast_ ? k_fast_->dot(a, b, n) : ref::dot(a, b, n); }
 
-  // Causal attention of T queries at positions p0.. over the cache of layer
-  // il. The query heads that share a KV head are done together, so each K
-  // and V row is read once for the whole group.
-  void attention(const KvCache& kv, int il, int p0, int T) {
+  // Causal attention of the T queries of the batch, each over its own
+  // sequence's cache (tok_kv_, tok_pos_) of layer il. The query heads that
+  // share a KV head are done together, so each K and V row is read once for
+  // the whole group.
+  void attention(int il, int T) {
     const int HD = c_.head_dim, NQ = c_.n_embd_q();
     const int group = c_.n_head / c_.n_head_kv;
     const bool swa = c_.is_swa(il) && c_.sliding_window > 0;
-    const int n_ctx = kv.n_ctx();
+    const int n_ctx = score_stride_;  // scores of one query head: (n_ctx) apart
     const int n_work = T * c_.n_head_kv;
     // One chunk per (token, KV head): later tokens attend over more keys,
     // and claiming chunks one by one balances that.
@@ -413,7 +468,8 @@ class CpuBackend final : public Backend {
       float* scores = score_buf_[thread].data();  // (group, n_ctx)
       {
         const int t = wi / c_.n_head_kv, kvh = wi % c_.n_head_kv;
-        const int pos = p0 + t;
+        const KvCache& kv = *tok_kv_[t];
+        const int pos = tok_pos_[t];
         const int h0 = kvh * group;
         // Keys in [j0, pos]: a local layer sees only the last sliding_window.
         const int j0 = swa ? std::max(0, pos - c_.sliding_window + 1) : 0;
@@ -486,6 +542,11 @@ class CpuBackend final : public Backend {
   std::vector<std::vector<float>> row_buf_;      // per thread: one dequantized weight row
   std::vector<std::vector<float>> score_buf_;    // per thread: (group, n_ctx) attention scores
   std::vector<std::vector<const float*>> vrow_buf_;  // per thread: (n_ctx) value rows of one KV head
+  std::vector<KvCache*> tok_kv_;  // (T) the sequence of each token of the batch
+  std::vector<int> tok_pos_;      // (T) its position in that sequence
+  std::vector<int32_t> tok_id_;   // (T) the token
+  int score_stride_ = 0;          // the largest n_ctx of the batch's sequences
+  std::vector<float> logits_buf_;  // (rows, n_vocab) logits of a batch of several sequences
   std::vector<float> rope_cs_;  // (2 bases, T, n_rot) cos/sin pairs of this forward's positions
   int rope_ready_ = 0;          // bit b: rope_cs_ of base b filled for this forward
   const cpu::Kernels* k_fast_;                   // null: the reference path

@@ -18,6 +18,16 @@ enum class LogitsMode {
   all,   // [n_tokens, n_vocab] (speculative verification, tests)
 };
 
+// One sequence's share of a batched forward pass: tokens at positions
+// kv->n_past() .. + n_tokens, and where its logits go.
+struct SeqChunk {
+  KvCache* kv = nullptr;            // a sequence appears at most once per pass
+  const int32_t* tokens = nullptr;  // [n_tokens]
+  int n_tokens = 0;
+  LogitsMode mode = LogitsMode::none;
+  float* logits = nullptr;          // last: [n_vocab]; all: [n_tokens, n_vocab]; none: unused
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -28,6 +38,25 @@ class Backend {
   // kv and writes logits as mode says. Fails (without touching kv) when the
   // tokens do not fit in kv's context.
   virtual Status forward(const int32_t* tokens, int n_tokens, KvCache& kv, float* logits, LogitsMode mode) = 0;
+  // Several sequences in one pass (continuous batching): every token of every
+  // chunk is a row of the same matrix products, so the weights are read once
+  // for all of them, and attention runs per sequence through its own block
+  // table. The chunks' tokens together are at most max_batch(). Each
+  // sequence gets exactly the K/V and logits its own forward() would give.
+  // Fails before any sequence changes if a chunk is invalid or its positions
+  // cannot be reserved (blocks reserved for earlier chunks stay reserved;
+  // KvCache::truncate(n_past()) returns them).
+  // batched_forward() says whether the backend shares the pass; the default
+  // runs the chunks one after another.
+  virtual bool batched_forward() const { return false; }
+  virtual Status forward_batch(const SeqChunk* chunks, int n_chunks) {
+    for (int i = 0; i < n_chunks; i++)
+      for (int j = 0; j < i; j++)
+        if (chunks[i].kv == chunks[j].kv) return invalid_argument("a sequence appears twice in one batch");
+    for (int i = 0; i < n_chunks; i++)
+      PHASELAB_TRY(forward(chunks[i].tokens, chunks[i].n_tokens, *chunks[i].kv, chunks[i].logits, chunks[i].mode));
+    return Status::ok();
+  }
   // Greedy decoding where the logits need not leave the backend (the CUDA
   // backend picks the argmax on the device and copies back one int): like
   // forward(&token, 1, kv, ..., LogitsMode::last), with *next = the argmax
@@ -73,5 +102,21 @@ std::string cpu_kernels_isa();
 // no SIMD beyond what the compiler does. The oracle for every other backend.
 Result<std::unique_ptr<Backend>> make_cpu_reference_backend(std::shared_ptr<const Model> model, int n_threads,
                                                             int max_batch = 64);
+
+// One way to make a backend from a kind, for the CLI, the GUI and the
+// comparison alike.
+struct BackendOptions {
+  std::string kind = "cpu";  // cpu | cpu-portable | cpu-reference | cuda
+  int n_threads = 0;         // CPU threads; <= 0: default_thread_count()
+  int max_batch = 64;        // tokens per forward pass at most
+  bool fallback = true;      // cuda unavailable: use the fast CPU backend (and say why) instead of failing
+};
+struct BackendChoice {
+  std::unique_ptr<Backend> backend;
+  std::string fallback_reason;  // non-empty when the kind asked for could not be used, and why
+};
+// The kinds make_backend accepts, for help texts and menus.
+const std::vector<std::string>& backend_kinds();
+Result<BackendChoice> make_backend(std::shared_ptr<const Model> model, const BackendOptions& opt);
 
 }  // namespace phaselab

@@ -1,0 +1,135 @@
+// Continuous batching: many requests share forward passes.
+//
+// Requests arrive (submit, from any thread) and leave (finished, cancelled)
+// at any step. Each step() runs one forward pass over a batch built under a
+// token budget: first the running sequences, oldest first (a decoding one
+// takes one token, one still prefilling takes a chunk of its prompt), then
+// waiting requests are admitted in arrival order while the budget and the
+// sequence limit allow. All sequences live in one paged KV pool; a prompt
+// prefix published by one sequence (a shared system prompt, an earlier turn)
+// is reused by the next. When the pool runs out of blocks, the newest
+// running sequence is preempted: its blocks are freed and it goes back to the
+// front of the queue, to be recomputed (prompt and the tokens it had
+// generated) when there is room again. Its output is unchanged by that.
+//
+// A sequence's tokens are the same as Session::generate() gives it alone:
+// the backend computes every row of a batch exactly as it would alone, and
+// each request has its own sampler.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "phaselab/backend.h"
+#include "phaselab/kv_cache.h"
+#include "phaselab/model.h"
+#include "phaselab/session.h"
+#include "phaselab/status.h"
+
+namespace phaselab {
+
+struct SchedulerOptions {
+  int n_ctx = 0;         // positions per sequence; <= 0: the model's trained context, capped at 4096
+  int kv_positions = 0;  // positions in the shared KV pool; <= 0: n_ctx (one full-length sequence, or many short ones)
+  int max_seqs = 16;     // sequences in one pass at most
+  int token_budget = 0;  // tokens per pass; <= 0: the backend's max_batch()
+  bool prefix_cache = true;  // reuse published blocks across sequences
+};
+
+struct BatchRequest {
+  std::vector<int32_t> prompt;  // the whole sequence to continue (a rendered chat, or plain text)
+  GenerateOptions options;      // n_predict, sampling, stop, ignore_eos (draft, use_kv_cache: not used)
+  TokenCallback on_token;       // called on the stepping thread; TokenEvent::t_ms since submit
+};
+
+struct BatchOutcome {
+  uint64_t id = 0;
+  Status status;          // an error of this request alone (the pool cannot hold it)
+  GenerateResult result;  // metrics.stop_reason as in Session, with "cancelled" for cancel()
+  int preemptions = 0;    // times it was preempted and recomputed
+};
+
+class Scheduler {
+ public:
+  static Result<std::unique_ptr<Scheduler>> create(std::shared_ptr<const Model> model, std::unique_ptr<Backend> backend,
+                                                   const SchedulerOptions& opt);
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Queues a request; its id, or why it cannot run (checked here: an empty
+  // prompt, a prompt longer than the context, bad sampling parameters).
+  // Thread-safe.
+  Result<uint64_t> submit(BatchRequest req);
+  // Ends a request at the next step, with stop_reason "cancelled" (its blocks
+  // are freed then). Unknown or finished ids are ignored. Thread-safe.
+  void cancel(uint64_t id);
+
+  // One forward pass (or none when there is nothing to do). Only one thread
+  // steps. An error here is the backend's and ends nothing by itself.
+  Status step();
+  // Steps until every submitted request has finished (or *stop turns true).
+  Status run(const std::atomic<bool>* stop = nullptr);
+  // Nothing waiting or running. Thread-safe.
+  bool idle() const;
+  // The requests finished since the last call, in the order they finished.
+  // Thread-safe.
+  std::vector<BatchOutcome> take_finished();
+
+  struct Stats {
+    int running = 0, waiting = 0;
+    int kv_blocks_used = 0, kv_blocks_cached = 0, kv_blocks_total = 0;
+    uint64_t steps = 0, preemptions = 0, finished = 0;
+    uint64_t tokens_computed = 0;   // rows of every pass (recomputation included)
+    int last_batch_tokens = 0, last_batch_seqs = 0;
+  };
+  Stats stats() const;  // thread-safe
+  // Tests: every block's reference count equals the number of running
+  // sequences' tables that hold it, and every free or cached block is held by
+  // none. The first mismatch, or ok. Stepping thread only.
+  Status check_invariants() const;
+
+  const Model& model() const { return *model_; }
+  Backend& backend() { return *backend_; }
+  const KvPool& pool() const { return *pool_; }
+  int n_ctx() const { return n_ctx_; }
+
+ private:
+  struct Seq;
+  Scheduler() = default;
+  void drain_incoming();
+  void preempt(std::unique_ptr<Seq> s);
+  void finish(std::unique_ptr<Seq> s, const std::string& reason, Status st = Status::ok());
+  bool append_token(Seq& s, int32_t id);  // true: the sequence is done
+  void update_stats();
+
+  std::shared_ptr<const Model> model_;
+  std::unique_ptr<Backend> backend_;
+  std::shared_ptr<KvPool> pool_;
+  SchedulerOptions opt_;
+  int n_ctx_ = 0, budget_ = 0;
+
+  // Stepping thread only:
+  std::vector<std::unique_ptr<Seq>> running_;  // admission order, oldest first
+  std::deque<std::unique_ptr<Seq>> waiting_;   // preempted ones at the front
+  std::vector<SeqChunk> chunks_;               // this pass
+  std::vector<Seq*> chunk_seq_;
+  std::vector<float> logits_;                  // (max_seqs, n_vocab)
+  uint64_t admitted_ = 0;
+
+  mutable std::mutex mu_;  // guards what follows
+  std::vector<std::unique_ptr<Seq>> incoming_;
+  std::vector<uint64_t> cancels_;
+  std::vector<BatchOutcome> finished_;
+  uint64_t next_id_ = 1;
+  int active_ = 0;  // submitted and not finished
+  Stats stats_;
+};
+
+}  // namespace phaselab

@@ -1,0 +1,360 @@
+// Batching: the multi-sequence forward pass against each sequence's own
+// forward (bitwise), the continuous-batching scheduler against solo
+// generation (token for token, with sequences joining and leaving mid-run,
+// chunked prefill and preemption), and a property test of the scheduler's
+// block bookkeeping under random arrivals, lengths and cancellations.
+#include <QtTest>
+
+#include <cstring>
+#include <map>
+#include <random>
+
+#include "phaselab/backend.h"
+#include "phaselab/scheduler.h"
+#include "phaselab/session.h"
+#include "tiny_model.h"
+
+using namespace phaselab;
+using namespace phaselab::testing;
+
+namespace {
+
+enum class Kind { reference, fast };
+
+std::string model_path(const std::string& name) {
+  if (name == "stories260K") return test_data("stories260K.gguf");
+  return write_tiny_model(tiny_spec(name), "tiny_batch_" + name + ".gguf");
+}
+
+std::shared_ptr<const Model> load(const std::string& path) {
+  auto m = Model::load(path);
+  if (!m) qFatal("load %s: %s", path.c_str(), m.status().message().c_str());
+  return *m;
+}
+
+std::unique_ptr<Backend> backend(std::shared_ptr<const Model> m, Kind kind, int max_batch = 64) {
+  auto b = kind == Kind::reference ? make_cpu_reference_backend(std::move(m), 2, max_batch)
+                                   : make_cpu_backend(std::move(m), 2, max_batch);
+  if (!b) qFatal("%s", b.status().message().c_str());
+  return std::move(*b);
+}
+
+std::vector<int32_t> prompt_of(int n, int salt, int n_vocab) {
+  std::vector<int32_t> p;
+  for (int i = 0; i < n; i++) p.push_back(1 + (i * 37 + salt * 101) % (n_vocab - 1));
+  return p;
+}
+
+void add_model_rows() {
+  QTest::addColumn<QString>("model");
+  QTest::addColumn<int>("kind");
+  for (const char* m : {"stories260K", "llama", "qwen2", "gemma3"}) {
+    QTest::newRow((std::string(m) + "/reference").c_str()) << m << int(Kind::reference);
+    QTest::newRow((std::string(m) + "/fast").c_str()) << m << int(Kind::fast);
+  }
+}
+
+struct Req {
+  std::vector<int32_t> prompt;
+  GenerateOptions opt;
+  int submit_at = 0;  // step
+};
+
+// Runs reqs through a scheduler, submitting each at its step; the outcomes
+// by request index. Checks the block bookkeeping after every step.
+std::vector<BatchOutcome> run_scheduler(Scheduler& s, const std::vector<Req>& reqs, uint64_t* preemptions = nullptr) {
+  std::map<uint64_t, size_t> index;
+  std::vector<BatchOutcome> out(reqs.size());
+  size_t done = 0;
+  for (int step = 0; done < reqs.size() && step < 100000; step++) {
+    for (size_t i = 0; i < reqs.size(); i++)
+      if (reqs[i].submit_at == step) {
+        BatchRequest r;
+        r.prompt = reqs[i].prompt;
+        r.options = reqs[i].opt;
+        auto id = s.submit(std::move(r));
+        if (!id) qFatal("submit: %s", id.status().message().c_str());
+        index[*id] = i;
+      }
+    if (Status st = s.step(); !st) qFatal("step: %s", st.message().c_str());
+    if (Status st = s.check_invariants(); !st) qFatal("after step %d: %s", step, st.message().c_str());
+    for (auto& o : s.take_finished()) {
+      out[index.at(o.id)] = std::move(o);
+      done++;
+    }
+  }
+  if (preemptions) *preemptions = s.stats().preemptions;
+  return out;
+}
+
+}  // namespace
+
+class TestBatch : public QObject {
+  Q_OBJECT
+ private slots:
+  // Three sequences in one pass (one prefilling in two chunks, two
+  // decoding) give bitwise the logits and K/V each gets alone.
+  void forward_batch_equals_solo_forward_data() { add_model_rows(); }
+  void forward_batch_equals_solo_forward() {
+    QFETCH(QString, model);
+    QFETCH(int, kind);
+    auto m = load(model_path(model.toStdString()));
+    const int V = m->config().n_vocab;
+    auto be = backend(m, Kind(kind));
+    QVERIFY(be->batched_forward());
+    const std::vector<std::vector<int32_t>> prompts = {prompt_of(7, 1, V), prompt_of(13, 2, V), prompt_of(21, 3, V)};
+    const int n_steps = 4;
+    // Solo: each sequence alone, prompt then n_steps greedy tokens.
+    std::vector<std::vector<float>> solo_logits(3);
+    std::vector<std::vector<int32_t>> solo_tokens(3);
+    for (int s = 0; s < 3; s++) {
+      auto kv = KvCache::create(m->config(), 64);
+      QVERIFY(kv.is_ok());
+      std::vector<float> l(V);
+      QVERIFY(be->forward(prompts[s].data(), static_cast<int>(prompts[s].size()), **kv, l.data(), LogitsMode::last));
+      for (int i = 0; i < n_steps; i++) {
+        solo_logits[s].insert(solo_logits[s].end(), l.begin(), l.end());
+        int32_t next = argmax(l.data(), V);
+        solo_tokens[s].push_back(next);
+        QVERIFY(be->forward(&next, 1, **kv, l.data(), LogitsMode::last));
+      }
+      solo_logits[s].insert(solo_logits[s].end(), l.begin(), l.end());
+    }
+    // Batched in a shared pool. Pass 1: prompts 0 and 1 whole, the first 10
+    // tokens of prompt 2 (no logits). Pass 2: the rest of prompt 2 beside the
+    // first decode steps of 0 and 1. Then every sequence decodes together.
+    auto pool = KvPool::create(m->config(), 32);
+    QVERIFY(pool.is_ok());
+    std::vector<std::unique_ptr<KvCache>> kv;
+    for (int s = 0; s < 3; s++) kv.push_back(KvCache::create_in(*pool, 64));
+    std::vector<std::vector<float>> got(3);
+    std::vector<std::vector<float>> l(3, std::vector<float>(V));
+    auto chunk = [&](int s, const int32_t* t, int n, bool logits) {
+      return SeqChunk{kv[s].get(), t, n, logits ? LogitsMode::last : LogitsMode::none, logits ? l[s].data() : nullptr};
+    };
+    std::vector<SeqChunk> pass = {chunk(0, prompts[0].data(), 7, true), chunk(1, prompts[1].data(), 13, true),
+                                  chunk(2, prompts[2].data(), 10, false)};
+    QVERIFY(be->forward_batch(pass.data(), 3));
+    got[0].insert(got[0].end(), l[0].begin(), l[0].end());
+    got[1].insert(got[1].end(), l[1].begin(), l[1].end());
+    std::vector<int32_t> next = {argmax(l[0].data(), V), argmax(l[1].data(), V), 0};
+    pass = {chunk(0, &next[0], 1, true), chunk(2, prompts[2].data() + 10, 11, true), chunk(1, &next[1], 1, true)};
+    QVERIFY(be->forward_batch(pass.data(), 3));
+    for (int s = 0; s < 3; s++) got[s].insert(got[s].end(), l[s].begin(), l[s].end());
+    for (int s = 0; s < 3; s++) next[s] = argmax(l[s].data(), V);
+    while (got[2].size() < solo_logits[2].size()) {
+      pass.clear();
+      for (int s = 0; s < 3; s++)
+        if (got[s].size() < solo_logits[s].size()) pass.push_back(chunk(s, &next[s], 1, true));
+      QVERIFY(be->forward_batch(pass.data(), static_cast<int>(pass.size())));
+      for (const SeqChunk& c : pass) {
+        const int s = static_cast<int>(std::find_if(kv.begin(), kv.end(), [&](auto& k) { return k.get() == c.kv; }) - kv.begin());
+        got[s].insert(got[s].end(), l[s].begin(), l[s].end());
+        next[s] = argmax(l[s].data(), V);
+      }
+    }
+    for (int s = 0; s < 3; s++) {
+      QCOMPARE(got[s].size(), solo_logits[s].size());
+      QVERIFY2(std::memcmp(got[s].data(), solo_logits[s].data(), got[s].size() * sizeof(float)) == 0,
+               qPrintable(QString("sequence %1: batched logits differ bitwise from its solo run").arg(s)));
+    }
+    // The last positions' K/V are the same too (the next pass reads them).
+    auto solo_kv = KvCache::create(m->config(), 64);
+    std::vector<int32_t> all = prompts[2];
+    all.insert(all.end(), solo_tokens[2].begin(), solo_tokens[2].end());
+    QVERIFY(be->forward(all.data(), static_cast<int>(all.size()), **solo_kv, nullptr, LogitsMode::none));
+    QCOMPARE(kv[2]->n_past(), (*solo_kv)->n_past());
+    const int NKV = m->config().n_embd_kv();
+    for (int il = 0; il < m->config().n_layer; il++)
+      for (int p = 0; p < kv[2]->n_past(); p++)
+        QVERIFY(std::memcmp(kv[2]->k(il, p), (*solo_kv)->k(il, p), NKV * sizeof(float)) == 0 &&
+                std::memcmp(kv[2]->v(il, p), (*solo_kv)->v(il, p), NKV * sizeof(float)) == 0);
+  }
+
+  void forward_batch_rejects_bad_chunks() {
+    auto m = load(model_path("stories260K"));
+    auto be = backend(m, Kind::fast, 16);
+    auto pool = KvPool::create(m->config(), 8);
+    auto a = KvCache::create_in(*pool, 64);
+    std::vector<int32_t> t(10, 5);
+    std::vector<float> l(m->config().n_vocab);
+    SeqChunk twice[2] = {{a.get(), t.data(), 2, LogitsMode::none, nullptr}, {a.get(), t.data(), 2, LogitsMode::none, nullptr}};
+    Status st = be->forward_batch(twice, 2);
+    QVERIFY(!st);
+    QVERIFY(st.message().find("twice") != std::string::npos);
+    auto b = KvCache::create_in(*pool, 64);
+    SeqChunk too_many[2] = {{a.get(), t.data(), 10, LogitsMode::none, nullptr}, {b.get(), t.data(), 10, LogitsMode::none, nullptr}};
+    QVERIFY(!be->forward_batch(too_many, 2));  // 20 tokens > max_batch 16
+    SeqChunk no_out = {a.get(), t.data(), 2, LogitsMode::last, nullptr};
+    QVERIFY(!be->forward_batch(&no_out, 1));
+    QCOMPARE(a->n_past(), 0);
+    QCOMPARE(b->n_past(), 0);
+  }
+
+  // Requests joining and leaving mid-run, chunked prefill under a small
+  // token budget: every sequence's greedy tokens equal its solo run's.
+  void scheduler_greedy_equals_solo_data() { add_model_rows(); }
+  void scheduler_greedy_equals_solo() {
+    QFETCH(QString, model);
+    QFETCH(int, kind);
+    auto m = load(model_path(model.toStdString()));
+    const int V = m->config().n_vocab;
+    std::vector<Req> reqs;
+    const int lens[] = {5, 40, 12, 23, 3, 31, 17};
+    const int preds[] = {12, 5, 20, 9, 15, 3, 11};
+    const int at[] = {0, 0, 0, 2, 5, 6, 19};
+    for (int i = 0; i < 7; i++) reqs.push_back({prompt_of(lens[i], i, V), greedy(preds[i]), at[i]});
+    // One request samples (seeded): its own sampler gives the same draw as alone.
+    reqs[3].opt.sampling.temperature = 0.9f;
+    reqs[3].opt.sampling.seed = 42;
+    // Two share a 20-token beginning (prefix reuse across sequences).
+    reqs[6].prompt = reqs[1].prompt;
+    reqs[6].prompt.resize(35);
+    SchedulerOptions so;
+    so.n_ctx = 128;
+    so.kv_positions = 1024;  // room to keep request 1's blocks cached until request 6 comes
+    so.max_seqs = 4;
+    so.token_budget = 16;
+    auto s = Scheduler::create(m, backend(m, Kind(kind)), so);
+    QVERIFY(s.is_ok());
+    const auto out = run_scheduler(**s, reqs);
+    auto solo = Session::create(m, backend(m, Kind(kind)), 128);
+    QVERIFY(solo.is_ok());
+    for (size_t i = 0; i < reqs.size(); i++) {
+      QVERIFY2(out[i].status, out[i].status.message().c_str());
+      auto r = (*solo)->generate(reqs[i].prompt, reqs[i].opt);
+      QVERIFY(r.is_ok());
+      QCOMPARE(out[i].result.tokens, r->tokens);
+      QCOMPARE(QString::fromStdString(out[i].result.text), QString::fromStdString(r->text));
+      QCOMPARE(QString::fromStdString(out[i].result.metrics.stop_reason), QString("length"));
+    }
+    // Two published blocks of request 1.
+    QVERIFY2(out[6].result.metrics.n_reused >= 32, qPrintable(QString("reused %1").arg(out[6].result.metrics.n_reused)));
+    QCOMPARE((*s)->pool().n_used(), 0);
+  }
+
+  // A pool too small for everything at once: sequences are preempted and
+  // recomputed, and the outputs are those of a large pool.
+  void preemption_gives_the_same_outputs_as_a_large_pool_data() {
+    QTest::addColumn<int>("kind");
+    QTest::newRow("reference") << int(Kind::reference);
+    QTest::newRow("fast") << int(Kind::fast);
+  }
+  void preemption_gives_the_same_outputs_as_a_large_pool() {
+    QFETCH(int, kind);
+    auto m = load(model_path("stories260K"));
+    const int V = m->config().n_vocab;
+    std::vector<Req> reqs;
+    for (int i = 0; i < 8; i++) reqs.push_back({prompt_of(10 + 3 * i, 10 + i, V), greedy(30 + 5 * (i % 3)), i % 3});
+    SchedulerOptions big;
+    big.n_ctx = 128;
+    big.kv_positions = 2048;
+    big.max_seqs = 8;
+    SchedulerOptions small = big;
+    small.kv_positions = 160;  // 10 blocks; 8 sequences of up to 96 positions need far more
+    auto a = Scheduler::create(m, backend(m, Kind(kind)), big);
+    auto b = Scheduler::create(m, backend(m, Kind(kind)), small);
+    QVERIFY(a.is_ok() && b.is_ok());
+    uint64_t pre_a = 0, pre_b = 0;
+    const auto oa = run_scheduler(**a, reqs, &pre_a);
+    const auto ob = run_scheduler(**b, reqs, &pre_b);
+    QCOMPARE(pre_a, uint64_t(0));
+    QVERIFY2(pre_b > 0, "the small pool never preempted: the test does not test preemption");
+    for (size_t i = 0; i < reqs.size(); i++) {
+      QVERIFY(oa[i].status && ob[i].status);
+      QCOMPARE(ob[i].result.tokens, oa[i].result.tokens);
+      QCOMPARE(QString::fromStdString(ob[i].result.metrics.stop_reason), QString("length"));
+    }
+  }
+
+  // Random arrivals, lengths and cancellations: after every step the block
+  // bookkeeping holds (check_invariants), no sequence waits forever, and at
+  // the end no block is referenced.
+  void scheduler_property_random_arrivals_and_cancellations() {
+    auto m = load(model_path("stories260K"));
+    const int V = m->config().n_vocab;
+    SchedulerOptions so;
+    so.n_ctx = 96;
+    so.kv_positions = 320;  // 20 blocks: preemption happens
+    so.max_seqs = 6;
+    so.token_budget = 24;
+    auto s = Scheduler::create(m, backend(m, Kind::fast, 32), so);
+    QVERIFY(s.is_ok());
+    Scheduler& sch = **s;
+    std::mt19937 rng(11);
+    std::map<uint64_t, int> submitted_at;
+    std::vector<uint64_t> live;
+    int n_done = 0, n_cancelled = 0, n_submitted = 0, max_wait = 0;
+    // Few distinct beginnings, so that prefixes are shared and published.
+    for (int step = 0; step < 1500; step++) {
+      if (step < 1200 && rng() % 3 == 0) {
+        BatchRequest r;
+        r.prompt = prompt_of(static_cast<int>(1 + rng() % 50), static_cast<int>(rng() % 4), V);
+        r.options = greedy(static_cast<int>(1 + rng() % 40));
+        auto id = sch.submit(std::move(r));
+        QVERIFY(id.is_ok());
+        submitted_at[*id] = step;
+        live.push_back(*id);
+        n_submitted++;
+      }
+      if (!live.empty() && rng() % 17 == 0) sch.cancel(live[rng() % live.size()]);
+      QVERIFY(sch.step());
+      if (Status st = sch.check_invariants(); !st) QFAIL(qPrintable(QString("step %1: %2").arg(step).arg(st.message().c_str())));
+      for (const auto& o : sch.take_finished()) {
+        QVERIFY2(o.status, o.status.message().c_str());
+        n_done++;
+        if (o.result.metrics.stop_reason == "cancelled") n_cancelled++;
+        else QCOMPARE(QString::fromStdString(o.result.metrics.stop_reason), QString("length"));
+        max_wait = std::max(max_wait, step - submitted_at[o.id]);
+        live.erase(std::find(live.begin(), live.end(), o.id));
+      }
+      // Nothing waits forever: the oldest live request is younger than a bound.
+      for (uint64_t id : live) QVERIFY2(step - submitted_at[id] < 600, "a request starves");
+    }
+    QVERIFY(sch.idle());
+    QCOMPARE(n_done, n_submitted);
+    QVERIFY(n_cancelled > 0);
+    QVERIFY(sch.stats().preemptions > 0);
+    QCOMPARE(sch.pool().n_used(), 0);
+    qInfo("%d requests, %d cancelled, %llu preemptions, longest stay %d steps", n_submitted, n_cancelled,
+          static_cast<unsigned long long>(sch.stats().preemptions), max_wait);
+  }
+
+  void bad_requests_get_clear_errors() {
+    auto m = load(model_path("stories260K"));
+    SchedulerOptions so;
+    so.n_ctx = 64;
+    so.kv_positions = 32;  // 2 blocks
+    auto s = Scheduler::create(m, backend(m, Kind::fast), so);
+    QVERIFY(s.is_ok());
+    BatchRequest empty;
+    QVERIFY(!(*s)->submit(empty).is_ok());
+    BatchRequest too_long;
+    too_long.prompt = prompt_of(64, 0, m->config().n_vocab);
+    auto r = (*s)->submit(too_long);
+    QVERIFY(!r.is_ok());
+    QVERIFY(r.status().message().find("context") != std::string::npos);
+    BatchRequest bad_token;
+    bad_token.prompt = {1, 2, 1 << 20};
+    QVERIFY(!(*s)->submit(bad_token).is_ok());
+    // Fits the context but not the pool: its outcome says so; the scheduler goes on.
+    BatchRequest big;
+    big.prompt = prompt_of(40, 0, m->config().n_vocab);
+    big.options = greedy(4);
+    BatchRequest fits;
+    fits.prompt = prompt_of(8, 1, m->config().n_vocab);
+    fits.options = greedy(4);
+    QVERIFY((*s)->submit(big).is_ok());
+    QVERIFY((*s)->submit(fits).is_ok());
+    QVERIFY((*s)->run());
+    auto out = (*s)->take_finished();
+    QCOMPARE(out.size(), size_t(2));
+    QCOMPARE(out[0].status.code(), StatusCode::out_of_memory);
+    QVERIFY(out[0].status.message().find("KV pool") != std::string::npos);
+    QVERIFY(out[1].status);
+    QCOMPARE(out[1].result.tokens.size(), size_t(4));
+  }
+};
+
+QTEST_APPLESS_MAIN(TestBatch)
+#include "test_batch.moc"
