@@ -83,24 +83,18 @@ void EngineWorker::loadModelImpl(const QString& path, const EngineConfig& config
   }
   const int threads = config.threads > 0 ? config.threads : defaultThreads();
   std::shared_ptr<Model> m = std::move(*model);
-  Result<std::unique_ptr<Backend>> backend = invalid_argument("no backend");
-  if (config.backend == QLatin1String("cuda")) {
-    backend = make_cuda_backend(m, 64);
-    if (!backend) {
-      // Say why, and run on the CPU.
-      emit errorOccurred(QString::fromStdString(backend.status().message()) + QStringLiteral("; using the CPU backend"));
-      backend = make_cpu_backend(m, threads, 64);
-    }
-  } else if (config.backend == QLatin1String("cpu-reference")) {
-    backend = make_cpu_reference_backend(m, threads);
-  } else {
-    backend = make_cpu_backend(m, threads, 64, config.backend == QLatin1String("cpu-portable"));
-  }
+  BackendOptions bo;
+  bo.kind = config.backend.toStdString();
+  bo.n_threads = threads;
+  auto backend = make_backend(m, bo);
   if (!backend) {
     emit modelLoadFailed(QString::fromStdString(backend.status().message()));
     return;
   }
-  auto session = Session::create(m, std::move(*backend), config.contextSize);
+  // Say why the device asked for is not used; the CPU runs the model.
+  if (!backend->fallback_reason.empty())
+    emit errorOccurred(QString::fromStdString(backend->fallback_reason) + QStringLiteral("; using the CPU backend"));
+  auto session = Session::create(m, std::move(backend->backend), config.contextSize);
   if (!session) {
     emit modelLoadFailed(QString::fromStdString(session.status().message()));
     return;

@@ -1,5 +1,6 @@
 #include "engine_setup.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "phaselab/machine.h"
@@ -42,29 +43,23 @@ Result<EngineSetup> open_session(const Args& args, int default_ctx) {
   if (!ctx) return ctx.status();
   auto batch = args.get_int("--batch-size", 64, 1, 4096);
   if (!batch) return batch.status();
-  const std::string backend = args.get_or("--backend", "cpu");
-  if (backend != "cpu" && backend != "cpu-reference" && backend != "cpu-portable" && backend != "cuda")
-    return invalid_argument("unknown backend '" + backend + "' (available: cpu, cpu-portable, cpu-reference, cuda)");
+  BackendOptions bo;
+  bo.kind = args.get_or("--backend", "cpu");
+  bo.n_threads = *threads;
+  bo.max_batch = *batch;
+  if (const auto& kinds = backend_kinds(); std::find(kinds.begin(), kinds.end(), bo.kind) == kinds.end())
+    return invalid_argument("unknown backend '" + bo.kind + "' (available: cpu, cpu-portable, cpu-reference, cuda)");
 
   auto model = Model::load(*path);
   if (!model) return model.status();
   EngineSetup s;
   s.model = std::move(*model);
-  Result<std::unique_ptr<Backend>> b = invalid_argument("no backend");
-  if (backend == "cuda") {
-    b = make_cuda_backend(s.model, *batch);
-    if (!b) {
-      // The reason is shown and the CPU does the work.
-      std::fprintf(stderr, "phaselab-cli: %s; using the CPU backend\n", b.status().message().c_str());
-      b = make_cpu_backend(s.model, *threads, *batch);
-    }
-  } else if (backend == "cpu-reference") {
-    b = make_cpu_reference_backend(s.model, *threads, *batch);
-  } else {
-    b = make_cpu_backend(s.model, *threads, *batch, backend == "cpu-portable");
-  }
+  auto b = make_backend(s.model, bo);
   if (!b) return b.status();
-  auto session = Session::create(s.model, std::move(*b), *ctx);
+  // The reason is shown and the CPU does the work.
+  if (!b->fallback_reason.empty())
+    std::fprintf(stderr, "phaselab-cli: %s; using the CPU backend\n", b->fallback_reason.c_str());
+  auto session = Session::create(s.model, std::move(b->backend), *ctx);
   if (!session) return session.status();
   s.session = std::move(*session);
   s.chat_family = s.model->chat_template();
