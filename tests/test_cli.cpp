@@ -5,6 +5,7 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QProcess>
+#include <QTemporaryDir>
 #include <QtTest>
 #include <sys/stat.h>
 
@@ -402,6 +403,67 @@ class TestCli : public QObject {
     const Run t = cli({"devices"});
     QCOMPARE(t.code, 0);
     QVERIFY2(t.out.contains("physical cores"), qPrintable(t.out));
+  }
+
+  // bench --batch: a pp and a tg row per batch size, aggregate tokens/s and
+  // per-sequence TPOT.
+  void bench_batch_has_a_row_per_batch_size() {
+    const Run b = cli({"bench", "-m", stories(), "--batch", "1,4", "-p", "16", "-n", "8", "--no-peaks", "--json"});
+    QCOMPARE(b.code, 0);
+    const QJsonArray arr = QJsonDocument::fromJson(b.out.toUtf8()).array();
+    QCOMPARE(arr.size(), 4);
+    QStringList seen;
+    for (const auto& v : arr) {
+      const QJsonObject o = v.toObject();
+      seen << QString("%1@%2").arg(o["test"].toString()).arg(o["batch"].toInt());
+      QVERIFY(o["tokens_per_s"].toDouble() > 0);
+      QVERIFY(o["batched_forward"].toBool());
+      if (o["test"].toString().startsWith("tg")) QVERIFY(o["tpot_ms"].toDouble() > 0);
+    }
+    QCOMPARE(seen, QStringList({"pp16@1", "tg8@1", "pp16@4", "tg8@4"}));
+    const Run t = cli({"bench", "-m", stories(), "--batch", "2", "-p", "8", "-n", "4", "--no-peaks"});
+    QCOMPARE(t.code, 0);
+    QVERIFY2(t.out.contains("| 2 |"), qPrintable(t.out));
+    expect_bad_input(cli({"bench", "-m", stories(), "--batch", "1,x"}));
+    expect_bad_input(cli({"bench", "-m", stories(), "--batch", "128", "-b", "64"}));
+  }
+
+  // batch: JSONL in, JSONL out in input order; each greedy text is what
+  // generate gives alone; a bad line is reported by number and the rest run.
+  void batch_runs_a_jsonl_file_in_order() {
+    QTemporaryDir dir;
+    const QString in = dir.filePath("in.jsonl"), out = dir.filePath("out.jsonl");
+    const QStringList prompts = {"Once upon a time", "The cat", "Lily wanted to", "One day, a big"};
+    QByteArray lines;
+    for (int i = 0; i < prompts.size(); i++)
+      lines += QJsonDocument(QJsonObject{{"prompt", prompts[i]}, {"n", 6 + 3 * i}}).toJson(QJsonDocument::Compact) + "\n";
+    lines += "{\"prompt\": 5}\n";
+    {
+      QFile f(in);
+      QVERIFY(f.open(QIODevice::WriteOnly));
+      f.write(lines);
+    }
+    const Run r = cli({"batch", "-m", stories(), "-i", in, "-o", out, "--temp", "0", "--parallel", "3", "--ignore-eos"});
+    QCOMPARE(r.code, 2);  // one bad line
+    QVERIFY2(r.err.contains("line 5") && r.err.contains("\"prompt\" must be a string"), qPrintable(r.err));
+    QFile f(out);
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    const QList<QByteArray> got = f.readAll().trimmed().split('\n');
+    QCOMPARE(got.size(), 5);
+    for (int i = 0; i < prompts.size(); i++) {
+      const QJsonObject o = QJsonDocument::fromJson(got[i]).object();
+      QCOMPARE(o["index"].toInt(), i);
+      QCOMPARE(o["tokens"].toInt(), 6 + 3 * i);
+      QCOMPARE(o["stop_reason"].toString(), QString("length"));
+      QVERIFY(o["ttft_ms"].toDouble() > 0 && o["prompt_tokens"].toInt() > 0);
+      const Run g = cli({"generate", "-m", stories(), "-p", prompts[i], "-n", QString::number(6 + 3 * i), "--temp", "0",
+                         "--ignore-eos", "--json", "-q"});
+      QCOMPARE(g.code, 0);
+      QCOMPARE(o["text"].toString(), QJsonDocument::fromJson(g.out.toUtf8()).object()["text"].toString());
+    }
+    QVERIFY(QJsonDocument::fromJson(got[4]).object()["error"].toString().contains("must be a string"));
+    expect_bad_input(cli({"batch", "-m", stories(), "-i", in}));
+    expect_bad_input(cli({"batch", "-m", stories(), "-i", dir.filePath("missing.jsonl"), "-o", out}));
   }
 };
 

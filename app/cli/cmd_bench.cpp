@@ -63,6 +63,7 @@ int cmd_bench(int argc, char** argv) {
                            {"--chat-turns", "", true},
                            {"--json", "", false},
                            {"--no-peaks", "", false},
+                           {"--batch", "", true},
                            {"--help", "-h", false}});
   auto args = Args::parse(argc, argv, opts);
   if (!args) return report(args.status());
@@ -74,10 +75,14 @@ int cmd_bench(int argc, char** argv) {
                 "  read bandwidth, prefill of the compute peak; --no-peaks skips that.\n"
                 "  With --spec lookup|draft: also sg<N>, greedy generation of N tokens on a built-in\n"
                 "  rewrite-the-text prompt with and without speculation (acceptance, speed-up).\n"
-                "  --chat-turns N: TTFT of the N-th turn of a scripted chat, with and without prefix reuse.\n%s",
+                "  --chat-turns N: TTFT of the N-th turn of a scripted chat, with and without prefix reuse.\n"
+                "  --batch 1,2,4,8,16,32: for each batch size B, B sequences of -p tokens (default 128) prefilled\n"
+                "  together, then -n decode steps (default 32) for all B at once: aggregate tokens/s, each\n"
+                "  sequence's TPOT, and the batch where decode turns compute-bound (-r defaults to 1).\n%s",
                 kEngineHelp);
     return kExitOk;
   }
+  if (args->has("--batch")) return bench_batch_sweep(*args);
   auto n_prompt = args->get_int("--n-prompt", 512, 0, 1 << 16);
   auto n_gen = args->get_int("--n-gen", 128, 0, 1 << 16);
   auto reps = args->get_int("--repetitions", 5, 1, 1000);

@@ -12,4 +12,7 @@ int cmd_devices(int argc, char** argv);
 int cmd_twin(int argc, char** argv);
 int cmd_perplexity(int argc, char** argv);
 int cmd_compare(int argc, char** argv);
+int cmd_batch(int argc, char** argv);
+class Args;
+int bench_batch_sweep(const Args& args);  // bench --batch
 }  // namespace phaselab::cli

@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <random>
+#include <cstdlib>
+#include <cerrno>
+#include <cctype>
 
 #include "phaselab/machine.h"
 
@@ -85,5 +89,68 @@ Result<EngineSetup> open_session(const Args& args, int default_ctx) {
   }
   return s;
 }
+
+const std::vector<OptionSpec>& sampling_options() {
+  static const std::vector<OptionSpec> opts = {
+    {"--n-predict", "-n", true},  {"--temp", "", true},          {"--top-k", "", true},
+    {"--top-p", "", true},        {"--min-p", "", true},         {"--repeat-penalty", "", true},
+    {"--frequency-penalty", "", true}, {"--presence-penalty", "", true}, {"--seed", "-s", true},
+    {"--stop", "", true},         {"--ignore-eos", "", false},
+};
+  return opts;
+}
+
+Status read_generate_options(const Args& a, GenerateOptions* o) {
+  auto n = a.get_int("--n-predict", 256, 1, 1 << 20);
+  if (!n) return n.status();
+  o->n_predict = *n;
+  SamplingParams& s = o->sampling;
+  auto temp = a.get_double("--temp", 0.8, 0, 100);
+  if (!temp) return temp.status();
+  auto top_k = a.get_int("--top-k", 40, 0, 1 << 30);
+  if (!top_k) return top_k.status();
+  auto top_p = a.get_double("--top-p", 0.95, 0.0001, 1);
+  if (!top_p) return top_p.status();
+  auto min_p = a.get_double("--min-p", 0.05, 0, 0.9999);
+  if (!min_p) return min_p.status();
+  auto rp = a.get_double("--repeat-penalty", 1.0, 0.01, 10);
+  if (!rp) return rp.status();
+  auto fp = a.get_double("--frequency-penalty", 0.0, -10, 10);
+  if (!fp) return fp.status();
+  auto pp = a.get_double("--presence-penalty", 0.0, -10, 10);
+  if (!pp) return pp.status();
+  s.temperature = static_cast<float>(*temp);
+  s.top_k = *top_k;
+  s.top_p = static_cast<float>(*top_p);
+  s.min_p = static_cast<float>(*min_p);
+  s.repeat_penalty = static_cast<float>(*rp);
+  s.frequency_penalty = static_cast<float>(*fp);
+  s.presence_penalty = static_cast<float>(*pp);
+  if (auto seed = a.get("--seed")) {
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long v = std::strtoull(seed->c_str(), &end, 10);
+    // strtoull accepts "-5" (and wraps it): only digits are a seed.
+    if (seed->empty() || *end || !std::isdigit(static_cast<unsigned char>((*seed)[0])) || errno == ERANGE)
+      return invalid_argument("--seed must be a non-negative integer below 2^64, not '" + *seed + "'");
+    s.seed = v;
+  } else {
+    s.seed = std::random_device{}();
+  }
+  if (auto stop = a.get("--stop")) o->stop.push_back(*stop);
+  o->use_kv_cache = !a.has("--no-kv-cache");
+  o->prefix_cache = !a.has("--no-prefix-cache");
+  o->ignore_eos = a.has("--ignore-eos");
+  return s.validate();
+}
+
+const char* const kSamplingHelp =
+    "  -n, --n-predict N        token limit (default 256)\n"
+    "      --temp T             temperature, 0 = greedy (default 0.8)\n"
+    "      --top-k K            (default 40, 0 = off)   --top-p P (0.95)   --min-p P (0.05)\n"
+    "      --repeat-penalty X   (1.0 = off)  --frequency-penalty X  --presence-penalty X\n"
+    "  -s, --seed S             makes sampling reproducible (default: random)\n"
+    "      --stop TEXT          stop when TEXT is generated\n"
+    "      --ignore-eos         keep going past end-of-generation tokens\n";
 
 }  // namespace phaselab::cli

@@ -26,5 +26,10 @@ int default_threads();
 // The options every model-running command accepts.
 const std::vector<OptionSpec>& engine_options();
 extern const char* const kEngineHelp;
+// -n, --temp, --top-k, --top-p, --min-p, the penalties, --seed, --stop, --ignore-eos.
+const std::vector<OptionSpec>& sampling_options();
+// Reads them (and --no-kv-cache, --no-prefix-cache) into o; the first bad one is the error.
+Status read_generate_options(const Args& a, GenerateOptions* o);
+extern const char* const kSamplingHelp;
 
 }  // namespace phaselab::cli

@@ -1,0 +1,157 @@
+// phaselab-cli bench --batch 1,2,4,...: aggregate throughput against batch
+// size (phaselab/batch_bench.h), with the roofline's ridge: the batch where
+// decode stops being bandwidth-bound on this machine.
+#include <sys/resource.h>
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli_util.h"
+#include "commands.h"
+#include "engine_setup.h"
+#include "phaselab/batch_bench.h"
+#include "phaselab/machine.h"
+
+namespace phaselab::cli {
+
+namespace {
+
+Result<std::vector<int>> parse_batch_list(const std::string& text) {
+  std::vector<int> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    char* end = nullptr;
+    const long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end || v < 1 || v > 4096)
+      return invalid_argument("--batch takes batch sizes from 1 to 4096 separated by commas (e.g. 1,2,4,8,16,32), not '" +
+                              text + "'");
+    out.push_back(static_cast<int>(v));
+  }
+  if (out.empty()) return invalid_argument("--batch needs at least one batch size (e.g. 1,2,4,8,16,32)");
+  return out;
+}
+
+}  // namespace
+
+int bench_batch_sweep(const Args& args) {
+  auto sizes = parse_batch_list(args.get_or("--batch", ""));
+  if (!sizes) return report(sizes.status());
+  auto n_prompt = args.get_int("--n-prompt", 128, 1, 1 << 16);
+  auto n_gen = args.get_int("--n-gen", 32, 1, 1 << 16);
+  auto reps = args.get_int("--repetitions", 1, 1, 1000);
+  auto threads = args.get_int("--threads", default_threads(), 1, 256);
+  const int max_b = *std::max_element(sizes->begin(), sizes->end());
+  auto max_batch = args.get_int("--batch-size", std::max(64, max_b), 1, 4096);
+  for (const Status& st : {n_prompt.status(), n_gen.status(), reps.status(), threads.status(), max_batch.status()})
+    if (!st.is_ok()) return report(st);
+  if (max_b > *max_batch)
+    return usage_error("batch " + std::to_string(max_b) + " needs --batch-size of at least " + std::to_string(max_b) +
+                       " (one decode pass takes a token of every sequence)");
+  const auto path = args.get("--model");
+  if (!path) return usage_error("no model given: pass -m MODEL.gguf (scripts/fetch-model.sh gets the default one)");
+  warn_if_oversubscribed(*threads);
+  auto model = Model::load(*path);
+  if (!model) return report(model.status());
+  BackendOptions bo;
+  bo.kind = args.get_or("--backend", "cpu");
+  bo.n_threads = *threads;
+  bo.max_batch = *max_batch;
+  auto be = make_backend(*model, bo);
+  if (!be) return report(be.status());
+  if (!be->fallback_reason.empty())
+    std::fprintf(stderr, "phaselab-cli: %s; using the CPU backend\n", be->fallback_reason.c_str());
+  Backend& backend = *be->backend;
+  const std::string name = backend.name();
+  if (!backend.batched_forward())
+    std::fprintf(stderr, "phaselab-cli: the %s backend runs a batch's sequences one after another (no shared pass yet)\n",
+                 name.c_str());
+  const bool cpu = name.rfind("cpu", 0) == 0;
+  MachinePeaks peaks;
+  if (cpu && !args.has("--no-peaks")) {
+    peaks = measure_machine_peaks();
+    if (!peaks.note.empty()) std::fprintf(stderr, "phaselab-cli: machine peaks: %s\n", peaks.note.c_str());
+  }
+  const Model& m = **model;
+  const double weight_bytes = static_cast<double>(m.weight_bytes());
+  const double ops = ops_per_token(m);
+  const bool int8 = cpu && name != "cpu-reference" && peaks.int8_ops > 0;
+  const double compute_peak = int8 ? peaks.int8_ops : peaks.fp32_flops;
+  const double ridge = decode_ridge_batch(weight_bytes, peaks.read_bandwidth, ops, compute_peak);
+
+  // A warm-up at the smallest size (page faults, thread start-up).
+  if (auto w = bench_batch(backend, m, sizes->front(), std::min(*n_prompt, 16), 2); !w) return report(w.status());
+  std::vector<BatchBenchPoint> points;
+  for (int b : *sizes) {
+    BatchBenchPoint sum;
+    for (int r = 0; r < *reps; r++) {
+      auto p = bench_batch(backend, m, b, *n_prompt, *n_gen, 42 + r);
+      if (!p) return report(p.status());
+      sum.batch = b, sum.n_prompt = p->n_prompt, sum.n_gen = p->n_gen, sum.kv_mib = p->kv_mib;
+      sum.prefill_ms += p->prefill_ms / *reps;
+      sum.decode_ms += p->decode_ms / *reps;
+    }
+    sum.pp_tps = b * sum.n_prompt / (sum.prefill_ms / 1000.0);
+    sum.tg_tps = b * sum.n_gen / (sum.decode_ms / 1000.0);
+    sum.tpot_ms = sum.decode_ms / sum.n_gen;
+    points.push_back(sum);
+    std::fprintf(stderr, "phaselab-cli: batch %d: decode %.1f tok/s\n", b, sum.tg_tps);
+  }
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  const double rss = ru.ru_maxrss / 1024.0;
+  // Decode reads the weights once per pass: passes/s times the weights.
+  auto decode_gbps = [&](const BatchBenchPoint& p) { return 1000.0 / p.tpot_ms * weight_bytes / 1e9; };
+  const double base_tg = points.front().batch == 1 ? points.front().tg_tps : 0;
+  if (args.has("--json")) {
+    nlohmann::json arr = nlohmann::json::array();
+    for (const auto& p : points)
+      for (int phase = 0; phase < 2; phase++) {
+        const bool tg = phase == 1;
+        nlohmann::json j = {{"test", (tg ? "tg" : "pp") + std::to_string(tg ? p.n_gen : p.n_prompt)},
+                            {"batch", p.batch},
+                            {"n_prompt", p.n_prompt},
+                            {"n_gen", p.n_gen},
+                            {"tokens_per_s", tg ? p.tg_tps : p.pp_tps},
+                            {"time_ms", tg ? p.decode_ms : p.prefill_ms},
+                            {"repetitions", *reps},
+                            {"backend", name},
+                            {"batched_forward", backend.batched_forward()},
+                            {"threads", *threads},
+                            {"model", m.path()},
+                            {"type_mix", m.type_mix()},
+                            {"kv_cache_mib", p.kv_mib},
+                            {"machine_read_gbps", peaks.read_bandwidth / 1e9},
+                            {"machine_int8_gops", peaks.int8_ops / 1e9},
+                            {"machine_fp32_gflops", peaks.fp32_flops / 1e9},
+                            {"decode_ridge_batch", ridge},
+                            {"peak_rss_mib", rss}};
+        if (tg) {
+          j["tpot_ms"] = p.tpot_ms;
+          j["decode_gbps"] = decode_gbps(p);
+          if (base_tg > 0) j["speedup_vs_batch_1"] = p.tg_tps / base_tg;
+        }
+        arr.push_back(j);
+      }
+    std::printf("%s\n", arr.dump(2).c_str());
+    return kExitOk;
+  }
+  std::printf("| model | backend | threads | batch | pp%d t/s | tg%d t/s | TPOT ms | weights GB/s | vs batch 1 |\n", *n_prompt,
+              *n_gen);
+  std::printf("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  const std::string model_name = m.config().name.empty() ? m.config().arch_str : m.config().name;
+  for (const auto& p : points)
+    std::printf("| %s | %s | %d | %d | %.1f | %.1f | %.1f | %.1f | %s |\n", model_name.c_str(), name.c_str(), *threads,
+                p.batch, p.pp_tps, p.tg_tps, p.tpot_ms, decode_gbps(p),
+                base_tg > 0 ? (std::to_string(p.tg_tps / base_tg).substr(0, 4) + "x").c_str() : "");
+  if (peaks.read_bandwidth > 0)
+    std::printf("\nmachine: read %.1f GB/s, %s %.0f %s; weights %.1f MiB, %.2f G%s per token: decode turns compute-bound "
+                "near batch %.0f\n",
+                peaks.read_bandwidth / 1e9, int8 ? "int8" : "FP32", compute_peak / 1e9, int8 ? "GOP/s" : "GFLOP/s",
+                weight_bytes / 1048576.0, ops / 1e9, int8 ? "OP" : "FLOP", ridge);
+  std::printf("\npeak RSS %.1f MiB\n", rss);
+  return kExitOk;
+}
+
+}  // namespace phaselab::cli

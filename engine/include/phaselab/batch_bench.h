@@ -1,0 +1,41 @@
+// Throughput against batch size, llama-batched-bench style: B sequences of
+// n_prompt random tokens are prefilled together, then decode n_gen tokens
+// each, all B in every pass. Aggregate tokens/s rises with B while decode
+// reads the weights once per pass for all B tokens, until the pass turns
+// compute-bound; each sequence's time per token grows meanwhile.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "phaselab/backend.h"
+#include "phaselab/model.h"
+#include "phaselab/status.h"
+
+namespace phaselab {
+
+struct BatchBenchPoint {
+  int batch = 0, n_prompt = 0, n_gen = 0;
+  double prefill_ms = 0, decode_ms = 0;
+  double pp_tps = 0;   // aggregate prefill tokens/s: batch * n_prompt / prefill time
+  double tg_tps = 0;   // aggregate decode tokens/s: batch * n_gen / decode time
+  double tpot_ms = 0;  // each sequence's time per output token: decode time / n_gen
+  double kv_mib = 0;   // the pool the run used
+};
+
+// Runs one batch size on backend (its max_batch() bounds the tokens of one
+// pass: prefill goes in passes of up to that many tokens, so batch must be at
+// most max_batch()). Random prompts from seed; greedy decoding.
+Result<BatchBenchPoint> bench_batch(Backend& backend, const Model& model, int batch, int n_prompt, int n_gen,
+                                    uint64_t seed = 42, const std::atomic<bool>* cancel = nullptr);
+
+// The batch size where decode stops being bandwidth-bound (the roofline's
+// ridge): reading the weights once takes weight_bytes / read_bytes_per_s; B
+// tokens of compute take B * ops_per_token / ops_per_s. 0 when a figure is
+// missing.
+double decode_ridge_batch(double weight_bytes, double read_bytes_per_s, double ops_per_token, double ops_per_s);
+
+// 2 operations per weight of the blocks' matrices: the work of one token.
+double ops_per_token(const Model& model);
+
+}  // namespace phaselab

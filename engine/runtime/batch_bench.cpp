@@ -1,0 +1,104 @@
+#include "phaselab/batch_bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+#include <vector>
+
+#include "phaselab/kv_cache.h"
+#include "phaselab/sampler.h"
+
+namespace phaselab {
+
+Result<BatchBenchPoint> bench_batch(Backend& backend, const Model& model, int batch, int n_prompt, int n_gen,
+                                    uint64_t seed, const std::atomic<bool>* cancel) {
+  const ModelConfig& c = model.config();
+  if (batch < 1) return invalid_argument("the batch size must be at least 1");
+  if (batch > backend.max_batch())
+    return invalid_argument("batch " + std::to_string(batch) + " is more than the " + std::to_string(backend.max_batch()) +
+                            " tokens one pass of this backend takes: raise --batch-size");
+  if (n_prompt < 1 || n_gen < 1) return invalid_argument("the prompt and the generated tokens must be at least 1 each");
+  const int n_ctx = n_prompt + n_gen + 1;
+  if (n_ctx > c.n_ctx_train)
+    return invalid_argument("prompt and generated tokens (" + std::to_string(n_ctx) + ") exceed the model's context of " +
+                            std::to_string(c.n_ctx_train));
+  const int per_seq = (n_ctx + KvPool::kBlockTokens - 1) / KvPool::kBlockTokens;
+  auto pool = KvPool::create(c, batch * per_seq);
+  if (!pool) return pool.status();
+  std::vector<std::unique_ptr<KvCache>> seqs;
+  std::vector<std::vector<int32_t>> prompts(batch);
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::uniform_int_distribution<int32_t> pick(0, c.n_vocab - 1);
+  for (int b = 0; b < batch; b++) {
+    seqs.push_back(KvCache::create_in(*pool, n_ctx));
+    seqs.back()->set_prefix_cache(false);  // random prompts: nothing to share, nothing to publish
+    prompts[b].resize(n_prompt);
+    for (auto& t : prompts[b]) t = pick(rng);
+  }
+  std::vector<float> logits(static_cast<size_t>(batch) * c.n_vocab);
+  std::vector<int32_t> next(batch);
+  std::vector<SeqChunk> chunks;
+  chunks.reserve(batch);
+  auto stopped = [&] { return cancel && cancel->load(std::memory_order_relaxed); };
+
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  // Prefill: passes of up to max_batch tokens taken from the sequences in turn.
+  {
+    std::vector<int> done(batch, 0);
+    int b = 0;
+    while (b < batch) {
+      if (stopped()) return cancelled("benchmark cancelled");
+      chunks.clear();
+      int budget = backend.max_batch();
+      for (int s = b; s < batch && budget > 0; s++) {
+        const int n = std::min(budget, n_prompt - done[s]);
+        const bool last = done[s] + n == n_prompt;
+        chunks.push_back({seqs[s].get(), prompts[s].data() + done[s], n, last ? LogitsMode::last : LogitsMode::none,
+                          last ? logits.data() + static_cast<size_t>(s) * c.n_vocab : nullptr});
+        done[s] += n;
+        budget -= n;
+      }
+      PHASELAB_TRY(backend.forward_batch(chunks.data(), static_cast<int>(chunks.size())));
+      while (b < batch && done[b] == n_prompt) b++;
+    }
+  }
+  const auto t1 = Clock::now();
+  // Decode: every sequence one token per pass.
+  for (int step = 0; step < n_gen; step++) {
+    if (stopped()) return cancelled("benchmark cancelled");
+    chunks.clear();
+    for (int s = 0; s < batch; s++) {
+      float* l = logits.data() + static_cast<size_t>(s) * c.n_vocab;
+      next[s] = argmax(l, c.n_vocab);
+      chunks.push_back({seqs[s].get(), &next[s], 1, LogitsMode::last, l});
+    }
+    PHASELAB_TRY(backend.forward_batch(chunks.data(), batch));
+  }
+  const auto t2 = Clock::now();
+  BatchBenchPoint p;
+  p.batch = batch;
+  p.n_prompt = n_prompt;
+  p.n_gen = n_gen;
+  p.prefill_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
+  p.decode_ms = std::chrono::duration<double, std::milli>(t2 - t1).count();
+  p.pp_tps = batch * n_prompt / std::max(p.prefill_ms / 1000.0, 1e-9);
+  p.tg_tps = batch * n_gen / std::max(p.decode_ms / 1000.0, 1e-9);
+  p.tpot_ms = p.decode_ms / n_gen;
+  p.kv_mib = (*pool)->bytes() / 1048576.0;
+  return p;
+}
+
+double decode_ridge_batch(double weight_bytes, double read_bytes_per_s, double ops_per_token, double ops_per_s) {
+  if (weight_bytes <= 0 || read_bytes_per_s <= 0 || ops_per_token <= 0 || ops_per_s <= 0) return 0;
+  return (weight_bytes / read_bytes_per_s) * ops_per_s / ops_per_token;
+}
+
+double ops_per_token(const Model& model) {
+  double ops = 0;
+  for (const auto& t : model.file().tensors())
+    if (t.name.rfind("blk.", 0) == 0 && t.n_dims == 2) ops += 2.0 * static_cast<double>(t.n_elements);
+  return ops;
+}
+
+}  // namespace phaselab
