@@ -131,7 +131,11 @@ void KvPool::copy_prefix(int dst, int src, int n) {
 // ---- KvCache ------------------------------------------------------------------
 
 namespace {
-int pool_blocks_for(int n_ctx) { return 2 * ((n_ctx + KvPool::kBlockTokens - 1) / KvPool::kBlockTokens) + 1; }
+// The context's blocks and one more: a sequence that continues a shared
+// block copies it before writing (copy on write) while still holding the
+// original. Blocks the sequence does not use keep other conversations' KV
+// for reuse until they are needed.
+int pool_blocks_for(int n_ctx) { return (n_ctx + KvPool::kBlockTokens - 1) / KvPool::kBlockTokens + 1; }
 }  // namespace
 
 uint64_t KvCache::bytes_for(const ModelConfig& c, int n_ctx) {

@@ -88,8 +88,9 @@ class KvPool {
 
 class KvCache {
  public:
-  // A sequence of up to n_ctx positions with a pool of its own: room for
-  // twice the context, so that other conversations stay cached.
+  // A sequence of up to n_ctx positions with a pool of its own, sized for
+  // the context (plus one block for copy on write): what the sequence does
+  // not use keeps other conversations cached.
   static Result<std::unique_ptr<KvCache>> create(const ModelConfig& c, int n_ctx);
   // The bytes create() allocates for n_ctx positions (K and V of its pool).
   static uint64_t bytes_for(const ModelConfig& c, int n_ctx);
