@@ -363,6 +363,12 @@ class CpuBackend final : public Backend {
     };
     for (const LayerWeights& L : w_.layers)
       for (const WeightView* W : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) repack(*W);
+    // The output matrix too: with a large vocabulary it is the largest
+    // product of a decode pass over many sequences. Tied to the token
+    // embedding, its original rows are still read for the embedding lookup;
+    // the model file is mapped read-only and shared, so the released pages
+    // come back from the file on demand.
+    repack(w_.output);
   }
 
   static void release_pages(const uint8_t* p, size_t n) {
