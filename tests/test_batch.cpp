@@ -5,6 +5,7 @@
 // block bookkeeping under random arrivals, lengths and cancellations.
 #include <QtTest>
 
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <random>
@@ -353,6 +354,46 @@ class TestBatch : public QObject {
     QVERIFY(out[0].status.message().find("KV pool") != std::string::npos);
     QVERIFY(out[1].status);
     QCOMPARE(out[1].result.tokens.size(), size_t(4));
+  }
+
+  // Every token event carries the engine's current rates (front ends only
+  // display them): decode tokens/s = (index) / (t - TTFT), TPOT its inverse,
+  // for a Session and for a Scheduler.
+  void token_events_carry_current_rates() {
+    auto m = load(model_path("stories260K"));
+    int checked = 0;
+    auto check = [&](const TokenEvent& e) {
+      QVERIFY(e.metrics);
+      const RequestMetrics& r = *e.metrics;
+      QCOMPARE(r.n_generated, e.index + 1);
+      if (e.index == 0) {
+        QCOMPARE(r.ttft_ms, e.t_ms);
+        return;
+      }
+      const double dt = e.t_ms - r.ttft_ms;
+      if (dt <= 0) return;
+      QVERIFY(std::fabs(r.decode_tps - e.index / (dt / 1000.0)) <= 1e-9 * r.decode_tps);
+      QVERIFY(std::fabs(r.tpot_ms - dt / e.index) <= 1e-9 * r.tpot_ms);
+      QVERIFY(r.kv_used > 0);
+      QVERIFY(r.tokens_per_pass > 0);
+      checked++;
+    };
+    auto solo = Session::create(m, backend(m, Kind::fast), 128);
+    QVERIFY(solo.is_ok());
+    QVERIFY((*solo)->generate(prompt_of(9, 1, m->config().n_vocab), greedy(24), check).is_ok());
+    SchedulerOptions so;
+    so.n_ctx = 128;
+    auto s = Scheduler::create(m, backend(m, Kind::fast), so);
+    QVERIFY(s.is_ok());
+    for (int i = 0; i < 3; i++) {
+      BatchRequest r;
+      r.prompt = prompt_of(5 + i, i, m->config().n_vocab);
+      r.options = greedy(20);
+      r.on_token = check;
+      QVERIFY((*s)->submit(std::move(r)).is_ok());
+    }
+    QVERIFY((*s)->run());
+    QVERIFY2(checked > 40, qPrintable(QString::number(checked)));
   }
 };
 

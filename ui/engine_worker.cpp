@@ -229,7 +229,6 @@ void EngineWorker::generateImpl(int requestId, const QList<ChatTurn>& turns, con
   int nTokens = 0;
   double lastDeltaMs = -1e9, lastMetricsMs = 0;
   int tokensAtLastMetrics = 0;
-  double firstTokenMs = 0;
   Session& session = *m_session;
   m_shared->tokensGenerated.store(0);
 
@@ -245,11 +244,12 @@ void EngineWorker::generateImpl(int requestId, const QList<ChatTurn>& turns, con
     pending.append(e.text);
     const double now = e.t_ms;
     if (e.index == 0 && e.id >= 0) {
-      firstTokenMs = now;
       live.phase = QStringLiteral("decode");
-      live.ttftMs = now;
-      live.prefillMs = now;
-      live.prefillTps = (live.nPrompt - live.nReused) / std::max(now / 1000.0, 1e-9);
+      if (e.metrics) {
+        live.ttftMs = e.metrics->ttft_ms;
+        live.prefillMs = e.metrics->prefill_ms;
+        live.prefillTps = e.metrics->prefill_tps;
+      }
       // The decode rate's first window starts here, not at submission
       // (that would fold the prefill time into it).
       lastMetricsMs = now;
@@ -262,15 +262,15 @@ void EngineWorker::generateImpl(int requestId, const QList<ChatTurn>& turns, con
     if (now - lastMetricsMs >= kMetricsIntervalMs) {
       live.nGenerated = nTokens;
       live.elapsedMs = now;
-      live.decodeTps = nTokens > 1 ? (nTokens - 1) / std::max((now - firstTokenMs) / 1000.0, 1e-9) : 0;
+      // The chart's recent rate (tokens over the last update interval) is
+      // the display's; every other figure comes from the engine.
       live.windowTps = (nTokens - tokensAtLastMetrics) / std::max((now - lastMetricsMs) / 1000.0, 1e-9);
-      live.kvUsed = static_cast<quint64>(session.kv().n_past());
       if (e.metrics) {
+        live.decodeTps = e.metrics->decode_tps;
+        live.kvUsed = e.metrics->kv_used;
         live.specDrafted = e.metrics->spec_drafted;
         live.specAccepted = e.metrics->spec_accepted;
-        live.tokensPerPass = e.metrics->target_passes > 0
-                                 ? static_cast<double>(std::max(0, nTokens - 1)) / e.metrics->target_passes
-                                 : 0;
+        live.tokensPerPass = e.metrics->tokens_per_pass;
       }
       emit metricsUpdated(live);
       lastMetricsMs = now;

@@ -183,13 +183,8 @@ void Scheduler::preempt(std::unique_ptr<Seq> s) {
 void Scheduler::finish(std::unique_ptr<Seq> s, const std::string& reason, Status st) {
   RequestMetrics& m = s->res.metrics;
   if (m.stop_reason.empty()) m.stop_reason = reason;
-  m.decode_ms = s->t_last - s->t_first;
-  if (m.n_generated > 1 && m.decode_ms > 0) {
-    m.decode_tps = (m.n_generated - 1) / (m.decode_ms / 1000.0);
-    m.tpot_ms = m.decode_ms / (m.n_generated - 1);
-  }
-  m.target_passes = std::max(0, m.n_generated - 1);
-  m.tokens_per_pass = m.n_generated > 1 ? 1.0 : 0.0;
+  m.target_passes = std::max(0, m.n_generated - 1);  // one pass per token after the first (no speculation)
+  m.update_rates(s->t_first, s->t_last);
   if (s->kv) m.kv_used = static_cast<uint64_t>(s->kv->n_past());
   s->kv.reset();
   m.kv_blocks_total = pool_->n_blocks();
@@ -232,7 +227,12 @@ bool Scheduler::append_token(Seq& s, int32_t id) {
   s.shown.clear();
   const bool stop_string = s.stops.push(s.piece, &s.shown);
   s.res.text += s.shown;
-  if (s.req.on_token) s.req.on_token(TokenEvent{id, s.shown, i, t_now, &m});
+  if (s.req.on_token) {
+    m.target_passes = i;
+    m.kv_used = static_cast<uint64_t>(s.kv->n_past());
+    m.update_rates(s.t_first, t_now);
+    s.req.on_token(TokenEvent{id, s.shown, i, t_now, &m});
+  }
   if (stop_string) {
     m.stop_reason = "stop_string";
     return true;

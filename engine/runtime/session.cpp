@@ -19,6 +19,17 @@ double ms_since(Clock::time_point t0) {
 
 }  // namespace
 
+void RequestMetrics::update_rates(double t_first_ms, double t_last_ms) {
+  decode_ms = t_last_ms - t_first_ms;
+  decode_tps = tpot_ms = 0;
+  if (n_generated > 1 && decode_ms > 0) {
+    decode_tps = (n_generated - 1) / (decode_ms / 1000.0);
+    tpot_ms = decode_ms / (n_generated - 1);
+  }
+  spec_acceptance = spec_drafted > 0 ? static_cast<double>(spec_accepted) / spec_drafted : 0;
+  tokens_per_pass = target_passes > 0 ? static_cast<double>(n_generated - 1) / target_passes : 0;
+}
+
 Result<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Model> model, std::unique_ptr<Backend> backend,
                                                  int n_ctx) {
   if (!model || !backend) return invalid_argument("a session needs a model and a backend");
@@ -132,7 +143,11 @@ Result<GenerateResult> Session::generate(const std::vector<int32_t>& prompt, con
     shown.clear();
     const bool stop_string = stops.push(piece, &shown);
     res.text += shown;
-    if (on_token) on_token(TokenEvent{id, shown, i, t_now, &m});
+    if (on_token) {
+      m.kv_used = static_cast<uint64_t>(kv_->n_past());
+      m.update_rates(t_first, t_now);
+      on_token(TokenEvent{id, shown, i, t_now, &m});
+    }
     if (stop_string) {
       m.stop_reason = "stop_string";
       return true;
@@ -226,19 +241,13 @@ Result<GenerateResult> Session::generate(const std::vector<int32_t>& prompt, con
       std::copy_n(spec_logits_.data() + static_cast<size_t>(k) * n_vocab, n_vocab, logits_.data());
     }
   }
-  m.decode_ms = t_last - t_first;
-  if (m.n_generated > 1 && m.decode_ms > 0) {
-    m.decode_tps = (m.n_generated - 1) / (m.decode_ms / 1000.0);
-    m.tpot_ms = m.decode_ms / (m.n_generated - 1);
-  }
+  m.update_rates(t_first, t_last);
   m.kv_used = static_cast<uint64_t>(kv_->n_past());
   const KvPool& pool = kv_->pool();
   m.kv_blocks_total = pool.n_blocks();
   m.kv_blocks_used = pool.n_used();
   m.kv_blocks_cached = pool.n_cached();
   m.kv_blocks_shared = pool.n_shared();
-  if (m.spec_drafted > 0) m.spec_acceptance = static_cast<double>(m.spec_accepted) / m.spec_drafted;
-  if (m.target_passes > 0) m.tokens_per_pass = static_cast<double>(m.n_generated - 1) / m.target_passes;
   return res;
 }
 

@@ -49,7 +49,13 @@ struct RequestMetrics {
   // during decode, and generated tokens per pass (1 without speculation).
   int spec_drafted = 0, spec_accepted = 0, target_passes = 0;
   double spec_acceptance = 0, tokens_per_pass = 0;
-  std::string stop_reason;  // eos | stop_string | length | cancelled | context_full
+  std::string stop_reason;  // eos | stop_string | length | cancelled | context_full (| kv_full in a Scheduler)
+
+  // The rates from the counters and the times of the first and the latest
+  // token (ms since submission): decode_ms, decode_tps, tpot_ms,
+  // spec_acceptance, tokens_per_pass. The engine keeps them current for every
+  // TokenEvent, so front ends display them and never compute their own.
+  void update_rates(double t_first_ms, double t_last_ms);
 };
 
 struct TokenEvent {
@@ -57,7 +63,7 @@ struct TokenEvent {
   std::string_view text;  // the complete-UTF-8 text this token released (may be empty)
   int index;              // 0 for the first generated token
   double t_ms;            // since the request was submitted
-  const RequestMetrics* metrics = nullptr;  // the request's counters so far (reuse, speculation)
+  const RequestMetrics* metrics = nullptr;  // the request's metrics so far (rates current, see update_rates)
 };
 using TokenCallback = std::function<void(const TokenEvent&)>;
 
