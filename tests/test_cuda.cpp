@@ -5,8 +5,10 @@
 // fallback itself is checked everywhere.
 #include <QtTest>
 
+#include <map>
 #include <tuple>
 
+#include "phaselab/scheduler.h"
 #include "phaselab/session.h"
 #include "phaselab/speculative.h"
 #include "test_util.h"
@@ -233,6 +235,51 @@ class TestCuda : public QObject {
     auto rg = (*gpu)->generate(short_prompt, greedy(32));
     QVERIFY(rc.is_ok() && rg.is_ok());
     QCOMPARE(rg->tokens, rc->tokens);
+  }
+
+  // Continuous batching on the CUDA backend (its forward_batch runs the
+  // sequences one after another for now): every request's greedy tokens
+  // equal its solo run on the same backend, sequences in one pool.
+  void scheduler_on_cuda_equals_solo() {
+    const CudaProbe p = probe_cuda();
+    REQUIRE_CUDA(p);
+    auto m = Model::load(test_data("stories260K.gguf"));
+    QVERIFY(m.is_ok());
+    auto gb = make_cuda_backend(*m, 64);
+    QVERIFY2(gb.is_ok(), gb.status().message().c_str());
+    SchedulerOptions so;
+    so.n_ctx = 128;
+    so.max_seqs = 4;
+    so.token_budget = 24;
+    auto s = Scheduler::create(*m, std::move(*gb), so);
+    QVERIFY2(s.is_ok(), s.status().message().c_str());
+    const Tokenizer& tok = (*m)->tokenizer();
+    const char* texts[] = {"Once upon a time", "The dog ran to the park and", "Lily", "One day, a little bird"};
+    std::vector<std::vector<int32_t>> prompts;
+    std::map<uint64_t, size_t> index;
+    for (size_t i = 0; i < 4; i++) {
+      prompts.push_back(tok.encode(texts[i], true, false));
+      BatchRequest r;
+      r.prompt = prompts.back();
+      r.options = greedy(12 + 4 * static_cast<int>(i));
+      auto id = (*s)->submit(std::move(r));
+      QVERIFY(id.is_ok());
+      index[*id] = i;
+    }
+    QVERIFY((*s)->run());
+    auto out = (*s)->take_finished();
+    QCOMPARE(out.size(), size_t(4));
+    auto solo_b = make_cuda_backend(*m, 64);
+    QVERIFY(solo_b.is_ok());
+    auto solo = Session::create(*m, std::move(*solo_b), 128);
+    QVERIFY(solo.is_ok());
+    for (const auto& o : out) {
+      const size_t i = index.at(o.id);
+      auto r = (*solo)->generate(prompts[i], greedy(12 + 4 * static_cast<int>(i)));
+      QVERIFY(r.is_ok());
+      QCOMPARE(o.result.tokens, r->tokens);
+    }
+    QCOMPARE((*s)->pool().n_used(), 0);
   }
 };
 
