@@ -13,6 +13,7 @@
 #include "phaselab/backend.h"
 #include "phaselab/scheduler.h"
 #include "phaselab/session.h"
+#include "test_util.h"
 #include "tiny_model.h"
 
 using namespace phaselab;
@@ -168,8 +169,8 @@ class TestBatch : public QObject {
     const int NKV = m->config().n_embd_kv();
     for (int il = 0; il < m->config().n_layer; il++)
       for (int p = 0; p < kv[2]->n_past(); p++)
-        QVERIFY(std::memcmp(kv[2]->k(il, p), (*solo_kv)->k(il, p), NKV * sizeof(float)) == 0 &&
-                std::memcmp(kv[2]->v(il, p), (*solo_kv)->v(il, p), NKV * sizeof(float)) == 0);
+        QVERIFY(std::memcmp(kv[2]->k(il, p), (*solo_kv)->k(il, p), NKV * kv_type_bytes(kv[2]->type())) == 0 &&
+                std::memcmp(kv[2]->v(il, p), (*solo_kv)->v(il, p), NKV * kv_type_bytes(kv[2]->type())) == 0);
   }
 
   void forward_batch_rejects_bad_chunks() {
@@ -394,6 +395,34 @@ class TestBatch : public QObject {
     }
     QVERIFY((*s)->run());
     QVERIFY2(checked > 40, qPrintable(QString::number(checked)));
+  }
+
+  // K/V in F16 (the default) against F32: the same model, logits within
+  // the rounding of half precision, half the bytes; and each cache type keeps
+  // batched equal to solo (the forward test above runs with F16).
+  void half_cache_agrees_with_float_cache_data() { add_model_rows(); }
+  void half_cache_agrees_with_float_cache() {
+    QFETCH(QString, model);
+    QFETCH(int, kind);
+    auto m = load(model_path(model.toStdString()));
+    const int V = m->config().n_vocab;
+    auto be = backend(m, Kind(kind));
+    auto h = KvCache::create(m->config(), 64, KvType::f16);
+    auto f = KvCache::create(m->config(), 64, KvType::f32);
+    QVERIFY(h.is_ok() && f.is_ok());
+    QCOMPARE((*f)->bytes(), 2 * (*h)->bytes());
+    QCOMPARE(KvCache::bytes_for(m->config(), 64, KvType::f16), (*h)->bytes());
+    const auto prompt = prompt_of(29, 5, V);
+    std::vector<float> lh(V), lf(V);
+    QVERIFY(be->forward(prompt.data(), 29, **h, lh.data(), LogitsMode::last));
+    QVERIFY(be->forward(prompt.data(), 29, **f, lf.data(), LogitsMode::last));
+    for (int step = 0; step < 8; step++) {
+      const double e = nmse(lf, lh);
+      QVERIFY2(e < 1e-3, qPrintable(QString("step %1: NMSE %2").arg(step).arg(e)));
+      int32_t next = argmax(lf.data(), V);
+      QVERIFY(be->forward(&next, 1, **h, lh.data(), LogitsMode::last));
+      QVERIFY(be->forward(&next, 1, **f, lf.data(), LogitsMode::last));
+    }
   }
 };
 

@@ -5,6 +5,8 @@
 //    rounding (integer sums are exact, only the scale products round).
 #include <QtTest>
 
+#include <tuple>
+
 #include <cmath>
 #include <cstdlib>
 #include <random>
@@ -359,6 +361,62 @@ class TestCpuKernels : public QObject {
       std::vector<float> y(a);
       k->axpy(y.data(), 0.5f, b.data(), 77);
       for (int i = 0; i < 77; i++) QCOMPARE(y[i], a[i] + 0.5f * b[i]);
+    }
+  }
+
+  // An F16 KV cache: the half-row kernels against the definition on the
+  // rows as stored (rounded to half), every SIMD set bitwise equal, and the
+  // rounding itself bitwise equal to the portable round-to-nearest-even.
+  void half_cache_kernels_match_the_definition() {
+    for (auto [G, HD, n] : {std::tuple{4, 256, 7}, std::tuple{7, 64, 10}, std::tuple{2, 36, 5}, std::tuple{1, 8, 1}}) {
+      const auto q = randn(G * HD, 31);
+      const auto p = randn(G * n, 21);
+      std::vector<std::vector<uint16_t>> rows(n, std::vector<uint16_t>(HD));
+      std::vector<std::vector<float>> widened(n, std::vector<float>(HD));
+      std::vector<const uint16_t*> r(n);
+      for (int j = 0; j < n; j++) {
+        const auto f = randn(HD, 300 + j, 3.f);
+        portable_kernels().to_f16(f.data(), rows[j].data(), HD);
+        for (int i = 0; i < HD; i++) {
+          QCOMPARE(rows[j][i], fp32_to_fp16(f[i]));
+          widened[j][i] = fp16_to_fp32(rows[j][i]);
+        }
+        r[j] = rows[j].data();
+      }
+      std::vector<const Kernels*> sets = simd_kernels();
+      sets.insert(sets.begin(), &portable_kernels());
+      std::vector<float> first_s, first_o;
+      for (const Kernels* k : sets) {
+        QVERIFY(k->scores_f16 && k->weighted_sum_f16 && k->to_f16);
+        std::vector<uint16_t> h(HD);
+        const auto f = randn(HD, 300, 3.f);
+        k->to_f16(f.data(), h.data(), HD);
+        QVERIFY2(h == rows[0], k->isa);
+        std::vector<float> s(G * n), out(G * HD, 1.f);
+        k->scores_f16(s.data(), n, G, q.data(), r.data(), n, HD, 0.125f);
+        k->weighted_sum_f16(out.data(), HD, G, p.data(), n, r.data(), n, HD);
+        for (int g = 0; g < G; g++) {
+          for (int j = 0; j < n; j++) {
+            double want = 0;
+            for (int i = 0; i < HD; i++) want += static_cast<double>(q[g * HD + i]) * widened[j][i];
+            want *= 0.125;
+            QVERIFY2(std::fabs(s[g * n + j] - want) < 1e-5 * (1 + std::fabs(want)) * HD / 8, k->isa);
+          }
+          for (int i = 0; i < HD; i++) {
+            double want = 1.0;
+            for (int j = 0; j < n; j++) want += static_cast<double>(p[g * n + j]) * widened[j][i];
+            QVERIFY2(std::fabs(out[g * HD + i] - want) < 1e-4 * (1 + std::fabs(want)), k->isa);
+          }
+        }
+        if (k == &portable_kernels()) continue;
+        if (first_s.empty()) {
+          first_s = s;
+          first_o = out;
+        } else {
+          QVERIFY2(std::memcmp(s.data(), first_s.data(), s.size() * sizeof(float)) == 0, k->isa);
+          QVERIFY2(std::memcmp(out.data(), first_o.data(), out.size() * sizeof(float)) == 0, k->isa);
+        }
+      }
     }
   }
 };

@@ -31,8 +31,8 @@ Status write_tokens(KvCache& kv, const std::vector<int32_t>& toks) {
   const int p0 = kv.n_past();
   for (size_t i = 0; i < toks.size(); i++)
     for (int il = 0; il < 2; il++) {
-      kv.k(il, p0 + static_cast<int>(i))[0] = static_cast<float>(toks[i]);
-      kv.v(il, p0 + static_cast<int>(i))[0] = -static_cast<float>(toks[i]);
+      static_cast<float*>(kv.k(il, p0 + static_cast<int>(i)))[0] = static_cast<float>(toks[i]);
+      static_cast<float*>(kv.v(il, p0 + static_cast<int>(i)))[0] = -static_cast<float>(toks[i]);
     }
   kv.append(toks.data(), static_cast<int>(toks.size()));
   return Status::ok();
@@ -46,8 +46,8 @@ void check_invariants(const KvPool& pool, const std::vector<std::unique_ptr<KvCa
     // Contents: every position holds what was written for its token.
     for (int p = 0; p < s->n_past(); p++)
       for (int il = 0; il < 2; il++) {
-        QCOMPARE(s->k(il, p)[0], static_cast<float>(s->tokens()[p]));
-        QCOMPARE(s->v(il, p)[0], -static_cast<float>(s->tokens()[p]));
+        QCOMPARE(static_cast<const float*>(s->k(il, p))[0], static_cast<float>(s->tokens()[p]));
+        QCOMPARE(static_cast<const float*>(s->v(il, p))[0], -static_cast<float>(s->tokens()[p]));
       }
   }
   int free_blocks = 0, cached = 0;
@@ -66,7 +66,7 @@ class TestKvCache : public QObject {
   Q_OBJECT
  private slots:
   void allocator_never_leaks_or_double_frees_under_random_workloads() {
-    auto pool = KvPool::create(small_config(), 24);
+    auto pool = KvPool::create(small_config(), 24, KvType::f32);
     QVERIFY(pool.is_ok());
     std::mt19937 rng(7);
     std::vector<std::unique_ptr<KvCache>> seqs;
@@ -121,7 +121,7 @@ class TestKvCache : public QObject {
   }
 
   void two_conversations_share_the_system_prompt_blocks() {
-    auto pool = KvPool::create(small_config(), 16);
+    auto pool = KvPool::create(small_config(), 16, KvType::f32);
     QVERIFY(pool.is_ok());
     auto a = KvCache::create_in(*pool, 128);
     auto b = KvCache::create_in(*pool, 128);
@@ -144,7 +144,7 @@ class TestKvCache : public QObject {
   }
 
   void rolled_back_shared_block_is_copied_before_writing() {
-    auto pool = KvPool::create(small_config(), 8);
+    auto pool = KvPool::create(small_config(), 8, KvType::f32);
     QVERIFY(pool.is_ok());
     auto a = KvCache::create_in(*pool, 64);
     std::vector<int32_t> t(16, 5);
@@ -153,12 +153,12 @@ class TestKvCache : public QObject {
     a->truncate(10);                              // rollback inside it
     QVERIFY(write_tokens(*a, {1, 2, 3, 4, 5, 6}));  // must not change the published block
     QVERIFY(a->block_table()[0] != first);
-    QCOMPARE((*pool)->k(first, 0, 12)[0], 5.f);
-    QCOMPARE(a->k(0, 12)[0], 3.f);
+    QCOMPARE(static_cast<const float*>((*pool)->k(first, 0, 12))[0], 5.f);
+    QCOMPARE(static_cast<const float*>(a->k(0, 12))[0], 3.f);
   }
 
   void unreferenced_blocks_are_evicted_least_recently_used_first() {
-    auto pool = KvPool::create(small_config(), 3);
+    auto pool = KvPool::create(small_config(), 3, KvType::f32);
     QVERIFY(pool.is_ok());
     auto kv = KvCache::create_in(*pool, 64);
     std::vector<int32_t> a(16, 1), b(16, 2);
@@ -180,7 +180,7 @@ class TestKvCache : public QObject {
   // have distinct ids, and a block's generation moves on each time it is
   // handed out, eviction included, and only then.
   void pools_and_block_lives_are_told_apart() {
-    auto p1 = KvPool::create(small_config(), 2), p2 = KvPool::create(small_config(), 2);
+    auto p1 = KvPool::create(small_config(), 2, KvType::f32), p2 = KvPool::create(small_config(), 2, KvType::f32);
     QVERIFY(p1.is_ok() && p2.is_ok());
     QVERIFY((*p1)->id() != (*p2)->id());
     auto kv = KvCache::create_in(*p1, 64);

@@ -144,6 +144,9 @@ int cmd_batch(int argc, char** argv) {
   so.kv_positions = *kv_size;
   so.max_seqs = *parallel;
   so.prefix_cache = !args->has("--no-prefix-cache");
+  auto kv_type = cache_type(*args);
+  if (!kv_type) return report(kv_type.status());
+  so.kv_type = *kv_type;
   auto sched = Scheduler::create(*model, std::move(be->backend), so);
   if (!sched) return report(sched.status());
   Scheduler& s = **sched;

@@ -274,6 +274,7 @@ int cmd_bench(int argc, char** argv) {
                       }()},
                      {"type_mix", m.type_mix()},
                      {"kv_cache_mib", s.kv().bytes() / 1048576.0},
+                     {"kv_type", kv_type_name(s.kv().type())},
                      {"weights_gb_per_token", weight_gb},
                      {"decode_gbps", decode_gbps(r)},
                      {"device_peak_gbps", peak_gbps},
@@ -355,7 +356,8 @@ int cmd_bench(int argc, char** argv) {
     std::printf("\nchat turn %d: prompt %d tokens; TTFT %.1f ms with the prefix cache (%d tokens reused), %.1f ms "
                 "without\n",
                 *turns, chat.n_prompt, chat.ttft_cached, chat.n_reused, chat.ttft_cold);
-  std::printf("\npeak RSS %.1f MiB (model file %.1f MiB, KV cache %.1f MiB)\n", rss, size_mib, s.kv().bytes() / 1048576.0);
+  std::printf("\npeak RSS %.1f MiB (model file %.1f MiB, KV cache %.1f MiB %s)\n", rss, size_mib, s.kv().bytes() / 1048576.0,
+              kv_type_name(s.kv().type()));
   return kExitOk;
 }
 

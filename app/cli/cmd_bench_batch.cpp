@@ -67,6 +67,8 @@ int bench_batch_sweep(const Args& args) {
   if (!backend.batched_forward())
     std::fprintf(stderr, "phaselab-cli: the %s backend runs a batch's sequences one after another (no shared pass yet)\n",
                  name.c_str());
+  auto kv_type = cache_type(args);
+  if (!kv_type) return report(kv_type.status());
   const bool cpu = name.rfind("cpu", 0) == 0;
   MachinePeaks peaks;
   if (cpu && !args.has("--no-peaks")) {
@@ -86,7 +88,7 @@ int bench_batch_sweep(const Args& args) {
   for (int b : *sizes) {
     BatchBenchPoint sum;
     for (int r = 0; r < *reps; r++) {
-      auto p = bench_batch(backend, m, b, *n_prompt, *n_gen, 42 + r);
+      auto p = bench_batch(backend, m, b, *n_prompt, *n_gen, 42 + r, nullptr, *kv_type);
       if (!p) return report(p.status());
       sum.batch = b, sum.n_prompt = p->n_prompt, sum.n_gen = p->n_gen, sum.kv_mib = p->kv_mib;
       sum.prefill_ms += p->prefill_ms / *reps;
@@ -122,6 +124,7 @@ int bench_batch_sweep(const Args& args) {
                             {"model", m.path()},
                             {"type_mix", m.type_mix()},
                             {"kv_cache_mib", p.kv_mib},
+                            {"kv_type", kv_type_name(*kv_type)},
                             {"machine_read_gbps", peaks.read_bandwidth / 1e9},
                             {"machine_int8_gops", peaks.int8_ops / 1e9},
                             {"machine_fp32_gflops", peaks.fp32_flops / 1e9},

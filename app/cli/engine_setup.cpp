@@ -15,7 +15,7 @@ const std::vector<OptionSpec>& engine_options() {
   static const std::vector<OptionSpec> opts = {
       {"--model", "-m", true},  {"--threads", "-t", true}, {"--ctx-size", "-c", true}, {"--backend", "", true},
       {"--batch-size", "-b", true}, {"--spec", "", true},  {"--draft", "", true},      {"--spec-k", "", true},
-      {"--no-prefix-cache", "", false},
+      {"--no-prefix-cache", "", false}, {"--cache-type", "", true},
   };
   return opts;
 }
@@ -31,7 +31,14 @@ const char* const kEngineHelp =
     "                           draft (a smaller model: --draft MODEL)\n"
     "      --draft PATH         draft model with the target's vocabulary (implies --spec draft)\n"
     "      --spec-k K           tokens drafted per target pass (default 4)\n"
-    "      --no-prefix-cache    prefill every request in full (no reuse of cached KV blocks)\n";
+    "      --no-prefix-cache    prefill every request in full (no reuse of cached KV blocks)\n"
+    "      --cache-type T       how K and V are stored: f16 (default) or f32\n";
+
+Result<KvType> cache_type(const Args& args) {
+  const std::string name = args.get_or("--cache-type", "f16");
+  if (auto t = kv_type_from_name(name)) return *t;
+  return invalid_argument("--cache-type must be f16 or f32 (got '" + name + "')");
+}
 
 // One per physical core (SMT siblings share a core's FMA units and its share
 // of memory bandwidth: they make decode slower, not faster).
@@ -63,7 +70,9 @@ Result<EngineSetup> open_session(const Args& args, int default_ctx) {
   // The reason is shown and the CPU does the work.
   if (!b->fallback_reason.empty())
     std::fprintf(stderr, "phaselab-cli: %s; using the CPU backend\n", b->fallback_reason.c_str());
-  auto session = Session::create(s.model, std::move(b->backend), *ctx);
+  auto kv_type = cache_type(args);
+  if (!kv_type) return kv_type.status();
+  auto session = Session::create(s.model, std::move(b->backend), *ctx, *kv_type);
   if (!session) return session.status();
   s.session = std::move(*session);
   s.chat_family = s.model->chat_template();

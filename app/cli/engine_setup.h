@@ -23,6 +23,8 @@ struct EngineSetup {
 // default_ctx: the context when --ctx-size is absent (0: the model's, at most 4096).
 Result<EngineSetup> open_session(const Args& args, int default_ctx = 0);
 int default_threads();
+// --cache-type (f16 by default).
+Result<KvType> cache_type(const Args& args);
 // The options every model-running command accepts.
 const std::vector<OptionSpec>& engine_options();
 extern const char* const kEngineHelp;

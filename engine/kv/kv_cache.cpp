@@ -9,21 +9,30 @@ namespace phaselab {
 
 // ---- KvPool -------------------------------------------------------------------
 
-Result<std::shared_ptr<KvPool>> KvPool::create(const ModelConfig& c, int n_blocks) {
+const char* kv_type_name(KvType t) { return t == KvType::f32 ? "f32" : "f16"; }
+
+std::optional<KvType> kv_type_from_name(std::string_view name) {
+  if (name == "f32") return KvType::f32;
+  if (name == "f16") return KvType::f16;
+  return std::nullopt;
+}
+
+Result<std::shared_ptr<KvPool>> KvPool::create(const ModelConfig& c, int n_blocks, KvType type) {
   if (n_blocks < 1) return invalid_argument("the KV pool needs at least one block");
   std::shared_ptr<KvPool> p(new KvPool());
   p->n_blocks_ = n_blocks;
   p->n_layer_ = c.n_layer;
   p->n_embd_kv_ = c.n_embd_kv();
-  const size_t n = static_cast<size_t>(n_blocks) * c.n_layer * kBlockTokens * c.n_embd_kv();
+  p->type_ = type;
+  p->elem_ = kv_type_bytes(type);
+  const size_t n = static_cast<size_t>(n_blocks) * c.n_layer * kBlockTokens * c.n_embd_kv() * p->elem_;
   try {
-    p->k_.assign(n, 0.f);
-    p->v_.assign(n, 0.f);
+    p->k_.assign(n, 0);
+    p->v_.assign(n, 0);
     p->block_tokens_.assign(static_cast<size_t>(n_blocks) * kBlockTokens, -1);
   } catch (const std::bad_alloc&) {
     return out_of_memory("the KV cache of " + std::to_string(n_blocks * kBlockTokens) + " positions needs " +
-                         std::to_string((2 * n * sizeof(float)) >> 20) +
-                         " MiB, which could not be allocated: lower the context size");
+                         std::to_string((2 * n) >> 20) + " MiB, which could not be allocated: lower the context size");
   }
   static std::atomic<uint64_t> next_id{1};
   p->id_ = next_id++;
@@ -123,8 +132,8 @@ int KvPool::lookup(uint64_t hash, uint64_t prev_hash, const int32_t* tokens) con
 
 void KvPool::copy_prefix(int dst, int src, int n) {
   for (int il = 0; il < n_layer_; il++) {
-    std::memcpy(k(dst, il, 0), k(src, il, 0), sizeof(float) * n * n_embd_kv_);
-    std::memcpy(v(dst, il, 0), v(src, il, 0), sizeof(float) * n * n_embd_kv_);
+    std::memcpy(k(dst, il, 0), k(src, il, 0), elem_ * n * n_embd_kv_);
+    std::memcpy(v(dst, il, 0), v(src, il, 0), elem_ * n * n_embd_kv_);
   }
 }
 
@@ -138,15 +147,15 @@ namespace {
 int pool_blocks_for(int n_ctx) { return (n_ctx + KvPool::kBlockTokens - 1) / KvPool::kBlockTokens + 1; }
 }  // namespace
 
-uint64_t KvCache::bytes_for(const ModelConfig& c, int n_ctx) {
-  // K and V: (block, layer, position in block, n_embd_kv) floats each.
+uint64_t KvCache::bytes_for(const ModelConfig& c, int n_ctx, KvType type) {
+  // K and V: (block, layer, position in block, n_embd_kv) values each.
   return 2ull * static_cast<uint64_t>(pool_blocks_for(n_ctx)) * static_cast<uint64_t>(c.n_layer) *
-         KvPool::kBlockTokens * static_cast<uint64_t>(c.n_embd_kv()) * sizeof(float);
+         KvPool::kBlockTokens * static_cast<uint64_t>(c.n_embd_kv()) * kv_type_bytes(type);
 }
 
-Result<std::unique_ptr<KvCache>> KvCache::create(const ModelConfig& c, int n_ctx) {
+Result<std::unique_ptr<KvCache>> KvCache::create(const ModelConfig& c, int n_ctx, KvType type) {
   if (n_ctx < 1) return invalid_argument("context size must be at least 1");
-  auto pool = KvPool::create(c, pool_blocks_for(n_ctx));
+  auto pool = KvPool::create(c, pool_blocks_for(n_ctx), type);
   if (!pool) return pool.status();
   return create_in(std::move(*pool), n_ctx);
 }

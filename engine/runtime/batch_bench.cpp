@@ -11,7 +11,7 @@
 namespace phaselab {
 
 Result<BatchBenchPoint> bench_batch(Backend& backend, const Model& model, int batch, int n_prompt, int n_gen,
-                                    uint64_t seed, const std::atomic<bool>* cancel) {
+                                    uint64_t seed, const std::atomic<bool>* cancel, KvType kv_type) {
   const ModelConfig& c = model.config();
   if (batch < 1) return invalid_argument("the batch size must be at least 1");
   if (batch > backend.max_batch())
@@ -23,7 +23,7 @@ Result<BatchBenchPoint> bench_batch(Backend& backend, const Model& model, int ba
     return invalid_argument("prompt and generated tokens (" + std::to_string(n_ctx) + ") exceed the model's context of " +
                             std::to_string(c.n_ctx_train));
   const int per_seq = (n_ctx + KvPool::kBlockTokens - 1) / KvPool::kBlockTokens;
-  auto pool = KvPool::create(c, batch * per_seq);
+  auto pool = KvPool::create(c, batch * per_seq, kv_type);
   if (!pool) return pool.status();
   std::vector<std::unique_ptr<KvCache>> seqs;
   std::vector<std::vector<int32_t>> prompts(batch);

@@ -59,13 +59,13 @@ Result<std::unique_ptr<Scheduler>> Scheduler::create(std::shared_ptr<const Model
   {
     MemoryNeed need;
     need.weights = model->weight_bytes();
-    need.kv = 2ull * n_blocks * c.n_layer * KvPool::kBlockTokens * c.n_embd_kv() * sizeof(float);
+    need.kv = 2ull * n_blocks * c.n_layer * KvPool::kBlockTokens * c.n_embd_kv() * kv_type_bytes(opt.kv_type);
     need.work = static_cast<uint64_t>(backend->max_batch()) *
                     (static_cast<uint64_t>(c.n_vocab) + 4ull * c.n_ff + 8ull * c.n_embd) * sizeof(float) +
                 static_cast<uint64_t>(opt.max_seqs) * c.n_vocab * sizeof(float);
     if (Status st = check_memory(need, available_memory_bytes()); !st) return st;
   }
-  auto pool = KvPool::create(c, n_blocks);
+  auto pool = KvPool::create(c, n_blocks, opt.kv_type);
   if (!pool) return pool.status();
   std::unique_ptr<Scheduler> s(new Scheduler());
   s->model_ = std::move(model);

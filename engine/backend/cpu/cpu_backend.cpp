@@ -55,6 +55,8 @@ class CpuBackend final : public Backend {
       tok_id_.resize(B);
       score_buf_.assign(pool_.size(), std::vector<float>());
       vrow_buf_.assign(pool_.size(), std::vector<const float*>());
+      hrow_buf_.assign(pool_.size(), std::vector<const uint16_t*>());
+      kv_row_buf_.assign(pool_.size(), std::vector<float>(c_.head_dim));
       if (k_fast_) {
         act_.resize(static_cast<size_t>(B) * (max_in / 32));
         // Sized for any input, so that any product may be refined.
@@ -119,6 +121,8 @@ class CpuBackend final : public Backend {
       if (s.size() < score_size) s.resize(score_size);
     for (auto& v : vrow_buf_)
       if (static_cast<int>(v.size()) < n_ctx_max) v.resize(n_ctx_max);
+    for (auto& v : hrow_buf_)
+      if (static_cast<int>(v.size()) < n_ctx_max) v.resize(n_ctx_max);
 
     const int D = c_.n_embd, HD = c_.head_dim, NQ = c_.n_embd_q(), NKV = c_.n_embd_kv();
     rope_ready_ = 0;
@@ -166,8 +170,8 @@ class CpuBackend final : public Backend {
           if (c_.qk_norm) ref::rmsnorm(kh, kh, L.k_norm.data(), HD, c_.rms_eps);
           ref::rope_apply(kh, c_.n_rot, cs, c_.rope_neox);
         }
-        std::memcpy(tok_kv_[t]->k(il, tok_pos_[t]), &k_[t * NKV], sizeof(float) * NKV);
-        std::memcpy(tok_kv_[t]->v(il, tok_pos_[t]), &v_[t * NKV], sizeof(float) * NKV);
+        store_kv(*tok_kv_[t], tok_kv_[t]->k(il, tok_pos_[t]), &k_[t * NKV], NKV);
+        store_kv(*tok_kv_[t], tok_kv_[t]->v(il, tok_pos_[t]), &v_[t * NKV], NKV);
       });
       attention(il, T);  // -> xb: (T, n_head*head_dim)
       matmul(L.wo, xb_.data(), xb2_.data(), T);
@@ -232,6 +236,18 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  // One K or V row into the cache, in its type (half: rounded to nearest even).
+  void store_kv(const KvCache& kv, void* dst, const float* src, int n) const {
+    if (kv.type() == KvType::f32) {
+      std::memcpy(dst, src, sizeof(float) * n);
+    } else if (k_fast_) {
+      k_fast_->to_f16(src, static_cast<uint16_t*>(dst), n);
+    } else {
+      uint16_t* h = static_cast<uint16_t*>(dst);
+      for (int i = 0; i < n; i++) h[i] = fp32_to_fp16(src[i]);
+    }
+  }
+
   // Splits rows [0, n) into chunks claimed by the pool's threads:
   // body(r0, r1, thread). Several chunks per thread, so that a thread the OS
   // has not scheduled leaves little behind.
@@ -479,13 +495,26 @@ class CpuBackend final : public Backend {
         const int h0 = kvh * group;
         // Keys in [j0, pos]: a local layer sees only the last sliding_window.
         const int j0 = swa ? std::max(0, pos - c_.sliding_window + 1) : 0;
-        if (k_fast_) {
-          const float** krows = vrow_buf_[thread].data();  // the key rows by pointer (the cache is paged)
-          for (int j = j0; j <= pos; j++) krows[j - j0] = kv.k(il, j) + kvh * HD;
+        const bool half = kv.type() == KvType::f16;
+        float* row = kv_row_buf_[thread].data();  // (head_dim) one K or V row widened (reference path)
+        // Head kvh of a K/V row of the cache, as floats (the reference path widens half rows).
+        auto row_f32 = [&](const void* r) -> const float* {
+          if (!half) return static_cast<const float*>(r) + kvh * HD;
+          const uint16_t* h = static_cast<const uint16_t*>(r) + kvh * HD;
+          for (int i = 0; i < HD; i++) row[i] = fp16_to_fp32(h[i]);
+          return row;
+        };
+        if (k_fast_ && half) {
+          const uint16_t** krows = hrow_buf_[thread].data();  // the key rows by pointer (the cache is paged)
+          for (int j = j0; j <= pos; j++) krows[j - j0] = static_cast<const uint16_t*>(kv.k(il, j)) + kvh * HD;
+          k_fast_->scores_f16(scores + j0, n_ctx, group, &q_[t * NQ + h0 * HD], krows, pos + 1 - j0, HD, c_.attn_scale);
+        } else if (k_fast_) {
+          const float** krows = vrow_buf_[thread].data();
+          for (int j = j0; j <= pos; j++) krows[j - j0] = static_cast<const float*>(kv.k(il, j)) + kvh * HD;
           k_fast_->scores(scores + j0, n_ctx, group, &q_[t * NQ + h0 * HD], krows, pos + 1 - j0, HD, c_.attn_scale);
         } else {
           for (int j = j0; j <= pos; j++) {
-            const float* kj = kv.k(il, j) + kvh * HD;
+            const float* kj = row_f32(kv.k(il, j));
             for (int g = 0; g < group; g++) scores[g * n_ctx + j] = dot(&q_[t * NQ + (h0 + g) * HD], kj, HD) * c_.attn_scale;
           }
         }
@@ -511,15 +540,21 @@ class CpuBackend final : public Backend {
         }
         if (k_fast_) {
           // Probabilities in place, the value rows by pointer (the cache is paged).
-          const float** vrows = vrow_buf_[thread].data();
-          for (int j = j0; j <= pos; j++) vrows[j - j0] = kv.v(il, j) + kvh * HD;
           for (int g = 0; g < group; g++)
             for (int j = j0; j <= pos; j++) scores[g * n_ctx + j] *= inv_sum[g];
-          k_fast_->weighted_sum(&xb_[t * NQ + h0 * HD], HD, group, scores + j0, n_ctx, vrows, pos + 1 - j0, HD);
+          if (half) {
+            const uint16_t** vrows = hrow_buf_[thread].data();
+            for (int j = j0; j <= pos; j++) vrows[j - j0] = static_cast<const uint16_t*>(kv.v(il, j)) + kvh * HD;
+            k_fast_->weighted_sum_f16(&xb_[t * NQ + h0 * HD], HD, group, scores + j0, n_ctx, vrows, pos + 1 - j0, HD);
+          } else {
+            const float** vrows = vrow_buf_[thread].data();
+            for (int j = j0; j <= pos; j++) vrows[j - j0] = static_cast<const float*>(kv.v(il, j)) + kvh * HD;
+            k_fast_->weighted_sum(&xb_[t * NQ + h0 * HD], HD, group, scores + j0, n_ctx, vrows, pos + 1 - j0, HD);
+          }
           return;
         }
         for (int j = j0; j <= pos; j++) {
-          const float* vj = kv.v(il, j) + kvh * HD;
+          const float* vj = row_f32(kv.v(il, j));
           for (int g = 0; g < group; g++) {
             float* out = &xb_[t * NQ + (h0 + g) * HD];
             const float a = scores[g * n_ctx + j] * inv_sum[g];
@@ -547,7 +582,9 @@ class CpuBackend final : public Backend {
   std::vector<float> hb2_;  // (T, n_ff) up
   std::vector<std::vector<float>> row_buf_;      // per thread: one dequantized weight row
   std::vector<std::vector<float>> score_buf_;    // per thread: (group, n_ctx) attention scores
-  std::vector<std::vector<const float*>> vrow_buf_;  // per thread: (n_ctx) value rows of one KV head
+  std::vector<std::vector<const float*>> vrow_buf_;  // per thread: (n_ctx) K or V rows of one KV head (F32 cache)
+  std::vector<std::vector<const uint16_t*>> hrow_buf_;  // per thread: the same for an F16 cache
+  std::vector<std::vector<float>> kv_row_buf_;        // per thread: (head_dim) one widened row (reference path)
   std::vector<KvCache*> tok_kv_;  // (T) the sequence of each token of the batch
   std::vector<int> tok_pos_;      // (T) its position in that sequence
   std::vector<int32_t> tok_id_;   // (T) the token

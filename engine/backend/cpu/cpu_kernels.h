@@ -42,6 +42,13 @@ using WeightedSumFn = void (*)(float* out, int out_stride, int G, const float* p
 // key row is loaded once for all G heads.
 using ScoresFn = void (*)(float* s, int s_stride, int G, const float* q, const float* const* k, int n, int HD,
                           float scale);
+// The same two with the K/V rows in IEEE half precision (an F16 KV cache).
+using WeightedSumF16Fn = void (*)(float* out, int out_stride, int G, const float* p, int p_stride,
+                                  const uint16_t* const* v, int n, int HD);
+using ScoresF16Fn = void (*)(float* s, int s_stride, int G, const float* q, const uint16_t* const* k, int n, int HD,
+                             float scale);
+// Rounds floats to IEEE half (to nearest even): K/V rows into an F16 cache.
+using ToF16Fn = void (*)(const float* x, uint16_t* out, int64_t n);
 
 // ---- weights repacked at load for prefill -------------------------------
 // Groups of 8 blocks of 32 values laid out so that one 32-byte vector of
@@ -144,6 +151,9 @@ struct Kernels {
   ExpSumFn exp_sum = nullptr;     // softmax numerators
   WeightedSumFn weighted_sum = nullptr;  // attention output
   ScoresFn scores = nullptr;             // attention scores
+  WeightedSumF16Fn weighted_sum_f16 = nullptr;  // the same over an F16 cache
+  ScoresF16Fn scores_f16 = nullptr;
+  ToF16Fn to_f16 = nullptr;
   DotR8Fn dot_grouped_x1[32] = {};  // repacked 32-value formats, by TensorType id
   DotR8Fn dot_grouped_x4[32] = {};
   DotR8Fn dot_q4_k_r8_x1 = nullptr;  // repacked Q4_K (null: not repacked)

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "phaselab/backend.h"
+#include "phaselab/kv_cache.h"
 #include "phaselab/model.h"
 #include "phaselab/status.h"
 
@@ -27,7 +28,8 @@ struct BatchBenchPoint {
 // pass: prefill goes in passes of up to that many tokens, so batch must be at
 // most max_batch()). Random prompts from seed; greedy decoding.
 Result<BatchBenchPoint> bench_batch(Backend& backend, const Model& model, int batch, int n_prompt, int n_gen,
-                                    uint64_t seed = 42, const std::atomic<bool>* cancel = nullptr);
+                                    uint64_t seed = 42, const std::atomic<bool>* cancel = nullptr,
+                                    KvType kv_type = KvType::f16);
 
 // The batch size where decode stops being bandwidth-bound (the roofline's
 // ridge): reading the weights once takes weight_bytes / read_bytes_per_s; B

@@ -14,6 +14,8 @@
 #include <cstdint>
 #include <list>
 #include <memory>
+#include <optional>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -22,18 +24,26 @@
 
 namespace phaselab {
 
+// How K and V are stored. F16 by default (as llama.cpp's cache): half the
+// memory of F32, and a pool of a given size holds twice the positions.
+enum class KvType { f32, f16 };
+const char* kv_type_name(KvType t);                        // "f32", "f16"
+std::optional<KvType> kv_type_from_name(std::string_view name);
+inline size_t kv_type_bytes(KvType t) { return t == KvType::f32 ? 4 : 2; }
+
 class KvPool {
  public:
   static constexpr int kBlockTokens = 16;
 
-  static Result<std::shared_ptr<KvPool>> create(const ModelConfig& c, int n_blocks);
+  static Result<std::shared_ptr<KvPool>> create(const ModelConfig& c, int n_blocks, KvType type = KvType::f16);
 
   int n_blocks() const { return n_blocks_; }
   int n_free() const { return static_cast<int>(free_.size()); }    // never used or evicted
   int n_cached() const { return static_cast<int>(lru_.size()); }   // unreferenced, kept for reuse
   int n_used() const { return n_blocks_ - n_free() - n_cached(); }  // referenced by a sequence
   int n_shared() const;                                             // referenced more than once
-  uint64_t bytes() const { return (k_.size() + v_.size()) * sizeof(float); }
+  uint64_t bytes() const { return k_.size() + v_.size(); }
+  KvType type() const { return type_; }
   int refcount(int b) const { return ref_[b]; }
   bool published(int b) const { return published_[b] != 0; }
   // Identity for mirrors of the pool (the CUDA backend's device pool): a
@@ -43,11 +53,12 @@ class KvPool {
   uint64_t id() const { return id_; }
   uint32_t generation(int b) const { return generation_[b]; }
 
-  // K/V of one block, layer and slot: [n_embd_kv]
-  float* k(int b, int il, int slot) { return k_.data() + offset(b, il, slot); }
-  float* v(int b, int il, int slot) { return v_.data() + offset(b, il, slot); }
-  const float* k(int b, int il, int slot) const { return k_.data() + offset(b, il, slot); }
-  const float* v(int b, int il, int slot) const { return v_.data() + offset(b, il, slot); }
+  // K/V of one block, layer and slot: [n_embd_kv] values of type() (float
+  // or IEEE half as uint16_t).
+  void* k(int b, int il, int slot) { return k_.data() + offset(b, il, slot); }
+  void* v(int b, int il, int slot) { return v_.data() + offset(b, il, slot); }
+  const void* k(int b, int il, int slot) const { return k_.data() + offset(b, il, slot); }
+  const void* v(int b, int il, int slot) const { return v_.data() + offset(b, il, slot); }
 
   // A block with reference count 1: a free one, else the least recently used
   // cached one (unpublished first). -1 when every block is referenced.
@@ -67,15 +78,17 @@ class KvPool {
 
  private:
   KvPool() = default;
-  size_t offset(int b, int il, int slot) const {
-    return ((static_cast<size_t>(b) * n_layer_ + il) * kBlockTokens + slot) * n_embd_kv_;
+  size_t offset(int b, int il, int slot) const {  // in bytes
+    return ((static_cast<size_t>(b) * n_layer_ + il) * kBlockTokens + slot) * n_embd_kv_ * elem_;
   }
   void unpublish(int b);
 
   uint64_t id_ = 0;
   int n_blocks_ = 0, n_layer_ = 0, n_embd_kv_ = 0;
+  KvType type_ = KvType::f16;
+  size_t elem_ = 2;  // bytes per value
   std::vector<uint32_t> generation_;
-  std::vector<float> k_, v_;  // (n_blocks, n_layer, kBlockTokens, n_embd_kv)
+  std::vector<uint8_t> k_, v_;  // (n_blocks, n_layer, kBlockTokens, n_embd_kv) values of type_
   std::vector<int> ref_;
   std::vector<uint8_t> published_;
   std::vector<uint64_t> hash_, prev_hash_;
@@ -91,9 +104,9 @@ class KvCache {
   // A sequence of up to n_ctx positions with a pool of its own, sized for
   // the context (plus one block for copy on write): what the sequence does
   // not use keeps other conversations cached.
-  static Result<std::unique_ptr<KvCache>> create(const ModelConfig& c, int n_ctx);
+  static Result<std::unique_ptr<KvCache>> create(const ModelConfig& c, int n_ctx, KvType type = KvType::f16);
   // The bytes create() allocates for n_ctx positions (K and V of its pool).
-  static uint64_t bytes_for(const ModelConfig& c, int n_ctx);
+  static uint64_t bytes_for(const ModelConfig& c, int n_ctx, KvType type = KvType::f16);
   // A sequence in a shared pool.
   static std::unique_ptr<KvCache> create_in(std::shared_ptr<KvPool> pool, int n_ctx);
   ~KvCache();
@@ -108,12 +121,13 @@ class KvCache {
   const KvPool& pool() const { return *pool_; }
   const std::vector<int>& block_table() const { return table_; }
 
-  // K/V rows of one layer and position: [n_embd_kv]. Writable positions are
-  // those made ready by reserve().
-  const float* k(int il, int pos) const { return pool_->k(table_[pos / KvPool::kBlockTokens], il, pos % KvPool::kBlockTokens); }
-  const float* v(int il, int pos) const { return pool_->v(table_[pos / KvPool::kBlockTokens], il, pos % KvPool::kBlockTokens); }
-  float* k(int il, int pos) { return pool_->k(table_[pos / KvPool::kBlockTokens], il, pos % KvPool::kBlockTokens); }
-  float* v(int il, int pos) { return pool_->v(table_[pos / KvPool::kBlockTokens], il, pos % KvPool::kBlockTokens); }
+  KvType type() const { return pool_->type(); }
+  // K/V rows of one layer and position: [n_embd_kv] values of type().
+  // Writable positions are those made ready by reserve().
+  const void* k(int il, int pos) const { return pool_->k(table_[pos / KvPool::kBlockTokens], il, pos % KvPool::kBlockTokens); }
+  const void* v(int il, int pos) const { return pool_->v(table_[pos / KvPool::kBlockTokens], il, pos % KvPool::kBlockTokens); }
+  void* k(int il, int pos) { return pool_->k(table_[pos / KvPool::kBlockTokens], il, pos % KvPool::kBlockTokens); }
+  void* v(int il, int pos) { return pool_->v(table_[pos / KvPool::kBlockTokens], il, pos % KvPool::kBlockTokens); }
 
   // Makes positions [n_past, n_past + n) writable: allocates blocks, and
   // copies a shared or published block before it is written (copy on write).

@@ -40,6 +40,7 @@ struct SchedulerOptions {
   int max_seqs = 16;     // sequences in one pass at most
   int token_budget = 0;  // tokens per pass; <= 0: the backend's max_batch()
   bool prefix_cache = true;  // reuse published blocks across sequences
+  KvType kv_type = KvType::f16;
 };
 
 struct BatchRequest {

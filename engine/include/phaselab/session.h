@@ -75,9 +75,10 @@ struct GenerateResult {
 
 class Session {
  public:
-  // n_ctx <= 0 takes the model's trained context, capped at 4096.
+  // n_ctx <= 0 takes the model's trained context, capped at 4096. K/V are
+  // stored as kv_type (F16 by default, as llama.cpp's cache).
   static Result<std::unique_ptr<Session>> create(std::shared_ptr<const Model> model, std::unique_ptr<Backend> backend,
-                                                 int n_ctx);
+                                                 int n_ctx, KvType kv_type = KvType::f16);
 
   // Runs one request. The prompt is the whole sequence (e.g. a rendered chat);
   // the part already in the cache is not computed again. cancel is read
