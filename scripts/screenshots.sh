@@ -3,7 +3,8 @@
 # server (Xvfb) at 1280x800 and 800x600, driven with xdotool (type a
 # question, Ctrl+Enter), captured mid-answer and after. Writes
 # docs/screenshots/{chat,notebook}-<size>-{mid,after}.png and
-# phase-meter-<size>.png (the metrics dock's second tab), and
+# phase-meter-<size>.png (the metrics dock's second tab),
+# batch-sweep-<size>.png (the Compare window's batch sweep at 1,2,4,8) and
 # docs/screenshot.png (the README's, 1280x800 after the answer).
 #
 #   scripts/screenshots.sh [MODEL.gguf]     (default: the default model)
@@ -81,7 +82,35 @@ shot() {
   kill "$XPID" 2>/dev/null || true; wait "$XPID" 2>/dev/null || true; XPID=""
 }
 
+# batch_shot SIZE: phaselab --batch-sweep, the Compare window filling the
+# screen, captured once the points are printed (the sweep is done).
+batch_shot() {
+  local size=$1 w=${1%x*} h=${1#*x} display=:$((90 + RANDOM % 9))
+  Xvfb "$display" -screen 0 "${size}x24" -nolisten tcp >/dev/null 2>&1 &
+  XPID=$!
+  for _ in $(seq 50); do DISPLAY=$display xdotool getdisplaygeometry >/dev/null 2>&1 && break; sleep 0.1; done
+  export DISPLAY=$display
+  rm -rf "$TMP/home"; mkdir -p "$TMP/home"
+  XDG_CONFIG_HOME="$TMP/home/config" XDG_DATA_HOME="$TMP/home/data" PHASELAB_DB="$TMP/home/chats.sqlite" \
+    "$APP" --batch-sweep 1,2,4,8 "$MODEL" >"$TMP/batch-$size.json" 2>"$TMP/batch-$size.log" &
+  APID=$!
+  local win
+  win=$(xdotool search --sync --onlyvisible --name '^Compare models' | head -1)
+  xdotool windowmove "$win" 0 0 windowsize "$win" "$w" "$h"
+  for _ in $(seq 1200); do
+    grep -q '"batch"' "$TMP/batch-$size.json" && break
+    grep -q 'batch sweep:' "$TMP/batch-$size.log" && { cat "$TMP/batch-$size.log" >&2; break; }
+    sleep 0.5
+  done
+  sleep 1
+  import -window root "$OUT/batch-sweep-$size.png"
+  kill "$APID" 2>/dev/null || true; wait "$APID" 2>/dev/null || true; APID=""
+  kill "$XPID" 2>/dev/null || true; wait "$XPID" 2>/dev/null || true; XPID=""
+}
+
 shot 1280x800
 shot 800x600
+batch_shot 1280x800
+batch_shot 800x600
 cp "$OUT/chat-1280x800-after.png" "$ROOT/docs/screenshot.png"
 echo "screenshots: written to $OUT (and docs/screenshot.png)"

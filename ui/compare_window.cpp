@@ -36,7 +36,9 @@
 #include <QVBoxLayout>
 #include <QValueAxis>
 
+#include "batch_sweep_panel.h"
 #include "chart_scale.h"
+#include "compare_charts.h"
 #include "conversation_store.h"
 #include "phaselab/log.h"
 
@@ -50,25 +52,6 @@ QString typeLabel(const CompareVariant& v) {
   return v.quantize_to ? QString::fromLatin1(file_type_name(*v.quantize_to).data(),
                                              static_cast<int>(file_type_name(*v.quantize_to).size()))
                        : QObject::tr("as is");
-}
-
-QChartView* chartView(QChart* chart, const QString& title) {
-  chart->setTitle(title);
-  chart->legend()->setAlignment(Qt::AlignBottom);
-  chart->setMargins(QMargins(4, 4, 4, 4));
-  auto* view = new QChartView(chart);
-  view->setRenderHint(QPainter::Antialiasing);
-  view->setAccessibleName(title);
-  view->setMinimumHeight(200);
-  return view;
-}
-
-void clearChart(QChart* chart) {
-  chart->removeAllSeries();
-  for (QAbstractAxis* a : chart->axes()) {
-    chart->removeAxis(a);
-    delete a;
-  }
 }
 
 // Bars of one or more value sets per variant, on a 1-2-5 value axis.
@@ -227,20 +210,33 @@ CompareWindow::CompareWindow(ConversationStore* store, QWidget* parent) : QMainW
   auto* speed = new QWidget;
   auto* speedRow = new QHBoxLayout(speed);
   m_speedChart = new QChart;
-  speedRow->addWidget(chartView(m_speedChart, tr("Prefill and decode tokens/s")));
+  speedRow->addWidget(compareChartView(m_speedChart, tr("Prefill and decode tokens/s")));
   m_tabs->addTab(speed, tr("Speed"));
   m_qualityChart = new QChart;
-  m_tabs->addTab(chartView(m_qualityChart, tr("Decode speed against KL divergence (point size: peak memory)")),
+  m_tabs->addTab(compareChartView(m_qualityChart, tr("Decode speed against KL divergence (point size: peak memory)")),
                  tr("Speed vs quality"));
   m_memoryChart = new QChart;
-  m_tabs->addTab(chartView(m_memoryChart, tr("File size and peak memory (MiB)")), tr("Memory"));
+  m_tabs->addTab(compareChartView(m_memoryChart, tr("File size and peak memory (MiB)")), tr("Memory"));
 
   auto* split = new QSplitter(Qt::Vertical);
   split->addWidget(top);
   split->addWidget(m_tabs);
   split->setStretchFactor(1, 2);
   col->addWidget(split, 1);
-  setCentralWidget(central);
+
+  // The two modes share the window; one runs at a time, as both measure speed.
+  m_sweep = new BatchSweepPanel;
+  connect(m_sweep, &BatchSweepPanel::finished, this, &CompareWindow::batchSweepFinished);
+  connect(m_sweep, &BatchSweepPanel::runningChanged, this, [this](bool running) {
+    m_run->setEnabled(!running && !m_thread);
+    m_run->setToolTip(running ? tr("A batch sweep is running: wait for it or cancel it.") : QString());
+  });
+  m_modes = new QTabWidget;
+  m_modes->setObjectName(QStringLiteral("compareModes"));
+  m_modes->setDocumentMode(true);
+  m_modes->addTab(central, tr("Models"));
+  m_modes->addTab(m_sweep, tr("Batch sweep"));
+  setCentralWidget(m_modes);
 
   auto* bar = addToolBar(tr("Compare"));
   bar->setObjectName(QStringLiteral("compareToolbar"));
@@ -254,6 +250,9 @@ CompareWindow::CompareWindow(ConversationStore* store, QWidget* parent) : QMainW
                                                    tr("JSON (*.json)"));
     if (!p.isEmpty()) exportJson(p);
   });
+  // The exports are the model comparison's: hidden on the batch sweep, which
+  // needs the height at 800x600.
+  connect(m_modes, &QTabWidget::currentChanged, this, [this, bar](int i) { bar->setVisible(m_modes->widget(i) != m_sweep); });
   refreshSavedRuns();
 }
 
@@ -264,7 +263,25 @@ CompareWindow::~CompareWindow() {
   }
 }
 
-QList<QChartView*> CompareWindow::chartViews() const { return findChildren<QChartView*>(); }
+// The model comparison's charts (the batch sweep's is batchSweep()->chartView()).
+QList<QChartView*> CompareWindow::chartViews() const { return m_tabs->findChildren<QChartView*>(); }
+
+void CompareWindow::offerVariantModels() {
+  QStringList files;
+  for (const CompareVariant& v : variants()) files << QString::fromStdString(v.file);
+  files.removeDuplicates();
+  m_sweep->setModels(files);
+}
+
+void CompareWindow::showBatchSweep() { m_modes->setCurrentWidget(m_sweep); }
+void CompareWindow::setBatchModel(const QString& path) { m_sweep->setModel(path); }
+void CompareWindow::setBatchBackend(const QString& kind) { m_sweep->setBackendKind(kind); }
+void CompareWindow::setBatchSweep(const QString& sizes, int nPrompt, int nGen) { m_sweep->setSweep(sizes, nPrompt, nGen); }
+bool CompareWindow::startBatchSweep() { return m_sweep->start(); }
+void CompareWindow::cancelBatchSweep() { m_sweep->cancel(); }
+bool CompareWindow::isBatchSweepRunning() const { return m_sweep->isRunning(); }
+const std::vector<BatchBenchPoint>& CompareWindow::batchPoints() const { return m_sweep->points(); }
+double CompareWindow::batchRidge() const { return m_sweep->ridge(); }
 
 void CompareWindow::addVariantRow(const CompareVariant& v) {
   const int r = m_variants->rowCount();
@@ -293,6 +310,7 @@ void CompareWindow::addVariantRow(const CompareVariant& v) {
   spec->setCurrentIndex(std::max(0, spec->findData(QString::fromStdString(v.speculative))));
   spec->setAccessibleName(tr("Speculative decoding"));
   m_variants->setCellWidget(r, kColSpec, spec);
+  offerVariantModels();
 }
 
 void CompareWindow::addModel(const QString& path) {
@@ -321,7 +339,10 @@ bool CompareWindow::addQuantization(const QString& type) {
 int CompareWindow::variantCount() const { return m_variants->rowCount(); }
 void CompareWindow::setTextFile(const QString& path) { m_text->setText(path); }
 void CompareWindow::setChunks(int chunks) { m_chunks->setValue(chunks); }
-void CompareWindow::setThreads(int threads) { m_threads->setValue(threads); }
+void CompareWindow::setThreads(int threads) {
+  m_threads->setValue(threads);
+  m_sweep->setThreads(threads);
+}
 void CompareWindow::setSpeedTests(int nPrompt, int nGen, int repetitions) {
   m_nPrompt = nPrompt, m_nGen = nGen, m_repetitions = repetitions;
 }
@@ -360,6 +381,7 @@ void CompareWindow::removeSelected() {
   for (const QModelIndex& i : rows) indexes << i.row();
   std::sort(indexes.begin(), indexes.end(), std::greater<>());
   for (int r : indexes) m_variants->removeRow(r);
+  offerVariantModels();
 }
 
 void CompareWindow::showError(const QString& message) {
@@ -375,11 +397,17 @@ void CompareWindow::setRunning(bool running) {
   m_addQuant->setEnabled(!running);
   m_remove->setEnabled(!running);
   m_variants->setEnabled(!running);
+  m_sweep->setBlockedReason(running ? tr("A model comparison is running: wait for it or cancel it.") : QString());
 }
 
 bool CompareWindow::startRun() {
   if (m_thread) return false;
   m_lastError.clear();
+  if (m_sweep->isRunning()) {
+    showError(tr("A batch sweep is running: wait for it or cancel it."));
+    emit runFinished(false, m_lastError);
+    return false;
+  }
   const std::vector<CompareVariant> vs = variants();
   CompareOptions opts;
   QFile text(m_text->text());
@@ -636,6 +664,7 @@ bool CompareWindow::exportJson(const QString& path) {
 
 void CompareWindow::closeEvent(QCloseEvent* e) {
   if (m_thread) cancelRun();  // the worker stops at its next step; the destructor waits for it
+  m_sweep->cancel();
   QMainWindow::closeEvent(e);
 }
 

@@ -4,7 +4,9 @@
 // phaselab/compare.h on a worker thread (the chat stays usable) with a
 // progress bar and Cancel; the results as a table and charts (tokens/s of
 // prefill and decode, speed against quality, memory); every run saved in the
-// conversation database and reopenable; CSV and JSON export.
+// conversation database and reopenable; CSV and JSON export. A second tab,
+// the batch sweep (batch_sweep_panel.h), measures one model's throughput
+// against batch size.
 #pragma once
 
 #include <QMainWindow>
@@ -13,6 +15,7 @@
 #include <memory>
 #include <vector>
 
+#include "phaselab/batch_bench.h"
 #include "phaselab/compare.h"
 
 class QChart;
@@ -29,6 +32,7 @@ class QThread;
 
 namespace phaselab::ui {
 
+class BatchSweepPanel;
 class ConversationStore;
 
 class CompareWindow : public QMainWindow {
@@ -42,7 +46,7 @@ class CompareWindow : public QMainWindow {
   bool addQuantization(const QString& type);
   void setTextFile(const QString& path);
   void setChunks(int chunks);
-  void setThreads(int threads);  // 0: one per physical core
+  void setThreads(int threads);  // 0: one per physical core (both tabs)
   // Smaller speed tests (tests and quick looks): prefill and decode lengths.
   void setSpeedTests(int nPrompt, int nGen, int repetitions);
   int variantCount() const;
@@ -64,8 +68,22 @@ class CompareWindow : public QMainWindow {
   // The rows of compare_rows_json() text (a saved run, an exported file).
   static std::vector<CompareRow> rowsFromJson(const QByteArray& json, QString* error);
 
+  // The batch sweep tab. Its model is the first variant's unless one is set
+  // (or chosen there).
+  void showBatchSweep();
+  void setBatchModel(const QString& path);
+  void setBatchBackend(const QString& kind);
+  void setBatchSweep(const QString& sizes, int nPrompt, int nGen);
+  bool startBatchSweep();  // false (and the reason shown in the tab) when the inputs are not valid
+  void cancelBatchSweep();
+  bool isBatchSweepRunning() const;
+  const std::vector<BatchBenchPoint>& batchPoints() const;
+  double batchRidge() const;  // 0 until a sweep on a CPU backend measured the peaks
+  BatchSweepPanel* batchSweep() const { return m_sweep; }
+
  signals:
   void runFinished(bool ok, const QString& error);
+  void batchSweepFinished(bool ok, const QString& error);
 
  protected:
   void closeEvent(QCloseEvent* e) override;
@@ -76,6 +94,7 @@ class CompareWindow : public QMainWindow {
   void chooseModel();
   void chooseText();
   void removeSelected();
+  void offerVariantModels();
   void onProgress(const CompareProgress& p);
   void onDone(const std::vector<CompareRow>& rows, const QString& error, bool cancelled);
   void showRows();
@@ -97,6 +116,8 @@ class CompareWindow : public QMainWindow {
   QProgressBar* m_progress = nullptr;
   QLabel* m_status = nullptr;
   QComboBox* m_saved = nullptr;
+  QTabWidget* m_modes = nullptr;  // Models | Batch sweep
+  BatchSweepPanel* m_sweep = nullptr;
   QTabWidget* m_tabs = nullptr;
   QTableWidget* m_results = nullptr;
   QChart* m_speedChart = nullptr;

@@ -3,6 +3,7 @@
 // which is how the README screenshot and the crash-recovery test drive it.
 #include <QApplication>
 #include <QCommandLineParser>
+#include <QFileInfo>
 #include <QTimer>
 #include <QUrl>
 #include <cstdio>
@@ -15,6 +16,7 @@
 #include "engine_controller.h"
 #include "hardware_probe.h"
 #include "appearance.h"
+#include "batch_sweep_panel.h"
 #include "main_window.h"
 #include "metrics_dock.h"
 #include "phaselab/log.h"
@@ -79,8 +81,9 @@ int main(int argc, char** argv) {
   const QCommandLineOption quant(QStringLiteral("quant"), QStringLiteral("With --compare: also these quantizations of the first model."), QStringLiteral("T1,T2"));
   const QCommandLineOption text(QStringLiteral("text"), QStringLiteral("With --compare: the evaluation text (default: the bundled one)."), QStringLiteral("FILE"));
   const QCommandLineOption chunks(QStringLiteral("chunks"), QStringLiteral("With --compare: perplexity chunks of 512 tokens (default 8)."), QStringLiteral("N"));
+  const QCommandLineOption batchSweep(QStringLiteral("batch-sweep"), QStringLiteral("Open the Compare window's Batch sweep tab with the model (--model, FILE or the last one) and run it at these batch sizes; with --screenshot, of that window."), QStringLiteral("1,2,4,..."));
   const QCommandLineOption db(QStringLiteral("db"), QStringLiteral("Conversation database (default: $PHASELAB_DB or the data folder)."), QStringLiteral("FILE"));
-  p.addOptions({model, prompt, shot, quit, nPredict, temp, seed, noKv, ignoreEos, threads, notebook, compare, quant, text, chunks, db});
+  p.addOptions({model, prompt, shot, quit, nPredict, temp, seed, noKv, ignoreEos, threads, notebook, compare, quant, text, chunks, batchSweep, db});
   p.addPositionalArgument(QStringLiteral("FILE"),
                           QStringLiteral("GGUF model to open (what a file manager passes; same as --model)."),
                           QStringLiteral("[FILE.gguf]"));
@@ -99,7 +102,7 @@ int main(int argc, char** argv) {
     modelPath = url.isLocalFile() ? url.toLocalFile() : positional.front();
   }
 
-  const bool unattended = p.isSet(prompt) || p.isSet(shot) || p.isSet(quit) || p.isSet(compare);
+  const bool unattended = p.isSet(prompt) || p.isSet(shot) || p.isSet(quit) || p.isSet(compare) || p.isSet(batchSweep);
   int chunksValue = 8;
   if (p.isSet(chunks)) {
     bool ok = false;
@@ -112,6 +115,17 @@ int main(int argc, char** argv) {
   if ((p.isSet(quant) || p.isSet(text) || p.isSet(chunks)) && !p.isSet(compare)) {
     std::fprintf(stderr, "phaselab: --quant, --text and --chunks go with --compare (run phaselab --help)\n");
     return 2;
+  }
+  if (p.isSet(batchSweep)) {
+    QString error;
+    if (!BatchSweepPanel::parseSizes(p.value(batchSweep), &error)) {
+      std::fprintf(stderr, "phaselab: --batch-sweep: %s\n", qPrintable(error));
+      return 2;
+    }
+    if (p.isSet(compare) || p.isSet(prompt)) {
+      std::fprintf(stderr, "phaselab: --batch-sweep runs alone, without --compare or --prompt (run phaselab --help)\n");
+      return 2;
+    }
   }
   MainWindow::Options options;
   options.dbPath = p.value(db);
@@ -203,7 +217,7 @@ int main(int argc, char** argv) {
   else if (p.isSet(prompt)) fail(QStringLiteral("--prompt needs a model (--model FILE or FILE)"));
   // --screenshot / --quit without --prompt: the window once the model is
   // loaded, or as it opened when there is no model to load.
-  if (!p.isSet(prompt) && !p.isSet(compare) && (p.isSet(shot) || p.isSet(quit))) {
+  if (!p.isSet(prompt) && !p.isSet(compare) && !p.isSet(batchSweep) && (p.isSet(shot) || p.isSet(quit))) {
     if (!modelPath.isEmpty())
       QObject::connect(&window, &MainWindow::modelReady, &app, finishUnattended, Qt::SingleShotConnection);
     else
@@ -240,6 +254,40 @@ int main(int argc, char** argv) {
       });
     });
     QTimer::singleShot(0, cw, [cw] { cw->startRun(); });
+  }
+
+  // --batch-sweep: the sweep starts once the main window has loaded the model
+  // (so the load does not compete with the measurement), then as --compare.
+  if (p.isSet(batchSweep)) {
+    if (modelPath.isEmpty() && !QFileInfo::exists(window.settings().lastModel)) {
+      std::fprintf(stderr, "phaselab: --batch-sweep needs a model: --model FILE or FILE\n");
+      return 2;
+    }
+    CompareWindow* cw = window.compareWindow();
+    cw->setBatchSweep(p.value(batchSweep), 128, 32);
+    if (p.isSet(threads)) cw->setThreads(static_cast<int>(threadsValue));
+    cw->showBatchSweep();
+    cw->show();
+    QObject::connect(&window, &MainWindow::modelReady, cw, [&window, cw, &fail] {
+      cw->setBatchModel(window.engine()->modelInfo().path);
+      if (!cw->startBatchSweep()) fail(cw->batchSweep()->lastError());
+    }, Qt::SingleShotConnection);
+    QObject::connect(cw, &CompareWindow::batchSweepFinished, &app, [&, cw](bool ok, const QString& error) {
+      if (!ok) {
+        std::fprintf(stderr, "phaselab: batch sweep: %s\n", qPrintable(error));
+        exitCode = 1;
+      } else {
+        std::printf("%s", cw->batchSweep()->pointsJson().constData());
+        std::fflush(stdout);  // the window may stay open: let a script see the points now
+      }
+      QTimer::singleShot(300, &app, [&, cw] {
+        if (p.isSet(shot)) {
+          if (!cw->grab().save(p.value(shot))) fail(QStringLiteral("cannot write %1").arg(p.value(shot)));
+          else std::fprintf(stderr, "phaselab: saved %s\n", qPrintable(p.value(shot)));
+        }
+        if (p.isSet(quit)) QApplication::exit(exitCode);
+      });
+    });
   }
 
   const int rc = app.exec();

@@ -1,6 +1,7 @@
 #include "phaselab/batch_bench.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <chrono>
 #include <random>
 #include <vector>
@@ -99,6 +100,54 @@ double ops_per_token(const Model& model) {
   for (const auto& t : model.file().tensors())
     if (t.name.rfind("blk.", 0) == 0 && t.n_dims == 2) ops += 2.0 * static_cast<double>(t.n_elements);
   return ops;
+}
+
+}  // namespace phaselab
+
+namespace phaselab {
+
+double decode_ops_per_token(const Model& model) {
+  const ModelConfig& c = model.config();
+  return ops_per_token(model) + 2.0 * static_cast<double>(c.n_vocab) * c.n_embd;
+}
+
+double DecodeRoofline::ceiling_tps(double b) const {
+  if (read_bytes_per_s <= 0 || weight_bytes <= 0) return 0;
+  const double bandwidth_bound = b * read_bytes_per_s / weight_bytes;
+  return ops_per_s > 0 && ops_per_token > 0 ? std::min(bandwidth_bound, ops_per_s / ops_per_token) : bandwidth_bound;
+}
+
+DecodeRoofline decode_roofline(const Model& model, const std::string& backend_name, double read_bytes_per_s,
+                               double int8_ops_per_s, double fp32_flops) {
+  DecodeRoofline r;
+  r.weight_bytes = static_cast<double>(model.weight_bytes());
+  r.ops_per_token = decode_ops_per_token(model);
+  r.read_bytes_per_s = read_bytes_per_s;
+  r.int8 = backend_name.rfind("cpu", 0) == 0 && backend_name != "cpu-reference" && int8_ops_per_s > 0;
+  r.ops_per_s = r.int8 ? int8_ops_per_s : fp32_flops;
+  r.ridge_batch = decode_ridge_batch(r.weight_bytes, r.read_bytes_per_s, r.ops_per_token, r.ops_per_s);
+  return r;
+}
+
+Result<std::vector<int>> parse_batch_sizes(std::string_view text) {
+  const std::string hint = "batch sizes are whole numbers from 1 to 4096 separated by commas (e.g. 1,2,4,8,16,32), not '" +
+                           std::string(text) + "'";
+  std::vector<int> out;
+  size_t at = 0;
+  while (at <= text.size()) {
+    const size_t comma = std::min(text.find(',', at), text.size());
+    std::string item(text.substr(at, comma - at));
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
+    char* end = nullptr;
+    const long v = item.empty() ? 0 : std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end || v < 1 || v > 4096) return invalid_argument(hint);
+    out.push_back(static_cast<int>(v));
+    at = comma + 1;
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
 }
 
 }  // namespace phaselab

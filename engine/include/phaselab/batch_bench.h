@@ -7,6 +7,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "phaselab/backend.h"
 #include "phaselab/kv_cache.h"
@@ -37,7 +40,32 @@ Result<BatchBenchPoint> bench_batch(Backend& backend, const Model& model, int ba
 // missing.
 double decode_ridge_batch(double weight_bytes, double read_bytes_per_s, double ops_per_token, double ops_per_s);
 
-// 2 operations per weight of the blocks' matrices: the work of one token.
+// 2 operations per weight of the blocks' matrices: the work of one prompt
+// token (only the last token of a prompt goes through the output matrix).
 double ops_per_token(const Model& model);
+// A decoded token's work: the blocks' matrices and the output matrix (every
+// decoded token needs its logits; with a 262k vocabulary that is most of it).
+double decode_ops_per_token(const Model& model);
+
+// Batched decode's roofline on a machine: the weights are read once per
+// pass, each token costs decode_ops_per_token at the compute peak of the
+// instructions the backend multiplies with (int8 dot products in the fast
+// CPU kernels, FP32 in the reference path).
+struct DecodeRoofline {
+  double weight_bytes = 0, ops_per_token = 0;
+  double read_bytes_per_s = 0, ops_per_s = 0;
+  bool int8 = false;
+  double ridge_batch = 0;  // 0: a peak is unknown (e.g. on CUDA)
+  // Aggregate decode tokens/s at batch b if reading the weights once per pass
+  // were the only cost, capped by the compute roof.
+  double ceiling_tps(double b) const;
+  double compute_ceiling_tps() const { return ops_per_token > 0 ? ops_per_s / ops_per_token : 0; }
+};
+DecodeRoofline decode_roofline(const Model& model, const std::string& backend_name, double read_bytes_per_s,
+                               double int8_ops_per_s, double fp32_flops);
+
+// "1,2,4,8": batch sizes from 1 to 4096, sorted, each once; the error says
+// what a list looks like.
+Result<std::vector<int>> parse_batch_sizes(std::string_view text);
 
 }  // namespace phaselab
