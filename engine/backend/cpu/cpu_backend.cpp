@@ -151,9 +151,9 @@ class CpuBackend final : public Backend {
           ref::add(&v_[t * NKV], L.bv.data(), NKV);
         }
       // Angles for these positions, computed once per forward and base.
-      const int which = c_.is_swa(il) ? 1 : 0;
+      const int which = c_.is_swa(il) ? 1 : 0;  // the angles of the two bases are kept apart
       if (!(rope_ready_ & (1 << which))) {
-        const float base = which ? c_.rope_base_swa : c_.rope_base;
+        const float base = c_.rope_base_of(il);
         const float* ff = w_.rope_freq_factors.empty() ? nullptr : w_.rope_freq_factors.data();
         for (int t = 0; t < T; t++) ref::rope_angles(&rope_cs_[(which * max_batch_ + t) * c_.n_rot], c_.n_rot, tok_pos_[t], base, ff);
         rope_ready_ |= 1 << which;
@@ -481,7 +481,7 @@ class CpuBackend final : public Backend {
   void attention(int il, int T) {
     const int HD = c_.head_dim, NQ = c_.n_embd_q();
     const int group = c_.n_head / c_.n_head_kv;
-    const bool swa = c_.is_swa(il) && c_.sliding_window > 0;
+    const int window = c_.window_of(il);
     const int n_ctx = score_stride_;  // scores of one query head: (n_ctx) apart
     const int n_work = T * c_.n_head_kv;
     // One chunk per (token, KV head): later tokens attend over more keys,
@@ -494,7 +494,7 @@ class CpuBackend final : public Backend {
         const int pos = tok_pos_[t];
         const int h0 = kvh * group;
         // Keys in [j0, pos]: a local layer sees only the last sliding_window.
-        const int j0 = swa ? std::max(0, pos - c_.sliding_window + 1) : 0;
+        const int j0 = window > 0 ? std::max(0, pos - window + 1) : 0;
         const bool half = kv.type() == KvType::f16;
         float* row = kv_row_buf_[thread].data();  // (head_dim) one K or V row widened (reference path)
         // Head kvh of a K/V row of the cache, as floats (the reference path widens half rows).

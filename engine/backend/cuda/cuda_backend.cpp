@@ -590,12 +590,12 @@ class CudaBackend final : public Backend {
         PHASELAB_TRY(prof_.mark("Q, K, V biases", stream_));
       }
       // QK-norm, RoPE and the K/V cache writes in one kernel.
-      const float base = c_.is_swa(il) ? c_.rope_base_swa : c_.rope_base;
+      const float base = c_.rope_base_of(il);
       CUDA_TRY(cuda::launch_qk_norm_rope_store(q_, k_, v_, c_.qk_norm ? L.q_norm : nullptr, c_.qk_norm ? L.k_norm : nullptr,
                                                pages(il), T, c_.n_head, c_.n_head_kv, HD, c_.n_rot, pos_, base, rope_ff_,
                                                c_.rope_neox, c_.rms_eps, stream_));
       PHASELAB_TRY(prof_.mark("QK-norm + RoPE + K/V store", stream_));
-      const int window = c_.is_swa(il) ? c_.sliding_window : 0;
+      const int window = c_.window_of(il);
       if (tiled_attention)  // prefill batches: query tiles share K/V tiles
         CUDA_TRY(cuda::launch_attention_tiled(q_, pages(il), xb_, scratch_, T, pos_, c_.n_head, c_.n_head_kv, HD, window,
                                               c_.attn_scale, c_.attn_logit_softcap, tiled_splits, stream_));

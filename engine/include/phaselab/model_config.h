@@ -52,6 +52,10 @@ struct ModelConfig {
   int n_embd_kv() const { return n_head_kv * head_dim; }
   int n_embd_q() const { return n_head * head_dim; }
   bool is_swa(int il) const { return il < static_cast<int>(layer_is_swa.size()) && layer_is_swa[il]; }
+  // Per-layer facts every forward pass reads from here: the RoPE base and
+  // how many keys back a query sees (0: all of them).
+  float rope_base_of(int il) const { return is_swa(il) ? rope_base_swa : rope_base; }
+  int window_of(int il) const { return is_swa(il) ? sliding_window : 0; }
 
   static Result<ModelConfig> from_gguf(const GgufFile& file);
 };
