@@ -206,6 +206,7 @@ class TestGuiEngine : public QObject {
     a.engine.backend = QStringLiteral("cpu-reference");
     a.engine.threads = 3;
     a.engine.contextSize = 1024;
+    a.engine.kvType = QStringLiteral("f32");
     a.generation.temperature = 0.25f;
     a.generation.topK = 7;
     a.generation.seed = 123456789012345ULL;
@@ -216,6 +217,7 @@ class TestGuiEngine : public QObject {
     QCOMPARE(b.engine.backend, a.engine.backend);
     QCOMPARE(b.engine.threads, 3);
     QCOMPARE(b.engine.contextSize, 1024);
+    QCOMPARE(b.engine.kvType, QStringLiteral("f32"));
     QCOMPARE(b.generation.temperature, 0.25f);
     QCOMPARE(b.generation.topK, 7);
     QCOMPARE(b.generation.seed, a.generation.seed);
@@ -235,6 +237,30 @@ class TestGuiEngine : public QObject {
     QVERIFY(!finished.takeFirst().at(1).value<RequestStats>().error.isEmpty());
     QCOMPARE(errors.size(), 1);
     QVERIFY(!e.isBusy());
+  }
+
+  // The KV cache storage setting reaches the engine: F32 takes twice the
+  // bytes of F16 (the default) at the same context; an unknown stored value
+  // loads with the default.
+  void kv_storage_setting_reaches_the_session() {
+    auto loadWith = [&](const QString& kvType) -> ModelInfo {
+      EngineController e;
+      QSignalSpy loaded(&e, &EngineController::modelLoaded);
+      EngineConfig c;
+      c.threads = 1;
+      c.contextSize = 256;
+      c.kvType = kvType;
+      e.loadModel(testing::stories(), c);
+      if (!loaded.wait(20000)) return {};
+      return loaded.first().first().value<ModelInfo>();
+    };
+    const ModelInfo h = loadWith(QStringLiteral("f16")), f = loadWith(QStringLiteral("f32")),
+                    odd = loadWith(QStringLiteral("q9"));
+    QCOMPARE(h.kvType, QStringLiteral("f16"));
+    QCOMPARE(f.kvType, QStringLiteral("f32"));
+    QCOMPARE(odd.kvType, QStringLiteral("f16"));
+    QVERIFY(h.kvBytes > 0);
+    QCOMPARE(f.kvBytes, 2 * h.kvBytes);
   }
 };
 

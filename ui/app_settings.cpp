@@ -11,6 +11,7 @@ AppSettings AppSettings::load() {
   a.engine.backend = s.value(QStringLiteral("engine/backend"), a.engine.backend).toString();
   a.engine.threads = s.value(QStringLiteral("engine/threads"), a.engine.threads).toInt();
   a.engine.contextSize = s.value(QStringLiteral("engine/contextSize"), a.engine.contextSize).toInt();
+  a.engine.kvType = s.value(QStringLiteral("engine/kvType"), a.engine.kvType).toString();
   GenerationSettings& g = a.generation;
   g.temperature = s.value(QStringLiteral("sampling/temperature"), d.temperature).toFloat();
   g.topK = s.value(QStringLiteral("sampling/topK"), d.topK).toInt();
@@ -34,6 +35,7 @@ void AppSettings::save() const {
   s.setValue(QStringLiteral("engine/backend"), engine.backend);
   s.setValue(QStringLiteral("engine/threads"), engine.threads);
   s.setValue(QStringLiteral("engine/contextSize"), engine.contextSize);
+  s.setValue(QStringLiteral("engine/kvType"), engine.kvType);
   s.setValue(QStringLiteral("sampling/temperature"), generation.temperature);
   s.setValue(QStringLiteral("sampling/topK"), generation.topK);
   s.setValue(QStringLiteral("sampling/topP"), generation.topP);

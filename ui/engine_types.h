@@ -14,6 +14,7 @@ struct EngineConfig {
   QString backend = QStringLiteral("cpu");  // cpu | cpu-portable | cpu-reference | cuda
   int threads = 0;                           // 0: all cores but one (the GUI keeps one)
   int contextSize = 0;                       // 0: the model's, at most 4096
+  QString kvType = QStringLiteral("f16");    // how K and V are stored: f16 | f32 (phaselab::kv_type_name)
 };
 
 // Per request; changes apply to the next answer without a reload.
@@ -51,6 +52,8 @@ struct ModelInfo {
   QString typeMix;
   int contextTrained = 0;
   int contextSize = 0;  // of the session actually created
+  QString kvType;       // its KV cache's storage: f16 | f32
+  quint64 kvBytes = 0;  // the KV pool's K and V
   qint64 fileSize = 0;
   quint64 weightBytes = 0;  // read per decoded token
   // Multiply-add work of one prompt token, counted as 2 operations each: the

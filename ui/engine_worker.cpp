@@ -94,7 +94,9 @@ void EngineWorker::loadModelImpl(const QString& path, const EngineConfig& config
   // Say why the device asked for is not used; the CPU runs the model.
   if (!backend->fallback_reason.empty())
     emit errorOccurred(QString::fromStdString(backend->fallback_reason) + QStringLiteral("; using the CPU backend"));
-  auto session = Session::create(m, std::move(backend->backend), config.contextSize);
+  // An unknown stored value (a settings file from elsewhere) takes the default.
+  const KvType kvType = kv_type_from_name(config.kvType.toStdString()).value_or(KvType::f16);
+  auto session = Session::create(m, std::move(backend->backend), config.contextSize, kvType);
   if (!session) {
     emit modelLoadFailed(QString::fromStdString(session.status().message()));
     return;
@@ -120,6 +122,8 @@ void EngineWorker::loadModelImpl(const QString& path, const EngineConfig& config
   info.typeMix = QString::fromStdString(m->type_mix());
   info.contextTrained = c.n_ctx_train;
   info.contextSize = m_session->n_ctx();
+  info.kvType = QString::fromLatin1(kv_type_name(m_session->kv().type()));
+  info.kvBytes = m_session->kv().bytes();
   info.fileSize = static_cast<qint64>(m->file().file_size());
   info.weightBytes = m->weight_bytes();
   info.chatTemplate = QString::fromUtf8(chat_template_family_name(m->chat_template()));

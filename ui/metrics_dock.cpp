@@ -276,7 +276,11 @@ MetricsDock::MetricsDock(QWidget* parent) : QDockWidget(tr("Metrics"), parent) {
 void MetricsDock::showPhaseMeter() { m_tabs->setCurrentIndex(1); }
 
 void MetricsDock::setModel(const ModelInfo& info) {
-  m_modelText = tr("%1 · %2 · %n thread(s) · context %3", "", info.threads).arg(info.name, info.backend).arg(info.contextSize);
+  m_modelText = tr("%1 · %2 · %n thread(s) · context %3 · KV %4 %5 MiB", "", info.threads)
+                    .arg(info.name, info.backend)
+                    .arg(info.contextSize)
+                    .arg(info.kvType.toUpper())
+                    .arg(info.kvBytes / 1048576.0, 0, 'f', 1);
   m_header->setText(m_modelText);
   // The fast CPU backend ("cpu-avx512-vnni", "cpu-avx2", ...) multiplies 8-bit
   // activations by the quantized weights in integers; the reference path

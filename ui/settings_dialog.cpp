@@ -51,6 +51,14 @@ SettingsDialog::SettingsDialog(const AppSettings& current, const EngineConfig& l
   m_context->setSpecialValueText(tr("the model's (at most 4096)"));
   m_context->setValue(current.engine.contextSize);
   ef->addRow(tr("Context size:"), m_context);
+  m_kvType = new QComboBox;
+  m_kvType->setObjectName(QStringLiteral("kvTypeCombo"));
+  m_kvType->addItem(tr("F16 (half the memory, as llama.cpp)"), QStringLiteral("f16"));
+  m_kvType->addItem(tr("F32"), QStringLiteral("f32"));
+  m_kvType->setCurrentIndex(std::max(0, m_kvType->findData(current.engine.kvType)));
+  m_kvType->setToolTip(tr("How the KV cache stores keys and values: F16 rounds them to half precision and holds "
+                          "twice the positions in the same memory"));
+  ef->addRow(tr("KV cache storage:"), m_kvType);
   layout->addWidget(engineBox);
 
   auto* sampling = new QGroupBox(tr("Generation (applies to the next answer)"));
@@ -121,6 +129,7 @@ SettingsDialog::SettingsDialog(const AppSettings& current, const EngineConfig& l
   connect(m_backend, &QComboBox::currentIndexChanged, this, &SettingsDialog::updateReloadNote);
   connect(m_threads, &QSpinBox::valueChanged, this, &SettingsDialog::updateReloadNote);
   connect(m_context, &QSpinBox::valueChanged, this, &SettingsDialog::updateReloadNote);
+  connect(m_kvType, &QComboBox::currentIndexChanged, this, &SettingsDialog::updateReloadNote);
   updateReloadNote();
 }
 
@@ -129,6 +138,7 @@ AppSettings SettingsDialog::settings() const {
   a.engine.backend = m_backend->currentData().toString();
   a.engine.threads = m_threads->value();
   a.engine.contextSize = m_context->value();
+  a.engine.kvType = m_kvType->currentData().toString();
   GenerationSettings& g = a.generation;
   g.temperature = static_cast<float>(m_temperature->value());
   g.topK = m_topK->value();
@@ -149,11 +159,12 @@ AppSettings SettingsDialog::settings() const {
 bool SettingsDialog::needsReload() const {
   if (!m_hasModel) return false;
   const EngineConfig e = settings().engine;
-  return e.backend != m_loaded.backend || e.threads != m_loaded.threads || e.contextSize != m_loaded.contextSize;
+  return e.backend != m_loaded.backend || e.threads != m_loaded.threads || e.contextSize != m_loaded.contextSize ||
+         e.kvType != m_loaded.kvType;
 }
 
 void SettingsDialog::updateReloadNote() {
-  m_reloadNote->setText(needsReload() ? tr("The backend, thread or context change takes effect when the model is "
+  m_reloadNote->setText(needsReload() ? tr("The backend, thread, context or KV storage change takes effect when the model is "
                                            "reloaded: PhaseLab reloads it when you press OK.")
                                       : QString());
 }

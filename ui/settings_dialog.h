@@ -34,6 +34,7 @@ class SettingsDialog : public QDialog {
   QComboBox* m_backend = nullptr;
   QSpinBox* m_threads = nullptr;
   QSpinBox* m_context = nullptr;
+  QComboBox* m_kvType = nullptr;
   QDoubleSpinBox* m_temperature = nullptr;
   QSpinBox* m_topK = nullptr;
   QDoubleSpinBox* m_topP = nullptr;
