@@ -113,32 +113,20 @@ int cmd_batch(int argc, char** argv) {
   const auto out_path = args->get("--output");
   if (!in_path || !out_path) return usage_error("batch needs -i IN.jsonl and -o OUT.jsonl (run with --help for the format)");
   auto parallel = args->get_int("--parallel", 8, 1, 4096);
-  auto threads = args->get_int("--threads", default_threads(), 1, 256);
   auto ctx = args->get_int("--ctx-size", 0, 0, 1 << 20);
   auto kv_size = args->get_int("--kv-size", 0, 0, 1 << 24);
-  auto max_batch = args->get_int("--batch-size", 64, 1, 4096);
-  for (const Status& st : {parallel.status(), threads.status(), ctx.status(), kv_size.status(), max_batch.status()})
+  for (const Status& st : {parallel.status(), ctx.status(), kv_size.status()})
     if (!st.is_ok()) return report(st);
   GenerateOptions defaults;
   if (Status st = read_generate_options(*args, &defaults); !st) return report(st);
-  if (*parallel > *max_batch)
-    return usage_error("--parallel " + std::to_string(*parallel) + " needs --batch-size of at least as many tokens");
   auto text = read_text_file(*in_path);
   if (!text) return report(text.status());
-  const auto model_path = args->get("--model");
-  if (!model_path) return usage_error("no model given: pass -m MODEL.gguf (scripts/fetch-model.sh gets the default one)");
-  warn_if_oversubscribed(*threads);
-  auto model = Model::load(*model_path);
-  if (!model) return report(model.status());
-  BackendOptions bo;
-  bo.kind = args->get_or("--backend", "cpu");
-  bo.n_threads = *threads;
-  bo.max_batch = *max_batch;
-  auto be = make_backend(*model, bo);
-  if (!be) return report(be.status());
-  if (!be->fallback_reason.empty())
-    std::fprintf(stderr, "phaselab-cli: %s; using the CPU backend\n", be->fallback_reason.c_str());
-  const std::string backend_name = be->backend->name();
+  auto opened = open_model_and_backend(*args, std::max(64, *parallel));
+  if (!opened) return report(opened.status());
+  if (*parallel > opened->backend->max_batch())
+    return usage_error("--parallel " + std::to_string(*parallel) + " needs --batch-size of at least as many tokens");
+  std::shared_ptr<Model> model = opened->model;
+  const std::string backend_name = opened->backend->name();
   SchedulerOptions so;
   so.n_ctx = *ctx;
   so.kv_positions = *kv_size;
@@ -147,13 +135,13 @@ int cmd_batch(int argc, char** argv) {
   auto kv_type = cache_type(*args);
   if (!kv_type) return report(kv_type.status());
   so.kv_type = *kv_type;
-  auto sched = Scheduler::create(*model, std::move(be->backend), so);
+  auto sched = Scheduler::create(model, std::move(opened->backend), so);
   if (!sched) return report(sched.status());
   Scheduler& s = **sched;
 
   // Parse every line first: bad ones are reported by number and skipped.
-  const Tokenizer& tok = (*model)->tokenizer();
-  const ChatTemplateFamily family = (*model)->chat_template();
+  const Tokenizer& tok = model->tokenizer();
+  const ChatTemplateFamily family = model->chat_template();
   std::vector<Line> lines;
   {
     std::istringstream in(*text);

@@ -22,28 +22,16 @@ int bench_batch_sweep(const Args& args) {
   auto n_prompt = args.get_int("--n-prompt", 128, 1, 1 << 16);
   auto n_gen = args.get_int("--n-gen", 32, 1, 1 << 16);
   auto reps = args.get_int("--repetitions", 1, 1, 1000);
-  auto threads = args.get_int("--threads", default_threads(), 1, 256);
-  const int max_b = *std::max_element(sizes->begin(), sizes->end());
-  auto max_batch = args.get_int("--batch-size", std::max(64, max_b), 1, 4096);
-  for (const Status& st : {n_prompt.status(), n_gen.status(), reps.status(), threads.status(), max_batch.status()})
+  for (const Status& st : {n_prompt.status(), n_gen.status(), reps.status()})
     if (!st.is_ok()) return report(st);
-  if (max_b > *max_batch)
+  const int max_b = sizes->back();  // sorted
+  auto opened = open_model_and_backend(args, std::max(64, max_b));
+  if (!opened) return report(opened.status());
+  if (max_b > opened->backend->max_batch())
     return usage_error("batch " + std::to_string(max_b) + " needs --batch-size of at least " + std::to_string(max_b) +
                        " (one decode pass takes a token of every sequence)");
-  const auto path = args.get("--model");
-  if (!path) return usage_error("no model given: pass -m MODEL.gguf (scripts/fetch-model.sh gets the default one)");
-  warn_if_oversubscribed(*threads);
-  auto model = Model::load(*path);
-  if (!model) return report(model.status());
-  BackendOptions bo;
-  bo.kind = args.get_or("--backend", "cpu");
-  bo.n_threads = *threads;
-  bo.max_batch = *max_batch;
-  auto be = make_backend(*model, bo);
-  if (!be) return report(be.status());
-  if (!be->fallback_reason.empty())
-    std::fprintf(stderr, "phaselab-cli: %s; using the CPU backend\n", be->fallback_reason.c_str());
-  Backend& backend = *be->backend;
+  const int threads = opened->threads;
+  Backend& backend = *opened->backend;
   const std::string name = backend.name();
   if (!backend.batched_forward())
     std::fprintf(stderr, "phaselab-cli: the %s backend runs a batch's sequences one after another (no shared pass yet)\n",
@@ -56,7 +44,7 @@ int bench_batch_sweep(const Args& args) {
     peaks = measure_machine_peaks();
     if (!peaks.note.empty()) std::fprintf(stderr, "phaselab-cli: machine peaks: %s\n", peaks.note.c_str());
   }
-  const Model& m = **model;
+  const Model& m = *opened->model;
   const DecodeRoofline roof = decode_roofline(m, name, peaks.read_bandwidth, peaks.int8_ops, peaks.fp32_flops);
   const double weight_bytes = roof.weight_bytes;
   const double ridge = roof.ridge_batch;
@@ -99,7 +87,7 @@ int bench_batch_sweep(const Args& args) {
                             {"repetitions", *reps},
                             {"backend", name},
                             {"batched_forward", backend.batched_forward()},
-                            {"threads", *threads},
+                            {"threads", threads},
                             {"model", m.path()},
                             {"type_mix", m.type_mix()},
                             {"kv_cache_mib", p.kv_mib},
@@ -125,7 +113,7 @@ int bench_batch_sweep(const Args& args) {
   std::printf("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   const std::string model_name = m.config().name.empty() ? m.config().arch_str : m.config().name;
   for (const auto& p : points)
-    std::printf("| %s | %s | %d | %d | %.1f | %.1f | %.1f | %.1f | %s |\n", model_name.c_str(), name.c_str(), *threads,
+    std::printf("| %s | %s | %d | %d | %.1f | %.1f | %.1f | %.1f | %s |\n", model_name.c_str(), name.c_str(), threads,
                 p.batch, p.pp_tps, p.tg_tps, p.tpot_ms, decode_gbps(p),
                 base_tg > 0 ? (std::to_string(p.tg_tps / base_tg).substr(0, 4) + "x").c_str() : "");
   if (peaks.read_bandwidth > 0)

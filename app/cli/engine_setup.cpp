@@ -44,15 +44,13 @@ Result<KvType> cache_type(const Args& args) {
 // of memory bandwidth: they make decode slower, not faster).
 int default_threads() { return phaselab::default_thread_count(); }
 
-Result<EngineSetup> open_session(const Args& args, int default_ctx) {
+Result<ModelAndBackend> open_model_and_backend(const Args& args, int default_max_batch) {
   const auto path = args.get("--model");
   if (!path) return invalid_argument("no model given: pass -m MODEL.gguf (scripts/fetch-model.sh gets the default one)");
   auto threads = args.get_int("--threads", default_threads(), 1, 256);
   if (!threads) return threads.status();
   warn_if_oversubscribed(*threads);
-  auto ctx = args.get_int("--ctx-size", default_ctx, 0, 1 << 20);
-  if (!ctx) return ctx.status();
-  auto batch = args.get_int("--batch-size", 64, 1, 4096);
+  auto batch = args.get_int("--batch-size", default_max_batch, 1, 4096);
   if (!batch) return batch.status();
   BackendOptions bo;
   bo.kind = args.get_or("--backend", "cpu");
@@ -60,19 +58,26 @@ Result<EngineSetup> open_session(const Args& args, int default_ctx) {
   bo.max_batch = *batch;
   if (const auto& kinds = backend_kinds(); std::find(kinds.begin(), kinds.end(), bo.kind) == kinds.end())
     return invalid_argument("unknown backend '" + bo.kind + "' (available: cpu, cpu-portable, cpu-reference, cuda)");
-
   auto model = Model::load(*path);
   if (!model) return model.status();
-  EngineSetup s;
-  s.model = std::move(*model);
-  auto b = make_backend(s.model, bo);
+  auto b = make_backend(*model, bo);
   if (!b) return b.status();
   // The reason is shown and the CPU does the work.
   if (!b->fallback_reason.empty())
     std::fprintf(stderr, "phaselab-cli: %s; using the CPU backend\n", b->fallback_reason.c_str());
+  return ModelAndBackend{std::move(*model), std::move(b->backend), *threads};
+}
+
+Result<EngineSetup> open_session(const Args& args, int default_ctx) {
+  auto ctx = args.get_int("--ctx-size", default_ctx, 0, 1 << 20);
+  if (!ctx) return ctx.status();
+  auto mb = open_model_and_backend(args);
+  if (!mb) return mb.status();
   auto kv_type = cache_type(args);
   if (!kv_type) return kv_type.status();
-  auto session = Session::create(s.model, std::move(b->backend), *ctx, *kv_type);
+  EngineSetup s;
+  s.model = mb->model;
+  auto session = Session::create(s.model, std::move(mb->backend), *ctx, *kv_type);
   if (!session) return session.status();
   s.session = std::move(*session);
   s.chat_family = s.model->chat_template();
@@ -88,7 +93,7 @@ Result<EngineSetup> open_session(const Args& args, int default_ctx) {
     if (!draft_path) return invalid_argument("--spec draft needs --draft MODEL (a smaller model with the same vocabulary)");
     auto dm = Model::load(*draft_path);
     if (!dm) return dm.status().with_context("draft model");
-    auto db = make_cpu_backend(*dm, *threads, *batch);
+    auto db = make_cpu_backend(*dm, mb->threads, s.session->backend().max_batch());
     if (!db) return db.status();
     auto src = make_draft_model_source(*dm, std::move(*db), s.session->n_ctx(), *s.model);
     if (!src) return src.status();

@@ -18,6 +18,15 @@ struct EngineSetup {
   int spec_k = 4;
 };
 
+// The model (--model) and its backend (--backend, --threads, --batch-size,
+// default_max_batch when absent); a CUDA fallback's reason goes to stderr.
+struct ModelAndBackend {
+  std::shared_ptr<Model> model;
+  std::unique_ptr<Backend> backend;
+  int threads = 0;
+};
+Result<ModelAndBackend> open_model_and_backend(const Args& args, int default_max_batch = 64);
+
 // Reads --model, --threads, --ctx-size, --backend, --batch-size, and the
 // speculative options --spec none|lookup|draft, --draft MODEL, --spec-k K.
 // default_ctx: the context when --ctx-size is absent (0: the model's, at most 4096).
