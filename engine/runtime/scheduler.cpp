@@ -7,7 +7,7 @@
 #include "phaselab/memory.h"
 #include "phaselab/sampler.h"
 #include "phaselab/tokenizer.h"
-#include "stop_matcher.h"
+#include "answer_builder.h"
 
 namespace phaselab {
 
@@ -21,14 +21,18 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
 // One request from submit to finish. Not movable (the matcher and the
 // detokenizer hold references into it): always behind a unique_ptr.
 struct Scheduler::Seq {
-  Seq(uint64_t id_, BatchRequest r, const Tokenizer& tok, int n_vocab)
-      : id(id_), req(std::move(r)), sampler(req.options.sampling, n_vocab), detok(tok), stops(req.options.stop) {}
+  Seq(uint64_t id_, BatchRequest r, const Tokenizer& tok, int n_vocab, int n_ctx)
+      : id(id_),
+        req(std::move(r)),
+        sampler(req.options.sampling, n_vocab),
+        tokens(req.prompt),
+        answer(tok, req.options, res, tokens, n_ctx) {}
   uint64_t id;
   BatchRequest req;
   Sampler sampler;
-  IncrementalDetokenizer detok;
-  StopMatcher stops;
   std::vector<int32_t> tokens;  // prompt, then every token generated (what a recomputation prefills)
+  GenerateResult res;
+  AnswerBuilder answer;         // text, metrics and stop conditions (shared with Session)
   int n_prompt = 0;
   std::unique_ptr<KvCache> kv;  // while running
   uint64_t admitted = 0;        // admission number: the largest is the newest
@@ -37,9 +41,6 @@ struct Scheduler::Seq {
   int preemptions = 0;
   int prefilled = 0;            // prompt tokens computed before the first token (reuse excluded)
   Clock::time_point t_submit;
-  double t_first = 0, t_last = 0;
-  GenerateResult res;
-  std::string piece, shown;
 
   int remaining() const { return static_cast<int>(tokens.size()) - kv->n_past(); }
 };
@@ -101,10 +102,9 @@ Result<uint64_t> Scheduler::submit(BatchRequest req) {
       return invalid_argument("token id " + std::to_string(t) + " is outside the vocabulary");
   std::lock_guard lock(mu_);
   const uint64_t id = next_id_++;
-  auto s = std::make_unique<Seq>(id, std::move(req), model_->tokenizer(), model_->config().n_vocab);
+  auto s = std::make_unique<Seq>(id, std::move(req), model_->tokenizer(), model_->config().n_vocab, n_ctx_);
   s->n_prompt = n_prompt;
   s->tokens.reserve(static_cast<size_t>(n_prompt + s->req.options.n_predict));
-  s->tokens = s->req.prompt;
   s->t_submit = Clock::now();
   s->res.metrics.n_prompt = n_prompt;
   s->res.metrics.kv_capacity = static_cast<uint64_t>(n_ctx_);
@@ -184,7 +184,7 @@ void Scheduler::finish(std::unique_ptr<Seq> s, const std::string& reason, Status
   RequestMetrics& m = s->res.metrics;
   if (m.stop_reason.empty()) m.stop_reason = reason;
   m.target_passes = std::max(0, m.n_generated - 1);  // one pass per token after the first (no speculation)
-  m.update_rates(s->t_first, s->t_last);
+  s->answer.finish();
   if (s->kv) m.kv_used = static_cast<uint64_t>(s->kv->n_past());
   s->kv.reset();
   m.kv_blocks_total = pool_->n_blocks();
@@ -202,50 +202,12 @@ void Scheduler::finish(std::unique_ptr<Seq> s, const std::string& reason, Status
   stats_.finished++;
 }
 
-// Appends a sampled token: text, stop conditions, the callback. True when
-// the sequence is done (stop_reason set), as in Session::generate.
+// Appends a sampled token (AnswerBuilder: text, metrics, stop conditions,
+// the callback). True when the sequence is done (stop_reason set).
 bool Scheduler::append_token(Seq& s, int32_t id) {
-  RequestMetrics& m = s.res.metrics;
-  const GenerateOptions& opt = s.req.options;
-  const int i = m.n_generated;
-  const double t_now = ms_between(s.t_submit, Clock::now());
-  if (i == 0) {
-    s.t_first = t_now;
-    m.ttft_ms = t_now;
-    m.prefill_ms = t_now;
-    m.prefill_tps = s.prefilled / std::max(t_now / 1000.0, 1e-9);
-  }
-  s.t_last = t_now;
-  s.res.tokens.push_back(id);
-  s.tokens.push_back(id);
-  m.n_generated = i + 1;
-  if (model_->tokenizer().is_eog(id) && !opt.ignore_eos) {
-    m.stop_reason = "eos";
-    return true;
-  }
-  s.piece = s.detok.push(id);
-  s.shown.clear();
-  const bool stop_string = s.stops.push(s.piece, &s.shown);
-  s.res.text += s.shown;
-  if (s.req.on_token) {
-    m.target_passes = i;
-    m.kv_used = static_cast<uint64_t>(s.kv->n_past());
-    m.update_rates(s.t_first, t_now);
-    s.req.on_token(TokenEvent{id, s.shown, i, t_now, &m});
-  }
-  if (stop_string) {
-    m.stop_reason = "stop_string";
-    return true;
-  }
-  if (m.n_generated >= opt.n_predict) {
-    m.stop_reason = "length";
-    return true;
-  }
-  if (static_cast<int>(s.tokens.size()) >= n_ctx_) {
-    m.stop_reason = "context_full";
-    return true;
-  }
-  return false;
+  s.res.metrics.target_passes = s.res.metrics.n_generated;  // one pass per token after the first
+  return s.answer.push(id, ms_between(s.t_submit, Clock::now()), s.prefilled, static_cast<uint64_t>(s.kv->n_past()),
+                       s.req.on_token);
 }
 
 Status Scheduler::step() {

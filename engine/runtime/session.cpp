@@ -6,7 +6,7 @@
 #include <chrono>
 
 #include "phaselab/speculative.h"
-#include "stop_matcher.h"
+#include "answer_builder.h"
 
 namespace phaselab {
 
@@ -115,53 +115,13 @@ Result<GenerateResult> Session::generate(const std::vector<int32_t>& prompt, con
   std::vector<int32_t> history;
   history.reserve(static_cast<size_t>(n_prompt + opt.n_predict));
   history.assign(prompt.begin(), prompt.end());
-  IncrementalDetokenizer detok(tok);
-  StopMatcher stops(opt.stop);
   res.tokens.reserve(opt.n_predict);
-  std::string piece, shown;
-
-  double t_first = 0, t_last = 0;
+  AnswerBuilder answer(tok, opt, res, history, n_ctx());
   // Appends one chosen token to the answer; true when generation must stop.
   auto emit = [&](int32_t id) -> bool {
-    const int i = m.n_generated;
-    const double t_now = ms_since(t0);
-    if (i == 0) {
-      t_first = t_now;
-      m.ttft_ms = t_now;
-      m.prefill_ms = t_now;
-      m.prefill_tps = (n_prompt - reuse) / std::max(t_now / 1000.0, 1e-9);
-    }
-    t_last = t_now;
-    res.tokens.push_back(id);
-    history.push_back(id);
-    m.n_generated = i + 1;
-    if (tok.is_eog(id) && !opt.ignore_eos) {
-      m.stop_reason = "eos";
-      return true;
-    }
-    piece = detok.push(id);
-    shown.clear();
-    const bool stop_string = stops.push(piece, &shown);
-    res.text += shown;
-    if (on_token) {
-      m.kv_used = static_cast<uint64_t>(kv_->n_past());
-      m.update_rates(t_first, t_now);
-      on_token(TokenEvent{id, shown, i, t_now, &m});
-    }
-    if (stop_string) {
-      m.stop_reason = "stop_string";
-      return true;
-    }
-    if (m.n_generated >= opt.n_predict) {
-      m.stop_reason = "length";
-      return true;
-    }
+    if (answer.push(id, ms_since(t0), n_prompt - reuse, static_cast<uint64_t>(kv_->n_past()), on_token)) return true;
     if (cancel && cancel->load(std::memory_order_relaxed)) {
       m.stop_reason = "cancelled";
-      return true;
-    }
-    if (static_cast<int>(history.size()) >= n_ctx()) {
-      m.stop_reason = "context_full";
       return true;
     }
     return false;
@@ -241,7 +201,7 @@ Result<GenerateResult> Session::generate(const std::vector<int32_t>& prompt, con
       std::copy_n(spec_logits_.data() + static_cast<size_t>(k) * n_vocab, n_vocab, logits_.data());
     }
   }
-  m.update_rates(t_first, t_last);
+  answer.finish();
   m.kv_used = static_cast<uint64_t>(kv_->n_past());
   const KvPool& pool = kv_->pool();
   m.kv_blocks_total = pool.n_blocks();

@@ -1,0 +1,84 @@
+// The answer of one request as its tokens arrive, shared by Session and the
+// batch Scheduler: the text (stop strings held back, never streamed), the
+// metrics (TTFT, prefill rate, the current rates on every TokenEvent) and the
+// stop conditions (end of generation, stop string, token limit, full context).
+#pragma once
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "phaselab/session.h"
+#include "phaselab/tokenizer.h"
+#include "stop_matcher.h"
+
+namespace phaselab {
+
+class AnswerBuilder {
+ public:
+  // res receives the tokens, text and metrics; history (the sequence so far,
+  // prompt included) receives every token too; n_ctx bounds its length.
+  AnswerBuilder(const Tokenizer& tok, const GenerateOptions& opt, GenerateResult& res, std::vector<int32_t>& history,
+                int n_ctx)
+      : tok_(tok), opt_(opt), res_(res), history_(history), n_ctx_(n_ctx), detok_(tok), stops_(opt.stop) {}
+
+  // Appends the token sampled t_ms after submission. n_prefilled: the prompt
+  // tokens computed before the first token (its prefill rate); kv_used: the
+  // positions in the cache now. True when the request is done (stop_reason set).
+  bool push(int32_t id, double t_ms, int n_prefilled, uint64_t kv_used, const TokenCallback& on_token) {
+    RequestMetrics& m = res_.metrics;
+    const int i = m.n_generated;
+    if (i == 0) {
+      t_first_ = t_ms;
+      m.ttft_ms = t_ms;
+      m.prefill_ms = t_ms;
+      m.prefill_tps = n_prefilled / std::max(t_ms / 1000.0, 1e-9);
+    }
+    t_last_ = t_ms;
+    res_.tokens.push_back(id);
+    history_.push_back(id);
+    m.n_generated = i + 1;
+    m.kv_used = kv_used;
+    if (tok_.is_eog(id) && !opt_.ignore_eos) {
+      m.stop_reason = "eos";
+      return true;
+    }
+    piece_ = detok_.push(id);
+    shown_.clear();
+    const bool stop_string = stops_.push(piece_, &shown_);
+    res_.text += shown_;
+    if (on_token) {
+      m.update_rates(t_first_, t_ms);
+      on_token(TokenEvent{id, shown_, i, t_ms, &m});
+    }
+    if (stop_string) {
+      m.stop_reason = "stop_string";
+      return true;
+    }
+    if (m.n_generated >= opt_.n_predict) {
+      m.stop_reason = "length";
+      return true;
+    }
+    if (static_cast<int>(history_.size()) >= n_ctx_) {
+      m.stop_reason = "context_full";
+      return true;
+    }
+    return false;
+  }
+
+  // The final rates, whatever ended the request.
+  void finish() { res_.metrics.update_rates(t_first_, t_last_); }
+
+ private:
+  const Tokenizer& tok_;
+  const GenerateOptions& opt_;
+  GenerateResult& res_;
+  std::vector<int32_t>& history_;
+  int n_ctx_;
+  IncrementalDetokenizer detok_;
+  StopMatcher stops_;
+  std::string piece_, shown_;
+  double t_first_ = 0, t_last_ = 0;
+};
+
+}  // namespace phaselab
