@@ -545,6 +545,26 @@ class TestEngine : public QObject {
     QCOMPARE(streamed, r->text);
   }
 
+  // Text held back as a possible stop string's beginning belongs to the
+  // answer when the answer ends by its length: streamed and final text keep
+  // it.
+  void held_back_text_is_kept_when_the_length_ends_the_answer() {
+    auto s = open_session(test_data("stories260K.gguf"));
+    const auto prompt = s->model().tokenizer().encode("Once upon a time", true, false);
+    auto plain = s->generate(prompt, greedy(12));
+    QVERIFY(plain.is_ok());
+    QVERIFY(plain->text.size() > 3);
+    GenerateOptions o = greedy(12);
+    // A stop string that the answer's last characters begin and never complete.
+    o.stop = {plain->text.substr(plain->text.size() - 3) + "\x01"};
+    std::string streamed;
+    auto r = s->generate(prompt, o, [&](const TokenEvent& e) { streamed += e.text; });
+    QVERIFY(r.is_ok());
+    QCOMPARE(r->metrics.stop_reason, std::string("length"));
+    QCOMPARE(r->text, plain->text);
+    QCOMPARE(streamed, r->text);
+  }
+
   void metrics_follow_their_definitions() {
     auto s = open_session(test_data("stories260K.gguf"));
     auto r = s->generate(s->model().tokenizer().encode("Once upon a time", true, false), greedy(16));

@@ -45,25 +45,21 @@ class AnswerBuilder {
     }
     piece_ = detok_.push(id);
     shown_.clear();
-    const bool stop_string = stops_.push(piece_, &shown_);
+    if (stops_.push(piece_, &shown_))
+      m.stop_reason = "stop_string";
+    else if (m.n_generated >= opt_.n_predict)
+      m.stop_reason = "length";
+    else if (static_cast<int>(history_.size()) >= n_ctx_)
+      m.stop_reason = "context_full";
+    // Text held back as the possible start of a stop string is the answer's
+    // after all when the answer ends otherwise.
+    if (!m.stop_reason.empty() && m.stop_reason != "stop_string") shown_ += stops_.flush();
     res_.text += shown_;
     if (on_token) {
       m.update_rates(t_first_, t_ms);
       on_token(TokenEvent{id, shown_, i, t_ms, &m});
     }
-    if (stop_string) {
-      m.stop_reason = "stop_string";
-      return true;
-    }
-    if (m.n_generated >= opt_.n_predict) {
-      m.stop_reason = "length";
-      return true;
-    }
-    if (static_cast<int>(history_.size()) >= n_ctx_) {
-      m.stop_reason = "context_full";
-      return true;
-    }
-    return false;
+    return !m.stop_reason.empty();
   }
 
   // The final rates, whatever ended the request.
