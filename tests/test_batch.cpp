@@ -424,6 +424,39 @@ class TestBatch : public QObject {
       QVERIFY(be->forward(&next, 1, **f, lf.data(), LogitsMode::last));
     }
   }
+
+  // Decodes go first: while a long prompt is prefilled in chunks, every
+  // running sequence still gets its token in every pass.
+  void a_long_prompt_does_not_stall_running_decodes() {
+    auto m = load(model_path("stories260K"));
+    const int V = m->config().n_vocab;
+    SchedulerOptions so;
+    so.n_ctx = 256;
+    so.kv_positions = 1024;
+    so.token_budget = 16;
+    auto s = Scheduler::create(m, backend(m, Kind::fast), so);
+    QVERIFY(s.is_ok());
+    Scheduler& sch = **s;
+    int a_tokens = 0;
+    BatchRequest a;
+    a.prompt = prompt_of(4, 1, V);
+    a.options = greedy(60);
+    a.on_token = [&](const TokenEvent&) { a_tokens++; };
+    QVERIFY(sch.submit(std::move(a)).is_ok());
+    for (int i = 0; i < 3; i++) QVERIFY(sch.step());
+    QCOMPARE(a_tokens, 3);
+    BatchRequest b;
+    b.prompt = prompt_of(150, 2, V);  // ten passes of prefill at 15 tokens each
+    b.options = greedy(4);
+    QVERIFY(sch.submit(std::move(b)).is_ok());
+    for (int i = 0; i < 10; i++) {
+      const int before = a_tokens;
+      QVERIFY(sch.step());
+      QCOMPARE(a_tokens, before + 1);
+      QCOMPARE(sch.stats().last_batch_tokens, 16);  // the budget is used: 1 decode + 15 of the prompt
+    }
+    QVERIFY(sch.run());
+  }
 };
 
 QTEST_APPLESS_MAIN(TestBatch)

@@ -231,33 +231,46 @@ Status Scheduler::step() {
     if (s.res.metrics.n_generated == 0) s.prefilled += n;  // prompt tokens computed before the first token
   };
 
-  // 1. The running sequences, oldest first. Blocks for their tokens come
-  // from the pool; when it is out, the newest running sequence is preempted.
-  for (size_t i = 0; i < running_.size() && budget > 0;) {
-    Seq& s = *running_[i];
-    const int n = std::min(s.remaining(), budget);
-    if (s.kv->reserve(n)) {
-      add_chunk(s, n);
-      i++;
-      continue;
-    }
-    s.kv->truncate(s.kv->n_past());  // give back what the failed reservation took
-    if (running_.size() > i + 1) {
-      auto newest = std::move(running_.back());
-      running_.pop_back();
-      preempt(std::move(newest));
-      continue;  // and try s again
-    }
-    // s is the newest itself: wait for older ones to finish, unless it is alone
-    // (the pool cannot hold even one sequence of this length).
-    auto self = std::move(running_[i]);
-    running_.erase(running_.begin() + static_cast<long>(i));
-    if (i == 0 && chunks_.empty()) {
-      finish(std::move(self), "kv_full",
-             out_of_memory("the KV pool (" + std::to_string(pool_->n_blocks() * KvPool::kBlockTokens) +
-                           " positions) cannot hold this sequence alone: raise the KV pool size or lower the context"));
-    } else {
-      preempt(std::move(self));
+  // 1. The running sequences, oldest first: every decoding sequence's next
+  // token first, then chunks of the prompts still being prefilled with what
+  // the budget leaves, so that a long prompt never stalls the decodes beside
+  // it. Blocks come from the pool; when it is out, the newest running
+  // sequence is preempted (never one already in this pass).
+  for (int pass = 0; pass < 2; pass++) {
+    for (size_t i = 0; i < running_.size() && budget > 0;) {
+      Seq& s = *running_[i];
+      if ((s.remaining() == 1) != (pass == 0)) {
+        i++;
+        continue;
+      }
+      const int n = std::min(s.remaining(), budget);
+      if (s.kv->reserve(n)) {
+        add_chunk(s, n);
+        i++;
+        continue;
+      }
+      s.kv->truncate(s.kv->n_past());  // give back what the failed reservation took
+      if (pass == 1 && !chunks_.empty()) {
+        i++;  // the prefill waits for blocks; the decodes in this pass go on
+        continue;
+      }
+      if (running_.size() > i + 1) {
+        auto newest = std::move(running_.back());
+        running_.pop_back();
+        preempt(std::move(newest));
+        continue;  // and try s again
+      }
+      // s is the newest itself: wait for older ones to finish, unless it is
+      // alone (the pool cannot hold even one sequence of this length).
+      auto self = std::move(running_[i]);
+      running_.erase(running_.begin() + static_cast<long>(i));
+      if (i == 0 && chunks_.empty()) {
+        finish(std::move(self), "kv_full",
+               out_of_memory("the KV pool (" + std::to_string(pool_->n_blocks() * KvPool::kBlockTokens) +
+                             " positions) cannot hold this sequence alone: raise the KV pool size or lower the context"));
+      } else {
+        preempt(std::move(self));
+      }
     }
   }
 
