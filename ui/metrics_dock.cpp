@@ -276,12 +276,9 @@ MetricsDock::MetricsDock(QWidget* parent) : QDockWidget(tr("Metrics"), parent) {
 void MetricsDock::showPhaseMeter() { m_tabs->setCurrentIndex(1); }
 
 void MetricsDock::setModel(const ModelInfo& info) {
-  m_modelText = tr("%1 · %2 · %n thread(s) · context %3 · KV %4 %5 MiB", "", info.threads)
-                    .arg(info.name, info.backend)
-                    .arg(info.contextSize)
-                    .arg(info.kvType.toUpper())
-                    .arg(info.kvBytes / 1048576.0, 0, 'f', 1);
+  m_modelText = tr("%1 · %2 · %n thread(s) · context %3", "", info.threads).arg(info.name, info.backend).arg(info.contextSize);
   m_header->setText(m_modelText);
+  m_kvStorage = tr("%1 storage, %2 MiB").arg(info.kvType.toUpper()).arg(info.kvBytes / 1048576.0, 0, 'f', 1);
   // The fast CPU backend ("cpu-avx512-vnni", "cpu-avx2", ...) multiplies 8-bit
   // activations by the quantized weights in integers; the reference path
   // and the GPU work in floats.
@@ -408,12 +405,13 @@ void MetricsDock::updateMetrics(const LiveMetrics& m) {
     m_spec->setText(tr("Speculative decoding is off (Settings, or the chat toolbar)."));
   }
   if (m.phase == QLatin1String("done") && m.kvBlocksTotal > 0)
-    m_kvBlocks->setText(tr("%1 of %2 blocks in use, %3 cached for reuse, %4 shared; %5 prompt tokens reused")
+    m_kvBlocks->setText(tr("%1 of %2 blocks in use, %3 cached for reuse, %4 shared; %5 prompt tokens reused; %6")
                             .arg(m.kvBlocksUsed)
                             .arg(m.kvBlocksTotal)
                             .arg(m.kvBlocksCached)
                             .arg(m.kvBlocksShared)
-                            .arg(m.nReused));
+                            .arg(m.nReused)
+                            .arg(m_kvStorage));
   m_phaseMeter->update(m);
 }
 

@@ -76,6 +76,7 @@ class MetricsDock : public QDockWidget {
   int m_maxTurn = 0, m_maxTokens = 0;
   QList<TimelineRow> m_rows;
   QString m_modelText;
+  QString m_kvStorage;  // "F16 storage, 72.3 MiB"
   QLabel* m_header = nullptr;
   QTabWidget* m_tabs = nullptr;
   QWidget* m_meterPage = nullptr;
