@@ -12,7 +12,7 @@ namespace phaselab::ui {
 // What a model load needs; a change of any of these needs a reload.
 struct EngineConfig {
   QString backend = QStringLiteral("cpu");  // cpu | cpu-portable | cpu-reference | cuda
-  int threads = 0;                           // 0: all cores but one (the GUI keeps one)
+  int threads = 0;                           // 0: one per physical core (phaselab::default_thread_count)
   int contextSize = 0;                       // 0: the model's, at most 4096
   QString kvType = QStringLiteral("f16");    // how K and V are stored: f16 | f32 (phaselab::kv_type_name)
 };

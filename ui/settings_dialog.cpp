@@ -11,10 +11,10 @@
 #include <QPlainTextEdit>
 #include <QRegularExpressionValidator>
 #include <QSpinBox>
-#include <QThread>
 #include <QVBoxLayout>
 
 #include "phaselab/backend.h"
+#include "phaselab/machine.h"
 
 namespace phaselab::ui {
 
@@ -42,7 +42,7 @@ SettingsDialog::SettingsDialog(const AppSettings& current, const EngineConfig& l
   ef->addRow(QString(), cuda);
   m_threads = new QSpinBox;
   m_threads->setRange(0, 256);
-  m_threads->setSpecialValueText(tr("auto: all cores but one (%1)").arg(std::max(1, QThread::idealThreadCount() - 1)));
+  m_threads->setSpecialValueText(tr("auto: one per physical core (%1)").arg(default_thread_count()));
   m_threads->setValue(current.engine.threads);
   ef->addRow(tr("Threads:"), m_threads);
   m_context = new QSpinBox;
