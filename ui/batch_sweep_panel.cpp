@@ -454,7 +454,7 @@ void BatchSweepPanel::showPoints() {
       m_table->setItem(i, c, item);
     };
     // Decode reads the weights once per pass: passes per second times the weights.
-    const double gbps = p.tpot_ms > 0 ? 1000.0 / p.tpot_ms * m_setup.roof.weight_bytes / 1e9 : 0;
+    const double gbps = m_setup.roof.weights_gbps(p.tpot_ms);
     cell(kColBatch, QString::number(p.batch));
     cell(kColPrefill, QString::number(p.pp_tps, 'f', 1));
     cell(kColDecode, QString::number(p.tg_tps, 'f', 1));

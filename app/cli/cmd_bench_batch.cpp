@@ -70,8 +70,6 @@ int bench_batch_sweep(const Args& args) {
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);
   const double rss = ru.ru_maxrss / 1024.0;
-  // Decode reads the weights once per pass: passes/s times the weights.
-  auto decode_gbps = [&](const BatchBenchPoint& p) { return 1000.0 / p.tpot_ms * weight_bytes / 1e9; };
   const double base_tg = points.front().batch == 1 ? points.front().tg_tps : 0;
   if (args.has("--json")) {
     nlohmann::json arr = nlohmann::json::array();
@@ -100,7 +98,7 @@ int bench_batch_sweep(const Args& args) {
                             {"peak_rss_mib", rss}};
         if (tg) {
           j["tpot_ms"] = p.tpot_ms;
-          j["decode_gbps"] = decode_gbps(p);
+          j["decode_gbps"] = roof.weights_gbps(p.tpot_ms);
           if (base_tg > 0) j["speedup_vs_batch_1"] = p.tg_tps / base_tg;
         }
         arr.push_back(j);
@@ -114,7 +112,7 @@ int bench_batch_sweep(const Args& args) {
   const std::string model_name = m.config().name.empty() ? m.config().arch_str : m.config().name;
   for (const auto& p : points)
     std::printf("| %s | %s | %d | %d | %.1f | %.1f | %.1f | %.1f | %s |\n", model_name.c_str(), name.c_str(), threads,
-                p.batch, p.pp_tps, p.tg_tps, p.tpot_ms, decode_gbps(p),
+                p.batch, p.pp_tps, p.tg_tps, p.tpot_ms, roof.weights_gbps(p.tpot_ms),
                 base_tg > 0 ? (std::to_string(p.tg_tps / base_tg).substr(0, 4) + "x").c_str() : "");
   if (peaks.read_bandwidth > 0)
     std::printf("\nmachine: read %.1f GB/s, %s %.0f %s; weights %.1f MiB read once per pass, %.2f G%s per decoded token "

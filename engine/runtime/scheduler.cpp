@@ -35,8 +35,6 @@ struct Scheduler::Seq {
   AnswerBuilder answer;         // text, metrics and stop conditions (shared with Session)
   int n_prompt = 0;
   std::unique_ptr<KvCache> kv;  // while running
-  uint64_t admitted = 0;        // admission number: the largest is the newest
-  bool seen_admission = false;
   bool cancelled = false;
   int preemptions = 0;
   int prefilled = 0;            // prompt tokens computed before the first token (reuse excluded)
@@ -283,7 +281,7 @@ Status Scheduler::step() {
     // Reuse what the pool has published of this sequence (at least one
     // token is computed, for its logits).
     const int reuse = opt_.prefix_cache ? s.kv->reuse_prefix(s.tokens.data(), static_cast<int>(s.tokens.size()) - 1) : 0;
-    if (!s.seen_admission) s.res.metrics.n_reused = reuse;
+    if (s.preemptions == 0) s.res.metrics.n_reused = reuse;  // its first admission
     const int n = std::min(s.remaining(), budget);
     if (!s.kv->reserve(n)) {
       s.kv.reset();
@@ -297,9 +295,7 @@ Status Scheduler::step() {
       }
       break;  // room comes back as running sequences finish
     }
-    s.admitted = ++admitted_;
     add_chunk(s, n);
-    s.seen_admission = true;
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
   }

@@ -115,7 +115,6 @@ class CpuBackend final : public Backend {
         tok_pos_[t] = chunks[i].kv->n_past() + j;
         tok_id_[t] = chunks[i].tokens[j];
       }
-    score_stride_ = n_ctx_max;
     const size_t score_size = static_cast<size_t>(c_.n_head / c_.n_head_kv) * n_ctx_max;
     for (auto& s : score_buf_)
       if (s.size() < score_size) s.resize(score_size);
@@ -173,7 +172,7 @@ class CpuBackend final : public Backend {
         store_kv(*tok_kv_[t], tok_kv_[t]->k(il, tok_pos_[t]), &k_[t * NKV], NKV);
         store_kv(*tok_kv_[t], tok_kv_[t]->v(il, tok_pos_[t]), &v_[t * NKV], NKV);
       });
-      attention(il, T);  // -> xb: (T, n_head*head_dim)
+      attention(il, T, n_ctx_max);  // -> xb: (T, n_head*head_dim)
       matmul(L.wo, xb_.data(), xb2_.data(), T);
       per_token(T, [&](int t) {
         if (c_.post_norms) ref::rmsnorm(&xb2_[t * D], &xb2_[t * D], L.post_attn_norm.data(), D, c_.rms_eps);
@@ -478,11 +477,13 @@ class CpuBackend final : public Backend {
   // sequence's cache (tok_kv_, tok_pos_) of layer il. The query heads that
   // share a KV head are done together, so each K and V row is read once for
   // the whole group.
-  void attention(int il, int T) {
+  // score_stride: the largest n_ctx of the batch's sequences (a query
+  // head's scores are that far apart in the per-thread buffer).
+  void attention(int il, int T, int score_stride) {
     const int HD = c_.head_dim, NQ = c_.n_embd_q();
     const int group = c_.n_head / c_.n_head_kv;
     const int window = c_.window_of(il);
-    const int n_ctx = score_stride_;  // scores of one query head: (n_ctx) apart
+    const int n_ctx = score_stride;
     const int n_work = T * c_.n_head_kv;
     // One chunk per (token, KV head): later tokens attend over more keys,
     // and claiming chunks one by one balances that.
@@ -588,7 +589,6 @@ class CpuBackend final : public Backend {
   std::vector<KvCache*> tok_kv_;  // (T) the sequence of each token of the batch
   std::vector<int> tok_pos_;      // (T) its position in that sequence
   std::vector<int32_t> tok_id_;   // (T) the token
-  int score_stride_ = 0;          // the largest n_ctx of the batch's sequences
   std::vector<float> logits_buf_;  // (rows, n_vocab) logits of a batch of several sequences
   std::vector<float> rope_cs_;  // (2 bases, T, n_rot) cos/sin pairs of this forward's positions
   int rope_ready_ = 0;          // bit b: rope_cs_ of base b filled for this forward

@@ -60,6 +60,9 @@ struct DecodeRoofline {
   // were the only cost, capped by the compute roof.
   double ceiling_tps(double b) const;
   double compute_ceiling_tps() const { return ops_per_token > 0 ? ops_per_s / ops_per_token : 0; }
+  // The bandwidth of reading the weights once per pass at this time per
+  // output token (GB/s).
+  double weights_gbps(double tpot_ms) const { return tpot_ms > 0 ? 1000.0 / tpot_ms * weight_bytes / 1e9 : 0; }
 };
 DecodeRoofline decode_roofline(const Model& model, const std::string& backend_name, double read_bytes_per_s,
                                double int8_ops_per_s, double fp32_flops);

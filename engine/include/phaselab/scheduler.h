@@ -122,7 +122,6 @@ class Scheduler {
   std::vector<SeqChunk> chunks_;               // this pass
   std::vector<Seq*> chunk_seq_;
   std::vector<float> logits_;                  // (max_seqs, n_vocab)
-  uint64_t admitted_ = 0;
 
   mutable std::mutex mu_;  // guards what follows
   std::vector<std::unique_ptr<Seq>> incoming_;
