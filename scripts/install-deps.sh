@@ -10,6 +10,8 @@ PACKAGES=(
   qt6-base-dev qt6-charts-dev libqt6opengl6-dev libqt6sql6-sqlite qt6-svg-dev libgl-dev
   libspdlog-dev libfmt-dev nlohmann-json3-dev libpcre2-dev
   libboost-context-dev
+  # phaselab-cli serve / --remote: HTTP server and client; the server's tests use curl and python3-venv
+  libcpp-httplib-dev curl python3-venv
   xvfb xauth
   # scripts/screenshots.sh: drive the real window in Xvfb and capture it
   xdotool imagemagick

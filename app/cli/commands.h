@@ -13,6 +13,8 @@ int cmd_twin(int argc, char** argv);
 int cmd_perplexity(int argc, char** argv);
 int cmd_compare(int argc, char** argv);
 int cmd_batch(int argc, char** argv);
+int cmd_serve(int argc, char** argv);
+int cmd_loadtest(int argc, char** argv);
 class Args;
 int bench_batch_sweep(const Args& args);  // bench --batch
 }  // namespace phaselab::cli

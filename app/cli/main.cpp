@@ -21,6 +21,8 @@ void print_usage(FILE* out) {
                "  perplexity -m MODEL           perplexity on a text (llama-perplexity's conventions), KL divergence\n"
                "  quantize IN OUT TYPE          rewrite a model in a llama.cpp file type (Q4_K_M, Q8_0, ...)\n"
                "  batch -m MODEL -i IN -o OUT   offline batch inference (JSONL), many sequences per forward pass\n"
+               "  serve -m MODEL                an OpenAI-compatible HTTP server (--port, --parallel, --api-key)\n"
+               "  loadtest --url URL            many concurrent clients against an OpenAI-compatible server\n"
                "  compare -m A [-m B] [--quant T,...]  models and quantizations side by side: speed, memory, quality\n"
                "  devices                       the compute devices PhaseLab can use here\n"
                "  twin export|build ...         a random-weight model of another's shapes (for benchmarks)\n\n"
@@ -57,6 +59,8 @@ int main(int argc, char** argv) {
     if (cmd == "perplexity") return cmd_perplexity(argc - 2, argv + 2);
     if (cmd == "compare") return cmd_compare(argc - 2, argv + 2);
     if (cmd == "batch") return cmd_batch(argc - 2, argv + 2);
+    if (cmd == "serve") return cmd_serve(argc - 2, argv + 2);
+    if (cmd == "loadtest") return cmd_loadtest(argc - 2, argv + 2);
   } catch (const std::bad_alloc&) {
     return report(phaselab::out_of_memory("out of memory (try a smaller model or context size)"));
   } catch (const std::exception& e) {
