@@ -1,0 +1,487 @@
+// The OpenAI-compatible server and the remote client, over real HTTP on
+// loopback: request validation (each bad field named), greedy answers equal
+// to a solo Session run, streaming equal to the whole answer, eight
+// concurrent streams each equal to its solo run (and sharing passes), a
+// client that disconnects freeing its blocks, the safety checks (bind
+// policy, API key, Host, Origin, body size) and the Prometheus text.
+#include <httplib.h>
+
+#include <QtTest>
+
+#include <atomic>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "phaselab/backend.h"
+#include "phaselab/chat_template.h"
+#include "phaselab/openai_api.h"
+#include "phaselab/openai_server.h"
+#include "phaselab/remote_client.h"
+#include "phaselab/scheduler.h"
+#include "phaselab/session.h"
+#include "tiny_model.h"
+
+using namespace phaselab;
+using namespace phaselab::testing;
+using nlohmann::json;
+
+namespace {
+
+std::shared_ptr<const Model> stories() {
+  static std::shared_ptr<const Model> m = [] {
+    auto r = Model::load(test_data("stories260K.gguf"));
+    if (!r) qFatal("%s", r.status().message().c_str());
+    return std::shared_ptr<const Model>(*r);
+  }();
+  return m;
+}
+
+std::unique_ptr<Backend> cpu(int max_batch = 64) {
+  auto b = make_cpu_backend(stories(), 2, max_batch);
+  if (!b) qFatal("%s", b.status().message().c_str());
+  return std::move(*b);
+}
+
+constexpr int kCtx = 512;
+
+std::unique_ptr<OpenAiServer> start_server(ServerOptions so = {}) {
+  SchedulerOptions o;
+  o.n_ctx = kCtx;
+  o.kv_positions = 4 * kCtx;
+  o.max_seqs = 8;
+  auto s = Scheduler::create(stories(), cpu(), o);
+  if (!s) qFatal("%s", s.status().message().c_str());
+  so.port = 0;
+  auto srv = OpenAiServer::create(std::move(*s), so);
+  if (!srv) qFatal("%s", srv.status().message().c_str());
+  if (Status st = (*srv)->start(); !st) qFatal("%s", st.message().c_str());
+  return std::move(*srv);
+}
+
+// The answer Session::generate gives alone: the oracle of every served answer.
+std::string solo(const std::vector<int32_t>& prompt, const GenerateOptions& opt) {
+  auto s = Session::create(stories(), cpu(), kCtx);
+  if (!s) qFatal("%s", s.status().message().c_str());
+  auto r = (*s)->generate(prompt, opt);
+  if (!r) qFatal("%s", r.status().message().c_str());
+  return r->text;
+}
+
+std::vector<int32_t> chat_prompt(const std::string& user, GenerateOptions* opt) {
+  const auto family = stories()->chat_template();
+  for (auto& s : chat_stop_strings(family)) opt->stop.push_back(s);
+  return stories()->tokenizer().encode(apply_chat_template(family, {{"user", user}}), true, true);
+}
+
+httplib::Headers json_headers() { return {{"Content-Type", "application/json"}}; }
+
+// Streams a request; the concatenated text, the parsed events, and whether
+// "[DONE]" ended it. stop_after: close the connection after that many text events.
+struct Streamed {
+  std::string text;
+  std::vector<json> events;
+  bool done = false;
+  int status = 0;
+};
+Streamed stream(httplib::Client& c, const std::string& path, json body, int stop_after = -1,
+                const httplib::Headers& extra = {}) {
+  body["stream"] = true;
+  Streamed out;
+  std::string pending;
+  int n_text = 0;
+  httplib::Request req;
+  req.method = "POST";
+  req.path = path;
+  req.headers = extra;
+  req.set_header("Content-Type", "application/json");
+  req.body = body.dump();
+  req.response_handler = [&](const httplib::Response& r) {
+    out.status = r.status;
+    return true;
+  };
+  req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
+    pending.append(d, n);
+    for (size_t e; (e = pending.find("\n\n")) != std::string::npos;) {
+      const std::string ev = pending.substr(0, e);
+      pending.erase(0, e + 2);
+      if (ev.rfind("data: ", 0) != 0) continue;
+      const std::string data = ev.substr(6);
+      if (data == "[DONE]") {
+        out.done = true;
+        continue;
+      }
+      json j = json::parse(data);
+      out.events.push_back(j);
+      if (j.contains("choices") && !j["choices"].empty()) {
+        const json& ch = j["choices"][0];
+        std::string t;
+        if (ch.contains("delta") && ch["delta"].contains("content")) t = ch["delta"]["content"].get<std::string>();
+        if (ch.contains("text")) t = ch["text"].get<std::string>();
+        out.text += t;
+        if (!t.empty() && ++n_text == stop_after) return false;
+      }
+    }
+    return true;
+  };
+  httplib::Response res;
+  httplib::Error err;
+  c.send(req, res, err);
+  return out;
+}
+
+double metric(const std::string& text, const std::string& name) {
+  const size_t p = text.find("\n" + name + " ");
+  if (p == std::string::npos) return -1;
+  return std::stod(text.substr(p + name.size() + 2));
+}
+
+}  // namespace
+
+class TestServer : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void apiRejectsBadFields_data() {
+    QTest::addColumn<int>("endpoint");  // 0 chat, 1 completions
+    QTest::addColumn<QString>("body");
+    QTest::addColumn<QString>("param");
+    auto row = [](const char* name, int ep, const char* body, const char* param) {
+      QTest::newRow(name) << ep << QString(body) << QString(param);
+    };
+    row("no messages", 0, R"({"model":"x"})", "messages");
+    row("empty messages", 0, R"({"messages":[]})", "messages");
+    row("bad role", 0, R"({"messages":[{"role":"robot","content":"hi"}]})", "messages[0].role");
+    row("content not text", 0, R"({"messages":[{"role":"user","content":[{"type":"image_url"}]}]})", "messages[0].content");
+    row("temperature high", 0, R"({"messages":[{"role":"user","content":"hi"}],"temperature":3})", "temperature");
+    row("temperature string", 0, R"({"messages":[{"role":"user","content":"hi"}],"temperature":"hot"})", "temperature");
+    row("top_p zero", 0, R"({"messages":[{"role":"user","content":"hi"}],"top_p":0})", "top_p");
+    row("max_tokens zero", 0, R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":0})", "max_tokens");
+    row("max_tokens over cap", 0, R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":100000})", "max_tokens");
+    row("n two", 0, R"({"messages":[{"role":"user","content":"hi"}],"n":2})", "n");
+    row("stop number", 0, R"({"messages":[{"role":"user","content":"hi"}],"stop":5})", "stop");
+    row("presence", 0, R"({"messages":[{"role":"user","content":"hi"}],"presence_penalty":7})", "presence_penalty");
+    row("stream string", 0, R"({"messages":[{"role":"user","content":"hi"}],"stream":"yes"})", "stream");
+    row("logprobs", 0, R"({"messages":[{"role":"user","content":"hi"}],"logprobs":true})", "logprobs");
+    row("seed float", 1, R"({"prompt":"hi","seed":1.5})", "seed");
+    row("no prompt", 1, R"({"max_tokens":4})", "prompt");
+    row("prompt object", 1, R"({"prompt":{"a":1}})", "prompt");
+    row("prompt bad id", 1, R"({"prompt":[1,2,999999]})", "prompt");
+    row("prompt too long", 1, R"({"prompt":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]})", "prompt");
+  }
+  void apiRejectsBadFields() {
+    QFETCH(int, endpoint);
+    QFETCH(QString, body);
+    QFETCH(QString, param);
+    openai::ParsedRequest pr;
+    openai::ApiError err;
+    const openai::ApiLimits limits{16, 64};  // a 16-position context makes "prompt too long" cheap
+    QVERIFY(!openai::parse_request(endpoint == 0 ? openai::Endpoint::chat : openai::Endpoint::completions,
+                                   body.toStdString(), stories()->tokenizer(), stories()->chat_template(), limits, &pr,
+                                   &err));
+    QCOMPARE(err.http_status, 400);
+    QCOMPARE(QString::fromStdString(err.param), param);
+    QVERIFY2(err.message.find(param.toStdString()) != std::string::npos, err.message.c_str());
+    const json j = json::parse(openai::error_body(err));
+    QCOMPARE(QString::fromStdString(j["error"]["param"].get<std::string>()), param);
+    QVERIFY(j["error"]["message"].is_string());
+  }
+
+  void apiDefaultsAreOpenAis() {
+    openai::ParsedRequest pr;
+    openai::ApiError err;
+    QVERIFY(openai::parse_request(openai::Endpoint::chat,
+                                  R"({"messages":[{"role":"developer","content":"be brief"},{"role":"user","content":[{"type":"text","text":"hi"}]}]})",
+                                  stories()->tokenizer(), stories()->chat_template(), {kCtx, 100}, &pr, &err));
+    QCOMPARE(pr.options.sampling.temperature, 1.0f);
+    QCOMPARE(pr.options.sampling.top_p, 1.0f);
+    QCOMPARE(pr.options.sampling.top_k, 0);
+    QCOMPARE(pr.options.sampling.min_p, 0.0f);
+    QCOMPARE(pr.options.n_predict, 100);
+    QVERIFY(!pr.stream);
+    GenerateOptions expect;
+    const auto family = stories()->chat_template();
+    const auto want = stories()->tokenizer().encode(
+        apply_chat_template(family, {{"system", "be brief"}, {"user", "hi"}}), true, true);
+    QCOMPARE(pr.prompt, want);
+    QCOMPARE(pr.options.stop, chat_stop_strings(family));
+    // Token ids are a prompt too.
+    QVERIFY(openai::parse_request(openai::Endpoint::completions, R"({"prompt":[1,2,3],"max_tokens":5,"temperature":0,"stream":true})",
+                                  stories()->tokenizer(), family, {kCtx, 100}, &pr, &err));
+    QCOMPARE(pr.prompt, (std::vector<int32_t>{1, 2, 3}));
+    QCOMPARE(pr.options.n_predict, 5);
+    QVERIFY(pr.options.sampling.greedy());
+    QVERIFY(pr.stream);
+  }
+
+  void bindPolicy() {
+    QVERIFY(check_bind("127.0.0.1", "").is_ok());
+    QVERIFY(check_bind("localhost", "").is_ok());
+    QVERIFY(check_bind("::1", "").is_ok());
+    const Status open = check_bind("0.0.0.0", "");
+    QVERIFY(!open.is_ok());
+    QVERIFY(open.message().find("--api-key") != std::string::npos);
+    QVERIFY(!check_bind("192.168.1.5", "").is_ok());
+    QVERIFY(check_bind("0.0.0.0", "k").is_ok());
+    QVERIFY(constant_time_equal("secret", "secret"));
+    QVERIFY(!constant_time_equal("secret", "secreT"));
+    QVERIFY(!constant_time_equal("secret", "secret2"));
+    QVERIFY(!constant_time_equal("", "x"));
+    ServerOptions so;
+    so.host = "0.0.0.0";
+    SchedulerOptions o;
+    o.n_ctx = kCtx;
+    auto s = Scheduler::create(stories(), cpu(), o);
+    QVERIFY(s);
+    QVERIFY(!OpenAiServer::create(std::move(*s), so));
+  }
+
+  void endpointsAndGreedyEqualsSolo() {
+    auto srv = start_server();
+    httplib::Client c("127.0.0.1", srv->port());
+    auto h = c.Get("/health");
+    QVERIFY(h);
+    QCOMPARE(h->status, 200);
+    auto m = c.Get("/v1/models");
+    QVERIFY(m);
+    QCOMPARE(m->status, 200);
+    QCOMPARE(QString::fromStdString(json::parse(m->body)["data"][0]["id"].get<std::string>()), QString("stories260K"));
+    auto nf = c.Get("/v1/nothing");
+    QVERIFY(nf);
+    QCOMPARE(nf->status, 404);
+    QVERIFY(json::parse(nf->body)["error"]["message"].get<std::string>().find("/v1/chat/completions") != std::string::npos);
+
+    // Chat, greedy: the same text as Session::generate alone.
+    GenerateOptions opt;
+    opt.n_predict = 40;
+    opt.sampling.temperature = 0;
+    const auto prompt = chat_prompt("Tell me about a cat.", &opt);
+    const std::string want = solo(prompt, opt);
+    QVERIFY(!want.empty());
+    json body = {{"model", "stories260K"},
+                 {"messages", {{{"role", "user"}, {"content", "Tell me about a cat."}}}},
+                 {"temperature", 0},
+                 {"max_tokens", 40}};
+    auto r = c.Post("/v1/chat/completions", json_headers(), body.dump(), "application/json");
+    QVERIFY(r);
+    QCOMPARE(r->status, 200);
+    const json j = json::parse(r->body);
+    QCOMPARE(QString::fromStdString(j["choices"][0]["message"]["content"].get<std::string>()), QString::fromStdString(want));
+    QCOMPARE(j["object"].get<std::string>(), std::string("chat.completion"));
+    QCOMPARE(j["usage"]["prompt_tokens"].get<int>(), static_cast<int>(prompt.size()));
+    QVERIFY(j["usage"]["completion_tokens"].get<int>() > 0);
+    QVERIFY(j["timings"]["ttft_ms"].get<double>() > 0);
+    QVERIFY(j["timings"]["decode_tokens_per_s"].get<double>() > 0);
+
+    // Streamed: the pieces add up to the same text, then a finish chunk, usage, [DONE].
+    body["stream_options"] = {{"include_usage", true}};
+    Streamed s = stream(c, "/v1/chat/completions", body);
+    QCOMPARE(s.status, 200);
+    QVERIFY(s.done);
+    QCOMPARE(QString::fromStdString(s.text), QString::fromStdString(want));
+    QVERIFY(s.events.size() >= 3);
+    QCOMPARE(s.events.front()["choices"][0]["delta"]["role"].get<std::string>(), std::string("assistant"));
+    const json& fin = s.events[s.events.size() - 2];
+    QVERIFY(fin["choices"][0]["finish_reason"].is_string());
+    QVERIFY(fin.contains("timings"));
+    QVERIFY(s.events.back()["choices"].empty());
+    QCOMPARE(s.events.back()["usage"]["completion_tokens"].get<int>(), j["usage"]["completion_tokens"].get<int>());
+
+    // Completions: plain text continuation, equal to the solo run.
+    GenerateOptions plain;
+    plain.n_predict = 24;
+    plain.sampling.temperature = 0;
+    const std::string want_plain = solo(stories()->tokenizer().encode("Once upon a time", true, false), plain);
+    auto rc = c.Post("/v1/completions", json_headers(),
+                     json({{"prompt", "Once upon a time"}, {"temperature", 0}, {"max_tokens", 24}}).dump(), "application/json");
+    QVERIFY(rc);
+    QCOMPARE(rc->status, 200);
+    QCOMPARE(QString::fromStdString(json::parse(rc->body)["choices"][0]["text"].get<std::string>()),
+             QString::fromStdString(want_plain));
+    Streamed sc = stream(c, "/v1/completions", {{"prompt", "Once upon a time"}, {"temperature", 0}, {"max_tokens", 24}});
+    QCOMPARE(QString::fromStdString(sc.text), QString::fromStdString(want_plain));
+
+    // A bad field is a 400 with OpenAI's error object, over HTTP too.
+    auto bad = c.Post("/v1/chat/completions", json_headers(), R"({"messages":[{"role":"user","content":"x"}],"top_p":-1})",
+                      "application/json");
+    QVERIFY(bad);
+    QCOMPARE(bad->status, 400);
+    QCOMPARE(json::parse(bad->body)["error"]["param"].get<std::string>(), std::string("top_p"));
+    auto notjson = c.Post("/v1/completions", json_headers(), "{", "application/json");
+    QVERIFY(notjson);
+    QCOMPARE(notjson->status, 400);
+
+    // The metrics saw every request that ran: 4 TTFT observations.
+    auto met = c.Get("/metrics");
+    QVERIFY(met);
+    QCOMPARE(met->status, 200);
+    QCOMPARE(metric(met->body, "phaselab_time_to_first_token_seconds_count"), 4.0);
+    QVERIFY(met->body.find("phaselab_time_to_first_token_seconds_bucket{le=\"+Inf\"} 4\n") != std::string::npos);
+    QVERIFY(met->body.find("# TYPE phaselab_time_per_output_token_seconds histogram") != std::string::npos);
+    QVERIFY(met->body.find("phaselab_requests_total{finish=\"rejected\"} 2\n") != std::string::npos);
+    QVERIFY(metric(met->body, "phaselab_generation_tokens_total") > 0);
+    QCOMPARE(metric(met->body, "phaselab_requests_running"), 0.0);
+    QCOMPARE(metric(met->body, "phaselab_kv_blocks_used"), 0.0);
+  }
+
+  void concurrentStreamsEachEqualSolo() {
+    auto srv = start_server();
+    constexpr int kStreams = 8;
+    std::vector<std::string> want(kStreams), got(kStreams);
+    std::vector<int> status(kStreams, 0);
+    std::vector<std::string> users;
+    for (int i = 0; i < kStreams; i++) {
+      users.push_back("Story number " + std::to_string(i) + " is about a " + (i % 2 ? "dog" : "boat") + ".");
+      GenerateOptions opt;
+      opt.n_predict = 32 + 4 * i;
+      opt.sampling.temperature = 0;
+      want[i] = solo(chat_prompt(users[i], &opt), opt);
+      QVERIFY(!want[i].empty());
+    }
+    std::vector<std::thread> th;
+    for (int i = 0; i < kStreams; i++)
+      th.emplace_back([&, i] {
+        httplib::Client c("127.0.0.1", srv->port());
+        Streamed s = stream(c, "/v1/chat/completions",
+                            {{"messages", {{{"role", "user"}, {"content", users[i]}}}}, {"temperature", 0}, {"max_tokens", 32 + 4 * i}});
+        got[i] = s.text;
+        status[i] = s.done ? s.status : -1;
+      });
+    for (auto& t : th) t.join();
+    for (int i = 0; i < kStreams; i++) {
+      QCOMPARE(status[i], 200);
+      QCOMPARE(QString::fromStdString(got[i]), QString::fromStdString(want[i]));
+    }
+    // They shared forward passes: fewer passes than the tokens they generated.
+    const std::string met = srv->metrics_text();
+    QVERIFY2(metric(met, "phaselab_forward_passes_total") < metric(met, "phaselab_generation_tokens_total"), met.c_str());
+  }
+
+  void disconnectCancelsAndFreesBlocks() {
+    auto srv = start_server();
+    httplib::Client c("127.0.0.1", srv->port());
+    Streamed s = stream(c, "/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 400}, {"temperature", 0.9}, {"seed", 7}},
+                        /*stop_after=*/3);
+    QVERIFY(!s.done);
+    QTRY_COMPARE_WITH_TIMEOUT(metric(srv->metrics_text(), "phaselab_requests_total{finish=\"cancelled\"}"), 1.0, 10000);
+    const auto st = srv->stats();
+    QCOMPARE(st.running, 0);
+    QCOMPARE(st.kv_blocks_used, 0);
+    QVERIFY(metric(srv->metrics_text(), "phaselab_generation_tokens_total") < 400);
+  }
+
+  void safetyChecks() {
+    ServerOptions so;
+    so.api_key = "s3cret";
+    so.cors_origins = {"http://ok.example"};
+    so.max_body_bytes = 2048;
+    auto srv = start_server(so);
+    httplib::Client c("127.0.0.1", srv->port());
+    const std::string body = R"({"prompt":"Once","max_tokens":2,"temperature":0})";
+    auto health = c.Get("/health");  // no key needed
+    QVERIFY(health);
+    QCOMPARE(health->status, 200);
+    auto nokey = c.Post("/v1/completions", json_headers(), body, "application/json");
+    QVERIFY(nokey);
+    QCOMPARE(nokey->status, 401);
+    QCOMPARE(json::parse(nokey->body)["error"]["code"].get<std::string>(), std::string("invalid_api_key"));
+    auto wrong = c.Post("/v1/completions", {{"Authorization", "Bearer s3creT"}}, body, "application/json");
+    QVERIFY(wrong);
+    QCOMPARE(wrong->status, 401);
+    const httplib::Headers auth = {{"Authorization", "Bearer s3cret"}};
+    auto right = c.Post("/v1/completions", auth, body, "application/json");
+    QVERIFY(right);
+    QCOMPARE(right->status, 200);
+    // DNS rebinding: a page of evil.example resolving to 127.0.0.1.
+    httplib::Headers foreign = auth;
+    foreign.emplace("Host", "evil.example:" + std::to_string(srv->port()));
+    auto host = c.Post("/v1/completions", foreign, body, "application/json");
+    QVERIFY(host);
+    QCOMPARE(host->status, 403);
+    // Browsers: only the listed origin.
+    httplib::Headers evil_origin = auth;
+    evil_origin.emplace("Origin", "http://evil.example");
+    auto origin = c.Post("/v1/completions", evil_origin, body, "application/json");
+    QVERIFY(origin);
+    QCOMPARE(origin->status, 403);
+    QVERIFY(origin->body.find("--cors") != std::string::npos);
+    httplib::Headers ok_origin = auth;
+    ok_origin.emplace("Origin", "http://ok.example");
+    auto allowed = c.Post("/v1/completions", ok_origin, body, "application/json");
+    QVERIFY(allowed);
+    QCOMPARE(allowed->status, 200);
+    QCOMPARE(allowed->get_header_value("Access-Control-Allow-Origin"), std::string("http://ok.example"));
+    auto preflight = c.Options("/v1/completions", {{"Origin", "http://ok.example"}, {"Access-Control-Request-Method", "POST"}});
+    QVERIFY(preflight);
+    QCOMPARE(preflight->status, 204);
+    QVERIFY(preflight->get_header_value("Access-Control-Allow-Headers").find("Authorization") != std::string::npos);
+    // A body above the limit.
+    auto big = c.Post("/v1/completions", auth, std::string(4096, ' '), "application/json");
+    QVERIFY(big);
+    QCOMPARE(big->status, 413);
+    QVERIFY(json::parse(big->body).contains("error"));
+  }
+
+  void remoteClientAgainstServer() {
+    auto srv = start_server();
+    auto rc = RemoteClient::connect({srv->base_url(), "", "", 60});
+    QVERIFY2(rc, rc ? "" : rc.status().message().c_str());
+    QCOMPARE(QString::fromStdString((*rc)->model()), QString("stories260K"));
+    GenerateOptions opt;
+    opt.n_predict = 30;
+    opt.sampling.temperature = 0;
+    const std::string want = solo(chat_prompt("Tell me about a fox.", &opt), opt);
+    GenerateOptions ropt;
+    ropt.n_predict = 30;
+    ropt.sampling.temperature = 0;
+    int events = 0;
+    std::string streamed;
+    auto r = (*rc)->chat({{"user", "Tell me about a fox."}}, ropt, [&](const TokenEvent& e) {
+      QCOMPARE(e.index, events);
+      streamed += e.text;
+      events++;
+    });
+    QVERIFY2(r, r ? "" : r.status().message().c_str());
+    QCOMPARE(QString::fromStdString(r->result.text), QString::fromStdString(want));
+    QCOMPARE(streamed, r->result.text);
+    const RequestMetrics& m = r->result.metrics;
+    QVERIFY(m.ttft_ms > 0);
+    QVERIFY(m.n_generated >= events);
+    QVERIFY(m.n_prompt > 0);  // from the server's usage
+    QVERIFY(r->server_timings.contains("ttft_ms"));
+    // Cancelling closes the stream; the server frees the sequence.
+    std::atomic<bool> cancel{false};
+    GenerateOptions longer;
+    longer.n_predict = 400;
+    longer.sampling.temperature = 0.9f;
+    int n = 0;
+    auto rcan = (*rc)->complete("Once upon a time", longer, [&](const TokenEvent&) {
+      if (++n == 2) cancel = true;
+    }, &cancel);
+    QVERIFY(rcan);
+    QCOMPARE(QString::fromStdString(rcan->result.metrics.stop_reason), QString("cancelled"));
+    QTRY_COMPARE_WITH_TIMEOUT(srv->stats().running, 0, 10000);
+    // Errors say what is wrong.
+    auto unknown = RemoteClient::connect({srv->base_url(), "", "no-such-model", 60});
+    QVERIFY(!unknown);
+    QVERIFY2(unknown.status().message().find("stories260K") != std::string::npos, unknown.status().message().c_str());
+    auto badurl = RemoteClient::connect({"ftp://x", "", "", 60});
+    QVERIFY(!badurl);
+    QVERIFY(badurl.status().message().find("http://") != std::string::npos);
+    const int dead_port = srv->port();
+    srv->stop();
+    auto dead = RemoteClient::connect({"http://127.0.0.1:" + std::to_string(dead_port) + "/v1", "", "", 5});
+    QVERIFY(!dead);
+    QVERIFY2(dead.status().message().find("cannot reach") != std::string::npos, dead.status().message().c_str());
+    // A key the server does not accept.
+    ServerOptions so;
+    so.api_key = "right";
+    auto keyed = start_server(so);
+    auto refused = RemoteClient::connect({keyed->base_url(), "wrong", "", 5});
+    QVERIFY(!refused);
+    QVERIFY2(refused.status().message().find("refused") != std::string::npos, refused.status().message().c_str());
+    QVERIFY(RemoteClient::connect({keyed->base_url(), "right", "", 5}));
+  }
+};
+
+QTEST_GUILESS_MAIN(TestServer)
+#include "test_server.moc"
