@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cerrno>
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -15,6 +16,7 @@
 #include "commands.h"
 #include "engine_setup.h"
 #include "phaselab/chat_template.h"
+#include "phaselab/remote_client.h"
 #include "phaselab/session.h"
 
 namespace phaselab::cli {
@@ -51,11 +53,110 @@ void print_stats(const RequestMetrics& m, const std::string& backend) {
 }
 
 const char* kModelHelp = "      --no-kv-cache        recompute the whole sequence every step (slow on purpose)\n";
+
+// --remote: the same commands through an OpenAI-compatible server.
+const std::vector<OptionSpec> kRemoteOptions = {
+    {"--remote", "", true}, {"--remote-key", "", true}, {"--remote-model", "", true}};
+const char* kRemoteHelp =
+    "      --remote URL         run on an OpenAI-compatible server (phaselab-cli serve, vLLM, SGLang,\n"
+    "                           llama-server, Dynamo) instead of a local model, e.g. http://127.0.0.1:8000/v1;\n"
+    "                           TTFT and tokens/s are then measured here, on the client\n"
+    "      --remote-key KEY     its API key (or set PHASELAB_REMOTE_KEY)\n"
+    "      --remote-model NAME  the model to ask for (default: the first the server lists)\n";
+
+Result<std::unique_ptr<RemoteClient>> connect_remote(const Args& args) {
+  const char* env_key = std::getenv("PHASELAB_REMOTE_KEY");
+  RemoteEndpoint ep{*args.get("--remote"), args.get_or("--remote-key", env_key ? env_key : ""),
+                    args.get_or("--remote-model", ""), 600};
+  return RemoteClient::connect(ep);
+}
+
+void print_remote_stats(const RequestMetrics& m, const RemoteClient& c) {
+  std::fprintf(stderr,
+               "\n[%s] prompt %d tok, TTFT %.1f ms (client) | generated %d tok, decode %.1f tok/s, TPOT %.2f ms | "
+               "stop: %s\n",
+               c.describe().c_str(), m.n_prompt, m.ttft_ms, m.n_generated, m.decode_tps, m.tpot_ms, m.stop_reason.c_str());
+}
+
+int generate_remote(const Args& args, const std::string& prompt_text, const GenerateOptions& opt) {
+  if (args.has("--model")) return usage_error("give either -m MODEL (local) or --remote URL, not both");
+  auto client = connect_remote(args);
+  if (!client) return report(client.status());
+  const bool json = args.has("--json");
+  const bool stream = !(json && args.has("--quiet"));
+  auto on_token = [&](const TokenEvent& e) {
+    if (stream && !e.text.empty()) {
+      std::fwrite(e.text.data(), 1, e.text.size(), stdout);
+      std::fflush(stdout);
+    }
+  };
+  std::signal(SIGINT, on_sigint);
+  Result<RemoteResult> res = internal_error("unset");
+  if (args.has("--chat")) {
+    std::vector<ChatMessage> msgs;
+    if (auto sys = args.get("--system")) msgs.push_back({"system", *sys});
+    msgs.push_back({"user", prompt_text});
+    res = (*client)->chat(msgs, opt, on_token, &g_cancel);
+  } else {
+    res = (*client)->complete(prompt_text, opt, on_token, &g_cancel);
+  }
+  std::signal(SIGINT, SIG_DFL);
+  if (!res) return report(res.status());
+  if (stream) std::printf("\n");
+  const RequestMetrics& m = res->result.metrics;
+  print_remote_stats(m, **client);
+  if (json) {
+    nlohmann::json j = {{"remote", (*client)->url()},     {"model", (*client)->model()},   {"text", res->result.text},
+                        {"n_prompt", m.n_prompt},          {"n_generated", m.n_generated}, {"ttft_ms", m.ttft_ms},
+                        {"decode_tps", m.decode_tps},      {"tpot_ms", m.tpot_ms},         {"stop_reason", m.stop_reason},
+                        {"server_timings", res->server_timings}};
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  }
+  return kExitOk;
+}
+
+int chat_remote(const Args& args, const GenerateOptions& opt) {
+  if (args.has("--model")) return usage_error("give either -m MODEL (local) or --remote URL, not both");
+  auto client = connect_remote(args);
+  if (!client) return report(client.status());
+  std::vector<ChatMessage> history;
+  if (auto sys = args.get("--system")) history.push_back({"system", *sys});
+  const bool tty = isatty(STDIN_FILENO);
+  std::fprintf(stderr, "PhaseLab chat with %s. /reset, /quit.\n", (*client)->describe().c_str());
+  std::signal(SIGINT, on_sigint);
+  std::string line;
+  for (;;) {
+    if (tty) std::fprintf(stderr, "\n> ");
+    if (!std::getline(std::cin, line)) break;
+    if (line == "/quit" || line == "/exit") break;
+    if (line == "/reset") {
+      history.erase(std::remove_if(history.begin(), history.end(), [](auto& m) { return m.role != "system"; }), history.end());
+      std::fprintf(stderr, "(conversation cleared)\n");
+      continue;
+    }
+    if (line.empty()) continue;
+    history.push_back({"user", line});
+    g_cancel.store(false);
+    auto res = (*client)->chat(history, opt, [&](const TokenEvent& e) {
+      std::fwrite(e.text.data(), 1, e.text.size(), stdout);
+      std::fflush(stdout);
+    }, &g_cancel);
+    if (!res) {
+      report(res.status());
+      history.pop_back();
+      continue;
+    }
+    std::printf("\n");
+    print_remote_stats(res->result.metrics, **client);
+    history.push_back({"assistant", res->result.text});
+  }
+  return kExitOk;
+}
 }  // namespace
 
 int cmd_generate(int argc, char** argv) {
   auto args = Args::parse(argc, argv,
-                          join(join(model_options(), sampling_options()),
+                          join(join(join(model_options(), sampling_options()), kRemoteOptions),
                                {{"--prompt", "-p", true}, {"--file", "-f", true}, {"--chat", "", false},
                                 {"--system", "", true}, {"--json", "", false}, {"--quiet", "-q", false}}));
   if (!args) return report(args.status());
@@ -68,7 +169,7 @@ int cmd_generate(int argc, char** argv) {
                 "      --json               print one JSON object with ids, text and metrics at the end\n"
                 "  -q, --quiet              do not stream the text (with --json)\n%s%s",
                 kEngineHelp, kSamplingHelp);
-    std::printf("%s", kModelHelp);
+    std::printf("%s%s", kModelHelp, kRemoteHelp);
     return kExitOk;
   }
   if (!args->positional().empty()) return usage_error("unexpected argument '" + args->positional()[0] + "'");
@@ -84,6 +185,7 @@ int cmd_generate(int argc, char** argv) {
   }
   GenerateOptions opt;
   if (Status st = read_generate_options(*args, &opt); !st) return report(st);
+  if (args->has("--remote")) return generate_remote(*args, prompt_text, opt);
   auto setup = open_session(*args);
   if (!setup) return report(setup.status());
   Session& session = *setup->session;
@@ -152,16 +254,18 @@ int cmd_generate(int argc, char** argv) {
 }
 
 int cmd_chat(int argc, char** argv) {
-  auto args = Args::parse(argc, argv, join(join(model_options(), sampling_options()), {{"--system", "", true}}));
+  auto args = Args::parse(argc, argv,
+                          join(join(join(model_options(), sampling_options()), kRemoteOptions), {{"--system", "", true}}));
   if (!args) return report(args.status());
   if (args->has("--help")) {
     std::printf("usage: phaselab-cli chat -m MODEL [--system TEXT] [options]\n"
-                "  type a message and press Enter; /reset starts over, /quit (or Ctrl+D) leaves\n%s%s%s",
-                kEngineHelp, kSamplingHelp, kModelHelp);
+                "  type a message and press Enter; /reset starts over, /quit (or Ctrl+D) leaves\n%s%s%s%s",
+                kEngineHelp, kSamplingHelp, kModelHelp, kRemoteHelp);
     return kExitOk;
   }
   GenerateOptions opt;
   if (Status st = read_generate_options(*args, &opt); !st) return report(st);
+  if (args->has("--remote")) return chat_remote(*args, opt);
   auto setup = open_session(*args);
   if (!setup) return report(setup.status());
   Session& session = *setup->session;

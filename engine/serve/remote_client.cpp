@@ -39,8 +39,8 @@ Status http_status_error(int status, const std::string& body, const std::string&
 }
 
 Status transport_error(httplib::Error e, const std::string& url) {
-  return io_error("cannot reach " + url + ": " + httplib::to_string(e) +
-                  " (is the server running, and is the address right?)");
+  return io_error("cannot reach " + url + " (" + httplib::to_string(e) +
+                  " error): is the server running, and is the address right?");
 }
 
 }  // namespace

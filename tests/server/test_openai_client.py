@@ -150,6 +150,19 @@ class OpenAIClientTest(unittest.TestCase):
         with self.assertRaises(openai.BadRequestError):
             self.client.chat.completions.create(model=self.model, messages=[{"role": "tool", "content": "x"}])
 
+    def test_cli_remote_equals_local(self):
+        want = generate("Once upon a time", 20, chat=False)
+        r = subprocess.run([CLI, "generate", "--remote", self.url, "-p", "Once upon a time", "-n", "20", "--temp", "0",
+                            "--json", "-q"], capture_output=True, text=True, check=True)
+        j = json.loads(r.stdout.strip().splitlines()[-1])
+        self.assertEqual(j["text"], want)
+        self.assertEqual(j["model"], "stories260K")
+        self.assertGreater(j["ttft_ms"], 0)
+        bad = subprocess.run([CLI, "generate", "--remote", self.url, "--remote-model", "nope", "-p", "x"],
+                             capture_output=True, text=True)
+        self.assertEqual(bad.returncode, 2)
+        self.assertIn("stories260K", bad.stderr)
+
     def test_curl(self):
         code, body = curl(self.url + "/models")
         self.assertEqual(code, 200)
