@@ -323,6 +323,21 @@ class TestServer : public QObject {
     QCOMPARE(metric(met->body, "phaselab_kv_blocks_used"), 0.0);
   }
 
+  void takenPortIsAnError() {
+    auto first = start_server();
+    SchedulerOptions o;
+    o.n_ctx = kCtx;
+    auto s = Scheduler::create(stories(), cpu(), o);
+    QVERIFY(s);
+    ServerOptions so;
+    so.port = first->port();
+    auto second = OpenAiServer::create(std::move(*s), so);
+    QVERIFY(second);
+    const Status st = (*second)->start();
+    QVERIFY(!st.is_ok());
+    QVERIFY2(st.message().find("in use") != std::string::npos, st.message().c_str());
+  }
+
   void concurrentStreamsEachEqualSolo() {
     auto srv = start_server();
     constexpr int kStreams = 8;

@@ -1,6 +1,7 @@
 #include "app_settings.h"
 
 #include <QSettings>
+#include <algorithm>
 
 namespace phaselab::ui {
 
@@ -27,6 +28,12 @@ AppSettings AppSettings::load() {
   g.draftModel = s.value(QStringLiteral("speculative/draftModel"), d.draftModel).toString();
   g.systemPrompt = s.value(QStringLiteral("chat/systemPrompt"), d.systemPrompt).toString();
   a.lastModel = s.value(QStringLiteral("model/last")).toString();
+  a.serve = s.value(QStringLiteral("serve/enabled"), false).toBool();
+  a.servePort = std::clamp(s.value(QStringLiteral("serve/port"), 8080).toInt(), 0, 65535);
+  a.useRemote = s.value(QStringLiteral("remote/use"), false).toBool();
+  a.remote.url = s.value(QStringLiteral("remote/url")).toString();
+  a.remote.apiKey = s.value(QStringLiteral("remote/apiKey")).toString();
+  a.remote.model = s.value(QStringLiteral("remote/model")).toString();
   return a;
 }
 
@@ -50,6 +57,17 @@ void AppSettings::save() const {
   s.setValue(QStringLiteral("speculative/draftModel"), generation.draftModel);
   s.setValue(QStringLiteral("chat/systemPrompt"), generation.systemPrompt);
   s.setValue(QStringLiteral("model/last"), lastModel);
+  s.setValue(QStringLiteral("serve/enabled"), serve);
+  s.setValue(QStringLiteral("serve/port"), servePort);
+  s.setValue(QStringLiteral("remote/use"), useRemote);
+  s.setValue(QStringLiteral("remote/url"), remote.url);
+  // The key sits in the settings file in plain text, as the other settings
+  // do (Settings says so beside the field); an empty one is not written.
+  if (remote.apiKey.isEmpty())
+    s.remove(QStringLiteral("remote/apiKey"));
+  else
+    s.setValue(QStringLiteral("remote/apiKey"), remote.apiKey);
+  s.setValue(QStringLiteral("remote/model"), remote.model);
 }
 
 }  // namespace phaselab::ui

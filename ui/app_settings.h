@@ -11,6 +11,13 @@ struct AppSettings {
   EngineConfig engine;
   GenerationSettings generation;
   QString lastModel;
+  // The OpenAI-compatible server for the loaded model (127.0.0.1 only);
+  // applied again after each model load.
+  bool serve = false;
+  int servePort = 8080;  // 0: any free port
+  // Chat with a remote OpenAI-compatible server instead of a local model.
+  bool useRemote = false;
+  RemoteConfig remote;
 
   static AppSettings load();
   void save() const;

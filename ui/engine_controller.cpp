@@ -7,6 +7,7 @@ namespace phaselab::ui {
 namespace {
 void registerTypes() {
   qRegisterMetaType<EngineConfig>();
+  qRegisterMetaType<RemoteConfig>();
   qRegisterMetaType<GenerationSettings>();
   qRegisterMetaType<ChatTurn>();
   qRegisterMetaType<QList<ChatTurn>>();
@@ -29,6 +30,21 @@ EngineController::EngineController(QObject* parent) : QObject(parent), m_shared(
   connect(this, &EngineController::loadRequested, m_worker, &EngineWorker::loadModel, Q);
   connect(this, &EngineController::unloadRequested, m_worker, &EngineWorker::unloadModel, Q);
   connect(this, &EngineController::generateRequested, m_worker, &EngineWorker::generate, Q);
+  connect(this, &EngineController::remoteConnectRequested, m_worker, &EngineWorker::connectRemote, Q);
+  connect(this, &EngineController::serverStartRequested, m_worker, &EngineWorker::startServer, Q);
+  connect(this, &EngineController::serverStopRequested, m_worker, &EngineWorker::stopServer, Q);
+  connect(m_worker, &EngineWorker::serverStarted, this, [this](const QString& url) {
+    m_serverUrl = url;
+    emit serverStarted(url);
+  }, Q);
+  connect(m_worker, &EngineWorker::serverStopped, this, [this] {
+    m_serverUrl.clear();
+    emit serverStopped();
+  }, Q);
+  connect(m_worker, &EngineWorker::serverFailed, this, [this](const QString& e) {
+    m_serverUrl.clear();
+    emit serverFailed(e);
+  }, Q);
 
   connect(m_worker, &EngineWorker::modelLoaded, this, &EngineController::onModelLoaded, Q);
   connect(m_worker, &EngineWorker::modelLoadFailed, this, [this](const QString& e) {
@@ -71,6 +87,19 @@ void EngineController::loadModel(const QString& path, const EngineConfig& config
   emit modelLoadStarted(path);
   emit loadRequested(path, config);
 }
+
+void EngineController::connectRemote(const RemoteConfig& remote) {
+  if (isBusy()) stop();
+  m_shared->loadCancel.store(false);
+  m_loading = true;
+  m_hasModel = false;
+  emit modelLoadStarted(remote.url);
+  emit remoteConnectRequested(remote);
+}
+
+void EngineController::startServer(int port) { emit serverStartRequested(port); }
+
+void EngineController::stopServer() { emit serverStopRequested(); }
 
 void EngineController::cancelLoad() {
   if (!m_loading) return;

@@ -29,11 +29,22 @@ class EngineController : public QObject {
   ~EngineController() override;
 
   void loadModel(const QString& path, const EngineConfig& config);
+  // Chat with a remote OpenAI-compatible server instead of a local model; the
+  // same signals as a load (modelLoadStarted with the URL, modelLoaded with
+  // info.remote, or modelLoadFailed).
+  void connectRemote(const RemoteConfig& remote);
   void cancelLoad();
   void unloadModel();
   // Returns the request id, or 0 when the request was refused (busy or no model).
   int send(const QList<ChatTurn>& turns, const GenerationSettings& settings);
   void stop();
+  // The OpenAI-compatible server for the loaded model, on 127.0.0.1 (port 0:
+  // any free one): serverStarted(url) or serverFailed(error). The engine
+  // stops it when the model is unloaded or another one loads (serverStopped).
+  void startServer(int port);
+  void stopServer();
+  bool isServing() const { return !m_serverUrl.isEmpty(); }
+  QString serverUrl() const { return m_serverUrl; }  // empty when not serving
 
   bool isBusy() const { return m_activeRequest != 0; }
   bool isLoading() const { return m_loading; }
@@ -53,9 +64,15 @@ class EngineController : public QObject {
   void generationFinished(int requestId, const phaselab::ui::RequestStats& stats);
   void errorOccurred(const QString& message);
   void busyChanged(bool busy);
+  void serverStarted(const QString& url);
+  void serverStopped();
+  void serverFailed(const QString& error);
 
   // To the worker (queued).
   void loadRequested(const QString& path, const phaselab::ui::EngineConfig& config);
+  void remoteConnectRequested(const phaselab::ui::RemoteConfig& remote);
+  void serverStartRequested(int port);
+  void serverStopRequested();
   void unloadRequested();
   void generateRequested(int requestId, const QList<phaselab::ui::ChatTurn>& turns,
                          const phaselab::ui::GenerationSettings& settings);
@@ -72,6 +89,7 @@ class EngineController : public QObject {
   bool m_loading = false;
   int m_activeRequest = 0;
   int m_nextRequest = 1;
+  QString m_serverUrl;
 };
 
 }  // namespace phaselab::ui

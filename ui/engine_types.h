@@ -17,6 +17,14 @@ struct EngineConfig {
   QString kvType = QStringLiteral("f16");    // how K and V are stored: f16 | f32 (phaselab::kv_type_name)
 };
 
+// A remote OpenAI-compatible server to chat with instead of a local model
+// (PhaseLab's own, vLLM, SGLang, llama-server, Dynamo).
+struct RemoteConfig {
+  QString url;     // the API's base, e.g. http://127.0.0.1:8080/v1
+  QString apiKey;  // empty: none
+  QString model;   // empty: the first the server lists
+};
+
 // Per request; changes apply to the next answer without a reload.
 struct GenerationSettings {
   float temperature = 0.8f;
@@ -64,6 +72,12 @@ struct ModelInfo {
   bool hasChatTemplate = false;  // false: a base model, best used in notebook mode
   QString backend;
   int threads = 0;
+  // A remote server (RemoteConfig): path is its URL, name its model; what
+  // only the server knows (parameters, context, KV, weights) stays 0 / empty,
+  // and architecture, typeMix and backend say "remote".
+  bool remote = false;
+  QString remoteUrl;
+  QString remoteModel;
 };
 
 // A snapshot while a request runs (a few per second) and one at its end.
@@ -89,6 +103,9 @@ struct LiveMetrics {
   bool kvCache = true;
   // Paged KV pool (at the end of the request).
   int kvBlocksUsed = 0, kvBlocksCached = 0, kvBlocksShared = 0, kvBlocksTotal = 0;
+  // A remote server answered: the figures are measured here, on the client
+  // (TTFT includes the network; no prefill, KV or device figures exist).
+  bool remote = false;
 };
 
 // Final numbers of one answer, shown under it and stored with it.
@@ -117,6 +134,7 @@ struct RequestStats {
 }  // namespace phaselab::ui
 
 Q_DECLARE_METATYPE(phaselab::ui::EngineConfig)
+Q_DECLARE_METATYPE(phaselab::ui::RemoteConfig)
 Q_DECLARE_METATYPE(phaselab::ui::GenerationSettings)
 Q_DECLARE_METATYPE(phaselab::ui::ChatTurn)
 Q_DECLARE_METATYPE(phaselab::ui::ModelInfo)

@@ -9,7 +9,11 @@
 
 #include "engine_controller.h"
 #include "phaselab/chat_template.h"
+#include "phaselab/log.h"
 #include "phaselab/machine.h"
+#include "phaselab/openai_server.h"
+#include "phaselab/remote_client.h"
+#include "phaselab/scheduler.h"
 #include "phaselab/session.h"
 #include "phaselab/speculative.h"
 
@@ -49,6 +53,12 @@ RequestStats toStats(const RequestMetrics& m, const QString& backend) {
   return s;
 }
 
+// The server's share of the machine: as many sequences per pass as a small
+// local server needs, and HTTP threads enough for them to stream at once
+// plus a few idle connections.
+constexpr int kServeMaxSeqs = 8;
+constexpr int kServeHttpThreads = 32;
+
 }  // namespace
 
 EngineWorker::EngineWorker(std::shared_ptr<EngineShared> shared, QObject* parent)
@@ -67,9 +77,9 @@ void EngineWorker::loadModel(const QString& path, const EngineConfig& config) {
 }
 
 void EngineWorker::loadModelImpl(const QString& path, const EngineConfig& config) {
-  // The previous model goes first so two models never sit in memory at once.
-  m_session.reset();
-  m_model.reset();
+  // The previous model goes first so two models never sit in memory at once
+  // (and the server with it: it serves the model it was started with).
+  releaseModel();
   auto model = Model::load(path.toStdString());
   if (!model) {
     emit modelLoadFailed(QString::fromStdString(model.status().message()));
@@ -107,6 +117,8 @@ void EngineWorker::loadModelImpl(const QString& path, const EngineConfig& config
   }
   m_model = m;
   m_session = std::move(*session);
+  m_config = config;
+  m_threads = threads;
   m_draft.reset();  // a draft model's session is sized for the old target
   m_draftPath.clear();
 
@@ -133,14 +145,157 @@ void EngineWorker::loadModelImpl(const QString& path, const EngineConfig& config
   emit modelLoaded(info);
 }
 
+void EngineWorker::releaseModel() {
+  stopServerImpl();
+  m_remote.reset();
+  m_session.reset();
+  m_model.reset();
+}
+
 void EngineWorker::unloadModel() {
   try {
-    m_session.reset();
-    m_model.reset();
+    releaseModel();
     emit modelUnloaded();
   } catch (...) {
     emit errorOccurred(QStringLiteral("unloading the model failed"));
   }
+}
+
+void EngineWorker::connectRemote(const RemoteConfig& remote) {
+  try {
+    connectRemoteImpl(remote);
+  } catch (const std::exception& e) {
+    emit modelLoadFailed(QStringLiteral("connecting to %1: %2").arg(remote.url, QString::fromUtf8(e.what())));
+  } catch (...) {
+    emit modelLoadFailed(QStringLiteral("connecting to %1: unknown error").arg(remote.url));
+  }
+}
+
+void EngineWorker::connectRemoteImpl(const RemoteConfig& remote) {
+  releaseModel();
+  if (remote.url.trimmed().isEmpty()) {
+    emit modelLoadFailed(tr("No remote server URL: enter the API's base in Settings (e.g. http://127.0.0.1:8080/v1)"));
+    return;
+  }
+  RemoteEndpoint ep;
+  ep.url = remote.url.trimmed().toStdString();
+  ep.api_key = remote.apiKey.trimmed().toStdString();
+  ep.model = remote.model.trimmed().toStdString();
+  // Asks the server for its models: the error says whether it could not be
+  // reached, refused the key or lacks the model. Not interruptible (at most
+  // the connection timeout); Cancel drops the result.
+  auto client = RemoteClient::connect(ep);
+  if (!client) {
+    emit modelLoadFailed(QString::fromStdString(client.status().message()));
+    return;
+  }
+  if (m_shared->loadCancel.load()) {
+    emit modelLoadCancelled();
+    return;
+  }
+  m_remote = std::move(*client);
+  m_draft.reset();
+  m_draftPath.clear();
+
+  // What only the server knows stays empty: the GUI shows "—" or "remote".
+  ModelInfo info;
+  info.remote = true;
+  info.remoteUrl = QString::fromStdString(m_remote->url());
+  info.remoteModel = QString::fromStdString(m_remote->model());
+  info.path = info.remoteUrl;
+  info.name = info.remoteModel;
+  info.architecture = QStringLiteral("remote");
+  info.typeMix = QStringLiteral("remote");
+  info.backend = QStringLiteral("remote");
+  // The server applies its own chat template to the messages.
+  info.chatTemplate = QStringLiteral("the server's");
+  info.hasChatTemplate = true;
+  emit modelLoaded(info);
+}
+
+void EngineWorker::startServer(int port) {
+  try {
+    startServerImpl(port);
+  } catch (const std::exception& e) {
+    emit serverFailed(QStringLiteral("starting the server: %1").arg(QString::fromUtf8(e.what())));
+  } catch (...) {
+    emit serverFailed(QStringLiteral("starting the server: unknown error"));
+  }
+}
+
+void EngineWorker::stopServer() {
+  try {
+    stopServerImpl();
+  } catch (...) {
+    emit errorOccurred(QStringLiteral("stopping the server failed"));
+  }
+}
+
+void EngineWorker::stopServerImpl() {
+  if (!m_server) return;
+  // Stops accepting, cancels what runs and joins the server's threads.
+  m_server->stop();
+  m_server.reset();
+  emit serverStopped();
+}
+
+void EngineWorker::startServerImpl(int port) {
+  stopServerImpl();
+  if (m_remote) {
+    emit serverFailed(tr("Serving needs a local model: the chat is connected to a remote server (%1). Load a GGUF "
+                         "model to serve it.").arg(QString::fromStdString(m_remote->url())));
+    return;
+  }
+  if (!m_session || !m_model) {
+    emit serverFailed(tr("No model is loaded: load one and PhaseLab serves it."));
+    return;
+  }
+  if (port < 0 || port > 65535) {
+    emit serverFailed(tr("Port %1 is not a TCP port: choose one from 1 to 65535 (0: any free one).").arg(port));
+    return;
+  }
+  auto portInUse = [&] {
+    emit serverFailed(tr("Cannot serve on 127.0.0.1:%1: the port is in use (another server, or another PhaseLab?). "
+                         "Choose another port in Settings (0 picks a free one).").arg(port));
+  };
+  // A second backend over the same weights, made the way the chat's was: the
+  // server's threads step its own scheduler, never the chat's session.
+  BackendOptions bo;
+  bo.kind = m_config.backend.toStdString();
+  bo.n_threads = m_threads;
+  bo.max_batch = 64;
+  auto backend = make_backend(m_model, bo);
+  if (!backend) {
+    emit serverFailed(QString::fromStdString(backend.status().message()));
+    return;
+  }
+  if (!backend->fallback_reason.empty())
+    emit errorOccurred(QString::fromStdString(backend->fallback_reason) + tr("; the server uses the CPU backend"));
+  SchedulerOptions so;
+  so.n_ctx = m_session->n_ctx();
+  so.max_seqs = kServeMaxSeqs;
+  so.kv_type = KvType::f16;
+  auto scheduler = Scheduler::create(m_model, std::move(backend->backend), so);
+  if (!scheduler) {
+    emit serverFailed(QString::fromStdString(scheduler.status().message()));
+    return;
+  }
+  ServerOptions opt;
+  opt.host = "127.0.0.1";  // loopback only: the GUI has no API key to protect a network bind
+  opt.port = port;
+  opt.http_threads = kServeHttpThreads;
+  auto server = OpenAiServer::create(std::move(*scheduler), opt);
+  if (!server) {
+    emit serverFailed(QString::fromStdString(server.status().message()));
+    return;
+  }
+  if (Status st = (*server)->start(); !st) {
+    // The engine's message names the CLI's flags; say what to do here.
+    spdlog::warn("gui: {}", st.message());
+    return portInUse();
+  }
+  m_server = std::move(*server);
+  emit serverStarted(QString::fromStdString(m_server->base_url()));
 }
 
 void EngineWorker::generate(int requestId, const QList<ChatTurn>& turns, const GenerationSettings& settings) {
@@ -167,34 +322,12 @@ void EngineWorker::generateImpl(int requestId, const QList<ChatTurn>& turns, con
     emit errorOccurred(message);
     emit generationFinished(requestId, s);
   };
-  if (!m_session) return fail(QStringLiteral("no model is loaded: open one with File > Open Model (Ctrl+O)"));
-  const Model& model = m_session->model();
-  ChatTemplateFamily family = model.chat_template();
-  if (!settings.chatTemplate.isEmpty()) {
-    const auto chosen = chat_template_family_from_name(settings.chatTemplate.toStdString());
-    if (!chosen) return fail(QStringLiteral("unknown chat template \"%1\": choose one in Chat > Conversation Settings")
-                                 .arg(settings.chatTemplate));
-    family = *chosen;
-  }
+  const bool remote = m_remote != nullptr;
+  if (!m_session && !remote) return fail(QStringLiteral("no model is loaded: open one with File > Open Model (Ctrl+O)"));
   const bool notebook = settings.mode == QLatin1String("notebook");
 
-  std::vector<TokenId> prompt;
-  if (notebook) {
-    // The document so far, as written: the person's text and the model's
-    // continuations joined with nothing added. The person's text is plain
-    // text, so special markers in it stay text (parse_special = false).
-    std::string text;
-    for (const ChatTurn& t : turns) text += t.content.toStdString();
-    prompt = model.tokenizer().encode(text, true, false);
-  } else {
-    std::vector<ChatMessage> messages;
-    if (!settings.systemPrompt.trimmed().isEmpty())
-      messages.push_back({"system", settings.systemPrompt.toStdString()});
-    for (const ChatTurn& t : turns) messages.push_back({t.role.toStdString(), t.content.toStdString()});
-    // Rendered chats contain special markers as text: parse_special = true.
-    prompt = model.tokenizer().encode(apply_chat_template(family, messages), true, true);
-  }
-
+  // The same mapping of the settings for both: a remote server gets the
+  // sampling fields an OpenAI-compatible server reads (remote_sampling_fields).
   GenerateOptions opt;
   opt.n_predict = settings.maxTokens;
   opt.use_kv_cache = settings.useKvCache;
@@ -206,25 +339,60 @@ void EngineWorker::generateImpl(int requestId, const QList<ChatTurn>& turns, con
   opt.sampling.repeat_penalty = settings.repeatPenalty;
   opt.sampling.seed = settings.seed != 0 ? settings.seed : std::random_device{}();
   opt.prefix_cache = settings.prefixCache;
-  opt.draft = draftSource(settings);
   opt.spec_k = std::clamp(settings.specK, 1, 32);
-  if (!notebook)
-    for (auto& s : chat_stop_strings(family)) opt.stop.push_back(s);
+
+  // Local: the prompt's tokens. Remote: the messages (the server applies its
+  // own chat template), or the notebook's text.
+  std::vector<TokenId> prompt;
+  std::vector<ChatMessage> messages;
+  std::string text;
+  if (notebook) {
+    // The document so far, as written: the person's text and the model's
+    // continuations joined with nothing added.
+    for (const ChatTurn& t : turns) text += t.content.toStdString();
+  } else {
+    if (!settings.systemPrompt.trimmed().isEmpty())
+      messages.push_back({"system", settings.systemPrompt.toStdString()});
+    for (const ChatTurn& t : turns) messages.push_back({t.role.toStdString(), t.content.toStdString()});
+  }
+  if (!remote) {
+    const Model& model = m_session->model();
+    ChatTemplateFamily family = model.chat_template();
+    if (!settings.chatTemplate.isEmpty()) {
+      const auto chosen = chat_template_family_from_name(settings.chatTemplate.toStdString());
+      if (!chosen) return fail(QStringLiteral("unknown chat template \"%1\": choose one in Chat > Conversation Settings")
+                                   .arg(settings.chatTemplate));
+      family = *chosen;
+    }
+    // The person's text is plain text, so special markers in it stay text
+    // (parse_special = false); rendered chats contain special markers as
+    // text (parse_special = true).
+    if (notebook)
+      prompt = model.tokenizer().encode(text, true, false);
+    else
+      prompt = model.tokenizer().encode(apply_chat_template(family, messages), true, true);
+    opt.draft = draftSource(settings);
+    if (!notebook)
+      for (auto& s : chat_stop_strings(family)) opt.stop.push_back(s);
+  }
   if (Status st = opt.sampling.validate(); !st) return fail(QString::fromStdString(st.message()));
 
-  const QString backendName = QString::fromStdString(m_session->backend().name());
+  const QString backendName = remote ? QStringLiteral("remote") : QString::fromStdString(m_session->backend().name());
   const auto t0 = Clock::now();
   LiveMetrics live;
   live.requestId = requestId;
   live.phase = QStringLiteral("prefill");
-  live.nPrompt = static_cast<int>(prompt.size());
-  live.kvCapacity = static_cast<quint64>(m_session->n_ctx());
-  live.kvUsed = static_cast<quint64>(m_session->kv().n_past());
-  // What the cache will supply, so the live prefill rate counts only the
-  // tokens really computed.
-  live.nReused = m_session->reusable_prefix(prompt, opt);
-  live.speculative = opt.draft ? QString::fromStdString(opt.draft->name()) : QString();
-  live.kvCache = opt.use_kv_cache;
+  live.remote = remote;
+  if (!remote) {
+    live.nPrompt = static_cast<int>(prompt.size());
+    live.kvCapacity = static_cast<quint64>(m_session->n_ctx());
+    live.kvUsed = static_cast<quint64>(m_session->kv().n_past());
+    // What the cache will supply, so the live prefill rate counts only the
+    // tokens really computed.
+    live.nReused = m_session->reusable_prefix(prompt, opt);
+    live.speculative = opt.draft ? QString::fromStdString(opt.draft->name()) : QString();
+    live.kvCache = opt.use_kv_cache;
+  }
   emit metricsUpdated(live);  // prefill runs without callbacks: show it started
 
   // Coalescing state. The first token is sent at once (it is the TTFT the
@@ -233,7 +401,6 @@ void EngineWorker::generateImpl(int requestId, const QList<ChatTurn>& turns, con
   int nTokens = 0;
   double lastDeltaMs = -1e9, lastMetricsMs = 0;
   int tokensAtLastMetrics = 0;
-  Session& session = *m_session;
   m_shared->tokensGenerated.store(0);
 
   auto flushDelta = [&] {
@@ -241,13 +408,16 @@ void EngineWorker::generateImpl(int requestId, const QList<ChatTurn>& turns, con
     pending.clear();
   };
   auto onToken = [&](const TokenEvent& e) {
-    if (e.id >= 0) {
+    // A remote server's events are pieces of text without ids (the ids are
+    // the server's): each counts as one token, as the server streams them.
+    const bool counted = e.id >= 0 || remote;
+    if (counted) {
       nTokens = e.index + 1;
       m_shared->tokensGenerated.store(nTokens);
     }
     pending.append(e.text);
     const double now = e.t_ms;
-    if (e.index == 0 && e.id >= 0) {
+    if (e.index == 0 && counted) {
       live.phase = QStringLiteral("decode");
       if (e.metrics) {
         live.ttftMs = e.metrics->ttft_ms;
@@ -267,7 +437,8 @@ void EngineWorker::generateImpl(int requestId, const QList<ChatTurn>& turns, con
       live.nGenerated = nTokens;
       live.elapsedMs = now;
       // The chart's recent rate (tokens over the last update interval) is
-      // the display's; every other figure comes from the engine.
+      // the display's; every other figure comes from the engine (or, for a
+      // remote server, from RemoteClient's client-side measurement).
       live.windowTps = (nTokens - tokensAtLastMetrics) / std::max((now - lastMetricsMs) / 1000.0, 1e-9);
       if (e.metrics) {
         live.decodeTps = e.metrics->decode_tps;
@@ -282,12 +453,21 @@ void EngineWorker::generateImpl(int requestId, const QList<ChatTurn>& turns, con
     }
   };
 
-  auto res = session.generate(prompt, opt, onToken, &m_shared->stop);
+  Result<GenerateResult> res = [&]() -> Result<GenerateResult> {
+    if (!remote) return m_session->generate(prompt, opt, onToken, &m_shared->stop);
+    // Stop sets m_shared->stop: the client closes the connection at the next
+    // piece and the server cancels the sequence.
+    auto r = notebook ? m_remote->complete(text, opt, onToken, &m_shared->stop)
+                      : m_remote->chat(messages, opt, onToken, &m_shared->stop);
+    if (!r) return r.status();
+    return std::move(r->result);
+  }();
   if (!pending.empty()) flushDelta();
   if (!res) return fail(QString::fromStdString(res.status().message()));
 
   const RequestMetrics& m = res->metrics;
   live.phase = QStringLiteral("done");
+  live.nPrompt = remote ? m.n_prompt : live.nPrompt;  // a remote server's usage gives the count
   live.nReused = m.n_reused;
   live.nGenerated = m.n_generated;
   live.ttftMs = m.ttft_ms;

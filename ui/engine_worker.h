@@ -2,6 +2,12 @@
 // Every slot catches everything: no exception may cross into Qt's event loop
 // of another thread. Token text is coalesced here, so the GUI receives at
 // most one delta per ~16 ms however fast the engine runs.
+//
+// Two more things live here. The OpenAI-compatible server (serve the loaded
+// model to other programs on 127.0.0.1): its own backend and KV pool over the
+// same weights, stepped by its own threads, stopped whenever the model goes.
+// And a remote endpoint: instead of a model, a RemoteClient that the chat
+// streams from, with client-side metrics only.
 #pragma once
 
 #include <QObject>
@@ -14,6 +20,8 @@ namespace phaselab {
 class Model;
 class Session;
 class DraftSource;
+class OpenAiServer;
+class RemoteClient;
 }  // namespace phaselab
 
 namespace phaselab::ui {
@@ -32,8 +40,15 @@ class EngineWorker : public QObject {
  public slots:
   void loadModel(const QString& path, const phaselab::ui::EngineConfig& config);
   void unloadModel();
+  // Chat with a remote OpenAI-compatible server instead of a local model:
+  // modelLoaded (info.remote) or modelLoadFailed, as a load.
+  void connectRemote(const phaselab::ui::RemoteConfig& remote);
   void generate(int requestId, const QList<phaselab::ui::ChatTurn>& turns,
                 const phaselab::ui::GenerationSettings& settings);
+  // Serves the loaded model at http://127.0.0.1:PORT/v1 (port 0: any free
+  // one): serverStarted or serverFailed. A running server is stopped first.
+  void startServer(int port);
+  void stopServer();
 
  signals:
   void modelLoaded(const phaselab::ui::ModelInfo& info);
@@ -46,14 +61,28 @@ class EngineWorker : public QObject {
   void metricsUpdated(const phaselab::ui::LiveMetrics& metrics);
   void generationFinished(int requestId, const phaselab::ui::RequestStats& stats);
   void errorOccurred(const QString& message);
+  void serverStarted(const QString& url);  // the API's base, http://127.0.0.1:PORT/v1
+  void serverStopped();
+  void serverFailed(const QString& error);
 
  private:
   void loadModelImpl(const QString& path, const EngineConfig& config);
+  void connectRemoteImpl(const RemoteConfig& remote);
   void generateImpl(int requestId, const QList<ChatTurn>& turns, const GenerationSettings& settings);
+  void startServerImpl(int port);
+  // Stops the server if one runs (serverStopped); whatever the model does next.
+  void stopServerImpl();
+  // The model, the session, the remote client and the server all go.
+  void releaseModel();
 
   std::shared_ptr<EngineShared> m_shared;
   std::shared_ptr<Model> m_model;
   std::unique_ptr<Session> m_session;
+  EngineConfig m_config;  // the loaded model's (the server's backend is made the same way)
+  int m_threads = 0;
+  std::unique_ptr<RemoteClient> m_remote;  // set instead of m_model/m_session in remote mode
+  // After m_model: it goes first (it holds the model too, through its scheduler).
+  std::unique_ptr<OpenAiServer> m_server;
   // Speculative decoding: the source for the settings (null: off); a draft
   // model is loaded once per path and target.
   DraftSource* draftSource(const GenerationSettings& settings);

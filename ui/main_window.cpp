@@ -168,7 +168,17 @@ MainWindow::MainWindow(const Options& options, QWidget* parent) : QMainWindow(pa
   m_notSavedLabel->setToolTip(tr("The conversation database cannot be used: chats are kept in memory only."));
   m_notSavedLabel->setVisible(!m_store.isPersistent());
   statusBar()->addPermanentWidget(m_notSavedLabel);
+  // The API server's address while it serves (Settings > Servers).
+  m_serveLabel = new QLabel;
+  m_serveLabel->setObjectName(QStringLiteral("serveLabel"));
+  m_serveLabel->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  m_serveLabel->setToolTip(tr("The loaded model is served over the OpenAI API to programs on this machine. The server "
+                              "has its own KV cache (memory) and shares the CPU with the chat. Settings > Servers "
+                              "turns it off."));
+  m_serveLabel->hide();
+  statusBar()->addPermanentWidget(m_serveLabel);
   statusBar()->addPermanentWidget(m_modelLabel);
+  m_serveStatus = tr("Not serving.");
 
   // Wiring. All of these are GUI-thread objects; the thread hop happens
   // inside EngineController.
@@ -203,9 +213,29 @@ MainWindow::MainWindow(const Options& options, QWidget* parent) : QMainWindow(pa
   connect(m_engine, &EngineController::metricsUpdated, m_metrics, &MetricsDock::updateMetrics);
   connect(m_engine, &EngineController::busyChanged, this, &MainWindow::onBusyChanged);
   connect(m_engine, &EngineController::modelLoaded, this, &MainWindow::onModelLoaded);
+  connect(m_engine, &EngineController::serverStarted, this, [this](const QString& url) {
+    m_serveStatus = tr("Serving at %1").arg(url);
+    m_serveLabel->setText(m_serveStatus);
+    m_serveLabel->show();
+    statusBar()->showMessage(tr("The OpenAI API serves the loaded model at %1").arg(url), 8000);
+  });
+  connect(m_engine, &EngineController::serverStopped, this, [this] {
+    m_serveStatus = tr("Not serving.");
+    m_serveLabel->clear();
+    m_serveLabel->hide();
+  });
+  connect(m_engine, &EngineController::serverFailed, this, [this](const QString& error) {
+    m_serveStatus = error;
+    m_serveLabel->clear();
+    m_serveLabel->hide();
+    showError(tr("The OpenAI API server did not start: %1").arg(error));
+  });
   connect(m_engine, &EngineController::modelLoadStarted, this, [this](const QString& path) {
     m_loadingPath = path;
-    m_modelLabel->setText(tr("Loading %1…").arg(QFileInfo(path).fileName()));
+    // A remote server's URL ends in its API path ("v1"): name the server.
+    const bool url = path.contains(QLatin1String("://"));
+    const QString what = url ? path : QFileInfo(path).fileName();
+    m_modelLabel->setText(url ? tr("Connecting to %1…").arg(what) : tr("Loading %1…").arg(what));
     updateWelcome();
     if (!m_loadProgress) {
       // Busy indicator: the load is an mmap plus validation, with no
@@ -218,7 +248,7 @@ MainWindow::MainWindow(const Options& options, QWidget* parent) : QMainWindow(pa
       m_loadProgress->setAutoReset(false);
       connect(m_loadProgress, &QProgressDialog::canceled, m_engine, &EngineController::cancelLoad);
     }
-    m_loadProgress->setLabelText(tr("Loading %1…").arg(QFileInfo(path).fileName()));
+    m_loadProgress->setLabelText(m_modelLabel->text());
     m_loadProgress->reset();
     m_loadProgress->setRange(0, 0);
     m_loadProgress->setValue(0);
@@ -258,7 +288,9 @@ MainWindow::MainWindow(const Options& options, QWidget* parent) : QMainWindow(pa
   applyConversationSettings(m_chat->conversationSettings());
 
   m_conversations->refresh();
-  if (options.autoLoadLastModel && !m_settings.lastModel.isEmpty() && QFileInfo::exists(m_settings.lastModel))
+  if (options.autoLoadLastModel && m_settings.useRemote && !m_settings.remote.url.isEmpty())
+    connectRemote(m_settings.remote);
+  else if (options.autoLoadLastModel && !m_settings.lastModel.isEmpty() && QFileInfo::exists(m_settings.lastModel))
     loadModel(m_settings.lastModel);
   updateWelcome();
   m_composer->focusEditor();
@@ -277,6 +309,10 @@ void MainWindow::createMenus() {
   open->setShortcut(QKeySequence::Open);
   QAction* models = file->addAction(tr("&Models…"), this, &MainWindow::openModelManager);
   models->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_M));
+  QAction* remote = file->addAction(tr("&Remote Server…"), this, [this] { openSettings(true); });
+  remote->setObjectName(QStringLiteral("remoteServerAction"));
+  remote->setToolTip(tr("Chat with a remote OpenAI-compatible server instead of a local model, or serve the loaded "
+                        "model over the OpenAI API"));
   file->addAction(tr("&Unload Model"), m_engine, &EngineController::unloadModel);
   file->addSeparator();
   QAction* exportChat = file->addAction(tr("&Export Conversation…"), this, &MainWindow::exportDialog);
@@ -358,7 +394,7 @@ void MainWindow::createMenus() {
   reset->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_0));
 
   QMenu* settings = menuBar()->addMenu(tr("&Settings"));
-  QAction* prefs = settings->addAction(tr("&Preferences…"), this, &MainWindow::openSettings);
+  QAction* prefs = settings->addAction(tr("&Preferences…"), this, [this] { openSettings(); });
   prefs->setShortcut(QKeySequence::Preferences);
   if (prefs->shortcut().isEmpty()) prefs->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_Comma));
   QAction* reprobe = settings->addAction(tr("Measure This Machine Again"), this, &MainWindow::startHardwareProbe);
@@ -376,8 +412,45 @@ void MainWindow::createMenus() {
 
 void MainWindow::loadModel(const QString& path) {
   clearError();
+  // Opening a local model is choosing it over a remote server, for the next
+  // start too.
+  if (m_settings.useRemote) {
+    m_settings.useRemote = false;
+    m_settings.save();
+  }
   m_loadedConfig = m_settings.engine;
   m_engine->loadModel(path, m_settings.engine);
+}
+
+void MainWindow::connectRemote(const RemoteConfig& remote) {
+  clearError();
+  m_engine->connectRemote(remote);
+}
+
+QString MainWindow::serveLabelText() const { return m_serveLabel->isVisibleTo(this) ? m_serveLabel->text() : QString(); }
+
+void MainWindow::setServeSettings(bool serve, int port) {
+  const bool changed = serve != m_settings.serve || port != m_settings.servePort;
+  m_settings.serve = serve;
+  m_settings.servePort = port;
+  m_settings.save();
+  if (changed || serve != m_engine->isServing()) applyServeSettings();
+}
+
+void MainWindow::applyServeSettings() {
+  const bool local = m_engine->hasModel() && !m_engine->modelInfo().remote;
+  if (m_settings.serve && local) {
+    m_engine->startServer(m_settings.servePort);  // a running one is stopped first
+  } else {
+    if (m_engine->isServing())
+      m_engine->stopServer();  // serverStopped says so
+    else
+      m_serveStatus = tr("Not serving.");  // not an earlier failure's message
+    if (m_settings.serve && m_engine->hasModel())
+      m_serveStatus = tr("Not serving: the chat is connected to a remote server; serving needs a local model.");
+    else if (m_settings.serve)
+      m_serveStatus = tr("Not serving yet: PhaseLab serves the model once one is loaded.");
+  }
 }
 
 bool MainWindow::sendMessage(const QString& text) {
@@ -540,7 +613,8 @@ void MainWindow::updateDockLayout() {
 CompareWindow* MainWindow::compareWindow() {
   if (!m_compare) m_compare = new CompareWindow(&m_store, this);
   // A model is loaded: offer it as the first variant.
-  if (m_compare->variantCount() == 0 && m_engine->hasModel()) m_compare->addModel(m_engine->modelInfo().path);
+  if (m_compare->variantCount() == 0 && m_engine->hasModel() && !m_engine->modelInfo().remote)
+    m_compare->addModel(m_engine->modelInfo().path);
   return m_compare;
 }
 
@@ -624,6 +698,18 @@ void MainWindow::clearError() { m_errorBanner->hide(); }
 
 void MainWindow::onModelLoaded(const ModelInfo& info) {
   if (m_loadProgress) m_loadProgress->cancel();
+  if (info.remote) {
+    spdlog::info("gui: connected to {} ({})", info.remoteUrl.toStdString(), info.remoteModel.toStdString());
+    m_modelLabel->setText(tr("%1 · remote at %2").arg(info.name, info.remoteUrl));
+    setWindowTitle(QStringLiteral("PhaseLab — %1 (remote)").arg(info.name));
+    m_metrics->setModel(info);
+    updateBaseModelNote();
+    statusBar()->showMessage(tr("Connected to %1 at %2").arg(info.name, info.remoteUrl), 5000);
+    applyServeSettings();  // says why it does not serve, if it is asked to
+    updateWelcome();
+    emit modelReady();
+    return;
+  }
   spdlog::info("gui: loaded model {} ({}, {} backend)", info.path.toStdString(), info.name.toStdString(),
                info.backend.toStdString());
   m_modelLabel->setText(tr("%1 · %2 · %3").arg(info.name, info.backend, info.typeMix));
@@ -648,6 +734,8 @@ void MainWindow::onModelLoaded(const ModelInfo& info) {
   statusBar()->showMessage(tr("Loaded %1 (%2 parameters, %3)")
                                .arg(info.name, ModelManager::formatParams(info.nParams), info.typeMix),
                            5000);
+  // The engine stopped the server of the previous model: serve this one.
+  applyServeSettings();
   updateWelcome();
   emit modelReady();
 }
@@ -705,15 +793,48 @@ void MainWindow::openModelManager() {
   dlg.exec();
 }
 
-void MainWindow::openSettings() {
-  SettingsDialog dlg(m_settings, m_loadedConfig, m_engine->hasModel(), this);
+void MainWindow::openSettings(bool serversPage) {
+  // A remote server has no engine settings to reload for.
+  const bool remoteLoaded = m_engine->hasModel() && m_engine->modelInfo().remote;
+  SettingsDialog dlg(m_settings, m_loadedConfig, m_engine->hasModel() && !remoteLoaded, this);
+  // The server's state, kept current while the dialog is open.
+  dlg.setServeStatus(m_serveStatus);
+  if (serversPage) dlg.showServersPage();
+  for (auto signal : {&EngineController::serverStarted, &EngineController::serverFailed})
+    connect(m_engine, signal, &dlg, [this, &dlg] { dlg.setServeStatus(m_serveStatus); });
+  connect(m_engine, &EngineController::serverStopped, &dlg, [this, &dlg] { dlg.setServeStatus(m_serveStatus); });
   if (dlg.exec() != QDialog::Accepted) return;
   const bool reload = dlg.needsReload();
+  const AppSettings before = m_settings;
   m_settings = dlg.settings();
   m_settings.save();
   m_chat->setGenerationSettings(m_settings.generation);
   syncChatToolbar();
-  if (reload) loadModel(m_engine->modelInfo().path);
+  const RemoteConfig& r = m_settings.remote;
+  const bool remoteChanged = r.url != before.remote.url || r.apiKey != before.remote.apiKey || r.model != before.remote.model;
+  if (m_settings.useRemote && !r.url.isEmpty() && (!remoteLoaded || remoteChanged)) {
+    connectRemote(r);  // the server is applied again once connected (onModelLoaded)
+    return;
+  }
+  if (m_settings.useRemote && r.url.isEmpty()) {
+    showError(tr("A remote server needs its URL (Settings > Servers), e.g. http://127.0.0.1:8000/v1."));
+    return;
+  }
+  if (!m_settings.useRemote && remoteLoaded) {
+    // Back to a local model: the last one, if there is one.
+    if (!m_settings.lastModel.isEmpty() && QFileInfo::exists(m_settings.lastModel))
+      loadModel(m_settings.lastModel);
+    else
+      m_engine->unloadModel();
+    return;
+  }
+  if (reload) {
+    loadModel(m_engine->modelInfo().path);  // serving resumes once it is loaded
+    return;
+  }
+  if (m_settings.serve != before.serve || m_settings.servePort != before.servePort ||
+      m_settings.serve != m_engine->isServing())
+    applyServeSettings();
 }
 
 void MainWindow::regenerateMessage(qint64 id) {

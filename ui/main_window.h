@@ -44,6 +44,8 @@ class MainWindow : public QMainWindow {
   ~MainWindow() override;
 
   void loadModel(const QString& path);
+  // Chat with a remote OpenAI-compatible server instead (Settings > Servers).
+  void connectRemote(const RemoteConfig& remote);
   bool sendMessage(const QString& text);
   const GenerationSettings& generationSettings() const { return m_settings.generation; }
   // Overrides for this run only (screenshot mode, tests); not saved.
@@ -66,6 +68,13 @@ class MainWindow : public QMainWindow {
   bool isStoreWarningShown() const;
   bool isNotSavedShown() const;
   bool isBaseModelNoteShown() const;
+  // The status bar's "Serving at http://127.0.0.1:PORT/v1" (empty when not serving).
+  QString serveLabelText() const;
+  // Starts or stops the API server as the settings say (serve, port) for the
+  // model now loaded; the engine stops it itself when the model goes.
+  void applyServeSettings();
+  // Overrides for this run only (tests); saved like the Settings dialog's OK.
+  void setServeSettings(bool serve, int port);
   // Below this width the conversation list joins the metrics as a tab on the
   // right, so that the chat keeps most of a small window.
   static constexpr int kNarrowWidth = 1100;
@@ -107,7 +116,8 @@ class MainWindow : public QMainWindow {
   void onBusyChanged(bool busy);
   void openModelDialog();
   void openModelManager();
-  void openSettings();
+  // serversPage: open on Settings > Servers (a remote server, the API server).
+  void openSettings(bool serversPage = false);
   void regenerateMessage(qint64 id);
   void editMessage(qint64 id);
   void startHardwareProbe();
@@ -135,6 +145,8 @@ class MainWindow : public QMainWindow {
   QWidget* m_chatPage = nullptr;
   WelcomePage* m_welcomePage = nullptr;
   QLabel* m_modelLabel = nullptr;
+  QLabel* m_serveLabel = nullptr;
+  QString m_serveStatus;  // for the Settings dialog: the address, the failure, or "Not serving."
   QProgressDialog* m_loadProgress = nullptr;
   QString m_lastError;
   QString m_loadingPath;

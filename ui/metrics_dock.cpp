@@ -144,6 +144,13 @@ MetricsDock::MetricsDock(QWidget* parent) : QDockWidget(tr("Metrics"), parent) {
   m_header = new QLabel(tr("No model loaded"));
   m_header->setWordWrap(true);
   layout->addWidget(m_header);
+  m_remoteNote = new QLabel(PhaseMeter::remoteNote());
+  m_remoteNote->setObjectName(QStringLiteral("remoteNote"));
+  m_remoteNote->setWordWrap(true);
+  m_remoteNote->setToolTip(tr("Time to first token and tokens/s are measured here as the text arrives, network "
+                              "included; the server's prefill time, KV cache and device use are not visible."));
+  m_remoteNote->hide();
+  layout->addWidget(m_remoteNote);
 
   // Decode tokens/s over the answer: flat for a memory-bound decode, falling
   // slowly as the KV cache (read every step) grows.
@@ -276,6 +283,26 @@ MetricsDock::MetricsDock(QWidget* parent) : QDockWidget(tr("Metrics"), parent) {
 void MetricsDock::showPhaseMeter() { m_tabs->setCurrentIndex(1); }
 
 void MetricsDock::setModel(const ModelInfo& info) {
+  const bool wasRemote = m_remote;
+  m_remote = info.remote;
+  m_remoteNote->setVisible(m_remote);
+  if (m_remote) {
+    m_modelText = tr("%1 · remote server at %2").arg(info.name, info.remoteUrl);
+    m_header->setText(m_modelText);
+    m_kvStorage = QStringLiteral("—");
+    m_phaseMeter->setModel(0, 0, false);
+    m_phaseMeter->setRemote(true);
+    m_kvBar->setRange(0, 1);
+    m_kvBar->setValue(0);
+    m_kvBar->setFormat(tr("— (the server's KV cache is not visible from here)"));
+    m_kvBlocks->clear();
+    return;
+  }
+  m_phaseMeter->setRemote(false);
+  if (wasRemote) {
+    m_kvBar->setFormat(tr("no request yet"));
+    m_kvBlocks->setText(tr("paged in blocks of 16 positions"));
+  }
   m_modelText = tr("%1 · %2 · %n thread(s) · context %3", "", info.threads).arg(info.name, info.backend).arg(info.contextSize);
   m_header->setText(m_modelText);
   m_kvStorage = tr("%1 storage, %2 MiB").arg(info.kvType.toUpper()).arg(info.kvBytes / 1048576.0, 0, 'f', 1);
@@ -345,7 +372,9 @@ void MetricsDock::updateMetrics(const LiveMetrics& m) {
   if (m.requestId != m_requestId) startRequest(m);
   const int last = m_rows.size() - 1;
   if (m.phase == QLatin1String("prefill")) {
-    m_header->setText(m_modelText + tr(" — prefill of %1 tokens").arg(m.nPrompt - m.nReused));
+    // A remote server's prompt length is known at the end (its usage).
+    m_header->setText(m.remote ? m_modelText + tr(" — waiting for the first token")
+                               : m_modelText + tr(" — prefill of %1 tokens").arg(m.nPrompt - m.nReused));
   } else {
     // The final snapshot's window is the tail since the last one, often a
     // few tokens: plot it only where no earlier point covers that token.
@@ -446,6 +475,8 @@ void MetricsDock::showTimelineToolTip(bool state, int index) {
 }
 
 QString MetricsDock::specText() const { return m_spec->text(); }
+bool MetricsDock::isRemoteNoteShown() const { return m_remoteNote->isVisibleTo(this); }
+QString MetricsDock::remoteNoteText() const { return m_remoteNote->text(); }
 
 int MetricsDock::decodePointCount() const { return m_decodeSeries->count(); }
 int MetricsDock::ttftPointCount() const { return m_ttftSeries->count(); }

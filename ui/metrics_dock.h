@@ -50,6 +50,9 @@ class MetricsDock : public QDockWidget {
   PhaseMeter* phaseMeter() const { return m_phaseMeter; }
   QTabWidget* tabs() const { return m_tabs; }
   QString specText() const;
+  // The line that says a remote server's figures are client-side only.
+  bool isRemoteNoteShown() const;
+  QString remoteNoteText() const;
 
  signals:
   void remeasureRequested();  // the phase meter's "Measure again"
@@ -78,6 +81,8 @@ class MetricsDock : public QDockWidget {
   QString m_modelText;
   QString m_kvStorage;  // "F16 storage, 72.3 MiB"
   QLabel* m_header = nullptr;
+  QLabel* m_remoteNote = nullptr;
+  bool m_remote = false;
   QTabWidget* m_tabs = nullptr;
   QWidget* m_meterPage = nullptr;
   QList<int> m_budgets;

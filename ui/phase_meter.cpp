@@ -61,6 +61,16 @@ void PhaseMeter::setMeasuring(bool measuring) {
   refresh();
 }
 
+QString PhaseMeter::remoteNote() {
+  return tr("Remote server: client-side figures only (no prefill/KV/device data).");
+}
+
+void PhaseMeter::setRemote(bool remote) {
+  m_remote = remote;
+  m_decodeTps = m_prefillTps = 0;
+  refresh();
+}
+
 void PhaseMeter::setModel(quint64 weightBytes, double prefillOpsPerToken, bool int8Compute) {
   m_weightBytes = weightBytes;
   m_prefillOpsPerToken = prefillOpsPerToken;
@@ -122,9 +132,28 @@ void PhaseMeter::refresh() {
   m_prefillFraction = computePeak > 0 ? flops / computePeak : 0;
   m_decodeBar->setValue(std::min(100, static_cast<int>(m_decodeFraction * 100 + 0.5)));
   m_prefillBar->setValue(std::min(100, static_cast<int>(m_prefillFraction * 100 + 0.5)));
-  m_decodeTitle->setText(m_kvCache ? tr("Decode: memory") : tr("Decode: compute"));
+  m_decodeTitle->setText(m_remote ? tr("Decode") : m_kvCache ? tr("Decode: memory") : tr("Decode: compute"));
   m_remeasure->setEnabled(!m_measuring);
   refreshToolTips();
+  m_decodeBar->setEnabled(!m_remote);
+  m_prefillBar->setEnabled(!m_remote);
+  if (m_remote) {
+    // Bars at 0% would read as measured: empty bars with a dash instead.
+    m_decodeFraction = m_prefillFraction = 0;
+    for (QProgressBar* b : {m_decodeBar, m_prefillBar}) {
+      b->setValue(0);
+      b->setFormat(QStringLiteral("—"));
+      b->setToolTip(remoteNote());
+    }
+    m_decodeText->setText(remoteNote() + QLatin1Char(' ') +
+                          (m_decodeTps > 0 ? tr("Decode: %1 tokens/s as received here.").arg(m_decodeTps, 0, 'f', 1)
+                                           : tr("Decode tokens/s are counted as the text arrives here (not measurable "
+                                                "when the tokens arrive together).")));
+    m_prefillText->setText(tr("The server's prefill is not visible from here: time to first token includes it and "
+                              "the network."));
+    return;
+  }
+  for (QProgressBar* b : {m_decodeBar, m_prefillBar}) b->setFormat(QStringLiteral("%p%"));
   if (m_measuring || !m_peaks.valid()) {
     m_decodeText->setText(m_measuring ? tr("Measuring this machine's memory bandwidth and compute peaks…")
                                       : tr("This machine's memory bandwidth and compute peaks are not measured yet."));

@@ -28,6 +28,11 @@ class PhaseMeter : public QWidget {
   // backend), so its compute limit is the integer peak, not the FP32 one.
   void setModel(quint64 weightBytes, double prefillOpsPerToken, bool int8Compute);
   void update(const LiveMetrics& m);
+  // A remote server answers: there are no device figures to hold against
+  // this machine's peaks, and the meter says so instead of showing 0%.
+  void setRemote(bool remote);
+  bool isRemote() const { return m_remote; }
+  static QString remoteNote();  // "Remote server: client-side figures only (...)"
   // While true the texts say the machine is being measured and the
   // "Measure again" button is disabled.
   void setMeasuring(bool measuring);
@@ -56,6 +61,7 @@ class PhaseMeter : public QWidget {
   bool m_int8 = false;
   bool m_kvCache = true;
   bool m_measuring = false;
+  bool m_remote = false;
   double m_positions = 0;  // tokens each decode step recomputes without the KV cache
   double m_decodeTps = 0, m_prefillTps = 0;
   double m_decodeFraction = 0, m_prefillFraction = 0;

@@ -11,6 +11,7 @@
 #include <QPlainTextEdit>
 #include <QRegularExpressionValidator>
 #include <QSpinBox>
+#include <QTabWidget>
 #include <QVBoxLayout>
 
 #include "phaselab/backend.h"
@@ -21,7 +22,21 @@ namespace phaselab::ui {
 SettingsDialog::SettingsDialog(const AppSettings& current, const EngineConfig& loaded, bool hasModel, QWidget* parent)
     : QDialog(parent), m_initial(current), m_loaded(loaded), m_hasModel(hasModel) {
   setWindowTitle(tr("Settings"));
-  auto* layout = new QVBoxLayout(this);
+  auto* top = new QVBoxLayout(this);
+  // Pages, so that the dialog fits a 1280x800 screen: the engine, its
+  // answers, and the connections (a remote server, the API server).
+  auto* tabs = m_tabs = new QTabWidget;
+  tabs->setObjectName(QStringLiteral("settingsTabs"));
+  auto* enginePage = new QWidget;
+  auto* layout = new QVBoxLayout(enginePage);
+  tabs->addTab(enginePage, tr("Engine"));
+  auto* generationPage = new QWidget;
+  auto* generationLayout = new QVBoxLayout(generationPage);
+  tabs->addTab(generationPage, tr("Generation"));
+  auto* serverPage = new QWidget;
+  auto* serverLayout = new QVBoxLayout(serverPage);
+  tabs->addTab(serverPage, tr("Servers"));
+  top->addWidget(tabs);
 
   auto* engineBox = new QGroupBox(tr("Engine (changes need a model reload)"));
   auto* ef = new QFormLayout(engineBox);
@@ -60,6 +75,7 @@ SettingsDialog::SettingsDialog(const AppSettings& current, const EngineConfig& l
                           "twice the positions in the same memory"));
   ef->addRow(tr("KV cache storage:"), m_kvType);
   layout->addWidget(engineBox);
+  layout->addStretch(1);
 
   auto* sampling = new QGroupBox(tr("Generation (applies to the next answer)"));
   auto* sf = new QFormLayout(sampling);
@@ -116,15 +132,72 @@ SettingsDialog::SettingsDialog(const AppSettings& current, const EngineConfig& l
   m_systemPrompt = new QPlainTextEdit(g.systemPrompt);
   m_systemPrompt->setMaximumHeight(80);
   sf->addRow(tr("System prompt:"), m_systemPrompt);
-  layout->addWidget(sampling);
+  generationLayout->addWidget(sampling);
+
+  // A remote server instead of a local model: the chat streams from it, and
+  // the metrics are what this side can measure.
+  auto* remoteBox = new QGroupBox(tr("Remote server (instead of a local model)"));
+  auto* rf = new QFormLayout(remoteBox);
+  m_useRemote = new QCheckBox(tr("Chat with a remote OpenAI-compatible server"));
+  m_useRemote->setObjectName(QStringLiteral("useRemoteCheck"));
+  m_useRemote->setToolTip(tr("PhaseLab's own server, vLLM, SGLang, llama-server, NVIDIA Dynamo... PhaseLab connects "
+                             "when you press OK; opening a local model switches back."));
+  m_useRemote->setChecked(current.useRemote);
+  rf->addRow(m_useRemote);
+  m_remoteUrl = new QLineEdit(current.remote.url);
+  m_remoteUrl->setObjectName(QStringLiteral("remoteUrlEdit"));
+  m_remoteUrl->setPlaceholderText(QStringLiteral("http://127.0.0.1:8000/v1"));
+  rf->addRow(tr("URL:"), m_remoteUrl);
+  m_remoteKey = new QLineEdit(current.remote.apiKey);
+  m_remoteKey->setObjectName(QStringLiteral("remoteKeyEdit"));
+  m_remoteKey->setEchoMode(QLineEdit::Password);
+  m_remoteKey->setPlaceholderText(tr("none"));
+  m_remoteKey->setToolTip(tr("Sent as \"Authorization: Bearer KEY\". Kept in PhaseLab's settings file in plain text."));
+  rf->addRow(tr("API key:"), m_remoteKey);
+  m_remoteModel = new QLineEdit(current.remote.model);
+  m_remoteModel->setObjectName(QStringLiteral("remoteModelEdit"));
+  m_remoteModel->setPlaceholderText(tr("the first the server lists"));
+  rf->addRow(tr("Model:"), m_remoteModel);
+  auto enableRemote = [this](bool on) {
+    for (QWidget* w : {static_cast<QWidget*>(m_remoteUrl), static_cast<QWidget*>(m_remoteKey),
+                       static_cast<QWidget*>(m_remoteModel)})
+      w->setEnabled(on);
+  };
+  connect(m_useRemote, &QCheckBox::toggled, this, enableRemote);
+  enableRemote(current.useRemote);
+  serverLayout->addWidget(remoteBox);
+
+  // The loaded model over the OpenAI API, for other programs on this machine.
+  auto* serveBox = new QGroupBox(tr("OpenAI API server"));
+  serveBox->setToolTip(tr("The server has its own KV cache (memory beside the chat's) and shares the CPU with the "
+                          "chat: an answer in the window and a request to the server slow each other down."));
+  auto* vf = new QFormLayout(serveBox);
+  m_serve = new QCheckBox(tr("Serve the loaded model"));
+  m_serve->setObjectName(QStringLiteral("serveCheck"));
+  m_serve->setToolTip(serveBox->toolTip() + tr(" Only programs on this machine can connect (127.0.0.1)."));
+  m_serve->setChecked(current.serve);
+  vf->addRow(m_serve);
+  m_servePort = new QSpinBox;
+  m_servePort->setObjectName(QStringLiteral("servePortSpin"));
+  m_servePort->setRange(0, 65535);
+  m_servePort->setSpecialValueText(tr("any free port"));
+  m_servePort->setValue(current.servePort);
+  vf->addRow(tr("Port:"), m_servePort);
+  m_serveStatus = new QLabel(tr("Not serving."));
+  m_serveStatus->setObjectName(QStringLiteral("serveStatus"));
+  m_serveStatus->setWordWrap(true);
+  m_serveStatus->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  vf->addRow(tr("Address:"), m_serveStatus);
+  serverLayout->addWidget(serveBox);
+  serverLayout->addStretch(1);
 
   m_reloadNote = new QLabel;
   m_reloadNote->setWordWrap(true);
-  layout->addWidget(m_reloadNote);
+  top->addWidget(m_reloadNote);
   auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel);
   connect(buttons, &QDialogButtonBox::accepted, this, &QDialog::accept);
   connect(buttons, &QDialogButtonBox::rejected, this, &QDialog::reject);
-  layout->addWidget(buttons);
+  top->addWidget(buttons);
 
   connect(m_backend, &QComboBox::currentIndexChanged, this, &SettingsDialog::updateReloadNote);
   connect(m_threads, &QSpinBox::valueChanged, this, &SettingsDialog::updateReloadNote);
@@ -153,8 +226,20 @@ AppSettings SettingsDialog::settings() const {
   g.specK = m_specK->value();
   g.draftModel = m_draftModel->text().trimmed();
   g.systemPrompt = m_systemPrompt->toPlainText();
+  a.useRemote = m_useRemote->isChecked();
+  a.remote.url = m_remoteUrl->text().trimmed();
+  a.remote.apiKey = m_remoteKey->text().trimmed();
+  a.remote.model = m_remoteModel->text().trimmed();
+  a.serve = m_serve->isChecked();
+  a.servePort = m_servePort->value();
   return a;
 }
+
+void SettingsDialog::setServeStatus(const QString& text) { m_serveStatus->setText(text); }
+
+QString SettingsDialog::serveStatus() const { return m_serveStatus->text(); }
+
+void SettingsDialog::showServersPage() { m_tabs->setCurrentIndex(2); }
 
 bool SettingsDialog::needsReload() const {
   if (!m_hasModel) return false;

@@ -1,4 +1,6 @@
-// SettingsDialog: backend, threads, context, sampling, system prompt, KV cache.
+// SettingsDialog: backend, threads, context, sampling, system prompt, KV cache;
+// a remote OpenAI-compatible server instead of a local model; serving the
+// loaded model over the OpenAI API.
 #pragma once
 
 #include <QDialog>
@@ -12,6 +14,7 @@ class QCheckBox;
 class QPlainTextEdit;
 class QLineEdit;
 class QLabel;
+class QTabWidget;
 
 namespace phaselab::ui {
 
@@ -24,6 +27,12 @@ class SettingsDialog : public QDialog {
 
   AppSettings settings() const;
   bool needsReload() const;
+  // The server's state now: "Serving at URL", why it failed, or not serving.
+  // MainWindow keeps it current while the dialog is open.
+  void setServeStatus(const QString& text);
+  QString serveStatus() const;
+  // Opens on the Servers page (File > Remote Server…).
+  void showServersPage();
 
  private:
   void updateReloadNote();
@@ -48,7 +57,15 @@ class SettingsDialog : public QDialog {
   QSpinBox* m_specK = nullptr;
   QLineEdit* m_draftModel = nullptr;
   QPlainTextEdit* m_systemPrompt = nullptr;
+  QCheckBox* m_useRemote = nullptr;
+  QLineEdit* m_remoteUrl = nullptr;
+  QLineEdit* m_remoteKey = nullptr;
+  QLineEdit* m_remoteModel = nullptr;
+  QCheckBox* m_serve = nullptr;
+  QSpinBox* m_servePort = nullptr;
+  QLabel* m_serveStatus = nullptr;
   QLabel* m_reloadNote = nullptr;
+  QTabWidget* m_tabs = nullptr;
 };
 
 }  // namespace phaselab::ui

@@ -1,6 +1,7 @@
 #include "phaselab/openai_server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <chrono>
@@ -139,6 +140,14 @@ Status OpenAiServer::start() {
   http_->set_read_timeout(30, 0);
   http_->set_write_timeout(30, 0);
   http_->set_keep_alive_timeout(5);
+  // cpp-httplib's default options add SO_REUSEPORT, with which a second
+  // server on a taken port binds "successfully" and the kernel splits the
+  // connections between the two. SO_REUSEADDR alone never shares a listening
+  // port (it only allows a restart while old connections linger).
+  http_->set_socket_options([](auto sock) {
+    const int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
   bool bound = false;
   if (opt_.port == 0) {
     port_ = http_->bind_to_any_port(opt_.host);

@@ -9,6 +9,7 @@ namespace phaselab {
 
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
+constexpr double kMinDecodeSpanMs = 1.0;
 
 namespace {
 
@@ -152,6 +153,14 @@ Result<RemoteResult> RemoteClient::stream(const std::string& path, json body, bo
   const auto t0 = Clock::now();
   double t_first = 0, t_last = 0;
   auto ms_since = [&] { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); };
+  // Decode rates from arrival times. Tokens that arrive together (a fast
+  // model on loopback: the server's writes meet in one read) give no
+  // measurable interval; the rates are then left at 0 ("not measured"), not
+  // turned into an absurd figure.
+  auto update_rates = [&] {
+    m.update_rates(t_first, t_last);
+    if (m.n_generated > 1 && t_last - t_first < kMinDecodeSpanMs) m.decode_tps = m.tpot_ms = 0;
+  };
 
   // One "data: ..." event of the stream.
   auto on_event = [&](const std::string& data) {
@@ -193,7 +202,7 @@ Result<RemoteResult> RemoteClient::stream(const std::string& path, json body, bo
     t_last = t;
     out.result.text += text;
     m.n_generated = std::max(m.n_generated, n_pieces + 1);
-    m.update_rates(t_first, t_last);
+    update_rates();
     if (on_token) on_token(TokenEvent{-1, text, n_pieces, t, &m});
     n_pieces++;
   };
@@ -257,7 +266,7 @@ Result<RemoteResult> RemoteClient::stream(const std::string& path, json body, bo
   if (!ok) return io_error("the connection to " + ep_.url + " broke mid-answer: " + httplib::to_string(err));
   (void)got_usage;
   m.stop_reason = finish == "length" ? "length" : finish.empty() ? "unknown" : "stop";
-  m.update_rates(t_first, t_last);
+  update_rates();
   return out;
 }
 

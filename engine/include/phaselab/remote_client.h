@@ -2,7 +2,8 @@
 // llama-server, NVIDIA Dynamo): chat and completions, streamed, measured on
 // the client side the way PhaseLab measures its own engine: TTFT is request
 // sent -> first text received, decode tokens/s counts the streamed tokens
-// between the first and the last (the server's usage gives the counts when it
+// between the first and the last (0 when they arrive together, within 1 ms,
+// as a fast model over loopback can do; the server's usage gives the counts when it
 // sends one). What only the server knows (prefill time, KV blocks) is absent:
 // RemoteResult::server_timings holds what the server reported, if anything.
 #pragma once
