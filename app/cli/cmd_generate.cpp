@@ -6,6 +6,8 @@
 #include <cctype>
 #include <cerrno>
 #include <csignal>
+#include <functional>
+#include <optional>
 #include <cstdlib>
 #include <cstdio>
 #include <iostream>
@@ -64,6 +66,42 @@ const char* kRemoteHelp =
     "      --remote-key KEY     its API key (or set PHASELAB_REMOTE_KEY)\n"
     "      --remote-model NAME  the model to ask for (default: the first the server lists)\n";
 
+// The terminal chat's loop, shared by local and remote chats: reads a line,
+// handles /reset and /quit, and asks answer() for the reply to the history
+// (which ends with the new user message; answer may drop old turns). answer
+// returns the reply's text, or nullopt when it failed (already reported):
+// the message is then taken back.
+using AnswerFn = std::function<std::optional<std::string>(std::vector<ChatMessage>& history)>;
+void chat_loop(std::vector<ChatMessage>& history, const AnswerFn& answer) {
+  const bool tty = isatty(STDIN_FILENO);
+  std::signal(SIGINT, on_sigint);
+  std::string line;
+  for (;;) {
+    if (tty) std::fprintf(stderr, "\n> ");
+    if (!std::getline(std::cin, line)) break;
+    if (line == "/quit" || line == "/exit") break;
+    if (line == "/reset") {
+      history.erase(std::remove_if(history.begin(), history.end(), [](auto& m) { return m.role != "system"; }), history.end());
+      std::fprintf(stderr, "(conversation cleared)\n");
+      continue;
+    }
+    if (line.empty()) continue;
+    history.push_back({"user", line});
+    g_cancel.store(false);
+    auto reply = answer(history);
+    if (!reply) {
+      history.pop_back();
+      continue;
+    }
+    history.push_back({"assistant", std::move(*reply)});
+  }
+}
+
+void print_token(const TokenEvent& e) {
+  std::fwrite(e.text.data(), 1, e.text.size(), stdout);
+  std::fflush(stdout);
+}
+
 Result<std::unique_ptr<RemoteClient>> connect_remote(const Args& args) {
   const char* env_key = std::getenv("PHASELAB_REMOTE_KEY");
   RemoteEndpoint ep{*args.get("--remote"), args.get_or("--remote-key", env_key ? env_key : ""),
@@ -72,10 +110,10 @@ Result<std::unique_ptr<RemoteClient>> connect_remote(const Args& args) {
 }
 
 void print_remote_stats(const RequestMetrics& m, const RemoteClient& c) {
-  std::fprintf(stderr,
-               "\n[%s] prompt %d tok, TTFT %.1f ms (client) | generated %d tok, decode %.1f tok/s, TPOT %.2f ms | "
-               "stop: %s\n",
-               c.describe().c_str(), m.n_prompt, m.ttft_ms, m.n_generated, m.decode_tps, m.tpot_ms, m.stop_reason.c_str());
+  char decode[96] = "decode not measurable (the tokens arrived together)";
+  if (m.decode_tps > 0) std::snprintf(decode, sizeof decode, "decode %.1f tok/s, TPOT %.2f ms", m.decode_tps, m.tpot_ms);
+  std::fprintf(stderr, "\n[%s] prompt %d tok, TTFT %.1f ms (client) | generated %d tok, %s | stop: %s\n",
+               c.describe().c_str(), m.n_prompt, m.ttft_ms, m.n_generated, decode, m.stop_reason.c_str());
 }
 
 int generate_remote(const Args& args, const std::string& prompt_text, const GenerateOptions& opt) {
@@ -121,35 +159,17 @@ int chat_remote(const Args& args, const GenerateOptions& opt) {
   if (!client) return report(client.status());
   std::vector<ChatMessage> history;
   if (auto sys = args.get("--system")) history.push_back({"system", *sys});
-  const bool tty = isatty(STDIN_FILENO);
   std::fprintf(stderr, "PhaseLab chat with %s. /reset, /quit.\n", (*client)->describe().c_str());
-  std::signal(SIGINT, on_sigint);
-  std::string line;
-  for (;;) {
-    if (tty) std::fprintf(stderr, "\n> ");
-    if (!std::getline(std::cin, line)) break;
-    if (line == "/quit" || line == "/exit") break;
-    if (line == "/reset") {
-      history.erase(std::remove_if(history.begin(), history.end(), [](auto& m) { return m.role != "system"; }), history.end());
-      std::fprintf(stderr, "(conversation cleared)\n");
-      continue;
-    }
-    if (line.empty()) continue;
-    history.push_back({"user", line});
-    g_cancel.store(false);
-    auto res = (*client)->chat(history, opt, [&](const TokenEvent& e) {
-      std::fwrite(e.text.data(), 1, e.text.size(), stdout);
-      std::fflush(stdout);
-    }, &g_cancel);
+  chat_loop(history, [&](std::vector<ChatMessage>& h) -> std::optional<std::string> {
+    auto res = (*client)->chat(h, opt, print_token, &g_cancel);
     if (!res) {
       report(res.status());
-      history.pop_back();
-      continue;
+      return std::nullopt;
     }
     std::printf("\n");
     print_remote_stats(res->result.metrics, **client);
-    history.push_back({"assistant", res->result.text});
-  }
+    return std::move(res->result.text);
+  });
   return kExitOk;
 }
 }  // namespace
@@ -277,34 +297,21 @@ int cmd_chat(int argc, char** argv) {
 
   std::vector<ChatMessage> history;
   if (auto sys = args->get("--system")) history.push_back({"system", *sys});
-  const bool tty = isatty(STDIN_FILENO);
   std::fprintf(stderr, "PhaseLab chat with %s (%s template, %s). /reset, /quit.\n", session.model().path().c_str(),
                chat_template_family_name(family), session.backend().name().c_str());
-  std::signal(SIGINT, on_sigint);
-  std::string line;
-  for (;;) {
-    if (tty) std::fprintf(stderr, "\n> ");
-    if (!std::getline(std::cin, line)) break;
-    if (line == "/quit" || line == "/exit") break;
-    if (line == "/reset") {
-      history.erase(std::remove_if(history.begin(), history.end(), [](auto& m) { return m.role != "system"; }), history.end());
-      std::fprintf(stderr, "(conversation cleared)\n");
-      continue;
-    }
-    if (line.empty()) continue;
-    history.push_back({"user", line});
-    auto prompt = tok.encode(apply_chat_template(family, history), true, true);
+  chat_loop(history, [&](std::vector<ChatMessage>& h) -> std::optional<std::string> {
+    auto prompt = tok.encode(apply_chat_template(family, h), true, true);
     // Keep the conversation inside the context: drop the oldest turns (the
     // system prompt stays) until the prompt leaves room for an answer.
     const int n_ctx = session.n_ctx();
     const int room = std::max(16, std::min(opt.n_predict > 0 ? opt.n_predict : 256, n_ctx / 2));
     int dropped = 0;
     while (static_cast<int>(prompt.size()) + room > n_ctx) {
-      auto oldest = std::find_if(history.begin(), history.end() - 1, [](auto& m) { return m.role != "system"; });
-      if (oldest == history.end() - 1) break;  // only this message is left
-      history.erase(oldest);
+      auto oldest = std::find_if(h.begin(), h.end() - 1, [](auto& m) { return m.role != "system"; });
+      if (oldest == h.end() - 1) break;  // only this message is left
+      h.erase(oldest);
       dropped++;
-      prompt = tok.encode(apply_chat_template(family, history), true, true);
+      prompt = tok.encode(apply_chat_template(family, h), true, true);
     }
     if (dropped)
       std::fprintf(stderr, "(the %d oldest message%s no longer fit the context of %d tokens and were dropped; "
@@ -312,23 +319,17 @@ int cmd_chat(int argc, char** argv) {
     if (static_cast<int>(prompt.size()) + 1 > n_ctx) {
       std::fprintf(stderr, "phaselab-cli: error: this message alone is %zu tokens and the context holds %d: "
                            "send a shorter one or start with a larger -c\n", prompt.size(), n_ctx);
-      history.pop_back();
-      continue;
+      return std::nullopt;
     }
-    g_cancel.store(false);
-    auto res = session.generate(prompt, opt, [&](const TokenEvent& e) {
-      std::fwrite(e.text.data(), 1, e.text.size(), stdout);
-      std::fflush(stdout);
-    }, &g_cancel);
+    auto res = session.generate(prompt, opt, print_token, &g_cancel);
     if (!res) {
       report(res.status());
-      history.pop_back();
-      continue;
+      return std::nullopt;
     }
     std::printf("\n");
     print_stats(res->metrics, session.backend().name());
-    history.push_back({"assistant", res->text});
-  }
+    return std::move(res->text);
+  });
   return kExitOk;
 }
 
