@@ -135,7 +135,7 @@ int cmd_serve(int argc, char** argv) {
                "  Ctrl+C stops.\n",
                (*server)->model_id().c_str(), (*server)->base_url().c_str(), backend_name.c_str(), *parallel, n_ctx,
                kv_blocks, KvPool::kBlockTokens, so.api_key.empty() ? "" : ", API key required",
-               (*server)->base_url().c_str(), so.api_key.empty() ? "" : " -H 'Authorization: Bearer $KEY'");
+               (*server)->base_url().c_str(), so.api_key.empty() ? "" : " -H 'Authorization: Bearer KEY'");
   // The address on stdout alone, for scripts (with --port 0 it is the only way to learn the port).
   std::printf("%s\n", (*server)->base_url().c_str());
   std::fflush(stdout);

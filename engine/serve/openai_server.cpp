@@ -352,7 +352,8 @@ void OpenAiServer::install_routes() {
       BatchRequest br;
       br.prompt = std::move(pr.prompt);
       br.options = std::move(pr.options);
-      br.on_token = [stream](const TokenEvent& e) {
+      // Only a streamed answer needs its pieces; a whole one takes the outcome's text.
+      if (pr.stream) br.on_token = [stream](const TokenEvent& e) {
         if (e.text.empty()) return;
         std::lock_guard<std::mutex> lock(stream->mu);
         stream->pieces.emplace_back(e.text);
