@@ -4,7 +4,11 @@
 # question, Ctrl+Enter), captured mid-answer and after. Writes
 # docs/screenshots/{chat,notebook}-<size>-{mid,after}.png and
 # phase-meter-<size>.png (the metrics dock's second tab),
-# batch-sweep-<size>.png (the Compare window's batch sweep at 1,2,4,8) and
+# batch-sweep-<size>.png (the Compare window's batch sweep at 1,2,4,8),
+# settings-servers-<size>.png (Settings > Servers while the window serves its
+# model; the chat shots show "Serving at ..." in the status bar),
+# remote-<size>-{mid,after}.png and remote-phase-meter-<size>.png (the chat
+# through a remote server: phaselab-cli serve, started here) and
 # docs/screenshot.png (the README's, 1280x800 after the answer).
 #
 #   scripts/screenshots.sh [MODEL.gguf]     (default: the default model)
@@ -24,13 +28,24 @@ done
 [[ -f "$MODEL" ]] || { echo "screenshots: no model at $MODEL: run scripts/fetch-model.sh" >&2; exit 1; }
 mkdir -p "$OUT"
 TMP=$(mktemp -d)
-XPID=""; APID=""
+CLI=${PHASELAB_CLI:-$ROOT/build/app/phaselab-cli}
+[[ -x "$CLI" ]] || { echo "screenshots: $CLI is missing: run scripts/build.sh" >&2; exit 1; }
+XPID=""; APID=""; SPID=""
 cleanup() {
   [[ -n "$APID" ]] && kill "$APID" 2>/dev/null || true
+  [[ -n "$SPID" ]] && kill "$SPID" 2>/dev/null || true
   [[ -n "$XPID" ]] && kill "$XPID" 2>/dev/null || true
   rm -rf "$TMP"
 }
 trap cleanup EXIT
+
+# quit_app: Ctrl+Q, and the process ended if it has not quit in 10 s.
+quit_app() {
+  xdotool key ctrl+q
+  for _ in $(seq 100); do kill -0 "$APID" 2>/dev/null || break; sleep 0.1; done
+  kill "$APID" 2>/dev/null || true
+  wait "$APID" 2>/dev/null || true; APID=""
+}
 
 # shot SIZE: one run of the application on a screen of that size.
 shot() {
@@ -39,7 +54,9 @@ shot() {
   XPID=$!
   for _ in $(seq 50); do xdotool -v >/dev/null 2>&1 && DISPLAY=$display xdotool getdisplaygeometry >/dev/null 2>&1 && break; sleep 0.1; done
   export DISPLAY=$display
-  rm -rf "$TMP/home"; mkdir -p "$TMP/home"
+  rm -rf "$TMP/home"; mkdir -p "$TMP/home/config/PhaseLab"
+  # Serve the loaded model (any free port): the status bar says where.
+  printf '[serve]\nenabled=true\nport=0\n' >"$TMP/home/config/PhaseLab/PhaseLab.conf"
   XDG_CONFIG_HOME="$TMP/home/config" XDG_DATA_HOME="$TMP/home/data" PHASELAB_DB="$TMP/home/chats.sqlite" \
     "$APP" "$MODEL" >"$TMP/app-$size.log" 2>&1 &
   APID=$!
@@ -66,6 +83,17 @@ shot() {
   sleep 0.5
   import -window root "$OUT/phase-meter-$size.png"
   xdotool mousemove "$((tab_x - 100))" "$tab_y" click 1
+  # Settings > Servers (File > Remote Server…): serving, with its address.
+  xdotool key alt+f
+  sleep 0.3
+  xdotool key r
+  xdotool search --sync --onlyvisible --name '^Settings$' >/dev/null
+  sleep 0.5
+  import -window root "$OUT/settings-servers-$size.png"
+  xdotool key Escape
+  sleep 0.3
+  # Without a window manager the focus does not return by itself.
+  xdotool windowactivate --sync "$win" 2>/dev/null || xdotool windowfocus --sync "$win"
   # Notebook mode in a new conversation: the model continues the text (a
   # long answer, so the first capture is mid-answer).
   xdotool key ctrl+n
@@ -77,8 +105,50 @@ shot() {
   import -window root "$OUT/notebook-$size-mid.png"
   sleep 12
   import -window root "$OUT/notebook-$size-after.png"
-  xdotool key ctrl+q
-  wait "$APID" 2>/dev/null || true; APID=""
+  quit_app
+  kill "$XPID" 2>/dev/null || true; wait "$XPID" 2>/dev/null || true; XPID=""
+}
+
+# remote_shot SIZE URL: the window with no local model, chatting through the
+# server at URL (remote mode, set in its settings file), and its phase meter.
+remote_shot() {
+  local size=$1 url=$2 w=${1%x*} h=${1#*x} display=:$((90 + RANDOM % 9))
+  Xvfb "$display" -screen 0 "${size}x24" -nolisten tcp >/dev/null 2>&1 &
+  XPID=$!
+  for _ in $(seq 50); do DISPLAY=$display xdotool getdisplaygeometry >/dev/null 2>&1 && break; sleep 0.1; done
+  export DISPLAY=$display
+  rm -rf "$TMP/home"; mkdir -p "$TMP/home/config/PhaseLab"
+  printf '[remote]\nuse=true\nurl=%s\n' "$url" >"$TMP/home/config/PhaseLab/PhaseLab.conf"
+  XDG_CONFIG_HOME="$TMP/home/config" XDG_DATA_HOME="$TMP/home/data" PHASELAB_DB="$TMP/home/chats.sqlite" \
+    "$APP" >"$TMP/remote-$size.log" 2>&1 &
+  APID=$!
+  local win
+  win=$(xdotool search --sync --onlyvisible --name '^PhaseLab' | head -1)
+  xdotool windowmove "$win" 0 0 windowsize "$win" "$w" "$h"
+  # Connected: the title names the server's model.
+  for _ in $(seq 100); do xdotool getwindowname "$win" | grep -q '(remote)' && break; sleep 0.1; done
+  sleep 0.5
+  xdotool windowactivate --sync "$win" 2>/dev/null || xdotool windowfocus --sync "$win"
+  xdotool mousemove "$((w - 1))" "$((h - 1))"  # (no hovered button in the pictures)
+  # A first question warms the server; the second's short answer (about a
+  # second: the server's prefix cache makes its first token quick) is
+  # captured while it streams.
+  xdotool type --delay 15 "Why is the sky blue?"
+  xdotool key ctrl+Return
+  sleep 5
+  xdotool type --delay 15 "Explain how a car engine works, step by step."
+  xdotool key ctrl+Return
+  sleep 0.5
+  import -window root "$OUT/remote-$size-mid.png"
+  sleep 6
+  import -window root "$OUT/remote-$size-after.png"
+  # The dock's tab bar sits lower: the remote note is above it.
+  local tab_x=1075 tab_y=152
+  [[ $size == 800x600 ]] && tab_x=662 tab_y=166
+  xdotool mousemove "$tab_x" "$tab_y" click 1
+  sleep 0.5
+  import -window root "$OUT/remote-phase-meter-$size.png"
+  quit_app
   kill "$XPID" 2>/dev/null || true; wait "$XPID" 2>/dev/null || true; XPID=""
 }
 
@@ -110,6 +180,21 @@ batch_shot() {
 
 shot 1280x800
 shot 800x600
+# The server the remote shots chat with: its base URL is stdout's first line.
+# One thread, so that an answer streams long enough to be caught mid-way.
+"$CLI" serve -m "$MODEL" --port 0 -t 1 >"$TMP/serve.out" 2>"$TMP/serve.log" &
+SPID=$!
+URL=""
+for _ in $(seq 300); do
+  URL=$(head -1 "$TMP/serve.out" 2>/dev/null)
+  [[ -n "$URL" ]] && break
+  kill -0 "$SPID" 2>/dev/null || { cat "$TMP/serve.log" >&2; exit 1; }
+  sleep 0.1
+done
+[[ -n "$URL" ]] || { echo "screenshots: phaselab-cli serve did not start" >&2; exit 1; }
+remote_shot 1280x800 "$URL"
+remote_shot 800x600 "$URL"
+kill "$SPID" 2>/dev/null || true; wait "$SPID" 2>/dev/null || true; SPID=""
 batch_shot 1280x800
 batch_shot 800x600
 cp "$OUT/chat-1280x800-after.png" "$ROOT/docs/screenshot.png"

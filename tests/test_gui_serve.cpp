@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <QCheckBox>
+#include <QComboBox>
 #include <QLabel>
 #include <QLineEdit>
 #include <QSignalSpy>
@@ -306,6 +307,12 @@ class TestGuiServe : public QObject {
       QVERIFY(r.metricsDock()->remoteNoteText().contains(QLatin1String("client-side figures only")));
       QVERIFY(r.metricsDock()->phaseMeter()->isRemote());
       QVERIFY(r.metricsDock()->phaseMeter()->decodeText().contains(QLatin1String("no prefill/KV/device data")));
+      // The chat toolbar's KV cache and speculative decoding are not sent to
+      // a server: off in the remote window, on in the local one.
+      QVERIFY(!r.findChild<QCheckBox*>(QStringLiteral("kvToggle"))->isEnabled());
+      QVERIFY(!r.findChild<QComboBox*>(QStringLiteral("specCombo"))->isEnabled());
+      QVERIFY(w.findChild<QCheckBox*>(QStringLiteral("kvToggle"))->isEnabled());
+      QVERIFY(w.findChild<QComboBox*>(QStringLiteral("specCombo"))->isEnabled());
       // An answer through the window: the phase meter stays without figures.
       GenerationSettings g;
       g.temperature = 0;

@@ -259,6 +259,7 @@ MainWindow::MainWindow(const Options& options, QWidget* parent) : QMainWindow(pa
   connect(m_engine, &EngineController::modelLoadFailed, this, [this, endLoad](const QString&) {
     endLoad();
     m_modelLabel->setText(tr("No model"));
+    syncChatToolbar();
     updateWelcome();
   });
   connect(m_engine, &EngineController::modelLoadCancelled, this, [this, endLoad] {
@@ -269,6 +270,7 @@ MainWindow::MainWindow(const Options& options, QWidget* parent) : QMainWindow(pa
   connect(m_engine, &EngineController::modelUnloaded, this, [this] {
     m_modelLabel->setText(tr("No model"));
     setWindowTitle(QStringLiteral("PhaseLab"));
+    syncChatToolbar();
     updateWelcome();
     updateBaseModelNote();
   });
@@ -495,7 +497,6 @@ void MainWindow::createChatToolbar(QVBoxLayout* column) {
   m_kvToggle = new QCheckBox(tr("KV cache"));
   m_kvToggle->setObjectName(QStringLiteral("kvToggle"));
   m_kvToggle->setAccessibleName(tr("KV cache"));
-  m_kvToggle->setToolTip(tr("Off: every token recomputes the whole conversation. Watch decode tokens/s drop."));
   row->addWidget(m_kvToggle);
   connect(m_kvToggle, &QCheckBox::toggled, this, [this](bool on) {
     GenerationSettings g = m_settings.generation;
@@ -504,7 +505,7 @@ void MainWindow::createChatToolbar(QVBoxLayout* column) {
     applyGenerationSettings(g);
   });
 
-  auto* specLabel = new QLabel(tr("Speculative:"));
+  auto* specLabel = m_specLabel = new QLabel(tr("Speculative:"));
   row->addWidget(specLabel);
   m_specCombo = new QComboBox;
   m_specCombo->setObjectName(QStringLiteral("specCombo"));
@@ -513,8 +514,6 @@ void MainWindow::createChatToolbar(QVBoxLayout* column) {
   m_specCombo->addItem(tr("off"), QStringLiteral("none"));
   m_specCombo->addItem(tr("prompt lookup"), QStringLiteral("lookup"));
   m_specCombo->addItem(tr("draft model"), QStringLiteral("draft"));
-  m_specCombo->setToolTip(tr("Draft tokens cheaply, verify them in one pass of the model. The answer is the same "
-                             "(greedy) or has the same distribution (sampling); the metrics dock shows acceptance."));
   row->addWidget(m_specCombo);
   connect(m_specCombo, &QComboBox::currentIndexChanged, this, [this] {
     GenerationSettings g = m_settings.generation;
@@ -541,6 +540,19 @@ void MainWindow::syncChatToolbar() {
   const QSignalBlocker a(m_kvToggle), b(m_specCombo);
   m_kvToggle->setChecked(m_settings.generation.useKvCache);
   m_specCombo->setCurrentIndex(std::max(0, m_specCombo->findData(m_settings.generation.speculative)));
+  // A remote server keeps its own KV cache and decides how it decodes: these
+  // apply to a local model only (they are not sent).
+  const bool remote = m_engine->hasModel() && m_engine->modelInfo().remote;
+  for (QWidget* w : {static_cast<QWidget*>(m_kvToggle), static_cast<QWidget*>(m_specLabel),
+                     static_cast<QWidget*>(m_specCombo)})
+    w->setEnabled(!remote);
+  const QString remoteTip = tr("The remote server runs its own KV cache and decoding: this applies to a local model.");
+  m_kvToggle->setToolTip(remote ? remoteTip
+                                : tr("Off: every token recomputes the whole conversation. Watch decode tokens/s drop."));
+  m_specCombo->setToolTip(remote ? remoteTip
+                                 : tr("Draft tokens cheaply, verify them in one pass of the model. The answer is the "
+                                      "same (greedy) or has the same distribution (sampling); the metrics dock shows "
+                                      "acceptance."));
 }
 
 void MainWindow::applyConversationSettings(const ConversationSettings& s) {
@@ -704,6 +716,7 @@ void MainWindow::onModelLoaded(const ModelInfo& info) {
     setWindowTitle(QStringLiteral("PhaseLab — %1 (remote)").arg(info.name));
     m_metrics->setModel(info);
     updateBaseModelNote();
+    syncChatToolbar();
     statusBar()->showMessage(tr("Connected to %1 at %2").arg(info.name, info.remoteUrl), 5000);
     applyServeSettings();  // says why it does not serve, if it is asked to
     updateWelcome();
@@ -716,6 +729,7 @@ void MainWindow::onModelLoaded(const ModelInfo& info) {
   setWindowTitle(QStringLiteral("PhaseLab — %1").arg(info.name));
   m_metrics->setModel(info);
   updateBaseModelNote();
+  syncChatToolbar();
   // The phase meter divides by the peaks of the device doing the work: the
   // GPU's from its properties, else this machine's measured CPU peaks.
   if (info.backend == QLatin1String("cuda")) {

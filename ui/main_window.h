@@ -152,6 +152,7 @@ class MainWindow : public QMainWindow {
   QString m_loadingPath;
   QCheckBox* m_kvToggle = nullptr;
   QComboBox* m_specCombo = nullptr;
+  QLabel* m_specLabel = nullptr;
   QComboBox* m_modeCombo = nullptr;
   QFrame* m_baseModelNote = nullptr;
   QLabel* m_baseModelText = nullptr;

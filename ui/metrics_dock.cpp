@@ -294,14 +294,25 @@ void MetricsDock::setModel(const ModelInfo& info) {
     m_phaseMeter->setRemote(true);
     m_kvBar->setRange(0, 1);
     m_kvBar->setValue(0);
-    m_kvBar->setFormat(tr("— (the server's KV cache is not visible from here)"));
-    m_kvBlocks->clear();
+    // A dash in the bar (a sentence there is clipped in a narrow dock), the
+    // reason below it.
+    m_kvBar->setFormat(QStringLiteral("—"));
+    m_kvBar->setEnabled(false);  // greyed as the phase meter's bars
+    m_kvBlocks->setText(tr("The server's KV cache is not visible from here."));
+    // The wait for the first token is the network, the server's queue and
+    // its prefill together: not the prefill alone.
+    m_prefillSet->setLabel(tr("to first token"));
+    m_spec->setEnabled(false);
+    m_spec->setText(tr("— (the server's speculative decoding, if any, is not visible from here)"));
     return;
   }
   m_phaseMeter->setRemote(false);
   if (wasRemote) {
+    m_kvBar->setEnabled(true);
     m_kvBar->setFormat(tr("no request yet"));
     m_kvBlocks->setText(tr("paged in blocks of 16 positions"));
+    m_prefillSet->setLabel(tr("prefill"));
+    m_spec->setText(tr("Speculative decoding is off (Settings, or the chat toolbar)."));
   }
   m_modelText = tr("%1 · %2 · %n thread(s) · context %3", "", info.threads).arg(info.name, info.backend).arg(info.contextSize);
   m_header->setText(m_modelText);
@@ -429,7 +440,7 @@ void MetricsDock::updateMetrics(const LiveMetrics& m) {
       if (m.tokensPerPass >= 1) text += tr(", %1 tokens per target pass").arg(m.tokensPerPass, 0, 'f', 2);
       m_spec->setText(text + QLatin1Char('.') + why);
     }
-  } else if (m.phase == QLatin1String("done")) {
+  } else if (m.phase == QLatin1String("done") && !m.remote) {
     m_spec->setEnabled(false);
     m_spec->setText(tr("Speculative decoding is off (Settings, or the chat toolbar)."));
   }
@@ -467,6 +478,15 @@ void MetricsDock::showTimelineToolTip(bool state, int index) {
     return;
   }
   const TimelineRow& r = m_rows[index];
+  if (m_remote) {
+    QToolTip::showText(QCursor::pos(), tr("#%1: first token after %2 ms + decode %3 ms = %4 ms, %n token(s)", "",
+                                          r.tokens)
+                                           .arg(r.number)
+                                           .arg(r.prefillMs, 0, 'f', 1)
+                                           .arg(r.decodeMs, 0, 'f', 1)
+                                           .arg(r.prefillMs + r.decodeMs, 0, 'f', 1));
+    return;
+  }
   QToolTip::showText(QCursor::pos(), tr("#%1: prefill %2 ms + decode %3 ms = %4 ms, %n token(s)", "", r.tokens)
                                          .arg(r.number)
                                          .arg(r.prefillMs, 0, 'f', 1)

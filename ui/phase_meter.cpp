@@ -40,7 +40,8 @@ PhaseMeter::PhaseMeter(QWidget* parent) : QWidget(parent) {
   grid->addWidget(m_decodeTitle, 0, 0);
   grid->addWidget(m_decodeBar, 0, 1);
   grid->addWidget(m_decodeText, 1, 0, 1, 2);
-  grid->addWidget(new QLabel(tr("Prefill: compute")), 2, 0);
+  m_prefillTitle = new QLabel(tr("Prefill: compute"));
+  grid->addWidget(m_prefillTitle, 2, 0);
   grid->addWidget(m_prefillBar, 2, 1);
   grid->addWidget(m_prefillText, 3, 0, 1, 2);
   grid->addWidget(m_remeasure, 4, 1, Qt::AlignRight);
@@ -133,6 +134,7 @@ void PhaseMeter::refresh() {
   m_decodeBar->setValue(std::min(100, static_cast<int>(m_decodeFraction * 100 + 0.5)));
   m_prefillBar->setValue(std::min(100, static_cast<int>(m_prefillFraction * 100 + 0.5)));
   m_decodeTitle->setText(m_remote ? tr("Decode") : m_kvCache ? tr("Decode: memory") : tr("Decode: compute"));
+  m_prefillTitle->setText(m_remote ? tr("Prefill") : tr("Prefill: compute"));
   m_remeasure->setEnabled(!m_measuring);
   refreshToolTips();
   m_decodeBar->setEnabled(!m_remote);

@@ -66,6 +66,7 @@ class PhaseMeter : public QWidget {
   double m_decodeTps = 0, m_prefillTps = 0;
   double m_decodeFraction = 0, m_prefillFraction = 0;
   QLabel* m_decodeTitle = nullptr;
+  QLabel* m_prefillTitle = nullptr;
   QProgressBar* m_decodeBar = nullptr;
   QProgressBar* m_prefillBar = nullptr;
   QLabel* m_decodeText = nullptr;
