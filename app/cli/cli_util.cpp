@@ -103,6 +103,19 @@ int report(const Status& st) {
 
 int usage_error(const std::string& message) { return report(invalid_argument(message)); }
 
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    const size_t end = s.find(',', start);
+    std::string part = s.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    if (!part.empty()) out.push_back(part);
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return out;
+}
+
 Result<std::string> read_text_file(const std::string& path) {
   // Regular files only: a FIFO would block forever, /dev/zero never ends, a
   // folder reads as nothing.

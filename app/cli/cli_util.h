@@ -48,6 +48,9 @@ int usage_error(const std::string& message);
 constexpr long long kMaxTextFileBytes = 64ll << 20;
 Result<std::string> read_text_file(const std::string& path);
 
+// "a,,b," -> {"a", "b"}: the items of a comma-separated option, empty ones dropped.
+std::vector<std::string> split_commas(const std::string& s);
+
 // One line on stderr when more threads are asked for than the machine has.
 void warn_if_oversubscribed(int threads);
 

@@ -39,19 +39,6 @@ const char* const kHelp =
     "      --spec lookup      decode with prompt-lookup speculation (every variant)\n"
     "      --json             print a JSON array of rows instead of the table\n";
 
-std::vector<std::string> split_commas(const std::string& s) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= s.size()) {
-    const size_t end = s.find(',', start);
-    std::string part = s.substr(start, end == std::string::npos ? std::string::npos : end - start);
-    if (!part.empty()) out.push_back(part);
-    if (end == std::string::npos) break;
-    start = end + 1;
-  }
-  return out;
-}
-
 }  // namespace
 
 int cmd_compare(int argc, char** argv) {

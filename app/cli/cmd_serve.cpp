@@ -18,6 +18,7 @@
 #include "phaselab/openai_server.h"
 #include "phaselab/remote_client.h"
 #include "phaselab/scheduler.h"
+#include "phaselab/stats.h"
 
 namespace phaselab::cli {
 
@@ -25,23 +26,6 @@ namespace {
 
 std::atomic<bool> g_stop{false};
 extern "C" void on_stop_signal(int) { g_stop.store(true); }
-
-std::vector<std::string> split_commas(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  for (std::string part; std::getline(in, part, ',');)
-    if (!part.empty()) out.push_back(part);
-  return out;
-}
-
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const double rank = p / 100.0 * static_cast<double>(v.size() - 1);
-  const size_t lo = static_cast<size_t>(rank);
-  const size_t hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (rank - static_cast<double>(lo));
-}
 
 }  // namespace
 
@@ -238,6 +222,7 @@ int cmd_loadtest(int argc, char** argv) {
     e2e.push_back(s.e2e_ms);
     tokens += s.tokens;
   }
+  for (auto* v : {&ttft, &tpot, &e2e}) std::sort(v->begin(), v->end());
   const double tps = tokens / std::max(wall_s, 1e-9);
   const long long total = static_cast<long long>(*clients) * *requests;
   if (args->has("--json")) {
@@ -252,9 +237,9 @@ int cmd_loadtest(int argc, char** argv) {
                         {"wall_s", wall_s},
                         {"generated_tokens", tokens},
                         {"tokens_per_s", tps},
-                        {"ttft_ms", {{"p50", percentile(ttft, 50)}, {"p90", percentile(ttft, 90)}, {"p99", percentile(ttft, 99)}}},
-                        {"tpot_ms", {{"p50", percentile(tpot, 50)}, {"p99", percentile(tpot, 99)}}},
-                        {"e2e_ms", {{"p50", percentile(e2e, 50)}, {"p99", percentile(e2e, 99)}}}};
+                        {"ttft_ms", {{"p50", percentile(ttft, 0.5)}, {"p90", percentile(ttft, 0.90)}, {"p99", percentile(ttft, 0.99)}}},
+                        {"tpot_ms", {{"p50", percentile(tpot, 0.5)}, {"p99", percentile(tpot, 0.99)}}},
+                        {"e2e_ms", {{"p50", percentile(e2e, 0.5)}, {"p99", percentile(e2e, 0.99)}}}};
     if (!errors.empty()) j["first_error"] = errors.front();
     std::printf("%s\n", j.dump().c_str());
   } else {
@@ -262,10 +247,10 @@ int cmd_loadtest(int argc, char** argv) {
                 *requests, *n_predict);
     std::printf("  %zu ok, %zu errors in %.2f s; %lld tokens generated = %.1f tokens/s in all\n", samples.size(),
                 errors.size(), wall_s, tokens, tps);
-    std::printf("  TTFT ms   p50 %.1f  p90 %.1f  p99 %.1f\n", percentile(ttft, 50), percentile(ttft, 90),
-                percentile(ttft, 99));
-    std::printf("  TPOT ms   p50 %.2f  p99 %.2f\n", percentile(tpot, 50), percentile(tpot, 99));
-    std::printf("  request   p50 %.1f ms  p99 %.1f ms\n", percentile(e2e, 50), percentile(e2e, 99));
+    std::printf("  TTFT ms   p50 %.1f  p90 %.1f  p99 %.1f\n", percentile(ttft, 0.5), percentile(ttft, 0.90),
+                percentile(ttft, 0.99));
+    std::printf("  TPOT ms   p50 %.2f  p99 %.2f\n", percentile(tpot, 0.5), percentile(tpot, 0.99));
+    std::printf("  request   p50 %.1f ms  p99 %.1f ms\n", percentile(e2e, 0.5), percentile(e2e, 0.99));
     if (!errors.empty()) std::printf("  first error: %s\n", errors.front().c_str());
   }
   return errors.empty() ? kExitOk : kExitFailure;

@@ -1,5 +1,6 @@
 // Perplexity and KL divergence (conventions and file format: perplexity.h).
 #include "phaselab/perplexity.h"
+#include "phaselab/stats.h"
 
 #include <algorithm>
 #include <bit>
@@ -76,18 +77,6 @@ void top_k_ids(const float* z, int n_vocab, int top_k, std::vector<std::pair<flo
   }
   std::sort(heap.begin(), heap.end(), worse);
   for (int j = 0; j < top_k; j++) out[j] = heap[j].second;
-}
-
-// Linear interpolation between the closest ranks of sorted values (the
-// definition llama-perplexity prints its percentiles with).
-double percentile(const std::vector<float>& sorted, double fraction) {
-  if (sorted.empty()) return 0;
-  if (fraction <= 0) return sorted.front();
-  if (fraction >= 1) return sorted.back();
-  const double p = fraction * static_cast<double>(sorted.size() - 1);
-  const size_t i = static_cast<size_t>(p);
-  const size_t j = std::min(i + 1, sorted.size() - 1);
-  return (1 - (p - i)) * sorted[i] + (p - i) * sorted[j];
 }
 
 std::string fmt_double(double v) {
