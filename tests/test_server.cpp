@@ -436,6 +436,40 @@ class TestServer : public QObject {
     QVERIFY(json::parse(big->body).contains("error"));
   }
 
+  // A server whose event stream ends its lines with CRLF (allowed by the SSE
+  // format): every event is read, the last one (usage) included.
+  void remoteClientReadsCrlfEvents() {
+    httplib::Server fake;
+    fake.Get("/v1/models", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(R"({"object":"list","data":[{"id":"crlf-model","object":"model"}]})", "application/json");
+    });
+    fake.Post("/v1/chat/completions", [](const httplib::Request&, httplib::Response& res) {
+      std::string body;
+      for (const char* piece : {"Hello", ",", " world"})
+        body += "data: " + json({{"choices", {{{"index", 0}, {"delta", {{"content", piece}}}, {"finish_reason", nullptr}}}}}).dump() + "\r\n\r\n";
+      body += "data: " + json({{"choices", {{{"index", 0}, {"delta", json::object()}, {"finish_reason", "length"}}}}}).dump() + "\r\n\r\n";
+      body += "data: " + json({{"choices", json::array()}, {"usage", {{"prompt_tokens", 7}, {"completion_tokens", 3}}}}).dump() + "\r\n\r\n";
+      body += "data: [DONE]\r\n\r\n";
+      res.set_content(body, "text/event-stream");
+    });
+    const int port = fake.bind_to_any_port("127.0.0.1");
+    QVERIFY(port > 0);
+    std::thread t([&] { fake.listen_after_bind(); });
+    auto rc = RemoteClient::connect({"http://127.0.0.1:" + std::to_string(port), "", "", 10});
+    QVERIFY2(rc, rc ? "" : rc.status().message().c_str());
+    QCOMPARE(QString::fromStdString((*rc)->model()), QString("crlf-model"));
+    GenerateOptions opt;
+    opt.n_predict = 3;
+    auto r = (*rc)->chat({{"user", "hi"}}, opt, nullptr);
+    fake.stop();
+    t.join();
+    QVERIFY2(r, r ? "" : r.status().message().c_str());
+    QCOMPARE(QString::fromStdString(r->result.text), QString("Hello, world"));
+    QCOMPARE(r->result.metrics.n_prompt, 7);
+    QCOMPARE(r->result.metrics.n_generated, 3);
+    QCOMPARE(QString::fromStdString(r->result.metrics.stop_reason), QString("length"));
+  }
+
   void remoteClientAgainstServer() {
     auto srv = start_server();
     auto rc = RemoteClient::connect({srv->base_url(), "", "", 60});

@@ -99,6 +99,7 @@ Result<std::unique_ptr<OpenAiServer>> OpenAiServer::create(std::unique_ptr<Sched
   s->n_ctx_ = scheduler->n_ctx();
   s->max_tokens_ = opt.max_tokens > 0 ? std::min(opt.max_tokens, s->n_ctx_) : s->n_ctx_;
   if (opt.model_id.empty()) opt.model_id = model_name_of(scheduler->model().path());
+  s->bound_name_ = host_name_of(opt.host + ":0");  // the Host name besides localhost that requests may carry
   s->scheduler_ = std::move(scheduler);
   s->opt_ = std::move(opt);
   s->http_ = std::make_unique<httplib::Server>();
@@ -251,7 +252,7 @@ void OpenAiServer::install_routes() {
     using HR = httplib::Server::HandlerResponse;
     if (req.has_header("Host") && !is_wildcard(opt_.host)) {
       const std::string name = host_name_of(req.get_header_value("Host"));
-      if (!is_loopback_host(name) && name != host_name_of(opt_.host + ":0")) {
+      if (!is_loopback_host(name) && name != bound_name_) {
         metrics_.record_rejected();
         reply_error(res, api_error(403, "Host '" + name + "' is not this server's address (" + opt_.host +
                                             " or localhost): refused to protect against DNS rebinding",

@@ -148,7 +148,7 @@ Result<RemoteResult> RemoteClient::stream(const std::string& path, json body, bo
   RequestMetrics& m = out.result.metrics;
   std::string pending, error_body, finish;
   int status = 0, n_pieces = 0;
-  bool got_usage = false, cancelled_here = false;
+  bool cancelled_here = false;
   Status stream_error;
   const auto t0 = Clock::now();
   double t_first = 0, t_last = 0;
@@ -181,7 +181,6 @@ Result<RemoteResult> RemoteClient::stream(const std::string& path, json body, bo
       m.n_generated = u.value("completion_tokens", 0);
       if (u.contains("prompt_tokens_details") && u["prompt_tokens_details"].is_object())
         m.n_reused = u["prompt_tokens_details"].value("cached_tokens", 0);
-      got_usage = true;
     }
     if (j.contains("timings") && j["timings"].is_object()) out.server_timings = j["timings"];
     if (!j.contains("choices") || !j["choices"].is_array() || j["choices"].empty()) return;
@@ -226,8 +225,11 @@ Result<RemoteResult> RemoteClient::stream(const std::string& path, json body, bo
       error_body.append(data, len);
       return error_body.size() < (1u << 20);
     }
-    pending.append(data, len);
     // Events end with a blank line; each line of one is "field: value".
+    // Lines may end in CRLF: the CRs go as the data arrives, so an event is
+    // found whichever ending the server uses, the last one included.
+    for (size_t i = 0; i < len; i++)
+      if (data[i] != '\r') pending.push_back(data[i]);
     for (size_t end; (end = pending.find("\n\n")) != std::string::npos;) {
       std::string event = pending.substr(0, end);
       pending.erase(0, end + 2);
@@ -236,7 +238,6 @@ Result<RemoteResult> RemoteClient::stream(const std::string& path, json body, bo
         size_t nl = event.find('\n', pos);
         if (nl == std::string::npos) nl = event.size();
         std::string line = event.substr(pos, nl - pos);
-        if (!line.empty() && line.back() == '\r') line.pop_back();
         if (line.rfind("data:", 0) == 0) {
           std::string d = line.substr(5);
           if (!d.empty() && d.front() == ' ') d.erase(0, 1);
@@ -244,12 +245,6 @@ Result<RemoteResult> RemoteClient::stream(const std::string& path, json body, bo
         }
         pos = nl + 1;
       }
-    }
-    if (pending.find("\r\n\r\n") != std::string::npos) {  // a server that ends lines with CRLF
-      std::string fixed;
-      for (char ch : pending)
-        if (ch != '\r') fixed += ch;
-      pending = fixed;
     }
     return true;
   };
@@ -264,7 +259,6 @@ Result<RemoteResult> RemoteClient::stream(const std::string& path, json body, bo
   if (status != 200) return http_status_error(status, error_body.empty() ? res.body : error_body, ep_.url);
   if (!stream_error.is_ok()) return stream_error;
   if (!ok) return io_error("the connection to " + ep_.url + " broke mid-answer: " + httplib::to_string(err));
-  (void)got_usage;
   m.stop_reason = finish == "length" ? "length" : finish.empty() ? "unknown" : "stop";
   update_rates();
   return out;

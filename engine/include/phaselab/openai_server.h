@@ -93,6 +93,7 @@ class OpenAiServer {
   ServerMetrics metrics_;
   int port_ = 0;
   int n_ctx_ = 0, max_tokens_ = 0;
+  std::string bound_name_;  // opt_.host as a Host header names it ("::1", not "[::1]")
   std::thread http_thread_, step_thread_;
   std::atomic<bool> stopping_{false}, started_{false};
 
