@@ -10,6 +10,7 @@
 #include <QTest>
 
 #include "hardware_probe.h"
+#include "main_window.h"
 
 namespace phaselab::ui::testing {
 
@@ -31,6 +32,16 @@ inline void isolate(QTemporaryDir& dir, const char* appName) {
   peaks.peakFlops = 100e9;
   peaks.threads = 2;
   HardwareProbe::store(peaks);
+}
+
+// A main window on the database at dbPath that neither runs the hardware
+// probe nor reloads the previous session's model.
+inline MainWindow::Options windowOptions(const QString& dbPath) {
+  MainWindow::Options o;
+  o.dbPath = dbPath;
+  o.measureHardware = false;
+  o.autoLoadLastModel = false;
+  return o;
 }
 
 }  // namespace phaselab::ui::testing

@@ -346,10 +346,7 @@ class TestGuiCharts : public QObject {
   // and the phase meter still shows whole.
   void phase_meter_fits_without_scrolling() {
     QTemporaryDir db;
-    MainWindow::Options o;
-    o.dbPath = db.filePath(QStringLiteral("w.sqlite"));
-    o.measureHardware = false;
-    o.autoLoadLastModel = false;
+    const MainWindow::Options o = testing::windowOptions(db.filePath(QStringLiteral("w.sqlite")));
     for (QSize size : {QSize(1280, 800), QSize(800, 600)}) {
       MainWindow w(o);
       w.resize(size);

@@ -135,10 +135,7 @@ class TestGuiCompare : public QObject {
 
   // File > Compare Models opens the window with the loaded model first.
   void main_window_opens_it_with_the_loaded_model() {
-    MainWindow::Options o;
-    o.dbPath = m_dir.filePath(QStringLiteral("main.sqlite"));
-    o.measureHardware = false;
-    o.autoLoadLastModel = false;
+    const MainWindow::Options o = testing::windowOptions(m_dir.filePath(QStringLiteral("main.sqlite")));
     MainWindow w(o);
     w.show();
     QSignalSpy ready(&w, &MainWindow::modelReady);

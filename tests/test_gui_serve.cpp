@@ -89,13 +89,7 @@ class TestGuiServe : public QObject {
     g.maxTokens = n;
     return g;
   }
-  MainWindow::Options options() {
-    MainWindow::Options o;
-    o.dbPath = m_dir.filePath(QStringLiteral("s%1.sqlite").arg(++m_n));
-    o.measureHardware = false;
-    o.autoLoadLastModel = false;
-    return o;
-  }
+  MainWindow::Options options() { return testing::windowOptions(m_dir.filePath(QStringLiteral("s%1.sqlite").arg(++m_n))); }
 
  private slots:
   void initTestCase() { testing::isolate(m_dir, "test_gui_serve"); }

@@ -75,14 +75,7 @@ class TestGuiStore : public QObject {
   QTemporaryDir m_dir;
   int m_n = 0;
   QString freshPath() { return m_dir.filePath(QStringLiteral("db%1.sqlite").arg(++m_n)); }
-  // A main window on the database at path, no probe, no model reloaded.
-  static MainWindow::Options windowOn(const QString& path) {
-    MainWindow::Options o;
-    o.dbPath = path;
-    o.measureHardware = false;
-    o.autoLoadLastModel = false;
-    return o;
-  }
+  static MainWindow::Options windowOn(const QString& path) { return testing::windowOptions(path); }
 
  private slots:
   void initTestCase() { testing::isolate(m_dir, "test_gui_store"); }

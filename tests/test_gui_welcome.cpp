@@ -65,13 +65,7 @@ class TestGuiWelcome : public QObject {
   QTemporaryDir m_dir;
   int m_n = 0;
 
-  MainWindow::Options options() {
-    MainWindow::Options o;
-    o.dbPath = m_dir.filePath(QStringLiteral("w%1.sqlite").arg(++m_n));
-    o.measureHardware = false;
-    o.autoLoadLastModel = false;
-    return o;
-  }
+  MainWindow::Options options() { return testing::windowOptions(m_dir.filePath(QStringLiteral("w%1.sqlite").arg(++m_n))); }
   static QString modelDir() { return QString::fromStdString(phaselab::user_model_dir()); }
 
  private slots:

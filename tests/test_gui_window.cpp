@@ -62,11 +62,7 @@ class TestGuiWindow : public QObject {
   int m_n = 0;
 
   MainWindow::Options options(const QString& db = {}) {
-    MainWindow::Options o;
-    o.dbPath = db.isEmpty() ? m_dir.filePath(QStringLiteral("w%1.sqlite").arg(++m_n)) : db;
-    o.measureHardware = false;
-    o.autoLoadLastModel = false;
-    return o;
+    return testing::windowOptions(db.isEmpty() ? m_dir.filePath(QStringLiteral("w%1.sqlite").arg(++m_n)) : db);
   }
   static GenerationSettings answer(int n, bool kv = true) {
     GenerationSettings g;
