@@ -47,35 +47,69 @@ quit_app() {
   wait "$APID" 2>/dev/null || true; APID=""
 }
 
-# shot SIZE: one run of the application on a screen of that size.
-shot() {
-  local size=$1 w=${1%x*} h=${1#*x} display=:$((90 + RANDOM % 9))
-  Xvfb "$display" -screen 0 "${size}x24" -nolisten tcp >/dev/null 2>&1 &
+# start_x SIZE: an X server of that size (XPID, DISPLAY) and an empty home
+# for the application's settings and data ($TMP/home).
+start_x() {
+  local display=:$((90 + RANDOM % 9))
+  Xvfb "$display" -screen 0 "${1}x24" -nolisten tcp >/dev/null 2>&1 &
   XPID=$!
-  for _ in $(seq 50); do xdotool -v >/dev/null 2>&1 && DISPLAY=$display xdotool getdisplaygeometry >/dev/null 2>&1 && break; sleep 0.1; done
+  for _ in $(seq 50); do DISPLAY=$display xdotool getdisplaygeometry >/dev/null 2>&1 && break; sleep 0.1; done
   export DISPLAY=$display
   rm -rf "$TMP/home"; mkdir -p "$TMP/home/config/PhaseLab"
+}
+stop_x() { kill "$XPID" 2>/dev/null || true; wait "$XPID" 2>/dev/null || true; XPID=""; }
+
+# launch OUT ERR ARGS...: the application on that home (APID); ERR "-":
+# standard error goes to OUT too.
+launch() {
+  local out=$1 err=$2; shift 2
+  local -a run=(env XDG_CONFIG_HOME="$TMP/home/config" XDG_DATA_HOME="$TMP/home/data"
+                PHASELAB_DB="$TMP/home/chats.sqlite" "$APP" "$@")
+  if [[ $err == - ]]; then "${run[@]}" >"$out" 2>&1 & else "${run[@]}" >"$out" 2>"$err" & fi
+  APID=$!
+}
+
+# window SIZE TITLE_RE: the id of the window whose title matches, moved to
+# the corner and sized to the screen.
+window() {
+  local win
+  win=$(xdotool search --sync --onlyvisible --name "$2" | head -1)
+  xdotool windowmove "$win" 0 0 windowsize "$win" "${1%x*}" "${1#*x}"
+  echo "$win"
+}
+
+# focus WIN: without a window manager the focus does not come by itself.
+focus() { xdotool windowactivate --sync "$1" 2>/dev/null || xdotool windowfocus --sync "$1"; }
+
+# ask_two Q1 Q2 NAME MID AFTER: two questions in the focused window, the
+# second captured MID seconds after it is sent (NAME-mid.png) and AFTER
+# seconds later (NAME-after.png).
+ask_two() {
+  xdotool type --delay 15 "$1"
+  xdotool key ctrl+Return
+  sleep 5
+  xdotool type --delay 15 "$2"
+  xdotool key ctrl+Return
+  sleep "$4"
+  import -window root "$OUT/$3-mid.png"
+  sleep "$5"
+  import -window root "$OUT/$3-after.png"
+}
+
+# shot SIZE: one run of the application on a screen of that size.
+shot() {
+  local size=$1 win
+  start_x "$size"
   # Serve the loaded model (any free port): the status bar says where.
   printf '[serve]\nenabled=true\nport=0\n' >"$TMP/home/config/PhaseLab/PhaseLab.conf"
-  XDG_CONFIG_HOME="$TMP/home/config" XDG_DATA_HOME="$TMP/home/data" PHASELAB_DB="$TMP/home/chats.sqlite" \
-    "$APP" "$MODEL" >"$TMP/app-$size.log" 2>&1 &
-  APID=$!
-  local win
-  win=$(xdotool search --sync --onlyvisible --name '^PhaseLab' | head -1)
-  xdotool windowmove "$win" 0 0 windowsize "$win" "$w" "$h"
+  launch "$TMP/app-$size.log" - "$MODEL"
+  win=$(window "$size" '^PhaseLab')
   # Loaded: the title names the model.
   for _ in $(seq 100); do xdotool getwindowname "$win" | grep -q '—' && break; sleep 0.1; done
   sleep 0.5
-  xdotool windowactivate --sync "$win" 2>/dev/null || xdotool windowfocus --sync "$win"
-  xdotool type --delay 15 "Why is the sky blue?"
-  xdotool key ctrl+Return
-  sleep 5
-  xdotool type --delay 15 "What do bees make?"
-  xdotool key ctrl+Return
-  sleep 0.3
-  import -window root "$OUT/chat-$size-mid.png"
-  sleep 5
-  import -window root "$OUT/chat-$size-after.png"
+  focus "$win"
+  # The second answer (a few dozen tokens, under a second) is caught while it streams.
+  ask_two "Why is the sky blue?" "Explain how a car engine works, step by step." "chat-$size" 0.3 5
   # The metrics dock's second tab (where its tab bar is at this size).
   local tab_x=1075 tab_y=118
   [[ $size == 800x600 ]] && tab_x=662 tab_y=118
@@ -92,8 +126,7 @@ shot() {
   import -window root "$OUT/settings-servers-$size.png"
   xdotool key Escape
   sleep 0.3
-  # Without a window manager the focus does not return by itself.
-  xdotool windowactivate --sync "$win" 2>/dev/null || xdotool windowfocus --sync "$win"
+  focus "$win"
   # Notebook mode in a new conversation: the model continues the text (a
   # long answer, so the first capture is mid-answer).
   xdotool key ctrl+n
@@ -106,42 +139,26 @@ shot() {
   sleep 12
   import -window root "$OUT/notebook-$size-after.png"
   quit_app
-  kill "$XPID" 2>/dev/null || true; wait "$XPID" 2>/dev/null || true; XPID=""
+  stop_x
 }
 
 # remote_shot SIZE URL: the window with no local model, chatting through the
 # server at URL (remote mode, set in its settings file), and its phase meter.
 remote_shot() {
-  local size=$1 url=$2 w=${1%x*} h=${1#*x} display=:$((90 + RANDOM % 9))
-  Xvfb "$display" -screen 0 "${size}x24" -nolisten tcp >/dev/null 2>&1 &
-  XPID=$!
-  for _ in $(seq 50); do DISPLAY=$display xdotool getdisplaygeometry >/dev/null 2>&1 && break; sleep 0.1; done
-  export DISPLAY=$display
-  rm -rf "$TMP/home"; mkdir -p "$TMP/home/config/PhaseLab"
+  local size=$1 url=$2 win
+  start_x "$size"
   printf '[remote]\nuse=true\nurl=%s\n' "$url" >"$TMP/home/config/PhaseLab/PhaseLab.conf"
-  XDG_CONFIG_HOME="$TMP/home/config" XDG_DATA_HOME="$TMP/home/data" PHASELAB_DB="$TMP/home/chats.sqlite" \
-    "$APP" >"$TMP/remote-$size.log" 2>&1 &
-  APID=$!
-  local win
-  win=$(xdotool search --sync --onlyvisible --name '^PhaseLab' | head -1)
-  xdotool windowmove "$win" 0 0 windowsize "$win" "$w" "$h"
+  launch "$TMP/remote-$size.log" -
+  win=$(window "$size" '^PhaseLab')
   # Connected: the title names the server's model.
   for _ in $(seq 100); do xdotool getwindowname "$win" | grep -q '(remote)' && break; sleep 0.1; done
   sleep 0.5
-  xdotool windowactivate --sync "$win" 2>/dev/null || xdotool windowfocus --sync "$win"
-  xdotool mousemove "$((w - 1))" "$((h - 1))"  # (no hovered button in the pictures)
+  focus "$win"
+  xdotool mousemove "$((${size%x*} - 1))" "$((${size#*x} - 1))"  # (no hovered button in the pictures)
   # A first question warms the server; the second's short answer (about a
   # second: the server's prefix cache makes its first token quick) is
   # captured while it streams.
-  xdotool type --delay 15 "Why is the sky blue?"
-  xdotool key ctrl+Return
-  sleep 5
-  xdotool type --delay 15 "Explain how a car engine works, step by step."
-  xdotool key ctrl+Return
-  sleep 0.5
-  import -window root "$OUT/remote-$size-mid.png"
-  sleep 6
-  import -window root "$OUT/remote-$size-after.png"
+  ask_two "Why is the sky blue?" "Explain how a car engine works, step by step." "remote-$size" 0.5 6
   # The dock's tab bar sits lower: the remote note is above it.
   local tab_x=1075 tab_y=152
   [[ $size == 800x600 ]] && tab_x=662 tab_y=166
@@ -149,24 +166,16 @@ remote_shot() {
   sleep 0.5
   import -window root "$OUT/remote-phase-meter-$size.png"
   quit_app
-  kill "$XPID" 2>/dev/null || true; wait "$XPID" 2>/dev/null || true; XPID=""
+  stop_x
 }
 
 # batch_shot SIZE: phaselab --batch-sweep, the Compare window filling the
 # screen, captured once the points are printed (the sweep is done).
 batch_shot() {
-  local size=$1 w=${1%x*} h=${1#*x} display=:$((90 + RANDOM % 9))
-  Xvfb "$display" -screen 0 "${size}x24" -nolisten tcp >/dev/null 2>&1 &
-  XPID=$!
-  for _ in $(seq 50); do DISPLAY=$display xdotool getdisplaygeometry >/dev/null 2>&1 && break; sleep 0.1; done
-  export DISPLAY=$display
-  rm -rf "$TMP/home"; mkdir -p "$TMP/home"
-  XDG_CONFIG_HOME="$TMP/home/config" XDG_DATA_HOME="$TMP/home/data" PHASELAB_DB="$TMP/home/chats.sqlite" \
-    "$APP" --batch-sweep 1,2,4,8 "$MODEL" >"$TMP/batch-$size.json" 2>"$TMP/batch-$size.log" &
-  APID=$!
-  local win
-  win=$(xdotool search --sync --onlyvisible --name '^Compare models' | head -1)
-  xdotool windowmove "$win" 0 0 windowsize "$win" "$w" "$h"
+  local size=$1
+  start_x "$size"
+  launch "$TMP/batch-$size.json" "$TMP/batch-$size.log" --batch-sweep 1,2,4,8 "$MODEL"
+  window "$size" '^Compare models' >/dev/null
   for _ in $(seq 1200); do
     grep -q '"batch"' "$TMP/batch-$size.json" && break
     grep -q 'batch sweep:' "$TMP/batch-$size.log" && { cat "$TMP/batch-$size.log" >&2; break; }
@@ -175,7 +184,7 @@ batch_shot() {
   sleep 1
   import -window root "$OUT/batch-sweep-$size.png"
   kill "$APID" 2>/dev/null || true; wait "$APID" 2>/dev/null || true; APID=""
-  kill "$XPID" 2>/dev/null || true; wait "$XPID" 2>/dev/null || true; XPID=""
+  stop_x
 }
 
 shot 1280x800
