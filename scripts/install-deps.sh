@@ -17,6 +17,9 @@ PACKAGES=(
   xdotool imagemagick
   # packaging and its test: .deb/.rpm/.tgz, lintian, desktop integration
   lintian rpm cpio desktop-file-utils appstream shared-mime-info xdg-utils libglib2.0-bin
+  # xdg-mime asks perl's mimetype for a file's type (only recommended by xdg-utils; without it
+  # xdg-mime falls back to file(1), which knows no GGUF)
+  libfile-mimeinfo-perl
   # scripts/fuzz.sh: clang with libFuzzer and the sanitizer runtimes (only recommended by clang)
   clang libclang-rt-14-dev
 )
