@@ -365,8 +365,11 @@ class TestCpuKernels : public QObject {
   }
 
   // An F16 KV cache: the half-row kernels against the definition on the
-  // rows as stored (rounded to half), every SIMD set bitwise equal, and the
-  // rounding itself bitwise equal to the portable round-to-nearest-even.
+  // rows as stored (rounded to half), the weighted sums of every SIMD set
+  // bitwise equal (the same FMAs per lane), and the rounding itself bitwise
+  // equal to the portable round-to-nearest-even. (The scores are sums over
+  // the head's dimension, which AVX-512 takes 16 lanes at a time and AVX2 8:
+  // close, not bitwise equal, as for an F32 cache.)
   void half_cache_kernels_match_the_definition() {
     for (auto [G, HD, n] : {std::tuple{4, 256, 7}, std::tuple{7, 64, 10}, std::tuple{2, 36, 5}, std::tuple{1, 8, 1}}) {
       const auto q = randn(G * HD, 31);
@@ -385,7 +388,7 @@ class TestCpuKernels : public QObject {
       }
       std::vector<const Kernels*> sets = simd_kernels();
       sets.insert(sets.begin(), &portable_kernels());
-      std::vector<float> first_s, first_o;
+      std::vector<float> first_o;
       for (const Kernels* k : sets) {
         QVERIFY(k->scores_f16 && k->weighted_sum_f16 && k->to_f16);
         std::vector<uint16_t> h(HD);
@@ -409,13 +412,10 @@ class TestCpuKernels : public QObject {
           }
         }
         if (k == &portable_kernels()) continue;
-        if (first_s.empty()) {
-          first_s = s;
+        if (first_o.empty())
           first_o = out;
-        } else {
-          QVERIFY2(std::memcmp(s.data(), first_s.data(), s.size() * sizeof(float)) == 0, k->isa);
+        else
           QVERIFY2(std::memcmp(out.data(), first_o.data(), out.size() * sizeof(float)) == 0, k->isa);
-        }
       }
     }
   }
