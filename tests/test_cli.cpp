@@ -393,6 +393,29 @@ class TestCli : public QObject {
     QCOMPARE(o["decode_bandwidth_fraction"].toDouble(), 0.0);
   }
 
+  // bench -d: every test again after D tokens already in the cache, named
+  // as llama-bench names them; the K/V a decoded token reads grows with D.
+  void bench_depth_runs_each_test_after_a_filled_cache() {
+    const Run b = cli({"bench", "-m", stories(), "-d", "0,40", "-p", "16", "-n", "8", "-r", "1", "--no-peaks", "--json"});
+    QCOMPARE(b.code, 0);
+    const QJsonArray arr = QJsonDocument::fromJson(b.out.toUtf8()).array();
+    QStringList seen;
+    double kv_at[2] = {0, 0};
+    for (const auto& v : arr) {
+      const QJsonObject o = v.toObject();
+      seen << o["test"].toString();
+      QVERIFY(o["tokens_per_s"].toDouble() > 0);
+      if (o["n_gen"].toInt() > 0) kv_at[o["n_depth"].toInt() == 40] = o["kv_read_gb_per_token"].toDouble();
+    }
+    QCOMPARE(seen, QStringList({"pp16", "tg8", "pp16 @ d40", "tg8 @ d40"}));
+    QVERIFY2(kv_at[0] > 0 && kv_at[1] > 4 * kv_at[0], qPrintable(b.out));
+    const Run t = cli({"bench", "-m", stories(), "-d", "40", "-p", "0", "-n", "4", "-r", "1", "--no-peaks"});
+    QCOMPARE(t.code, 0);
+    QVERIFY2(t.out.contains("tg4 @ d40") && t.out.contains("weights and K/V"), qPrintable(t.out));
+    expect_bad_input(cli({"bench", "-m", stories(), "-d", "x"}));
+    expect_bad_input(cli({"bench", "-m", stories(), "-d", "-5"}));
+  }
+
   void devices_lists_cores_cache_and_measured_peaks() {
     const Run d = cli({"devices", "--measure", "--json"});
     QCOMPARE(d.code, 0);

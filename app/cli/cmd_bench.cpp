@@ -1,11 +1,13 @@
 // phaselab-cli bench: llama-bench style throughput. pp<N>: prefill of N prompt
-// tokens from an empty cache; tg<N>: N decode steps of one token each from an
-// empty cache. One warm-up run, then mean and standard deviation of tokens/s
+// tokens; tg<N>: N decode steps of one token each; both from an empty cache,
+// or with -d D after D tokens already in it ("pp512 @ d2000", as llama-bench
+// names them). One warm-up run, then mean and standard deviation of tokens/s
 // over the repeats. On the CPU the machine's peaks are measured first
 // (phaselab/machine.h) so decode reads as a fraction of the read bandwidth
 // and prefill as a fraction of the compute peak.
 #include <sys/resource.h>
 
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -25,7 +27,7 @@ namespace {
 
 struct BenchResult {
   std::string test;
-  int n_prompt = 0, n_gen = 0;
+  int n_prompt = 0, n_gen = 0, n_depth = 0;
   double mean = 0, sd = 0;
   std::vector<double> samples;
 };
@@ -36,10 +38,28 @@ double peak_rss_mib() {
   return ru.ru_maxrss / 1024.0;  // Linux reports KiB
 }
 
-Result<double> run_once(Session& s, const std::vector<int32_t>& tokens, bool decode) {
+// "0,2000,8000": depths from 0 to 1 << 20, each once, in the order given.
+Result<std::vector<int>> parse_depths(const std::string& text) {
+  std::vector<int> out;
+  for (const std::string& item : split_commas(text)) {
+    int v = -1;
+    const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+    if (ec != std::errc() || end != item.data() + item.size() || v < 0 || v > (1 << 20))
+      return invalid_argument("'" + item + "' is not a depth (a token count from 0 to 1048576; e.g. -d 0,2000)");
+    if (std::find(out.begin(), out.end(), v) == out.end()) out.push_back(v);
+  }
+  if (out.empty()) return invalid_argument("no depth given (e.g. -d 2000 or -d 0,2000,8000)");
+  return out;
+}
+
+// One timed run: the cache is cleared and filled with the depth tokens
+// (untimed, one prefill), then the test's tokens run as one prefill or as
+// single-token decode steps.
+Result<double> run_once(Session& s, const std::vector<int32_t>& depth, const std::vector<int32_t>& tokens, bool decode) {
   s.kv().clear();
-  const auto t0 = std::chrono::steady_clock::now();
   std::vector<float>* no_logits = nullptr;
+  if (!depth.empty()) PHASELAB_TRY(s.eval(depth, no_logits));
+  const auto t0 = std::chrono::steady_clock::now();
   if (decode) {
     std::vector<int32_t> one(1);
     for (int32_t t : tokens) {
@@ -60,6 +80,7 @@ int cmd_bench(int argc, char** argv) {
   opts.insert(opts.end(), {{"--n-prompt", "-p", true},
                            {"--n-gen", "-n", true},
                            {"--repetitions", "-r", true},
+                           {"--n-depth", "-d", true},
                            {"--chat-turns", "", true},
                            {"--json", "", false},
                            {"--no-peaks", "", false},
@@ -68,8 +89,10 @@ int cmd_bench(int argc, char** argv) {
   auto args = Args::parse(argc, argv, opts);
   if (!args) return report(args.status());
   if (args->has("--help")) {
-    std::printf("usage: phaselab-cli bench -m MODEL [-p 512] [-n 128] [-r 5] [-t N] [--backend cpu] [--no-peaks] [--json]\n"
+    std::printf("usage: phaselab-cli bench -m MODEL [-p 512] [-n 128] [-d 0] [-r 5] [-t N] [--backend cpu] [--no-peaks] [--json]\n"
                 "  pp<N>: prefill of N tokens; tg<N>: N single-token decode steps; -p 0 or -n 0 skips a test.\n"
+                "  -d D[,D...]: run each test after D tokens already in the cache (\"tg128 @ d2000\"): attention\n"
+                "  then reads D positions of K/V per layer (a sliding-window layer at most its window).\n"
                 "  On the CPU the machine's peaks are measured first (about a second: read bandwidth with\n"
                 "  every physical core, FP32 and int8 compute) and decode is shown as a fraction of the\n"
                 "  read bandwidth, prefill of the compute peak; --no-peaks skips that.\n"
@@ -89,12 +112,14 @@ int cmd_bench(int argc, char** argv) {
   for (const Status& st : {n_prompt.status(), n_gen.status(), reps.status()})
     if (!st.is_ok()) return report(st);
   if (*n_prompt == 0 && *n_gen == 0) return usage_error("nothing to measure: -p and -n are both 0");
-  // The context holds the longest test (unless --ctx-size says otherwise).
-  auto setup = open_session(*args, std::max(*n_prompt, *n_gen) +
-                                      (args->has("--spec") || args->has("--draft") || args->has("--chat-turns") ? 1024 : 0));
+  auto depths = parse_depths(args->get_or("--n-depth", "0"));
+  if (!depths) return report(depths.status().with_context("-d"));
+  const int max_depth = *std::max_element(depths->begin(), depths->end());
+  // The context holds the deepest, longest test (unless --ctx-size says otherwise).
+  const int need = max_depth + std::max(*n_prompt, *n_gen);
+  auto setup = open_session(*args, need + (args->has("--spec") || args->has("--draft") || args->has("--chat-turns") ? 1024 : 0));
   if (!setup) return report(setup.status());
   Session& s = *setup->session;
-  const int need = std::max(*n_prompt, *n_gen);
   if (need > s.n_ctx())
     return usage_error("the test needs " + std::to_string(need) + " tokens of context but the session has " +
                        std::to_string(s.n_ctx()) + ": pass --ctx-size");
@@ -118,29 +143,34 @@ int cmd_bench(int argc, char** argv) {
   std::mt19937 rng(42);
   std::uniform_int_distribution<int32_t> pick(0, s.model().config().n_vocab - 1);
   std::vector<BenchResult> results;
-  for (int phase = 0; phase < 2; phase++) {
-    const bool decode = phase == 1;
-    const int n = decode ? *n_gen : *n_prompt;
-    if (n == 0) continue;
-    std::vector<int32_t> tokens(n);
-    for (auto& t : tokens) t = pick(rng);
-    BenchResult r;
-    r.test = (decode ? "tg" : "pp") + std::to_string(n);
-    r.n_prompt = decode ? 0 : n;
-    r.n_gen = decode ? n : 0;
-    auto warm = run_once(s, tokens, decode);
-    if (!warm) return report(warm.status());
-    for (int i = 0; i < *reps; i++) {
-      auto tps = run_once(s, tokens, decode);
-      if (!tps) return report(tps.status());
-      r.samples.push_back(*tps);
+  for (int depth : *depths) {
+    std::vector<int32_t> depth_tokens(depth);
+    for (auto& t : depth_tokens) t = pick(rng);
+    for (int phase = 0; phase < 2; phase++) {
+      const bool decode = phase == 1;
+      const int n = decode ? *n_gen : *n_prompt;
+      if (n == 0) continue;
+      std::vector<int32_t> tokens(n);
+      for (auto& t : tokens) t = pick(rng);
+      BenchResult r;
+      r.test = (decode ? "tg" : "pp") + std::to_string(n) + (depth > 0 ? " @ d" + std::to_string(depth) : "");
+      r.n_prompt = decode ? 0 : n;
+      r.n_gen = decode ? n : 0;
+      r.n_depth = depth;
+      auto warm = run_once(s, depth_tokens, tokens, decode);
+      if (!warm) return report(warm.status());
+      for (int i = 0; i < *reps; i++) {
+        auto tps = run_once(s, depth_tokens, tokens, decode);
+        if (!tps) return report(tps.status());
+        r.samples.push_back(*tps);
+      }
+      double sum = 0, sq = 0;
+      for (double x : r.samples) sum += x;
+      r.mean = sum / r.samples.size();
+      for (double x : r.samples) sq += (x - r.mean) * (x - r.mean);
+      r.sd = r.samples.size() > 1 ? std::sqrt(sq / (r.samples.size() - 1)) : 0;
+      results.push_back(r);
     }
-    double sum = 0, sq = 0;
-    for (double x : r.samples) sum += x;
-    r.mean = sum / r.samples.size();
-    for (double x : r.samples) sq += (x - r.mean) * (x - r.mean);
-    r.sd = r.samples.size() > 1 ? std::sqrt(sq / (r.samples.size() - 1)) : 0;
-    results.push_back(r);
   }
 
   // Speculative: the same greedy request with and without drafting.
@@ -239,7 +269,22 @@ int cmd_bench(int argc, char** argv) {
   // a GPU the fraction of the device's peak.
   const double weight_gb = m.weight_bytes() / 1e9;
   const double peak_gbps = backend == "cuda" ? probe_cuda().peak_gbps : 0.0;
-  auto decode_gbps = [&](const BenchResult& r) { return r.n_gen > 0 ? r.mean * weight_gb : 0.0; };
+  // Attention reads K and V of every position a token sees, in each layer
+  // (a sliding-window layer at most its window): per decoded token, averaged
+  // over the test's steps.
+  auto kv_read_gb = [&](const BenchResult& r) {
+    if (r.n_gen == 0) return 0.0;
+    const ModelConfig& c = m.config();
+    const double row_bytes = 2.0 * c.n_embd_kv() * kv_type_bytes(s.kv().type());
+    double positions = 0;
+    for (int il = 0; il < c.n_layer; il++)
+      for (int i = 0; i < r.n_gen; i++) {
+        const int seen = r.n_depth + i + 1, window = c.window_of(il);
+        positions += window > 0 ? std::min(seen, window) : seen;
+      }
+    return positions * row_bytes / r.n_gen / 1e9;
+  };
+  auto decode_gbps = [&](const BenchResult& r) { return r.n_gen > 0 ? r.mean * (weight_gb + kv_read_gb(r)) : 0.0; };
   // Prefill does 2 ops per weight of the blocks' matrices per token.
   double ops_per_token = 0;
   for (const auto& t : m.file().tensors())
@@ -275,7 +320,9 @@ int cmd_bench(int argc, char** argv) {
                      {"type_mix", m.type_mix()},
                      {"kv_cache_mib", s.kv().bytes() / 1048576.0},
                      {"kv_type", kv_type_name(s.kv().type())},
+                     {"n_depth", r.n_depth},
                      {"weights_gb_per_token", weight_gb},
+                     {"kv_read_gb_per_token", kv_read_gb(r)},
                      {"decode_gbps", decode_gbps(r)},
                      {"device_peak_gbps", peak_gbps},
                      {"decode_bandwidth_fraction", bandwidth_fraction(r)},
@@ -341,7 +388,11 @@ int cmd_bench(int argc, char** argv) {
       std::printf("\n%s: %.1f %s, %.1f%% of the machine's %s peak %.0f %s\n", r.test.c_str(), prefill_gops(r),
                   compute_unit, 100 * compute_fraction(r), int8 ? "int8" : "FP32", compute_peak / 1e9, compute_unit);
     if (r.n_gen > 0) {
-      std::printf("\n%s: %.1f GB/s of weights (%.3f GB per token)", r.test.c_str(), decode_gbps(r), weight_gb);
+      if (r.n_depth > 0)
+        std::printf("\n%s: %.1f GB/s of weights and K/V (%.3f + %.3f GB per token)", r.test.c_str(), decode_gbps(r),
+                    weight_gb, kv_read_gb(r));
+      else
+        std::printf("\n%s: %.1f GB/s of weights (%.3f GB per token)", r.test.c_str(), decode_gbps(r), weight_gb);
       if (peak_gbps > 0) std::printf(", %.1f%% of the device's peak %.0f GB/s", 100 * decode_gbps(r) / peak_gbps, peak_gbps);
       else if (machine_gbps > 0)
         std::printf(", %.1f%% of the machine's read bandwidth %.1f GB/s", 100 * bandwidth_fraction(r), machine_gbps);
