@@ -425,6 +425,80 @@ class TestBatch : public QObject {
     }
   }
 
+  // A row that sees more than 1024 keys is attended in parts (flash
+  // decoding), and the decode step of fewer sequences than threads splits
+  // its parts among the threads. The row's logits are bitwise those of the
+  // same row prefilled, or decoded in a batch beside other sequences (parts
+  // on one thread), and close to the reference backend's (no parts); the F32
+  // cache too.
+  void long_rows_attend_in_parts_the_same_everywhere_data() {
+    QTest::addColumn<QString>("model");
+    QTest::addColumn<int>("kv_type");
+    for (const char* m : {"llama", "qwen2", "gemma3"})
+      for (KvType t : {KvType::f16, KvType::f32})
+        QTest::newRow(qPrintable(QString("%1/%2").arg(m).arg(kv_type_name(t)))) << m << int(t);
+  }
+  void long_rows_attend_in_parts_the_same_everywhere() {
+    QFETCH(QString, model);
+    QFETCH(int, kv_type);
+    const auto kt = static_cast<KvType>(kv_type);
+    auto m = load(model_path(model.toStdString()));
+    QVERIFY(m->config().n_head_kv <= 2);  // so that one sequence's decode has fewer rows than 4 threads
+    const int V = m->config().n_vocab, n = 2100;  // the last row sees 2101 keys: 3 parts
+    auto fast = make_cpu_backend(m, 4, 64);
+    QVERIFY(fast.is_ok());
+    const auto prompt = prompt_of(n + 1, 5, V);
+    auto cache = [&] {
+      auto kv = KvCache::create(m->config(), n + 16, kt);
+      if (!kv) qFatal("%s", kv.status().message().c_str());
+      return std::move(*kv);
+    };
+    // The whole prompt in prefill batches: the last row's parts on one thread.
+    auto prefilled = cache();
+    std::vector<float> want(V);
+    for (int i = 0; i <= n; i += 64) {
+      const int k = std::min(64, n + 1 - i);
+      QVERIFY((*fast)->forward(prompt.data() + i, k, *prefilled, i + k > n ? want.data() : nullptr,
+                               i + k > n ? LogitsMode::last : LogitsMode::none));
+    }
+    // The last token decoded alone: its parts split among the threads.
+    auto decoded = cache();
+    for (int i = 0; i < n; i += 64)
+      QVERIFY((*fast)->forward(prompt.data() + i, std::min(64, n - i), *decoded, nullptr, LogitsMode::none));
+    auto before = cache();  // the same n positions, for the batched run
+    for (int i = 0; i < n; i += 64)
+      QVERIFY((*fast)->forward(prompt.data() + i, std::min(64, n - i), *before, nullptr, LogitsMode::none));
+    std::vector<float> alone(V);
+    QVERIFY((*fast)->forward(&prompt[n], 1, *decoded, alone.data(), LogitsMode::last));
+    QVERIFY2(std::memcmp(alone.data(), want.data(), V * sizeof(float)) == 0,
+             "a decode step split among threads differs bitwise from the same row prefilled");
+    // The same step beside three short sequences' decodes (4 rows or more:
+    // each row's parts on one thread).
+    std::vector<std::unique_ptr<KvCache>> others;
+    std::vector<std::vector<float>> ol(3, std::vector<float>(V));
+    std::vector<float> batched(V);
+    std::vector<SeqChunk> pass = {{before.get(), &prompt[n], 1, LogitsMode::last, batched.data()}};
+    for (int s = 0; s < 3; s++) {
+      others.push_back(cache());
+      QVERIFY((*fast)->forward(prompt.data(), 5 + s, *others.back(), nullptr, LogitsMode::none));
+      pass.push_back({others.back().get(), &prompt[5 + s], 1, LogitsMode::last, ol[s].data()});
+    }
+    QVERIFY((*fast)->forward_batch(pass.data(), static_cast<int>(pass.size())));
+    QVERIFY2(std::memcmp(batched.data(), want.data(), V * sizeof(float)) == 0,
+             "the row decoded in a batch differs bitwise from the same row prefilled");
+    // Against the reference backend, which attends over all keys at once.
+    auto ref = backend(m, Kind::reference);
+    auto rkv = cache();
+    std::vector<float> rl(V);
+    for (int i = 0; i <= n; i += 64) {
+      const int k = std::min(64, n + 1 - i);
+      QVERIFY(ref->forward(prompt.data() + i, k, *rkv, i + k > n ? rl.data() : nullptr,
+                           i + k > n ? LogitsMode::last : LogitsMode::none));
+    }
+    const double e = nmse(rl, alone);
+    QVERIFY2(e < 1e-3, qPrintable(QString("NMSE against the reference: %1").arg(e)));
+  }
+
   // Decodes go first: while a long prompt is prefilled in chunks, every
   // running sequence still gets its token in every pass.
   void a_long_prompt_does_not_stall_running_decodes() {

@@ -56,6 +56,7 @@ class CpuBackend final : public Backend {
       score_buf_.assign(pool_.size(), std::vector<float>());
       vrow_buf_.assign(pool_.size(), std::vector<const float*>());
       hrow_buf_.assign(pool_.size(), std::vector<const uint16_t*>());
+      part_buf_.assign(pool_.size(), std::vector<float>());
       kv_row_buf_.assign(pool_.size(), std::vector<float>(c_.head_dim));
       if (k_fast_) {
         act_.resize(static_cast<size_t>(B) * (max_in / 32));
@@ -122,6 +123,16 @@ class CpuBackend final : public Backend {
       if (static_cast<int>(v.size()) < n_ctx_max) v.resize(n_ctx_max);
     for (auto& v : hrow_buf_)
       if (static_cast<int>(v.size()) < n_ctx_max) v.resize(n_ctx_max);
+    if (k_fast_) {
+      // Partial attention results of a long row's key parts: one row's per
+      // thread, and up to pool-size rows' for the split decode.
+      const size_t part = static_cast<size_t>(c_.n_head / c_.n_head_kv) * (c_.head_dim + 2);
+      const size_t parts = static_cast<size_t>((n_ctx_max + kAttnPartKeys - 1) / kAttnPartKeys);
+      for (auto& v : part_buf_)
+        if (v.size() < parts * part) v.resize(parts * part);
+      if (split_buf_.size() < static_cast<size_t>(pool_.size()) * parts * part)
+        split_buf_.resize(static_cast<size_t>(pool_.size()) * parts * part);
+    }
 
     const int D = c_.n_embd, HD = c_.head_dim, NQ = c_.n_embd_q(), NKV = c_.n_embd_kv();
     rope_ready_ = 0;
@@ -479,91 +490,195 @@ class CpuBackend final : public Backend {
   // the whole group.
   // score_stride: the largest n_ctx of the batch's sequences (a query
   // head's scores are that far apart in the per-thread buffer).
+  //
+  // A row that sees more than kAttnPartKeys keys is attended in parts of
+  // kAttnPartKeys keys (as flash decoding does): each part's scores, its
+  // softmax numerators against its own maximum and its weighted sum of value
+  // rows, then the parts merged in order. The parts depend on the row's
+  // position and window alone, so a row gets bitwise the same result
+  // whether its parts run on one thread (prefill, batches) or on several
+  // (the decode of fewer sequences than threads: with one KV head, as
+  // Gemma 3 270M has, a decode step would otherwise attend on one core while
+  // the others wait).
+  static constexpr int kAttnPartKeys = 1024;
   void attention(int il, int T, int score_stride) {
+    const int group = c_.n_head / c_.n_head_kv;
+    const int window = c_.window_of(il);
+    const int n_work = T * c_.n_head_kv;
+    const size_t part_size = static_cast<size_t>(group) * (c_.head_dim + 2);
+    auto first_key = [&](int t) { return window > 0 ? std::max(0, tok_pos_[t] - window + 1) : 0; };
+    auto n_parts = [&](int t) { return k_fast_ ? (tok_pos_[t] - first_key(t)) / kAttnPartKeys + 1 : 1; };
+    // The parts of row wi = (token, KV head) into parts (part_size floats each).
+    auto attend_parts = [&](int wi, int p0, int p1, float* parts, int thread) {
+      const int t = wi / c_.n_head_kv, kvh = wi % c_.n_head_kv, j0 = first_key(t);
+      for (int p = p0; p < p1; p++)
+        attend_part(il, t, kvh, j0 + p * kAttnPartKeys, std::min(tok_pos_[t], j0 + (p + 1) * kAttnPartKeys - 1),
+                    parts + (p - p0) * part_size, thread, score_stride);
+    };
+    int split_rows = 0;
+    if (n_work < std::min(pool_.size(), kMaxSplitRows))
+      for (int wi = 0; wi < n_work; wi++) split_rows += n_parts(wi / c_.n_head_kv) > 1;
+    if (split_rows == 0) {
+      // One chunk per (token, KV head): later tokens attend over more keys,
+      // and claiming chunks one by one balances that.
+      pool_.for_chunks(n_work, [&](int wi, int thread) {
+        const int P = n_parts(wi / c_.n_head_kv);
+        if (P == 1) return attend_row(il, wi, thread, score_stride);
+        attend_parts(wi, 0, P, part_buf_[thread].data(), thread);
+        merge_parts(wi, part_buf_[thread].data(), P);
+      });
+      return;
+    }
+    // Few rows (decode): one chunk per part of every row, then the merges.
+    int first[kMaxSplitRows + 1];
+    first[0] = 0;
+    for (int wi = 0; wi < n_work; wi++) first[wi + 1] = first[wi] + n_parts(wi / c_.n_head_kv);
+    pool_.for_chunks(first[n_work], [&](int item, int thread) {
+      int wi = 0;
+      while (first[wi + 1] <= item) wi++;
+      if (first[wi + 1] - first[wi] == 1) return attend_row(il, wi, thread, score_stride);
+      const int p = item - first[wi];
+      attend_parts(wi, p, p + 1, split_buf_.data() + item * part_size, thread);
+    });
+    for (int wi = 0; wi < n_work; wi++)
+      if (first[wi + 1] - first[wi] > 1) merge_parts(wi, split_buf_.data() + first[wi] * part_size, first[wi + 1] - first[wi]);
+  }
+  static constexpr int kMaxSplitRows = 64;  // rows split among threads at most
+
+  // Keys [a, b] of row (t, kvh): the part's unnormalised output (group,
+  // head_dim), then its maxima (group) and sums of exponentials (group).
+  void attend_part(int il, int t, int kvh, int a, int b, float* out, int thread, int n_ctx) {
+    const int HD = c_.head_dim, NQ = c_.n_embd_q(), group = c_.n_head / c_.n_head_kv, h0 = kvh * group, n = b - a + 1;
+    const KvCache& kv = *tok_kv_[t];
+    float* scores = score_buf_[thread].data();  // (group, n_ctx)
+    const float* q = &q_[t * NQ + h0 * HD];
+    const bool half = kv.type() == KvType::f16;
+    if (half) {
+      const uint16_t** krows = hrow_buf_[thread].data();
+      for (int j = a; j <= b; j++) krows[j - a] = static_cast<const uint16_t*>(kv.k(il, j)) + kvh * HD;
+      k_fast_->scores_f16(scores + a, n_ctx, group, q, krows, n, HD, c_.attn_scale);
+    } else {
+      const float** krows = vrow_buf_[thread].data();
+      for (int j = a; j <= b; j++) krows[j - a] = static_cast<const float*>(kv.k(il, j)) + kvh * HD;
+      k_fast_->scores(scores + a, n_ctx, group, q, krows, n, HD, c_.attn_scale);
+    }
+    float *mx = out + group * HD, *sum = mx + group;
+    for (int g = 0; g < group; g++) {
+      float* sg = scores + g * n_ctx;
+      if (c_.attn_logit_softcap > 0)
+        for (int j = a; j <= b; j++) sg[j] = c_.attn_logit_softcap * std::tanh(sg[j] / c_.attn_logit_softcap);
+      mx[g] = *std::max_element(sg + a, sg + b + 1);
+      sum[g] = k_fast_->exp_sum(sg + a, n, mx[g]);
+    }
+    std::fill(out, out + group * HD, 0.f);
+    if (half) {
+      const uint16_t** vrows = hrow_buf_[thread].data();
+      for (int j = a; j <= b; j++) vrows[j - a] = static_cast<const uint16_t*>(kv.v(il, j)) + kvh * HD;
+      k_fast_->weighted_sum_f16(out, HD, group, scores + a, n_ctx, vrows, n, HD);
+    } else {
+      const float** vrows = vrow_buf_[thread].data();
+      for (int j = a; j <= b; j++) vrows[j - a] = static_cast<const float*>(kv.v(il, j)) + kvh * HD;
+      k_fast_->weighted_sum(out, HD, group, scores + a, n_ctx, vrows, n, HD);
+    }
+  }
+
+  // Row wi's P parts (attend_part's layout, in key order) into its output:
+  // each part weighted by exp(its maximum - the row's) / the row's sum.
+  void merge_parts(int wi, const float* parts, int P) {
+    const int HD = c_.head_dim, NQ = c_.n_embd_q(), group = c_.n_head / c_.n_head_kv;
+    const int t = wi / c_.n_head_kv, h0 = (wi % c_.n_head_kv) * group;
+    const size_t part_size = static_cast<size_t>(group) * (HD + 2);
+    for (int g = 0; g < group; g++) {
+      auto mx = [&](int p) { return parts[p * part_size + group * HD + g]; };
+      auto sum = [&](int p) { return parts[p * part_size + group * HD + group + g]; };
+      float m = mx(0);
+      for (int p = 1; p < P; p++) m = std::max(m, mx(p));
+      float total = 0;
+      for (int p = 0; p < P; p++) total += sum(p) * std::exp(mx(p) - m);
+      float* out = &xb_[t * NQ + (h0 + g) * HD];
+      std::fill(out, out + HD, 0.f);
+      for (int p = 0; p < P; p++) k_fast_->axpy(out, std::exp(mx(p) - m) / total, parts + p * part_size + g * HD, HD);
+    }
+  }
+
+  // Row wi = (token, KV head) over all its keys in one pass.
+  void attend_row(int il, int wi, int thread, int n_ctx) {
     const int HD = c_.head_dim, NQ = c_.n_embd_q();
     const int group = c_.n_head / c_.n_head_kv;
     const int window = c_.window_of(il);
-    const int n_ctx = score_stride;
-    const int n_work = T * c_.n_head_kv;
-    // One chunk per (token, KV head): later tokens attend over more keys,
-    // and claiming chunks one by one balances that.
-    pool_.for_chunks(n_work, [&](int wi, int thread) {
-      float* scores = score_buf_[thread].data();  // (group, n_ctx)
-      {
-        const int t = wi / c_.n_head_kv, kvh = wi % c_.n_head_kv;
-        const KvCache& kv = *tok_kv_[t];
-        const int pos = tok_pos_[t];
-        const int h0 = kvh * group;
-        // Keys in [j0, pos]: a local layer sees only the last sliding_window.
-        const int j0 = window > 0 ? std::max(0, pos - window + 1) : 0;
-        const bool half = kv.type() == KvType::f16;
-        float* row = kv_row_buf_[thread].data();  // (head_dim) one K or V row widened (reference path)
-        // Head kvh of a K/V row of the cache, as floats (the reference path widens half rows).
-        auto row_f32 = [&](const void* r) -> const float* {
-          if (!half) return static_cast<const float*>(r) + kvh * HD;
-          const uint16_t* h = static_cast<const uint16_t*>(r) + kvh * HD;
-          for (int i = 0; i < HD; i++) row[i] = fp16_to_fp32(h[i]);
-          return row;
-        };
-        if (k_fast_ && half) {
-          const uint16_t** krows = hrow_buf_[thread].data();  // the key rows by pointer (the cache is paged)
-          for (int j = j0; j <= pos; j++) krows[j - j0] = static_cast<const uint16_t*>(kv.k(il, j)) + kvh * HD;
-          k_fast_->scores_f16(scores + j0, n_ctx, group, &q_[t * NQ + h0 * HD], krows, pos + 1 - j0, HD, c_.attn_scale);
-        } else if (k_fast_) {
-          const float** krows = vrow_buf_[thread].data();
-          for (int j = j0; j <= pos; j++) krows[j - j0] = static_cast<const float*>(kv.k(il, j)) + kvh * HD;
-          k_fast_->scores(scores + j0, n_ctx, group, &q_[t * NQ + h0 * HD], krows, pos + 1 - j0, HD, c_.attn_scale);
-        } else {
-          for (int j = j0; j <= pos; j++) {
-            const float* kj = row_f32(kv.k(il, j));
-            for (int g = 0; g < group; g++) scores[g * n_ctx + j] = dot(&q_[t * NQ + (h0 + g) * HD], kj, HD) * c_.attn_scale;
-          }
-        }
-        if (c_.attn_logit_softcap > 0)
-          for (int g = 0; g < group; g++)
-            for (int j = j0; j <= pos; j++)
-              scores[g * n_ctx + j] = c_.attn_logit_softcap * std::tanh(scores[g * n_ctx + j] / c_.attn_logit_softcap);
-        float inv_sum[kMaxGroup];
-        for (int g = 0; g < group; g++) {
-          float* sg = scores + g * n_ctx;
-          const float mx = *std::max_element(sg + j0, sg + pos + 1);
-          float sum = 0;
-          if (k_fast_) {
-            sum = k_fast_->exp_sum(sg + j0, pos + 1 - j0, mx);
-          } else {
-            for (int j = j0; j <= pos; j++) {
-              sg[j] = std::exp(sg[j] - mx);
-              sum += sg[j];
-            }
-          }
-          inv_sum[g] = 1.f / sum;
-          std::fill(&xb_[t * NQ + (h0 + g) * HD], &xb_[t * NQ + (h0 + g) * HD] + HD, 0.f);
-        }
-        if (k_fast_) {
-          // Probabilities in place, the value rows by pointer (the cache is paged).
-          for (int g = 0; g < group; g++)
-            for (int j = j0; j <= pos; j++) scores[g * n_ctx + j] *= inv_sum[g];
-          if (half) {
-            const uint16_t** vrows = hrow_buf_[thread].data();
-            for (int j = j0; j <= pos; j++) vrows[j - j0] = static_cast<const uint16_t*>(kv.v(il, j)) + kvh * HD;
-            k_fast_->weighted_sum_f16(&xb_[t * NQ + h0 * HD], HD, group, scores + j0, n_ctx, vrows, pos + 1 - j0, HD);
-          } else {
-            const float** vrows = vrow_buf_[thread].data();
-            for (int j = j0; j <= pos; j++) vrows[j - j0] = static_cast<const float*>(kv.v(il, j)) + kvh * HD;
-            k_fast_->weighted_sum(&xb_[t * NQ + h0 * HD], HD, group, scores + j0, n_ctx, vrows, pos + 1 - j0, HD);
-          }
-          return;
-        }
+    float* scores = score_buf_[thread].data();  // (group, n_ctx)
+    const int t = wi / c_.n_head_kv, kvh = wi % c_.n_head_kv;
+    const KvCache& kv = *tok_kv_[t];
+    const int pos = tok_pos_[t];
+    const int h0 = kvh * group;
+    // Keys in [j0, pos]: a local layer sees only the last sliding_window.
+    const int j0 = window > 0 ? std::max(0, pos - window + 1) : 0;
+    const bool half = kv.type() == KvType::f16;
+    float* row = kv_row_buf_[thread].data();  // (head_dim) one K or V row widened (reference path)
+    // Head kvh of a K/V row of the cache, as floats (the reference path widens half rows).
+    auto row_f32 = [&](const void* r) -> const float* {
+      if (!half) return static_cast<const float*>(r) + kvh * HD;
+      const uint16_t* h = static_cast<const uint16_t*>(r) + kvh * HD;
+      for (int i = 0; i < HD; i++) row[i] = fp16_to_fp32(h[i]);
+      return row;
+    };
+    if (k_fast_ && half) {
+      const uint16_t** krows = hrow_buf_[thread].data();  // the key rows by pointer (the cache is paged)
+      for (int j = j0; j <= pos; j++) krows[j - j0] = static_cast<const uint16_t*>(kv.k(il, j)) + kvh * HD;
+      k_fast_->scores_f16(scores + j0, n_ctx, group, &q_[t * NQ + h0 * HD], krows, pos + 1 - j0, HD, c_.attn_scale);
+    } else if (k_fast_) {
+      const float** krows = vrow_buf_[thread].data();
+      for (int j = j0; j <= pos; j++) krows[j - j0] = static_cast<const float*>(kv.k(il, j)) + kvh * HD;
+      k_fast_->scores(scores + j0, n_ctx, group, &q_[t * NQ + h0 * HD], krows, pos + 1 - j0, HD, c_.attn_scale);
+    } else {
+      for (int j = j0; j <= pos; j++) {
+        const float* kj = row_f32(kv.k(il, j));
+        for (int g = 0; g < group; g++) scores[g * n_ctx + j] = dot(&q_[t * NQ + (h0 + g) * HD], kj, HD) * c_.attn_scale;
+      }
+    }
+    if (c_.attn_logit_softcap > 0)
+      for (int g = 0; g < group; g++)
+        for (int j = j0; j <= pos; j++)
+          scores[g * n_ctx + j] = c_.attn_logit_softcap * std::tanh(scores[g * n_ctx + j] / c_.attn_logit_softcap);
+    float inv_sum[kMaxGroup];
+    for (int g = 0; g < group; g++) {
+      float* sg = scores + g * n_ctx;
+      const float mx = *std::max_element(sg + j0, sg + pos + 1);
+      float sum = 0;
+      if (k_fast_) {
+        sum = k_fast_->exp_sum(sg + j0, pos + 1 - j0, mx);
+      } else {
         for (int j = j0; j <= pos; j++) {
-          const float* vj = row_f32(kv.v(il, j));
-          for (int g = 0; g < group; g++) {
-            float* out = &xb_[t * NQ + (h0 + g) * HD];
-            const float a = scores[g * n_ctx + j] * inv_sum[g];
-            for (int i = 0; i < HD; i++) out[i] += a * vj[i];
-          }
+          sg[j] = std::exp(sg[j] - mx);
+          sum += sg[j];
         }
       }
-    });
+      inv_sum[g] = 1.f / sum;
+      std::fill(&xb_[t * NQ + (h0 + g) * HD], &xb_[t * NQ + (h0 + g) * HD] + HD, 0.f);
+    }
+    if (k_fast_) {
+      // Probabilities in place, the value rows by pointer (the cache is paged).
+      for (int g = 0; g < group; g++)
+        for (int j = j0; j <= pos; j++) scores[g * n_ctx + j] *= inv_sum[g];
+      if (half) {
+        const uint16_t** vrows = hrow_buf_[thread].data();
+        for (int j = j0; j <= pos; j++) vrows[j - j0] = static_cast<const uint16_t*>(kv.v(il, j)) + kvh * HD;
+        k_fast_->weighted_sum_f16(&xb_[t * NQ + h0 * HD], HD, group, scores + j0, n_ctx, vrows, pos + 1 - j0, HD);
+      } else {
+        const float** vrows = vrow_buf_[thread].data();
+        for (int j = j0; j <= pos; j++) vrows[j - j0] = static_cast<const float*>(kv.v(il, j)) + kvh * HD;
+        k_fast_->weighted_sum(&xb_[t * NQ + h0 * HD], HD, group, scores + j0, n_ctx, vrows, pos + 1 - j0, HD);
+      }
+      return;
+    }
+    for (int j = j0; j <= pos; j++) {
+      const float* vj = row_f32(kv.v(il, j));
+      for (int g = 0; g < group; g++) {
+        float* out = &xb_[t * NQ + (h0 + g) * HD];
+        const float a = scores[g * n_ctx + j] * inv_sum[g];
+        for (int i = 0; i < HD; i++) out[i] += a * vj[i];
+      }
+    }
   }
 
   std::shared_ptr<const Model> model_;
@@ -585,6 +700,8 @@ class CpuBackend final : public Backend {
   std::vector<std::vector<float>> score_buf_;    // per thread: (group, n_ctx) attention scores
   std::vector<std::vector<const float*>> vrow_buf_;  // per thread: (n_ctx) K or V rows of one KV head (F32 cache)
   std::vector<std::vector<const uint16_t*>> hrow_buf_;  // per thread: the same for an F16 cache
+  std::vector<std::vector<float>> part_buf_;  // per thread: (parts, group, head_dim + 2) one row's key parts
+  std::vector<float> split_buf_;  // (rows < pool size, parts, group, head_dim + 2) parts split among threads
   std::vector<std::vector<float>> kv_row_buf_;        // per thread: (head_dim) one widened row (reference path)
   std::vector<KvCache*> tok_kv_;  // (T) the sequence of each token of the batch
   std::vector<int> tok_pos_;      // (T) its position in that sequence
