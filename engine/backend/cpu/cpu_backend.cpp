@@ -421,6 +421,19 @@ class CpuBackend final : public Backend {
     return static_cast<int>(std::max<int64_t>(4, kL1TileBytes / tok_bytes / 4 * 4));
   }
 
+  // The rows a decode batch (of at most kPrefetchMaxTokens tokens, so one
+  // tile) needs next, asked for ahead of time: with 4 to 32 tokens per row
+  // the kernels dwell on each row long enough that the hardware prefetcher
+  // lets the weight stream stall (perf put 20% of the output matrix's time
+  // at batch 16 on one weight load); Gemma 3 270M batch 16 decode +12%
+  // (median of 4 alternating runs). Prefill (rows reused by every tile)
+  // was 6% slower with it.
+  static constexpr int kPrefetchRows = 8;
+  static constexpr int kPrefetchMaxTokens = 32;
+  static void prefetch_rows(const uint8_t* p, size_t n, const uint8_t* end) {
+    for (size_t i = 0; i < n && p + i < end; i += 64) __builtin_prefetch(p + i, 0, 0);
+  }
+
   void matmul_repacked(const WeightView& W, const Repacked& rp, const float* in, float* out, int T, bool precise) {
     const int64_t n_in = W.n_in, n_out = W.n_out, nb = n_in / 32;
     const int64_t gs = std::max<int64_t>(cpu::act_groups(nb), 1);
@@ -448,6 +461,8 @@ class CpuBackend final : public Backend {
         if (R > 1 && dot_rows4 && (t1 - t0) >= 4)
           for (; r + R <= r1; r += R) {
             const uint8_t* row = rp.data.data() + r * row_bytes;
+            if (T <= kPrefetchMaxTokens)
+              prefetch_rows(row + kPrefetchRows * row_bytes, R * row_bytes, rp.data.data() + r1 * row_bytes);
             float vr[4 * kMaxRows], lor[4 * kMaxRows];
             int t = t0;
             for (; t + 4 <= t1; t += 4) {
