@@ -383,8 +383,16 @@ class CpuBackend final : public Backend {
       if (!rp.f.repack) return;
       const size_t rb = rp.f.row_bytes;
       rp.data.resize(rb * static_cast<size_t>(W.n_out));
-      for (int64_t r = 0; r < W.n_out; r++) rp.f.repack(W.row(r), rp.data.data() + r * rb, W.n_in);
-      release_pages(W.data, W.row_bytes * static_cast<size_t>(W.n_out));
+      // The file's pages are released slab by slab as they are rewritten,
+      // so that a large matrix is not resident twice: Gemma 3 270M's tied
+      // output matrix (178 MB) took peak RSS from ~320 to ~490 MiB. Each
+      // release starts at the matrix's start, so no page at a slab's edge is kept.
+      constexpr int64_t kSlabRows = 4096;
+      for (int64_t r0 = 0; r0 < W.n_out; r0 += kSlabRows) {
+        const int64_t r1 = std::min(W.n_out, r0 + kSlabRows);
+        for (int64_t r = r0; r < r1; r++) rp.f.repack(W.row(r), rp.data.data() + r * rb, W.n_in);
+        release_pages(W.data, W.row_bytes * static_cast<size_t>(r1));
+      }
       repacked_.emplace(W.data, std::move(rp));
     };
     for (const LayerWeights& L : w_.layers)
