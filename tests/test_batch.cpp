@@ -408,19 +408,27 @@ class TestBatch : public QObject {
     const int V = m->config().n_vocab;
     auto be = backend(m, Kind(kind));
     auto h = KvCache::create(m->config(), 64, KvType::f16);
+    auto b = KvCache::create(m->config(), 64, KvType::bf16);
     auto f = KvCache::create(m->config(), 64, KvType::f32);
-    QVERIFY(h.is_ok() && f.is_ok());
+    QVERIFY(h.is_ok() && b.is_ok() && f.is_ok());
     QCOMPARE((*f)->bytes(), 2 * (*h)->bytes());
+    QCOMPARE((*b)->bytes(), (*h)->bytes());
     QCOMPARE(KvCache::bytes_for(m->config(), 64, KvType::f16), (*h)->bytes());
     const auto prompt = prompt_of(29, 5, V);
-    std::vector<float> lh(V), lf(V);
+    std::vector<float> lh(V), lb(V), lf(V);
     QVERIFY(be->forward(prompt.data(), 29, **h, lh.data(), LogitsMode::last));
+    QVERIFY(be->forward(prompt.data(), 29, **b, lb.data(), LogitsMode::last));
     QVERIFY(be->forward(prompt.data(), 29, **f, lf.data(), LogitsMode::last));
     for (int step = 0; step < 8; step++) {
-      const double e = nmse(lf, lh);
-      QVERIFY2(e < 1e-3, qPrintable(QString("step %1: NMSE %2").arg(step).arg(e)));
+      // BF16 keeps 8 bits of precision to F16's 11: about 64 times the
+      // squared error.
+      const double e = nmse(lf, lh), eb = nmse(lf, lb);
+      QVERIFY2(e < 1e-3, qPrintable(QString("step %1: F16 NMSE %2").arg(step).arg(e)));
+      QVERIFY2(eb < 2e-2, qPrintable(QString("step %1: BF16 NMSE %2").arg(step).arg(eb)));
+      QVERIFY2(std::memcmp(lb.data(), lh.data(), V * sizeof(float)) != 0, "BF16 gave F16's logits: not stored as BF16");
       int32_t next = argmax(lf.data(), V);
       QVERIFY(be->forward(&next, 1, **h, lh.data(), LogitsMode::last));
+      QVERIFY(be->forward(&next, 1, **b, lb.data(), LogitsMode::last));
       QVERIFY(be->forward(&next, 1, **f, lf.data(), LogitsMode::last));
     }
   }
@@ -435,7 +443,7 @@ class TestBatch : public QObject {
     QTest::addColumn<QString>("model");
     QTest::addColumn<int>("kv_type");
     for (const char* m : {"llama", "qwen2", "gemma3"})
-      for (KvType t : {KvType::f16, KvType::f32})
+      for (KvType t : {KvType::f16, KvType::bf16, KvType::f32})
         QTest::newRow(qPrintable(QString("%1/%2").arg(m).arg(kv_type_name(t)))) << m << int(t);
   }
   void long_rows_attend_in_parts_the_same_everywhere() {

@@ -393,6 +393,25 @@ class TestCli : public QObject {
     QCOMPARE(o["decode_bandwidth_fraction"].toDouble(), 0.0);
   }
 
+  // --cache-type: F16 (default) and BF16 take half the memory of F32; an
+  // unknown type is refused.
+  void cache_types_are_chosen_and_reported() {
+    QMap<QString, double> mib;
+    for (const char* t : {"f16", "bf16", "f32"}) {
+      const Run b = cli({"bench", "-m", stories(), "-p", "8", "-n", "4", "-r", "1", "--no-peaks", "--json", "--cache-type", t});
+      QCOMPARE(b.code, 0);
+      const QJsonObject o = QJsonDocument::fromJson(b.out.toUtf8()).array().first().toObject();
+      QCOMPARE(o["kv_type"].toString(), QString(t));
+      mib[t] = o["kv_cache_mib"].toDouble();
+    }
+    QVERIFY(mib["f16"] > 0);
+    QCOMPARE(mib["bf16"], mib["f16"]);
+    QCOMPARE(mib["f32"], 2 * mib["f16"]);
+    const Run g = cli({"generate", "-m", stories(), "-p", "Once upon a time", "-n", "8", "--temp", "0", "--cache-type", "bf16"});
+    QCOMPARE(g.code, 0);
+    expect_bad_input(cli({"bench", "-m", stories(), "--cache-type", "q4"}));
+  }
+
   // bench -d: every test again after D tokens already in the cache, named
   // as llama-bench names them; the K/V a decoded token reads grows with D.
   void bench_depth_runs_each_test_after_a_filled_cache() {

@@ -364,13 +364,28 @@ class TestCpuKernels : public QObject {
     }
   }
 
-  // An F16 KV cache: the half-row kernels against the definition on the
-  // rows as stored (rounded to half), the weighted sums of every SIMD set
-  // bitwise equal (the same FMAs per lane), and the rounding itself bitwise
-  // equal to the portable round-to-nearest-even. (The scores are sums over
-  // the head's dimension, which AVX-512 takes 16 lanes at a time and AVX2 8:
-  // close, not bitwise equal, as for an F32 cache.)
+  // An F16 or BF16 KV cache: the 16-bit-row kernels against the definition
+  // on the rows as stored (rounded to half or bfloat16), the weighted sums
+  // of every SIMD set bitwise equal (the same FMAs per lane), and the
+  // rounding itself bitwise equal to the portable round-to-nearest-even.
+  // (The scores are sums over the head's dimension, which AVX-512 takes 16
+  // lanes at a time and AVX2 8: close, not bitwise equal, as for an F32
+  // cache.)
+  void half_cache_kernels_match_the_definition_data() {
+    QTest::addColumn<bool>("bf16");
+    QTest::newRow("F16") << false;
+    QTest::newRow("BF16") << true;
+  }
   void half_cache_kernels_match_the_definition() {
+    QFETCH(bool, bf16);
+    using ScoresFn16 = decltype(Kernels::scores_f16);
+    using SumFn16 = decltype(Kernels::weighted_sum_f16);
+    using RoundFn = decltype(Kernels::to_f16);
+    auto scores_of = [&](const Kernels* k) -> ScoresFn16 { return bf16 ? k->scores_bf16 : k->scores_f16; };
+    auto sum_of = [&](const Kernels* k) -> SumFn16 { return bf16 ? k->weighted_sum_bf16 : k->weighted_sum_f16; };
+    auto round_of = [&](const Kernels* k) -> RoundFn { return bf16 ? k->to_bf16 : k->to_f16; };
+    auto round1 = [&](float x) { return bf16 ? fp32_to_bf16(x) : fp32_to_fp16(x); };
+    auto widen1 = [&](uint16_t h) { return bf16 ? bf16_to_fp32(h) : fp16_to_fp32(h); };
     for (auto [G, HD, n] : {std::tuple{4, 256, 7}, std::tuple{7, 64, 10}, std::tuple{2, 36, 5}, std::tuple{1, 8, 1}}) {
       const auto q = randn(G * HD, 31);
       const auto p = randn(G * n, 21);
@@ -379,10 +394,10 @@ class TestCpuKernels : public QObject {
       std::vector<const uint16_t*> r(n);
       for (int j = 0; j < n; j++) {
         const auto f = randn(HD, 300 + j, 3.f);
-        portable_kernels().to_f16(f.data(), rows[j].data(), HD);
+        round_of(&portable_kernels())(f.data(), rows[j].data(), HD);
         for (int i = 0; i < HD; i++) {
-          QCOMPARE(rows[j][i], fp32_to_fp16(f[i]));
-          widened[j][i] = fp16_to_fp32(rows[j][i]);
+          QCOMPARE(rows[j][i], round1(f[i]));
+          widened[j][i] = widen1(rows[j][i]);
         }
         r[j] = rows[j].data();
       }
@@ -390,14 +405,14 @@ class TestCpuKernels : public QObject {
       sets.insert(sets.begin(), &portable_kernels());
       std::vector<float> first_o;
       for (const Kernels* k : sets) {
-        QVERIFY(k->scores_f16 && k->weighted_sum_f16 && k->to_f16);
+        QVERIFY(scores_of(k) && sum_of(k) && round_of(k));
         std::vector<uint16_t> h(HD);
         const auto f = randn(HD, 300, 3.f);
-        k->to_f16(f.data(), h.data(), HD);
+        round_of(k)(f.data(), h.data(), HD);
         QVERIFY2(h == rows[0], k->isa);
         std::vector<float> s(G * n), out(G * HD, 1.f);
-        k->scores_f16(s.data(), n, G, q.data(), r.data(), n, HD, 0.125f);
-        k->weighted_sum_f16(out.data(), HD, G, p.data(), n, r.data(), n, HD);
+        scores_of(k)(s.data(), n, G, q.data(), r.data(), n, HD, 0.125f);
+        sum_of(k)(out.data(), HD, G, p.data(), n, r.data(), n, HD);
         for (int g = 0; g < G; g++) {
           for (int j = 0; j < n; j++) {
             double want = 0;

@@ -240,7 +240,7 @@ class TestGuiEngine : public QObject {
   }
 
   // The KV cache storage setting reaches the engine: F32 takes twice the
-  // bytes of F16 (the default) at the same context; an unknown stored value
+  // bytes of F16 (the default) and BF16 as many; an unknown stored value
   // loads with the default.
   void kv_storage_setting_reaches_the_session() {
     auto loadWith = [&](const QString& kvType) -> ModelInfo {
@@ -255,12 +255,14 @@ class TestGuiEngine : public QObject {
       return loaded.first().first().value<ModelInfo>();
     };
     const ModelInfo h = loadWith(QStringLiteral("f16")), f = loadWith(QStringLiteral("f32")),
-                    odd = loadWith(QStringLiteral("q9"));
+                    b = loadWith(QStringLiteral("bf16")), odd = loadWith(QStringLiteral("q9"));
     QCOMPARE(h.kvType, QStringLiteral("f16"));
     QCOMPARE(f.kvType, QStringLiteral("f32"));
+    QCOMPARE(b.kvType, QStringLiteral("bf16"));
     QCOMPARE(odd.kvType, QStringLiteral("f16"));
     QVERIFY(h.kvBytes > 0);
     QCOMPARE(f.kvBytes, 2 * h.kvBytes);
+    QCOMPARE(b.kvBytes, h.kvBytes);
   }
 };
 

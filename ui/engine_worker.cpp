@@ -274,7 +274,7 @@ void EngineWorker::startServerImpl(int port) {
   SchedulerOptions so;
   so.n_ctx = m_session->n_ctx();
   so.max_seqs = kServeMaxSeqs;
-  so.kv_type = KvType::f16;
+  so.kv_type = m_session->kv().type();  // the storage the settings chose for the local chat
   auto scheduler = Scheduler::create(m_model, std::move(backend->backend), so);
   if (!scheduler) {
     emit serverFailed(QString::fromStdString(scheduler.status().message()));

@@ -69,6 +69,7 @@ SettingsDialog::SettingsDialog(const AppSettings& current, const EngineConfig& l
   m_kvType = new QComboBox;
   m_kvType->setObjectName(QStringLiteral("kvTypeCombo"));
   m_kvType->addItem(tr("F16 (half the memory, as llama.cpp)"), QStringLiteral("f16"));
+  m_kvType->addItem(tr("BF16 (the same memory, F32's range)"), QStringLiteral("bf16"));
   m_kvType->addItem(tr("F32"), QStringLiteral("f32"));
   m_kvType->setCurrentIndex(std::max(0, m_kvType->findData(current.engine.kvType)));
   m_kvType->setToolTip(tr("How the KV cache stores keys and values: F16 rounds them to half precision and holds "

@@ -9,11 +9,18 @@ namespace phaselab {
 
 // ---- KvPool -------------------------------------------------------------------
 
-const char* kv_type_name(KvType t) { return t == KvType::f32 ? "f32" : "f16"; }
+const char* kv_type_name(KvType t) {
+  switch (t) {
+    case KvType::f32: return "f32";
+    case KvType::bf16: return "bf16";
+    default: return "f16";
+  }
+}
 
 std::optional<KvType> kv_type_from_name(std::string_view name) {
   if (name == "f32") return KvType::f32;
   if (name == "f16") return KvType::f16;
+  if (name == "bf16") return KvType::bf16;
   return std::nullopt;
 }
 

@@ -246,16 +246,25 @@ class CpuBackend final : public Backend {
   }
 
  private:
-  // One K or V row into the cache, in its type (half: rounded to nearest even).
+  // One K or V row into the cache, in its type (half, bfloat16: rounded to
+  // nearest even).
   void store_kv(const KvCache& kv, void* dst, const float* src, int n) const {
+    uint16_t* h = static_cast<uint16_t*>(dst);
     if (kv.type() == KvType::f32) {
       std::memcpy(dst, src, sizeof(float) * n);
+    } else if (kv.type() == KvType::bf16) {
+      if (k_fast_) k_fast_->to_bf16(src, h, n);
+      else for (int i = 0; i < n; i++) h[i] = fp32_to_bf16(src[i]);
     } else if (k_fast_) {
-      k_fast_->to_f16(src, static_cast<uint16_t*>(dst), n);
+      k_fast_->to_f16(src, h, n);
     } else {
-      uint16_t* h = static_cast<uint16_t*>(dst);
       for (int i = 0; i < n; i++) h[i] = fp32_to_fp16(src[i]);
     }
+  }
+  // The fast kernels for a cache of 16-bit rows (F16 or BF16).
+  cpu::ScoresF16Fn scores16(KvType t) const { return t == KvType::bf16 ? k_fast_->scores_bf16 : k_fast_->scores_f16; }
+  cpu::WeightedSumF16Fn weighted_sum16(KvType t) const {
+    return t == KvType::bf16 ? k_fast_->weighted_sum_bf16 : k_fast_->weighted_sum_f16;
   }
 
   // Splits rows [0, n) into chunks claimed by the pool's threads:
@@ -575,11 +584,11 @@ class CpuBackend final : public Backend {
     const KvCache& kv = *tok_kv_[t];
     float* scores = score_buf_[thread].data();  // (group, n_ctx)
     const float* q = &q_[t * NQ + h0 * HD];
-    const bool half = kv.type() == KvType::f16;
+    const bool half = kv.type() != KvType::f32;  // 16-bit rows
     if (half) {
       const uint16_t** krows = hrow_buf_[thread].data();
       for (int j = a; j <= b; j++) krows[j - a] = static_cast<const uint16_t*>(kv.k(il, j)) + kvh * HD;
-      k_fast_->scores_f16(scores + a, n_ctx, group, q, krows, n, HD, c_.attn_scale);
+      scores16(kv.type())(scores + a, n_ctx, group, q, krows, n, HD, c_.attn_scale);
     } else {
       const float** krows = vrow_buf_[thread].data();
       for (int j = a; j <= b; j++) krows[j - a] = static_cast<const float*>(kv.k(il, j)) + kvh * HD;
@@ -597,7 +606,7 @@ class CpuBackend final : public Backend {
     if (half) {
       const uint16_t** vrows = hrow_buf_[thread].data();
       for (int j = a; j <= b; j++) vrows[j - a] = static_cast<const uint16_t*>(kv.v(il, j)) + kvh * HD;
-      k_fast_->weighted_sum_f16(out, HD, group, scores + a, n_ctx, vrows, n, HD);
+      weighted_sum16(kv.type())(out, HD, group, scores + a, n_ctx, vrows, n, HD);
     } else {
       const float** vrows = vrow_buf_[thread].data();
       for (int j = a; j <= b; j++) vrows[j - a] = static_cast<const float*>(kv.v(il, j)) + kvh * HD;
@@ -636,19 +645,20 @@ class CpuBackend final : public Backend {
     const int h0 = kvh * group;
     // Keys in [j0, pos]: a local layer sees only the last sliding_window.
     const int j0 = window > 0 ? std::max(0, pos - window + 1) : 0;
-    const bool half = kv.type() == KvType::f16;
+    const bool half = kv.type() != KvType::f32;  // 16-bit rows (F16 or BF16)
+    const bool bf16 = kv.type() == KvType::bf16;
     float* row = kv_row_buf_[thread].data();  // (head_dim) one K or V row widened (reference path)
-    // Head kvh of a K/V row of the cache, as floats (the reference path widens half rows).
+    // Head kvh of a K/V row of the cache, as floats (the reference path widens 16-bit rows).
     auto row_f32 = [&](const void* r) -> const float* {
       if (!half) return static_cast<const float*>(r) + kvh * HD;
       const uint16_t* h = static_cast<const uint16_t*>(r) + kvh * HD;
-      for (int i = 0; i < HD; i++) row[i] = fp16_to_fp32(h[i]);
+      for (int i = 0; i < HD; i++) row[i] = bf16 ? bf16_to_fp32(h[i]) : fp16_to_fp32(h[i]);
       return row;
     };
     if (k_fast_ && half) {
       const uint16_t** krows = hrow_buf_[thread].data();  // the key rows by pointer (the cache is paged)
       for (int j = j0; j <= pos; j++) krows[j - j0] = static_cast<const uint16_t*>(kv.k(il, j)) + kvh * HD;
-      k_fast_->scores_f16(scores + j0, n_ctx, group, &q_[t * NQ + h0 * HD], krows, pos + 1 - j0, HD, c_.attn_scale);
+      scores16(kv.type())(scores + j0, n_ctx, group, &q_[t * NQ + h0 * HD], krows, pos + 1 - j0, HD, c_.attn_scale);
     } else if (k_fast_) {
       const float** krows = vrow_buf_[thread].data();
       for (int j = j0; j <= pos; j++) krows[j - j0] = static_cast<const float*>(kv.k(il, j)) + kvh * HD;
@@ -686,7 +696,7 @@ class CpuBackend final : public Backend {
       if (half) {
         const uint16_t** vrows = hrow_buf_[thread].data();
         for (int j = j0; j <= pos; j++) vrows[j - j0] = static_cast<const uint16_t*>(kv.v(il, j)) + kvh * HD;
-        k_fast_->weighted_sum_f16(&xb_[t * NQ + h0 * HD], HD, group, scores + j0, n_ctx, vrows, pos + 1 - j0, HD);
+        weighted_sum16(kv.type())(&xb_[t * NQ + h0 * HD], HD, group, scores + j0, n_ctx, vrows, pos + 1 - j0, HD);
       } else {
         const float** vrows = vrow_buf_[thread].data();
         for (int j = j0; j <= pos; j++) vrows[j - j0] = static_cast<const float*>(kv.v(il, j)) + kvh * HD;

@@ -47,7 +47,8 @@ using WeightedSumF16Fn = void (*)(float* out, int out_stride, int G, const float
                                   const uint16_t* const* v, int n, int HD);
 using ScoresF16Fn = void (*)(float* s, int s_stride, int G, const float* q, const uint16_t* const* k, int n, int HD,
                              float scale);
-// Rounds floats to IEEE half (to nearest even): K/V rows into an F16 cache.
+// Rounds floats to IEEE half (to nearest even): K/V rows into an F16 cache
+// (the BF16 cache's rounding has the same shape).
 using ToF16Fn = void (*)(const float* x, uint16_t* out, int64_t n);
 
 // ---- weights repacked at load for prefill -------------------------------
@@ -154,6 +155,9 @@ struct Kernels {
   WeightedSumF16Fn weighted_sum_f16 = nullptr;  // the same over an F16 cache
   ScoresF16Fn scores_f16 = nullptr;
   ToF16Fn to_f16 = nullptr;
+  WeightedSumF16Fn weighted_sum_bf16 = nullptr;  // the same over a BF16 cache (rows of bfloat16 bits)
+  ScoresF16Fn scores_bf16 = nullptr;
+  ToF16Fn to_bf16 = nullptr;  // rounds to bfloat16, to nearest even (fp32_to_bf16)
   DotR8Fn dot_grouped_x1[32] = {};  // repacked 32-value formats, by TensorType id
   DotR8Fn dot_grouped_x4[32] = {};
   DotR8Fn dot_q4_k_r8_x1 = nullptr;  // repacked Q4_K (null: not repacked)

@@ -236,6 +236,28 @@ void to_f16(const float* x, uint16_t* out, int64_t n) {
   for (int64_t i = 0; i < n; i++) out[i] = fp32_to_fp16(x[i]);
 }
 
+void weighted_sum_bf16(float* out, int out_stride, int G, const float* p, int p_stride, const uint16_t* const* v, int n,
+                       int HD) {
+  for (int g = 0; g < G; g++)
+    for (int k = 0; k < n; k++) {
+      const float a = p[g * p_stride + k];
+      for (int i = 0; i < HD; i++) out[g * out_stride + i] += a * bf16_to_fp32(v[k][i]);
+    }
+}
+
+void scores_bf16(float* s, int s_stride, int G, const float* q, const uint16_t* const* k, int n, int HD, float scale) {
+  for (int g = 0; g < G; g++)
+    for (int j = 0; j < n; j++) {
+      float acc = 0;
+      for (int i = 0; i < HD; i++) acc += q[g * HD + i] * bf16_to_fp32(k[j][i]);
+      s[g * s_stride + j] = acc * scale;
+    }
+}
+
+void to_bf16(const float* x, uint16_t* out, int64_t n) {
+  for (int64_t i = 0; i < n; i++) out[i] = fp32_to_bf16(x[i]);
+}
+
 Kernels make_portable() {
   Kernels k;
   k.isa = "portable";
@@ -261,6 +283,9 @@ Kernels make_portable() {
   k.weighted_sum_f16 = weighted_sum_f16;
   k.scores_f16 = scores_f16;
   k.to_f16 = to_f16;
+  k.weighted_sum_bf16 = weighted_sum_bf16;
+  k.scores_bf16 = scores_bf16;
+  k.to_bf16 = to_bf16;
   return k;
 }
 

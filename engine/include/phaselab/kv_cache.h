@@ -25,9 +25,11 @@
 namespace phaselab {
 
 // How K and V are stored. F16 by default (as llama.cpp's cache): half the
-// memory of F32, and a pool of a given size holds twice the positions.
-enum class KvType { f32, f16 };
-const char* kv_type_name(KvType t);                        // "f32", "f16"
+// memory of F32, and a pool of a given size holds twice the positions. BF16
+// takes the same memory with F32's range and 8 bits of precision (as
+// llama.cpp's -ctk bf16).
+enum class KvType { f32, f16, bf16 };
+const char* kv_type_name(KvType t);                        // "f32", "f16", "bf16"
 std::optional<KvType> kv_type_from_name(std::string_view name);
 inline size_t kv_type_bytes(KvType t) { return t == KvType::f32 ? 4 : 2; }
 
