@@ -1,5 +1,6 @@
 #include "cli_util.h"
 
+#include "phaselab/memory.h"
 #include "phaselab/thread_pool.h"
 
 #include <cerrno>
@@ -7,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sstream>
 
@@ -137,6 +139,13 @@ Result<std::string> read_text_file(const std::string& path) {
 void warn_if_oversubscribed(int threads) {
   if (const std::string w = thread_count_warning(threads); !w.empty())
     std::fprintf(stderr, "phaselab-cli: warning: %s\n", w.c_str());
+}
+
+double peak_rss_mib() {
+  if (const uint64_t hwm = peak_resident_memory_bytes()) return hwm / 1048576.0;
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_maxrss / 1024.0;  // Linux reports KiB
 }
 
 }  // namespace phaselab::cli

@@ -51,6 +51,11 @@ Result<std::string> read_text_file(const std::string& path);
 // "a,,b," -> {"a", "b"}: the items of a comma-separated option, empty ones dropped.
 std::vector<std::string> split_commas(const std::string& s);
 
+// The process's peak resident set in MiB since the last
+// reset_peak_resident_memory() (bench resets it after the machine peaks'
+// 512 MiB probe), or since it started where the reset is refused.
+double peak_rss_mib();
+
 // One line on stderr when more threads are asked for than the machine has.
 void warn_if_oversubscribed(int threads);
 

@@ -5,8 +5,6 @@
 // over the repeats. On the CPU the machine's peaks are measured first
 // (phaselab/machine.h) so decode reads as a fraction of the read bandwidth
 // and prefill as a fraction of the compute peak.
-#include <sys/resource.h>
-
 #include <charconv>
 #include <chrono>
 #include <cmath>
@@ -19,6 +17,7 @@
 #include "engine_setup.h"
 #include "phaselab/chat_template.h"
 #include "phaselab/machine.h"
+#include "phaselab/memory.h"
 #include "phaselab/session.h"
 
 namespace phaselab::cli {
@@ -31,12 +30,6 @@ struct BenchResult {
   double mean = 0, sd = 0;
   std::vector<double> samples;
 };
-
-double peak_rss_mib() {
-  struct rusage ru {};
-  getrusage(RUSAGE_SELF, &ru);
-  return ru.ru_maxrss / 1024.0;  // Linux reports KiB
-}
 
 // "0,2000,8000": depths from 0 to 1 << 20, each once, in the order given.
 Result<std::vector<int>> parse_depths(const std::string& text) {
@@ -132,6 +125,8 @@ int cmd_bench(int argc, char** argv) {
   if (cpu && !args->has("--no-peaks")) {
     peaks = measure_machine_peaks();
     if (!peaks.note.empty()) std::fprintf(stderr, "phaselab-cli: machine peaks: %s\n", peaks.note.c_str());
+    // The probe's buffer is freed: the peak RSS reported is the model's.
+    reset_peak_resident_memory();
   }
   // The fast CPU backends multiply 8-bit activations by the quantized weights
   // in integers: their compute limit is the integer peak.

@@ -1,7 +1,6 @@
 // phaselab-cli bench --batch 1,2,4,...: aggregate throughput against batch
 // size (phaselab/batch_bench.h), with the roofline's ridge: the batch where
 // decode stops being bandwidth-bound on this machine.
-#include <sys/resource.h>
 
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -12,6 +11,7 @@
 #include "engine_setup.h"
 #include "phaselab/batch_bench.h"
 #include "phaselab/machine.h"
+#include "phaselab/memory.h"
 
 namespace phaselab::cli {
 
@@ -43,6 +43,7 @@ int bench_batch_sweep(const Args& args) {
   if (cpu && !args.has("--no-peaks")) {
     peaks = measure_machine_peaks();
     if (!peaks.note.empty()) std::fprintf(stderr, "phaselab-cli: machine peaks: %s\n", peaks.note.c_str());
+    reset_peak_resident_memory();  // the probe's buffer is freed: the peak RSS reported is the model's
   }
   const Model& m = *opened->model;
   const DecodeRoofline roof = decode_roofline(m, name, peaks.read_bandwidth, peaks.int8_ops, peaks.fp32_flops);
@@ -67,9 +68,7 @@ int bench_batch_sweep(const Args& args) {
     points.push_back(sum);
     std::fprintf(stderr, "phaselab-cli: batch %d: decode %.1f tok/s\n", b, sum.tg_tps);
   }
-  struct rusage ru {};
-  getrusage(RUSAGE_SELF, &ru);
-  const double rss = ru.ru_maxrss / 1024.0;
+  const double rss = peak_rss_mib();
   const double base_tg = points.front().batch == 1 ? points.front().tg_tps : 0;
   if (args.has("--json")) {
     nlohmann::json arr = nlohmann::json::array();

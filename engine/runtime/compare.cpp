@@ -13,6 +13,7 @@
 #include "phaselab/chat_template.h"
 #include "phaselab/log.h"
 #include "phaselab/machine.h"
+#include "phaselab/memory.h"
 #include "phaselab/model.h"
 #include "phaselab/perplexity.h"
 #include "phaselab/session.h"
@@ -28,22 +29,7 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// The kernel's peak resident set (VmHWM) of this process, in MiB.
-double vm_hwm_mib() {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("VmHWM:", 0) == 0) return std::strtod(line.c_str() + 6, nullptr) / 1024.0;  // kB
-  return 0;
-}
-
-// Resets VmHWM to the current resident set ("5" > clear_refs, Linux 4.0+).
-bool reset_vm_hwm() {
-  FILE* f = std::fopen("/proc/self/clear_refs", "w");
-  if (!f) return false;
-  const bool ok = std::fputs("5", f) >= 0;
-  return std::fclose(f) == 0 && ok;
-}
+double vm_hwm_mib() { return peak_resident_memory_bytes() / 1048576.0; }
 
 bool known_backend(const std::string& b) {
   const auto& kinds = backend_kinds();
@@ -142,7 +128,7 @@ Result<std::vector<CompareRow>> run_compare(const std::vector<CompareVariant>& v
     row.kv_cache = v.kv_cache;
     row.speculative = v.speculative;
     row.reference = vi == 0;
-    row.rss_per_variant = reset_vm_hwm();
+    row.rss_per_variant = reset_peak_resident_memory();
     std::string file = v.file;
     const std::string label = v.name.empty()
                                   ? (v.quantize_to ? std::string(file_type_name(*v.quantize_to)) : fs::path(v.file).filename().string())

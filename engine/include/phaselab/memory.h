@@ -18,6 +18,14 @@ uint64_t available_memory_bytes();
 // The process's resident set size now (from /proc/self/statm), 0 if unknown.
 uint64_t resident_memory_bytes();
 
+// The kernel's peak resident set (VmHWM of /proc/self/status) in bytes, 0 if
+// unknown; reset_peak_resident_memory() sets it to the current resident set
+// ("5" > /proc/self/clear_refs, Linux 4.0+; false where that is refused), so
+// that a measurement's peak leaves out what came before it (bench's 512 MiB
+// bandwidth probe, an earlier model).
+uint64_t peak_resident_memory_bytes();
+bool reset_peak_resident_memory();
+
 // What an allocation of `need` bytes is made of, for the message.
 struct MemoryNeed {
   uint64_t weights = 0;  // model weights that will be resident
