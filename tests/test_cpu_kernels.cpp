@@ -252,6 +252,22 @@ class TestCpuKernels : public QObject {
     }
   }
 
+  // A tied Q8_0 embedding is looked up in the output matrix's repacked copy:
+  // bitwise the floats of the file's row, for rows of full groups, a half
+  // group and blocks left in the file's layout.
+  void repacked_q8_0_rows_dequantize_as_the_file() {
+    for (int n : {640, 736, 2048, 96, 128, 32}) {
+      const auto wf = randn(n, 11 + n);
+      std::vector<uint8_t> w(row_size(TensorType::Q8_0, n)), packed(grouped_row_bytes(TensorType::Q8_0, n));
+      QVERIFY(quantize_row(TensorType::Q8_0, wf.data(), w.data(), n));
+      repack_q8_0_u8_row(w.data(), packed.data(), n);
+      std::vector<float> want(n), got(n, -1.f);
+      QVERIFY(dequantize_row(TensorType::Q8_0, w.data(), want.data(), n));
+      dequantize_q8_0_u8_row(packed.data(), got.data(), n);
+      QVERIFY2(std::memcmp(want.data(), got.data(), n * sizeof(float)) == 0, qPrintable(QString("n = %1").arg(n)));
+    }
+  }
+
   void float_weight_dots_match_data() {
     QTest::addColumn<int>("type");
     for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16})

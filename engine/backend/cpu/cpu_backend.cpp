@@ -138,7 +138,11 @@ class CpuBackend final : public Backend {
     rope_ready_ = 0;
     // x: (T, n_embd) the residual stream
     for (int t = 0; t < T; t++) {
-      PHASELAB_TRY(dequantize_row(w_.tok_embd.type, w_.tok_embd.row(tok_id_[t]), &x_[static_cast<size_t>(t) * D], D));
+      if (embd_repacked_)
+        cpu::dequantize_q8_0_u8_row(embd_repacked_ + static_cast<size_t>(tok_id_[t]) * embd_row_bytes_,
+                                    &x_[static_cast<size_t>(t) * D], D);
+      else
+        PHASELAB_TRY(dequantize_row(w_.tok_embd.type, w_.tok_embd.row(tok_id_[t]), &x_[static_cast<size_t>(t) * D], D));
       if (c_.embd_scale != 1.f)
         for (int i = 0; i < D; i++) x_[static_cast<size_t>(t) * D + i] *= c_.embd_scale;
     }
@@ -409,9 +413,15 @@ class CpuBackend final : public Backend {
     // The output matrix too: with a large vocabulary it is the largest
     // product of a decode pass over many sequences. Tied to the token
     // embedding, its original rows are still read for the embedding lookup;
-    // the model file is mapped read-only and shared, so the released pages
-    // come back from the file on demand.
+    // the lookup then reads the repacked rows (a tied Q8_0 matrix: Gemma 3),
+    // so that the file's copy, released, is never read again (from the
+    // file's pages, 8000 random tokens had brought 160 MiB of it back).
     repack(w_.output);
+    if (auto rp = repacked_.find(w_.output.data);
+        rp != repacked_.end() && w_.output.data == w_.tok_embd.data && w_.tok_embd.type == TensorType::Q8_0) {
+      embd_repacked_ = rp->second.data.data();
+      embd_row_bytes_ = rp->second.f.row_bytes;
+    }
   }
 
   static void release_pages(const uint8_t* p, size_t n) {
@@ -734,6 +744,8 @@ class CpuBackend final : public Backend {
   std::vector<std::vector<const float*>> vrow_buf_;  // per thread: (n_ctx) K or V rows of one KV head (F32 cache)
   std::vector<std::vector<const uint16_t*>> hrow_buf_;  // per thread: the same for an F16 cache
   std::vector<std::vector<float>> part_buf_;  // per thread: (parts, group, head_dim + 2) one row's key parts
+  const uint8_t* embd_repacked_ = nullptr;  // a tied Q8_0 embedding's repacked rows (null: read the file's)
+  size_t embd_row_bytes_ = 0;
   std::vector<float> split_buf_;  // (rows < pool size, parts, group, head_dim + 2) parts split among threads
   std::vector<std::vector<float>> kv_row_buf_;        // per thread: (head_dim) one widened row (reference path)
   std::vector<KvCache*> tok_kv_;  // (T) the sequence of each token of the batch

@@ -69,6 +69,10 @@ void repack_q5_0_u8_row(const uint8_t* src, uint8_t* dst, int64_t n);
 // Q8_0: [8 fp16 scales | 8 x 32 bytes of q + 128] = 272 bytes, as the file.
 constexpr int kGroupBytesQ8_0U8 = 272;
 void repack_q8_0_u8_row(const uint8_t* src, uint8_t* dst, int64_t n);
+// A repacked Q8_0 row back to n floats, bitwise what dequantize_row gives
+// for the file's row: a tied token embedding is looked up in the output
+// matrix's repacked copy, so that the file's copy is not read again.
+void dequantize_q8_0_u8_row(const uint8_t* src, float* out, int64_t n);
 // Q4_0: [8 fp16 scales | 4 x 32 bytes of nibbles, vector k holding values
 // 4k..4k+3 (low nibbles) and 16+4k..16+4k+3 (high) of block i at bytes
 // 4i..4i+3] = 144 bytes, as the file.

@@ -214,44 +214,30 @@ void scores(float* s, int s_stride, int G, const float* q, const float* const* k
     for (int j = 0; j < n; j++) s[g * s_stride + j] = dot(q + g * HD, k[j], HD) * scale;
 }
 
-void weighted_sum_f16(float* out, int out_stride, int G, const float* p, int p_stride, const uint16_t* const* v, int n,
-                      int HD) {
+// The attention kernels over 16-bit K/V rows, widened by Widen (IEEE half
+// or bfloat16).
+template <float (*Widen)(uint16_t)>
+void weighted_sum16(float* out, int out_stride, int G, const float* p, int p_stride, const uint16_t* const* v, int n,
+                    int HD) {
   for (int g = 0; g < G; g++)
     for (int k = 0; k < n; k++) {
       const float a = p[g * p_stride + k];
-      for (int i = 0; i < HD; i++) out[g * out_stride + i] += a * fp16_to_fp32(v[k][i]);
+      for (int i = 0; i < HD; i++) out[g * out_stride + i] += a * Widen(v[k][i]);
     }
 }
 
-void scores_f16(float* s, int s_stride, int G, const float* q, const uint16_t* const* k, int n, int HD, float scale) {
+template <float (*Widen)(uint16_t)>
+void scores16(float* s, int s_stride, int G, const float* q, const uint16_t* const* k, int n, int HD, float scale) {
   for (int g = 0; g < G; g++)
     for (int j = 0; j < n; j++) {
       float acc = 0;
-      for (int i = 0; i < HD; i++) acc += q[g * HD + i] * fp16_to_fp32(k[j][i]);
+      for (int i = 0; i < HD; i++) acc += q[g * HD + i] * Widen(k[j][i]);
       s[g * s_stride + j] = acc * scale;
     }
 }
 
 void to_f16(const float* x, uint16_t* out, int64_t n) {
   for (int64_t i = 0; i < n; i++) out[i] = fp32_to_fp16(x[i]);
-}
-
-void weighted_sum_bf16(float* out, int out_stride, int G, const float* p, int p_stride, const uint16_t* const* v, int n,
-                       int HD) {
-  for (int g = 0; g < G; g++)
-    for (int k = 0; k < n; k++) {
-      const float a = p[g * p_stride + k];
-      for (int i = 0; i < HD; i++) out[g * out_stride + i] += a * bf16_to_fp32(v[k][i]);
-    }
-}
-
-void scores_bf16(float* s, int s_stride, int G, const float* q, const uint16_t* const* k, int n, int HD, float scale) {
-  for (int g = 0; g < G; g++)
-    for (int j = 0; j < n; j++) {
-      float acc = 0;
-      for (int i = 0; i < HD; i++) acc += q[g * HD + i] * bf16_to_fp32(k[j][i]);
-      s[g * s_stride + j] = acc * scale;
-    }
 }
 
 void to_bf16(const float* x, uint16_t* out, int64_t n) {
@@ -280,11 +266,11 @@ Kernels make_portable() {
   k.exp_sum = exp_sum;
   k.weighted_sum = weighted_sum;
   k.scores = scores;
-  k.weighted_sum_f16 = weighted_sum_f16;
-  k.scores_f16 = scores_f16;
+  k.weighted_sum_f16 = weighted_sum16<fp16_to_fp32>;
+  k.scores_f16 = scores16<fp16_to_fp32>;
   k.to_f16 = to_f16;
-  k.weighted_sum_bf16 = weighted_sum_bf16;
-  k.scores_bf16 = scores_bf16;
+  k.weighted_sum_bf16 = weighted_sum16<bf16_to_fp32>;
+  k.scores_bf16 = scores16<bf16_to_fp32>;
   k.to_bf16 = to_bf16;
   return k;
 }
@@ -355,6 +341,35 @@ void repack_q8_0_u8_row(const uint8_t* src, uint8_t* dst, int64_t n) {
     }
   }
   write_row_tail(x, nb, dst, q8_0_value);
+}
+
+void dequantize_q8_0_u8_row(const uint8_t* src, float* out, int64_t n) {
+  const int64_t nb = n / 32, ng = nb / kGroupBlocks;
+  auto scale = [&](int i) {
+    uint16_t h;
+    std::memcpy(&h, src + 2 * i, 2);
+    return fp16_to_fp32(h);
+  };
+  auto value = [](uint8_t u) { return static_cast<float>(static_cast<int>(u) - 128); };
+  for (int64_t g = 0; g < ng; g++, src += kGroupBytesQ8_0U8, out += 32 * kGroupBlocks)
+    for (int i = 0; i < kGroupBlocks; i++) {
+      const float d = scale(i);
+      for (int v = 0; v < 8; v++)
+        for (int l = 0; l < 4; l++) out[32 * i + 4 * v + l] = value(src[16 + 32 * v + 4 * i + l]) * d;
+    }
+  int64_t b = ng * kGroupBlocks;
+  if (half_groups(nb)) {  // write_half_group's layout
+    for (int i = 0; i < 4; i++) {
+      const float d = scale(i);
+      for (int k = 0; k < 4; k++)
+        for (int h = 0; h < 2; h++)
+          for (int l = 0; l < 4; l++) out[32 * i + 8 * k + 4 * h + l] = value(src[8 + 32 * k + 16 * h + 4 * i + l]) * d;
+    }
+    src += kHalfGroupBytes;
+    out += 4 * 32;
+    b += 4;
+  }
+  if (nb > b) (void)dequantize_row(TensorType::Q8_0, src, out, (nb - b) * 32);  // the file's blocks
 }
 
 void repack_q4_0_row(const uint8_t* src, uint8_t* dst, int64_t n) {
