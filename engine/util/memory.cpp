@@ -7,16 +7,25 @@
 
 namespace phaselab {
 
-uint64_t available_memory_bytes() {
-  FILE* f = std::fopen("/proc/meminfo", "r");
+namespace {
+// The "<key> <n> kB" line of a /proc file, in bytes; 0 when absent.
+uint64_t proc_kib_field(const char* path, const char* key) {
+  FILE* f = std::fopen(path, "r");
   if (!f) return 0;
   char line[256];
+  const size_t n = std::strlen(key);
   uint64_t kib = 0;
   while (std::fgets(line, sizeof line, f))
-    if (std::sscanf(line, "MemAvailable: %lu kB", &kib) == 1) break;
+    if (std::strncmp(line, key, n) == 0) {
+      kib = std::strtoull(line + n, nullptr, 10);
+      break;
+    }
   std::fclose(f);
   return kib * 1024;
 }
+}  // namespace
+
+uint64_t available_memory_bytes() { return proc_kib_field("/proc/meminfo", "MemAvailable:"); }
 
 uint64_t resident_memory_bytes() {
   FILE* f = std::fopen("/proc/self/statm", "r");
@@ -27,19 +36,7 @@ uint64_t resident_memory_bytes() {
   return n == 2 ? static_cast<uint64_t>(resident) * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE)) : 0;
 }
 
-uint64_t peak_resident_memory_bytes() {
-  FILE* f = std::fopen("/proc/self/status", "r");
-  if (!f) return 0;
-  char line[256];
-  uint64_t kib = 0;
-  while (std::fgets(line, sizeof line, f))
-    if (std::strncmp(line, "VmHWM:", 6) == 0) {
-      kib = std::strtoull(line + 6, nullptr, 10);
-      break;
-    }
-  std::fclose(f);
-  return kib * 1024;
-}
+uint64_t peak_resident_memory_bytes() { return proc_kib_field("/proc/self/status", "VmHWM:"); }
 
 bool reset_peak_resident_memory() {
   FILE* f = std::fopen("/proc/self/clear_refs", "w");
