@@ -387,7 +387,9 @@ class TestGuiWindow : public QObject {
     sb->setValue(0);
     QVERIFY(!view->isFollowing());
     QVERIFY(view->isJumpButtonShown());
-    QVERIFY(finished.wait(60000));
+    // (On a fast CPU the answer may have ended already: wait() would wait
+    // for a second one.)
+    if (finished.isEmpty()) QVERIFY(finished.wait(60000));
     QApplication::processEvents();
     QCOMPARE(sb->value(), 0);  // left where the person is reading
     auto* jump = view->findChild<QToolButton*>(QStringLiteral("jumpToLatest"));

@@ -1,13 +1,18 @@
 // The paged KV cache: the block allocator under random workloads (a property
-// test: no leak, no double free, shared blocks never overwritten), prefix
-// reuse across conversations, LRU eviction, and prefix-cache hits giving
-// exactly the logits of a cold prefill.
+// test: no leak, no double free, shared blocks never overwritten), the same
+// with sliding-window layers whose window parts are given back, prefix
+// reuse across conversations, LRU eviction, prefix-cache hits giving
+// exactly the logits of a cold prefill, and a sequence decoded with
+// window-sized storage for its local layers giving exactly the logits of one
+// that keeps every position.
 #include <QtTest>
 
 #include <map>
 #include <random>
 
+#include "phaselab/backend.h"
 #include "phaselab/kv_cache.h"
+#include "phaselab/sampler.h"
 #include "phaselab/session.h"
 #include "tiny_model.h"
 
@@ -58,6 +63,74 @@ void check_invariants(const KvPool& pool, const std::vector<std::unique_ptr<KvCa
   QCOMPARE(pool.n_free(), free_blocks);  // a double free would count twice
   QCOMPARE(pool.n_cached(), cached);
   QCOMPARE(pool.n_free() + pool.n_cached() + pool.n_used(), pool.n_blocks());
+}
+
+// Three layers, the first and last local with a window of 20 positions.
+ModelConfig windowed_config() {
+  ModelConfig c = small_config();
+  c.n_layer = 3;
+  c.sliding_window = 20;
+  c.layer_is_swa = {1, 0, 1};
+  return c;
+}
+
+// As write_tokens, for windowed_config's three layers; K = 1000 * layer +
+// token so that a row read from another layer's storage shows.
+Status write_tokens3(KvCache& kv, const std::vector<int32_t>& toks) {
+  PHASELAB_TRY(kv.reserve(static_cast<int>(toks.size())));
+  const int p0 = kv.n_past();
+  for (size_t i = 0; i < toks.size(); i++)
+    for (int il = 0; il < 3; il++) {
+      static_cast<float*>(kv.k(il, p0 + static_cast<int>(i)))[0] = 1000.f * il + static_cast<float>(toks[i]);
+      static_cast<float*>(kv.v(il, p0 + static_cast<int>(i)))[0] = -1000.f * il - static_cast<float>(toks[i]);
+    }
+  kv.append(toks.data(), static_cast<int>(toks.size()));
+  return Status::ok();
+}
+
+void check_windowed_invariants(const KvPool& pool, const std::vector<std::unique_ptr<KvCache>>& seqs) {
+  const int B = KvPool::kBlockTokens, W = pool.window();
+  std::map<int, int> refs, wrefs;
+  for (const auto& s : seqs) {
+    const auto& table = s->block_table();
+    for (size_t i = 0; i < table.size(); i++) {
+      refs[table[i]]++;
+      if (s->holds_window(static_cast<int>(i))) wrefs[table[i]]++;
+    }
+    // The blocks the next query sees in the local layers are held, with
+    // what was written for their tokens; the global layer keeps everything.
+    const int n = s->n_past();
+    const int first = std::max(0, n - W + 1);
+    for (int i = first / B; i * B < n; i++) QVERIFY2(s->holds_window(i), qPrintable(QString("block %1 of %2").arg(i).arg(n)));
+    for (int p = 0; p < n; p++)
+      for (int il = 0; il < 3; il++) {
+        if (il != 1 && p < first) continue;
+        QVERIFY(s->has_row(il, p));
+        QCOMPARE(static_cast<const float*>(s->k(il, p))[0], 1000.f * il + static_cast<float>(s->tokens()[p]));
+        QCOMPARE(static_cast<const float*>(s->v(il, p))[0], -1000.f * il - static_cast<float>(s->tokens()[p]));
+      }
+  }
+  int free_blocks = 0, cached = 0, with_part = 0, held_parts = 0;
+  for (int b = 0; b < pool.n_blocks(); b++) {
+    QCOMPARE(pool.refcount(b), refs.count(b) ? refs[b] : 0);
+    QCOMPARE(pool.window_refcount(b), wrefs.count(b) ? wrefs[b] : 0);
+    if (pool.window_refcount(b) > 0) held_parts++;
+    if (pool.has_window_part(b)) with_part++;
+    if (pool.refcount(b) == 0) {
+      (pool.published(b) ? cached : free_blocks)++;
+      if (!pool.published(b)) QVERIFY(!pool.has_window_part(b));  // a free block's part is free too
+    }
+  }
+  QCOMPARE(pool.n_free(), free_blocks);
+  QCOMPARE(pool.n_cached(), cached);
+  QCOMPARE(pool.n_window_used(), held_parts);
+  QVERIFY(with_part <= pool.n_window_blocks());  // no window part is handed out twice
+}
+
+std::shared_ptr<const Model> load_model(const std::string& path) {
+  auto m = Model::load(path);
+  if (!m) qFatal("load %s: %s", path.c_str(), m.status().message().c_str());
+  return *m;
 }
 
 }  // namespace
@@ -118,6 +191,166 @@ class TestKvCache : public QObject {
     }
     seqs.clear();  // every block returns to the pool
     QCOMPARE((*pool)->n_used(), 0);
+  }
+
+  // The same workload on a pool whose local layers have window parts for
+  // 10 of its 24 blocks: sequences give back what their next query cannot
+  // see, rollbacks and prefix reuse take parts back while they are there
+  // (or settle for a shorter prefix), and no part is ever read for the
+  // wrong block.
+  void window_parts_never_leak_or_mix_under_random_workloads() {
+    auto pool = KvPool::create(windowed_config(), 24, KvType::f32, 10);
+    QVERIFY(pool.is_ok());
+    QVERIFY((*pool)->windowed());
+    QCOMPARE((*pool)->n_window_blocks(), 10);
+    // 24 blocks of the global layer and 10 of each local one.
+    QCOMPARE((*pool)->bytes(), uint64_t(2) * 4 * KvPool::kBlockTokens * 2 * (24 + 2 * 10));
+    QCOMPARE(KvPool::bytes_for(windowed_config(), 24, KvType::f32, 10), (*pool)->bytes());
+    std::mt19937 rng(11);
+    std::vector<std::unique_ptr<KvCache>> seqs;
+    for (int i = 0; i < 3; i++) seqs.push_back(KvCache::create_in(*pool, 200));
+    auto random_tokens = [&](int n) {
+      std::vector<int32_t> t(n);
+      for (auto& x : t) x = static_cast<int32_t>(rng() % 3);
+      return t;
+    };
+    int dropped = 0, short_reuse = 0;
+    for (int step = 0; step < 4000; step++) {
+      const int si = static_cast<int>(rng() % 3);
+      KvCache& kv = *seqs[si];
+      switch (rng() % 6) {
+        case 0:
+        case 1:
+        case 2: {  // append (most often, so that sequences outgrow the window)
+          const auto t = random_tokens(1 + static_cast<int>(rng() % 12));
+          const Status st = write_tokens3(kv, t);
+          if (!st.is_ok()) {
+            QVERIFY(st.code() == StatusCode::context_full || st.code() == StatusCode::out_of_memory);
+            kv.truncate(kv.n_past());
+          }
+          if (kv.n_past() > 40 && !kv.holds_window(0)) dropped++;
+          break;
+        }
+        case 3: {  // rollback
+          const int want = static_cast<int>(rng() % (kv.n_past() + 1));
+          const int got = kv.truncate(want);
+          QVERIFY(got <= want);
+          QCOMPARE(kv.n_past(), got);
+          break;
+        }
+        case 4: {  // a new request that starts like another sequence
+          const auto& other = seqs[rng() % 3]->tokens();
+          std::vector<int32_t> prompt(other.begin(), other.begin() + static_cast<long>(rng() % (other.size() + 1)));
+          const auto tail = random_tokens(static_cast<int>(rng() % 8));
+          prompt.insert(prompt.end(), tail.begin(), tail.end());
+          if (prompt.empty()) break;
+          const int predicted = kv.reusable_prefix(prompt.data(), static_cast<int>(prompt.size()));
+          const int reused = kv.reuse_prefix(prompt.data(), static_cast<int>(prompt.size()));
+          QCOMPARE(reused, predicted);
+          QVERIFY(std::equal(prompt.begin(), prompt.begin() + reused, kv.tokens().begin()));
+          QCOMPARE(kv.n_past(), reused);
+          if (reused + 40 < static_cast<int>(prompt.size())) short_reuse++;
+          break;
+        }
+        case 5:
+          if (rng() % 4 == 0) kv.clear();
+          break;
+      }
+      check_windowed_invariants(**pool, seqs);
+      if (QTest::currentTestFailed()) QFAIL(qPrintable(QString("after step %1").arg(step)));
+    }
+    QVERIFY2(dropped > 100, qPrintable(QString("window parts given back only %1 times").arg(dropped)));
+    seqs.clear();
+    QCOMPARE((*pool)->n_used(), 0);
+    QCOMPARE((*pool)->n_window_used(), 0);
+  }
+
+  // A rollback within what the last pass computed keeps the window; a
+  // rollback far back, after other blocks took the parts, stops at 0 and
+  // says so, instead of reading K/V that is gone.
+  void rollback_past_a_lost_window_recomputes() {
+    auto pool = KvPool::create(windowed_config(), 16, KvType::f32, 3);
+    QVERIFY(pool.is_ok());
+    auto a = KvCache::create_in(*pool, 256);
+    std::vector<int32_t> t(8);
+    for (int i = 0; i < 12; i++) {  // 96 positions, 8 at a time: the window keeps 2 or 3 blocks
+      for (int j = 0; j < 8; j++) t[j] = 8 * i + j;
+      QVERIFY(write_tokens3(*a, t));
+    }
+    QCOMPARE(a->n_past(), 96);
+    QVERIFY(!a->holds_window(0));
+    QCOMPARE(a->truncate(90), 90);  // the last pass's own positions
+    // Another sequence takes every window part there is.
+    auto b = KvCache::create_in(*pool, 256);
+    std::vector<int32_t> u(32, 7);
+    QVERIFY(!write_tokens3(*b, u));  // 2 parts free, 3 needed: refused, not corrupted
+    b->truncate(b->n_past());
+    QVERIFY(write_tokens3(*b, std::vector<int32_t>(16, 7)));
+    QCOMPARE(a->truncate(40), 0);  // blocks 1 and 2's parts went to b
+    QCOMPARE(a->n_past(), 0);
+    std::vector<std::unique_ptr<KvCache>> both;
+    both.push_back(std::move(a));
+    both.push_back(std::move(b));
+    check_windowed_invariants(**pool, both);
+  }
+
+  // Gemma 3's layout (local layers, window 20 here) decoded with window
+  // parts for a pass's needs alone, against a cache that keeps every
+  // position of every layer: bitwise the same logits at every step, in a
+  // fraction of the memory, with rollbacks as speculative decoding makes.
+  void window_sized_storage_gives_the_logits_of_full_storage_data() {
+    QTest::addColumn<bool>("fast");
+    QTest::newRow("fast") << true;
+    QTest::newRow("reference") << false;
+  }
+  void window_sized_storage_gives_the_logits_of_full_storage() {
+    QFETCH(bool, fast);
+    TinySpec spec = tiny_spec("gemma3");
+    spec.sliding_window = 20;
+    spec.n_layer = 4;  // local, global, local, global
+    auto m = load_model(write_tiny_model(spec, "tiny_kv_window.gguf"));
+    const ModelConfig& c = m->config();
+    const int V = c.n_vocab, n_ctx = 240, chunk = 8;
+    auto be = fast ? make_cpu_backend(m, 2, chunk) : make_cpu_reference_backend(m, 2, chunk);
+    QVERIFY(be.is_ok());
+    auto small = KvCache::create(c, n_ctx, KvType::f16, chunk);
+    auto full = KvCache::create(c, n_ctx, KvType::f16, n_ctx);
+    QVERIFY(small.is_ok() && full.is_ok());
+    QVERIFY((*small)->pool().windowed());
+    QCOMPARE((*full)->pool().n_window_blocks(), (*full)->pool().n_blocks());
+    QVERIFY((*small)->pool().n_window_blocks() <= (*full)->pool().n_blocks() / 3);
+    QVERIFY((*small)->bytes() < (*full)->bytes() * 2 / 3);
+    QCOMPARE(KvCache::bytes_for(c, n_ctx, KvType::f16, chunk), (*small)->bytes());
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 50; i++) prompt.push_back(3 + (i * 29) % (V - 3));
+    std::vector<float> ls(static_cast<size_t>(chunk) * V), lf(static_cast<size_t>(chunk) * V);
+    for (size_t i = 0; i < prompt.size(); i += chunk) {
+      const int n = std::min<int>(chunk, static_cast<int>(prompt.size() - i));
+      QVERIFY((*be)->forward(prompt.data() + i, n, **small, ls.data(), LogitsMode::last));
+      QVERIFY((*be)->forward(prompt.data() + i, n, **full, lf.data(), LogitsMode::last));
+    }
+    QVERIFY(std::equal(ls.begin(), ls.begin() + V, lf.begin()));
+    std::mt19937 rng(3);
+    for (int step = 0; (*small)->n_past() + chunk < n_ctx; step++) {
+      // Every third step verifies a "draft" of up to 5 tokens and keeps a
+      // random part of it, as speculative decoding does.
+      const int n = step % 3 == 2 ? 1 + static_cast<int>(rng() % 5) : 1;
+      std::vector<int32_t> toks{argmax(ls.data(), V)};
+      for (int j = 1; j < n; j++) toks.push_back(static_cast<int32_t>(3 + rng() % (V - 3)));
+      QVERIFY((*be)->forward(toks.data(), n, **small, ls.data(), LogitsMode::all));
+      QVERIFY((*be)->forward(toks.data(), n, **full, lf.data(), LogitsMode::all));
+      QVERIFY2(std::equal(ls.begin(), ls.begin() + static_cast<long>(n) * V, lf.begin()),
+               qPrintable(QString("step %1 at position %2").arg(step).arg((*small)->n_past())));
+      if (n > 1) {  // keep the first r + 1: row r predicts the next token
+        const int p = (*small)->n_past() - n, r = static_cast<int>(rng() % n);
+        QCOMPARE((*small)->truncate(p + 1 + r), p + 1 + r);
+        QCOMPARE((*full)->truncate(p + 1 + r), p + 1 + r);
+        std::copy_n(ls.begin() + static_cast<long>(r) * V, V, ls.begin());
+      }
+      QVERIFY((*small)->pool().n_window_used() <= (*small)->pool().n_window_blocks());
+    }
+    QVERIFY((*small)->n_past() > 200);
+    QVERIFY(!(*small)->holds_window(0));  // long given back
   }
 
   void two_conversations_share_the_system_prompt_blocks() {

@@ -62,6 +62,7 @@ struct ModelInfo {
   int contextSize = 0;  // of the session actually created
   QString kvType;       // its KV cache's storage: f16 | f32
   quint64 kvBytes = 0;  // the KV pool's K and V
+  QString kvWindowNote;  // "15 of 18 layers keep only their 512-position window", or empty
   qint64 fileSize = 0;
   quint64 weightBytes = 0;  // read per decoded token
   // Multiply-add work of one prompt token, counted as 2 operations each: the

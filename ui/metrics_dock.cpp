@@ -317,6 +317,7 @@ void MetricsDock::setModel(const ModelInfo& info) {
   m_modelText = tr("%1 · %2 · %n thread(s) · context %3", "", info.threads).arg(info.name, info.backend).arg(info.contextSize);
   m_header->setText(m_modelText);
   m_kvStorage = tr("%1 storage, %2 MiB").arg(info.kvType.toUpper()).arg(info.kvBytes / 1048576.0, 0, 'f', 1);
+  if (!info.kvWindowNote.isEmpty()) m_kvStorage += tr(" (%1)").arg(info.kvWindowNote);
   // The fast CPU backend ("cpu-avx512-vnni", "cpu-avx2", ...) multiplies 8-bit
   // activations by the quantized weights in integers; the reference path
   // and the GPU work in floats.

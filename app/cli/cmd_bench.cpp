@@ -402,8 +402,9 @@ int cmd_bench(int argc, char** argv) {
     std::printf("\nchat turn %d: prompt %d tokens; TTFT %.1f ms with the prefix cache (%d tokens reused), %.1f ms "
                 "without\n",
                 *turns, chat.n_prompt, chat.ttft_cached, chat.n_reused, chat.ttft_cold);
-  std::printf("\npeak RSS %.1f MiB (model file %.1f MiB, KV cache %.1f MiB %s)\n", rss, size_mib, s.kv().bytes() / 1048576.0,
-              kv_type_name(s.kv().type()));
+  const std::string window = s.kv().pool().window_note();
+  std::printf("\npeak RSS %.1f MiB (model file %.1f MiB, KV cache %.1f MiB %s%s%s)\n", rss, size_mib,
+              s.kv().bytes() / 1048576.0, kv_type_name(s.kv().type()), window.empty() ? "" : "; ", window.c_str());
   return kExitOk;
 }
 

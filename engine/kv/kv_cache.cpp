@@ -24,7 +24,47 @@ std::optional<KvType> kv_type_from_name(std::string_view name) {
   return std::nullopt;
 }
 
-Result<std::shared_ptr<KvPool>> KvPool::create(const ModelConfig& c, int n_blocks, KvType type) {
+namespace {
+int local_layers(const ModelConfig& c) {
+  if (c.sliding_window <= 0) return 0;
+  int n = 0;
+  for (int il = 0; il < c.n_layer; il++) n += c.is_swa(il) ? 1 : 0;
+  return n;
+}
+int window_slots(const ModelConfig& c, int n_blocks, int n_window_blocks) {
+  if (local_layers(c) == 0) return 0;
+  return n_window_blocks <= 0 ? n_blocks : std::min(n_window_blocks, n_blocks);
+}
+}  // namespace
+
+uint64_t KvPool::bytes_for(const ModelConfig& c, int n_blocks, KvType type, int n_window_blocks) {
+  // K and V: (block, layer, position in block, n_embd_kv) values each, the
+  // local layers' for the window parts alone.
+  const int n_local = local_layers(c);
+  const uint64_t per_layer_block = static_cast<uint64_t>(kBlockTokens) * c.n_embd_kv() * kv_type_bytes(type);
+  return 2 * per_layer_block *
+         (static_cast<uint64_t>(n_blocks) * (c.n_layer - n_local) +
+          static_cast<uint64_t>(window_slots(c, n_blocks, n_window_blocks)) * n_local);
+}
+
+int KvPool::window_blocks_for(const ModelConfig& c, int n_seqs, int tokens_per_pass) {
+  if (local_layers(c) == 0) return 0;
+  const int B = kBlockTokens;
+  n_seqs = std::max(1, n_seqs);
+  tokens_per_pass = std::max(1, tokens_per_pass);
+  // A pass of T tokens from position p holds the blocks of positions
+  // [p - window + 1, p + T): at most (window + T - 2) / B + 2 of them, one
+  // more while a shared last block is copied. With several sequences, those
+  // not yet given their next chunk still hold their last one: the pass's
+  // tokens count twice.
+  const int window_part = std::max(0, c.sliding_window - 2) / B;
+  const long tokens = n_seqs == 1 ? tokens_per_pass : 2L * tokens_per_pass;
+  const long n = n_seqs == 1 ? window_part + 3 + (tokens + B - 1) / B
+                             : static_cast<long>(n_seqs) * (window_part + 4) + (tokens + B - 1) / B;
+  return static_cast<int>(std::min<long>(n, 1L << 30));
+}
+
+Result<std::shared_ptr<KvPool>> KvPool::create(const ModelConfig& c, int n_blocks, KvType type, int n_window_blocks) {
   if (n_blocks < 1) return invalid_argument("the KV pool needs at least one block");
   std::shared_ptr<KvPool> p(new KvPool());
   p->n_blocks_ = n_blocks;
@@ -32,14 +72,28 @@ Result<std::shared_ptr<KvPool>> KvPool::create(const ModelConfig& c, int n_block
   p->n_embd_kv_ = c.n_embd_kv();
   p->type_ = type;
   p->elem_ = kv_type_bytes(type);
-  const size_t n = static_cast<size_t>(n_blocks) * c.n_layer * kBlockTokens * c.n_embd_kv() * p->elem_;
+  p->n_local_ = local_layers(c);
+  p->n_full_ = c.n_layer - p->n_local_;
+  p->window_ = p->n_local_ > 0 ? c.sliding_window : 0;
+  p->n_wslots_ = window_slots(c, n_blocks, n_window_blocks);
+  for (int il = 0, nf = 0, nl = 0; il < c.n_layer; il++) {
+    const bool local = p->n_local_ > 0 && c.is_swa(il);
+    p->layer_local_.push_back(local ? 1 : 0);
+    p->layer_index_.push_back(local ? nl++ : nf++);
+  }
+  const size_t per_layer_block = static_cast<size_t>(kBlockTokens) * c.n_embd_kv() * p->elem_;
+  const size_t n = static_cast<size_t>(n_blocks) * p->n_full_ * per_layer_block;
+  const size_t nw = static_cast<size_t>(p->n_wslots_) * p->n_local_ * per_layer_block;
   try {
     p->k_.assign(n, 0);
     p->v_.assign(n, 0);
+    p->wk_.assign(nw, 0);
+    p->wv_.assign(nw, 0);
     p->block_tokens_.assign(static_cast<size_t>(n_blocks) * kBlockTokens, -1);
   } catch (const std::bad_alloc&) {
     return out_of_memory("the KV cache of " + std::to_string(n_blocks * kBlockTokens) + " positions needs " +
-                         std::to_string((2 * n) >> 20) + " MiB, which could not be allocated: lower the context size");
+                         std::to_string((2 * (n + nw)) >> 20) +
+                         " MiB, which could not be allocated: lower the context size");
   }
   static std::atomic<uint64_t> next_id{1};
   p->id_ = next_id++;
@@ -50,7 +104,17 @@ Result<std::shared_ptr<KvPool>> KvPool::create(const ModelConfig& c, int n_block
   p->prev_hash_.assign(n_blocks, 0);
   p->lru_pos_.resize(n_blocks);
   for (int b = n_blocks - 1; b >= 0; b--) p->free_.push_back(b);
+  p->wslot_.assign(n_blocks, -1);
+  p->wref_.assign(n_blocks, 0);
+  p->wlru_pos_.resize(n_blocks);
+  for (int w = p->n_wslots_ - 1; w >= 0; w--) p->wfree_.push_back(w);
   return p;
+}
+
+std::string KvPool::window_note() const {
+  if (!windowed()) return "";
+  return std::to_string(n_local_) + " of " + std::to_string(n_layer_) + " layers keep only their " +
+         std::to_string(window_) + "-position window";
 }
 
 int KvPool::n_shared() const {
@@ -66,12 +130,44 @@ int KvPool::allocate() {
     b = lru_.front();  // evict the least recently used cached block
     lru_.pop_front();
     unpublish(b);
+    drop_window_part(b);
   } else {
     return -1;
+  }
+  if (windowed()) {
+    const int w = take_window_slot();
+    if (w < 0) {  // blocks remain but window parts do not
+      free_.push_back(b);
+      return -1;
+    }
+    wslot_[b] = w;
+    wref_[b] = 1;
   }
   ref_[b] = 1;
   generation_[b]++;
   return b;
+}
+
+int KvPool::take_window_slot() {
+  if (!wfree_.empty()) {
+    const int w = wfree_.back();
+    wfree_.pop_back();
+    return w;
+  }
+  if (wlru_.empty()) return -1;
+  const int owner = wlru_.front();  // a window part no sequence holds, the oldest
+  wlru_.pop_front();
+  const int w = wslot_[owner];
+  wslot_[owner] = -1;
+  return w;
+}
+
+void KvPool::drop_window_part(int b) {
+  if (!windowed() || wslot_[b] < 0) return;
+  if (wref_[b] == 0) wlru_.erase(wlru_pos_[b]);
+  wref_[b] = 0;
+  wfree_.push_back(wslot_[b]);
+  wslot_[b] = -1;
 }
 
 void KvPool::retain(int b) {
@@ -85,8 +181,23 @@ void KvPool::release(int b) {
     lru_.push_back(b);
     lru_pos_[b] = std::prev(lru_.end());
   } else {
+    drop_window_part(b);  // nobody can find this block's K/V again
     free_.push_back(b);
   }
+}
+
+bool KvPool::retain_window(int b) {
+  if (!windowed()) return true;
+  if (wslot_[b] < 0) return false;
+  if (wref_[b]++ == 0) wlru_.erase(wlru_pos_[b]);
+  return true;
+}
+
+void KvPool::release_window(int b) {
+  if (!windowed() || wslot_[b] < 0 || wref_[b] <= 0) return;
+  if (--wref_[b] > 0) return;
+  wlru_.push_back(b);
+  wlru_pos_[b] = std::prev(wlru_.end());
 }
 
 uint64_t KvPool::chain_hash(uint64_t prev, const int32_t* tokens) {
@@ -139,6 +250,7 @@ int KvPool::lookup(uint64_t hash, uint64_t prev_hash, const int32_t* tokens) con
 
 void KvPool::copy_prefix(int dst, int src, int n) {
   for (int il = 0; il < n_layer_; il++) {
+    if (layer_local_[il] && (wslot_[dst] < 0 || wslot_[src] < 0)) continue;
     std::memcpy(k(dst, il, 0), k(src, il, 0), elem_ * n * n_embd_kv_);
     std::memcpy(v(dst, il, 0), v(src, il, 0), elem_ * n * n_embd_kv_);
   }
@@ -154,15 +266,13 @@ namespace {
 int pool_blocks_for(int n_ctx) { return (n_ctx + KvPool::kBlockTokens - 1) / KvPool::kBlockTokens + 1; }
 }  // namespace
 
-uint64_t KvCache::bytes_for(const ModelConfig& c, int n_ctx, KvType type) {
-  // K and V: (block, layer, position in block, n_embd_kv) values each.
-  return 2ull * static_cast<uint64_t>(pool_blocks_for(n_ctx)) * static_cast<uint64_t>(c.n_layer) *
-         KvPool::kBlockTokens * static_cast<uint64_t>(c.n_embd_kv()) * kv_type_bytes(type);
+uint64_t KvCache::bytes_for(const ModelConfig& c, int n_ctx, KvType type, int tokens_per_pass) {
+  return KvPool::bytes_for(c, pool_blocks_for(n_ctx), type, KvPool::window_blocks_for(c, 1, tokens_per_pass));
 }
 
-Result<std::unique_ptr<KvCache>> KvCache::create(const ModelConfig& c, int n_ctx, KvType type) {
+Result<std::unique_ptr<KvCache>> KvCache::create(const ModelConfig& c, int n_ctx, KvType type, int tokens_per_pass) {
   if (n_ctx < 1) return invalid_argument("context size must be at least 1");
-  auto pool = KvPool::create(c, pool_blocks_for(n_ctx), type);
+  auto pool = KvPool::create(c, pool_blocks_for(n_ctx), type, KvPool::window_blocks_for(c, 1, tokens_per_pass));
   if (!pool) return pool.status();
   return create_in(std::move(*pool), n_ctx);
 }
@@ -173,6 +283,7 @@ std::unique_ptr<KvCache> KvCache::create_in(std::shared_ptr<KvPool> pool, int n_
   kv->n_ctx_ = n_ctx;
   kv->tokens_.reserve(n_ctx);
   kv->table_.reserve(n_ctx / KvPool::kBlockTokens + 1);
+  kv->held_.reserve(n_ctx / KvPool::kBlockTokens + 1);
   kv->hashes_.reserve(n_ctx / KvPool::kBlockTokens + 1);
   kv->found_.reserve(n_ctx / KvPool::kBlockTokens + 1);
   return kv;
@@ -180,12 +291,70 @@ std::unique_ptr<KvCache> KvCache::create_in(std::shared_ptr<KvPool> pool, int n_
 
 KvCache::~KvCache() { truncate(0); }
 
+int KvCache::first_window_block(int n) const {
+  // The query at position n sees keys (n - window, n].
+  return pool_->windowed() ? std::max(0, n - pool_->window() + 1) / KvPool::kBlockTokens : 0;
+}
+
+bool KvCache::has_row(int il, int pos) const {
+  return !pool_->is_local(il) || pool_->has_window_part(table_[pos / KvPool::kBlockTokens]);
+}
+
+void KvCache::release_block(int i) {
+  if (held_[i]) pool_->release_window(table_[i]);
+  pool_->release(table_[i]);
+}
+
+template <class Has>
+int KvCache::windowed_prefix(int n, Has has) const {
+  if (!pool_->windowed()) return n;
+  const int B = KvPool::kBlockTokens;
+  while (n > 0) {
+    // Blocks [first, last] hold the keys the query at n sees (the last is
+    // the one written next when n is mid-block; that part is needed too).
+    const int first = first_window_block(n), last = (n - 1) / B;
+    int missing = -1;
+    for (int i = last; i >= first && missing < 0; i--)
+      if (!has(i)) missing = i;
+    if (missing < 0) return n;
+    n = missing * B;  // the longest prefix that does not need the missing block
+  }
+  return 0;
+}
+
+void KvCache::hold_window_for(int n) {
+  if (!pool_->windowed()) return;
+  const int first = first_window_block(n);
+  const int end = static_cast<int>(table_.size());
+  for (int i = std::min(held_from_, first); i < end; i++) {
+    if (i < first) {
+      if (held_[i]) pool_->release_window(table_[i]);
+      held_[i] = 0;
+    } else if (!held_[i]) {
+      held_[i] = pool_->retain_window(table_[i]) ? 1 : 0;  // windowed_prefix saw it there
+    }
+  }
+  held_from_ = std::min(first, end);
+}
+
 Status KvCache::reserve(int n) {
   const int p0 = n_past();
   if (p0 + n > n_ctx_)
     return Status(StatusCode::context_full, "the context is full (" + std::to_string(n_ctx_) +
                                                 " tokens): start a new conversation or raise the context size");
   const int B = KvPool::kBlockTokens;
+  // Window parts the first new query cannot see go back to the pool (kept
+  // there for reuse until another block needs the room). Done here, not in
+  // append, so that a rollback before the next pass finds them still held.
+  if (pool_->windowed()) {
+    const int first = std::min(first_window_block(p0), static_cast<int>(table_.size()));
+    for (int i = held_from_; i < first; i++)
+      if (held_[i]) {
+        pool_->release_window(table_[i]);
+        held_[i] = 0;
+      }
+    held_from_ = std::max(held_from_, first);
+  }
   // The block being continued may be shared or published: copy it first.
   if (p0 % B != 0) {
     const int bi = p0 / B;
@@ -194,14 +363,16 @@ Status KvCache::reserve(int n) {
       const int nb = pool_->allocate();
       if (nb < 0) return out_of_memory("the KV cache pool is exhausted (every block is in use): raise the context size");
       pool_->copy_prefix(nb, b, p0 % B);
-      pool_->release(b);
+      release_block(bi);
       table_[bi] = nb;
+      held_[bi] = pool_->windowed() ? 1 : 0;
     }
   }
   while (static_cast<int>(table_.size()) * B < p0 + n) {
     const int nb = pool_->allocate();
     if (nb < 0) return out_of_memory("the KV cache pool is exhausted (every block is in use): raise the context size");
     table_.push_back(nb);
+    held_.push_back(pool_->windowed() ? 1 : 0);
   }
   return Status::ok();
 }
@@ -218,16 +389,22 @@ void KvCache::append(const int32_t* tokens, int n) {
   }
 }
 
-void KvCache::truncate(int n) {
+int KvCache::truncate(int n) {
   n = std::clamp(n, 0, n_past());
+  // The query at n must find its window: held, or still in the pool.
+  n = windowed_prefix(n, [&](int i) { return held_[i] || pool_->has_window_part(table_[i]); });
   tokens_.resize(n);
   const int B = KvPool::kBlockTokens;
   const size_t keep_blocks = static_cast<size_t>((n + B - 1) / B);
   while (table_.size() > keep_blocks) {
-    pool_->release(table_.back());
+    release_block(static_cast<int>(table_.size()) - 1);
     table_.pop_back();
+    held_.pop_back();
   }
+  held_from_ = std::min(held_from_, static_cast<int>(table_.size()));
   hashes_.resize(std::min(hashes_.size(), static_cast<size_t>(n / B)));
+  hold_window_for(n);
+  return n;
 }
 
 int KvCache::reusable_prefix(const int32_t* tokens, int limit) const {
@@ -235,16 +412,24 @@ int KvCache::reusable_prefix(const int32_t* tokens, int limit) const {
   int common = 0;
   const int lim = std::min(n_past(), limit);
   while (common < lim && tokens_[common] == tokens[common]) common++;
-  if (!prefix_cache_) return common;
-  int at = common / B * B;
+  auto own = [&](int i) { return held_[i] || pool_->has_window_part(table_[i]); };
+  if (!prefix_cache_) return windowed_prefix(common, own);
+  const int boundary = common / B * B;
+  int at = boundary;
   uint64_t prev = at > 0 ? hashes_[at / B - 1] : 0;
+  std::vector<int> found;
   while (at + B <= limit) {
     const uint64_t h = KvPool::chain_hash(prev, tokens + at);
-    if (pool_->lookup(h, prev, tokens + at) < 0) break;
+    const int b = pool_->lookup(h, prev, tokens + at);
+    if (b < 0) break;
+    found.push_back(b);
     prev = h;
     at += B;
   }
-  return std::max(at, common);
+  if (at <= common) return windowed_prefix(common, own);
+  const int nb = boundary / B;
+  return std::max(windowed_prefix(at, [&](int i) { return i < nb ? own(i) : pool_->has_window_part(found[i - nb]); }),
+                  windowed_prefix(common, own));
 }
 
 int KvCache::reuse_prefix(const int32_t* tokens, int limit) {
@@ -252,10 +437,7 @@ int KvCache::reuse_prefix(const int32_t* tokens, int limit) {
   int common = 0;
   const int lim = std::min(n_past(), limit);
   while (common < lim && tokens_[common] == tokens[common]) common++;
-  if (!prefix_cache_) {
-    truncate(common);
-    return common;
-  }
+  if (!prefix_cache_) return truncate(common);
   // From the block boundary at or before the common prefix, published blocks
   // may carry the prefix further (another conversation's, or this one's
   // before it was overwritten).
@@ -272,19 +454,34 @@ int KvCache::reuse_prefix(const int32_t* tokens, int limit) {
     prev = h;
     at += B;
   }
-  if (at <= common) {
-    truncate(common);
-    return common;
-  }
+  // As far as the window before the prefix's end is still there.
+  const int nb = boundary / B;
+  if (at > common)
+    at = windowed_prefix(at, [&](int i) {
+      return i < nb ? held_[i] || pool_->has_window_part(table_[i]) : pool_->has_window_part(found_[i - nb]);
+    });
+  if (at <= common) return truncate(common);
   // Take the published blocks: keep ours up to the boundary, then share.
+  found_.resize(static_cast<size_t>(at / B - nb));
   for (int b : found_) pool_->retain(b);  // before truncate may release them
-  truncate(boundary);
+  // Our blocks before the boundary are the prefix's: truncating to it
+  // cannot fail for want of a window, since the found blocks follow.
+  tokens_.resize(boundary);
+  while (table_.size() > static_cast<size_t>(nb)) {
+    release_block(static_cast<int>(table_.size()) - 1);
+    table_.pop_back();
+    held_.pop_back();
+  }
+  held_from_ = std::min(held_from_, static_cast<int>(table_.size()));
+  hashes_.resize(std::min(hashes_.size(), static_cast<size_t>(nb)));
   for (int b : found_) {
     const int bi = static_cast<int>(table_.size());
     table_.push_back(b);
+    held_.push_back(0);
     tokens_.insert(tokens_.end(), tokens + bi * B, tokens + (bi + 1) * B);
     hashes_.push_back(KvPool::chain_hash(bi ? hashes_[bi - 1] : 0, tokens + bi * B));
   }
+  hold_window_for(at);
   return at;
 }
 

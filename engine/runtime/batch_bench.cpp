@@ -24,7 +24,7 @@ Result<BatchBenchPoint> bench_batch(Backend& backend, const Model& model, int ba
     return invalid_argument("prompt and generated tokens (" + std::to_string(n_ctx) + ") exceed the model's context of " +
                             std::to_string(c.n_ctx_train));
   const int per_seq = (n_ctx + KvPool::kBlockTokens - 1) / KvPool::kBlockTokens;
-  auto pool = KvPool::create(c, batch * per_seq, kv_type);
+  auto pool = KvPool::create(c, batch * per_seq, kv_type, KvPool::window_blocks_for(c, batch, backend.max_batch()));
   if (!pool) return pool.status();
   std::vector<std::unique_ptr<KvCache>> seqs;
   std::vector<std::vector<int32_t>> prompts(batch);

@@ -55,16 +55,18 @@ Result<std::unique_ptr<Scheduler>> Scheduler::create(std::shared_ptr<const Model
   const int budget = opt.token_budget > 0 ? std::min(opt.token_budget, backend->max_batch()) : backend->max_batch();
   const int positions = opt.kv_positions > 0 ? opt.kv_positions : n_ctx;
   const int n_blocks = (positions + KvPool::kBlockTokens - 1) / KvPool::kBlockTokens;
+  // Sliding-window layers keep about a window per running sequence.
+  const int window_blocks = KvPool::window_blocks_for(c, opt.max_seqs, budget);
   {
     MemoryNeed need;
     need.weights = model->weight_bytes();
-    need.kv = 2ull * n_blocks * c.n_layer * KvPool::kBlockTokens * c.n_embd_kv() * kv_type_bytes(opt.kv_type);
+    need.kv = KvPool::bytes_for(c, n_blocks, opt.kv_type, window_blocks);
     need.work = static_cast<uint64_t>(backend->max_batch()) *
                     (static_cast<uint64_t>(c.n_vocab) + 4ull * c.n_ff + 8ull * c.n_embd) * sizeof(float) +
                 static_cast<uint64_t>(opt.max_seqs) * c.n_vocab * sizeof(float);
     if (Status st = check_memory(need, available_memory_bytes()); !st) return st;
   }
-  auto pool = KvPool::create(c, n_blocks, opt.kv_type);
+  auto pool = KvPool::create(c, n_blocks, opt.kv_type, window_blocks);
   if (!pool) return pool.status();
   std::unique_ptr<Scheduler> s(new Scheduler());
   s->model_ = std::move(model);
@@ -358,10 +360,21 @@ Status Scheduler::run(const std::atomic<bool>* stop) {
 }
 
 Status Scheduler::check_invariants() const {
-  std::map<int, int> refs;
+  std::map<int, int> refs, window_refs;
   for (const auto& s : running_) {
     if (!s->kv) return internal_error("running sequence " + std::to_string(s->id) + " has no KV cache");
-    for (int b : s->kv->block_table()) refs[b]++;
+    const std::vector<int>& table = s->kv->block_table();
+    for (size_t i = 0; i < table.size(); i++) {
+      refs[table[i]]++;
+      if (s->kv->holds_window(static_cast<int>(i))) window_refs[table[i]]++;
+    }
+    // The blocks its next query sees in a sliding-window layer are held.
+    const int n = s->kv->n_past();
+    if (pool_->windowed())
+      for (int i = std::max(0, n - pool_->window() + 1) / KvPool::kBlockTokens; i * KvPool::kBlockTokens < n; i++)
+        if (!s->kv->holds_window(i))
+          return internal_error("running sequence " + std::to_string(s->id) + " lacks the window part of its block " +
+                                std::to_string(i));
   }
   for (const auto& s : waiting_)
     if (s->kv) return internal_error("waiting sequence " + std::to_string(s->id) + " holds KV blocks");
@@ -372,6 +385,11 @@ Status Scheduler::check_invariants() const {
       return internal_error("block " + std::to_string(b) + " has reference count " + std::to_string(pool_->refcount(b)) +
                             " but " + std::to_string(want) + " tables hold it");
     if (want == 0) free_or_cached++;
+    const int want_window = window_refs.count(b) ? window_refs[b] : 0;
+    if (pool_->window_refcount(b) != want_window)
+      return internal_error("block " + std::to_string(b) + "'s window part has " +
+                            std::to_string(pool_->window_refcount(b)) + " holders but " + std::to_string(want_window) +
+                            " tables hold it");
   }
   if (pool_->n_free() + pool_->n_cached() != free_or_cached)
     return internal_error("the pool counts " + std::to_string(pool_->n_free() + pool_->n_cached()) +

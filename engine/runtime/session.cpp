@@ -43,12 +43,12 @@ Result<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Model> mo
     const ModelConfig& c = model->config();
     MemoryNeed need;
     need.weights = model->weight_bytes();
-    need.kv = KvCache::bytes_for(c, n_ctx, kv_type);
+    need.kv = KvCache::bytes_for(c, n_ctx, kv_type, backend->max_batch());
     need.work = static_cast<uint64_t>(backend->max_batch()) *
                 (static_cast<uint64_t>(c.n_vocab) + 4ull * c.n_ff + 8ull * c.n_embd) * sizeof(float);
     if (Status st = check_memory(need, available_memory_bytes()); !st) return st;
   }
-  auto kv = KvCache::create(model->config(), n_ctx, kv_type);
+  auto kv = KvCache::create(model->config(), n_ctx, kv_type, backend->max_batch());
   if (!kv) return kv.status();
   std::unique_ptr<Session> s(new Session());
   s->model_ = std::move(model);

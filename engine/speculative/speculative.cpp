@@ -54,7 +54,7 @@ class DraftModelSource final : public DraftSource {
     const auto& cached = kv.tokens();
     const int lim = std::min<int>(static_cast<int>(cached.size()), n - 1);
     while (common < lim && cached[common] == context[common]) common++;
-    kv.truncate(common);
+    common = kv.truncate(common);  // less when the window before it is gone
     PHASELAB_TRY(s_->eval(std::vector<int32_t>(context.begin() + common, context.end()), &logits_));
     if (!sampler_ || sampler_params_changed(sp)) {
       sampler_ = std::make_unique<Sampler>(sp, s_->model().config().n_vocab);

@@ -597,11 +597,11 @@ class CpuBackend final : public Backend {
     const bool half = kv.type() != KvType::f32;  // 16-bit rows
     if (half) {
       const uint16_t** krows = hrow_buf_[thread].data();
-      for (int j = a; j <= b; j++) krows[j - a] = static_cast<const uint16_t*>(kv.k(il, j)) + kvh * HD;
+      kv.k_rows(il, a, b, kvh * HD, krows);
       scores16(kv.type())(scores + a, n_ctx, group, q, krows, n, HD, c_.attn_scale);
     } else {
       const float** krows = vrow_buf_[thread].data();
-      for (int j = a; j <= b; j++) krows[j - a] = static_cast<const float*>(kv.k(il, j)) + kvh * HD;
+      kv.k_rows(il, a, b, kvh * HD, krows);
       k_fast_->scores(scores + a, n_ctx, group, q, krows, n, HD, c_.attn_scale);
     }
     float *mx = out + group * HD, *sum = mx + group;
@@ -615,11 +615,11 @@ class CpuBackend final : public Backend {
     std::fill(out, out + group * HD, 0.f);
     if (half) {
       const uint16_t** vrows = hrow_buf_[thread].data();
-      for (int j = a; j <= b; j++) vrows[j - a] = static_cast<const uint16_t*>(kv.v(il, j)) + kvh * HD;
+      kv.v_rows(il, a, b, kvh * HD, vrows);
       weighted_sum16(kv.type())(out, HD, group, scores + a, n_ctx, vrows, n, HD);
     } else {
       const float** vrows = vrow_buf_[thread].data();
-      for (int j = a; j <= b; j++) vrows[j - a] = static_cast<const float*>(kv.v(il, j)) + kvh * HD;
+      kv.v_rows(il, a, b, kvh * HD, vrows);
       k_fast_->weighted_sum(out, HD, group, scores + a, n_ctx, vrows, n, HD);
     }
   }
@@ -667,11 +667,11 @@ class CpuBackend final : public Backend {
     };
     if (k_fast_ && half) {
       const uint16_t** krows = hrow_buf_[thread].data();  // the key rows by pointer (the cache is paged)
-      for (int j = j0; j <= pos; j++) krows[j - j0] = static_cast<const uint16_t*>(kv.k(il, j)) + kvh * HD;
+      kv.k_rows(il, j0, pos, kvh * HD, krows);
       scores16(kv.type())(scores + j0, n_ctx, group, &q_[t * NQ + h0 * HD], krows, pos + 1 - j0, HD, c_.attn_scale);
     } else if (k_fast_) {
       const float** krows = vrow_buf_[thread].data();
-      for (int j = j0; j <= pos; j++) krows[j - j0] = static_cast<const float*>(kv.k(il, j)) + kvh * HD;
+      kv.k_rows(il, j0, pos, kvh * HD, krows);
       k_fast_->scores(scores + j0, n_ctx, group, &q_[t * NQ + h0 * HD], krows, pos + 1 - j0, HD, c_.attn_scale);
     } else {
       for (int j = j0; j <= pos; j++) {
@@ -705,11 +705,11 @@ class CpuBackend final : public Backend {
         for (int j = j0; j <= pos; j++) scores[g * n_ctx + j] *= inv_sum[g];
       if (half) {
         const uint16_t** vrows = hrow_buf_[thread].data();
-        for (int j = j0; j <= pos; j++) vrows[j - j0] = static_cast<const uint16_t*>(kv.v(il, j)) + kvh * HD;
+        kv.v_rows(il, j0, pos, kvh * HD, vrows);
         weighted_sum16(kv.type())(&xb_[t * NQ + h0 * HD], HD, group, scores + j0, n_ctx, vrows, pos + 1 - j0, HD);
       } else {
         const float** vrows = vrow_buf_[thread].data();
-        for (int j = j0; j <= pos; j++) vrows[j - j0] = static_cast<const float*>(kv.v(il, j)) + kvh * HD;
+        kv.v_rows(il, j0, pos, kvh * HD, vrows);
         k_fast_->weighted_sum(&xb_[t * NQ + h0 * HD], HD, group, scores + j0, n_ctx, vrows, pos + 1 - j0, HD);
       }
       return;

@@ -1,20 +1,30 @@
 // The paged KV cache.
 //
-// KvPool: fixed-size blocks of kBlockTokens positions (K and V of every layer)
-// from one allocation, with reference counts. A full block's hash chains on
-// the previous block's hash; published blocks (immutable from then on) are
-// found again by hash, confirmed by comparing token ids, and shared. Blocks no
-// sequence references stay cached, least recently used evicted first, so a
-// conversation switched away from and back to is still cached.
+// KvPool: fixed-size blocks of kBlockTokens positions with reference counts.
+// A block is one id for its positions in every layer, but its storage has two
+// parts: the full-attention layers' K/V (every block has it) and the
+// sliding-window layers' K/V (a "window part", from a smaller store). A local
+// layer sees only the last sliding_window keys, so a sequence gives a block's
+// window part back once its next query can no longer see it; the store holds
+// about a window per sequence, not a context (Gemma 3: 15 of 18 layers local,
+// window 512). A full block's hash chains on the previous block's hash;
+// published blocks (immutable from then on) are found again by hash,
+// confirmed by comparing token ids, and shared. Blocks no sequence references
+// stay cached, least recently used evicted first, so a conversation switched
+// away from and back to is still cached; so do window parts no sequence
+// needs, so that a rollback or a prefix found again can take them back.
 //
-// KvCache: one sequence: a block table into a pool and the token at every
-// position. Attention reads K/V through the table.
+// KvCache: one sequence: a block table into a pool, the window parts it
+// holds, and the token at every position. Attention reads K/V through the
+// table.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <list>
 #include <memory>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -37,14 +47,26 @@ class KvPool {
  public:
   static constexpr int kBlockTokens = 16;
 
-  static Result<std::shared_ptr<KvPool>> create(const ModelConfig& c, int n_blocks, KvType type = KvType::f16);
+  // n_window_blocks: blocks' worth of window parts (the sliding-window
+  // layers' K/V); <= 0 or more than n_blocks: one for every block. Without
+  // sliding-window layers there are no window parts.
+  static Result<std::shared_ptr<KvPool>> create(const ModelConfig& c, int n_blocks, KvType type = KvType::f16,
+                                                int n_window_blocks = 0);
+  // The bytes create() allocates (K and V of both parts).
+  static uint64_t bytes_for(const ModelConfig& c, int n_blocks, KvType type, int n_window_blocks = 0);
+  // Window parts that n_seqs sequences need at most when each pass computes
+  // at most tokens_per_pass tokens in all: per sequence the window's blocks
+  // before its first new token, one block of alignment and one for copy on
+  // write, and the pass's new tokens. 0 for a model without sliding-window
+  // layers.
+  static int window_blocks_for(const ModelConfig& c, int n_seqs, int tokens_per_pass);
 
   int n_blocks() const { return n_blocks_; }
   int n_free() const { return static_cast<int>(free_.size()); }    // never used or evicted
   int n_cached() const { return static_cast<int>(lru_.size()); }   // unreferenced, kept for reuse
   int n_used() const { return n_blocks_ - n_free() - n_cached(); }  // referenced by a sequence
   int n_shared() const;                                             // referenced more than once
-  uint64_t bytes() const { return k_.size() + v_.size(); }
+  uint64_t bytes() const { return k_.size() + v_.size() + wk_.size() + wv_.size(); }
   KvType type() const { return type_; }
   int refcount(int b) const { return ref_[b]; }
   bool published(int b) const { return published_[b] != 0; }
@@ -55,42 +77,77 @@ class KvPool {
   uint64_t id() const { return id_; }
   uint32_t generation(int b) const { return generation_[b]; }
 
-  // K/V of one block, layer and slot: [n_embd_kv] values of type() (float
-  // or IEEE half as uint16_t).
-  void* k(int b, int il, int slot) { return k_.data() + offset(b, il, slot); }
-  void* v(int b, int il, int slot) { return v_.data() + offset(b, il, slot); }
-  const void* k(int b, int il, int slot) const { return k_.data() + offset(b, il, slot); }
-  const void* v(int b, int il, int slot) const { return v_.data() + offset(b, il, slot); }
+  // Window parts: whether the model has sliding-window layers (and so
+  // sequences give window parts back), how many the store has, how many
+  // hold K/V a sequence needs, and per block whether it has one and how many
+  // sequences hold it.
+  bool windowed() const { return window_ > 0; }
+  int window() const { return window_; }
+  int n_window_blocks() const { return n_wslots_; }
+  int n_window_used() const { return n_wslots_ - static_cast<int>(wfree_.size()) - static_cast<int>(wlru_.size()); }
+  bool is_local(int il) const { return layer_local_[il] != 0; }
+  int n_embd_kv() const { return n_embd_kv_; }
+  bool has_window_part(int b) const { return !windowed() || wslot_[b] >= 0; }
+  int window_refcount(int b) const { return wref_[b]; }
+  // "15 of 18 layers keep only their 512-position window" where the pool
+  // has window parts, else "".
+  std::string window_note() const;
 
-  // A block with reference count 1: a free one, else the least recently used
-  // cached one (unpublished first). -1 when every block is referenced.
+  // K/V of one block, layer and slot: [n_embd_kv] values of type() (float
+  // or IEEE half as uint16_t). A local layer's rows exist while the block
+  // has its window part.
+  void* k(int b, int il, int slot) { return const_cast<uint8_t*>(row(k_, wk_, b, il, slot)); }
+  void* v(int b, int il, int slot) { return const_cast<uint8_t*>(row(v_, wv_, b, il, slot)); }
+  const void* k(int b, int il, int slot) const { return row(k_, wk_, b, il, slot); }
+  const void* v(int b, int il, int slot) const { return row(v_, wv_, b, il, slot); }
+
+  // A block with reference count 1 and its window part held once: a free
+  // block, else the least recently used cached one (unpublished first); its
+  // window part a free one, else the least recently used one no sequence
+  // holds. -1 when either runs out.
   int allocate();
   void retain(int b);
-  void release(int b);  // at 0: cached if published, else free
+  void release(int b);  // at 0: cached if published, else free (its window part too)
+  // Holding a block's window part (a sequence whose queries can see it);
+  // false when the part was given to another block meanwhile.
+  bool retain_window(int b);
+  void release_window(int b);  // at 0: kept for reuse until another block needs it
 
   // Publishes a full block: hash chains on prev_hash; tokens are its
   // kBlockTokens token ids. Returns false if an equal block is published already.
   bool publish(int b, uint64_t hash, uint64_t prev_hash, const int32_t* tokens);
   // A published block with this hash, previous hash and token ids, or -1.
   int lookup(uint64_t hash, uint64_t prev_hash, const int32_t* tokens) const;
-  // Copies slots [0, n) of every layer from block src to dst.
+  // Copies slots [0, n) of every layer from block src to dst (both with
+  // their window parts).
   void copy_prefix(int dst, int src, int n);
 
   static uint64_t chain_hash(uint64_t prev, const int32_t* tokens);
 
  private:
   KvPool() = default;
-  size_t offset(int b, int il, int slot) const {  // in bytes
-    return ((static_cast<size_t>(b) * n_layer_ + il) * kBlockTokens + slot) * n_embd_kv_ * elem_;
+  const uint8_t* row(const std::vector<uint8_t>& full, const std::vector<uint8_t>& win, int b, int il, int slot) const {
+    const size_t r = static_cast<size_t>(n_embd_kv_) * elem_;
+    const int li = layer_index_[il];
+    if (layer_local_[il]) return win.data() + ((static_cast<size_t>(wslot_[b]) * n_local_ + li) * kBlockTokens + slot) * r;
+    return full.data() + ((static_cast<size_t>(b) * n_full_ + li) * kBlockTokens + slot) * r;
   }
   void unpublish(int b);
+  void drop_window_part(int b);  // gives the block's window part back to the free store
+  int take_window_slot();        // a free window part, else an evicted one; -1 when none
 
   uint64_t id_ = 0;
   int n_blocks_ = 0, n_layer_ = 0, n_embd_kv_ = 0;
+  int n_full_ = 0, n_local_ = 0;  // layers whose K/V live in the blocks / in the window parts
+  int window_ = 0;                // 0: no window parts
+  int n_wslots_ = 0;
   KvType type_ = KvType::f16;
   size_t elem_ = 2;  // bytes per value
+  std::vector<uint8_t> layer_local_;  // (n_layer) 1: a sliding-window layer
+  std::vector<int> layer_index_;      // (n_layer) its index among the full or the local layers
   std::vector<uint32_t> generation_;
-  std::vector<uint8_t> k_, v_;  // (n_blocks, n_layer, kBlockTokens, n_embd_kv) values of type_
+  std::vector<uint8_t> k_, v_;    // (n_blocks, n_full, kBlockTokens, n_embd_kv) values of type_
+  std::vector<uint8_t> wk_, wv_;  // (n_wslots, n_local, kBlockTokens, n_embd_kv) values of type_
   std::vector<int> ref_;
   std::vector<uint8_t> published_;
   std::vector<uint64_t> hash_, prev_hash_;
@@ -99,16 +156,24 @@ class KvPool {
   std::list<int> lru_;                                  // unreferenced published blocks, oldest first
   std::vector<std::list<int>::iterator> lru_pos_;
   std::unordered_multimap<uint64_t, int> by_hash_;
+  // Window parts: per block its slot (-1: none) and holders; slots no block
+  // has; blocks whose part no sequence holds, oldest first.
+  std::vector<int> wslot_, wref_;
+  std::vector<int> wfree_;
+  std::list<int> wlru_;
+  std::vector<std::list<int>::iterator> wlru_pos_;
 };
 
 class KvCache {
  public:
   // A sequence of up to n_ctx positions with a pool of its own, sized for
-  // the context (plus one block for copy on write): what the sequence does
-  // not use keeps other conversations cached.
-  static Result<std::unique_ptr<KvCache>> create(const ModelConfig& c, int n_ctx, KvType type = KvType::f16);
+  // the context (plus one block for copy on write) and, for the window
+  // parts, for passes of at most tokens_per_pass tokens: what the sequence
+  // does not use keeps other conversations cached.
+  static Result<std::unique_ptr<KvCache>> create(const ModelConfig& c, int n_ctx, KvType type = KvType::f16,
+                                                 int tokens_per_pass = 512);
   // The bytes create() allocates for n_ctx positions (K and V of its pool).
-  static uint64_t bytes_for(const ModelConfig& c, int n_ctx, KvType type = KvType::f16);
+  static uint64_t bytes_for(const ModelConfig& c, int n_ctx, KvType type = KvType::f16, int tokens_per_pass = 512);
   // A sequence in a shared pool.
   static std::unique_ptr<KvCache> create_in(std::shared_ptr<KvPool> pool, int n_ctx);
   ~KvCache();
@@ -122,28 +187,50 @@ class KvCache {
   KvPool& pool() { return *pool_; }
   const KvPool& pool() const { return *pool_; }
   const std::vector<int>& block_table() const { return table_; }
+  // Whether the sequence holds the window part of its i-th block.
+  bool holds_window(int i) const { return held_[i] != 0; }
+  // Whether layer il's K/V row of position pos (< n_past) exists: always
+  // for a full-attention layer, while the block has its window part for a
+  // sliding-window one.
+  bool has_row(int il, int pos) const;
 
   KvType type() const { return pool_->type(); }
   // K/V rows of one layer and position: [n_embd_kv] values of type().
-  // Writable positions are those made ready by reserve().
+  // Writable positions are those made ready by reserve(); a sliding-window
+  // layer's rows exist for the positions its next query can see.
   const void* k(int il, int pos) const { return pool_->k(table_[pos / KvPool::kBlockTokens], il, pos % KvPool::kBlockTokens); }
   const void* v(int il, int pos) const { return pool_->v(table_[pos / KvPool::kBlockTokens], il, pos % KvPool::kBlockTokens); }
   void* k(int il, int pos) { return pool_->k(table_[pos / KvPool::kBlockTokens], il, pos % KvPool::kBlockTokens); }
   void* v(int il, int pos) { return pool_->v(table_[pos / KvPool::kBlockTokens], il, pos % KvPool::kBlockTokens); }
 
-  // Makes positions [n_past, n_past + n) writable: allocates blocks, and
-  // copies a shared or published block before it is written (copy on write).
+  // Layer il's K (or V) rows of positions [a, b], each advanced by offset
+  // values: out[j - a], as the attention kernels take them (the cache is
+  // paged). T is the storage type: uint16_t for 16-bit rows, float for F32.
+  // One block lookup per block, not per position.
+  template <class T>
+  void k_rows(int il, int a, int b, int offset, const T** out) const { rows(true, il, a, b, offset, out); }
+  template <class T>
+  void v_rows(int il, int a, int b, int offset, const T** out) const { rows(false, il, a, b, offset, out); }
+
+  // Makes positions [n_past, n_past + n) writable: gives back the window
+  // parts the query at n_past can no longer see, allocates blocks, and
+  // copies a shared or published block before it is written (copy on
+  // write).
   Status reserve(int n);
   // Backends call this after writing K/V for the new tokens; blocks that
   // became full are published (when the prefix cache is on).
   void append(const int32_t* tokens, int n);
-  // Forgets positions >= n (rollback, or reuse of a common prefix).
-  void truncate(int n);
+  // Forgets positions >= n (rollback, or reuse of a common prefix) and
+  // returns n_past: n, or less when the window parts that position n's
+  // query would see were given back and taken by other blocks (then the
+  // longest prefix whose window is still there, often 0).
+  int truncate(int n);
   void clear() { truncate(0); }
 
   // Makes the cache hold the longest reusable prefix of tokens[0, limit):
   // the common prefix with what it holds, then published blocks found by
-  // hash. Returns that prefix's length.
+  // hash, as far as the window before its end is still there. Returns that
+  // prefix's length.
   int reuse_prefix(const int32_t* tokens, int limit);
   // What reuse_prefix would return, without changing anything.
   int reusable_prefix(const int32_t* tokens, int limit) const;
@@ -152,11 +239,34 @@ class KvCache {
 
  private:
   KvCache() = default;
+  // Of the first blocks of a prefix, where has(i) says whether block i's
+  // window part is held or can be taken back: the longest prefix <= n whose
+  // next query finds its window.
+  template <class Has>
+  int windowed_prefix(int n, Has has) const;
+  // Holds the window parts of blocks [first_block(n), table size) and gives
+  // back those before (every one of them must be there: windowed_prefix).
+  void hold_window_for(int n);
+  int first_window_block(int n) const;  // the block of the first key the query at n sees
+  void release_block(int i);            // the table's i-th block, and its window part if held
+  template <class T>
+  void rows(bool key, int il, int a, int b, int offset, const T** out) const {
+    const int B = KvPool::kBlockTokens;
+    const size_t stride = static_cast<size_t>(pool_->n_embd_kv());  // values of T per row
+    for (int j = a; j <= b;) {
+      const int s0 = j % B, s1 = std::min(B - 1, s0 + (b - j));
+      const int blk = table_[j / B];
+      const T* base = static_cast<const T*>(key ? pool_->k(blk, il, s0) : pool_->v(blk, il, s0)) + offset;
+      for (int s = s0; s <= s1; s++, j++) out[j - a] = base + (s - s0) * stride;
+    }
+  }
 
   std::shared_ptr<KvPool> pool_;
   int n_ctx_ = 0;
   bool prefix_cache_ = true;
   std::vector<int> table_;         // block of each kBlockTokens positions
+  std::vector<uint8_t> held_;      // per table entry: 1 while its window part is held
+  int held_from_ = 0;              // no entry before it holds its window part
   std::vector<uint64_t> hashes_;   // chain hash of each full block
   std::vector<int32_t> tokens_;    // token at each position
   std::vector<int> found_;         // scratch of reuse_prefix
