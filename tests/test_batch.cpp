@@ -461,25 +461,33 @@ class TestBatch : public QObject {
       if (!kv) qFatal("%s", kv.status().message().c_str());
       return std::move(*kv);
     };
-    // The whole prompt in prefill batches: the last row's parts on one thread.
+    // The whole prompt in prefill batches: the last rows' parts on one
+    // thread, in tiles of consecutive tokens that share each part's K/V.
     auto prefilled = cache();
-    std::vector<float> want(V);
+    const int last_chunk = n / 64 * 64, n_last = n + 1 - last_chunk;  // rows 2048..2100
+    std::vector<float> rows(static_cast<size_t>(n_last) * V), want(V);
     for (int i = 0; i <= n; i += 64) {
       const int k = std::min(64, n + 1 - i);
-      QVERIFY((*fast)->forward(prompt.data() + i, k, *prefilled, i + k > n ? want.data() : nullptr,
-                               i + k > n ? LogitsMode::last : LogitsMode::none));
+      QVERIFY((*fast)->forward(prompt.data() + i, k, *prefilled, i == last_chunk ? rows.data() : nullptr,
+                               i == last_chunk ? LogitsMode::all : LogitsMode::none));
     }
-    // The last token decoded alone: its parts split among the threads.
+    std::copy_n(rows.end() - V, V, want.begin());
+    // The last chunk's tokens decoded one by one: each row's parts split
+    // among the threads.
     auto decoded = cache();
-    for (int i = 0; i < n; i += 64)
-      QVERIFY((*fast)->forward(prompt.data() + i, std::min(64, n - i), *decoded, nullptr, LogitsMode::none));
+    for (int i = 0; i < last_chunk; i += 64)
+      QVERIFY((*fast)->forward(prompt.data() + i, 64, *decoded, nullptr, LogitsMode::none));
     auto before = cache();  // the same n positions, for the batched run
     for (int i = 0; i < n; i += 64)
       QVERIFY((*fast)->forward(prompt.data() + i, std::min(64, n - i), *before, nullptr, LogitsMode::none));
     std::vector<float> alone(V);
-    QVERIFY((*fast)->forward(&prompt[n], 1, *decoded, alone.data(), LogitsMode::last));
-    QVERIFY2(std::memcmp(alone.data(), want.data(), V * sizeof(float)) == 0,
-             "a decode step split among threads differs bitwise from the same row prefilled");
+    for (int j = 0; j < n_last; j++) {
+      QVERIFY((*fast)->forward(&prompt[last_chunk + j], 1, *decoded, alone.data(), LogitsMode::last));
+      QVERIFY2(std::memcmp(alone.data(), rows.data() + static_cast<size_t>(j) * V, V * sizeof(float)) == 0,
+               qPrintable(QString("position %1: a decode step split among threads differs bitwise from the same "
+                                  "row prefilled")
+                              .arg(last_chunk + j)));
+    }
     // The same step beside three short sequences' decodes (4 rows or more:
     // each row's parts on one thread).
     std::vector<std::unique_ptr<KvCache>> others;

@@ -53,6 +53,8 @@ class CpuBackend final : public Backend {
       tok_kv_.resize(B);
       tok_pos_.resize(B);
       tok_id_.resize(B);
+      tile_first_.resize(B);
+      tile_len_.resize(B);
       score_buf_.assign(pool_.size(), std::vector<float>());
       vrow_buf_.assign(pool_.size(), std::vector<const float*>());
       hrow_buf_.assign(pool_.size(), std::vector<const uint16_t*>());
@@ -124,12 +126,12 @@ class CpuBackend final : public Backend {
     for (auto& v : hrow_buf_)
       if (static_cast<int>(v.size()) < n_ctx_max) v.resize(n_ctx_max);
     if (k_fast_) {
-      // Partial attention results of a long row's key parts: one row's per
-      // thread, and up to pool-size rows' for the split decode.
+      // Partial attention results of long rows' key parts: a tile of rows'
+      // per thread, and up to pool-size rows' for the split decode.
       const size_t part = static_cast<size_t>(c_.n_head / c_.n_head_kv) * (c_.head_dim + 2);
       const size_t parts = static_cast<size_t>((n_ctx_max + kAttnPartKeys - 1) / kAttnPartKeys);
       for (auto& v : part_buf_)
-        if (v.size() < parts * part) v.resize(parts * part);
+        if (v.size() < kAttnTileTokens * parts * part) v.resize(kAttnTileTokens * parts * part);
       if (split_buf_.size() < static_cast<size_t>(pool_.size()) * parts * part)
         split_buf_.resize(static_cast<size_t>(pool_.size()) * parts * part);
     }
@@ -543,6 +545,7 @@ class CpuBackend final : public Backend {
   // Gemma 3 270M has, a decode step would otherwise attend on one core while
   // the others wait).
   static constexpr int kAttnPartKeys = 1024;
+  static constexpr int kAttnTileTokens = 4;  // rows of one sequence that share each part's K/V (prefill)
   void attention(int il, int T, int score_stride) {
     const int group = c_.n_head / c_.n_head_kv;
     const int window = c_.window_of(il);
@@ -561,13 +564,39 @@ class CpuBackend final : public Backend {
     if (n_work < std::min(pool_.size(), kMaxSplitRows))
       for (int wi = 0; wi < n_work; wi++) split_rows += n_parts(wi / c_.n_head_kv) > 1;
     if (split_rows == 0) {
-      // One chunk per (token, KV head): later tokens attend over more keys,
-      // and claiming chunks one by one balances that.
-      pool_.for_chunks(n_work, [&](int wi, int thread) {
-        const int P = n_parts(wi / c_.n_head_kv);
-        if (P == 1) return attend_row(il, wi, thread, score_stride);
-        attend_parts(wi, 0, P, part_buf_[thread].data(), thread);
-        merge_parts(wi, part_buf_[thread].data(), P);
+      // One chunk per (tile of tokens, KV head): later tokens attend over
+      // more keys, and claiming chunks one by one balances that. Rows of
+      // several parts go in tiles of up to kAttnTileTokens consecutive
+      // tokens of one sequence (a prompt's): part by part, each part's keys
+      // and values (1 MiB in F16 for Gemma 3's head) serve every token of
+      // the tile while they are in the core's L2, where one row at a time
+      // streamed the whole context from L3 or memory for every token
+      // (pp512 @ d32000 ran at 0.74x llama.cpp). The parts and merges are the
+      // calls of one row at a time, so the results are bitwise the same.
+      int n_tiles = 0;
+      for (int t = 0; t < T;) {
+        int n = 1;
+        if (n_parts(t) > 1)
+          while (n < kAttnTileTokens && t + n < T && tok_kv_[t + n] == tok_kv_[t] && tok_pos_[t + n] == tok_pos_[t] + n) n++;
+        tile_first_[n_tiles] = t;
+        tile_len_[n_tiles++] = n;
+        t += n;
+      }
+      pool_.for_chunks(n_tiles * c_.n_head_kv, [&](int item, int thread) {
+        const int ti = item / c_.n_head_kv, kvh = item % c_.n_head_kv;
+        const int t0 = tile_first_[ti], n = tile_len_[ti];
+        if (n_parts(t0) == 1) return attend_row(il, t0 * c_.n_head_kv + kvh, thread, score_stride);
+        const int P_last = n_parts(t0 + n - 1);  // the most: positions grow along the tile
+        float* parts = part_buf_[thread].data();  // (tile token, P_last, part_size)
+        for (int p = 0; p < P_last; p++)
+          for (int i = 0; i < n; i++) {
+            const int t = t0 + i, j0 = first_key(t);
+            if (p >= n_parts(t)) continue;
+            attend_part(il, t, kvh, j0 + p * kAttnPartKeys, std::min(tok_pos_[t], j0 + (p + 1) * kAttnPartKeys - 1),
+                        parts + (static_cast<size_t>(i) * P_last + p) * part_size, thread, score_stride);
+          }
+        for (int i = 0; i < n; i++)
+          merge_parts((t0 + i) * c_.n_head_kv + kvh, parts + static_cast<size_t>(i) * P_last * part_size, n_parts(t0 + i));
       });
       return;
     }
@@ -743,7 +772,8 @@ class CpuBackend final : public Backend {
   std::vector<std::vector<float>> score_buf_;    // per thread: (group, n_ctx) attention scores
   std::vector<std::vector<const float*>> vrow_buf_;  // per thread: (n_ctx) K or V rows of one KV head (F32 cache)
   std::vector<std::vector<const uint16_t*>> hrow_buf_;  // per thread: the same for an F16 cache
-  std::vector<std::vector<float>> part_buf_;  // per thread: (parts, group, head_dim + 2) one row's key parts
+  std::vector<std::vector<float>> part_buf_;  // per thread: (tile tokens, parts, group, head_dim + 2) a tile's key parts
+  std::vector<int> tile_first_, tile_len_;   // (max_batch) attention's tiles of tokens: first row, rows
   const uint8_t* embd_repacked_ = nullptr;  // a tied Q8_0 embedding's repacked rows (null: read the file's)
   size_t embd_row_bytes_ = 0;
   std::vector<float> split_buf_;  // (rows < pool size, parts, group, head_dim + 2) parts split among threads
