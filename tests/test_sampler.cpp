@@ -186,6 +186,25 @@ class TestSampler : public QObject {
     // The last id can win.
     std::vector<float> last = {-1.f, -2.f, 0.5f};
     QCOMPARE(Sampler(p, 3).sample(last.data(), {}), 2);
+    // Vocabulary-sized rows (the scan runs in lanes, then a tail): the
+    // maximum anywhere, ties across lanes and between the lanes and the
+    // tail go to the lowest id.
+    for (int n : {262144, 262145, 1000, 33, 17}) {
+      std::vector<float> big(n);
+      for (float& x : big) x = nd(rng);
+      for (int at : {0, 1, 15, 16, n / 2 + 3, n - 17, n - 2, n - 1}) {
+        if (at < 0 || at >= n) continue;
+        std::vector<float> v = big;
+        v[at] = 100.f;
+        QCOMPARE(argmax(v.data(), n), at);
+        if (at + 5 < n) {
+          v[at + 5] = 100.f;  // another lane holds the same maximum
+          QCOMPARE(argmax(v.data(), n), at);
+        }
+        v[n - 1] = 100.f;  // and the tail
+        QCOMPARE(argmax(v.data(), n), at);
+      }
+    }
   }
 
   void temperature_data() {
