@@ -79,7 +79,7 @@ class MetricsDock : public QDockWidget {
   int m_maxTurn = 0, m_maxTokens = 0;
   QList<TimelineRow> m_rows;
   QString m_modelText;
-  QString m_kvStorage;  // "F16 storage, 20.9 MiB (15 of 18 layers keep only their 512-position window)"
+  QString m_kvStorage;  // "F16 storage, 28.7 MiB (15 of 18 layers keep only their 512-position window)"
   QLabel* m_header = nullptr;
   QLabel* m_remoteNote = nullptr;
   bool m_remote = false;

@@ -264,15 +264,20 @@ namespace {
 // original. Blocks the sequence does not use keep other conversations' KV
 // for reuse until they are needed.
 int pool_blocks_for(int n_ctx) { return (n_ctx + KvPool::kBlockTokens - 1) / KvPool::kBlockTokens + 1; }
+// A sequence's own window parts, and room for a pinned window (pin_window).
+int own_window_blocks(const ModelConfig& c, int tokens_per_pass) {
+  const int own = KvPool::window_blocks_for(c, 1, tokens_per_pass);
+  return own > 0 ? own + std::max(0, c.sliding_window - 1) / KvPool::kBlockTokens + 2 : 0;
+}
 }  // namespace
 
 uint64_t KvCache::bytes_for(const ModelConfig& c, int n_ctx, KvType type, int tokens_per_pass) {
-  return KvPool::bytes_for(c, pool_blocks_for(n_ctx), type, KvPool::window_blocks_for(c, 1, tokens_per_pass));
+  return KvPool::bytes_for(c, pool_blocks_for(n_ctx), type, own_window_blocks(c, tokens_per_pass));
 }
 
 Result<std::unique_ptr<KvCache>> KvCache::create(const ModelConfig& c, int n_ctx, KvType type, int tokens_per_pass) {
   if (n_ctx < 1) return invalid_argument("context size must be at least 1");
-  auto pool = KvPool::create(c, pool_blocks_for(n_ctx), type, KvPool::window_blocks_for(c, 1, tokens_per_pass));
+  auto pool = KvPool::create(c, pool_blocks_for(n_ctx), type, own_window_blocks(c, tokens_per_pass));
   if (!pool) return pool.status();
   return create_in(std::move(*pool), n_ctx);
 }
@@ -289,7 +294,26 @@ std::unique_ptr<KvCache> KvCache::create_in(std::shared_ptr<KvPool> pool, int n_
   return kv;
 }
 
-KvCache::~KvCache() { truncate(0); }
+KvCache::~KvCache() {
+  truncate(0);
+  unpin_window();
+}
+
+void KvCache::pin_window() {
+  unpin_window();
+  const int n = n_past();
+  if (!pool_->windowed() || n == 0) return;
+  for (int i = std::max(0, first_window_block(n) - 1); i <= (n - 1) / KvPool::kBlockTokens; i++) {
+    const int b = table_[i];
+    if (pool_->retain_window(b)) pins_.push_back({b, pool_->generation(b)});
+  }
+}
+
+void KvCache::unpin_window() {
+  for (const Pin& p : pins_)
+    if (pool_->generation(p.block) == p.generation) pool_->release_window(p.block);
+  pins_.clear();
+}
 
 int KvCache::first_window_block(int n) const {
   // The query at position n sees keys (n - window, n].

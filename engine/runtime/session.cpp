@@ -110,6 +110,8 @@ Result<GenerateResult> Session::generate(const std::vector<int32_t>& prompt, con
   }
   m.n_reused = reuse;
   PHASELAB_TRY(prefill(prompt.data() + reuse, n_prompt - reuse, true));
+  // The next turn (or regenerate) starts again about here.
+  if (opt.use_kv_cache) kv_->pin_window();
 
   Sampler sampler(opt.sampling, model_->config().n_vocab);
   std::vector<int32_t> history;

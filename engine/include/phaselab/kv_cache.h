@@ -235,6 +235,16 @@ class KvCache {
   // What reuse_prefix would return, without changing anything.
   int reusable_prefix(const int32_t* tokens, int limit) const;
   void set_prefix_cache(bool on) { prefix_cache_ = on; }
+
+  // Keeps the window parts that the query at n_past sees (and one block
+  // before them) from being taken by other blocks until the next pin, so
+  // that a later truncate to about here still finds its window after a
+  // long answer moved the sequence's own window on: a chat's next turn
+  // re-renders the answer and usually differs from the sampled tokens where
+  // it began, and regenerate starts there. Session pins at the end of each
+  // prompt; create() sizes the window store with room for it.
+  void pin_window();
+  void unpin_window();
   bool prefix_cache() const { return prefix_cache_; }
 
  private:
@@ -270,6 +280,11 @@ class KvCache {
   std::vector<uint64_t> hashes_;   // chain hash of each full block
   std::vector<int32_t> tokens_;    // token at each position
   std::vector<int> found_;         // scratch of reuse_prefix
+  struct Pin {
+    int block;
+    uint32_t generation;  // the block's life when pinned: a block handed out again has lost its part
+  };
+  std::vector<Pin> pins_;          // window parts held by pin_window()
 };
 
 }  // namespace phaselab
