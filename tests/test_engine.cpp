@@ -284,6 +284,32 @@ class TestEngine : public QObject {
     QCOMPARE(chat_stop_strings(ChatTemplateFamily::plain_fewshot), chat_stop_strings(ChatTemplateFamily::plain));
   }
 
+  // A chat's next turn renders the answer as the GUI stored it (the text
+  // streamed after "Assistant:", with the space the model generated first)
+  // and must find the answer's tokens in the cache: before, "Assistant: "
+  // plus " The..." doubled the space, and every turn prefilled the whole
+  // previous answer again.
+  void next_chat_turn_reuses_the_answer() {
+    auto session = open_session(test_data("stories260K.gguf"), 512, 16, 1, Kind::fast);
+    const Tokenizer& tok = session->model().tokenizer();
+    std::vector<ChatMessage> msgs = {{"user", "Tell me about the park."}};
+    const auto p1 = tok.encode(apply_chat_template(ChatTemplateFamily::plain, msgs), true, true);
+    GenerateOptions opt = greedy(24);
+    opt.stop = chat_stop_strings(ChatTemplateFamily::plain);
+    auto first = session->generate(p1, opt);
+    QVERIFY(first.is_ok());
+    QVERIFY2(first->text.starts_with(" "), first->text.c_str());
+    msgs.push_back({"assistant", first->text});
+    msgs.push_back({"user", "And then?"});
+    const auto p2 = tok.encode(apply_chat_template(ChatTemplateFamily::plain, msgs), true, true);
+    auto second = session->generate(p2, greedy(4));
+    QVERIFY(second.is_ok());
+    // Everything up to where the answer's text ended (a stop string's
+    // tokens, held back from the text, may differ).
+    QVERIFY2(second->metrics.n_reused >= static_cast<int>(p1.size() + first->tokens.size()) - 4,
+             qPrintable(QString("reused %1 of %2 + %3").arg(second->metrics.n_reused).arg(p1.size()).arg(first->tokens.size())));
+  }
+
   void gemma_chat_prompt_tokenizes_turn_markers() {
     REQUIRE_DEFAULT_MODEL(path);
     auto m = Model::load(path);

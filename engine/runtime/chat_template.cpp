@@ -97,7 +97,12 @@ std::string render_plain(const std::vector<ChatMessage>& msgs, bool gen) {
   std::string out;
   for (const auto& m : msgs) {
     const char* who = m.role == "system" ? "System" : m.role == "assistant" ? "Assistant" : "User";
-    out += std::string(who) + ": " + m.content + "\n";
+    // An answer generated after "Assistant:" begins with the space the model
+    // chose (" The sky ..."): a second one would make the next turn's prompt
+    // differ from the cached tokens where the answer began, and every turn
+    // would prefill the whole previous answer again.
+    const bool spaced = !m.content.empty() && m.content.front() == ' ';
+    out += std::string(who) + (spaced ? ":" : ": ") + m.content + "\n";
   }
   if (gen) out += "Assistant:";
   return out;
