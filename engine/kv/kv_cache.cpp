@@ -346,19 +346,32 @@ int KvCache::windowed_prefix(int n, Has has) const {
   return 0;
 }
 
+void KvCache::release_windows_before(int first) {
+  for (int i = held_from_; i < first; i++)
+    if (held_[i]) {
+      pool_->release_window(table_[i]);
+      held_[i] = 0;
+    }
+  held_from_ = std::max(held_from_, first);
+}
+
 void KvCache::hold_window_for(int n) {
   if (!pool_->windowed()) return;
-  const int first = first_window_block(n);
   const int end = static_cast<int>(table_.size());
-  for (int i = std::min(held_from_, first); i < end; i++) {
-    if (i < first) {
-      if (held_[i]) pool_->release_window(table_[i]);
-      held_[i] = 0;
-    } else if (!held_[i]) {
-      held_[i] = pool_->retain_window(table_[i]) ? 1 : 0;  // windowed_prefix saw it there
-    }
+  const int first = std::min(first_window_block(n), end);
+  for (int i = first; i < end; i++)
+    if (!held_[i]) held_[i] = pool_->retain_window(table_[i]) ? 1 : 0;  // windowed_prefix saw it there
+  release_windows_before(first);
+  held_from_ = first;
+}
+
+void KvCache::drop_blocks_from(int keep) {
+  while (static_cast<int>(table_.size()) > keep) {
+    release_block(static_cast<int>(table_.size()) - 1);
+    table_.pop_back();
+    held_.pop_back();
   }
-  held_from_ = std::min(first, end);
+  held_from_ = std::min(held_from_, keep);
 }
 
 Status KvCache::reserve(int n) {
@@ -370,15 +383,7 @@ Status KvCache::reserve(int n) {
   // Window parts the first new query cannot see go back to the pool (kept
   // there for reuse until another block needs the room). Done here, not in
   // append, so that a rollback before the next pass finds them still held.
-  if (pool_->windowed()) {
-    const int first = std::min(first_window_block(p0), static_cast<int>(table_.size()));
-    for (int i = held_from_; i < first; i++)
-      if (held_[i]) {
-        pool_->release_window(table_[i]);
-        held_[i] = 0;
-      }
-    held_from_ = std::max(held_from_, first);
-  }
+  if (pool_->windowed()) release_windows_before(std::min(first_window_block(p0), static_cast<int>(table_.size())));
   // The block being continued may be shared or published: copy it first.
   if (p0 % B != 0) {
     const int bi = p0 / B;
@@ -419,84 +424,64 @@ int KvCache::truncate(int n) {
   n = windowed_prefix(n, [&](int i) { return held_[i] || pool_->has_window_part(table_[i]); });
   tokens_.resize(n);
   const int B = KvPool::kBlockTokens;
-  const size_t keep_blocks = static_cast<size_t>((n + B - 1) / B);
-  while (table_.size() > keep_blocks) {
-    release_block(static_cast<int>(table_.size()) - 1);
-    table_.pop_back();
-    held_.pop_back();
-  }
-  held_from_ = std::min(held_from_, static_cast<int>(table_.size()));
+  drop_blocks_from((n + B - 1) / B);
   hashes_.resize(std::min(hashes_.size(), static_cast<size_t>(n / B)));
   hold_window_for(n);
   return n;
 }
 
-int KvCache::reusable_prefix(const int32_t* tokens, int limit) const {
+int KvCache::plan_reuse(const int32_t* tokens, int limit, std::vector<int>* found) const {
   const int B = KvPool::kBlockTokens;
   int common = 0;
   const int lim = std::min(n_past(), limit);
   while (common < lim && tokens_[common] == tokens[common]) common++;
+  found->clear();
+  // A block of ours has its window part while we hold it or the pool still has it.
   auto own = [&](int i) { return held_[i] || pool_->has_window_part(table_[i]); };
-  if (!prefix_cache_) return windowed_prefix(common, own);
-  const int boundary = common / B * B;
-  int at = boundary;
-  uint64_t prev = at > 0 ? hashes_[at / B - 1] : 0;
-  std::vector<int> found;
-  while (at + B <= limit) {
-    const uint64_t h = KvPool::chain_hash(prev, tokens + at);
-    const int b = pool_->lookup(h, prev, tokens + at);
-    if (b < 0) break;
-    found.push_back(b);
-    prev = h;
-    at += B;
+  if (prefix_cache_) {
+    // From the block boundary at or before the common prefix, published
+    // blocks may carry the prefix further (another conversation's, or this
+    // one's before it was overwritten). (Every full block below n_past has
+    // its hash, so the chain is known.)
+    const int boundary = common / B * B, nb = boundary / B;
+    int at = boundary;
+    uint64_t prev = at > 0 ? hashes_[nb - 1] : 0;
+    while (at + B <= limit) {
+      const uint64_t h = KvPool::chain_hash(prev, tokens + at);
+      const int b = pool_->lookup(h, prev, tokens + at);
+      if (b < 0) break;
+      found->push_back(b);
+      prev = h;
+      at += B;
+    }
+    // As far as the window before the prefix's end is still there.
+    if (at > common)
+      at = windowed_prefix(at, [&](int i) { return i < nb ? own(i) : pool_->has_window_part((*found)[i - nb]); });
+    if (at > common) {
+      found->resize(static_cast<size_t>(at / B - nb));
+      return at;
+    }
+    found->clear();
   }
-  if (at <= common) return windowed_prefix(common, own);
-  const int nb = boundary / B;
-  return std::max(windowed_prefix(at, [&](int i) { return i < nb ? own(i) : pool_->has_window_part(found[i - nb]); }),
-                  windowed_prefix(common, own));
+  return windowed_prefix(common, own);
+}
+
+int KvCache::reusable_prefix(const int32_t* tokens, int limit) const {
+  std::vector<int> found;
+  return plan_reuse(tokens, limit, &found);
 }
 
 int KvCache::reuse_prefix(const int32_t* tokens, int limit) {
   const int B = KvPool::kBlockTokens;
-  int common = 0;
-  const int lim = std::min(n_past(), limit);
-  while (common < lim && tokens_[common] == tokens[common]) common++;
-  if (!prefix_cache_) return truncate(common);
-  // From the block boundary at or before the common prefix, published blocks
-  // may carry the prefix further (another conversation's, or this one's
-  // before it was overwritten).
-  // (Every full block below n_past has its hash, so the chain is known.)
-  const int boundary = common / B * B;
-  int at = boundary;
-  uint64_t prev = at > 0 ? hashes_[at / B - 1] : 0;
-  found_.clear();
-  while (at + B <= limit) {
-    const uint64_t h = KvPool::chain_hash(prev, tokens + at);
-    const int b = pool_->lookup(h, prev, tokens + at);
-    if (b < 0) break;
-    found_.push_back(b);
-    prev = h;
-    at += B;
-  }
-  // As far as the window before the prefix's end is still there.
-  const int nb = boundary / B;
-  if (at > common)
-    at = windowed_prefix(at, [&](int i) {
-      return i < nb ? held_[i] || pool_->has_window_part(table_[i]) : pool_->has_window_part(found_[i - nb]);
-    });
-  if (at <= common) return truncate(common);
+  const int at = plan_reuse(tokens, limit, &found_);
+  if (found_.empty()) return truncate(at);
   // Take the published blocks: keep ours up to the boundary, then share.
-  found_.resize(static_cast<size_t>(at / B - nb));
-  for (int b : found_) pool_->retain(b);  // before truncate may release them
-  // Our blocks before the boundary are the prefix's: truncating to it
+  const int nb = at / B - static_cast<int>(found_.size());
+  for (int b : found_) pool_->retain(b);  // before dropping ours may release them
+  // Our blocks before the boundary are the prefix's: dropping the rest
   // cannot fail for want of a window, since the found blocks follow.
-  tokens_.resize(boundary);
-  while (table_.size() > static_cast<size_t>(nb)) {
-    release_block(static_cast<int>(table_.size()) - 1);
-    table_.pop_back();
-    held_.pop_back();
-  }
-  held_from_ = std::min(held_from_, static_cast<int>(table_.size()));
+  tokens_.resize(static_cast<size_t>(nb) * B);
+  drop_blocks_from(nb);
   hashes_.resize(std::min(hashes_.size(), static_cast<size_t>(nb)));
   for (int b : found_) {
     const int bi = static_cast<int>(table_.size());

@@ -371,7 +371,7 @@ Status Scheduler::check_invariants() const {
     // The blocks its next query sees in a sliding-window layer are held.
     const int n = s->kv->n_past();
     if (pool_->windowed())
-      for (int i = std::max(0, n - pool_->window() + 1) / KvPool::kBlockTokens; i * KvPool::kBlockTokens < n; i++)
+      for (int i = s->kv->first_window_block(n); i * KvPool::kBlockTokens < n; i++)
         if (!s->kv->holds_window(i))
           return internal_error("running sequence " + std::to_string(s->id) + " lacks the window part of its block " +
                                 std::to_string(i));

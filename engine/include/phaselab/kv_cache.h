@@ -189,6 +189,9 @@ class KvCache {
   const std::vector<int>& block_table() const { return table_; }
   // Whether the sequence holds the window part of its i-th block.
   bool holds_window(int i) const { return held_[i] != 0; }
+  // The block of the first key that the query at position n sees in a
+  // sliding-window layer (0 without them).
+  int first_window_block(int n) const;
   // Whether layer il's K/V row of position pos (< n_past) exists: always
   // for a full-attention layer, while the block has its window part for a
   // sliding-window one.
@@ -254,11 +257,18 @@ class KvCache {
   // next query finds its window.
   template <class Has>
   int windowed_prefix(int n, Has has) const;
-  // Holds the window parts of blocks [first_block(n), table size) and gives
-  // back those before (every one of them must be there: windowed_prefix).
+  // What reuse_prefix(tokens, limit) makes the cache hold: the returned
+  // length, and in *found the published blocks it takes after the block
+  // boundary at or before the common prefix (none: it keeps the common
+  // prefix, or less, of its own).
+  int plan_reuse(const int32_t* tokens, int limit, std::vector<int>* found) const;
+  // Holds the window parts of blocks [first_window_block(n), table size)
+  // and gives back those before (every one of them must be there:
+  // windowed_prefix).
   void hold_window_for(int n);
-  int first_window_block(int n) const;  // the block of the first key the query at n sees
-  void release_block(int i);            // the table's i-th block, and its window part if held
+  void release_windows_before(int first);  // of the held blocks before block `first`
+  void release_block(int i);               // the table's i-th block, and its window part if held
+  void drop_blocks_from(int keep);         // the table's blocks [keep, size)
   template <class T>
   void rows(bool key, int il, int a, int b, int offset, const T** out) const {
     const int B = KvPool::kBlockTokens;
