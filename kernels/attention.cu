@@ -15,7 +15,7 @@ constexpr int kWarpsPerBlock = 4;
 // running maximum m, normalizer l and output rescaled as keys stream past
 // (online softmax). partials (n_split > 1): per warp [m, l, out[head_dim]].
 template <int EPL>
-__global__ void attention_kernel(const float* q, KvPages cache, float* out, float* partials, int T, const int* pos0p,
+__global__ void attention_kernel(const float* q, KvPages cache, RowMap rows, float* out, float* partials, int T,
                                  int n_head, int n_head_kv, int head_dim,
                                  int window, float scale, float softcap, int n_split) {
   const int warp = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
@@ -25,7 +25,8 @@ __global__ void attention_kernel(const float* q, KvPages cache, float* out, floa
   const int t = th / n_head, h = th % n_head;
   const int kvh = h / (n_head / n_head_kv);
   const int n_embd_kv = n_head_kv * head_dim;
-  const int pos = *pos0p + t;
+  const int pos = rows.pos[t];
+  const int* table = cache.table + rows.table_at[t];
   const int j0 = window > 0 ? max(0, pos - window + 1) : 0;
   const int n_keys = pos + 1 - j0;
   const int chunk = (n_keys + n_split - 1) / n_split;
@@ -41,7 +42,7 @@ __global__ void attention_kernel(const float* q, KvPages cache, float* out, floa
   }
   float m = -INFINITY, l = 0.f;
   for (int j = js; j < je; j++) {
-    const size_t row = kv_row(cache.table, cache.block_stride, j, n_embd_kv) + kvh * head_dim;
+    const size_t row = kv_row(table, cache.block_stride, j, n_embd_kv) + kvh * head_dim;
     const float* kj = cache.k + row;
     const float* vj = cache.v + row;
     float s = 0.f;
@@ -139,16 +140,18 @@ constexpr int kTiledRows = kTiledWarps * kTiledRowsPerWarp;
 // n_split ranges of its keys, and each row's [m, l, out] goes to partials
 // in attention_kernel's layout, for attention_merge_kernel.
 template <int EPL>
-__global__ void attention_tiled_kernel(const float* q, KvPages cache, float* out, float* partials, int T,
-                                       const int* pos0p, int n_head, int n_head_kv, int head_dim, int window,
+__global__ void attention_tiled_kernel(const float* q, KvPages cache, RowMap rows, float* out, float* partials, int T,
+                                       int n_head, int n_head_kv, int head_dim, int window,
                                        float scale, float softcap, int qtile, int kt, int n_split) {
   PHASELAB_DYNAMIC_SHARED(float, tile);  // K rows then V rows: (2, kt, head_dim)
   float* ks = tile;
   float* vs = tile + static_cast<size_t>(kt) * head_dim;
   const int G = n_head / n_head_kv, kvh = blockIdx.y, t0 = blockIdx.x * qtile;
-  const int n_tok = min(qtile, T - t0), rows = n_tok * G;
+  const int n_tok = min(qtile, T - t0), n_rows = n_tok * G;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int n_embd_kv = n_head_kv * head_dim, pos0 = *pos0p;
+  // One sequence at consecutive positions (launch_attention_tiled).
+  const int n_embd_kv = n_head_kv * head_dim, pos0 = rows.pos[0];
+  const int* table = cache.table + rows.table_at[0];
 
   float qv[kTiledRowsPerWarp][EPL], acc[kTiledRowsPerWarp][EPL], m[kTiledRowsPerWarp], l[kTiledRowsPerWarp];
   int pos[kTiledRowsPerWarp], lo[kTiledRowsPerWarp];
@@ -156,7 +159,7 @@ __global__ void attention_tiled_kernel(const float* q, KvPages cache, float* out
 #pragma unroll
   for (int k = 0; k < kTiledRowsPerWarp; k++) {
     const int r = warp + k * kTiledWarps;
-    const bool have = r < rows;
+    const bool have = r < n_rows;
     const int t = t0 + (have ? r / G : 0), h = kvh * G + (have ? r % G : 0);
     pos[k] = pos0 + t;
     lo[k] = window > 0 ? max(0, pos[k] - window + 1) : 0;
@@ -182,7 +185,7 @@ __global__ void attention_tiled_kernel(const float* q, KvPages cache, float* out
     __syncthreads();  // the previous tile has been used
     for (int i = threadIdx.x; i < nk * head_dim; i += blockDim.x) {
       const int jj = i / head_dim, d = i % head_dim;
-      const size_t row = kv_row(cache.table, cache.block_stride, j0 + jj, n_embd_kv) + kvh * head_dim;
+      const size_t row = kv_row(table, cache.block_stride, j0 + jj, n_embd_kv) + kvh * head_dim;
       ks[i] = cache.k[row + d];
       vs[i] = cache.v[row + d];
     }
@@ -245,8 +248,8 @@ __global__ void attention_tiled_kernel(const float* q, KvPages cache, float* out
 int tiled_query_tile(int n_head, int n_head_kv) { return max(1, kTiledRows / (n_head / n_head_kv)); }
 
 template <int EPL>
-cudaError_t launch_attention_tiled_epl(const float* q, KvPages cache, float* out, float* partials, int T,
-                                       const int* pos0, int n_head, int n_head_kv, int head_dim, int window,
+cudaError_t launch_attention_tiled_epl(const float* q, KvPages cache, RowMap rows, float* out, float* partials, int T,
+                                       int n_head, int n_head_kv, int head_dim, int window,
                                        float scale, float softcap, int n_split, cudaStream_t s) {
   const int qtile = tiled_query_tile(n_head, n_head_kv);
   const int kt = head_dim <= 256 ? 16 : 8;  // two tiles of kt rows within 48 KiB
@@ -254,17 +257,17 @@ cudaError_t launch_attention_tiled_epl(const float* q, KvPages cache, float* out
                   static_cast<unsigned>(n_split));
   const size_t smem = 2 * static_cast<size_t>(kt) * head_dim * sizeof(float);
   PHASELAB_LAUNCH(attention_tiled_kernel<EPL>, grid, 32 * kTiledWarps, smem, s)(
-      q, cache, out, partials, T, pos0, n_head, n_head_kv, head_dim, window, scale, softcap, qtile, kt, n_split);
+      q, cache, rows, out, partials, T, n_head, n_head_kv, head_dim, window, scale, softcap, qtile, kt, n_split);
   return merge_after(cudaGetLastError(), partials, out, T, n_head, head_dim, n_split, s);
 }
 
 template <int EPL>
-cudaError_t launch_attention_epl(const float* q, KvPages cache, float* out, float* partials, int T, const int* pos0,
+cudaError_t launch_attention_epl(const float* q, KvPages cache, RowMap rows, float* out, float* partials, int T,
                                  int n_head, int n_head_kv, int head_dim,
                                  int window, float scale, float softcap, int n_split, cudaStream_t s) {
   const int warps = T * n_head * n_split;
   const unsigned blocks = static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  PHASELAB_LAUNCH(attention_kernel<EPL>, blocks, 32 * kWarpsPerBlock, 0, s)(q, cache, out, partials, T, pos0, n_head,
+  PHASELAB_LAUNCH(attention_kernel<EPL>, blocks, 32 * kWarpsPerBlock, 0, s)(q, cache, rows, out, partials, T, n_head,
                                                                n_head_kv, head_dim, window, scale, softcap, n_split);
   return merge_after(cudaGetLastError(), partials, out, T, n_head, head_dim, n_split, s);
 }
@@ -293,13 +296,13 @@ int attention_splits(int T, int n_head, int n_ctx) {
   return by_keys < 1 ? 1 : by_keys > 32 ? 32 : by_keys;
 }
 
-cudaError_t launch_attention(const float* q, KvPages cache, float* out, float* partials, int T, const int* pos0,
-                             int n_head, int n_head_kv, int head_dim, int window, float scale,
+cudaError_t launch_attention(const float* q, KvPages cache, RowMap rows, float* out, float* partials, int T, int n_head, int n_head_kv, int head_dim, int window, float scale,
                              float softcap, int n_split, cudaStream_t s) {
-  if (n_split < 1 || (n_split > 1 && !partials) || head_dim > 512 || n_head % n_head_kv != 0 || !cache.table)
+  if (n_split < 1 || (n_split > 1 && !partials) || head_dim > 512 || n_head % n_head_kv != 0 || !cache.table ||
+      !rows.pos || !rows.table_at)
     return cudaErrorInvalidValue;
   return with_epl(head_dim, [&](auto epl) {
-    return launch_attention_epl<decltype(epl)::value>(q, cache, out, partials, T, pos0, n_head, n_head_kv, head_dim,
+    return launch_attention_epl<decltype(epl)::value>(q, cache, rows, out, partials, T, n_head, n_head_kv, head_dim,
                                                       window, scale, softcap, n_split, s);
   });
 }
@@ -315,14 +318,14 @@ int attention_tiled_splits(int T, int n_head, int n_head_kv, int n_keys, int sm_
   return max(1, min(32, min(for_gpu, for_keys)));
 }
 
-cudaError_t launch_attention_tiled(const float* q, KvPages cache, float* out, float* partials, int T, const int* pos0,
+cudaError_t launch_attention_tiled(const float* q, KvPages cache, RowMap rows, float* out, float* partials, int T,
                                    int n_head, int n_head_kv, int head_dim, int window, float scale, float softcap,
                                    int n_split, cudaStream_t s) {
-  if (!attention_tiled_fits(n_head, n_head_kv, head_dim) || !cache.table || T < 1 || n_split < 1 ||
+  if (!attention_tiled_fits(n_head, n_head_kv, head_dim) || !cache.table || !rows.pos || !rows.table_at || T < 1 || n_split < 1 ||
       (n_split > 1 && !partials))
     return cudaErrorInvalidValue;
   return with_epl(head_dim, [&](auto epl) {
-    return launch_attention_tiled_epl<decltype(epl)::value>(q, cache, out, partials, T, pos0, n_head, n_head_kv,
+    return launch_attention_tiled_epl<decltype(epl)::value>(q, cache, rows, out, partials, T, n_head, n_head_kv,
                                                             head_dim, window, scale, softcap, n_split, s);
   });
 }

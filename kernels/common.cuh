@@ -68,6 +68,10 @@ void device_pointers(const KvPages& c, F&& f) {
   f(c.k), f(c.v), f(c.table);
 }
 template <typename F>
+void device_pointers(const RowMap& r, F&& f) {
+  f(r.pos), f(r.table_at);
+}
+template <typename F>
 void device_pointers(const MatvecOut& m, F&& f) {
   f(m.w), f(m.out);
 }

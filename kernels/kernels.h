@@ -23,10 +23,8 @@ cudaError_t launch_embedding(const uint8_t* embd, TensorType type, size_t row_by
 // out[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * w   x, out: (rows, n); w: (n); out may alias x
 cudaError_t launch_rmsnorm(const float* x, const float* w, float* out, int rows, int n, float eps, cudaStream_t s);
 
-// Positions are read from device memory (pos0: one int, the position of
-// token 0 of the batch), so that a captured CUDA graph stays valid from one
-// decode step to the next.
-
+// out[i, :] = x[rows[i], :] for n_rows rows of n values   rows: device memory
+cudaError_t launch_gather_rows(const float* x, const int* rows, int n_rows, int n, float* out, cudaStream_t s);
 
 // x += y' with y' = rmsnorm(y) * post_w (or y when post_w is null), then
 // out = rmsnorm(x) * w: a block's residual add between its post-norm and the
@@ -44,18 +42,29 @@ constexpr int kKvBlockTokens = 16;
 struct KvPages {
   float* k = nullptr;          // the pool's K at this layer's first row of block 0
   float* v = nullptr;          // the same for V
-  const int* table = nullptr;  // block of each kKvBlockTokens positions
+  const int* table = nullptr;  // the batch's block tables: the block of each kKvBlockTokens positions
   size_t block_stride = 0;     // floats from one block to the next
 };
 
+// Where the rows of a batch belong. A batch holds the tokens of one or more
+// sequences (continuous batching): row t is position pos[t] of the sequence
+// whose block table begins at entry table_at[t] of KvPages::table. Both
+// live in device memory, read by the kernels, so that a captured CUDA graph
+// stays valid from one decode step to the next. One sequence: table_at[t] =
+// 0 and pos[t] = pos[0] + t.
+struct RowMap {
+  const int* pos = nullptr;       // (T)
+  const int* table_at = nullptr;  // (T)
+};
+
 // For each token: RMSNorm of every q and k head (q_norm / k_norm: (head_dim),
-// or null to skip), RoPE at position *pos0 + t; q is updated in place, the
+// or null to skip), RoPE at its row's position; q is updated in place, the
 // k head (k itself is left as it was) and the v head are written to the
 // cache row of that position.   q: (T, n_head, head_dim);
 // k, v: (T, n_head_kv, head_dim); cache rows: (n_head_kv * head_dim)
 cudaError_t launch_qk_norm_rope_store(float* q, float* k, const float* v, const float* q_norm, const float* k_norm,
-                                      KvPages cache, int T, int n_head, int n_head_kv, int head_dim, int n_rot,
-                                      const int* pos0, float base, const float* freq_factors, bool neox, float eps,
+                                      KvPages cache, RowMap rows, int T, int n_head, int n_head_kv, int head_dim,
+                                      int n_rot, float base, const float* freq_factors, bool neox, float eps,
                                       cudaStream_t s);
 
 // g = act(g) * u over n values (act: GELU-tanh or SiLU)
@@ -88,8 +97,8 @@ cudaError_t launch_matvec_gated(const uint8_t* w_gate, TensorType gate_type, siz
                                 TensorType up_type, size_t up_row_bytes, int n_in, int n_out, const float* x, int T,
                                 bool gelu, float* out, cudaStream_t s);
 
-// Causal attention of T queries at positions *pos0.. over the paged cache,
-// flash style: one warp per (query, head, split) streams its keys with
+// Causal attention of T queries over the paged cache, each at its row's
+// position over its own sequence's keys (rows of any sequences), flash style: one warp per (query, head, split) streams its keys with
 // an online softmax, so no score matrix is ever stored. With n_split > 1 the
 // keys of each query are cut into n_split ranges (long contexts: more warps
 // at work) whose partial results partials (attention_partials_floats) holds
@@ -97,9 +106,11 @@ cudaError_t launch_matvec_gated(const uint8_t* w_gate, TensorType gate_type, siz
 // q: (T, n_head, head_dim); cache rows: (n_head_kv, head_dim);
 // out: (T, n_head, head_dim). window > 0: keys at
 // pos - k_pos >= window are masked. head_dim <= 512.
-cudaError_t launch_attention(const float* q, KvPages cache, float* out, float* partials, int T, const int* pos0, int n_head, int n_head_kv, int head_dim, int window, float scale,
-                             float softcap, int n_split, cudaStream_t s);
-// The same for a prefill batch, tiled: one block per (tile of queries, KV
+cudaError_t launch_attention(const float* q, KvPages cache, RowMap rows, float* out, float* partials, int T, int n_head,
+                             int n_head_kv, int head_dim, int window, float scale, float softcap, int n_split,
+                             cudaStream_t s);
+// The same for a prefill chunk, tiled: the T rows are one sequence's, at
+// consecutive positions (rows.pos[0] + t). One block per (tile of queries, KV
 // head, key range) loads each tile of key and value rows into shared memory
 // once for all its queries and the heads sharing the KV head (up to 16
 // rows), so K/V leave global memory once per tile of queries rather than
@@ -108,7 +119,7 @@ cudaError_t launch_attention(const float* q, KvPages cache, float* out, float* p
 // tiles) merged as launch_attention does, partials sized by
 // attention_partials_floats. Only where attention_tiled_fits (at most 16
 // heads per KV head, head_dim <= 512).
-cudaError_t launch_attention_tiled(const float* q, KvPages cache, float* out, float* partials, int T, const int* pos0,
+cudaError_t launch_attention_tiled(const float* q, KvPages cache, RowMap rows, float* out, float* partials, int T,
                                    int n_head, int n_head_kv, int head_dim, int window, float scale, float softcap,
                                    int n_split, cudaStream_t s);
 bool attention_tiled_fits(int n_head, int n_head_kv, int head_dim);

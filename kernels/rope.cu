@@ -8,8 +8,8 @@ namespace {
 // shared memory, its RMSNorm (QK-norm models), RoPE; a q head is written
 // back, a k head to the cache with the token's v head.
 __global__ void qk_norm_rope_store_kernel(float* q, float* k, const float* v, const float* q_norm, const float* k_norm,
-                                          KvPages cache, int n_head, int n_head_kv, int head_dim,
-                                          int n_rot, const int* pos0p, float base, const float* freq_factors, bool neox,
+                                          KvPages cache, RowMap rows, int n_head, int n_head_kv, int head_dim,
+                                          int n_rot, float base, const float* freq_factors, bool neox,
                                           float eps) {
   PHASELAB_DYNAMIC_SHARED(float, head);  // head_dim floats
   __shared__ float shared[32];
@@ -29,7 +29,7 @@ __global__ void qk_norm_rope_store_kernel(float* q, float* k, const float* v, co
     for (int i = threadIdx.x; i < head_dim; i += blockDim.x) head[i] = head[i] * scale * norm[i];
     __syncthreads();
   }
-  const int pos = *pos0p + t, half = n_rot / 2;
+  const int pos = rows.pos[t], half = n_rot / 2;
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
     double freq = pow(static_cast<double>(base), -2.0 * i / n_rot);
     if (freq_factors) freq /= freq_factors[i];
@@ -44,7 +44,7 @@ __global__ void qk_norm_rope_store_kernel(float* q, float* k, const float* v, co
   for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
     if (!is_k) ptr[i] = head[i];  // k is read from the cache from here on
     if (is_k) {
-      const size_t dst = kv_row(cache.table, cache.block_stride, pos, NKV) + kh * head_dim + i;
+      const size_t dst = kv_row(cache.table + rows.table_at[t], cache.block_stride, pos, NKV) + kh * head_dim + i;
       cache.k[dst] = head[i];
       cache.v[dst] = v[static_cast<size_t>(t) * NKV + kh * head_dim + i];
     }
@@ -53,11 +53,12 @@ __global__ void qk_norm_rope_store_kernel(float* q, float* k, const float* v, co
 }  // namespace
 
 cudaError_t launch_qk_norm_rope_store(float* q, float* k, const float* v, const float* q_norm, const float* k_norm,
-                                      KvPages cache, int T, int n_head, int n_head_kv, int head_dim, int n_rot,
-                                      const int* pos0, float base, const float* freq_factors, bool neox, float eps,
+                                      KvPages cache, RowMap rows, int T, int n_head, int n_head_kv, int head_dim,
+                                      int n_rot, float base, const float* freq_factors, bool neox, float eps,
                                       cudaStream_t s) {
+  if (!rows.pos || !rows.table_at || !cache.table) return cudaErrorInvalidValue;
   PHASELAB_LAUNCH(qk_norm_rope_store_kernel, T * (n_head + n_head_kv), 128, head_dim * sizeof(float), s)(
-      q, k, v, q_norm, k_norm, cache, n_head, n_head_kv, head_dim, n_rot, pos0, base, freq_factors, neox, eps);
+      q, k, v, q_norm, k_norm, cache, rows, n_head, n_head_kv, head_dim, n_rot, base, freq_factors, neox, eps);
   return cudaGetLastError();
 }
 

@@ -71,6 +71,8 @@ if [[ -n "$MODEL" && -f "$MODEL" ]]; then
     timeout 60 "$BIN/phaselab-cli" bench -m "$MODEL" --backend cuda -p 512 -n 0 -r 3 -b 512 2>&1
     echo "## prefill attention without query tiles (PHASELAB_CUDA_ATTN_TILED=0)"
     PHASELAB_CUDA_ATTN_TILED=0 timeout 60 "$BIN/phaselab-cli" bench -m "$MODEL" --backend cuda -p 512 -n 0 -r 3 2>&1
+    echo "## batched decode: one pass for many sequences, a graph per batch-size bucket"
+    timeout 90 "$BIN/phaselab-cli" bench -m "$MODEL" --backend cuda --batch 1,4,16,32,64 -p 128 -n 32 2>&1
     echo "## where the time goes (PHASELAB_CUDA_PROFILE=1: every step timed alone, no graph)"
     PHASELAB_CUDA_PROFILE=1 timeout 60 "$BIN/phaselab-cli" bench -m "$MODEL" --backend cuda -p 512 -n 32 -r 1 2>&1
   } | tee "$OUTDIR/bench_cuda_variants.md"

@@ -237,8 +237,124 @@ class TestCuda : public QObject {
     QCOMPARE(rg->tokens, rc->tokens);
   }
 
-  // Continuous batching on the CUDA backend (its forward_batch runs the
-  // sequences one after another for now): every request's greedy tokens
+  // One pass for several sequences on the CUDA backend: prefill chunks of
+  // three lengths beside decode rows (the tiled attention per chunk, the
+  // per-query kernel for the rest, logits rows gathered out of order, one
+  // chunk with every row's logits), then batched decode through the graphs
+  // of buckets 4, 2 and 1 (padded rows), while a fourth sequence joins and
+  // others leave. Every sequence's logits equal its solo run's; with the
+  // cuBLAS prefill off (PHASELAB_CUDA_GEMM_MIN) both sides take the same
+  // FP32 kernels per row, so the bound is tight.
+  void forward_batch_equals_solo_forward() {
+    const CudaProbe p = probe_cuda();
+    REQUIRE_CUDA(p);
+    auto m = Model::load(test_data("stories260K.gguf"));
+    QVERIFY(m.is_ok());
+    const int V = (*m)->config().n_vocab;
+    qputenv("PHASELAB_CUDA_GEMM_MIN", "1000");
+    auto solo_b = make_cuda_backend(*m, 64);
+    auto batch_b = make_cuda_backend(*m, 64);
+    qunsetenv("PHASELAB_CUDA_GEMM_MIN");
+    QVERIFY(solo_b.is_ok() && batch_b.is_ok());
+    Backend& solo = **solo_b;
+    Backend& be = **batch_b;
+    QVERIFY(be.batched_forward());
+    auto prompt_of = [&](int n, int salt) {
+      std::vector<int32_t> t;
+      for (int i = 0; i < n; i++) t.push_back(static_cast<int32_t>((i * 37 + salt * 101 + 5) % V));
+      return t;
+    };
+    const std::vector<std::vector<int32_t>> prompts = {prompt_of(7, 1), prompt_of(13, 2), prompt_of(21, 3),
+                                                       prompt_of(9, 4)};
+    const int steps[4] = {3, 9, 6, 5};  // decode steps: sequences leave at different times
+    // Solo: prompt (sequence 2 in a chunk of 10 without logits, then 11 with
+    // every row's), then greedy steps; the tokens drive the batched run too.
+    std::vector<std::vector<float>> want(4);
+    std::vector<std::vector<int32_t>> tokens(4);
+    for (int s = 0; s < 4; s++) {
+      auto kv = KvCache::create((*m)->config(), 64);
+      QVERIFY(kv.is_ok());
+      const int n = static_cast<int>(prompts[s].size());
+      std::vector<float> l(static_cast<size_t>(n) * V);
+      if (s == 2) {
+        QVERIFY(solo.forward(prompts[s].data(), 10, **kv, nullptr, LogitsMode::none));
+        QVERIFY(solo.forward(prompts[s].data() + 10, n - 10, **kv, l.data(), LogitsMode::all));
+        want[s].assign(l.begin(), l.begin() + static_cast<size_t>(n - 10) * V);
+        l.erase(l.begin(), l.begin() + static_cast<size_t>(n - 11) * V);
+      } else {
+        QVERIFY(solo.forward(prompts[s].data(), n, **kv, l.data(), LogitsMode::last));
+        want[s].assign(l.begin(), l.begin() + V);
+      }
+      for (int i = 0; i < steps[s]; i++) {
+        int32_t next = static_cast<int32_t>(std::max_element(l.begin(), l.begin() + V) - l.begin());
+        tokens[s].push_back(next);
+        QVERIFY(solo.forward(&next, 1, **kv, l.data(), LogitsMode::last));
+        want[s].insert(want[s].end(), l.begin(), l.begin() + V);
+      }
+    }
+    // Batched, in one pool.
+    auto pool = KvPool::create((*m)->config(), 32);
+    QVERIFY(pool.is_ok());
+    std::vector<std::unique_ptr<KvCache>> kv;
+    for (int s = 0; s < 4; s++) kv.push_back(KvCache::create_in(*pool, 64));
+    std::vector<std::vector<float>> got(4), l(4, std::vector<float>(static_cast<size_t>(21) * V));
+    std::vector<int> done(4, 0);  // decode steps made
+    auto out = [&](int s, LogitsMode mode, int n) {
+      got[s].insert(got[s].end(), l[s].begin(), l[s].begin() + static_cast<size_t>(mode == LogitsMode::all ? n : 1) * V);
+    };
+    const uint64_t computed0 = be.positions_computed();
+    // Pass 1: prompts 0 and 1 whole, the first 10 tokens of prompt 2.
+    std::vector<SeqChunk> pass = {{kv[0].get(), prompts[0].data(), 7, LogitsMode::last, l[0].data()},
+                                  {kv[1].get(), prompts[1].data(), 13, LogitsMode::last, l[1].data()},
+                                  {kv[2].get(), prompts[2].data(), 10, LogitsMode::none, nullptr}};
+    QVERIFY(be.forward_batch(pass.data(), 3));
+    out(0, LogitsMode::last, 1);
+    out(1, LogitsMode::last, 1);
+    // Pass 2: decode rows of 0 and 1 around the rest of prompt 2 (all logits).
+    pass = {{kv[0].get(), &tokens[0][0], 1, LogitsMode::last, l[0].data()},
+            {kv[2].get(), prompts[2].data() + 10, 11, LogitsMode::all, l[2].data()},
+            {kv[1].get(), &tokens[1][0], 1, LogitsMode::last, l[1].data()}};
+    QVERIFY(be.forward_batch(pass.data(), 3));
+    out(0, LogitsMode::last, 1);
+    out(2, LogitsMode::all, 11);
+    out(1, LogitsMode::last, 1);
+    done[0] = done[1] = 1;
+    // Then decode together; sequence 3's prompt joins at the third pass.
+    for (int pass_no = 0; pass_no < 64; pass_no++) {
+      pass.clear();
+      std::vector<int> who;
+      for (int s = 0; s < 4; s++) {
+        if (s == 3 && pass_no < 2) continue;
+        if (s == 3 && kv[3]->n_past() == 0) {
+          pass.push_back({kv[3].get(), prompts[3].data(), 9, LogitsMode::last, l[3].data()});
+        } else if (done[s] < steps[s]) {
+          pass.push_back({kv[s].get(), &tokens[s][done[s]], 1, LogitsMode::last, l[s].data()});
+        } else {
+          continue;
+        }
+        who.push_back(s);
+      }
+      if (pass.empty()) break;
+      QVERIFY(be.forward_batch(pass.data(), static_cast<int>(pass.size())));
+      for (size_t i = 0; i < who.size(); i++) {
+        out(who[i], LogitsMode::last, 1);
+        if (pass[i].n_tokens == 1) done[who[i]]++;
+      }
+    }
+    uint64_t positions = 0;
+    for (int s = 0; s < 4; s++) {
+      QCOMPARE(got[s].size(), want[s].size());
+      const double e = nmse(want[s], got[s]);
+      qInfo("sequence %d: logits NMSE batched vs solo %.3g over %zu rows", s, e, got[s].size() / V);
+      QVERIFY2(e <= 1e-9, qPrintable(QString("sequence %1: NMSE %2").arg(s).arg(e)));
+      QCOMPARE(kv[s]->n_past(), static_cast<int>(prompts[s].size()) + steps[s]);
+      positions += kv[s]->n_past();
+    }
+    // No position was computed twice (positions_computed counts every row).
+    QCOMPARE(be.positions_computed() - computed0, positions);
+  }
+
+  // Continuous batching on the CUDA backend: every request's greedy tokens
   // equal its solo run on the same backend, sequences in one pool.
   void scheduler_on_cuda_equals_solo() {
     const CudaProbe p = probe_cuda();

@@ -58,26 +58,46 @@ using testing::nmse;
 using testing::randn;
 
 // A paged K/V cache of n_ctx positions as the kernels see it: two layers
-// (the second is used) and the blocks in a shuffled order, so that the
-// addressing through the block table and the block stride is checked.
+// (the second is used), the blocks in a shuffled order, so that the
+// addressing through the block table and the block stride is checked, and
+// two sequences' block tables one after the other (entry table_at(s) on).
 struct PagedCache {
-  int n_ctx, nkv, n_layer = 2, il = 1, n_blocks;
-  std::vector<int> table;
+  int n_ctx, nkv, n_layer = 2, il = 1, n_blocks, used;
+  std::vector<int> table;  // sequence 0's blocks, then sequence 1's
   PagedCache(int ctx, int n_embd_kv) : n_ctx(ctx), nkv(n_embd_kv) {
-    const int used = (ctx + cuda::kKvBlockTokens - 1) / cuda::kKvBlockTokens;
-    n_blocks = used + 3;
-    for (int i = 0; i < used; i++) table.push_back((i * 5 + 2) % n_blocks);  // distinct: 5 and n_blocks coprime
+    used = (ctx + cuda::kKvBlockTokens - 1) / cuda::kKvBlockTokens;
+    n_blocks = 2 * used + 3;
+    if (n_blocks % 5 == 0) n_blocks++;  // distinct entries: 5 and n_blocks coprime
+    for (int i = 0; i < 2 * used; i++) table.push_back((i * 5 + 2) % n_blocks);
   }
+  int table_at(int seq) const { return seq * used; }
   size_t floats() const { return static_cast<size_t>(n_blocks) * n_layer * cuda::kKvBlockTokens * nkv; }
-  // Where position pos's row of layer il lies in the pool.
-  size_t row(int pos) const {
-    return ((static_cast<size_t>(table[pos / cuda::kKvBlockTokens]) * n_layer + il) * cuda::kKvBlockTokens +
-            pos % cuda::kKvBlockTokens) * nkv;
+  // Where position pos's row of layer il lies in the pool for sequence seq.
+  size_t row(int pos, int seq = 0) const {
+    return ((static_cast<size_t>(table[table_at(seq) + pos / cuda::kKvBlockTokens]) * n_layer + il) *
+                cuda::kKvBlockTokens + pos % cuda::kKvBlockTokens) * nkv;
   }
   cuda::KvPages pages(float* k, float* v, const int* dev_table) const {
     const size_t layer = static_cast<size_t>(il) * cuda::kKvBlockTokens * nkv;
     return {k + layer, v + layer, dev_table, static_cast<size_t>(n_layer) * cuda::kKvBlockTokens * nkv};
   }
+};
+
+// Row t of a batch at position pos[t] of sequence seq[t], as device memory.
+struct DevRows {
+  std::vector<int> pos, at;
+  int* p = nullptr;  // pos then at
+  DevRows(const PagedCache& c, const std::vector<int>& positions, const std::vector<int>& seqs) : pos(positions) {
+    for (int s : seqs) at.push_back(c.table_at(s));
+    std::vector<int> both(pos);
+    both.insert(both.end(), at.begin(), at.end());
+    cudaMalloc(reinterpret_cast<void**>(&p), both.size() * sizeof(int));
+    cudaMemcpy(p, both.data(), both.size() * sizeof(int), cudaMemcpyHostToDevice);
+  }
+  ~DevRows() { cudaFree(p); }
+  DevRows(const DevRows&) = delete;
+  DevRows& operator=(const DevRows&) = delete;
+  cuda::RowMap map(int first = 0) const { return {p + first, p + pos.size() + first}; }
 };
 
 #define CHECK_NMSE(ref, got, bound)                                                              \
@@ -241,13 +261,17 @@ class TestCudaOps : public QObject {
     Dev<float> dq(q), dk(k), dv(v), dqn(qn), dkn(kn), dff(ff);
     const PagedCache cache(n_ctx, NKV);
     Dev<float> kc(std::vector<float>(cache.floats(), 0.f)), vc(std::vector<float>(cache.floats(), 0.f));
-    Dev<int> dpos(std::vector<int>{pos0}), dtable(cache.table);
+    Dev<int> dtable(cache.table);
+    // Rows of two sequences: the first's positions 14 and 16 (across a block
+    // edge), the second's 16 between them.
+    const std::vector<int> pos{pos0, pos0 + 2, pos0 + 2}, seq{0, 1, 0};
+    const DevRows rows(cache, pos, seq);
     CU(cuda::launch_qk_norm_rope_store(dq.p, dk.p, dv.p, qk_norm ? dqn.p : nullptr, qk_norm ? dkn.p : nullptr,
-                                       cache.pages(kc.p, vc.p, dtable.p), T, NH, NKVH, HD, n_rot, dpos.p, base,
+                                       cache.pages(kc.p, vc.p, dtable.p), rows.map(), T, NH, NKVH, HD, n_rot, base,
                                        freq_factors ? dff.p : nullptr, neox, eps, nullptr));
     std::vector<float> wq(q), wk(k), wkc(cache.floats(), 0.f), wvc(wkc), cs(n_rot);
     for (int t = 0; t < T; t++) {
-      ref::rope_angles(cs.data(), n_rot, pos0 + t, base, freq_factors ? ff.data() : nullptr);
+      ref::rope_angles(cs.data(), n_rot, pos[t], base, freq_factors ? ff.data() : nullptr);
       for (int h = 0; h < NH; h++) {
         float* qh = &wq[static_cast<size_t>(t) * NQ + h * HD];
         if (qk_norm) ref::rmsnorm(qh, qh, qn.data(), HD, eps);
@@ -258,8 +282,8 @@ class TestCudaOps : public QObject {
         if (qk_norm) ref::rmsnorm(kh, kh, kn.data(), HD, eps);
         ref::rope_apply(kh, n_rot, cs.data(), neox);
       }
-      std::copy_n(&wk[static_cast<size_t>(t) * NKV], NKV, &wkc[cache.row(pos0 + t)]);
-      std::copy_n(&v[static_cast<size_t>(t) * NKV], NKV, &wvc[cache.row(pos0 + t)]);
+      std::copy_n(&wk[static_cast<size_t>(t) * NKV], NKV, &wkc[cache.row(pos[t], seq[t])]);
+      std::copy_n(&v[static_cast<size_t>(t) * NKV], NKV, &wvc[cache.row(pos[t], seq[t])]);
     }
     CHECK_NMSE(wq, dq.get(), 1e-7);
     QVERIFY(dk.get() == k);  // k itself is left alone: attention reads the cache
@@ -355,6 +379,21 @@ class TestCudaOps : public QObject {
     CHECK_NMSE(want, dx.get(), 1e-7);
   }
 
+  // The rows that want logits in a batch: copied exactly, in any order and
+  // with repeats.
+  void gather_rows() {
+    REQUIRE_GPU();
+    const int n = 300, n_rows = 7;
+    const auto x = randn(static_cast<size_t>(n_rows) * n, 9);
+    const std::vector<int> rows = {6, 0, 3, 3};
+    Dev<float> dx(x), dout(rows.size() * n);
+    Dev<int> dr(rows);
+    CU(cuda::launch_gather_rows(dx.p, dr.p, static_cast<int>(rows.size()), n, dout.p, nullptr));
+    std::vector<float> want;
+    for (int r : rows) want.insert(want.end(), x.begin() + static_cast<size_t>(r) * n, x.begin() + static_cast<size_t>(r + 1) * n);
+    QVERIFY(dout.get() == want);
+  }
+
   void matrix_products_data() {
     QTest::addColumn<int>("type");
     QTest::addColumn<int>("T");
@@ -434,43 +473,78 @@ class TestCudaOps : public QObject {
     const auto q = randn(static_cast<size_t>(T) * n_head * HD, 11);
     const PagedCache cache(n_ctx, NKV);
     const auto kc = randn(cache.floats(), 12), vc = randn(cache.floats(), 13);
-    std::vector<float> want(q.size());
-    for (int t = 0; t < T; t++)
-      for (int h = 0; h < n_head; h++) {
-        const int kvh = h / (n_head / n_head_kv), pos = pos0 + t;
-        const int j0 = window > 0 ? std::max(0, pos - window + 1) : 0;
-        std::vector<double> s;
-        double mx = -1e300;
-        for (int j = j0; j <= pos; j++) {
-          double d = 0;
-          for (int i = 0; i < HD; i++) d += static_cast<double>(q[(static_cast<size_t>(t) * n_head + h) * HD + i]) * kc[cache.row(j) + kvh * HD + i];
-          d *= scale;
-          if (softcap > 0) d = softcap * std::tanh(d / softcap);
-          s.push_back(d);
-          mx = std::max(mx, d);
+    // Row t at position pos[t] of sequence seq[t], in double.
+    auto reference = [&](const std::vector<int>& pos, const std::vector<int>& seq) {
+      std::vector<float> want(q.size());
+      for (int t = 0; t < T; t++)
+        for (int h = 0; h < n_head; h++) {
+          const int kvh = h / (n_head / n_head_kv);
+          const int j0 = window > 0 ? std::max(0, pos[t] - window + 1) : 0;
+          std::vector<double> s;
+          double mx = -1e300;
+          for (int j = j0; j <= pos[t]; j++) {
+            double d = 0;
+            for (int i = 0; i < HD; i++)
+              d += static_cast<double>(q[(static_cast<size_t>(t) * n_head + h) * HD + i]) * kc[cache.row(j, seq[t]) + kvh * HD + i];
+            d *= scale;
+            if (softcap > 0) d = softcap * std::tanh(d / softcap);
+            s.push_back(d);
+            mx = std::max(mx, d);
+          }
+          double sum = 0;
+          for (double& v : s) sum += (v = std::exp(v - mx));
+          for (int i = 0; i < HD; i++) {
+            double a = 0;
+            for (int j = j0; j <= pos[t]; j++) a += s[j - j0] * vc[cache.row(j, seq[t]) + kvh * HD + i];
+            want[(static_cast<size_t>(t) * n_head + h) * HD + i] = static_cast<float>(a / sum);
+          }
         }
-        double sum = 0;
-        for (double& v : s) sum += (v = std::exp(v - mx));
-        for (int i = 0; i < HD; i++) {
-          double a = 0;
-          for (int j = j0; j <= pos; j++) a += s[j - j0] * vc[cache.row(j) + kvh * HD + i];
-          want[(static_cast<size_t>(t) * n_head + h) * HD + i] = static_cast<float>(a / sum);
-        }
-      }
+      return want;
+    };
     Dev<float> dq(q), dk(kc), dv(vc), dout(q.size());
     Dev<float> part(std::max<size_t>(cuda::attention_partials_floats(T, n_head, HD, n_split), 1));
-    Dev<int> dpos(std::vector<int>{pos0}), dtable(cache.table);
-    CU(cuda::launch_attention(dq.p, cache.pages(dk.p, dv.p, dtable.p), dout.p, part.p, T, dpos.p, n_head, n_head_kv, HD,
-                              window, scale, softcap, n_split, nullptr));
+    Dev<int> dtable(cache.table);
+    const cuda::KvPages pages = cache.pages(dk.p, dv.p, dtable.p);
+    // One sequence at consecutive positions (a prefill chunk).
+    std::vector<int> pos(T), seq0(T, 0);
+    for (int t = 0; t < T; t++) pos[t] = pos0 + t;
+    const auto want = reference(pos, seq0);
+    const DevRows rows(cache, pos, seq0);
+    CU(cuda::launch_attention(dq.p, pages, rows.map(), dout.p, part.p, T, n_head, n_head_kv, HD, window, scale, softcap,
+                              n_split, nullptr));
     CU(cudaDeviceSynchronize());
     CHECK_NMSE(want, dout.get(), 5e-4);
     // The tiled prefill kernel, on the same inputs, with as many key ranges.
     QVERIFY(cuda::attention_tiled_fits(n_head, n_head_kv, HD));
     Dev<float> dout2(q.size());
-    CU(cuda::launch_attention_tiled(dq.p, cache.pages(dk.p, dv.p, dtable.p), dout2.p, part.p, T, dpos.p, n_head,
-                                    n_head_kv, HD, window, scale, softcap, n_split, nullptr));
+    CU(cuda::launch_attention_tiled(dq.p, pages, rows.map(), dout2.p, part.p, T, n_head, n_head_kv, HD, window, scale,
+                                    softcap, n_split, nullptr));
     CU(cudaDeviceSynchronize());
     CHECK_NMSE(want, dout2.get(), 5e-4);
+    // Rows of two sequences in one launch (a batched decode): every other
+    // row belongs to the second sequence, at positions near its end.
+    std::vector<int> mixed_pos(T), mixed_seq(T);
+    for (int t = 0; t < T; t++) {
+      mixed_seq[t] = t % 2;
+      mixed_pos[t] = t % 2 ? n_ctx - 1 - t : pos0 + t;
+    }
+    const auto want_mixed = reference(mixed_pos, mixed_seq);
+    QVERIFY(nmse(want_mixed, want) > 1e-3);  // the second sequence's rows differ
+    const DevRows mixed(cache, mixed_pos, mixed_seq);
+    CU(cuda::launch_attention(dq.p, pages, mixed.map(), dout.p, part.p, T, n_head, n_head_kv, HD, window, scale,
+                              softcap, n_split, nullptr));
+    CU(cudaDeviceSynchronize());
+    CHECK_NMSE(want_mixed, dout.get(), 5e-4);
+    // The tiled kernel on the second sequence's chunk, which starts at row 1
+    // of its batch (RowMap advanced by one row).
+    std::vector<int> later_pos{5}, later_seq{0};
+    later_pos.insert(later_pos.end(), pos.begin(), pos.end());
+    later_seq.insert(later_seq.end(), T, 1);
+    const DevRows later(cache, later_pos, later_seq);
+    CU(cuda::launch_attention_tiled(dq.p, pages, later.map(1), dout2.p, part.p, T, n_head, n_head_kv, HD, window, scale,
+                                    softcap, n_split, nullptr));
+    CU(cudaDeviceSynchronize());
+    CHECK_NMSE(reference(pos, std::vector<int>(T, 1)), dout2.get(), 5e-4);
   }
 
   void splits_policy() {

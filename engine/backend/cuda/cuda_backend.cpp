@@ -15,13 +15,17 @@
 // but the device did not compute (a block from before the device pool
 // existed) are recomputed from the host's tokens.
 //
-// Matrix products: quantized matrix-vector kernels for decode and small
-// batches, cuBLAS BF16 GEMMs (weights dequantized in slabs) from
-// PHASELAB_CUDA_GEMM_MIN tokens on (default 16). A decode step (one token,
-// last logits) is captured once as a CUDA graph and replayed: the token and
-// its position travel to the device through pinned memory before the
-// replay, the kernels read the position from device memory, and the only
-// synchronisation is the one for the logits.
+// A pass holds the tokens of one or more sequences (continuous batching):
+// each is a row of every matrix product, so the weights are read once for
+// all of them, and the kernels find each row's position and its sequence's
+// block table in device memory (cuda::RowMap). Matrix products:
+// quantized matrix-vector kernels for decode and small batches, cuBLAS BF16
+// GEMMs (weights dequantized in slabs) from PHASELAB_CUDA_GEMM_MIN rows on
+// (default 16). A decode pass (one token per sequence, last logits) is
+// captured once per batch-size bucket (1, 2, 4, ... max_batch) as a CUDA
+// graph and replayed, padded to its bucket: the rows' tokens, positions and
+// changed block-table entries travel through pinned memory before the
+// replay, and the only synchronisation is the one for the logits.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -101,10 +105,11 @@ class StepProfile {
     used_++;
     return Status::ok();
   }
-  // After the stream has synchronised: adds this pass's steps to the totals.
-  void collect(int T) {
+  // After the stream has synchronised: adds this pass's steps to the totals
+  // of its phase ("prefill": a pass with a prompt chunk; "decode": one token
+  // per sequence), T rows.
+  void collect(const char* phase, int T) {
     if (!on_) return;
-    const std::string phase = T > 1 ? "prefill" : "decode";
     for (int i = 1; i < used_; i++) {
       float ms = 0;
       if (cudaEventElapsedTime(&ms, events_[i - 1], events_[i]) != cudaSuccess) continue;
@@ -154,11 +159,11 @@ class CudaBackend final : public Backend {
       cudaStreamSynchronize(stream_);
       prof_.print();
     }
-    if (graph_exec_) cudaGraphExecDestroy(graph_exec_);
+    drop_graphs();
     if (cublas_) cublasDestroy(cublas_);
     for (void* p : allocations_) cudaFree(p);
-    if (stage_) cudaFreeHost(stage_);
-    if (table_stage_) cudaFreeHost(table_stage_);
+    if (meta_stage_) cudaFreeHost(meta_stage_);
+    if (tables_stage_) cudaFreeHost(tables_stage_);
     if (stream_) cudaStreamDestroy(stream_);
   }
 
@@ -211,11 +216,14 @@ class CudaBackend final : public Backend {
     PHASELAB_TRY(alloc(&hb_, B * c_.n_ff));
     PHASELAB_TRY(alloc(&hb2_, B * c_.n_ff));
     PHASELAB_TRY(alloc(&logits_, B * c_.n_vocab));
-    CUDA_TRY(cudaMalloc(&tokens_, (B + 2) * sizeof(int32_t)));  // the batch's tokens, its first position, an argmax
-    allocations_.push_back(tokens_);
-    pos_ = tokens_ + B;
-    next_ = tokens_ + B + 1;
-    CUDA_TRY(cudaMallocHost(&stage_, (B + 1) * sizeof(int32_t)));
+    // The rows' metadata (RowMap, tokens, logits rows) and the argmaxes, and
+    // its pinned staging copy: one upload per pass.
+    CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&meta_), kMetaFields * B * sizeof(int32_t)));
+    allocations_.push_back(meta_);
+    CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&meta_stage_), kMetaFields * B * sizeof(int32_t)));
+    next_ = meta_ + kNextField * B;
+    parts_.reserve(B);
+    tiled_.reserve(B);
     // cuBLAS for prefill: BF16 copies of a slab of weight rows and of the batch.
     if (max_batch_ >= gemm_min_tokens_) {
       if (cublasCreate(&cublas_) != CUBLAS_STATUS_SUCCESS) return internal_error("cuBLAS could not be initialised");
@@ -235,47 +243,113 @@ class CudaBackend final : public Backend {
 
   std::string name() const override { return "cuda"; }
   int max_batch() const override { return max_batch_; }
+  bool batched_forward() const override { return true; }
 
   Status forward(const int32_t* tokens, int T, KvCache& kv, float* logits, LogitsMode mode) override {
-    if (T < 1 || T > max_batch_) return invalid_argument("batch of " + std::to_string(T) + " tokens (1.." + std::to_string(max_batch_) + ")");
-    PHASELAB_TRY(prepare(tokens, T, kv));
-    const int p0 = kv.n_past();
-    PHASELAB_TRY(reserve(kv, T));
-    if (T == 1 && mode == LogitsMode::last && logits && use_graph_)
-      PHASELAB_TRY(run_decode_graph(kv, tokens[0], p0, logits, nullptr));
+    const SeqChunk chunk{&kv, tokens, T, mode, logits};
+    return forward_batch(&chunk, 1);
+  }
+
+  // The chunks' tokens are the rows of one pass (see plan()): every matrix
+  // product reads the weights once for all of them, attention runs per row
+  // through its own sequence's block table. A pass of one token per
+  // sequence, each wanting its last logits (batched decode), replays the
+  // graph captured for its batch-size bucket.
+  Status forward_batch(const SeqChunk* chunks, int n_chunks) override {
+    if (n_chunks < 1) return invalid_argument("an empty batch: nothing to compute");
+    int T = 0;
+    bool decode = true;
+    for (int i = 0; i < n_chunks; i++) {
+      const SeqChunk& ch = chunks[i];
+      if (!ch.kv || !ch.tokens || ch.n_tokens < 1)
+        return invalid_argument("batch chunk " + std::to_string(i) + " has no sequence or no tokens");
+      if (ch.mode != LogitsMode::none && !ch.logits)
+        return invalid_argument("batch chunk " + std::to_string(i) + " asks for logits but gives nowhere to put them");
+      for (int j = 0; j < i; j++)
+        if (chunks[j].kv == ch.kv) return invalid_argument("a sequence appears twice in one batch");
+      if (&ch.kv->pool() != &chunks[0].kv->pool())
+        return invalid_argument("the sequences of one batch must share one KV pool");
+      for (int t = 0; t < ch.n_tokens; t++)
+        if (ch.tokens[t] < 0 || ch.tokens[t] >= c_.n_vocab)
+          return invalid_argument("token id " + std::to_string(ch.tokens[t]) + " is outside the vocabulary");
+      T += ch.n_tokens;
+      decode = decode && ch.n_tokens == 1 && ch.mode == LogitsMode::last;
+    }
+    if (T > max_batch_)
+      return invalid_argument("batch of " + std::to_string(T) + " tokens (1.." + std::to_string(max_batch_) + ")");
+    PHASELAB_TRY(ensure_pool(*chunks[0].kv));
+    for (int i = 0; i < n_chunks; i++) PHASELAB_TRY(prepare(*chunks[i].kv));
+    for (int i = 0; i < n_chunks; i++) PHASELAB_TRY(reserve(*chunks[i].kv, chunks[i].n_tokens));
+    parts_.clear();
+    for (int i = 0; i < n_chunks; i++) {
+      const SeqChunk& ch = chunks[i];
+      parts_.push_back(Part{ch.kv, ch.tokens, ch.kv->n_past(), ch.n_tokens, ch.mode});
+    }
+    if (decode && use_graph_)
+      PHASELAB_TRY(run_decode_graph());
     else
-      PHASELAB_TRY(run(kv, tokens, T, p0, logits, mode));
-    kv.append(tokens, T);
+      PHASELAB_TRY(run_pass());
+    // The logits, chunk by chunk, in the order plan() gave them rows.
+    for (int i = 0, row = 0; i < n_chunks; i++) {
+      const SeqChunk& ch = chunks[i];
+      const int n = ch.mode == LogitsMode::last ? 1 : ch.mode == LogitsMode::all ? ch.n_tokens : 0;
+      if (n > 0)
+        CUDA_TRY(cudaMemcpyAsync(ch.logits, logits_ + static_cast<size_t>(row) * c_.n_vocab,
+                                 static_cast<size_t>(n) * c_.n_vocab * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+      row += n;
+    }
+    CUDA_TRY(cudaStreamSynchronize(stream_));
+    prof_.collect(decode ? "decode" : "prefill", T);
+    for (int i = 0; i < n_chunks; i++) chunks[i].kv->append(chunks[i].tokens, chunks[i].n_tokens);
     return Status::ok();
   }
 
   bool has_device_greedy() const override { return true; }
   uint64_t positions_computed() const override { return computed_; }
   Status forward_greedy(int32_t token, KvCache& kv, int32_t* next) override {
-    PHASELAB_TRY(prepare(&token, 1, kv));
-    const int p0 = kv.n_past();
+    if (token < 0 || token >= c_.n_vocab) return invalid_argument("token id " + std::to_string(token) + " is outside the vocabulary");
+    PHASELAB_TRY(ensure_pool(kv));
+    PHASELAB_TRY(prepare(kv));
     PHASELAB_TRY(reserve(kv, 1));
-    if (use_graph_) {
-      PHASELAB_TRY(run_decode_graph(kv, token, p0, nullptr, next));
-    } else {
-      PHASELAB_TRY(upload_batch(kv, &token, 1, p0));
-      if (Status st = enqueue(1, LogitsMode::last, p0 + 1); !st.is_ok()) return after_sync(st);
-      mark_written(kv, p0, 1);
-      computed_++;
-      PHASELAB_TRY(download_argmax(next));
-    }
+    parts_.clear();
+    parts_.push_back(Part{&kv, &token, kv.n_past(), 1, LogitsMode::last});
+    PHASELAB_TRY(use_graph_ ? run_decode_graph() : run_pass());
+    CUDA_TRY(cuda::launch_argmax(logits_, c_.n_vocab, next_, stream_));
+    PHASELAB_TRY(prof_.mark("argmax", stream_));
+    CUDA_TRY(cudaMemcpyAsync(meta_stage_ + kNextField * max_batch_, next_, sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
+    CUDA_TRY(cudaStreamSynchronize(stream_));
+    prof_.collect("decode", 1);
+    *next = meta_stage_[kNextField * max_batch_];
     kv.append(&token, 1);
     return Status::ok();
   }
 
  private:
-  // Checks the tokens; makes the device pool mirror the host's, and
-  // recomputes the positions the host holds that the device has not
-  // computed (from the first block whose slots it lacks).
-  Status prepare(const int32_t* tokens, int T, KvCache& kv) {
-    for (int t = 0; t < T; t++)
-      if (tokens[t] < 0 || tokens[t] >= c_.n_vocab) return invalid_argument("token id " + std::to_string(tokens[t]) + " is outside the vocabulary");
-    PHASELAB_TRY(ensure_pool(kv));
+  // One sequence's rows in a pass: tokens at positions p0 .. p0 + n.
+  struct Part {
+    const KvCache* kv = nullptr;
+    const int32_t* tokens = nullptr;
+    int p0 = 0, n = 0;
+    LogitsMode mode = LogitsMode::none;
+  };
+  // A chunk whose attention takes the tiled kernel: rows [row, row + n),
+  // whose last query sees n_keys keys.
+  struct TiledChunk {
+    int row = 0, n = 0, n_keys = 0;
+  };
+  // What enqueue() launches for the rows plan() laid out.
+  struct Pass {
+    int T = 0;              // rows
+    int n_small = 0;        // rows [0, n_small): the one-warp-per-query attention
+    int n_logits = 0;       // logits rows, in the parts' order
+    int logits_first = -1;  // >= 0: they are rows [logits_first, + n_logits); else gathered by logit_rows
+    int split_ctx = 0;      // keys the longest sequence may reach (the attention's key ranges)
+  };
+
+  // Makes the device hold what the host holds for kv: recomputes, from the
+  // host's tokens, the positions of its blocks the device has not computed
+  // (from the first block whose slots it lacks).
+  Status prepare(const KvCache& kv) {
     const int n = kv.n_past();
     const std::vector<int>& table = kv.block_table();
     int p = n;
@@ -289,7 +363,11 @@ class CudaBackend final : public Backend {
     }
     while (p < n) {
       const int c = std::min(max_batch_, n - p);
-      PHASELAB_TRY(run(kv, kv.tokens().data() + p, c, p, nullptr, LogitsMode::none));
+      parts_.clear();
+      parts_.push_back(Part{&kv, kv.tokens().data() + p, p, c, LogitsMode::none});
+      PHASELAB_TRY(run_pass());
+      CUDA_TRY(cudaStreamSynchronize(stream_));
+      prof_.collect("prefill", c);
       p += c;
     }
     return Status::ok();
@@ -324,13 +402,6 @@ class CudaBackend final : public Backend {
     return reserved;
   }
 
-  // After a forward's kernels wrote positions [p0, p0 + T): the blocks hold
-  // them, and nothing after them.
-  void mark_written(const KvCache& kv, int p0, int T) {
-    const std::vector<int>& table = kv.block_table();
-    for (int i = p0 / kBlock; i * kBlock < p0 + T; i++) set_filled(kv, table[i], std::min(kBlock, p0 + T - i * kBlock));
-  }
-
   // How many leading slots of block b hold K/V the device computed in the
   // block's present life (0 after the host handed it out again).
   int filled(const KvCache& kv, int b) const {
@@ -347,37 +418,145 @@ class CudaBackend final : public Backend {
     return st;
   }
 
-  // The batch's tokens and first position to tokens_ / pos_, and the block
-  // table entries for positions [0, p0 + T) that changed since the last
-  // upload, through pinned staging buffers (asynchronous; every forward
-  // synchronises before it returns, so the buffers are free again).
-  Status upload_batch(const KvCache& kv, const int32_t* tokens, int T, int p0) {
-    std::memcpy(stage_, tokens, T * sizeof(int32_t));
-    stage_[max_batch_] = p0;
-    CUDA_TRY(cudaMemcpyAsync(tokens_, stage_, T * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
-    CUDA_TRY(cudaMemcpyAsync(pos_, stage_ + max_batch_, sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
-    const std::vector<int>& table = kv.block_table();
-    const int used = (p0 + T + kBlock - 1) / kBlock;
-    int from = 0;
-    while (from < used && from < static_cast<int>(table_uploaded_.size()) && table_uploaded_[from] == table[from]) from++;
-    if (from < used) {
-      std::memcpy(table_stage_ + from, table.data() + from, (used - from) * sizeof(int32_t));
-      CUDA_TRY(cudaMemcpyAsync(table_dev_ + from, table_stage_ + from, (used - from) * sizeof(int32_t),
-                               cudaMemcpyHostToDevice, stream_));
-      table_uploaded_.assign(table.begin(), table.begin() + used);
+  // Lays out parts_ as the rows of one pass and uploads what the kernels
+  // read: each row's token, position and block table (RowMap), and the rows
+  // whose logits are wanted. Parts of fewer than kTiledAttentionMin tokens
+  // (decode) come first, so that one launch of the per-query attention
+  // serves them all; each longer part (prefill) follows with rows of its
+  // own for the tiled kernel. Logits rows follow the parts' order. Part i's
+  // block table is in slot i; only entries that changed since the slot's
+  // last upload travel. pad_to > T: rows T .. pad_to are padding (token 0 at
+  // position 0 of the pad slot, whose one block no sequence has) for a
+  // captured graph's fixed batch size.
+  Status plan(int pad_to) {
+    const int n_parts = static_cast<int>(parts_.size());
+    PHASELAB_TRY(ensure_slots(n_parts));
+    const int B = max_batch_;
+    int32_t* tok = meta_stage_;
+    int32_t* pos = meta_stage_ + B;
+    int32_t* at = meta_stage_ + 2 * B;
+    int32_t* lrows = meta_stage_ + 3 * B;
+    pass_ = Pass{};
+    tiled_.clear();
+    int T = 0;
+    for (int tiled = 0; tiled < 2; tiled++)
+      for (int i = 0; i < n_parts; i++) {
+        Part& p = parts_[i];
+        const bool wants_tiled = use_tiled_attention_ && p.n >= kTiledAttentionMin && tiled_fits_;
+        if (wants_tiled != (tiled == 1)) continue;
+        if (wants_tiled) tiled_.push_back(TiledChunk{T, p.n, p.p0 + p.n});
+        row_of_[i] = T;
+        for (int j = 0; j < p.n; j++, T++) {
+          tok[T] = p.tokens[j];
+          pos[T] = p.p0 + j;
+          at[T] = i * table_cap_;
+        }
+        if (!wants_tiled) pass_.n_small = T;
+        pass_.split_ctx = std::max(pass_.split_ctx, std::min(p.kv->n_ctx(), table_cap_ * kBlock));
+      }
+    for (; T < pad_to; T++) {
+      tok[T] = 0;
+      pos[T] = 0;
+      at[T] = n_slots_ * table_cap_;  // the pad slot
+    }
+    pass_.T = T;
+    if (pad_to > 0) pass_.n_small = T;  // padding only with no tiled parts
+    bool contiguous = true;
+    for (int i = 0; i < n_parts; i++) {
+      const Part& p = parts_[i];
+      const int first = p.mode == LogitsMode::last ? p.n - 1 : 0;
+      const int n = p.mode == LogitsMode::last ? 1 : p.mode == LogitsMode::all ? p.n : 0;
+      for (int j = first; j < first + n; j++) {
+        lrows[pass_.n_logits] = row_of_[i] + j;
+        contiguous = contiguous && lrows[pass_.n_logits] == lrows[0] + pass_.n_logits;
+        pass_.n_logits++;
+      }
+    }
+    if (pad_to > 0) pass_.n_logits = T;  // a graph computes every row's (padding's too)
+    pass_.logits_first = pad_to > 0 ? 0 : pass_.n_logits > 0 && contiguous ? lrows[0] : -1;
+    CUDA_TRY(cudaMemcpyAsync(meta_, meta_stage_, kUploadFields * B * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+    for (int i = 0; i < n_parts; i++) {
+      const std::vector<int>& table = parts_[i].kv->block_table();
+      std::vector<int>& up = slot_uploaded_[i];
+      const int used = (parts_[i].p0 + parts_[i].n + kBlock - 1) / kBlock;
+      if (used > table_cap_ || used > static_cast<int>(table.size()))
+        return internal_error("a block table longer than its pool (" + std::to_string(used) + " entries)");
+      int from = 0;
+      while (from < used && from < static_cast<int>(up.size()) && up[from] == table[from]) from++;
+      if (from == used) continue;
+      int32_t* stage = tables_stage_ + static_cast<size_t>(i) * table_cap_;
+      std::memcpy(stage + from, table.data() + from, (used - from) * sizeof(int32_t));
+      CUDA_TRY(cudaMemcpyAsync(tables_ + static_cast<size_t>(i) * table_cap_ + from, stage + from,
+                               (used - from) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+      up.assign(table.begin(), table.begin() + used);
     }
     return Status::ok();
   }
 
-  // The argmax of the last logits row, picked on the device; waits for it.
-  Status download_argmax(int32_t* next) {
-    CUDA_TRY(cuda::launch_argmax(logits_, c_.n_vocab, next_, stream_));
-    PHASELAB_TRY(prof_.mark("argmax", stream_));
-    CUDA_TRY(cudaMemcpyAsync(stage_ + max_batch_, next_, sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
-    CUDA_TRY(cudaStreamSynchronize(stream_));
-    prof_.collect(1);
-    *next = stage_[max_batch_];
+  // After a pass over parts_: the blocks hold the positions it wrote, and
+  // nothing after them.
+  void mark_written() {
+    for (const Part& p : parts_) {
+      const std::vector<int>& table = p.kv->block_table();
+      for (int i = p.p0 / kBlock; i * kBlock < p.p0 + p.n; i++)
+        set_filled(*p.kv, table[i], std::min(kBlock, p.p0 + p.n - i * kBlock));
+      computed_ += static_cast<uint64_t>(p.n);
+    }
+  }
+
+  // parts_ as one pass of plain launches (no synchronisation: the caller
+  // copies the logits and waits).
+  Status run_pass() {
+    PHASELAB_TRY(plan(0));
+    if (Status st = enqueue(pass_); !st.is_ok()) return after_sync(st);
+    mark_written();
     return Status::ok();
+  }
+
+  // The smallest batch-size bucket (a power of two, or max_batch) for n
+  // rows of one token each.
+  int bucket_for(int n) const {
+    int b = 1;
+    while (b < n) b *= 2;
+    return std::min(b, max_batch_);
+  }
+
+  // parts_ (one token each, last logits) through the graph captured for its
+  // bucket (captured on first use, and again after the device pool or the
+  // tables are reallocated); rows beyond the parts are padding. If capture
+  // fails, decoding continues with plain launches from then on, and the
+  // reason is logged.
+  Status run_decode_graph() {
+    const int bucket = bucket_for(static_cast<int>(parts_.size()));
+    PHASELAB_TRY(plan(bucket));
+    cudaGraphExec_t& exec = graphs_[bucket];
+    if (!exec) {
+      cudaGraph_t graph = nullptr;
+      CUDA_TRY(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+      const Status st = enqueue(pass_);
+      const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
+      cudaError_t inst = cudaErrorUnknown;
+      if (st.is_ok() && end == cudaSuccess) inst = cudaGraphInstantiate(&exec, graph, 0);
+      if (graph) cudaGraphDestroy(graph);
+      if (!st.is_ok() || end != cudaSuccess || inst != cudaSuccess) {
+        graphs_.erase(bucket);
+        use_graph_ = false;
+        (void)cudaGetLastError();  // clear the capture's error
+        std::fprintf(stderr, "phaselab: CUDA graph capture failed (%s); decoding without graphs\n",
+                     !st.is_ok() ? st.message().c_str() : cudaGetErrorString(end != cudaSuccess ? end : inst));
+        return run_pass();
+      }
+    }
+    if (cudaError_t e = cudaGraphLaunch(exec, stream_); e != cudaSuccess)
+      return after_sync(cuda_status(e, "cudaGraphLaunch", __FILE__, __LINE__));
+    mark_written();
+    return Status::ok();
+  }
+
+  void drop_graphs() {
+    for (auto& [bucket, exec] : graphs_)
+      if (exec) cudaGraphExecDestroy(exec);
+    graphs_.clear();
   }
 
   static constexpr size_t kW16Elems = size_t{32} << 20;  // 64 MiB of BF16 weight rows per GEMM slab
@@ -408,6 +587,11 @@ class CudaBackend final : public Backend {
     allocations_.push_back(*p);
     return Status::ok();
   }
+  void free_device(void* p) {
+    if (!p) return;
+    cudaFree(p);
+    allocations_.erase(std::remove(allocations_.begin(), allocations_.end(), p), allocations_.end());
+  }
 
   Status upload(const WeightView& w, DevWeight* d) {
     const size_t bytes = w.row_bytes * static_cast<size_t>(w.n_out);
@@ -435,57 +619,74 @@ class CudaBackend final : public Backend {
   static_assert(kBlock == KvPool::kBlockTokens, "the device pool mirrors the host's blocks");
   size_t block_floats() const { return static_cast<size_t>(c_.n_layer) * kBlock * c_.n_embd_kv(); }
 
-  // The device pool mirroring kv's host pool (as many blocks, same layout),
-  // the block table and attention scratch for its context; made anew (all
-  // blocks empty) when the sequence's pool or context changes.
+  // The device pool mirroring kv's host pool (as many blocks, same layout,
+  // and one more that only padding rows write), and attention scratch for
+  // its positions; made anew (all blocks empty) when the pool changes.
   Status ensure_pool(const KvCache& kv) {
     const KvPool& pool = kv.pool();
-    if (pool.id() == pool_id_ && pool.n_blocks() == pool_blocks_ && kv.n_ctx() == pool_ctx_) return Status::ok();
-    if (graph_exec_) {  // the graph holds the old buffers' addresses
-      cudaGraphExecDestroy(graph_exec_);
-      graph_exec_ = nullptr;
-    }
+    if (pool.id() == pool_id_ && pool.n_blocks() == pool_blocks_) return Status::ok();
+    drop_graphs();                              // the graphs hold the old buffers' addresses
     CUDA_TRY(cudaStreamSynchronize(stream_));  // nothing in flight may still use the old buffers
-    for (void* p : {static_cast<void*>(pool_k_), static_cast<void*>(pool_v_), static_cast<void*>(scratch_),
-                    static_cast<void*>(table_dev_)})
-      if (p) {
-        cudaFree(p);
-        allocations_.erase(std::remove(allocations_.begin(), allocations_.end(), p), allocations_.end());
-      }
-    if (table_stage_) cudaFreeHost(table_stage_);
+    for (void* p : {static_cast<void*>(pool_k_), static_cast<void*>(pool_v_), static_cast<void*>(scratch_)}) free_device(p);
     pool_k_ = pool_v_ = scratch_ = nullptr;
-    table_dev_ = table_stage_ = nullptr;
     pool_id_ = 0;  // until the new buffers exist
-    table_uploaded_.clear();
-    const int n_ctx = kv.n_ctx();
-    const size_t n = static_cast<size_t>(pool.n_blocks()) * block_floats();
-    const int table_cap = (n_ctx + kBlock - 1) / kBlock;
+    // A sequence's table has at most as many entries as the pool has blocks.
+    const int table_cap = pool.n_blocks();
+    const size_t n = static_cast<size_t>(pool.n_blocks() + 1) * block_floats();
     size_t free_b = 0, total_b = 0;
     CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
-    const size_t scratch_n = std::max<size_t>(partials_floats(n_ctx), 1);
-    const size_t need = (2 * n + scratch_n) * sizeof(float) + table_cap * sizeof(int32_t);
+    const size_t scratch_n = std::max<size_t>(partials_floats(table_cap * kBlock), 1);
+    const size_t need = (2 * n + scratch_n) * sizeof(float) + 2 * static_cast<size_t>(table_cap) * sizeof(int32_t);
     if (need > free_b)
-      return out_of_memory("the KV cache for " + std::to_string(n_ctx) + " tokens needs " + std::to_string(need >> 20) +
-                           " MiB of GPU memory, " + std::to_string(free_b >> 20) + " MiB are free: lower the context size");
+      return out_of_memory("the KV cache for " + std::to_string(pool.n_blocks() * kBlock) + " positions needs " +
+                           std::to_string(need >> 20) + " MiB of GPU memory, " + std::to_string(free_b >> 20) +
+                           " MiB are free: lower the context size");
     PHASELAB_TRY(alloc(&pool_k_, n));
     PHASELAB_TRY(alloc(&pool_v_, n));
     PHASELAB_TRY(alloc(&scratch_, scratch_n));
-    CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&table_dev_), table_cap * sizeof(int32_t)));
-    allocations_.push_back(table_dev_);
-    CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&table_stage_), table_cap * sizeof(int32_t)));
-    table_uploaded_.reserve(table_cap);
     filled_.assign(pool.n_blocks(), BlockFill{});
     pool_id_ = pool.id();
     pool_blocks_ = pool.n_blocks();
-    pool_ctx_ = n_ctx;
+    table_cap_ = table_cap;
+    n_slots_ = 0;  // the tables are made for the new capacity
+    return ensure_slots(1);
+  }
+
+  // Block tables for n sequences per pass (slots 0 .. n - 1) and the pad
+  // slot after them; grown by doubling (which drops the graphs).
+  Status ensure_slots(int n) {
+    if (n <= n_slots_) return Status::ok();
+    const int slots = std::max(n, std::min(2 * n_slots_, max_batch_));
+    drop_graphs();
+    CUDA_TRY(cudaStreamSynchronize(stream_));
+    free_device(tables_);
+    tables_ = nullptr;
+    if (tables_stage_) cudaFreeHost(tables_stage_);
+    tables_stage_ = nullptr;
+    n_slots_ = 0;
+    const size_t entries = static_cast<size_t>(slots + 1) * table_cap_;
+    CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&tables_), entries * sizeof(int32_t)));
+    allocations_.push_back(tables_);
+    CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&tables_stage_), entries * sizeof(int32_t)));
+    slot_uploaded_.assign(slots, std::vector<int>());
+    for (auto& up : slot_uploaded_) up.reserve(table_cap_);
+    row_of_.assign(slots, 0);
+    // The pad slot: its first entry is the extra block (pool_blocks_).
+    int32_t* pad = tables_stage_ + static_cast<size_t>(slots) * table_cap_;
+    pad[0] = pool_blocks_;
+    CUDA_TRY(cudaMemcpyAsync(tables_ + static_cast<size_t>(slots) * table_cap_, pad, sizeof(int32_t),
+                             cudaMemcpyHostToDevice, stream_));
+    n_slots_ = slots;
     return Status::ok();
   }
 
   // Layer il of the paged cache, for the kernels.
   cuda::KvPages pages(int il) const {
     const size_t layer = static_cast<size_t>(il) * kBlock * c_.n_embd_kv();
-    return cuda::KvPages{pool_k_ + layer, pool_v_ + layer, table_dev_, block_floats()};
+    return cuda::KvPages{pool_k_ + layer, pool_v_ + layer, tables_, block_floats()};
   }
+  // Rows [r, ...) of the pass.
+  cuda::RowMap row_map(int r = 0) const { return cuda::RowMap{meta_ + max_batch_ + r, meta_ + 2 * max_batch_ + r}; }
 
   // out (T, n_out) = x (T, n_in) . W^T: the matrix-vector kernel for small
   // batches, cuBLAS from gemm_min_tokens_ on.
@@ -499,72 +700,31 @@ class CudaBackend final : public Backend {
     return Status::ok();
   }
 
-  // The layers for T tokens at positions p0..; logits to the host as mode says.
-  Status run(const KvCache& kv, const int32_t* tokens, int T, int p0, float* logits_host, LogitsMode mode) {
-    PHASELAB_TRY(upload_batch(kv, tokens, T, p0));
-    if (Status st = enqueue(T, mode, p0 + T); !st.is_ok()) return after_sync(st);
-    mark_written(kv, p0, T);
-    computed_ += static_cast<uint64_t>(T);
-    if (mode != LogitsMode::none && logits_host) {
-      const int n_out = mode == LogitsMode::last ? 1 : T;
-      CUDA_TRY(cudaMemcpyAsync(logits_host, logits_, static_cast<size_t>(n_out) * c_.n_vocab * sizeof(float),
-                               cudaMemcpyDeviceToHost, stream_));
+  // Attention of layer il for the pass's rows: one launch of the per-query
+  // kernel for rows [0, n_small), the tiled kernel for each prefill part.
+  Status attention(int il, const Pass& ps) {
+    const int NQ = c_.n_embd_q(), HD = c_.head_dim, window = c_.window_of(il);
+    if (ps.n_small > 0)
+      CUDA_TRY(cuda::launch_attention(q_, pages(il), row_map(), xb_, scratch_, ps.n_small, c_.n_head, c_.n_head_kv, HD,
+                                      window, c_.attn_scale, c_.attn_logit_softcap,
+                                      cuda::attention_splits(ps.n_small, c_.n_head, ps.split_ctx), stream_));
+    for (const TiledChunk& t : tiled_) {
+      const size_t off = static_cast<size_t>(t.row) * NQ;
+      CUDA_TRY(cuda::launch_attention_tiled(
+          q_ + off, pages(il), row_map(t.row), xb_ + off, scratch_, t.n, c_.n_head, c_.n_head_kv, HD, window,
+          c_.attn_scale, c_.attn_logit_softcap,
+          cuda::attention_tiled_splits(t.n, c_.n_head, c_.n_head_kv, t.n_keys, sm_count_), stream_));
     }
-    CUDA_TRY(cudaStreamSynchronize(stream_));
-    prof_.collect(T);
     return Status::ok();
   }
 
-  // One decode step through the captured graph (captured on first use, and
-  // again after the cache is reallocated). If capture fails the step runs
-  // as plain launches from then on, and the reason is logged.
-  // Either logits_host (the logits) or next (their argmax, picked on the
-  // device) is filled.
-  Status run_decode_graph(const KvCache& kv, int32_t token, int p0, float* logits_host, int32_t* next) {
-    if (!graph_exec_) {
-      cudaGraph_t graph = nullptr;
-      CUDA_TRY(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-      const Status st = enqueue(1, LogitsMode::last, 1);
-      const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
-      cudaError_t inst = cudaErrorUnknown;
-      if (st.is_ok() && end == cudaSuccess) inst = cudaGraphInstantiate(&graph_exec_, graph, 0);
-      if (graph) cudaGraphDestroy(graph);
-      if (!st.is_ok() || end != cudaSuccess || inst != cudaSuccess) {
-        graph_exec_ = nullptr;
-        use_graph_ = false;
-        (void)cudaGetLastError();  // clear the capture's error
-        std::fprintf(stderr, "phaselab: CUDA graph capture failed (%s); decoding without graphs\n",
-                     !st.is_ok() ? st.message().c_str() : cudaGetErrorString(end != cudaSuccess ? end : inst));
-        if (logits_host) return run(kv, &token, 1, p0, logits_host, LogitsMode::last);
-        PHASELAB_TRY(run(kv, &token, 1, p0, nullptr, LogitsMode::last));
-        return download_argmax(next);
-      }
-    }
-    PHASELAB_TRY(upload_batch(kv, &token, 1, p0));
-    if (cudaError_t e = cudaGraphLaunch(graph_exec_, stream_); e != cudaSuccess)
-      return after_sync(cuda_status(e, "cudaGraphLaunch", __FILE__, __LINE__));
-    mark_written(kv, p0, 1);
-    computed_++;
-    if (!logits_host) return download_argmax(next);
-    CUDA_TRY(cudaMemcpyAsync(logits_host, logits_, static_cast<size_t>(c_.n_vocab) * sizeof(float),
-                             cudaMemcpyDeviceToHost, stream_));
-    CUDA_TRY(cudaStreamSynchronize(stream_));
-    return Status::ok();
-  }
-
-  // Every kernel of a forward pass over the tokens and position already in
-  // tokens_ / pos_, with no host synchronisation (so it can be captured).
-  // n_keys: how many keys the last token sees (a hint for the tiled
-  // attention's key ranges; the kernels read the position from the device).
-  Status enqueue(int T, LogitsMode mode, int n_keys) {
-    const int D = c_.n_embd, NQ = c_.n_embd_q(), NKV = c_.n_embd_kv(), HD = c_.head_dim;
-    const int n_split = cuda::attention_splits(T, c_.n_head, pool_ctx_);
-    const bool tiled_attention = use_tiled_attention_ && T >= kTiledAttentionMin &&
-                                 cuda::attention_tiled_fits(c_.n_head, c_.n_head_kv, c_.head_dim);
-    const int tiled_splits =
-        tiled_attention ? cuda::attention_tiled_splits(T, c_.n_head, c_.n_head_kv, n_keys, sm_count_) : 1;
+  // Every kernel of a forward pass over the rows plan() uploaded, with no
+  // host synchronisation (so it can be captured).
+  Status enqueue(const Pass& ps) {
+    const int T = ps.T, D = c_.n_embd, NQ = c_.n_embd_q(), NKV = c_.n_embd_kv(), HD = c_.head_dim;
     PHASELAB_TRY(prof_.begin(stream_));
-    CUDA_TRY(cuda::launch_embedding(tok_embd_.data, tok_embd_.type, tok_embd_.row_bytes, tokens_, T, D, c_.embd_scale, x_, stream_));
+    CUDA_TRY(cuda::launch_embedding(tok_embd_.data, tok_embd_.type, tok_embd_.row_bytes, meta_, T, D, c_.embd_scale, x_,
+                                    stream_));
     // xb = the first layer's attention input; later layers get theirs from
     // the previous layer's closing add_rmsnorm.
     CUDA_TRY(cuda::launch_rmsnorm(x_, layers_[0].attn_norm, xb_, T, D, c_.rms_eps, stream_));
@@ -592,16 +752,10 @@ class CudaBackend final : public Backend {
       // QK-norm, RoPE and the K/V cache writes in one kernel.
       const float base = c_.rope_base_of(il);
       CUDA_TRY(cuda::launch_qk_norm_rope_store(q_, k_, v_, c_.qk_norm ? L.q_norm : nullptr, c_.qk_norm ? L.k_norm : nullptr,
-                                               pages(il), T, c_.n_head, c_.n_head_kv, HD, c_.n_rot, pos_, base, rope_ff_,
-                                               c_.rope_neox, c_.rms_eps, stream_));
+                                               pages(il), row_map(), T, c_.n_head, c_.n_head_kv, HD, c_.n_rot, base,
+                                               rope_ff_, c_.rope_neox, c_.rms_eps, stream_));
       PHASELAB_TRY(prof_.mark("QK-norm + RoPE + K/V store", stream_));
-      const int window = c_.window_of(il);
-      if (tiled_attention)  // prefill batches: query tiles share K/V tiles
-        CUDA_TRY(cuda::launch_attention_tiled(q_, pages(il), xb_, scratch_, T, pos_, c_.n_head, c_.n_head_kv, HD, window,
-                                              c_.attn_scale, c_.attn_logit_softcap, tiled_splits, stream_));
-      else
-        CUDA_TRY(cuda::launch_attention(q_, pages(il), xb_, scratch_, T, pos_, c_.n_head, c_.n_head_kv, HD, window,
-                                        c_.attn_scale, c_.attn_logit_softcap, n_split, stream_));
+      PHASELAB_TRY(attention(il, ps));
       PHASELAB_TRY(prof_.mark("attention", stream_));
       PHASELAB_TRY(matvec(L.wo, xb_, T, xb2_));
       PHASELAB_TRY(prof_.mark("output projection", stream_));
@@ -627,12 +781,17 @@ class CudaBackend final : public Backend {
                                         c_.rms_eps, stream_));
       PHASELAB_TRY(prof_.mark("norms + residual adds", stream_));
     }
-    if (mode != LogitsMode::none) {
-      const int first = mode == LogitsMode::last ? T - 1 : 0;
-      const int n_out = T - first;
-      PHASELAB_TRY(matvec(output_, xb_ + static_cast<size_t>(first) * D, n_out, logits_));
+    if (ps.n_logits > 0) {
+      // The rows that want logits, gathered where they are not one run of rows.
+      const float* rows = xb_ + static_cast<size_t>(std::max(ps.logits_first, 0)) * D;
+      if (ps.logits_first < 0) {
+        CUDA_TRY(cuda::launch_gather_rows(xb_, meta_ + 3 * max_batch_, ps.n_logits, D, xb2_, stream_));
+        rows = xb2_;
+      }
+      PHASELAB_TRY(matvec(output_, rows, ps.n_logits, logits_));
       if (c_.final_logit_softcap > 0)
-        CUDA_TRY(cuda::launch_softcap(logits_, static_cast<size_t>(n_out) * c_.n_vocab, c_.final_logit_softcap, stream_));
+        CUDA_TRY(cuda::launch_softcap(logits_, static_cast<size_t>(ps.n_logits) * c_.n_vocab, c_.final_logit_softcap,
+                                      stream_));
       PHASELAB_TRY(prof_.mark("logits", stream_));
     }
     return Status::ok();
@@ -647,37 +806,52 @@ class CudaBackend final : public Backend {
   DevWeight tok_embd_, output_;
   float *output_norm_ = nullptr, *rope_ff_ = nullptr;
   std::vector<DevLayer> layers_;
-  // Work buffers for a batch of T <= max_batch tokens (as in the CPU backend).
+  // Work buffers for a batch of T <= max_batch rows (as in the CPU backend).
   float *x_ = nullptr, *xb_ = nullptr, *xb2_ = nullptr, *q_ = nullptr, *k_ = nullptr, *v_ = nullptr;
   float *hb_ = nullptr, *hb2_ = nullptr, *logits_ = nullptr;
-  int32_t* tokens_ = nullptr;  // (max_batch) tokens of the batch, then pos_
-  int32_t* pos_ = nullptr;     // position of the batch's first token (device)
-  int32_t* next_ = nullptr;    // the argmax of forward_greedy (device)
-  int32_t* stage_ = nullptr;   // pinned host staging of the same (max_batch + 1)
-  // cuBLAS prefill (null below gemm_min_tokens_ batches)
+  // The rows of a pass, max_batch entries per field: tokens, positions,
+  // table offsets (the RowMap), logits rows; then the argmaxes. meta_stage_:
+  // its pinned host copy (the first kUploadFields fields travel per pass).
+  static constexpr int kMetaFields = 5, kUploadFields = 4, kNextField = 4;
+  int32_t* meta_ = nullptr;
+  int32_t* meta_stage_ = nullptr;
+  int32_t* next_ = nullptr;  // meta_'s argmax field
+  // cuBLAS for prefill (null below gemm_min_tokens_ batches)
   cublasHandle_t cublas_ = nullptr;
   // At least 2: cuBLAS stays out of the captured one-token decode graph.
   int gemm_min_tokens_ = std::max(2, env_int("PHASELAB_CUDA_GEMM_MIN", 16));
   __nv_bfloat16 *w16_ = nullptr, *x16_ = nullptr;
   size_t w16_elems_ = 0;
-  // Prefill attention from kTiledAttentionMin tokens: the tiled kernel
-  // (PHASELAB_CUDA_ATTN_TILED=0: the one-warp-per-query kernel throughout).
+  // Prefill attention from kTiledAttentionMin tokens of a sequence: the
+  // tiled kernel (PHASELAB_CUDA_ATTN_TILED=0: the one-warp-per-query kernel
+  // throughout).
   static constexpr int kTiledAttentionMin = 4;
   int sm_count_ = 1;  // the GPU's multiprocessors (the tiled attention's key ranges)
   bool use_tiled_attention_ = std::getenv("PHASELAB_CUDA_ATTN_TILED") == nullptr ||
                               std::strcmp(std::getenv("PHASELAB_CUDA_ATTN_TILED"), "0") != 0;
-  // The decode step's graph (valid for the current cache)
-  cudaGraphExec_t graph_exec_ = nullptr;
+  const bool tiled_fits_ = cuda::attention_tiled_fits(c_.n_head, c_.n_head_kv, c_.head_dim);
+  // The decode graphs, one per batch-size bucket (valid for the current
+  // device pool and tables).
+  std::map<int, cudaGraphExec_t> graphs_;
   bool use_graph_ = std::getenv("PHASELAB_CUDA_GRAPHS") == nullptr || std::strcmp(std::getenv("PHASELAB_CUDA_GRAPHS"), "0") != 0;
-  // The paged K/V pool mirroring the host's: (n_blocks, n_layer, kBlock,
-  // n_embd_kv) each; filled_: leading slots of each block the device
+  // The pass being built: its parts (one per sequence), the row each part
+  // starts at, the tiled attention's parts, and the layout.
+  std::vector<Part> parts_;
+  std::vector<int> row_of_;
+  std::vector<TiledChunk> tiled_;
+  Pass pass_;
+  // The paged K/V pool mirroring the host's: (n_blocks + 1, n_layer,
+  // kBlock, n_embd_kv) each; filled_: leading slots of each block the device
   // computed. scratch_: attention's partial results.
   float *pool_k_ = nullptr, *pool_v_ = nullptr, *scratch_ = nullptr;
-  int32_t* table_dev_ = nullptr;     // the sequence's block table (pool_ctx_ / kBlock entries)
-  int32_t* table_stage_ = nullptr;   // pinned staging of the same
-  std::vector<int> table_uploaded_;  // what table_dev_ holds
-  uint64_t pool_id_ = 0;             // the host pool mirrored (KvPool::id)
-  int pool_blocks_ = 0, pool_ctx_ = 0;
+  // Block tables: n_slots_ + 1 slots of table_cap_ entries (the last is the
+  // pad slot), their pinned staging, and what each slot holds on the device.
+  int32_t* tables_ = nullptr;
+  int32_t* tables_stage_ = nullptr;
+  std::vector<std::vector<int>> slot_uploaded_;
+  int n_slots_ = 0, table_cap_ = 0;
+  uint64_t pool_id_ = 0;  // the host pool mirrored (KvPool::id)
+  int pool_blocks_ = 0;
   struct BlockFill {
     uint32_t generation = 0;  // the KvPool::generation the slots were computed in
     uint8_t slots = 0;        // leading slots computed
