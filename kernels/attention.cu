@@ -14,7 +14,7 @@ constexpr int kWarpsPerBlock = 4;
 // warp in coalesced 128-byte pieces, its score summed across lanes, and the
 // running maximum m, normalizer l and output rescaled as keys stream past
 // (online softmax). partials (n_split > 1): per warp [m, l, out[head_dim]].
-template <int EPL>
+template <int EPL, KvElem E>
 __global__ void attention_kernel(const float* q, KvPages cache, RowMap rows, float* out, float* partials, int T,
                                  int n_head, int n_head_kv, int head_dim,
                                  int window, float scale, float softcap, int n_split) {
@@ -43,13 +43,11 @@ __global__ void attention_kernel(const float* q, KvPages cache, RowMap rows, flo
   float m = -INFINITY, l = 0.f;
   for (int j = js; j < je; j++) {
     const size_t row = kv_row(table, cache.block_stride, j, n_embd_kv) + kvh * head_dim;
-    const float* kj = cache.k + row;
-    const float* vj = cache.v + row;
     float s = 0.f;
 #pragma unroll
     for (int e = 0; e < EPL; e++) {
       const int i = lane + 32 * e;
-      if (i < head_dim) s += qv[e] * kj[i];
+      if (i < head_dim) s += qv[e] * kv_get<E>(cache.k, row + i);
     }
     s = warp_sum(s) * scale;
     if (softcap > 0.f) s = softcap * tanhf(s / softcap);
@@ -60,7 +58,7 @@ __global__ void attention_kernel(const float* q, KvPages cache, RowMap rows, flo
 #pragma unroll
     for (int e = 0; e < EPL; e++) {
       const int i = lane + 32 * e;
-      acc[e] = acc[e] * corr + (i < head_dim ? p * vj[i] : 0.f);
+      acc[e] = acc[e] * corr + (i < head_dim ? p * kv_get<E>(cache.v, row + i) : 0.f);
     }
     m = m_new;
   }
@@ -139,7 +137,7 @@ constexpr int kTiledRows = kTiledWarps * kTiledRowsPerWarp;
 // With n_split > 1 (blockIdx.z: the split) the block takes the split-th of
 // n_split ranges of its keys, and each row's [m, l, out] goes to partials
 // in attention_kernel's layout, for attention_merge_kernel.
-template <int EPL>
+template <int EPL, KvElem E>
 __global__ void attention_tiled_kernel(const float* q, KvPages cache, RowMap rows, float* out, float* partials, int T,
                                        int n_head, int n_head_kv, int head_dim, int window,
                                        float scale, float softcap, int qtile, int kt, int n_split) {
@@ -186,8 +184,8 @@ __global__ void attention_tiled_kernel(const float* q, KvPages cache, RowMap row
     for (int i = threadIdx.x; i < nk * head_dim; i += blockDim.x) {
       const int jj = i / head_dim, d = i % head_dim;
       const size_t row = kv_row(table, cache.block_stride, j0 + jj, n_embd_kv) + kvh * head_dim;
-      ks[i] = cache.k[row + d];
-      vs[i] = cache.v[row + d];
+      ks[i] = kv_get<E>(cache.k, row + d);
+      vs[i] = kv_get<E>(cache.v, row + d);
     }
     __syncthreads();
 #pragma unroll
@@ -247,7 +245,7 @@ __global__ void attention_tiled_kernel(const float* q, KvPages cache, RowMap row
 
 int tiled_query_tile(int n_head, int n_head_kv) { return max(1, kTiledRows / (n_head / n_head_kv)); }
 
-template <int EPL>
+template <int EPL, KvElem E>
 cudaError_t launch_attention_tiled_epl(const float* q, KvPages cache, RowMap rows, float* out, float* partials, int T,
                                        int n_head, int n_head_kv, int head_dim, int window,
                                        float scale, float softcap, int n_split, cudaStream_t s) {
@@ -256,18 +254,20 @@ cudaError_t launch_attention_tiled_epl(const float* q, KvPages cache, RowMap row
   const dim3 grid(static_cast<unsigned>((T + qtile - 1) / qtile), static_cast<unsigned>(n_head_kv),
                   static_cast<unsigned>(n_split));
   const size_t smem = 2 * static_cast<size_t>(kt) * head_dim * sizeof(float);
-  PHASELAB_LAUNCH(attention_tiled_kernel<EPL>, grid, 32 * kTiledWarps, smem, s)(
+  auto* const attention_tiled = &attention_tiled_kernel<EPL, E>;  // (no comma in the macro's argument)
+  PHASELAB_LAUNCH(attention_tiled, grid, 32 * kTiledWarps, smem, s)(
       q, cache, rows, out, partials, T, n_head, n_head_kv, head_dim, window, scale, softcap, qtile, kt, n_split);
   return merge_after(cudaGetLastError(), partials, out, T, n_head, head_dim, n_split, s);
 }
 
-template <int EPL>
+template <int EPL, KvElem E>
 cudaError_t launch_attention_epl(const float* q, KvPages cache, RowMap rows, float* out, float* partials, int T,
                                  int n_head, int n_head_kv, int head_dim,
                                  int window, float scale, float softcap, int n_split, cudaStream_t s) {
   const int warps = T * n_head * n_split;
   const unsigned blocks = static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  PHASELAB_LAUNCH(attention_kernel<EPL>, blocks, 32 * kWarpsPerBlock, 0, s)(q, cache, rows, out, partials, T, n_head,
+  auto* const attention = &attention_kernel<EPL, E>;
+  PHASELAB_LAUNCH(attention, blocks, 32 * kWarpsPerBlock, 0, s)(q, cache, rows, out, partials, T, n_head,
                                                                n_head_kv, head_dim, window, scale, softcap, n_split);
   return merge_after(cudaGetLastError(), partials, out, T, n_head, head_dim, n_split, s);
 }
@@ -282,6 +282,14 @@ cudaError_t with_epl(int head_dim, F&& f) {
   if (epl <= 4) return f(std::integral_constant<int, 4>{});
   if (epl <= 8) return f(std::integral_constant<int, 8>{});
   return f(std::integral_constant<int, 16>{});
+}
+
+// f(std::integral_constant<KvElem, E>) for the cache's element type.
+template <typename F>
+cudaError_t with_elem(KvElem e, F&& f) {
+  if (e == KvElem::f16) return f(std::integral_constant<KvElem, KvElem::f16>{});
+  if (e == KvElem::bf16) return f(std::integral_constant<KvElem, KvElem::bf16>{});
+  return f(std::integral_constant<KvElem, KvElem::f32>{});
 }
 
 }  // namespace
@@ -302,8 +310,10 @@ cudaError_t launch_attention(const float* q, KvPages cache, RowMap rows, float* 
       !rows.pos || !rows.table_at)
     return cudaErrorInvalidValue;
   return with_epl(head_dim, [&](auto epl) {
-    return launch_attention_epl<decltype(epl)::value>(q, cache, rows, out, partials, T, n_head, n_head_kv, head_dim,
-                                                      window, scale, softcap, n_split, s);
+    return with_elem(cache.elem, [&](auto elem) {
+      return launch_attention_epl<decltype(epl)::value, decltype(elem)::value>(
+          q, cache, rows, out, partials, T, n_head, n_head_kv, head_dim, window, scale, softcap, n_split, s);
+    });
   });
 }
 
@@ -325,8 +335,10 @@ cudaError_t launch_attention_tiled(const float* q, KvPages cache, RowMap rows, f
       (n_split > 1 && !partials))
     return cudaErrorInvalidValue;
   return with_epl(head_dim, [&](auto epl) {
-    return launch_attention_tiled_epl<decltype(epl)::value>(q, cache, rows, out, partials, T, n_head, n_head_kv,
-                                                            head_dim, window, scale, softcap, n_split, s);
+    return with_elem(cache.elem, [&](auto elem) {
+      return launch_attention_tiled_epl<decltype(epl)::value, decltype(elem)::value>(
+          q, cache, rows, out, partials, T, n_head, n_head_kv, head_dim, window, scale, softcap, n_split, s);
+    });
   });
 }
 

@@ -29,6 +29,19 @@ namespace phaselab::cuda {
 __device__ __forceinline__ float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 __device__ __forceinline__ float bf2f(uint16_t h) { return __uint_as_float(static_cast<uint32_t>(h) << 16); }
 
+// Value i of a K/V cache of element type E (KvElem), as F32, and the store.
+template <KvElem E>
+__device__ __forceinline__ float kv_get(const void* p, size_t i) {
+  if constexpr (E == KvElem::f32) return static_cast<const float*>(p)[i];
+  if constexpr (E == KvElem::f16) return h2f(static_cast<const uint16_t*>(p)[i]);
+  if constexpr (E == KvElem::bf16) return bf2f(static_cast<const uint16_t*>(p)[i]);
+}
+__device__ __forceinline__ void kv_put(void* p, size_t i, KvElem e, float x) {
+  if (e == KvElem::f32) static_cast<float*>(p)[i] = x;
+  else if (e == KvElem::f16) static_cast<uint16_t*>(p)[i] = __half_as_ushort(__float2half_rn(x));
+  else static_cast<uint16_t*>(p)[i] = __bfloat16_as_ushort(__float2bfloat16_rn(x));
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;

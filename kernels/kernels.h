@@ -39,11 +39,17 @@ cudaError_t launch_add_rmsnorm(float* x, const float* y, const float* post_w, co
 // positions. The row of position p: k + table[p / kKvBlockTokens] *
 // block_stride + (p % kKvBlockTokens) * n_embd_kv.
 constexpr int kKvBlockTokens = 16;
+// How the cache stores its values (the host pool's KvType): F32, IEEE half
+// or bfloat16, converted to and from F32 (round to nearest even) as the
+// kernels read and write them.
+enum class KvElem : int { f32 = 0, f16 = 1, bf16 = 2 };
+inline size_t kv_elem_bytes(KvElem e) { return e == KvElem::f32 ? 4 : 2; }
 struct KvPages {
-  float* k = nullptr;          // the pool's K at this layer's first row of block 0
-  float* v = nullptr;          // the same for V
+  void* k = nullptr;           // the pool's K at this layer's first row of block 0
+  void* v = nullptr;           // the same for V
   const int* table = nullptr;  // the batch's block tables: the block of each kKvBlockTokens positions
-  size_t block_stride = 0;     // floats from one block to the next
+  size_t block_stride = 0;     // values from one block to the next
+  KvElem elem = KvElem::f32;
 };
 
 // Where the rows of a batch belong. A batch holds the tokens of one or more
@@ -151,6 +157,8 @@ cudaError_t launch_to_bf16(const float* x, size_t n, __nv_bfloat16* out, cudaStr
 // ---- sampling on the device ----------------------------------------------
 // *out = argmax x[0..n) (the lowest index among equal maxima).
 cudaError_t launch_argmax(const float* x, int n, int* out, cudaStream_t s);
+// out[r] = argmax x[r * n .. (r + 1) * n) for n_rows rows (batched greedy decoding).
+cudaError_t launch_argmax_rows(const float* x, int n_rows, int n, int* out, cudaStream_t s);
 // Top-k sampling (k <= 64): the k largest logits, softmax at temperature,
 // and the token whose cumulative probability first exceeds u in [0, 1),
 // in order of decreasing logit. *out = the token.

@@ -45,8 +45,8 @@ __global__ void qk_norm_rope_store_kernel(float* q, float* k, const float* v, co
     if (!is_k) ptr[i] = head[i];  // k is read from the cache from here on
     if (is_k) {
       const size_t dst = kv_row(cache.table + rows.table_at[t], cache.block_stride, pos, NKV) + kh * head_dim + i;
-      cache.k[dst] = head[i];
-      cache.v[dst] = v[static_cast<size_t>(t) * NKV + kh * head_dim + i];
+      kv_put(cache.k, dst, cache.elem, head[i]);
+      kv_put(cache.v, dst, cache.elem, v[static_cast<size_t>(t) * NKV + kh * head_dim + i]);
     }
   }
 }

@@ -54,13 +54,14 @@ __device__ void block_argmax(const float* x, int n, float below_v, int below_i, 
   __syncthreads();
 }
 
+// One block per row of n values.
 __global__ void argmax_kernel(const float* x, int n, int* out) {
   __shared__ float sv[32];
   __shared__ int si[32];
   __shared__ float bv;
   __shared__ int bi;
-  block_argmax(x, n, INFINITY, -1, sv, si, &bv, &bi);
-  if (threadIdx.x == 0) *out = bi < n ? bi : 0;  // all NaN: token 0, as on the CPU
+  block_argmax(x + static_cast<size_t>(blockIdx.x) * n, n, INFINITY, -1, sv, si, &bv, &bi);
+  if (threadIdx.x == 0) out[blockIdx.x] = bi < n ? bi : 0;  // all NaN: token 0, as on the CPU
 }
 
 // k passes of the block argmax (k is small), then the draw on one thread.
@@ -93,8 +94,11 @@ __global__ void top_k_kernel(const float* x, int n, int k, float temperature, fl
 
 }  // namespace
 
-cudaError_t launch_argmax(const float* x, int n, int* out, cudaStream_t s) {
-  PHASELAB_LAUNCH(argmax_kernel, 1, kThreads, 0, s)(x, n, out);
+cudaError_t launch_argmax(const float* x, int n, int* out, cudaStream_t s) { return launch_argmax_rows(x, 1, n, out, s); }
+
+cudaError_t launch_argmax_rows(const float* x, int n_rows, int n, int* out, cudaStream_t s) {
+  if (n_rows < 1) return cudaSuccess;
+  PHASELAB_LAUNCH(argmax_kernel, n_rows, kThreads, 0, s)(x, n, out);
   return cudaGetLastError();
 }
 

@@ -144,15 +144,18 @@ class TestBatch : public QObject {
     QVERIFY(be->forward_batch(pass.data(), 3));
     for (int s = 0; s < 3; s++) got[s].insert(got[s].end(), l[s].begin(), l[s].end());
     for (int s = 0; s < 3; s++) next[s] = argmax(l[s].data(), V);
+    std::vector<int32_t> picked(3, -1);  // sequence 0 also asks for the backend's argmax
     while (got[2].size() < solo_logits[2].size()) {
       pass.clear();
       for (int s = 0; s < 3; s++)
         if (got[s].size() < solo_logits[s].size()) pass.push_back(chunk(s, &next[s], 1, true));
+      if (pass[0].kv == kv[0].get()) pass[0].argmax = &picked[0];
       QVERIFY(be->forward_batch(pass.data(), static_cast<int>(pass.size())));
       for (const SeqChunk& c : pass) {
         const int s = static_cast<int>(std::find_if(kv.begin(), kv.end(), [&](auto& k) { return k.get() == c.kv; }) - kv.begin());
         got[s].insert(got[s].end(), l[s].begin(), l[s].end());
         next[s] = argmax(l[s].data(), V);
+        if (c.argmax) QCOMPARE(*c.argmax, next[s]);
       }
     }
     for (int s = 0; s < 3; s++) {
@@ -189,6 +192,16 @@ class TestBatch : public QObject {
     QVERIFY(!be->forward_batch(too_many, 2));  // 20 tokens > max_batch 16
     SeqChunk no_out = {a.get(), t.data(), 2, LogitsMode::last, nullptr};
     QVERIFY(!be->forward_batch(&no_out, 1));
+    // A pool made for a GPU backend keeps no K/V in host memory: refused, with why.
+    auto device_pool = KvPool::create(m->config(), 8, KvType::f16, 0, KvStorage::device);
+    QVERIFY(device_pool.is_ok());
+    QCOMPARE((*device_pool)->bytes(), uint64_t{0});
+    auto d = KvCache::create_in(*device_pool, 64);
+    SeqChunk on_device = {d.get(), t.data(), 2, LogitsMode::none, nullptr};
+    st = be->forward_batch(&on_device, 1);
+    QVERIFY(!st);
+    QVERIFY2(st.message().find("GPU") != std::string::npos, st.message().c_str());
+    QCOMPARE(d->n_past(), 0);
     QCOMPARE(a->n_past(), 0);
     QCOMPARE(b->n_past(), 0);
   }

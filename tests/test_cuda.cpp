@@ -242,7 +242,9 @@ class TestCuda : public QObject {
   // per-query kernel for the rest, logits rows gathered out of order, one
   // chunk with every row's logits), then batched decode through the graphs
   // of buckets 4, 2 and 1 (padded rows), while a fourth sequence joins and
-  // others leave. Every sequence's logits equal its solo run's; with the
+  // others leave, and one sequence takes the device's argmax instead of
+  // its logits on every other pass. Every sequence's logits equal its solo
+  // run's; with the
   // cuBLAS prefill off (PHASELAB_CUDA_GEMM_MIN) both sides take the same
   // FP32 kernels per row, so the bound is tight.
   void forward_batch_equals_solo_forward() {
@@ -303,6 +305,8 @@ class TestCuda : public QObject {
       got[s].insert(got[s].end(), l[s].begin(), l[s].begin() + static_cast<size_t>(mode == LogitsMode::all ? n : 1) * V);
     };
     const uint64_t computed0 = be.positions_computed();
+    int32_t picked = -1;
+    int greedy_picks = 0;
     // Pass 1: prompts 0 and 1 whole, the first 10 tokens of prompt 2.
     std::vector<SeqChunk> pass = {{kv[0].get(), prompts[0].data(), 7, LogitsMode::last, l[0].data()},
                                   {kv[1].get(), prompts[1].data(), 13, LogitsMode::last, l[1].data()},
@@ -328,7 +332,10 @@ class TestCuda : public QObject {
         if (s == 3 && kv[3]->n_past() == 0) {
           pass.push_back({kv[3].get(), prompts[3].data(), 9, LogitsMode::last, l[3].data()});
         } else if (done[s] < steps[s]) {
-          pass.push_back({kv[s].get(), &tokens[s][done[s]], 1, LogitsMode::last, l[s].data()});
+          // Sequence 1 asks for its argmax only on every other pass (the
+          // device picks it; its logits are not copied back).
+          int32_t* pick = s == 1 && pass_no % 2 ? &picked : nullptr;
+          pass.push_back({kv[s].get(), &tokens[s][done[s]], 1, LogitsMode::last, l[s].data(), pick});
         } else {
           continue;
         }
@@ -337,8 +344,16 @@ class TestCuda : public QObject {
       if (pass.empty()) break;
       QVERIFY(be.forward_batch(pass.data(), static_cast<int>(pass.size())));
       for (size_t i = 0; i < who.size(); i++) {
-        out(who[i], LogitsMode::last, 1);
-        if (pass[i].n_tokens == 1) done[who[i]]++;
+        const int s = who[i];
+        if (pass[i].argmax) {
+          const auto row = want[s].begin() + static_cast<std::ptrdiff_t>(got[s].size());
+          QCOMPARE(picked, static_cast<int32_t>(std::max_element(row, row + V) - row));
+          got[s].insert(got[s].end(), row, row + V);
+          greedy_picks++;
+        } else {
+          out(s, LogitsMode::last, 1);
+        }
+        if (pass[i].n_tokens == 1) done[s]++;
       }
     }
     uint64_t positions = 0;
@@ -350,6 +365,7 @@ class TestCuda : public QObject {
       QCOMPARE(kv[s]->n_past(), static_cast<int>(prompts[s].size()) + steps[s]);
       positions += kv[s]->n_past();
     }
+    QVERIFY(greedy_picks >= 3);
     // No position was computed twice (positions_computed counts every row).
     QCOMPARE(be.positions_computed() - computed0, positions);
   }

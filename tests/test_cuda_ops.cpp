@@ -77,11 +77,58 @@ struct PagedCache {
     return ((static_cast<size_t>(table[table_at(seq) + pos / cuda::kKvBlockTokens]) * n_layer + il) *
                 cuda::kKvBlockTokens + pos % cuda::kKvBlockTokens) * nkv;
   }
-  cuda::KvPages pages(float* k, float* v, const int* dev_table) const {
-    const size_t layer = static_cast<size_t>(il) * cuda::kKvBlockTokens * nkv;
-    return {k + layer, v + layer, dev_table, static_cast<size_t>(n_layer) * cuda::kKvBlockTokens * nkv};
+  cuda::KvPages pages(void* k, void* v, const int* dev_table, cuda::KvElem e = cuda::KvElem::f32) const {
+    const size_t layer = static_cast<size_t>(il) * cuda::kKvBlockTokens * nkv * cuda::kv_elem_bytes(e);
+    return {static_cast<uint8_t*>(k) + layer, static_cast<uint8_t*>(v) + layer, dev_table,
+            static_cast<size_t>(n_layer) * cuda::kKvBlockTokens * nkv, e};
   }
 };
+
+const char* elem_name(cuda::KvElem e) { return e == cuda::KvElem::f16 ? "f16" : e == cuda::KvElem::bf16 ? "bf16" : "f32"; }
+
+// Cache values stored as element type e on the device (rounded to nearest
+// even, as the host's KV pool rounds), and read back as floats.
+struct DevKv {
+  cuda::KvElem e;
+  size_t n;
+  void* p = nullptr;
+  std::vector<float> rounded;  // the values as stored
+  DevKv(const std::vector<float>& x, cuda::KvElem elem) : e(elem), n(x.size()), rounded(x) {
+    cudaMalloc(&p, std::max<size_t>(n, 1) * cuda::kv_elem_bytes(e));
+    if (e == cuda::KvElem::f32) {
+      cudaMemcpy(p, x.data(), n * sizeof(float), cudaMemcpyHostToDevice);
+      return;
+    }
+    std::vector<uint16_t> h(n);
+    for (size_t i = 0; i < n; i++) {
+      h[i] = e == cuda::KvElem::f16 ? fp32_to_fp16(x[i]) : fp32_to_bf16(x[i]);
+      rounded[i] = e == cuda::KvElem::f16 ? fp16_to_fp32(h[i]) : bf16_to_fp32(h[i]);
+    }
+    cudaMemcpy(p, h.data(), n * 2, cudaMemcpyHostToDevice);
+  }
+  ~DevKv() { cudaFree(p); }
+  DevKv(const DevKv&) = delete;
+  DevKv& operator=(const DevKv&) = delete;
+  std::vector<float> get() const {
+    std::vector<float> v(n);
+    if (e == cuda::KvElem::f32) {
+      cudaMemcpy(v.data(), p, n * sizeof(float), cudaMemcpyDeviceToHost);
+      return v;
+    }
+    std::vector<uint16_t> h(n);
+    cudaMemcpy(h.data(), p, n * 2, cudaMemcpyDeviceToHost);
+    for (size_t i = 0; i < n; i++) v[i] = e == cuda::KvElem::f16 ? fp16_to_fp32(h[i]) : bf16_to_fp32(h[i]);
+    return v;
+  }
+};
+// Rounds x as element type e stores it.
+std::vector<float> round_as(std::vector<float> x, cuda::KvElem e) {
+  for (float& v : x)
+    if (e == cuda::KvElem::f16) v = fp16_to_fp32(fp32_to_fp16(v));
+    else if (e == cuda::KvElem::bf16) v = bf16_to_fp32(fp32_to_bf16(v));
+  return x;
+}
+constexpr cuda::KvElem kElems[] = {cuda::KvElem::f32, cuda::KvElem::f16, cuda::KvElem::bf16};
 
 // Row t of a batch at position pos[t] of sequence seq[t], as device memory.
 struct DevRows {
@@ -260,15 +307,11 @@ class TestCudaOps : public QObject {
     for (int i = 0; i < n_rot / 2; i++) ff[i] = 1.f + 0.25f * static_cast<float>(i % 5);
     Dev<float> dq(q), dk(k), dv(v), dqn(qn), dkn(kn), dff(ff);
     const PagedCache cache(n_ctx, NKV);
-    Dev<float> kc(std::vector<float>(cache.floats(), 0.f)), vc(std::vector<float>(cache.floats(), 0.f));
     Dev<int> dtable(cache.table);
     // Rows of two sequences: the first's positions 14 and 16 (across a block
     // edge), the second's 16 between them.
     const std::vector<int> pos{pos0, pos0 + 2, pos0 + 2}, seq{0, 1, 0};
     const DevRows rows(cache, pos, seq);
-    CU(cuda::launch_qk_norm_rope_store(dq.p, dk.p, dv.p, qk_norm ? dqn.p : nullptr, qk_norm ? dkn.p : nullptr,
-                                       cache.pages(kc.p, vc.p, dtable.p), rows.map(), T, NH, NKVH, HD, n_rot, base,
-                                       freq_factors ? dff.p : nullptr, neox, eps, nullptr));
     std::vector<float> wq(q), wk(k), wkc(cache.floats(), 0.f), wvc(wkc), cs(n_rot);
     for (int t = 0; t < T; t++) {
       ref::rope_angles(cs.data(), n_rot, pos[t], base, freq_factors ? ff.data() : nullptr);
@@ -285,10 +328,21 @@ class TestCudaOps : public QObject {
       std::copy_n(&wk[static_cast<size_t>(t) * NKV], NKV, &wkc[cache.row(pos[t], seq[t])]);
       std::copy_n(&v[static_cast<size_t>(t) * NKV], NKV, &wvc[cache.row(pos[t], seq[t])]);
     }
-    CHECK_NMSE(wq, dq.get(), 1e-7);
-    QVERIFY(dk.get() == k);  // k itself is left alone: attention reads the cache
-    CHECK_NMSE(wkc, kc.get(), 1e-7);
-    QVERIFY(vc.get() == wvc);  // V is copied as it is
+    // The cache in each element type: K within rounding of the float
+    // result, V rounded exactly as the host rounds.
+    for (const cuda::KvElem e : kElems) {
+      const std::vector<float> zeros(cache.floats(), 0.f);
+      DevKv kc(zeros, e), vc(zeros, e);
+      Dev<float> dq2(q);
+      CU(cuda::launch_qk_norm_rope_store(dq2.p, dk.p, dv.p, qk_norm ? dqn.p : nullptr, qk_norm ? dkn.p : nullptr,
+                                         cache.pages(kc.p, vc.p, dtable.p, e), rows.map(), T, NH, NKVH, HD, n_rot,
+                                         base, freq_factors ? dff.p : nullptr, neox, eps, nullptr));
+      qInfo("K/V cache of %s", elem_name(e));
+      CHECK_NMSE(wq, dq2.get(), 1e-7);
+      QVERIFY(dk.get() == k);  // k itself is left alone: attention reads the cache
+      CHECK_NMSE(round_as(wkc, e), kc.get(), e == cuda::KvElem::f32 ? 1e-7 : e == cuda::KvElem::f16 ? 1e-6 : 1e-4);
+      QVERIFY(vc.get() == round_as(wvc, e));  // V is copied as it is, rounded as the host rounds
+    }
   }
 
   // Q, K and V in one launch: three matrices of different types and sizes.
@@ -472,79 +526,86 @@ class TestCudaOps : public QObject {
     const float scale = 1.f / std::sqrt(static_cast<float>(HD));
     const auto q = randn(static_cast<size_t>(T) * n_head * HD, 11);
     const PagedCache cache(n_ctx, NKV);
-    const auto kc = randn(cache.floats(), 12), vc = randn(cache.floats(), 13);
-    // Row t at position pos[t] of sequence seq[t], in double.
-    auto reference = [&](const std::vector<int>& pos, const std::vector<int>& seq) {
-      std::vector<float> want(q.size());
-      for (int t = 0; t < T; t++)
-        for (int h = 0; h < n_head; h++) {
-          const int kvh = h / (n_head / n_head_kv);
-          const int j0 = window > 0 ? std::max(0, pos[t] - window + 1) : 0;
-          std::vector<double> s;
-          double mx = -1e300;
-          for (int j = j0; j <= pos[t]; j++) {
-            double d = 0;
-            for (int i = 0; i < HD; i++)
-              d += static_cast<double>(q[(static_cast<size_t>(t) * n_head + h) * HD + i]) * kc[cache.row(j, seq[t]) + kvh * HD + i];
-            d *= scale;
-            if (softcap > 0) d = softcap * std::tanh(d / softcap);
-            s.push_back(d);
-            mx = std::max(mx, d);
+    const auto k_values = randn(cache.floats(), 12), v_values = randn(cache.floats(), 13);
+    for (const cuda::KvElem e : kElems) {
+      qInfo("K/V cache of %s", elem_name(e));
+      // The cache as stored, and its values as the reference reads them.
+      const DevKv dk(k_values, e), dv(v_values, e);
+      const std::vector<float>& kc = dk.rounded;
+      const std::vector<float>& vc = dv.rounded;
+      // Row t at position pos[t] of sequence seq[t], in double.
+      auto reference = [&](const std::vector<int>& pos, const std::vector<int>& seq) {
+        std::vector<float> want(q.size());
+        for (int t = 0; t < T; t++)
+          for (int h = 0; h < n_head; h++) {
+            const int kvh = h / (n_head / n_head_kv);
+            const int j0 = window > 0 ? std::max(0, pos[t] - window + 1) : 0;
+            std::vector<double> s;
+            double mx = -1e300;
+            for (int j = j0; j <= pos[t]; j++) {
+              double d = 0;
+              for (int i = 0; i < HD; i++)
+                d += static_cast<double>(q[(static_cast<size_t>(t) * n_head + h) * HD + i]) * kc[cache.row(j, seq[t]) + kvh * HD + i];
+              d *= scale;
+              if (softcap > 0) d = softcap * std::tanh(d / softcap);
+              s.push_back(d);
+              mx = std::max(mx, d);
+            }
+            double sum = 0;
+            for (double& v : s) sum += (v = std::exp(v - mx));
+            for (int i = 0; i < HD; i++) {
+              double a = 0;
+              for (int j = j0; j <= pos[t]; j++) a += s[j - j0] * vc[cache.row(j, seq[t]) + kvh * HD + i];
+              want[(static_cast<size_t>(t) * n_head + h) * HD + i] = static_cast<float>(a / sum);
+            }
           }
-          double sum = 0;
-          for (double& v : s) sum += (v = std::exp(v - mx));
-          for (int i = 0; i < HD; i++) {
-            double a = 0;
-            for (int j = j0; j <= pos[t]; j++) a += s[j - j0] * vc[cache.row(j, seq[t]) + kvh * HD + i];
-            want[(static_cast<size_t>(t) * n_head + h) * HD + i] = static_cast<float>(a / sum);
-          }
-        }
-      return want;
-    };
-    Dev<float> dq(q), dk(kc), dv(vc), dout(q.size());
-    Dev<float> part(std::max<size_t>(cuda::attention_partials_floats(T, n_head, HD, n_split), 1));
-    Dev<int> dtable(cache.table);
-    const cuda::KvPages pages = cache.pages(dk.p, dv.p, dtable.p);
-    // One sequence at consecutive positions (a prefill chunk).
-    std::vector<int> pos(T), seq0(T, 0);
-    for (int t = 0; t < T; t++) pos[t] = pos0 + t;
-    const auto want = reference(pos, seq0);
-    const DevRows rows(cache, pos, seq0);
-    CU(cuda::launch_attention(dq.p, pages, rows.map(), dout.p, part.p, T, n_head, n_head_kv, HD, window, scale, softcap,
-                              n_split, nullptr));
-    CU(cudaDeviceSynchronize());
-    CHECK_NMSE(want, dout.get(), 5e-4);
-    // The tiled prefill kernel, on the same inputs, with as many key ranges.
-    QVERIFY(cuda::attention_tiled_fits(n_head, n_head_kv, HD));
-    Dev<float> dout2(q.size());
-    CU(cuda::launch_attention_tiled(dq.p, pages, rows.map(), dout2.p, part.p, T, n_head, n_head_kv, HD, window, scale,
-                                    softcap, n_split, nullptr));
-    CU(cudaDeviceSynchronize());
-    CHECK_NMSE(want, dout2.get(), 5e-4);
-    // Rows of two sequences in one launch (a batched decode): every other
-    // row belongs to the second sequence, at positions near its end.
-    std::vector<int> mixed_pos(T), mixed_seq(T);
-    for (int t = 0; t < T; t++) {
-      mixed_seq[t] = t % 2;
-      mixed_pos[t] = t % 2 ? n_ctx - 1 - t : pos0 + t;
+        return want;
+      };
+      Dev<float> dq(q), dout(q.size());
+      Dev<float> part(std::max<size_t>(cuda::attention_partials_floats(T, n_head, HD, n_split), 1));
+      Dev<int> dtable(cache.table);
+      const cuda::KvPages pages = cache.pages(dk.p, dv.p, dtable.p, e);
+      // One sequence at consecutive positions (a prefill chunk).
+      std::vector<int> pos(T), seq0(T, 0);
+      for (int t = 0; t < T; t++) pos[t] = pos0 + t;
+      const auto want = reference(pos, seq0);
+      const DevRows rows(cache, pos, seq0);
+      CU(cuda::launch_attention(dq.p, pages, rows.map(), dout.p, part.p, T, n_head, n_head_kv, HD, window, scale, softcap,
+                                n_split, nullptr));
+      CU(cudaDeviceSynchronize());
+      CHECK_NMSE(want, dout.get(), 5e-4);
+      // The tiled prefill kernel, on the same inputs, with as many key ranges.
+      QVERIFY(cuda::attention_tiled_fits(n_head, n_head_kv, HD));
+      Dev<float> dout2(q.size());
+      CU(cuda::launch_attention_tiled(dq.p, pages, rows.map(), dout2.p, part.p, T, n_head, n_head_kv, HD, window, scale,
+                                      softcap, n_split, nullptr));
+      CU(cudaDeviceSynchronize());
+      CHECK_NMSE(want, dout2.get(), 5e-4);
+      // Rows of two sequences in one launch (a batched decode): every other
+      // row belongs to the second sequence, at positions near its end.
+      std::vector<int> mixed_pos(T), mixed_seq(T);
+      for (int t = 0; t < T; t++) {
+        mixed_seq[t] = t % 2;
+        mixed_pos[t] = t % 2 ? n_ctx - 1 - t : pos0 + t;
+      }
+      const auto want_mixed = reference(mixed_pos, mixed_seq);
+      QVERIFY(nmse(want_mixed, want) > 1e-3);  // the second sequence's rows differ
+      const DevRows mixed(cache, mixed_pos, mixed_seq);
+      CU(cuda::launch_attention(dq.p, pages, mixed.map(), dout.p, part.p, T, n_head, n_head_kv, HD, window, scale,
+                                softcap, n_split, nullptr));
+      CU(cudaDeviceSynchronize());
+      CHECK_NMSE(want_mixed, dout.get(), 5e-4);
+      // The tiled kernel on the second sequence's chunk, which starts at row 1
+      // of its batch (RowMap advanced by one row).
+      std::vector<int> later_pos{5}, later_seq{0};
+      later_pos.insert(later_pos.end(), pos.begin(), pos.end());
+      later_seq.insert(later_seq.end(), T, 1);
+      const DevRows later(cache, later_pos, later_seq);
+      CU(cuda::launch_attention_tiled(dq.p, pages, later.map(1), dout2.p, part.p, T, n_head, n_head_kv, HD, window, scale,
+                                      softcap, n_split, nullptr));
+      CU(cudaDeviceSynchronize());
+      CHECK_NMSE(reference(pos, std::vector<int>(T, 1)), dout2.get(), 5e-4);
     }
-    const auto want_mixed = reference(mixed_pos, mixed_seq);
-    QVERIFY(nmse(want_mixed, want) > 1e-3);  // the second sequence's rows differ
-    const DevRows mixed(cache, mixed_pos, mixed_seq);
-    CU(cuda::launch_attention(dq.p, pages, mixed.map(), dout.p, part.p, T, n_head, n_head_kv, HD, window, scale,
-                              softcap, n_split, nullptr));
-    CU(cudaDeviceSynchronize());
-    CHECK_NMSE(want_mixed, dout.get(), 5e-4);
-    // The tiled kernel on the second sequence's chunk, which starts at row 1
-    // of its batch (RowMap advanced by one row).
-    std::vector<int> later_pos{5}, later_seq{0};
-    later_pos.insert(later_pos.end(), pos.begin(), pos.end());
-    later_seq.insert(later_seq.end(), T, 1);
-    const DevRows later(cache, later_pos, later_seq);
-    CU(cuda::launch_attention_tiled(dq.p, pages, later.map(1), dout2.p, part.p, T, n_head, n_head_kv, HD, window, scale,
-                                    softcap, n_split, nullptr));
-    CU(cudaDeviceSynchronize());
-    CHECK_NMSE(reference(pos, std::vector<int>(T, 1)), dout2.get(), 5e-4);
   }
 
   void splits_policy() {
@@ -576,6 +637,16 @@ class TestCudaOps : public QObject {
     Dev<int> out(1);
     CU(cuda::launch_argmax(dx.p, n, out.p, nullptr));
     QCOMPARE(out.get()[0], 123456);
+    // Rows: each row's own argmax (row 1: the same values shifted by 5, with
+    // its maximum at 5 after the wrap; row 2: all equal, so index 0).
+    std::vector<float> rows(x);
+    rows.insert(rows.end(), x.end() - 5, x.end());
+    rows.insert(rows.end(), x.begin(), x.end() - 5);
+    rows.insert(rows.end(), n, 1.f);
+    Dev<float> drows(rows);
+    Dev<int> outs(3);
+    CU(cuda::launch_argmax_rows(drows.p, 3, n, outs.p, nullptr));
+    QVERIFY(outs.get() == (std::vector<int>{123456, 123461, 0}));
     // Top-3 of {9 (123456), 9 (200000), 8.5 (7)} at temperature 1.
     const double p0 = 1.0 / (2.0 + std::exp(-0.5)), p1 = p0;
     const struct {

@@ -313,7 +313,7 @@ int cmd_bench(int argc, char** argv) {
                         return n;
                       }()},
                      {"type_mix", m.type_mix()},
-                     {"kv_cache_mib", s.kv().bytes() / 1048576.0},
+                     {"kv_cache_mib", s.kv_bytes() / 1048576.0},
                      {"kv_type", kv_type_name(s.kv().type())},
                      {"n_depth", r.n_depth},
                      {"weights_gb_per_token", weight_gb},
@@ -404,7 +404,7 @@ int cmd_bench(int argc, char** argv) {
                 *turns, chat.n_prompt, chat.ttft_cached, chat.n_reused, chat.ttft_cold);
   const std::string window = s.kv().pool().window_note();
   std::printf("\npeak RSS %.1f MiB (model file %.1f MiB, KV cache %.1f MiB %s%s%s)\n", rss, size_mib,
-              s.kv().bytes() / 1048576.0, kv_type_name(s.kv().type()), window.empty() ? "" : "; ", window.c_str());
+              s.kv_bytes() / 1048576.0, kv_type_name(s.kv().type()), window.empty() ? "" : "; ", window.c_str());
   return kExitOk;
 }
 

@@ -64,7 +64,7 @@ const Library& library() {
       auto abi = reinterpret_cast<AbiFn>(dlsym(h, "phaselab_cuda_abi"));
       lib.probe = reinterpret_cast<ProbeFn>(dlsym(h, "phaselab_cuda_probe"));
       lib.create = reinterpret_cast<CreateFn>(dlsym(h, "phaselab_cuda_create"));
-      if (!abi || abi() != 2 || !lib.probe || !lib.create) {
+      if (!abi || abi() != kCudaLibraryAbi || !lib.probe || !lib.create) {
         errors += "; " + c + " is not a compatible PhaseLab CUDA library";
         dlclose(h);
         lib.probe = nullptr;

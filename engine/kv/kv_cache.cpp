@@ -37,7 +37,8 @@ int window_slots(const ModelConfig& c, int n_blocks, int n_window_blocks) {
 }
 }  // namespace
 
-uint64_t KvPool::bytes_for(const ModelConfig& c, int n_blocks, KvType type, int n_window_blocks) {
+uint64_t KvPool::bytes_for(const ModelConfig& c, int n_blocks, KvType type, int n_window_blocks, KvStorage storage) {
+  if (storage != KvStorage::host) return 0;
   // K and V: (block, layer, position in block, n_embd_kv) values each, the
   // local layers' for the window parts alone.
   const int n_local = local_layers(c);
@@ -64,13 +65,15 @@ int KvPool::window_blocks_for(const ModelConfig& c, int n_seqs, int tokens_per_p
   return static_cast<int>(std::min<long>(n, 1L << 30));
 }
 
-Result<std::shared_ptr<KvPool>> KvPool::create(const ModelConfig& c, int n_blocks, KvType type, int n_window_blocks) {
+Result<std::shared_ptr<KvPool>> KvPool::create(const ModelConfig& c, int n_blocks, KvType type, int n_window_blocks,
+                                               KvStorage storage) {
   if (n_blocks < 1) return invalid_argument("the KV pool needs at least one block");
   std::shared_ptr<KvPool> p(new KvPool());
   p->n_blocks_ = n_blocks;
   p->n_layer_ = c.n_layer;
   p->n_embd_kv_ = c.n_embd_kv();
   p->type_ = type;
+  p->storage_ = storage;
   p->elem_ = kv_type_bytes(type);
   p->n_local_ = local_layers(c);
   p->n_full_ = c.n_layer - p->n_local_;
@@ -82,8 +85,10 @@ Result<std::shared_ptr<KvPool>> KvPool::create(const ModelConfig& c, int n_block
     p->layer_index_.push_back(local ? nl++ : nf++);
   }
   const size_t per_layer_block = static_cast<size_t>(kBlockTokens) * c.n_embd_kv() * p->elem_;
-  const size_t n = static_cast<size_t>(n_blocks) * p->n_full_ * per_layer_block;
-  const size_t nw = static_cast<size_t>(p->n_wslots_) * p->n_local_ * per_layer_block;
+  // Device storage: the backend's device holds K/V; the pool keeps the books.
+  const size_t on_host = storage == KvStorage::host ? 1 : 0;
+  const size_t n = on_host * n_blocks * p->n_full_ * per_layer_block;
+  const size_t nw = on_host * p->n_wslots_ * p->n_local_ * per_layer_block;
   try {
     p->k_.assign(n, 0);
     p->v_.assign(n, 0);
@@ -249,6 +254,7 @@ int KvPool::lookup(uint64_t hash, uint64_t prev_hash, const int32_t* tokens) con
 }
 
 void KvPool::copy_prefix(int dst, int src, int n) {
+  if (storage_ != KvStorage::host) return;
   for (int il = 0; il < n_layer_; il++) {
     if (layer_local_[il] && (wslot_[dst] < 0 || wslot_[src] < 0)) continue;
     std::memcpy(k(dst, il, 0), k(src, il, 0), elem_ * n * n_embd_kv_);
@@ -271,13 +277,14 @@ int own_window_blocks(const ModelConfig& c, int tokens_per_pass) {
 }
 }  // namespace
 
-uint64_t KvCache::bytes_for(const ModelConfig& c, int n_ctx, KvType type, int tokens_per_pass) {
-  return KvPool::bytes_for(c, pool_blocks_for(n_ctx), type, own_window_blocks(c, tokens_per_pass));
+uint64_t KvCache::bytes_for(const ModelConfig& c, int n_ctx, KvType type, int tokens_per_pass, KvStorage storage) {
+  return KvPool::bytes_for(c, pool_blocks_for(n_ctx), type, own_window_blocks(c, tokens_per_pass), storage);
 }
 
-Result<std::unique_ptr<KvCache>> KvCache::create(const ModelConfig& c, int n_ctx, KvType type, int tokens_per_pass) {
+Result<std::unique_ptr<KvCache>> KvCache::create(const ModelConfig& c, int n_ctx, KvType type, int tokens_per_pass,
+                                                 KvStorage storage) {
   if (n_ctx < 1) return invalid_argument("context size must be at least 1");
-  auto pool = KvPool::create(c, pool_blocks_for(n_ctx), type, own_window_blocks(c, tokens_per_pass));
+  auto pool = KvPool::create(c, pool_blocks_for(n_ctx), type, own_window_blocks(c, tokens_per_pass), storage);
   if (!pool) return pool.status();
   return create_in(std::move(*pool), n_ctx);
 }

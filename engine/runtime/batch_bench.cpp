@@ -24,7 +24,8 @@ Result<BatchBenchPoint> bench_batch(Backend& backend, const Model& model, int ba
     return invalid_argument("prompt and generated tokens (" + std::to_string(n_ctx) + ") exceed the model's context of " +
                             std::to_string(c.n_ctx_train));
   const int per_seq = (n_ctx + KvPool::kBlockTokens - 1) / KvPool::kBlockTokens;
-  auto pool = KvPool::create(c, batch * per_seq, kv_type, KvPool::window_blocks_for(c, batch, backend.max_batch()));
+  auto pool = KvPool::create(c, batch * per_seq, kv_type, KvPool::window_blocks_for(c, batch, backend.max_batch()),
+                             backend.kv_storage());
   if (!pool) return pool.status();
   std::vector<std::unique_ptr<KvCache>> seqs;
   std::vector<std::vector<int32_t>> prompts(batch);
@@ -37,7 +38,7 @@ Result<BatchBenchPoint> bench_batch(Backend& backend, const Model& model, int ba
     for (auto& t : prompts[b]) t = pick(rng);
   }
   std::vector<float> logits(static_cast<size_t>(batch) * c.n_vocab);
-  std::vector<int32_t> next(batch);
+  std::vector<int32_t> next(batch), picked(batch);
   std::vector<SeqChunk> chunks;
   chunks.reserve(batch);
   auto stopped = [&] { return cancel && cancel->load(std::memory_order_relaxed); };
@@ -56,7 +57,7 @@ Result<BatchBenchPoint> bench_batch(Backend& backend, const Model& model, int ba
         const int n = std::min(budget, n_prompt - done[s]);
         const bool last = done[s] + n == n_prompt;
         chunks.push_back({seqs[s].get(), prompts[s].data() + done[s], n, last ? LogitsMode::last : LogitsMode::none,
-                          last ? logits.data() + static_cast<size_t>(s) * c.n_vocab : nullptr});
+                          last ? logits.data() + static_cast<size_t>(s) * c.n_vocab : nullptr, last ? &picked[s] : nullptr});
         done[s] += n;
         budget -= n;
       }
@@ -69,11 +70,12 @@ Result<BatchBenchPoint> bench_batch(Backend& backend, const Model& model, int ba
   for (int step = 0; step < n_gen; step++) {
     if (stopped()) return cancelled("benchmark cancelled");
     chunks.clear();
-    for (int s = 0; s < batch; s++) {
-      float* l = logits.data() + static_cast<size_t>(s) * c.n_vocab;
-      next[s] = argmax(l, c.n_vocab);
-      chunks.push_back({seqs[s].get(), &next[s], 1, LogitsMode::last, l});
-    }
+    // Greedy: the backend picks each sequence's next token (where the
+    // logits are, on a GPU).
+    next = picked;
+    for (int s = 0; s < batch; s++)
+      chunks.push_back({seqs[s].get(), &next[s], 1, LogitsMode::last, logits.data() + static_cast<size_t>(s) * c.n_vocab,
+                        &picked[s]});
     PHASELAB_TRY(backend.forward_batch(chunks.data(), batch));
   }
   const auto t2 = Clock::now();
@@ -86,7 +88,7 @@ Result<BatchBenchPoint> bench_batch(Backend& backend, const Model& model, int ba
   p.pp_tps = batch * n_prompt / std::max(p.prefill_ms / 1000.0, 1e-9);
   p.tg_tps = batch * n_gen / std::max(p.decode_ms / 1000.0, 1e-9);
   p.tpot_ms = p.decode_ms / n_gen;
-  p.kv_mib = (*pool)->bytes() / 1048576.0;
+  p.kv_mib = ((*pool)->bytes() + backend.device_kv_bytes()) / 1048576.0;
   return p;
 }
 

@@ -60,13 +60,13 @@ Result<std::unique_ptr<Scheduler>> Scheduler::create(std::shared_ptr<const Model
   {
     MemoryNeed need;
     need.weights = model->weight_bytes();
-    need.kv = KvPool::bytes_for(c, n_blocks, opt.kv_type, window_blocks);
+    need.kv = KvPool::bytes_for(c, n_blocks, opt.kv_type, window_blocks, backend->kv_storage());
     need.work = static_cast<uint64_t>(backend->max_batch()) *
                     (static_cast<uint64_t>(c.n_vocab) + 4ull * c.n_ff + 8ull * c.n_embd) * sizeof(float) +
                 static_cast<uint64_t>(opt.max_seqs) * c.n_vocab * sizeof(float);
     if (Status st = check_memory(need, available_memory_bytes()); !st) return st;
   }
-  auto pool = KvPool::create(c, n_blocks, opt.kv_type, window_blocks);
+  auto pool = KvPool::create(c, n_blocks, opt.kv_type, window_blocks, backend->kv_storage());
   if (!pool) return pool.status();
   std::unique_ptr<Scheduler> s(new Scheduler());
   s->model_ = std::move(model);
@@ -76,6 +76,8 @@ Result<std::unique_ptr<Scheduler>> Scheduler::create(std::shared_ptr<const Model
   s->n_ctx_ = n_ctx;
   s->budget_ = budget;
   s->logits_.resize(static_cast<size_t>(opt.max_seqs) * c.n_vocab);
+  s->argmax_.resize(opt.max_seqs);
+  s->device_greedy_ = s->backend_->has_device_greedy();
   s->chunks_.reserve(opt.max_seqs);
   s->chunk_seq_.reserve(opt.max_seqs);
   s->running_.reserve(opt.max_seqs);
@@ -225,6 +227,9 @@ Status Scheduler::step() {
     ch.n_tokens = n;
     ch.mode = last ? LogitsMode::last : LogitsMode::none;
     ch.logits = last ? logits_.data() + chunks_.size() * static_cast<size_t>(n_vocab) : nullptr;
+    // Plain greedy on a backend that picks the argmax itself: one int per
+    // sequence comes back instead of its logits.
+    if (last && device_greedy_ && s.req.options.sampling.plain_greedy()) ch.argmax = &argmax_[chunks_.size()];
     chunks_.push_back(ch);
     chunk_seq_.push_back(&s);
     budget -= n;
@@ -317,7 +322,7 @@ Status Scheduler::step() {
   for (size_t c = 0; c < chunks_.size(); c++) {
     if (chunks_[c].mode != LogitsMode::last) continue;
     Seq& s = *chunk_seq_[c];
-    const int32_t id = s.sampler.sample(chunks_[c].logits, s.tokens);
+    const int32_t id = chunks_[c].argmax ? *chunks_[c].argmax : s.sampler.sample(chunks_[c].logits, s.tokens);
     append_token(s, id);  // sets stop_reason when the sequence is done
   }
   for (size_t i = 0; i < running_.size();) {

@@ -43,12 +43,12 @@ Result<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Model> mo
     const ModelConfig& c = model->config();
     MemoryNeed need;
     need.weights = model->weight_bytes();
-    need.kv = KvCache::bytes_for(c, n_ctx, kv_type, backend->max_batch());
+    need.kv = KvCache::bytes_for(c, n_ctx, kv_type, backend->max_batch(), backend->kv_storage());
     need.work = static_cast<uint64_t>(backend->max_batch()) *
                 (static_cast<uint64_t>(c.n_vocab) + 4ull * c.n_ff + 8ull * c.n_embd) * sizeof(float);
     if (Status st = check_memory(need, available_memory_bytes()); !st) return st;
   }
-  auto kv = KvCache::create(model->config(), n_ctx, kv_type, backend->max_batch());
+  auto kv = KvCache::create(model->config(), n_ctx, kv_type, backend->max_batch(), backend->kv_storage());
   if (!kv) return kv.status();
   std::unique_ptr<Session> s(new Session());
   s->model_ = std::move(model);
@@ -133,8 +133,7 @@ Result<GenerateResult> Session::generate(const std::vector<int32_t>& prompt, con
   // Plain greedy decoding (no penalties, which need the logits) on a backend
   // that can pick the argmax itself.
   const SamplingParams& sp = opt.sampling;
-  const bool device_greedy = backend_->has_device_greedy() && sp.greedy() && sp.repeat_penalty == 1.f &&
-                             sp.frequency_penalty == 0.f && sp.presence_penalty == 0.f;
+  const bool device_greedy = backend_->has_device_greedy() && sp.plain_greedy();
   const int n_vocab = model_->config().n_vocab;
   int32_t forced = -1;  // a token already chosen by verification
   for (;;) {

@@ -19,6 +19,7 @@
 
 #include "phaselab/backend.h"
 #include "phaselab/quant.h"
+#include "phaselab/sampler.h"
 #include "phaselab/thread_pool.h"
 #include "cpu_kernels.h"
 #include "ref_ops.h"
@@ -100,6 +101,9 @@ class CpuBackend final : public Backend {
         return invalid_argument("batch chunk " + std::to_string(i) + " has no sequence or no tokens");
       if (ch.mode != LogitsMode::none && !ch.logits)
         return invalid_argument("batch chunk " + std::to_string(i) + " asks for logits but gives nowhere to put them");
+      if (ch.kv->pool().storage() != KvStorage::host)
+        return invalid_argument("this KV cache keeps its K/V on a GPU (it was made for the CUDA backend), not in host "
+                                "memory: make the session or scheduler with the CPU backend to run it there");
       for (int j = 0; j < i; j++)
         if (chunks[j].kv == ch.kv) return invalid_argument("a sequence appears twice in one batch");
       for (int t = 0; t < ch.n_tokens; t++)
@@ -248,6 +252,8 @@ class CpuBackend final : public Backend {
         std::copy_n(out + static_cast<size_t>(row) * c_.n_vocab, static_cast<size_t>(n) * c_.n_vocab, ch.logits);
         row += n;
       }
+    for (int i = 0; i < n_chunks; i++)
+      if (chunks[i].argmax && chunks[i].mode == LogitsMode::last) *chunks[i].argmax = argmax(chunks[i].logits, c_.n_vocab);
     return Status::ok();
   }
 

@@ -5,11 +5,12 @@
 // kernels.
 //
 // The K/V cache on the device is paged like the host's KvPool, block for
-// block (same ids, same layout; a pool is known by KvPool::id and a block's
-// life by KvPool::generation), and the kernels read it through the
-// sequence's block table: the host KvCache stays the bookkeeper (allocation,
-// prefix reuse, copy on write) and its decisions hold for the device's K/V
-// as they are. Only what the host does to its own memory is mirrored: the
+// block (same ids, same layout, the pool's value type; a pool is known by
+// KvPool::id and a block's life by KvPool::generation), and the kernels read
+// it through each sequence's block table: the host KvCache stays the
+// bookkeeper (allocation, prefix reuse, copy on write) and its decisions
+// hold for the device's K/V as they are. Pools made for this backend
+// (kv_storage() = device) allocate no host K/V. Only what the host does to its own memory is mirrored: the
 // copy of a partly filled block before it is written. The device records
 // how many leading slots of each block it computed; positions the host holds
 // but the device did not compute (a block from before the device pool
@@ -244,6 +245,9 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda"; }
   int max_batch() const override { return max_batch_; }
   bool batched_forward() const override { return true; }
+  // The device holds K/V; the host pools made for this backend keep the books.
+  KvStorage kv_storage() const override { return KvStorage::device; }
+  uint64_t device_kv_bytes() const override { return pool_id_ ? 2 * pool_bytes_ : 0; }
 
   Status forward(const int32_t* tokens, int T, KvCache& kv, float* logits, LogitsMode mode) override {
     const SeqChunk chunk{&kv, tokens, T, mode, logits};
@@ -263,7 +267,7 @@ class CudaBackend final : public Backend {
       const SeqChunk& ch = chunks[i];
       if (!ch.kv || !ch.tokens || ch.n_tokens < 1)
         return invalid_argument("batch chunk " + std::to_string(i) + " has no sequence or no tokens");
-      if (ch.mode != LogitsMode::none && !ch.logits)
+      if (ch.mode != LogitsMode::none && !ch.logits && !(ch.mode == LogitsMode::last && ch.argmax))
         return invalid_argument("batch chunk " + std::to_string(i) + " asks for logits but gives nowhere to put them");
       for (int j = 0; j < i; j++)
         if (chunks[j].kv == ch.kv) return invalid_argument("a sequence appears twice in one batch");
@@ -289,18 +293,35 @@ class CudaBackend final : public Backend {
       PHASELAB_TRY(run_decode_graph());
     else
       PHASELAB_TRY(run_pass());
-    // The logits, chunk by chunk, in the order plan() gave them rows.
+    // The logits, chunk by chunk, in the order plan() gave them rows: the
+    // argmax where the chunk asks for it (one launch for all of them in a
+    // greedy decode pass), else the logits themselves.
+    int n_greedy = 0;
+    for (int i = 0; i < n_chunks; i++) n_greedy += chunks[i].argmax && chunks[i].mode == LogitsMode::last;
+    if (n_greedy == n_chunks) CUDA_TRY(cuda::launch_argmax_rows(logits_, n_chunks, c_.n_vocab, next_, stream_));
     for (int i = 0, row = 0; i < n_chunks; i++) {
       const SeqChunk& ch = chunks[i];
       const int n = ch.mode == LogitsMode::last ? 1 : ch.mode == LogitsMode::all ? ch.n_tokens : 0;
-      if (n > 0)
-        CUDA_TRY(cudaMemcpyAsync(ch.logits, logits_ + static_cast<size_t>(row) * c_.n_vocab,
-                                 static_cast<size_t>(n) * c_.n_vocab * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+      const float* rows = logits_ + static_cast<size_t>(row) * c_.n_vocab;
+      if (ch.argmax && ch.mode == LogitsMode::last) {
+        if (n_greedy < n_chunks) CUDA_TRY(cuda::launch_argmax_rows(rows, 1, c_.n_vocab, next_ + i, stream_));
+      } else if (n > 0) {
+        CUDA_TRY(cudaMemcpyAsync(ch.logits, rows, static_cast<size_t>(n) * c_.n_vocab * sizeof(float),
+                                 cudaMemcpyDeviceToHost, stream_));
+      }
       row += n;
     }
+    // (n_greedy == n_chunks: the argmaxes are next_[0, n_chunks); otherwise
+    // next_[i] for the chunks that asked.)
+    if (n_greedy > 0)
+      CUDA_TRY(cudaMemcpyAsync(meta_stage_ + kNextField * max_batch_, next_, n_chunks * sizeof(int32_t),
+                               cudaMemcpyDeviceToHost, stream_));
     CUDA_TRY(cudaStreamSynchronize(stream_));
     prof_.collect(decode ? "decode" : "prefill", T);
-    for (int i = 0; i < n_chunks; i++) chunks[i].kv->append(chunks[i].tokens, chunks[i].n_tokens);
+    for (int i = 0; i < n_chunks; i++) {
+      if (chunks[i].argmax && chunks[i].mode == LogitsMode::last) *chunks[i].argmax = meta_stage_[kNextField * max_batch_ + i];
+      chunks[i].kv->append(chunks[i].tokens, chunks[i].n_tokens);
+    }
     return Status::ok();
   }
 
@@ -388,11 +409,11 @@ class CudaBackend final : public Backend {
       const int b = table[i];
       if (i == first && old_tail >= 0) {
         if (b != old_tail) {
-          const size_t bytes = block_floats() * sizeof(float);
-          CUDA_TRY(cudaMemcpyAsync(pool_k_ + b * block_floats(), pool_k_ + old_tail * block_floats(), bytes,
-                                   cudaMemcpyDeviceToDevice, stream_));
-          CUDA_TRY(cudaMemcpyAsync(pool_v_ + b * block_floats(), pool_v_ + old_tail * block_floats(), bytes,
-                                   cudaMemcpyDeviceToDevice, stream_));
+          const size_t bytes = block_values() * cuda::kv_elem_bytes(elem_);
+          CUDA_TRY(cudaMemcpyAsync(pool_k_ + b * bytes, pool_k_ + old_tail * bytes, bytes, cudaMemcpyDeviceToDevice,
+                                   stream_));
+          CUDA_TRY(cudaMemcpyAsync(pool_v_ + b * bytes, pool_v_ + old_tail * bytes, bytes, cudaMemcpyDeviceToDevice,
+                                   stream_));
           set_filled(kv, b, n % kBlock);
         }
         continue;
@@ -617,32 +638,41 @@ class CudaBackend final : public Backend {
 
   static constexpr int kBlock = cuda::kKvBlockTokens;
   static_assert(kBlock == KvPool::kBlockTokens, "the device pool mirrors the host's blocks");
-  size_t block_floats() const { return static_cast<size_t>(c_.n_layer) * kBlock * c_.n_embd_kv(); }
+  size_t block_values() const { return static_cast<size_t>(c_.n_layer) * kBlock * c_.n_embd_kv(); }
 
-  // The device pool mirroring kv's host pool (as many blocks, same layout,
-  // and one more that only padding rows write), and attention scratch for
-  // its positions; made anew (all blocks empty) when the pool changes.
+  // The device pool mirroring kv's host pool (as many blocks, its value
+  // type, one more block that only padding rows write), and attention
+  // scratch for its positions; made anew (all blocks empty) when the pool
+  // changes.
   Status ensure_pool(const KvCache& kv) {
     const KvPool& pool = kv.pool();
     if (pool.id() == pool_id_ && pool.n_blocks() == pool_blocks_) return Status::ok();
     drop_graphs();                              // the graphs hold the old buffers' addresses
     CUDA_TRY(cudaStreamSynchronize(stream_));  // nothing in flight may still use the old buffers
     for (void* p : {static_cast<void*>(pool_k_), static_cast<void*>(pool_v_), static_cast<void*>(scratch_)}) free_device(p);
-    pool_k_ = pool_v_ = scratch_ = nullptr;
+    pool_k_ = pool_v_ = nullptr;
+    scratch_ = nullptr;
     pool_id_ = 0;  // until the new buffers exist
     // A sequence's table has at most as many entries as the pool has blocks.
     const int table_cap = pool.n_blocks();
-    const size_t n = static_cast<size_t>(pool.n_blocks() + 1) * block_floats();
+    const cuda::KvElem elem = pool.type() == KvType::f16    ? cuda::KvElem::f16
+                              : pool.type() == KvType::bf16 ? cuda::KvElem::bf16
+                                                            : cuda::KvElem::f32;
+    const size_t n = static_cast<size_t>(pool.n_blocks() + 1) * block_values() * cuda::kv_elem_bytes(elem);
     size_t free_b = 0, total_b = 0;
     CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
     const size_t scratch_n = std::max<size_t>(partials_floats(table_cap * kBlock), 1);
-    const size_t need = (2 * n + scratch_n) * sizeof(float) + 2 * static_cast<size_t>(table_cap) * sizeof(int32_t);
+    const size_t need = 2 * n + scratch_n * sizeof(float) + 2 * static_cast<size_t>(table_cap) * sizeof(int32_t);
     if (need > free_b)
       return out_of_memory("the KV cache for " + std::to_string(pool.n_blocks() * kBlock) + " positions needs " +
                            std::to_string(need >> 20) + " MiB of GPU memory, " + std::to_string(free_b >> 20) +
                            " MiB are free: lower the context size");
-    PHASELAB_TRY(alloc(&pool_k_, n));
-    PHASELAB_TRY(alloc(&pool_v_, n));
+    CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&pool_k_), n));
+    allocations_.push_back(pool_k_);
+    CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&pool_v_), n));
+    allocations_.push_back(pool_v_);
+    pool_bytes_ = n;
+    elem_ = elem;
     PHASELAB_TRY(alloc(&scratch_, scratch_n));
     filled_.assign(pool.n_blocks(), BlockFill{});
     pool_id_ = pool.id();
@@ -682,8 +712,8 @@ class CudaBackend final : public Backend {
 
   // Layer il of the paged cache, for the kernels.
   cuda::KvPages pages(int il) const {
-    const size_t layer = static_cast<size_t>(il) * kBlock * c_.n_embd_kv();
-    return cuda::KvPages{pool_k_ + layer, pool_v_ + layer, tables_, block_floats()};
+    const size_t layer = static_cast<size_t>(il) * kBlock * c_.n_embd_kv() * cuda::kv_elem_bytes(elem_);
+    return cuda::KvPages{pool_k_ + layer, pool_v_ + layer, tables_, block_values(), elem_};
   }
   // Rows [r, ...) of the pass.
   cuda::RowMap row_map(int r = 0) const { return cuda::RowMap{meta_ + max_batch_ + r, meta_ + 2 * max_batch_ + r}; }
@@ -841,9 +871,12 @@ class CudaBackend final : public Backend {
   std::vector<TiledChunk> tiled_;
   Pass pass_;
   // The paged K/V pool mirroring the host's: (n_blocks + 1, n_layer,
-  // kBlock, n_embd_kv) each; filled_: leading slots of each block the device
-  // computed. scratch_: attention's partial results.
-  float *pool_k_ = nullptr, *pool_v_ = nullptr, *scratch_ = nullptr;
+  // kBlock, n_embd_kv) values of elem_ (the host pool's type) each;
+  // filled_: leading slots of each block the device computed. scratch_:
+  // attention's partial results.
+  uint8_t *pool_k_ = nullptr, *pool_v_ = nullptr;
+  cuda::KvElem elem_ = cuda::KvElem::f32;
+  float* scratch_ = nullptr;
   // Block tables: n_slots_ + 1 slots of table_cap_ entries (the last is the
   // pad slot), their pinned staging, and what each slot holds on the device.
   int32_t* tables_ = nullptr;
@@ -852,6 +885,7 @@ class CudaBackend final : public Backend {
   int n_slots_ = 0, table_cap_ = 0;
   uint64_t pool_id_ = 0;  // the host pool mirrored (KvPool::id)
   int pool_blocks_ = 0;
+  size_t pool_bytes_ = 0;  // of pool_k_ and of pool_v_
   struct BlockFill {
     uint32_t generation = 0;  // the KvPool::generation the slots were computed in
     uint8_t slots = 0;        // leading slots computed
@@ -873,7 +907,7 @@ void copy_message(const std::string& m, char* buf, size_t n) {
 
 #define PHASELAB_CUDA_EXPORT extern "C" __attribute__((visibility("default")))
 
-PHASELAB_CUDA_EXPORT int phaselab_cuda_abi() { return 2; }  // 2: Backend::positions_computed
+PHASELAB_CUDA_EXPORT int phaselab_cuda_abi() { return phaselab::kCudaLibraryAbi; }
 
 // Returns 1 and a description of device 0 when it is usable, else 0 and the reason.
 PHASELAB_CUDA_EXPORT int phaselab_cuda_probe(char* buf, size_t n, double* peak_gbps, double* peak_tflops,

@@ -26,6 +26,11 @@ struct SeqChunk {
   int n_tokens = 0;
   LogitsMode mode = LogitsMode::none;
   float* logits = nullptr;          // last: [n_vocab]; all: [n_tokens, n_vocab]; none: unused
+  // Mode last, greedy decoding: where set, *argmax = the argmax of the
+  // logits (the lowest id among equal maxima). A backend with
+  // has_device_greedy() then leaves logits unwritten: one int leaves the
+  // device instead of n_vocab floats.
+  int32_t* argmax = nullptr;
 };
 
 class Backend {
@@ -66,6 +71,14 @@ class Backend {
   // recomputation included (what prefix reuse saves shows here; tests check
   // that a backend recomputes nothing behind the cache's back).
   virtual uint64_t positions_computed() const { return 0; }
+  // Where this backend keeps K/V: host (in the KvPool's memory, the CPU
+  // backends) or device (on a GPU that mirrors the pool's blocks, so the
+  // pools made for it allocate no host K/V). A host backend refuses a
+  // device-storage pool.
+  virtual KvStorage kv_storage() const { return KvStorage::host; }
+  // Bytes of K/V the backend holds itself (its device's copy of the pool
+  // it serves); 0 for host storage, whose bytes the pool reports.
+  virtual uint64_t device_kv_bytes() const { return 0; }
   virtual Status forward_greedy(int32_t token, KvCache& kv, int32_t* next) {
     (void)token, (void)kv, (void)next;
     return unsupported(name() + " backend: no device-side greedy decoding");
@@ -88,6 +101,11 @@ struct CudaProbe {
   size_t total_mem = 0, free_mem = 0;
 };
 CudaProbe probe_cuda();
+
+// The version of the Backend interface libphaselab_cuda.so is built for
+// (its phaselab_cuda_abi()); a library of another version is not loaded.
+// 3: kv_storage and device_kv_bytes.
+constexpr int kCudaLibraryAbi = 3;
 
 // The CUDA backend, loaded at run time from libphaselab_cuda.so. Fails with
 // the reason (no library, no device, too little memory) so that callers can

@@ -43,6 +43,13 @@ const char* kv_type_name(KvType t);                        // "f32", "f16", "bf1
 std::optional<KvType> kv_type_from_name(std::string_view name);
 inline size_t kv_type_bytes(KvType t) { return t == KvType::f32 ? 4 : 2; }
 
+// Where K and V live. host: in the pool's own memory, which the CPU
+// backends read and write. device: on the backend's device, which mirrors
+// the pool's blocks (the CUDA backend, Backend::kv_storage()); the pool is
+// then bookkeeping only (blocks, tables, hashes, reference counts, window
+// parts, copy-on-write decisions) and allocates no K/V.
+enum class KvStorage { host, device };
+
 class KvPool {
  public:
   static constexpr int kBlockTokens = 16;
@@ -51,9 +58,10 @@ class KvPool {
   // layers' K/V); <= 0 or more than n_blocks: one for every block. Without
   // sliding-window layers there are no window parts.
   static Result<std::shared_ptr<KvPool>> create(const ModelConfig& c, int n_blocks, KvType type = KvType::f16,
-                                                int n_window_blocks = 0);
-  // The bytes create() allocates (K and V of both parts).
-  static uint64_t bytes_for(const ModelConfig& c, int n_blocks, KvType type, int n_window_blocks = 0);
+                                                int n_window_blocks = 0, KvStorage storage = KvStorage::host);
+  // The bytes create() allocates (K and V of both parts; 0 for device storage).
+  static uint64_t bytes_for(const ModelConfig& c, int n_blocks, KvType type, int n_window_blocks = 0,
+                            KvStorage storage = KvStorage::host);
   // Window parts that n_seqs sequences need at most when each pass computes
   // at most tokens_per_pass tokens in all: per sequence the window's blocks
   // before its first new token, one block of alignment and one for copy on
@@ -66,8 +74,10 @@ class KvPool {
   int n_cached() const { return static_cast<int>(lru_.size()); }   // unreferenced, kept for reuse
   int n_used() const { return n_blocks_ - n_free() - n_cached(); }  // referenced by a sequence
   int n_shared() const;                                             // referenced more than once
+  // Host memory of K and V (0 with device storage).
   uint64_t bytes() const { return k_.size() + v_.size() + wk_.size() + wv_.size(); }
   KvType type() const { return type_; }
+  KvStorage storage() const { return storage_; }
   int refcount(int b) const { return ref_[b]; }
   bool published(int b) const { return published_[b] != 0; }
   // Identity for mirrors of the pool (the CUDA backend's device pool): a
@@ -95,7 +105,7 @@ class KvPool {
 
   // K/V of one block, layer and slot: [n_embd_kv] values of type() (float
   // or IEEE half as uint16_t). A local layer's rows exist while the block
-  // has its window part.
+  // has its window part. Host storage only (null with device storage).
   void* k(int b, int il, int slot) { return const_cast<uint8_t*>(row(k_, wk_, b, il, slot)); }
   void* v(int b, int il, int slot) { return const_cast<uint8_t*>(row(v_, wv_, b, il, slot)); }
   const void* k(int b, int il, int slot) const { return row(k_, wk_, b, il, slot); }
@@ -119,7 +129,7 @@ class KvPool {
   // A published block with this hash, previous hash and token ids, or -1.
   int lookup(uint64_t hash, uint64_t prev_hash, const int32_t* tokens) const;
   // Copies slots [0, n) of every layer from block src to dst (both with
-  // their window parts).
+  // their window parts); nothing with device storage (the device mirrors it).
   void copy_prefix(int dst, int src, int n);
 
   static uint64_t chain_hash(uint64_t prev, const int32_t* tokens);
@@ -127,6 +137,7 @@ class KvPool {
  private:
   KvPool() = default;
   const uint8_t* row(const std::vector<uint8_t>& full, const std::vector<uint8_t>& win, int b, int il, int slot) const {
+    if (storage_ != KvStorage::host) return nullptr;
     const size_t r = static_cast<size_t>(n_embd_kv_) * elem_;
     const int li = layer_index_[il];
     if (layer_local_[il]) return win.data() + ((static_cast<size_t>(wslot_[b]) * n_local_ + li) * kBlockTokens + slot) * r;
@@ -142,6 +153,7 @@ class KvPool {
   int window_ = 0;                // 0: no window parts
   int n_wslots_ = 0;
   KvType type_ = KvType::f16;
+  KvStorage storage_ = KvStorage::host;
   size_t elem_ = 2;  // bytes per value
   std::vector<uint8_t> layer_local_;  // (n_layer) 1: a sliding-window layer
   std::vector<int> layer_index_;      // (n_layer) its index among the full or the local layers
@@ -171,9 +183,10 @@ class KvCache {
   // parts, for passes of at most tokens_per_pass tokens: what the sequence
   // does not use keeps other conversations cached.
   static Result<std::unique_ptr<KvCache>> create(const ModelConfig& c, int n_ctx, KvType type = KvType::f16,
-                                                 int tokens_per_pass = 512);
+                                                 int tokens_per_pass = 512, KvStorage storage = KvStorage::host);
   // The bytes create() allocates for n_ctx positions (K and V of its pool).
-  static uint64_t bytes_for(const ModelConfig& c, int n_ctx, KvType type = KvType::f16, int tokens_per_pass = 512);
+  static uint64_t bytes_for(const ModelConfig& c, int n_ctx, KvType type = KvType::f16, int tokens_per_pass = 512,
+                            KvStorage storage = KvStorage::host);
   // A sequence in a shared pool.
   static std::unique_ptr<KvCache> create_in(std::shared_ptr<KvPool> pool, int n_ctx);
   ~KvCache();
@@ -183,7 +196,7 @@ class KvCache {
   int n_ctx() const { return n_ctx_; }
   int n_past() const { return static_cast<int>(tokens_.size()); }
   const std::vector<int32_t>& tokens() const { return tokens_; }
-  uint64_t bytes() const { return pool_->bytes(); }
+  uint64_t bytes() const { return pool_->bytes(); }  // host memory of the pool's K/V
   KvPool& pool() { return *pool_; }
   const KvPool& pool() const { return *pool_; }
   const std::vector<int>& block_table() const { return table_; }

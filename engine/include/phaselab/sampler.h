@@ -24,6 +24,11 @@ struct SamplingParams {
   uint64_t seed = 0;
 
   bool greedy() const { return temperature <= 0.f; }
+  // Greedy without penalties: the argmax of the raw logits, which a backend
+  // can pick where they are (SeqChunk::argmax, Backend::forward_greedy).
+  bool plain_greedy() const {
+    return greedy() && repeat_penalty == 1.f && frequency_penalty == 0.f && presence_penalty == 0.f;
+  }
   // A message for the first out-of-range parameter, or ok.
   Status validate() const;
 };

@@ -122,6 +122,8 @@ class Scheduler {
   std::vector<SeqChunk> chunks_;               // this pass
   std::vector<Seq*> chunk_seq_;
   std::vector<float> logits_;                  // (max_seqs, n_vocab)
+  std::vector<int32_t> argmax_;                // (max_seqs) greedy picks made by the backend (SeqChunk::argmax)
+  bool device_greedy_ = false;                 // the backend picks greedy tokens itself
 
   mutable std::mutex mu_;  // guards what follows
   std::vector<std::unique_ptr<Seq>> incoming_;

@@ -97,6 +97,8 @@ class Session {
   const Model& model() const { return *model_; }
   Backend& backend() { return *backend_; }
   KvCache& kv() { return *kv_; }
+  // K/V memory wherever it lives: the host pool's, or the backend device's copy.
+  uint64_t kv_bytes() const { return kv_->bytes() + backend_->device_kv_bytes(); }
   int n_ctx() const { return kv_->n_ctx(); }
 
  private:
