@@ -289,6 +289,7 @@ template <typename F>
 cudaError_t with_elem(KvElem e, F&& f) {
   if (e == KvElem::f16) return f(std::integral_constant<KvElem, KvElem::f16>{});
   if (e == KvElem::bf16) return f(std::integral_constant<KvElem, KvElem::bf16>{});
+  if (e == KvElem::q8_0) return f(std::integral_constant<KvElem, KvElem::q8_0>{});
   return f(std::integral_constant<KvElem, KvElem::f32>{});
 }
 
@@ -307,7 +308,7 @@ int attention_splits(int T, int n_head, int n_ctx) {
 cudaError_t launch_attention(const float* q, KvPages cache, RowMap rows, float* out, float* partials, int T, int n_head, int n_head_kv, int head_dim, int window, float scale,
                              float softcap, int n_split, cudaStream_t s) {
   if (n_split < 1 || (n_split > 1 && !partials) || head_dim > 512 || n_head % n_head_kv != 0 || !cache.table ||
-      !rows.pos || !rows.table_at)
+      !rows.pos || !rows.table_at || (cache.elem == KvElem::q8_0 && head_dim % 32 != 0))
     return cudaErrorInvalidValue;
   return with_epl(head_dim, [&](auto epl) {
     return with_elem(cache.elem, [&](auto elem) {
@@ -331,7 +332,8 @@ int attention_tiled_splits(int T, int n_head, int n_head_kv, int n_keys, int sm_
 cudaError_t launch_attention_tiled(const float* q, KvPages cache, RowMap rows, float* out, float* partials, int T,
                                    int n_head, int n_head_kv, int head_dim, int window, float scale, float softcap,
                                    int n_split, cudaStream_t s) {
-  if (!attention_tiled_fits(n_head, n_head_kv, head_dim) || !cache.table || !rows.pos || !rows.table_at || T < 1 || n_split < 1 ||
+  if (!attention_tiled_fits(n_head, n_head_kv, head_dim) || !cache.table || !rows.pos || !rows.table_at || T < 1 ||
+      n_split < 1 || (cache.elem == KvElem::q8_0 && head_dim % 32 != 0) ||
       (n_split > 1 && !partials))
     return cudaErrorInvalidValue;
   return with_epl(head_dim, [&](auto epl) {

@@ -35,7 +35,23 @@ __device__ __forceinline__ float kv_get(const void* p, size_t i) {
   if constexpr (E == KvElem::f32) return static_cast<const float*>(p)[i];
   if constexpr (E == KvElem::f16) return h2f(static_cast<const uint16_t*>(p)[i]);
   if constexpr (E == KvElem::bf16) return bf2f(static_cast<const uint16_t*>(p)[i]);
+  if constexpr (E == KvElem::q8_0) {
+    const uint8_t* b = static_cast<const uint8_t*>(p) + i / 32 * 34;
+    return h2f(*reinterpret_cast<const uint16_t*>(b)) * static_cast<float>(static_cast<int8_t>(b[2 + i % 32]));
+  }
 }
+// Values i0 .. i0 + 32 (i0 a multiple of 32) of a Q8_0 cache from x[32], as
+// the CPU's quantize_row: scale = max |x| / 127, each value rounded (half
+// away from zero) after multiplying by 1 / scale.
+__device__ __forceinline__ void kv_put_q8_0_block(void* p, size_t i0, const float* x) {
+  uint8_t* b = static_cast<uint8_t*>(p) + i0 / 32 * 34;
+  float amax = 0.f;
+  for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+  const float d = amax / 127.f, id = d != 0.f ? 1.f / d : 0.f;
+  *reinterpret_cast<uint16_t*>(b) = __half_as_ushort(__float2half_rn(d));
+  for (int j = 0; j < 32; j++) b[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(lroundf(x[j] * id)));
+}
+// (Not for Q8_0, whose values are stored a block at a time.)
 __device__ __forceinline__ void kv_put(void* p, size_t i, KvElem e, float x) {
   if (e == KvElem::f32) static_cast<float*>(p)[i] = x;
   else if (e == KvElem::f16) static_cast<uint16_t*>(p)[i] = __half_as_ushort(__float2half_rn(x));

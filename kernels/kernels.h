@@ -41,9 +41,15 @@ cudaError_t launch_add_rmsnorm(float* x, const float* y, const float* post_w, co
 constexpr int kKvBlockTokens = 16;
 // How the cache stores its values (the host pool's KvType): F32, IEEE half
 // or bfloat16, converted to and from F32 (round to nearest even) as the
-// kernels read and write them.
-enum class KvElem : int { f32 = 0, f16 = 1, bf16 = 2 };
-inline size_t kv_elem_bytes(KvElem e) { return e == KvElem::f32 ? 4 : 2; }
+// kernels read and write them, or Q8_0 blocks of 32 values (an F16 scale
+// and 32 int8: 34 bytes), quantized as the CPU quantizes them (then heads
+// must be whole blocks: head_dim a multiple of 32). Values are indexed
+// alike in every type: value i of a Q8_0 cache is in block i / 32.
+enum class KvElem : int { f32 = 0, f16 = 1, bf16 = 2, q8_0 = 3 };
+// Bytes of n values (n a multiple of 32 for Q8_0).
+inline size_t kv_values_bytes(KvElem e, size_t n) {
+  return e == KvElem::f32 ? 4 * n : e == KvElem::q8_0 ? n / 32 * 34 : 2 * n;
+}
 struct KvPages {
   void* k = nullptr;           // the pool's K at this layer's first row of block 0
   void* v = nullptr;           // the same for V

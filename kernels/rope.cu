@@ -41,6 +41,14 @@ __global__ void qk_norm_rope_store_kernel(float* q, float* k, const float* v, co
     head[b] = x0 * sn + x1 * c;
   }
   __syncthreads();
+  if (is_k && cache.elem == KvElem::q8_0) {  // a block of 32 values per thread
+    const size_t dst = kv_row(cache.table + rows.table_at[t], cache.block_stride, pos, NKV) + kh * head_dim;
+    for (int b = threadIdx.x; b < head_dim / 32; b += blockDim.x) {
+      kv_put_q8_0_block(cache.k, dst + b * 32, head + b * 32);
+      kv_put_q8_0_block(cache.v, dst + b * 32, v + static_cast<size_t>(t) * NKV + kh * head_dim + b * 32);
+    }
+    return;
+  }
   for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
     if (!is_k) ptr[i] = head[i];  // k is read from the cache from here on
     if (is_k) {
@@ -56,7 +64,8 @@ cudaError_t launch_qk_norm_rope_store(float* q, float* k, const float* v, const 
                                       KvPages cache, RowMap rows, int T, int n_head, int n_head_kv, int head_dim,
                                       int n_rot, float base, const float* freq_factors, bool neox, float eps,
                                       cudaStream_t s) {
-  if (!rows.pos || !rows.table_at || !cache.table) return cudaErrorInvalidValue;
+  if (!rows.pos || !rows.table_at || !cache.table || (cache.elem == KvElem::q8_0 && head_dim % 32 != 0))
+    return cudaErrorInvalidValue;
   PHASELAB_LAUNCH(qk_norm_rope_store_kernel, T * (n_head + n_head_kv), 128, head_dim * sizeof(float), s)(
       q, k, v, q_norm, k_norm, cache, rows, n_head, n_head_kv, head_dim, n_rot, base, freq_factors, neox, eps);
   return cudaGetLastError();

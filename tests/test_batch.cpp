@@ -172,8 +172,8 @@ class TestBatch : public QObject {
     const int NKV = m->config().n_embd_kv();
     for (int il = 0; il < m->config().n_layer; il++)
       for (int p = 0; p < kv[2]->n_past(); p++)
-        QVERIFY(std::memcmp(kv[2]->k(il, p), (*solo_kv)->k(il, p), NKV * kv_type_bytes(kv[2]->type())) == 0 &&
-                std::memcmp(kv[2]->v(il, p), (*solo_kv)->v(il, p), NKV * kv_type_bytes(kv[2]->type())) == 0);
+        QVERIFY(std::memcmp(kv[2]->k(il, p), (*solo_kv)->k(il, p), kv_row_bytes(kv[2]->type(), NKV)) == 0 &&
+                std::memcmp(kv[2]->v(il, p), (*solo_kv)->v(il, p), kv_row_bytes(kv[2]->type(), NKV)) == 0);
   }
 
   void forward_batch_rejects_bad_chunks() {
@@ -410,9 +410,9 @@ class TestBatch : public QObject {
     QVERIFY2(checked > 40, qPrintable(QString::number(checked)));
   }
 
-  // K/V in F16 (the default) against F32: the same model, logits within
-  // the rounding of half precision, half the bytes; and each cache type keeps
-  // batched equal to solo (the forward test above runs with F16).
+  // K/V in F16 (the default), BF16 and Q8_0 against F32: the same model,
+  // logits within the rounding of each type, half the bytes (Q8_0: 34 per
+  // 32 values).
   void half_cache_agrees_with_float_cache_data() { add_model_rows(); }
   void half_cache_agrees_with_float_cache() {
     QFETCH(QString, model);
@@ -427,22 +427,37 @@ class TestBatch : public QObject {
     QCOMPARE((*f)->bytes(), 2 * (*h)->bytes());
     QCOMPARE((*b)->bytes(), (*h)->bytes());
     QCOMPARE(KvCache::bytes_for(m->config(), 64, KvType::f16), (*h)->bytes());
+    // Q8_0: 34 bytes per 32 values where every head is whole blocks; a
+    // model with smaller heads is refused with what to use instead.
+    auto q = KvCache::create(m->config(), 64, KvType::q8_0);
+    const bool q8 = m->config().head_dim % 32 == 0;
+    QCOMPARE(q.is_ok(), q8);
+    if (!q8) QVERIFY2(q.status().message().find("f16") != std::string::npos, q.status().message().c_str());
+    if (q8) QCOMPARE((*q)->bytes() * 64, (*h)->bytes() * 34);
     const auto prompt = prompt_of(29, 5, V);
-    std::vector<float> lh(V), lb(V), lf(V);
+    std::vector<float> lh(V), lb(V), lf(V), lq(V);
     QVERIFY(be->forward(prompt.data(), 29, **h, lh.data(), LogitsMode::last));
     QVERIFY(be->forward(prompt.data(), 29, **b, lb.data(), LogitsMode::last));
     QVERIFY(be->forward(prompt.data(), 29, **f, lf.data(), LogitsMode::last));
+    if (q8) QVERIFY(be->forward(prompt.data(), 29, **q, lq.data(), LogitsMode::last));
     for (int step = 0; step < 8; step++) {
       // BF16 keeps 8 bits of precision to F16's 11: about 64 times the
-      // squared error.
+      // squared error. Q8_0 keeps about 8 bits of each block's largest value.
       const double e = nmse(lf, lh), eb = nmse(lf, lb);
       QVERIFY2(e < 1e-3, qPrintable(QString("step %1: F16 NMSE %2").arg(step).arg(e)));
       QVERIFY2(eb < 2e-2, qPrintable(QString("step %1: BF16 NMSE %2").arg(step).arg(eb)));
       QVERIFY2(std::memcmp(lb.data(), lh.data(), V * sizeof(float)) != 0, "BF16 gave F16's logits: not stored as BF16");
+      if (q8) {
+        const double eq = nmse(lf, lq);
+        if (step == 0) qInfo("logits NMSE against the F32 cache: F16 %.3g, BF16 %.3g, Q8_0 %.3g", e, eb, eq);
+        QVERIFY2(eq < 2e-2, qPrintable(QString("step %1: Q8_0 NMSE %2").arg(step).arg(eq)));
+        QVERIFY2(std::memcmp(lq.data(), lh.data(), V * sizeof(float)) != 0, "Q8_0 gave F16's logits: not stored as Q8_0");
+      }
       int32_t next = argmax(lf.data(), V);
       QVERIFY(be->forward(&next, 1, **h, lh.data(), LogitsMode::last));
       QVERIFY(be->forward(&next, 1, **b, lb.data(), LogitsMode::last));
       QVERIFY(be->forward(&next, 1, **f, lf.data(), LogitsMode::last));
+      if (q8) QVERIFY(be->forward(&next, 1, **q, lq.data(), LogitsMode::last));
     }
   }
 
@@ -456,8 +471,9 @@ class TestBatch : public QObject {
     QTest::addColumn<QString>("model");
     QTest::addColumn<int>("kv_type");
     for (const char* m : {"llama", "qwen2", "gemma3"})
-      for (KvType t : {KvType::f16, KvType::bf16, KvType::f32})
-        QTest::newRow(qPrintable(QString("%1/%2").arg(m).arg(kv_type_name(t)))) << m << int(t);
+      for (KvType t : {KvType::f16, KvType::bf16, KvType::f32, KvType::q8_0})
+        if (t != KvType::q8_0 || std::string(m) != "llama")  // (llama's heads of 16 values are not whole Q8_0 blocks)
+          QTest::newRow(qPrintable(QString("%1/%2").arg(m).arg(kv_type_name(t)))) << m << int(t);
   }
   void long_rows_attend_in_parts_the_same_everywhere() {
     QFETCH(QString, model);

@@ -410,6 +410,10 @@ class TestCli : public QObject {
     const Run g = cli({"generate", "-m", stories(), "-p", "Once upon a time", "-n", "8", "--temp", "0", "--cache-type", "bf16"});
     QCOMPARE(g.code, 0);
     expect_bad_input(cli({"bench", "-m", stories(), "--cache-type", "q4"}));
+    // Q8_0 needs heads of whole 32-value blocks; stories260K's have 8 values.
+    const Run q8 = cli({"bench", "-m", stories(), "-p", "8", "-n", "4", "--cache-type", "q8_0"});
+    expect_bad_input(q8);
+    QVERIFY2(q8.err.contains("--cache-type f16"), qPrintable(q8.err));
   }
 
   // bench -d: every test again after D tokens already in the cache, named

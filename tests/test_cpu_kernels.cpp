@@ -450,6 +450,52 @@ class TestCpuKernels : public QObject {
       }
     }
   }
+
+  // A Q8_0 KV cache: the kernels against the definition on the rows as
+  // stored (dequantized), the weighted sums of every SIMD set bitwise equal.
+  void q8_0_cache_kernels_match_the_definition() {
+    for (auto [G, HD, n] : {std::tuple{4, 256, 7}, std::tuple{7, 64, 10}, std::tuple{5, 32, 3}, std::tuple{1, 96, 1}}) {
+      const auto q = randn(G * HD, 41);
+      const auto p = randn(G * n, 42);
+      const size_t row_bytes = HD / QK8_0 * sizeof(BlockQ8_0);
+      std::vector<std::vector<uint8_t>> rows(n, std::vector<uint8_t>(row_bytes));
+      std::vector<std::vector<float>> deq(n, std::vector<float>(HD));
+      std::vector<const uint8_t*> r(n);
+      for (int j = 0; j < n; j++) {
+        const auto f = randn(HD, 400 + j, 3.f);
+        QVERIFY(quantize_row(TensorType::Q8_0, f.data(), rows[j].data(), HD));
+        QVERIFY(dequantize_row(TensorType::Q8_0, rows[j].data(), deq[j].data(), HD));
+        r[j] = rows[j].data();
+      }
+      std::vector<const Kernels*> sets = simd_kernels();
+      sets.insert(sets.begin(), &portable_kernels());
+      std::vector<float> first_o;
+      for (const Kernels* k : sets) {
+        QVERIFY(k->scores_q8_0 && k->weighted_sum_q8_0);
+        std::vector<float> s(G * n), out(G * HD, 1.f);
+        k->scores_q8_0(s.data(), n, G, q.data(), r.data(), n, HD, 0.125f);
+        k->weighted_sum_q8_0(out.data(), HD, G, p.data(), n, r.data(), n, HD);
+        for (int g = 0; g < G; g++) {
+          for (int j = 0; j < n; j++) {
+            double want = 0;
+            for (int i = 0; i < HD; i++) want += static_cast<double>(q[g * HD + i]) * deq[j][i];
+            want *= 0.125;
+            QVERIFY2(std::fabs(s[g * n + j] - want) < 1e-5 * (1 + std::fabs(want)) * HD / 8, k->isa);
+          }
+          for (int i = 0; i < HD; i++) {
+            double want = 1.0;
+            for (int j = 0; j < n; j++) want += static_cast<double>(p[g * n + j]) * deq[j][i];
+            QVERIFY2(std::fabs(out[g * HD + i] - want) < 1e-4 * (1 + std::fabs(want)), k->isa);
+          }
+        }
+        if (k == &portable_kernels()) continue;
+        if (first_o.empty())
+          first_o = out;
+        else
+          QVERIFY2(std::memcmp(out.data(), first_o.data(), out.size() * sizeof(float)) == 0, k->isa);
+      }
+    }
+  }
 };
 
 QTEST_APPLESS_MAIN(TestCpuKernels)

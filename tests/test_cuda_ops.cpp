@@ -78,25 +78,35 @@ struct PagedCache {
                 cuda::kKvBlockTokens + pos % cuda::kKvBlockTokens) * nkv;
   }
   cuda::KvPages pages(void* k, void* v, const int* dev_table, cuda::KvElem e = cuda::KvElem::f32) const {
-    const size_t layer = static_cast<size_t>(il) * cuda::kKvBlockTokens * nkv * cuda::kv_elem_bytes(e);
+    const size_t layer = cuda::kv_values_bytes(e, static_cast<size_t>(il) * cuda::kKvBlockTokens * nkv);
     return {static_cast<uint8_t*>(k) + layer, static_cast<uint8_t*>(v) + layer, dev_table,
             static_cast<size_t>(n_layer) * cuda::kKvBlockTokens * nkv, e};
   }
 };
 
-const char* elem_name(cuda::KvElem e) { return e == cuda::KvElem::f16 ? "f16" : e == cuda::KvElem::bf16 ? "bf16" : "f32"; }
+const char* elem_name(cuda::KvElem e) {
+  return e == cuda::KvElem::f16 ? "f16" : e == cuda::KvElem::bf16 ? "bf16" : e == cuda::KvElem::q8_0 ? "q8_0" : "f32";
+}
 
 // Cache values stored as element type e on the device (rounded to nearest
-// even, as the host's KV pool rounds), and read back as floats.
+// even, as the host's KV pool rounds; Q8_0 quantized as the host quantizes
+// rows), and read back as floats.
 struct DevKv {
   cuda::KvElem e;
   size_t n;
   void* p = nullptr;
   std::vector<float> rounded;  // the values as stored
   DevKv(const std::vector<float>& x, cuda::KvElem elem) : e(elem), n(x.size()), rounded(x) {
-    cudaMalloc(&p, std::max<size_t>(n, 1) * cuda::kv_elem_bytes(e));
+    cudaMalloc(&p, std::max<size_t>(cuda::kv_values_bytes(e, n), 1));
     if (e == cuda::KvElem::f32) {
       cudaMemcpy(p, x.data(), n * sizeof(float), cudaMemcpyHostToDevice);
+      return;
+    }
+    if (e == cuda::KvElem::q8_0) {
+      std::vector<uint8_t> q(cuda::kv_values_bytes(e, n));
+      (void)quantize_row(TensorType::Q8_0, x.data(), q.data(), static_cast<int64_t>(n));
+      (void)dequantize_row(TensorType::Q8_0, q.data(), rounded.data(), static_cast<int64_t>(n));
+      cudaMemcpy(p, q.data(), q.size(), cudaMemcpyHostToDevice);
       return;
     }
     std::vector<uint16_t> h(n);
@@ -115,6 +125,12 @@ struct DevKv {
       cudaMemcpy(v.data(), p, n * sizeof(float), cudaMemcpyDeviceToHost);
       return v;
     }
+    if (e == cuda::KvElem::q8_0) {
+      std::vector<uint8_t> q(cuda::kv_values_bytes(e, n));
+      cudaMemcpy(q.data(), p, q.size(), cudaMemcpyDeviceToHost);
+      (void)dequantize_row(TensorType::Q8_0, q.data(), v.data(), static_cast<int64_t>(n));
+      return v;
+    }
     std::vector<uint16_t> h(n);
     cudaMemcpy(h.data(), p, n * 2, cudaMemcpyDeviceToHost);
     for (size_t i = 0; i < n; i++) v[i] = e == cuda::KvElem::f16 ? fp16_to_fp32(h[i]) : bf16_to_fp32(h[i]);
@@ -123,12 +139,18 @@ struct DevKv {
 };
 // Rounds x as element type e stores it.
 std::vector<float> round_as(std::vector<float> x, cuda::KvElem e) {
+  if (e == cuda::KvElem::q8_0) {
+    std::vector<uint8_t> q(cuda::kv_values_bytes(e, x.size()));
+    (void)quantize_row(TensorType::Q8_0, x.data(), q.data(), static_cast<int64_t>(x.size()));
+    (void)dequantize_row(TensorType::Q8_0, q.data(), x.data(), static_cast<int64_t>(x.size()));
+    return x;
+  }
   for (float& v : x)
     if (e == cuda::KvElem::f16) v = fp16_to_fp32(fp32_to_fp16(v));
     else if (e == cuda::KvElem::bf16) v = bf16_to_fp32(fp32_to_bf16(v));
   return x;
 }
-constexpr cuda::KvElem kElems[] = {cuda::KvElem::f32, cuda::KvElem::f16, cuda::KvElem::bf16};
+constexpr cuda::KvElem kElems[] = {cuda::KvElem::f32, cuda::KvElem::f16, cuda::KvElem::bf16, cuda::KvElem::q8_0};
 
 // Row t of a batch at position pos[t] of sequence seq[t], as device memory.
 struct DevRows {
@@ -341,7 +363,7 @@ class TestCudaOps : public QObject {
       CHECK_NMSE(wq, dq2.get(), 1e-7);
       QVERIFY(dk.get() == k);  // k itself is left alone: attention reads the cache
       CHECK_NMSE(round_as(wkc, e), kc.get(), e == cuda::KvElem::f32 ? 1e-7 : e == cuda::KvElem::f16 ? 1e-6 : 1e-4);
-      QVERIFY(vc.get() == round_as(wvc, e));  // V is copied as it is, rounded as the host rounds
+      QVERIFY(vc.get() == round_as(wvc, e));  // V is copied as it is, rounded (quantized) as the host does
     }
   }
 
@@ -528,6 +550,14 @@ class TestCudaOps : public QObject {
     const PagedCache cache(n_ctx, NKV);
     const auto k_values = randn(cache.floats(), 12), v_values = randn(cache.floats(), 13);
     for (const cuda::KvElem e : kElems) {
+      if (e == cuda::KvElem::q8_0 && HD % 32 != 0) {  // heads must be whole Q8_0 blocks: refused
+        Dev<float> dq(q), dout(q.size());
+        Dev<int> dtable(cache.table);
+        const DevRows rows(cache, std::vector<int>(T, pos0), std::vector<int>(T, 0));
+        QVERIFY(cuda::launch_attention(dq.p, cache.pages(nullptr, nullptr, dtable.p, e), rows.map(), dout.p, nullptr, T,
+                                       n_head, n_head_kv, HD, window, scale, softcap, 1, nullptr) == cudaErrorInvalidValue);
+        continue;
+      }
       qInfo("K/V cache of %s", elem_name(e));
       // The cache as stored, and its values as the reference reads them.
       const DevKv dk(k_values, e), dv(v_values, e);

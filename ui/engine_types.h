@@ -14,7 +14,7 @@ struct EngineConfig {
   QString backend = QStringLiteral("cpu");  // cpu | cpu-portable | cpu-reference | cuda
   int threads = 0;                           // 0: one per physical core (phaselab::default_thread_count)
   int contextSize = 0;                       // 0: the model's, at most 4096
-  QString kvType = QStringLiteral("f16");    // how K and V are stored: f16 | bf16 | f32 (phaselab::kv_type_name)
+  QString kvType = QStringLiteral("f16");    // how K and V are stored: f16 | bf16 | f32 | q8_0 (phaselab::kv_type_name)
 };
 
 // A remote OpenAI-compatible server to chat with instead of a local model

@@ -71,6 +71,7 @@ SettingsDialog::SettingsDialog(const AppSettings& current, const EngineConfig& l
   m_kvType->addItem(tr("F16 (half the memory, as llama.cpp)"), QStringLiteral("f16"));
   m_kvType->addItem(tr("BF16 (the same memory, F32's range)"), QStringLiteral("bf16"));
   m_kvType->addItem(tr("F32"), QStringLiteral("f32"));
+  m_kvType->addItem(tr("Q8_0 (8-bit blocks: about half of F16's memory)"), QStringLiteral("q8_0"));
   m_kvType->setCurrentIndex(std::max(0, m_kvType->findData(current.engine.kvType)));
   m_kvType->setToolTip(tr("How the KV cache stores keys and values: F16 rounds them to half precision and holds "
                           "twice the positions in the same memory"));

@@ -270,7 +270,7 @@ int cmd_bench(int argc, char** argv) {
   auto kv_read_gb = [&](const BenchResult& r) {
     if (r.n_gen == 0) return 0.0;
     const ModelConfig& c = m.config();
-    const double row_bytes = 2.0 * c.n_embd_kv() * kv_type_bytes(s.kv().type());
+    const double row_bytes = 2.0 * kv_row_bytes(s.kv().type(), c.n_embd_kv());
     double positions = 0;
     for (int il = 0; il < c.n_layer; il++)
       for (int i = 0; i < r.n_gen; i++) {

@@ -32,12 +32,13 @@ const char* const kEngineHelp =
     "      --draft PATH         draft model with the target's vocabulary (implies --spec draft)\n"
     "      --spec-k K           tokens drafted per target pass (default 4)\n"
     "      --no-prefix-cache    prefill every request in full (no reuse of cached KV blocks)\n"
-    "      --cache-type T       how K and V are stored: f16 (default), bf16 or f32\n";
+    "      --cache-type T       how K and V are stored: f16 (default), bf16, f32, or q8_0 (8-bit blocks:\n"
+    "                           about half of f16's memory)\n";
 
 Result<KvType> cache_type(const Args& args) {
   const std::string name = args.get_or("--cache-type", "f16");
   if (auto t = kv_type_from_name(name)) return *t;
-  return invalid_argument("--cache-type must be f16, bf16 or f32 (got '" + name + "')");
+  return invalid_argument("--cache-type must be f16, bf16, f32 or q8_0 (got '" + name + "')");
 }
 
 // One per physical core (SMT siblings share a core's FMA units and its share

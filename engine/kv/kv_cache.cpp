@@ -13,6 +13,7 @@ const char* kv_type_name(KvType t) {
   switch (t) {
     case KvType::f32: return "f32";
     case KvType::bf16: return "bf16";
+    case KvType::q8_0: return "q8_0";
     default: return "f16";
   }
 }
@@ -21,6 +22,7 @@ std::optional<KvType> kv_type_from_name(std::string_view name) {
   if (name == "f32") return KvType::f32;
   if (name == "f16") return KvType::f16;
   if (name == "bf16") return KvType::bf16;
+  if (name == "q8_0") return KvType::q8_0;
   return std::nullopt;
 }
 
@@ -42,7 +44,7 @@ uint64_t KvPool::bytes_for(const ModelConfig& c, int n_blocks, KvType type, int 
   // K and V: (block, layer, position in block, n_embd_kv) values each, the
   // local layers' for the window parts alone.
   const int n_local = local_layers(c);
-  const uint64_t per_layer_block = static_cast<uint64_t>(kBlockTokens) * c.n_embd_kv() * kv_type_bytes(type);
+  const uint64_t per_layer_block = kBlockTokens * kv_row_bytes(type, c.n_embd_kv());
   return 2 * per_layer_block *
          (static_cast<uint64_t>(n_blocks) * (c.n_layer - n_local) +
           static_cast<uint64_t>(window_slots(c, n_blocks, n_window_blocks)) * n_local);
@@ -68,13 +70,16 @@ int KvPool::window_blocks_for(const ModelConfig& c, int n_seqs, int tokens_per_p
 Result<std::shared_ptr<KvPool>> KvPool::create(const ModelConfig& c, int n_blocks, KvType type, int n_window_blocks,
                                                KvStorage storage) {
   if (n_blocks < 1) return invalid_argument("the KV pool needs at least one block");
+  if (type == KvType::q8_0 && (c.head_dim % 32 != 0 || c.n_embd_kv() % 32 != 0))
+    return invalid_argument("a q8_0 KV cache stores each head in blocks of 32 values, and this model's heads have " +
+                            std::to_string(c.head_dim) + ": use --cache-type f16");
   std::shared_ptr<KvPool> p(new KvPool());
   p->n_blocks_ = n_blocks;
   p->n_layer_ = c.n_layer;
   p->n_embd_kv_ = c.n_embd_kv();
   p->type_ = type;
   p->storage_ = storage;
-  p->elem_ = kv_type_bytes(type);
+  p->row_bytes_ = kv_row_bytes(type, c.n_embd_kv());
   p->n_local_ = local_layers(c);
   p->n_full_ = c.n_layer - p->n_local_;
   p->window_ = p->n_local_ > 0 ? c.sliding_window : 0;
@@ -84,7 +89,7 @@ Result<std::shared_ptr<KvPool>> KvPool::create(const ModelConfig& c, int n_block
     p->layer_local_.push_back(local ? 1 : 0);
     p->layer_index_.push_back(local ? nl++ : nf++);
   }
-  const size_t per_layer_block = static_cast<size_t>(kBlockTokens) * c.n_embd_kv() * p->elem_;
+  const size_t per_layer_block = kBlockTokens * p->row_bytes_;
   // Device storage: the backend's device holds K/V; the pool keeps the books.
   const size_t on_host = storage == KvStorage::host ? 1 : 0;
   const size_t n = on_host * n_blocks * p->n_full_ * per_layer_block;
@@ -257,8 +262,8 @@ void KvPool::copy_prefix(int dst, int src, int n) {
   if (storage_ != KvStorage::host) return;
   for (int il = 0; il < n_layer_; il++) {
     if (layer_local_[il] && (wslot_[dst] < 0 || wslot_[src] < 0)) continue;
-    std::memcpy(k(dst, il, 0), k(src, il, 0), elem_ * n * n_embd_kv_);
-    std::memcpy(v(dst, il, 0), v(src, il, 0), elem_ * n * n_embd_kv_);
+    std::memcpy(k(dst, il, 0), k(src, il, 0), row_bytes_ * n);
+    std::memcpy(v(dst, il, 0), v(src, il, 0), row_bytes_ * n);
   }
 }
 

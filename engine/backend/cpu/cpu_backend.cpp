@@ -59,6 +59,7 @@ class CpuBackend final : public Backend {
       score_buf_.assign(pool_.size(), std::vector<float>());
       vrow_buf_.assign(pool_.size(), std::vector<const float*>());
       hrow_buf_.assign(pool_.size(), std::vector<const uint16_t*>());
+      qrow_buf_.assign(pool_.size(), std::vector<const uint8_t*>());
       part_buf_.assign(pool_.size(), std::vector<float>());
       kv_row_buf_.assign(pool_.size(), std::vector<float>(c_.head_dim));
       if (k_fast_) {
@@ -126,6 +127,8 @@ class CpuBackend final : public Backend {
     for (auto& s : score_buf_)
       if (s.size() < score_size) s.resize(score_size);
     for (auto& v : vrow_buf_)
+      if (static_cast<int>(v.size()) < n_ctx_max) v.resize(n_ctx_max);
+    for (auto& v : qrow_buf_)
       if (static_cast<int>(v.size()) < n_ctx_max) v.resize(n_ctx_max);
     for (auto& v : hrow_buf_)
       if (static_cast<int>(v.size()) < n_ctx_max) v.resize(n_ctx_max);
@@ -259,10 +262,12 @@ class CpuBackend final : public Backend {
 
  private:
   // One K or V row into the cache, in its type (half, bfloat16: rounded to
-  // nearest even).
+  // nearest even; Q8_0: quantized as a weight row is).
   void store_kv(const KvCache& kv, void* dst, const float* src, int n) const {
     uint16_t* h = static_cast<uint16_t*>(dst);
-    if (kv.type() == KvType::f32) {
+    if (kv.type() == KvType::q8_0) {
+      (void)quantize_row(TensorType::Q8_0, src, dst, n);  // n is whole blocks (KvPool::create checks)
+    } else if (kv.type() == KvType::f32) {
       std::memcpy(dst, src, sizeof(float) * n);
     } else if (kv.type() == KvType::bf16) {
       if (k_fast_) k_fast_->to_bf16(src, h, n);
@@ -273,10 +278,54 @@ class CpuBackend final : public Backend {
       for (int i = 0; i < n; i++) h[i] = fp32_to_fp16(src[i]);
     }
   }
-  // The fast kernels for a cache of 16-bit rows (F16 or BF16).
-  cpu::ScoresF16Fn scores16(KvType t) const { return t == KvType::bf16 ? k_fast_->scores_bf16 : k_fast_->scores_f16; }
-  cpu::WeightedSumF16Fn weighted_sum16(KvType t) const {
-    return t == KvType::bf16 ? k_fast_->weighted_sum_bf16 : k_fast_->weighted_sum_f16;
+  // Scores of the G query heads q (G, head_dim) sharing KV head kvh
+  // against the keys [a, b] of layer il: s[g * ss + j - a]; and the sum of
+  // the value rows [a, b] weighted by p[g * ps + j - a], added to out[g *
+  // os ..]. The fast kernels of the cache's type, the key and value rows by
+  // pointer (the cache is paged).
+  void scores_of(const KvCache& kv, int il, int a, int b, int kvh, const float* q, int G, float* s, int ss,
+                 int thread) {
+    const int HD = c_.head_dim, n = b - a + 1;
+    switch (kv.type()) {
+      case KvType::q8_0: {
+        const uint8_t** rows = qrow_buf_[thread].data();
+        kv.k_rows(il, a, b, kvh * HD, rows);
+        return k_fast_->scores_q8_0(s, ss, G, q, rows, n, HD, c_.attn_scale);
+      }
+      case KvType::f32: {
+        const float** rows = vrow_buf_[thread].data();
+        kv.k_rows(il, a, b, kvh * HD, rows);
+        return k_fast_->scores(s, ss, G, q, rows, n, HD, c_.attn_scale);
+      }
+      default: {
+        const uint16_t** rows = hrow_buf_[thread].data();
+        kv.k_rows(il, a, b, kvh * HD, rows);
+        return (kv.type() == KvType::bf16 ? k_fast_->scores_bf16 : k_fast_->scores_f16)(s, ss, G, q, rows, n, HD,
+                                                                                          c_.attn_scale);
+      }
+    }
+  }
+  void weighted_sum_of(const KvCache& kv, int il, int a, int b, int kvh, const float* p, int ps, int G, float* out,
+                       int os, int thread) {
+    const int HD = c_.head_dim, n = b - a + 1;
+    switch (kv.type()) {
+      case KvType::q8_0: {
+        const uint8_t** rows = qrow_buf_[thread].data();
+        kv.v_rows(il, a, b, kvh * HD, rows);
+        return k_fast_->weighted_sum_q8_0(out, os, G, p, ps, rows, n, HD);
+      }
+      case KvType::f32: {
+        const float** rows = vrow_buf_[thread].data();
+        kv.v_rows(il, a, b, kvh * HD, rows);
+        return k_fast_->weighted_sum(out, os, G, p, ps, rows, n, HD);
+      }
+      default: {
+        const uint16_t** rows = hrow_buf_[thread].data();
+        kv.v_rows(il, a, b, kvh * HD, rows);
+        return (kv.type() == KvType::bf16 ? k_fast_->weighted_sum_bf16 : k_fast_->weighted_sum_f16)(out, os, G, p, ps,
+                                                                                                      rows, n, HD);
+      }
+    }
   }
 
   // Splits rows [0, n) into chunks claimed by the pool's threads:
@@ -629,16 +678,7 @@ class CpuBackend final : public Backend {
     const KvCache& kv = *tok_kv_[t];
     float* scores = score_buf_[thread].data();  // (group, n_ctx)
     const float* q = &q_[t * NQ + h0 * HD];
-    const bool half = kv.type() != KvType::f32;  // 16-bit rows
-    if (half) {
-      const uint16_t** krows = hrow_buf_[thread].data();
-      kv.k_rows(il, a, b, kvh * HD, krows);
-      scores16(kv.type())(scores + a, n_ctx, group, q, krows, n, HD, c_.attn_scale);
-    } else {
-      const float** krows = vrow_buf_[thread].data();
-      kv.k_rows(il, a, b, kvh * HD, krows);
-      k_fast_->scores(scores + a, n_ctx, group, q, krows, n, HD, c_.attn_scale);
-    }
+    scores_of(kv, il, a, b, kvh, q, group, scores + a, n_ctx, thread);
     float *mx = out + group * HD, *sum = mx + group;
     for (int g = 0; g < group; g++) {
       float* sg = scores + g * n_ctx;
@@ -648,15 +688,7 @@ class CpuBackend final : public Backend {
       sum[g] = k_fast_->exp_sum(sg + a, n, mx[g]);
     }
     std::fill(out, out + group * HD, 0.f);
-    if (half) {
-      const uint16_t** vrows = hrow_buf_[thread].data();
-      kv.v_rows(il, a, b, kvh * HD, vrows);
-      weighted_sum16(kv.type())(out, HD, group, scores + a, n_ctx, vrows, n, HD);
-    } else {
-      const float** vrows = vrow_buf_[thread].data();
-      kv.v_rows(il, a, b, kvh * HD, vrows);
-      k_fast_->weighted_sum(out, HD, group, scores + a, n_ctx, vrows, n, HD);
-    }
+    weighted_sum_of(kv, il, a, b, kvh, scores + a, n_ctx, group, out, HD, thread);
   }
 
   // Row wi's P parts (attend_part's layout, in key order) into its output:
@@ -690,24 +722,22 @@ class CpuBackend final : public Backend {
     const int h0 = kvh * group;
     // Keys in [j0, pos]: a local layer sees only the last sliding_window.
     const int j0 = window > 0 ? std::max(0, pos - window + 1) : 0;
-    const bool half = kv.type() != KvType::f32;  // 16-bit rows (F16 or BF16)
-    const bool bf16 = kv.type() == KvType::bf16;
+    const KvType type = kv.type();
     float* row = kv_row_buf_[thread].data();  // (head_dim) one K or V row widened (reference path)
-    // Head kvh of a K/V row of the cache, as floats (the reference path widens 16-bit rows).
+    // Head kvh of a K/V row of the cache, as floats (the reference path widens 16-bit and Q8_0 rows).
     auto row_f32 = [&](const void* r) -> const float* {
-      if (!half) return static_cast<const float*>(r) + kvh * HD;
-      const uint16_t* h = static_cast<const uint16_t*>(r) + kvh * HD;
-      for (int i = 0; i < HD; i++) row[i] = bf16 ? bf16_to_fp32(h[i]) : fp16_to_fp32(h[i]);
+      const uint8_t* h = static_cast<const uint8_t*>(r) + kv_row_bytes(type, kvh * HD);
+      if (type == KvType::f32) return reinterpret_cast<const float*>(h);
+      if (type == KvType::q8_0) {
+        (void)dequantize_row(TensorType::Q8_0, h, row, HD);
+        return row;
+      }
+      const uint16_t* u = reinterpret_cast<const uint16_t*>(h);
+      for (int i = 0; i < HD; i++) row[i] = type == KvType::bf16 ? bf16_to_fp32(u[i]) : fp16_to_fp32(u[i]);
       return row;
     };
-    if (k_fast_ && half) {
-      const uint16_t** krows = hrow_buf_[thread].data();  // the key rows by pointer (the cache is paged)
-      kv.k_rows(il, j0, pos, kvh * HD, krows);
-      scores16(kv.type())(scores + j0, n_ctx, group, &q_[t * NQ + h0 * HD], krows, pos + 1 - j0, HD, c_.attn_scale);
-    } else if (k_fast_) {
-      const float** krows = vrow_buf_[thread].data();
-      kv.k_rows(il, j0, pos, kvh * HD, krows);
-      k_fast_->scores(scores + j0, n_ctx, group, &q_[t * NQ + h0 * HD], krows, pos + 1 - j0, HD, c_.attn_scale);
+    if (k_fast_) {
+      scores_of(kv, il, j0, pos, kvh, &q_[t * NQ + h0 * HD], group, scores + j0, n_ctx, thread);
     } else {
       for (int j = j0; j <= pos; j++) {
         const float* kj = row_f32(kv.k(il, j));
@@ -738,15 +768,7 @@ class CpuBackend final : public Backend {
       // Probabilities in place, the value rows by pointer (the cache is paged).
       for (int g = 0; g < group; g++)
         for (int j = j0; j <= pos; j++) scores[g * n_ctx + j] *= inv_sum[g];
-      if (half) {
-        const uint16_t** vrows = hrow_buf_[thread].data();
-        kv.v_rows(il, j0, pos, kvh * HD, vrows);
-        weighted_sum16(kv.type())(&xb_[t * NQ + h0 * HD], HD, group, scores + j0, n_ctx, vrows, pos + 1 - j0, HD);
-      } else {
-        const float** vrows = vrow_buf_[thread].data();
-        kv.v_rows(il, j0, pos, kvh * HD, vrows);
-        k_fast_->weighted_sum(&xb_[t * NQ + h0 * HD], HD, group, scores + j0, n_ctx, vrows, pos + 1 - j0, HD);
-      }
+      weighted_sum_of(kv, il, j0, pos, kvh, scores + j0, n_ctx, group, &xb_[t * NQ + h0 * HD], HD, thread);
       return;
     }
     for (int j = j0; j <= pos; j++) {
@@ -778,6 +800,7 @@ class CpuBackend final : public Backend {
   std::vector<std::vector<float>> score_buf_;    // per thread: (group, n_ctx) attention scores
   std::vector<std::vector<const float*>> vrow_buf_;  // per thread: (n_ctx) K or V rows of one KV head (F32 cache)
   std::vector<std::vector<const uint16_t*>> hrow_buf_;  // per thread: the same for an F16 cache
+  std::vector<std::vector<const uint8_t*>> qrow_buf_;   // and for a Q8_0 cache
   std::vector<std::vector<float>> part_buf_;  // per thread: (tile tokens, parts, group, head_dim + 2) a tile's key parts
   std::vector<int> tile_first_, tile_len_;   // (max_batch) attention's tiles of tokens: first row, rows
   const uint8_t* embd_repacked_ = nullptr;  // a tied Q8_0 embedding's repacked rows (null: read the file's)

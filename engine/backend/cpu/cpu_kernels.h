@@ -47,6 +47,12 @@ using WeightedSumF16Fn = void (*)(float* out, int out_stride, int G, const float
                                   const uint16_t* const* v, int n, int HD);
 using ScoresF16Fn = void (*)(float* s, int s_stride, int G, const float* q, const uint16_t* const* k, int n, int HD,
                              float scale);
+// The same two over a Q8_0 cache: each row's HD values are HD / 32
+// BlockQ8_0 (an F16 scale and 32 int8), HD a multiple of 32.
+using WeightedSumQ8Fn = void (*)(float* out, int out_stride, int G, const float* p, int p_stride,
+                                 const uint8_t* const* v, int n, int HD);
+using ScoresQ8Fn = void (*)(float* s, int s_stride, int G, const float* q, const uint8_t* const* k, int n, int HD,
+                            float scale);
 // Rounds floats to IEEE half (to nearest even): K/V rows into an F16 cache
 // (the BF16 cache's rounding has the same shape).
 using ToF16Fn = void (*)(const float* x, uint16_t* out, int64_t n);
@@ -162,6 +168,8 @@ struct Kernels {
   WeightedSumF16Fn weighted_sum_bf16 = nullptr;  // the same over a BF16 cache (rows of bfloat16 bits)
   ScoresF16Fn scores_bf16 = nullptr;
   ToF16Fn to_bf16 = nullptr;  // rounds to bfloat16, to nearest even (fp32_to_bf16)
+  WeightedSumQ8Fn weighted_sum_q8_0 = nullptr;  // the same over a Q8_0 cache (rows quantized as quantize_row's Q8_0)
+  ScoresQ8Fn scores_q8_0 = nullptr;
   DotR8Fn dot_grouped_x1[32] = {};  // repacked 32-value formats, by TensorType id
   DotR8Fn dot_grouped_x4[32] = {};
   DotR8Fn dot_q4_k_r8_x1 = nullptr;  // repacked Q4_K (null: not repacked)

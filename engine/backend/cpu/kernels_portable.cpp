@@ -240,6 +240,32 @@ void to_f16(const float* x, uint16_t* out, int64_t n) {
   for (int64_t i = 0; i < n; i++) out[i] = fp32_to_fp16(x[i]);
 }
 
+// A Q8_0 cache: per block of 32, the int8 sum scaled once.
+void scores_q8_0(float* s, int s_stride, int G, const float* q, const uint8_t* const* k, int n, int HD, float scale) {
+  for (int g = 0; g < G; g++)
+    for (int j = 0; j < n; j++) {
+      const BlockQ8_0* b = reinterpret_cast<const BlockQ8_0*>(k[j]);
+      float acc = 0;
+      for (int ib = 0; ib < HD / QK8_0; ib++) {
+        float sb = 0;
+        for (int i = 0; i < QK8_0; i++) sb += q[g * HD + ib * QK8_0 + i] * b[ib].qs[i];
+        acc += fp16_to_fp32(b[ib].d) * sb;
+      }
+      s[g * s_stride + j] = acc * scale;
+    }
+}
+void weighted_sum_q8_0(float* out, int out_stride, int G, const float* p, int p_stride, const uint8_t* const* v, int n,
+                       int HD) {
+  for (int g = 0; g < G; g++)
+    for (int j = 0; j < n; j++) {
+      const BlockQ8_0* b = reinterpret_cast<const BlockQ8_0*>(v[j]);
+      for (int ib = 0; ib < HD / QK8_0; ib++) {
+        const float c = p[g * p_stride + j] * fp16_to_fp32(b[ib].d);
+        for (int i = 0; i < QK8_0; i++) out[g * out_stride + ib * QK8_0 + i] += c * b[ib].qs[i];
+      }
+    }
+}
+
 void to_bf16(const float* x, uint16_t* out, int64_t n) {
   for (int64_t i = 0; i < n; i++) out[i] = fp32_to_bf16(x[i]);
 }
@@ -272,6 +298,8 @@ Kernels make_portable() {
   k.weighted_sum_bf16 = weighted_sum16<bf16_to_fp32>;
   k.scores_bf16 = scores16<bf16_to_fp32>;
   k.to_bf16 = to_bf16;
+  k.weighted_sum_q8_0 = weighted_sum_q8_0;
+  k.scores_q8_0 = scores_q8_0;
   return k;
 }
 

@@ -247,7 +247,9 @@ class CudaBackend final : public Backend {
   bool batched_forward() const override { return true; }
   // The device holds K/V; the host pools made for this backend keep the books.
   KvStorage kv_storage() const override { return KvStorage::device; }
-  uint64_t device_kv_bytes() const override { return pool_id_ ? 2 * pool_bytes_ : 0; }
+  uint64_t device_kv_bytes(const KvPool& pool) const override {
+    return 2 * cuda::kv_values_bytes(elem_of(pool.type()), static_cast<size_t>(pool.n_blocks() + 1) * block_values());
+  }
 
   Status forward(const int32_t* tokens, int T, KvCache& kv, float* logits, LogitsMode mode) override {
     const SeqChunk chunk{&kv, tokens, T, mode, logits};
@@ -409,7 +411,7 @@ class CudaBackend final : public Backend {
       const int b = table[i];
       if (i == first && old_tail >= 0) {
         if (b != old_tail) {
-          const size_t bytes = block_values() * cuda::kv_elem_bytes(elem_);
+          const size_t bytes = cuda::kv_values_bytes(elem_, block_values());
           CUDA_TRY(cudaMemcpyAsync(pool_k_ + b * bytes, pool_k_ + old_tail * bytes, bytes, cudaMemcpyDeviceToDevice,
                                    stream_));
           CUDA_TRY(cudaMemcpyAsync(pool_v_ + b * bytes, pool_v_ + old_tail * bytes, bytes, cudaMemcpyDeviceToDevice,
@@ -639,6 +641,12 @@ class CudaBackend final : public Backend {
   static constexpr int kBlock = cuda::kKvBlockTokens;
   static_assert(kBlock == KvPool::kBlockTokens, "the device pool mirrors the host's blocks");
   size_t block_values() const { return static_cast<size_t>(c_.n_layer) * kBlock * c_.n_embd_kv(); }
+  static cuda::KvElem elem_of(KvType t) {
+    return t == KvType::f16    ? cuda::KvElem::f16
+           : t == KvType::bf16 ? cuda::KvElem::bf16
+           : t == KvType::q8_0 ? cuda::KvElem::q8_0
+                               : cuda::KvElem::f32;
+  }
 
   // The device pool mirroring kv's host pool (as many blocks, its value
   // type, one more block that only padding rows write), and attention
@@ -655,10 +663,8 @@ class CudaBackend final : public Backend {
     pool_id_ = 0;  // until the new buffers exist
     // A sequence's table has at most as many entries as the pool has blocks.
     const int table_cap = pool.n_blocks();
-    const cuda::KvElem elem = pool.type() == KvType::f16    ? cuda::KvElem::f16
-                              : pool.type() == KvType::bf16 ? cuda::KvElem::bf16
-                                                            : cuda::KvElem::f32;
-    const size_t n = static_cast<size_t>(pool.n_blocks() + 1) * block_values() * cuda::kv_elem_bytes(elem);
+    const cuda::KvElem elem = elem_of(pool.type());
+    const size_t n = cuda::kv_values_bytes(elem, static_cast<size_t>(pool.n_blocks() + 1) * block_values());
     size_t free_b = 0, total_b = 0;
     CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
     const size_t scratch_n = std::max<size_t>(partials_floats(table_cap * kBlock), 1);
@@ -671,7 +677,6 @@ class CudaBackend final : public Backend {
     allocations_.push_back(pool_k_);
     CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&pool_v_), n));
     allocations_.push_back(pool_v_);
-    pool_bytes_ = n;
     elem_ = elem;
     PHASELAB_TRY(alloc(&scratch_, scratch_n));
     filled_.assign(pool.n_blocks(), BlockFill{});
@@ -712,7 +717,7 @@ class CudaBackend final : public Backend {
 
   // Layer il of the paged cache, for the kernels.
   cuda::KvPages pages(int il) const {
-    const size_t layer = static_cast<size_t>(il) * kBlock * c_.n_embd_kv() * cuda::kv_elem_bytes(elem_);
+    const size_t layer = cuda::kv_values_bytes(elem_, static_cast<size_t>(il) * kBlock * c_.n_embd_kv());
     return cuda::KvPages{pool_k_ + layer, pool_v_ + layer, tables_, block_values(), elem_};
   }
   // Rows [r, ...) of the pass.
@@ -885,7 +890,6 @@ class CudaBackend final : public Backend {
   int n_slots_ = 0, table_cap_ = 0;
   uint64_t pool_id_ = 0;  // the host pool mirrored (KvPool::id)
   int pool_blocks_ = 0;
-  size_t pool_bytes_ = 0;  // of pool_k_ and of pool_v_
   struct BlockFill {
     uint32_t generation = 0;  // the KvPool::generation the slots were computed in
     uint8_t slots = 0;        // leading slots computed

@@ -76,9 +76,13 @@ class Backend {
   // pools made for it allocate no host K/V). A host backend refuses a
   // device-storage pool.
   virtual KvStorage kv_storage() const { return KvStorage::host; }
-  // Bytes of K/V the backend holds itself (its device's copy of the pool
-  // it serves); 0 for host storage, whose bytes the pool reports.
-  virtual uint64_t device_kv_bytes() const { return 0; }
+  // Bytes of K/V the backend holds (or will hold, from its first pass) for
+  // the sequences of pool: its device's copy; 0 for host storage, whose
+  // bytes the pool reports.
+  virtual uint64_t device_kv_bytes(const KvPool& pool) const {
+    (void)pool;
+    return 0;
+  }
   virtual Status forward_greedy(int32_t token, KvCache& kv, int32_t* next) {
     (void)token, (void)kv, (void)next;
     return unsupported(name() + " backend: no device-side greedy decoding");

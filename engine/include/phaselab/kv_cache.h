@@ -37,11 +37,17 @@ namespace phaselab {
 // How K and V are stored. F16 by default (as llama.cpp's cache): half the
 // memory of F32, and a pool of a given size holds twice the positions. BF16
 // takes the same memory with F32's range and 8 bits of precision (as
-// llama.cpp's -ctk bf16).
-enum class KvType { f32, f16, bf16 };
-const char* kv_type_name(KvType t);                        // "f32", "f16", "bf16"
+// llama.cpp's -ctk bf16). Q8_0 (as llama.cpp's -ctk q8_0): blocks of 32
+// values, an F16 scale and 32 int8 each (34 bytes), about half of F16's
+// memory; each head's values must be whole blocks (head_dim a multiple of
+// 32).
+enum class KvType { f32, f16, bf16, q8_0 };
+const char* kv_type_name(KvType t);                        // "f32", "f16", "bf16", "q8_0"
 std::optional<KvType> kv_type_from_name(std::string_view name);
-inline size_t kv_type_bytes(KvType t) { return t == KvType::f32 ? 4 : 2; }
+// Bytes of n values of type t (n a multiple of 32 for q8_0).
+inline size_t kv_row_bytes(KvType t, size_t n) {
+  return t == KvType::f32 ? 4 * n : t == KvType::q8_0 ? n / 32 * 34 : 2 * n;
+}
 
 // Where K and V live. host: in the pool's own memory, which the CPU
 // backends read and write. device: on the backend's device, which mirrors
@@ -103,8 +109,8 @@ class KvPool {
   // has window parts, else "".
   std::string window_note() const;
 
-  // K/V of one block, layer and slot: [n_embd_kv] values of type() (float
-  // or IEEE half as uint16_t). A local layer's rows exist while the block
+  // K/V of one block, layer and slot: [n_embd_kv] values of type() (float,
+  // IEEE half or bfloat16 as uint16_t, or Q8_0 blocks: kv_row_bytes). A local layer's rows exist while the block
   // has its window part. Host storage only (null with device storage).
   void* k(int b, int il, int slot) { return const_cast<uint8_t*>(row(k_, wk_, b, il, slot)); }
   void* v(int b, int il, int slot) { return const_cast<uint8_t*>(row(v_, wv_, b, il, slot)); }
@@ -138,7 +144,7 @@ class KvPool {
   KvPool() = default;
   const uint8_t* row(const std::vector<uint8_t>& full, const std::vector<uint8_t>& win, int b, int il, int slot) const {
     if (storage_ != KvStorage::host) return nullptr;
-    const size_t r = static_cast<size_t>(n_embd_kv_) * elem_;
+    const size_t r = row_bytes_;
     const int li = layer_index_[il];
     if (layer_local_[il]) return win.data() + ((static_cast<size_t>(wslot_[b]) * n_local_ + li) * kBlockTokens + slot) * r;
     return full.data() + ((static_cast<size_t>(b) * n_full_ + li) * kBlockTokens + slot) * r;
@@ -154,7 +160,7 @@ class KvPool {
   int n_wslots_ = 0;
   KvType type_ = KvType::f16;
   KvStorage storage_ = KvStorage::host;
-  size_t elem_ = 2;  // bytes per value
+  size_t row_bytes_ = 0;  // bytes of one row of n_embd_kv values
   std::vector<uint8_t> layer_local_;  // (n_layer) 1: a sliding-window layer
   std::vector<int> layer_index_;      // (n_layer) its index among the full or the local layers
   std::vector<uint32_t> generation_;
@@ -221,8 +227,9 @@ class KvCache {
 
   // Layer il's K (or V) rows of positions [a, b], each advanced by offset
   // values: out[j - a], as the attention kernels take them (the cache is
-  // paged). T is the storage type: uint16_t for 16-bit rows, float for F32.
-  // One block lookup per block, not per position.
+  // paged). T is the storage type: uint16_t for 16-bit rows, float for F32,
+  // uint8_t for Q8_0 (offset a multiple of 32). One block lookup per block,
+  // not per position.
   template <class T>
   void k_rows(int il, int a, int b, int offset, const T** out) const { rows(true, il, a, b, offset, out); }
   template <class T>
@@ -285,12 +292,12 @@ class KvCache {
   template <class T>
   void rows(bool key, int il, int a, int b, int offset, const T** out) const {
     const int B = KvPool::kBlockTokens;
-    const size_t stride = static_cast<size_t>(pool_->n_embd_kv());  // values of T per row
+    const size_t stride = kv_row_bytes(type(), pool_->n_embd_kv()), skip = kv_row_bytes(type(), offset);
     for (int j = a; j <= b;) {
       const int s0 = j % B, s1 = std::min(B - 1, s0 + (b - j));
       const int blk = table_[j / B];
-      const T* base = static_cast<const T*>(key ? pool_->k(blk, il, s0) : pool_->v(blk, il, s0)) + offset;
-      for (int s = s0; s <= s1; s++, j++) out[j - a] = base + (s - s0) * stride;
+      const uint8_t* base = static_cast<const uint8_t*>(key ? pool_->k(blk, il, s0) : pool_->v(blk, il, s0)) + skip;
+      for (int s = s0; s <= s1; s++, j++) out[j - a] = reinterpret_cast<const T*>(base + (s - s0) * stride);
     }
   }
 

@@ -98,7 +98,7 @@ class Session {
   Backend& backend() { return *backend_; }
   KvCache& kv() { return *kv_; }
   // K/V memory wherever it lives: the host pool's, or the backend device's copy.
-  uint64_t kv_bytes() const { return kv_->bytes() + backend_->device_kv_bytes(); }
+  uint64_t kv_bytes() const { return kv_->bytes() + backend_->device_kv_bytes(kv_->pool()); }
   int n_ctx() const { return kv_->n_ctx(); }
 
  private:
