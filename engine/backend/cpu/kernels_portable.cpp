@@ -260,8 +260,8 @@ void weighted_sum_q8_0(float* out, int out_stride, int G, const float* p, int p_
     for (int j = 0; j < n; j++) {
       const BlockQ8_0* b = reinterpret_cast<const BlockQ8_0*>(v[j]);
       for (int ib = 0; ib < HD / QK8_0; ib++) {
-        const float c = p[g * p_stride + j] * fp16_to_fp32(b[ib].d);
-        for (int i = 0; i < QK8_0; i++) out[g * out_stride + ib * QK8_0 + i] += c * b[ib].qs[i];
+        const float d = fp16_to_fp32(b[ib].d);
+        for (int i = 0; i < QK8_0; i++) out[g * out_stride + ib * QK8_0 + i] += p[g * p_stride + j] * (d * b[ib].qs[i]);
       }
     }
 }
