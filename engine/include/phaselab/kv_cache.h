@@ -106,7 +106,8 @@ class KvPool {
   bool has_window_part(int b) const { return !windowed() || wslot_[b] >= 0; }
   int window_refcount(int b) const { return wref_[b]; }
   // "15 of 18 layers keep only their 512-position window" where the pool
-  // has window parts, else "".
+  // has window parts in host storage, else "" (a device keeps every layer's
+  // positions).
   std::string window_note() const;
 
   // K/V of one block, layer and slot: [n_embd_kv] values of type() (float,
