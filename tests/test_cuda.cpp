@@ -407,6 +407,58 @@ class TestCuda : public QObject {
     QCOMPARE(be.positions_computed() - computed0, positions);
   }
 
+  // A decode pass of 10 sequences is padded to the graph of bucket 16, as
+  // many rows as cuBLAS takes from by default: it must still run the
+  // matrix-vector kernels (which a sequence's solo decode runs), not BF16
+  // GEMMs, so each sequence's logits stay its solo run's.
+  void padded_decode_keeps_the_matrix_vector_kernels() {
+    const CudaProbe p = probe_cuda();
+    REQUIRE_CUDA(p);
+    auto m = Model::load(test_data("stories260K.gguf"));
+    QVERIFY(m.is_ok());
+    const int V = (*m)->config().n_vocab, n_seqs = 10;
+    auto solo_b = make_cuda_backend(*m, 64), batch_b = make_cuda_backend(*m, 64);
+    QVERIFY(solo_b.is_ok() && batch_b.is_ok());
+    // Solo: each sequence whole (its own pool) before the next, so that the
+    // solo backend never recomputes a sequence after switching pools.
+    const int n_steps = 3;
+    std::vector<std::vector<int32_t>> prompts(n_seqs), tokens(n_seqs);
+    std::vector<std::vector<float>> want(n_seqs);
+    for (int s = 0; s < n_seqs; s++) {
+      for (int i = 0; i < 5 + s; i++) prompts[s].push_back(static_cast<int32_t>((i * 31 + s * 7 + 3) % V));
+      auto solo_kv = KvCache::create((*m)->config(), 64);
+      QVERIFY(solo_kv.is_ok());
+      std::vector<float> l(V);
+      QVERIFY((*solo_b)->forward(prompts[s].data(), static_cast<int>(prompts[s].size()), **solo_kv, l.data(),
+                                 LogitsMode::last));
+      for (int step = 0; step < n_steps; step++) {
+        tokens[s].push_back(static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin()));
+        QVERIFY((*solo_b)->forward(&tokens[s].back(), 1, **solo_kv, l.data(), LogitsMode::last));
+        want[s].insert(want[s].end(), l.begin(), l.end());
+      }
+    }
+    // Batched: the prompts one by one, then every step for all 10 at once.
+    auto pool = KvPool::create((*m)->config(), 64);
+    QVERIFY(pool.is_ok());
+    std::vector<std::unique_ptr<KvCache>> kv;
+    std::vector<std::vector<float>> l(n_seqs, std::vector<float>(V));
+    for (int s = 0; s < n_seqs; s++) {
+      kv.push_back(KvCache::create_in(*pool, 64));
+      QVERIFY((*batch_b)->forward(prompts[s].data(), static_cast<int>(prompts[s].size()), *kv[s], l[s].data(),
+                                  LogitsMode::last));
+    }
+    for (int step = 0; step < n_steps; step++) {
+      std::vector<SeqChunk> pass;
+      for (int s = 0; s < n_seqs; s++) pass.push_back({kv[s].get(), &tokens[s][step], 1, LogitsMode::last, l[s].data()});
+      QVERIFY((*batch_b)->forward_batch(pass.data(), n_seqs));
+      for (int s = 0; s < n_seqs; s++) {
+        const std::vector<float> w(want[s].begin() + static_cast<long>(step) * V, want[s].begin() + static_cast<long>(step + 1) * V);
+        const double e = nmse(w, l[s]);
+        QVERIFY2(e <= 1e-9, qPrintable(QString("step %1, sequence %2: NMSE %3").arg(step).arg(s).arg(e)));
+      }
+    }
+  }
+
   // Continuous batching on the CUDA backend: every request's greedy tokens
   // equal its solo run on the same backend, sequences in one pool.
   void scheduler_on_cuda_equals_solo() {

@@ -39,6 +39,7 @@ Result<BatchBenchPoint> bench_batch(Backend& backend, const Model& model, int ba
   }
   std::vector<float> logits(static_cast<size_t>(batch) * c.n_vocab);
   std::vector<int32_t> next(batch), picked(batch);
+  const bool device_greedy = backend.has_device_greedy();  // the GPU picks the tokens where the logits are
   std::vector<SeqChunk> chunks;
   chunks.reserve(batch);
   auto stopped = [&] { return cancel && cancel->load(std::memory_order_relaxed); };
@@ -57,7 +58,7 @@ Result<BatchBenchPoint> bench_batch(Backend& backend, const Model& model, int ba
         const int n = std::min(budget, n_prompt - done[s]);
         const bool last = done[s] + n == n_prompt;
         chunks.push_back({seqs[s].get(), prompts[s].data() + done[s], n, last ? LogitsMode::last : LogitsMode::none,
-                          last ? logits.data() + static_cast<size_t>(s) * c.n_vocab : nullptr, last ? &picked[s] : nullptr});
+                          last ? logits.data() + static_cast<size_t>(s) * c.n_vocab : nullptr, last && device_greedy ? &picked[s] : nullptr});
         done[s] += n;
         budget -= n;
       }
@@ -70,12 +71,13 @@ Result<BatchBenchPoint> bench_batch(Backend& backend, const Model& model, int ba
   for (int step = 0; step < n_gen; step++) {
     if (stopped()) return cancelled("benchmark cancelled");
     chunks.clear();
-    // Greedy: the backend picks each sequence's next token (where the
-    // logits are, on a GPU).
-    next = picked;
-    for (int s = 0; s < batch; s++)
-      chunks.push_back({seqs[s].get(), &next[s], 1, LogitsMode::last, logits.data() + static_cast<size_t>(s) * c.n_vocab,
-                        &picked[s]});
+    // Greedy: a GPU backend picks each sequence's next token where the
+    // logits are; on the CPU they are here already.
+    for (int s = 0; s < batch; s++) {
+      float* l = logits.data() + static_cast<size_t>(s) * c.n_vocab;
+      next[s] = device_greedy ? picked[s] : argmax(l, c.n_vocab);
+      chunks.push_back({seqs[s].get(), &next[s], 1, LogitsMode::last, l, device_greedy ? &picked[s] : nullptr});
+    }
     PHASELAB_TRY(backend.forward_batch(chunks.data(), batch));
   }
   const auto t2 = Clock::now();

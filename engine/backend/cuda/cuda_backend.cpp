@@ -291,13 +291,21 @@ class CudaBackend final : public Backend {
       const SeqChunk& ch = chunks[i];
       parts_.push_back(Part{ch.kv, ch.tokens, ch.kv->n_past(), ch.n_tokens, ch.mode});
     }
-    if (decode && use_graph_)
-      PHASELAB_TRY(run_decode_graph());
-    else
-      PHASELAB_TRY(run_pass());
-    // The logits, chunk by chunk, in the order plan() gave them rows: the
-    // argmax where the chunk asks for it (one launch for all of them in a
-    // greedy decode pass), else the logits themselves.
+    PHASELAB_TRY(decode && use_graph_ ? run_decode_graph() : run_pass());
+    if (Status st = copy_outputs(chunks, n_chunks); !st.is_ok()) return after_sync(st);
+    CUDA_TRY(cudaStreamSynchronize(stream_));
+    prof_.collect(decode ? "decode" : "prefill", T);
+    for (int i = 0; i < n_chunks; i++) {
+      if (chunks[i].argmax && chunks[i].mode == LogitsMode::last) *chunks[i].argmax = meta_stage_[kNextField * max_batch_ + i];
+      chunks[i].kv->append(chunks[i].tokens, chunks[i].n_tokens);
+    }
+    return Status::ok();
+  }
+
+  // After a pass over the chunks: their logits, in the order plan() gave them
+  // rows, queued for the host; the argmax where a chunk asks for it (one
+  // launch for all of them in a greedy decode pass) instead.
+  Status copy_outputs(const SeqChunk* chunks, int n_chunks) {
     int n_greedy = 0;
     for (int i = 0; i < n_chunks; i++) n_greedy += chunks[i].argmax && chunks[i].mode == LogitsMode::last;
     if (n_greedy == n_chunks) CUDA_TRY(cuda::launch_argmax_rows(logits_, n_chunks, c_.n_vocab, next_, stream_));
@@ -315,14 +323,10 @@ class CudaBackend final : public Backend {
     }
     // (n_greedy == n_chunks: the argmaxes are next_[0, n_chunks); otherwise
     // next_[i] for the chunks that asked.)
-    if (n_greedy > 0)
+    if (n_greedy > 0) {
+      PHASELAB_TRY(prof_.mark("argmax", stream_));
       CUDA_TRY(cudaMemcpyAsync(meta_stage_ + kNextField * max_batch_, next_, n_chunks * sizeof(int32_t),
                                cudaMemcpyDeviceToHost, stream_));
-    CUDA_TRY(cudaStreamSynchronize(stream_));
-    prof_.collect(decode ? "decode" : "prefill", T);
-    for (int i = 0; i < n_chunks; i++) {
-      if (chunks[i].argmax && chunks[i].mode == LogitsMode::last) *chunks[i].argmax = meta_stage_[kNextField * max_batch_ + i];
-      chunks[i].kv->append(chunks[i].tokens, chunks[i].n_tokens);
     }
     return Status::ok();
   }
@@ -337,9 +341,8 @@ class CudaBackend final : public Backend {
     parts_.clear();
     parts_.push_back(Part{&kv, &token, kv.n_past(), 1, LogitsMode::last});
     PHASELAB_TRY(use_graph_ ? run_decode_graph() : run_pass());
-    CUDA_TRY(cuda::launch_argmax(logits_, c_.n_vocab, next_, stream_));
-    PHASELAB_TRY(prof_.mark("argmax", stream_));
-    CUDA_TRY(cudaMemcpyAsync(meta_stage_ + kNextField * max_batch_, next_, sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
+    const SeqChunk chunk{&kv, &token, 1, LogitsMode::last, nullptr, next};
+    if (Status st = copy_outputs(&chunk, 1); !st.is_ok()) return after_sync(st);
     CUDA_TRY(cudaStreamSynchronize(stream_));
     prof_.collect("decode", 1);
     *next = meta_stage_[kNextField * max_batch_];
@@ -367,6 +370,11 @@ class CudaBackend final : public Backend {
     int n_logits = 0;       // logits rows, in the parts' order
     int logits_first = -1;  // >= 0: they are rows [logits_first, + n_logits); else gathered by logit_rows
     int split_ctx = 0;      // keys the longest sequence may reach (the attention's key ranges)
+    // cuBLAS for the matrix products: passes with a prompt chunk from
+    // gemm_min_tokens_ rows on. A decode pass (one token per sequence, the
+    // graphs' kind, padded or not) keeps the quantized matrix-vector kernels,
+    // which read the weights as stored rather than a BF16 copy of them.
+    bool gemm = false;
   };
 
   // Makes the device hold what the host holds for kv: recomputes, from the
@@ -484,6 +492,9 @@ class CudaBackend final : public Backend {
     }
     pass_.T = T;
     if (pad_to > 0) pass_.n_small = T;  // padding only with no tiled parts
+    bool decode = true;
+    for (const Part& p : parts_) decode = decode && p.n == 1;
+    pass_.gemm = cublas_ && !decode && T >= gemm_min_tokens_;
     bool contiguous = true;
     for (int i = 0; i < n_parts; i++) {
       const Part& p = parts_[i];
@@ -530,7 +541,7 @@ class CudaBackend final : public Backend {
   // parts_ as one pass of plain launches (no synchronisation: the caller
   // copies the logits and waits).
   Status run_pass() {
-    PHASELAB_TRY(plan(0));
+    if (Status st = plan(0); !st.is_ok()) return after_sync(st);
     if (Status st = enqueue(pass_); !st.is_ok()) return after_sync(st);
     mark_written();
     return Status::ok();
@@ -551,11 +562,12 @@ class CudaBackend final : public Backend {
   // reason is logged.
   Status run_decode_graph() {
     const int bucket = bucket_for(static_cast<int>(parts_.size()));
-    PHASELAB_TRY(plan(bucket));
+    if (Status st = plan(bucket); !st.is_ok()) return after_sync(st);
     cudaGraphExec_t& exec = graphs_[bucket];
     if (!exec) {
       cudaGraph_t graph = nullptr;
-      CUDA_TRY(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+      if (cudaError_t e = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal); e != cudaSuccess)
+        return after_sync(cuda_status(e, "cudaStreamBeginCapture", __FILE__, __LINE__));
       const Status st = enqueue(pass_);
       const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
       cudaError_t inst = cudaErrorUnknown;
@@ -723,10 +735,10 @@ class CudaBackend final : public Backend {
   // Rows [r, ...) of the pass.
   cuda::RowMap row_map(int r = 0) const { return cuda::RowMap{meta_ + max_batch_ + r, meta_ + 2 * max_batch_ + r}; }
 
-  // out (T, n_out) = x (T, n_in) . W^T: the matrix-vector kernel for small
-  // batches, cuBLAS from gemm_min_tokens_ on.
-  Status matvec(const DevWeight& w, const float* x, int T, float* out) {
-    if (cublas_ && T >= gemm_min_tokens_) {
+  // out (T, n_out) = x (T, n_in) . W^T: cuBLAS where the pass says so
+  // (Pass::gemm), else the matrix-vector kernel.
+  Status matvec(const DevWeight& w, const float* x, int T, float* out, bool gemm) {
+    if (gemm) {
       CUDA_TRY(cuda::launch_gemm_bf16(cublas_, w.data, w.type, w.row_bytes, w.n_in, w.n_out, x, T, out, w16_, w16_elems_,
                                      x16_, stream_));
       return Status::ok();
@@ -767,10 +779,10 @@ class CudaBackend final : public Backend {
     const bool gelu = c_.act == Activation::gelu_tanh;
     for (int il = 0; il < c_.n_layer; il++) {
       const DevLayer& L = layers_[il];
-      if (cublas_ && T >= gemm_min_tokens_) {
-        PHASELAB_TRY(matvec(L.wq, xb_, T, q_));
-        PHASELAB_TRY(matvec(L.wk, xb_, T, k_));
-        PHASELAB_TRY(matvec(L.wv, xb_, T, v_));
+      if (ps.gemm) {
+        PHASELAB_TRY(matvec(L.wq, xb_, T, q_, true));
+        PHASELAB_TRY(matvec(L.wk, xb_, T, k_, true));
+        PHASELAB_TRY(matvec(L.wv, xb_, T, v_, true));
       } else {  // Q, K and V in one launch
         auto part = [](const DevWeight& w, float* out) {
           return cuda::MatvecOut{w.data, w.type, w.row_bytes, w.n_out, out};
@@ -792,22 +804,22 @@ class CudaBackend final : public Backend {
       PHASELAB_TRY(prof_.mark("QK-norm + RoPE + K/V store", stream_));
       PHASELAB_TRY(attention(il, ps));
       PHASELAB_TRY(prof_.mark("attention", stream_));
-      PHASELAB_TRY(matvec(L.wo, xb_, T, xb2_));
+      PHASELAB_TRY(matvec(L.wo, xb_, T, xb2_, ps.gemm));
       PHASELAB_TRY(prof_.mark("output projection", stream_));
       // Post-attention norm, residual add and the feed-forward's norm in one pass.
       CUDA_TRY(cuda::launch_add_rmsnorm(x_, xb2_, c_.post_norms ? L.post_attn_norm : nullptr, L.ffn_norm, xb_, T, D,
                                         c_.rms_eps, stream_));
       PHASELAB_TRY(prof_.mark("norms + residual adds", stream_));
-      if (cublas_ && T >= gemm_min_tokens_) {
-        PHASELAB_TRY(matvec(L.w_gate, xb_, T, hb_));
-        PHASELAB_TRY(matvec(L.w_up, xb_, T, hb2_));
+      if (ps.gemm) {
+        PHASELAB_TRY(matvec(L.w_gate, xb_, T, hb_, true));
+        PHASELAB_TRY(matvec(L.w_up, xb_, T, hb2_, true));
         CUDA_TRY(cuda::launch_gated_act(hb_, hb2_, static_cast<size_t>(T) * c_.n_ff, gelu, stream_));
       } else {  // both products and the activation in one kernel
         CUDA_TRY(cuda::launch_matvec_gated(L.w_gate.data, L.w_gate.type, L.w_gate.row_bytes, L.w_up.data, L.w_up.type,
                                            L.w_up.row_bytes, L.w_gate.n_in, L.w_gate.n_out, xb_, T, gelu, hb_, stream_));
       }
       PHASELAB_TRY(prof_.mark("FFN gate + up + activation", stream_));
-      PHASELAB_TRY(matvec(L.w_down, hb_, T, xb2_));
+      PHASELAB_TRY(matvec(L.w_down, hb_, T, xb2_, ps.gemm));
       PHASELAB_TRY(prof_.mark("FFN down", stream_));
       // Post-FFN norm, residual add and the next layer's attention norm (the
       // output norm after the last layer) in one pass.
@@ -823,7 +835,7 @@ class CudaBackend final : public Backend {
         CUDA_TRY(cuda::launch_gather_rows(xb_, meta_ + 3 * max_batch_, ps.n_logits, D, xb2_, stream_));
         rows = xb2_;
       }
-      PHASELAB_TRY(matvec(output_, rows, ps.n_logits, logits_));
+      PHASELAB_TRY(matvec(output_, rows, ps.n_logits, logits_, ps.gemm && ps.n_logits >= gemm_min_tokens_));
       if (c_.final_logit_softcap > 0)
         CUDA_TRY(cuda::launch_softcap(logits_, static_cast<size_t>(ps.n_logits) * c_.n_vocab, c_.final_logit_softcap,
                                       stream_));
@@ -853,7 +865,7 @@ class CudaBackend final : public Backend {
   int32_t* next_ = nullptr;  // meta_'s argmax field
   // cuBLAS for prefill (null below gemm_min_tokens_ batches)
   cublasHandle_t cublas_ = nullptr;
-  // At least 2: cuBLAS stays out of the captured one-token decode graph.
+  // At least 2 (Pass::gemm keeps cuBLAS out of every decode pass, and so of the graphs).
   int gemm_min_tokens_ = std::max(2, env_int("PHASELAB_CUDA_GEMM_MIN", 16));
   __nv_bfloat16 *w16_ = nullptr, *x16_ = nullptr;
   size_t w16_elems_ = 0;

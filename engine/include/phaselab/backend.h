@@ -29,7 +29,8 @@ struct SeqChunk {
   // Mode last, greedy decoding: where set, *argmax = the argmax of the
   // logits (the lowest id among equal maxima). A backend with
   // has_device_greedy() then leaves logits unwritten: one int leaves the
-  // device instead of n_vocab floats.
+  // device instead of n_vocab floats. (The CPU and CUDA backends fill it; the
+  // default forward_batch refuses it.)
   int32_t* argmax = nullptr;
 };
 
@@ -55,9 +56,12 @@ class Backend {
   // runs the chunks one after another.
   virtual bool batched_forward() const { return false; }
   virtual Status forward_batch(const SeqChunk* chunks, int n_chunks) {
-    for (int i = 0; i < n_chunks; i++)
+    for (int i = 0; i < n_chunks; i++) {
       for (int j = 0; j < i; j++)
         if (chunks[i].kv == chunks[j].kv) return invalid_argument("a sequence appears twice in one batch");
+      if (chunks[i].argmax)  // (the argmax is the overriding backends' to pick)
+        return unsupported(name() + " backend: no argmax in a batch pass; pick it from the logits");
+    }
     for (int i = 0; i < n_chunks; i++)
       PHASELAB_TRY(forward(chunks[i].tokens, chunks[i].n_tokens, *chunks[i].kv, chunks[i].logits, chunks[i].mode));
     return Status::ok();
