@@ -94,28 +94,16 @@ class CpuBackend final : public Backend {
   // The tokens of every chunk, one after another, are the rows t = 0..T-1 of
   // every buffer below; tok_kv_[t] and tok_pos_[t] say whose and where.
   Status forward_batch(const SeqChunk* chunks, int n_chunks) override {
-    if (n_chunks < 1) return invalid_argument("an empty batch: nothing to compute");
     int T = 0, n_ctx_max = 0, n_logit_rows = 0;
+    PHASELAB_TRY(check_batch(chunks, n_chunks, c_.n_vocab, max_batch_, false, &T));
     for (int i = 0; i < n_chunks; i++) {
       const SeqChunk& ch = chunks[i];
-      if (!ch.kv || !ch.tokens || ch.n_tokens < 1)
-        return invalid_argument("batch chunk " + std::to_string(i) + " has no sequence or no tokens");
-      if (ch.mode != LogitsMode::none && !ch.logits)
-        return invalid_argument("batch chunk " + std::to_string(i) + " asks for logits but gives nowhere to put them");
       if (ch.kv->pool().storage() != KvStorage::host)
         return invalid_argument("this KV cache keeps its K/V on a GPU (it was made for the CUDA backend), not in host "
                                 "memory: make the session or scheduler with the CPU backend to run it there");
-      for (int j = 0; j < i; j++)
-        if (chunks[j].kv == ch.kv) return invalid_argument("a sequence appears twice in one batch");
-      for (int t = 0; t < ch.n_tokens; t++)
-        if (ch.tokens[t] < 0 || ch.tokens[t] >= c_.n_vocab)
-          return invalid_argument("token id " + std::to_string(ch.tokens[t]) + " is outside the vocabulary");
-      T += ch.n_tokens;
       n_ctx_max = std::max(n_ctx_max, ch.kv->n_ctx());
       n_logit_rows += ch.mode == LogitsMode::last ? 1 : ch.mode == LogitsMode::all ? ch.n_tokens : 0;
     }
-    if (T > max_batch_)
-      return invalid_argument("batch of " + std::to_string(T) + " tokens (1.." + std::to_string(max_batch_) + ")");
     for (int i = 0; i < n_chunks; i++) PHASELAB_TRY(chunks[i].kv->reserve(chunks[i].n_tokens));  // copy on write
     for (int i = 0, t = 0; i < n_chunks; i++)
       for (int j = 0; j < chunks[i].n_tokens; j++, t++) {

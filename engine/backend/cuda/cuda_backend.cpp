@@ -262,27 +262,15 @@ class CudaBackend final : public Backend {
   // sequence, each wanting its last logits (batched decode), replays the
   // graph captured for its batch-size bucket.
   Status forward_batch(const SeqChunk* chunks, int n_chunks) override {
-    if (n_chunks < 1) return invalid_argument("an empty batch: nothing to compute");
     int T = 0;
+    PHASELAB_TRY(check_batch(chunks, n_chunks, c_.n_vocab, max_batch_, true, &T));
     bool decode = true;
     for (int i = 0; i < n_chunks; i++) {
       const SeqChunk& ch = chunks[i];
-      if (!ch.kv || !ch.tokens || ch.n_tokens < 1)
-        return invalid_argument("batch chunk " + std::to_string(i) + " has no sequence or no tokens");
-      if (ch.mode != LogitsMode::none && !ch.logits && !(ch.mode == LogitsMode::last && ch.argmax))
-        return invalid_argument("batch chunk " + std::to_string(i) + " asks for logits but gives nowhere to put them");
-      for (int j = 0; j < i; j++)
-        if (chunks[j].kv == ch.kv) return invalid_argument("a sequence appears twice in one batch");
       if (&ch.kv->pool() != &chunks[0].kv->pool())
         return invalid_argument("the sequences of one batch must share one KV pool");
-      for (int t = 0; t < ch.n_tokens; t++)
-        if (ch.tokens[t] < 0 || ch.tokens[t] >= c_.n_vocab)
-          return invalid_argument("token id " + std::to_string(ch.tokens[t]) + " is outside the vocabulary");
-      T += ch.n_tokens;
       decode = decode && ch.n_tokens == 1 && ch.mode == LogitsMode::last;
     }
-    if (T > max_batch_)
-      return invalid_argument("batch of " + std::to_string(T) + " tokens (1.." + std::to_string(max_batch_) + ")");
     PHASELAB_TRY(ensure_pool(*chunks[0].kv));
     for (int i = 0; i < n_chunks; i++) PHASELAB_TRY(prepare(*chunks[i].kv));
     for (int i = 0; i < n_chunks; i++) PHASELAB_TRY(reserve(*chunks[i].kv, chunks[i].n_tokens));

@@ -34,6 +34,14 @@ struct SeqChunk {
   int32_t* argmax = nullptr;
 };
 
+// What every backend's forward_batch checks before it changes anything: at
+// least one chunk; each with a sequence, tokens and, when it asks for
+// logits, somewhere to put them (or, where argmax_may_replace_logits, an
+// argmax for mode last); no sequence twice; token ids in the vocabulary; at
+// most max_batch tokens in all, which go to *n_tokens.
+Status check_batch(const SeqChunk* chunks, int n_chunks, int n_vocab, int max_batch, bool argmax_may_replace_logits,
+                   int* n_tokens);
+
 class Backend {
  public:
   virtual ~Backend() = default;
