@@ -72,7 +72,8 @@ Result<std::shared_ptr<KvPool>> KvPool::create(const ModelConfig& c, int n_block
   if (n_blocks < 1) return invalid_argument("the KV pool needs at least one block");
   if (type == KvType::q8_0 && (c.head_dim % 32 != 0 || c.n_embd_kv() % 32 != 0))
     return invalid_argument("a q8_0 KV cache stores each head in blocks of 32 values, and this model's heads have " +
-                            std::to_string(c.head_dim) + ": use --cache-type f16");
+                            std::to_string(c.head_dim) + ": store K/V as f16 instead (--cache-type f16; in the app, Settings > "
+                            "Preferences > KV cache storage)");
   std::shared_ptr<KvPool> p(new KvPool());
   p->n_blocks_ = n_blocks;
   p->n_layer_ = c.n_layer;
