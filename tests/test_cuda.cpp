@@ -284,10 +284,22 @@ class TestCuda : public QObject {
   // run's; with the
   // cuBLAS prefill off (PHASELAB_CUDA_GEMM_MIN) both sides take the same
   // FP32 kernels per row, so the bound is tight.
+  // On the tiny Gemma 3 (a 4-position window in every other layer) the
+  // sequences outgrow their window and the pool has window parts for only
+  // a few blocks: parts the sequences give back are taken by other
+  // sequences' new blocks, on the device as on the host.
+  void forward_batch_equals_solo_forward_data() {
+    QTest::addColumn<QString>("model");
+    QTest::newRow("stories260K") << "stories260K";
+    QTest::newRow("gemma3") << "gemma3";
+  }
   void forward_batch_equals_solo_forward() {
     const CudaProbe p = probe_cuda();
     REQUIRE_CUDA(p);
-    auto m = Model::load(test_data("stories260K.gguf"));
+    QFETCH(QString, model);
+    const bool windowed = model == "gemma3";
+    auto m = Model::load(windowed ? write_tiny_model(tiny_spec("gemma3"), "cuda_tiny_gemma3.gguf")
+                                  : test_data("stories260K.gguf"));
     QVERIFY(m.is_ok());
     const int V = (*m)->config().n_vocab;
     qputenv("PHASELAB_CUDA_GEMM_MIN", "1000");
@@ -305,7 +317,9 @@ class TestCuda : public QObject {
     };
     const std::vector<std::vector<int32_t>> prompts = {prompt_of(7, 1), prompt_of(13, 2), prompt_of(21, 3),
                                                        prompt_of(9, 4)};
-    const int steps[4] = {3, 9, 6, 5};  // decode steps: sequences leave at different times
+    // Decode steps: sequences leave at different times (past 3 blocks on the
+    // windowed model).
+    const int steps[4] = {windowed ? 12 : 3, windowed ? 36 : 9, windowed ? 24 : 6, windowed ? 20 : 5};
     // Solo: prompt (sequence 2 in a chunk of 10 without logits, then 11 with
     // every row's), then greedy steps; the tokens drive the batched run too.
     std::vector<std::vector<float>> want(4);
@@ -331,9 +345,11 @@ class TestCuda : public QObject {
         want[s].insert(want[s].end(), l.begin(), l.begin() + V);
       }
     }
-    // Batched, in one pool.
-    auto pool = KvPool::create((*m)->config(), 32);
+    // Batched, in one pool (with window parts for 12 blocks: the 4
+    // sequences hold at most 3 each, and allocate 15 blocks in all).
+    auto pool = KvPool::create((*m)->config(), 32, KvType::f16, windowed ? 12 : 0);
     QVERIFY(pool.is_ok());
+    QCOMPARE((*pool)->windowed(), windowed);
     std::vector<std::unique_ptr<KvCache>> kv;
     for (int s = 0; s < 4; s++) kv.push_back(KvCache::create_in(*pool, 64));
     std::vector<std::vector<float>> got(4), l(4, std::vector<float>(static_cast<size_t>(21) * V));
@@ -405,6 +421,98 @@ class TestCuda : public QObject {
     QVERIFY(greedy_picks >= 3);
     // No position was computed twice (positions_computed counts every row).
     QCOMPARE(be.positions_computed() - computed0, positions);
+    if (windowed) QVERIFY((*pool)->n_window_used() <= 12);
+  }
+
+  // The sliding-window layers keep only their window on the device too
+  // (their K/V in the pool's window parts): the default model's device K/V
+  // at 4096 positions is what the host pool would hold, plus the padding
+  // rows' block and part; on the tiny Gemma 3 the logits
+  // follow the CPU reference while the window moves on, after a rollback to a
+  // pinned window, and after the device lost the sequence (another pool in
+  // between) and recomputed it from the start through the ring (the early
+  // blocks' window parts are gone; the ring of 6 parts, 96 positions, goes
+  // round more than once).
+  void device_keeps_only_the_window() {
+    const CudaProbe p = probe_cuda();
+    REQUIRE_CUDA(p);
+    {
+      const std::string path = default_model_path();
+      if (path.empty()) QFAIL("default model missing: scripts/fetch-model.sh fetches it");
+      auto m = Model::load(path);
+      QVERIFY2(m.is_ok(), m.status().message().c_str());
+      auto gb = make_cuda_backend(*m, 64);
+      QVERIFY2(gb.is_ok(), gb.status().message().c_str());
+      auto s = Session::create(*m, std::move(*gb), 4096);
+      QVERIFY2(s.is_ok(), s.status().message().c_str());
+      const ModelConfig& c = (*m)->config();
+      const uint64_t device = (*s)->kv_bytes(), host = KvCache::bytes_for(c, 4096, KvType::f16, 64);
+      const uint64_t every_layer = 2ull * 2 * ((*s)->kv().pool().n_blocks() + 1) * c.n_layer * 16 * c.n_embd_kv();
+      qInfo("device K/V at 4096 positions: %.1f MiB (the host pool: %.1f MiB; every layer's positions: %.1f MiB)",
+            device / 1048576.0, host / 1048576.0, every_layer / 1048576.0);
+      QCOMPARE((*s)->kv().bytes(), uint64_t{0});
+      QVERIFY(device > host);
+      QVERIFY(device - host < (1u << 20));  // the padding rows' block and window part
+      QVERIFY(device < every_layer / 2);
+      QVERIFY(!(*s)->kv().pool().window_note().empty());
+    }
+    auto m = Model::load(write_tiny_model(tiny_spec("gemma3"), "cuda_tiny_gemma3.gguf"));
+    QVERIFY(m.is_ok());
+    const ModelConfig& c = (*m)->config();
+    const int V = c.n_vocab;
+    auto gb = make_cuda_backend(*m, 64);
+    auto cb = make_cpu_reference_backend(*m, 2, 64);
+    QVERIFY2(gb.is_ok() && cb.is_ok(), gb.is_ok() ? cb.status().message().c_str() : gb.status().message().c_str());
+    Backend& gpu = **gb;
+    auto gkv = KvCache::create(c, 256, KvType::f16, 64, gpu.kv_storage());
+    auto ckv = KvCache::create(c, 256, KvType::f16, 64);
+    QVERIFY(gkv.is_ok() && ckv.is_ok());
+    std::vector<float> lg(V), lc(V);
+    // Both sides take the same tokens, in passes of up to 64; the NMSE of
+    // the last logits, or -1.
+    auto step = [&](const std::vector<int32_t>& t) {
+      for (int i = 0; i < static_cast<int>(t.size()); i += 64) {
+        const int n = std::min(64, static_cast<int>(t.size()) - i);
+        for (auto [be, kv, out] : {std::tuple{&gpu, &**gkv, &lg}, std::tuple{&**cb, &**ckv, &lc}})
+          if (Status st = be->forward(t.data() + i, n, *kv, out->data(), LogitsMode::last); !st) {
+            qWarning("%s: %s", be->name().c_str(), st.message().c_str());
+            return -1.0;
+          }
+      }
+      return nmse(lc, lg);
+    };
+    auto tokens = [&](int n, int salt) {
+      std::vector<int32_t> t;
+      for (int i = 0; i < n; i++) t.push_back(static_cast<int32_t>((i * 37 + salt * 11 + 5) % V));
+      return t;
+    };
+    double e = step(tokens(100, 1));
+    QVERIFY2(e >= 0 && e <= 5e-4, qPrintable(QString("prompt: NMSE %1").arg(e)));
+    QVERIFY(!(*gkv)->holds_window(0));  // the window moved past the first blocks
+    (*gkv)->pin_window();
+    (*ckv)->pin_window();
+    for (int i = 0; i < 30; i++) {
+      e = step(tokens(1, 2 + i));
+      QVERIFY2(e >= 0 && e <= 5e-4, qPrintable(QString("decode step %1: NMSE %2").arg(i).arg(e)));
+    }
+    // Rollback to the pinned window, and another continuation.
+    QCOMPARE((*gkv)->truncate(100), 100);
+    QCOMPARE((*ckv)->truncate(100), 100);
+    for (int i = 0; i < 30; i++) {
+      e = step(tokens(1, 50 + i));
+      QVERIFY2(e >= 0 && e <= 5e-4, qPrintable(QString("after the rollback, step %1: NMSE %2").arg(i).arg(e)));
+    }
+    QVERIFY((*gkv)->pool().window_slot((*gkv)->block_table()[0]) < 0);  // given to later blocks
+    // Another pool in between: the device pool is made anew for it.
+    auto other = KvCache::create(c, 64, KvType::f16, 64, gpu.kv_storage());
+    QVERIFY(other.is_ok());
+    const std::vector<int32_t> five = tokens(5, 9);
+    QVERIFY(gpu.forward(five.data(), 5, **other, lg.data(), LogitsMode::last));
+    const uint64_t before = gpu.positions_computed();
+    const int n = (*gkv)->n_past();
+    e = step(tokens(1, 99));
+    QVERIFY2(e >= 0 && e <= 5e-4, qPrintable(QString("after recomputing %1 positions: NMSE %2").arg(n).arg(e)));
+    QCOMPARE(gpu.positions_computed() - before, static_cast<uint64_t>(n + 1));
   }
 
   // A decode pass of 10 sequences is padded to the graph of bucket 16, as

@@ -123,8 +123,7 @@ Result<std::shared_ptr<KvPool>> KvPool::create(const ModelConfig& c, int n_block
 }
 
 std::string KvPool::window_note() const {
-  // A device keeps every layer's positions (it mirrors the blocks, not the window parts).
-  if (!windowed() || storage_ != KvStorage::host) return "";
+  if (!windowed()) return "";
   return std::to_string(n_local_) + " of " + std::to_string(n_layer_) + " layers keep only their " +
          std::to_string(window_) + "-position window";
 }

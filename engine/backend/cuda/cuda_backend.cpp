@@ -6,10 +6,14 @@
 //
 // The K/V cache on the device is paged like the host's KvPool, block for
 // block (same ids, same layout, the pool's value type; a pool is known by
-// KvPool::id and a block's life by KvPool::generation), and the kernels read
-// it through each sequence's block table: the host KvCache stays the
-// bookkeeper (allocation, prefix reuse, copy on write) and its decisions
-// hold for the device's K/V as they are. Pools made for this backend
+// KvPool::id and a block's life by KvPool::generation): the full-attention
+// layers' K/V in a part of every block, the sliding-window layers' in the
+// pool's window parts, by the pool's window slots, so that those layers keep
+// only their window on the device too. The kernels read it through each
+// sequence's block table (and its window-slot table for the local layers):
+// the host KvCache stays the bookkeeper (allocation, prefix reuse, copy on
+// write, which window parts are given back) and its decisions hold for the
+// device's K/V as they are. Pools made for this backend
 // (kv_storage() = device) allocate no host K/V. Only what the host does to its own memory is mirrored: the
 // copy of a partly filled block before it is written. The device records
 // how many leading slots of each block it computed; positions the host holds
@@ -165,6 +169,7 @@ class CudaBackend final : public Backend {
     for (void* p : allocations_) cudaFree(p);
     if (meta_stage_) cudaFreeHost(meta_stage_);
     if (tables_stage_) cudaFreeHost(tables_stage_);
+    if (wtables_stage_) cudaFreeHost(wtables_stage_);
     if (stream_) cudaStreamDestroy(stream_);
   }
 
@@ -247,9 +252,7 @@ class CudaBackend final : public Backend {
   bool batched_forward() const override { return true; }
   // The device holds K/V; the host pools made for this backend keep the books.
   KvStorage kv_storage() const override { return KvStorage::device; }
-  uint64_t device_kv_bytes(const KvPool& pool) const override {
-    return 2 * cuda::kv_values_bytes(elem_of(pool.type()), static_cast<size_t>(pool.n_blocks() + 1) * block_values());
-  }
+  uint64_t device_kv_bytes(const KvPool& pool) const override { return layout_of(pool).bytes(); }
 
   Status forward(const int32_t* tokens, int T, KvCache& kv, float* logits, LogitsMode mode) override {
     const SeqChunk chunk{&kv, tokens, T, mode, logits};
@@ -367,10 +370,18 @@ class CudaBackend final : public Backend {
 
   // Makes the device hold what the host holds for kv: recomputes, from the
   // host's tokens, the positions of its blocks the device has not computed
-  // (from the first block whose slots it lacks).
+  // (from the first block whose slots it lacks). Where a block of those
+  // positions, or of their window, has no window part (the pool gave it
+  // back: the sequence had moved past it), the local layers' K/V go to a
+  // ring of parts allocated for the recomputation (ring mode), from which
+  // each pass copies what the blocks with parts keep, and the recomputation
+  // starts from the beginning (the ring holds no earlier window). (The device
+  // lacks positions when its pool was made for another cache since; it
+  // then lacks them all.)
   Status prepare(const KvCache& kv) {
     const int n = kv.n_past();
     const std::vector<int>& table = kv.block_table();
+    const KvPool& pool = kv.pool();
     int p = n;
     for (int i = 0; i * kBlock < n; i++) {
       const int have = filled(kv, table[i]);
@@ -380,15 +391,64 @@ class CudaBackend final : public Backend {
         break;
       }
     }
-    while (p < n) {
-      const int c = std::min(max_batch_, n - p);
+    if (p >= n) return Status::ok();
+    const int n_table = (n + kBlock - 1) / kBlock;
+    bool ring = false;
+    if (layout_.n_local > 0)
+      for (int i = kv.first_window_block(p); i < n_table && !ring; i++) ring = pool.window_slot(table[i]) < 0;
+    if (ring) {
+      p = 0;
+      PHASELAB_TRY(make_ring());
+    }
+    ring_mode_ = ring;
+    Status st = Status::ok();
+    while (p < n && st.is_ok()) {
+      const int c = std::min(prepare_chunk(), n - p);
       parts_.clear();
       parts_.push_back(Part{&kv, kv.tokens().data() + p, p, c, LogitsMode::none});
-      PHASELAB_TRY(run_pass());
-      CUDA_TRY(cudaStreamSynchronize(stream_));
+      st = run_pass();
+      for (int i = p / kBlock; ring && st.is_ok() && i * kBlock < p + c; i++)
+        if (const int w = pool.window_slot(table[i]); w >= 0)
+          st = copy_part(pool_wk_, pool_wv_, ring_k_, ring_v_, layout_.window_block_bytes(elem_), w, i % layout_.ring);
+      if (st.is_ok()) st = cuda_status(cudaStreamSynchronize(stream_), "cudaStreamSynchronize", __FILE__, __LINE__);
       prof_.collect("prefill", c);
       p += c;
     }
+    ring_mode_ = false;
+    if (ring) free_ring();
+    return st;
+  }
+
+  void free_ring() {
+    cudaStreamSynchronize(stream_);  // nothing queued may still use it
+    for (void* r : {static_cast<void*>(ring_k_), static_cast<void*>(ring_v_), static_cast<void*>(ring_table_)})
+      free_device(r);
+    ring_k_ = ring_v_ = nullptr;
+    ring_table_ = nullptr;
+  }
+
+  // The ring of window parts for a recomputation (prepare()), and its
+  // table: position p's rows in part (p / kBlock) % ring.
+  Status make_ring() {
+    free_ring();  // one a failed make_ring left
+    const size_t bytes = layout_.window_block_bytes(elem_) * layout_.ring;
+    size_t free_b = 0, total_b = 0;
+    CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
+    if (2 * bytes + table_cap_ * sizeof(int32_t) > free_b)
+      return out_of_memory("recomputing a conversation's K/V on the GPU needs " + std::to_string((2 * bytes) >> 20) +
+                           " MiB more, " + std::to_string(free_b >> 20) + " MiB are free: lower the context size");
+    for (uint8_t** r : {&ring_k_, &ring_v_}) {
+      CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(r), bytes));
+      allocations_.push_back(*r);
+    }
+    CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&ring_table_), table_cap_ * sizeof(int32_t)));
+    allocations_.push_back(ring_table_);
+    std::vector<int32_t> t(table_cap_);
+    for (int e = 0; e < table_cap_; e++) t[e] = e % layout_.ring;
+    // On the stream the passes take (a plain cudaMemcpy would not be ordered
+    // before them), and done before t goes.
+    CUDA_TRY(cudaMemcpyAsync(ring_table_, t.data(), t.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+    CUDA_TRY(cudaStreamSynchronize(stream_));
     return Status::ok();
   }
 
@@ -398,6 +458,9 @@ class CudaBackend final : public Backend {
   Status reserve(KvCache& kv, int T) {
     const int n = kv.n_past(), first = n / kBlock;
     const int old_tail = n % kBlock ? kv.block_table()[first] : -1;
+    // (Read before the host's reserve, which may give the old block's part to
+    // a new block; its K/V stay there until the pass writes.)
+    const int old_wslot = old_tail >= 0 ? kv.pool().window_slot(old_tail) : -1;
     // Mirrored even when the reserve fails part way: the host may have made
     // its copy of the last block already.
     const Status reserved = kv.reserve(T);
@@ -407,11 +470,11 @@ class CudaBackend final : public Backend {
       const int b = table[i];
       if (i == first && old_tail >= 0) {
         if (b != old_tail) {
-          const size_t bytes = cuda::kv_values_bytes(elem_, block_values());
-          CUDA_TRY(cudaMemcpyAsync(pool_k_ + b * bytes, pool_k_ + old_tail * bytes, bytes, cudaMemcpyDeviceToDevice,
-                                   stream_));
-          CUDA_TRY(cudaMemcpyAsync(pool_v_ + b * bytes, pool_v_ + old_tail * bytes, bytes, cudaMemcpyDeviceToDevice,
-                                   stream_));
+          PHASELAB_TRY(copy_part(pool_k_, pool_v_, pool_k_, pool_v_, layout_.full_block_bytes(elem_), b, old_tail));
+          const int wslot = kv.pool().window_slot(b);
+          if (wslot >= 0 && old_wslot >= 0)
+            PHASELAB_TRY(copy_part(pool_wk_, pool_wv_, pool_wk_, pool_wv_, layout_.window_block_bytes(elem_), wslot,
+                                   old_wslot));
           set_filled(kv, b, n % kBlock);
         }
         continue;
@@ -419,6 +482,15 @@ class CudaBackend final : public Backend {
       set_filled(kv, b, 0);
     }
     return reserved;
+  }
+
+  // K and V of part src of one store (the blocks', the window parts' or the
+  // ring's: parts of `bytes` each) copied to part dst of another, or the same.
+  Status copy_part(uint8_t* dk, uint8_t* dv, const uint8_t* sk, const uint8_t* sv, size_t bytes, int dst, int src) {
+    if (bytes == 0) return Status::ok();
+    CUDA_TRY(cudaMemcpyAsync(dk + dst * bytes, sk + src * bytes, bytes, cudaMemcpyDeviceToDevice, stream_));
+    CUDA_TRY(cudaMemcpyAsync(dv + dst * bytes, sv + src * bytes, bytes, cudaMemcpyDeviceToDevice, stream_));
+    return Status::ok();
   }
 
   // How many leading slots of block b hold K/V the device computed in the
@@ -443,8 +515,8 @@ class CudaBackend final : public Backend {
   // (decode) come first, so that one launch of the per-query attention
   // serves them all; each longer part (prefill) follows with rows of its
   // own for the tiled kernel. Logits rows follow the parts' order. Part i's
-  // block table is in slot i; only entries that changed since the slot's
-  // last upload travel. pad_to > T: rows T .. pad_to are padding (token 0 at
+  // block table (and window-slot table) is in slot i; only entries that
+  // changed since the slot's last upload travel. pad_to > T: rows T .. pad_to are padding (token 0 at
   // position 0 of the pad slot, whose one block no sequence has) for a
   // captured graph's fixed batch size.
   Status plan(int pad_to) {
@@ -512,6 +584,34 @@ class CudaBackend final : public Backend {
                                (used - from) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
       up.assign(table.begin(), table.begin() + used);
     }
+    if (layout_.n_local > 0 && !ring_mode_)
+      for (int i = 0; i < n_parts; i++) PHASELAB_TRY(upload_window_table(i));
+    return Status::ok();
+  }
+
+  // Part i's window-slot table, for the blocks the pass reads or writes in
+  // the local layers ([first_window_block(p0), the last one written]): the
+  // slot of each block's window part (outside prepare()'s ring mode, each of
+  // them has one). Entries before are stale and never read.
+  Status upload_window_table(int i) {
+    const Part& p = parts_[i];
+    const std::vector<int>& table = p.kv->block_table();
+    const KvPool& pool = p.kv->pool();
+    std::vector<int>& up = wslot_uploaded_[i];
+    int32_t* stage = wtables_stage_ + static_cast<size_t>(i) * table_cap_;
+    const int used = (p.p0 + p.n + kBlock - 1) / kBlock;
+    int lo = -1, hi = -1;
+    for (int e = p.kv->first_window_block(p.p0); e < used; e++) {
+      const int w = pool.window_slot(table[e]);
+      const int slot = w >= 0 ? w : layout_.pad_window_part();  // (never: the host holds them)
+      if (up[e] == slot) continue;
+      stage[e] = up[e] = slot;
+      if (lo < 0) lo = e;
+      hi = e;
+    }
+    if (lo < 0) return Status::ok();
+    CUDA_TRY(cudaMemcpyAsync(wtables_ + static_cast<size_t>(i) * table_cap_ + lo, stage + lo,
+                             (hi - lo + 1) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
     return Status::ok();
   }
 
@@ -640,7 +740,48 @@ class CudaBackend final : public Backend {
 
   static constexpr int kBlock = cuda::kKvBlockTokens;
   static_assert(kBlock == KvPool::kBlockTokens, "the device pool mirrors the host's blocks");
-  size_t block_values() const { return static_cast<size_t>(c_.n_layer) * kBlock * c_.n_embd_kv(); }
+
+  // The positions of each pass with which prepare() recomputes.
+  int prepare_chunk() const { return std::min(max_batch_, 64); }
+
+  // How the device stores a pool's K/V, each of K and V in two stores laid
+  // out as the host pool's: the full-attention layers' part of every block,
+  // (n_blocks + 1, n_full, kBlock, n_embd_kv), the last for padding rows;
+  // and the sliding-window layers' window parts, (n_window + 1, n_local,
+  // kBlock, n_embd_kv): the pool's window parts by their slots
+  // (KvPool::window_slot), then one for padding rows. While prepare()
+  // recomputes positions in blocks whose parts the pool gave back, a ring of
+  // `ring` parts more (as many as one of its passes reads: a window and a
+  // chunk) holds the local layers' K/V.
+  struct KvLayout {
+    cuda::KvElem elem = cuda::KvElem::f32;
+    int n_full = 0, n_local = 0;  // layers in each store
+    int n_blocks = 0;             // the pool's blocks
+    int n_window = 0, ring = 0;   // the pool's window parts; prepare()'s ring's
+    size_t n_embd_kv = 0;
+    size_t full_block_bytes(cuda::KvElem e) const { return cuda::kv_values_bytes(e, n_full * kBlock * n_embd_kv); }
+    size_t window_block_bytes(cuda::KvElem e) const { return cuda::kv_values_bytes(e, n_local * kBlock * n_embd_kv); }
+    int full_parts() const { return n_blocks + 1; }
+    int window_parts() const { return n_local > 0 ? n_window + 1 : 0; }
+    int pad_window_part() const { return n_window; }
+    uint64_t store_bytes(bool window) const {
+      return window ? uint64_t{window_block_bytes(elem)} * window_parts() : uint64_t{full_block_bytes(elem)} * full_parts();
+    }
+    uint64_t bytes() const { return 2 * (store_bytes(false) + store_bytes(true)); }  // K and V
+  };
+  KvLayout layout_of(const KvPool& pool) const {
+    KvLayout l;
+    l.elem = elem_of(pool.type());
+    l.n_local = pool.n_local_layers();
+    l.n_full = c_.n_layer - l.n_local;
+    l.n_blocks = pool.n_blocks();
+    l.n_embd_kv = static_cast<size_t>(c_.n_embd_kv());
+    if (l.n_local > 0) {
+      l.n_window = pool.n_window_blocks();
+      l.ring = (pool.window() + prepare_chunk() - 2) / kBlock + 2;
+    }
+    return l;
+  }
   static cuda::KvElem elem_of(KvType t) {
     return t == KvType::f16    ? cuda::KvElem::f16
            : t == KvType::bf16 ? cuda::KvElem::bf16
@@ -657,27 +798,38 @@ class CudaBackend final : public Backend {
     if (pool.id() == pool_id_ && pool.n_blocks() == pool_blocks_) return Status::ok();
     drop_graphs();                              // the graphs hold the old buffers' addresses
     CUDA_TRY(cudaStreamSynchronize(stream_));  // nothing in flight may still use the old buffers
-    for (void* p : {static_cast<void*>(pool_k_), static_cast<void*>(pool_v_), static_cast<void*>(scratch_)}) free_device(p);
-    pool_k_ = pool_v_ = nullptr;
+    for (void* p : {static_cast<void*>(pool_k_), static_cast<void*>(pool_v_), static_cast<void*>(pool_wk_),
+                    static_cast<void*>(pool_wv_), static_cast<void*>(scratch_)})
+      free_device(p);
+    pool_k_ = pool_v_ = pool_wk_ = pool_wv_ = nullptr;
     scratch_ = nullptr;
     pool_id_ = 0;  // until the new buffers exist
     // A sequence's table has at most as many entries as the pool has blocks.
     const int table_cap = pool.n_blocks();
-    const cuda::KvElem elem = elem_of(pool.type());
-    const size_t n = cuda::kv_values_bytes(elem, static_cast<size_t>(pool.n_blocks() + 1) * block_values());
+    const KvLayout layout = layout_of(pool);
     size_t free_b = 0, total_b = 0;
     CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
     const size_t scratch_n = std::max<size_t>(partials_floats(table_cap * kBlock), 1);
-    const size_t need = 2 * n + scratch_n * sizeof(float) + 2 * static_cast<size_t>(table_cap) * sizeof(int32_t);
+    const size_t need = layout.bytes() + scratch_n * sizeof(float) + 4 * static_cast<size_t>(table_cap) * sizeof(int32_t);
     if (need > free_b)
       return out_of_memory("the KV cache for " + std::to_string(pool.n_blocks() * kBlock) + " positions needs " +
                            std::to_string(need >> 20) + " MiB of GPU memory, " + std::to_string(free_b >> 20) +
                            " MiB are free: lower the context size");
-    CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&pool_k_), n));
-    allocations_.push_back(pool_k_);
-    CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&pool_v_), n));
-    allocations_.push_back(pool_v_);
-    elem_ = elem;
+    for (const auto& [store, window] : {std::pair{&pool_k_, false}, std::pair{&pool_v_, false},
+                                        std::pair{&pool_wk_, true}, std::pair{&pool_wv_, true}}) {
+      const uint64_t bytes = layout.store_bytes(window);
+      if (bytes == 0) continue;
+      CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(store), bytes));
+      allocations_.push_back(*store);
+    }
+    layout_ = layout;
+    elem_ = layout.elem;
+    layer_local_.assign(c_.n_layer, 0);
+    layer_index_.assign(c_.n_layer, 0);
+    for (int il = 0; il < c_.n_layer; il++) {
+      layer_local_[il] = pool.is_local(il) ? 1 : 0;
+      layer_index_[il] = pool.layer_index(il);
+    }
     PHASELAB_TRY(alloc(&scratch_, scratch_n));
     filled_.assign(pool.n_blocks(), BlockFill{});
     pool_id_ = pool.id();
@@ -694,31 +846,49 @@ class CudaBackend final : public Backend {
     const int slots = std::max(n, std::min(2 * n_slots_, max_batch_));
     drop_graphs();
     CUDA_TRY(cudaStreamSynchronize(stream_));
-    free_device(tables_);
-    tables_ = nullptr;
-    if (tables_stage_) cudaFreeHost(tables_stage_);
-    tables_stage_ = nullptr;
+    for (int32_t** t : {&tables_, &wtables_}) {
+      free_device(*t);
+      *t = nullptr;
+    }
+    for (int32_t** t : {&tables_stage_, &wtables_stage_}) {
+      if (*t) cudaFreeHost(*t);
+      *t = nullptr;
+    }
     n_slots_ = 0;
     const size_t entries = static_cast<size_t>(slots + 1) * table_cap_;
-    CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&tables_), entries * sizeof(int32_t)));
-    allocations_.push_back(tables_);
-    CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&tables_stage_), entries * sizeof(int32_t)));
+    for (int32_t** t : {&tables_, &wtables_}) {
+      CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(t), entries * sizeof(int32_t)));
+      allocations_.push_back(*t);
+    }
+    for (int32_t** t : {&tables_stage_, &wtables_stage_})
+      CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(t), entries * sizeof(int32_t)));
     slot_uploaded_.assign(slots, std::vector<int>());
     for (auto& up : slot_uploaded_) up.reserve(table_cap_);
+    wslot_uploaded_.assign(slots, std::vector<int>(layout_.n_local > 0 ? table_cap_ : 0, -1));
     row_of_.assign(slots, 0);
-    // The pad slot: its first entry is the extra block (pool_blocks_).
-    int32_t* pad = tables_stage_ + static_cast<size_t>(slots) * table_cap_;
-    pad[0] = pool_blocks_;
-    CUDA_TRY(cudaMemcpyAsync(tables_ + static_cast<size_t>(slots) * table_cap_, pad, sizeof(int32_t),
-                             cudaMemcpyHostToDevice, stream_));
+    // The pad slot: its first entry is the extra block (pool_blocks_), and
+    // in the window-slot tables the extra window part.
+    const size_t pad_at = static_cast<size_t>(slots) * table_cap_;
+    tables_stage_[pad_at] = pool_blocks_;
+    wtables_stage_[pad_at] = layout_.pad_window_part();
+    CUDA_TRY(cudaMemcpyAsync(tables_ + pad_at, tables_stage_ + pad_at, sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+    CUDA_TRY(cudaMemcpyAsync(wtables_ + pad_at, wtables_stage_ + pad_at, sizeof(int32_t), cudaMemcpyHostToDevice,
+                             stream_));
     n_slots_ = slots;
     return Status::ok();
   }
 
-  // Layer il of the paged cache, for the kernels.
+  // Layer il of the paged cache, for the kernels: the full layers' store
+  // through the block tables, or the window parts' through the window-slot
+  // tables.
   cuda::KvPages pages(int il) const {
-    const size_t layer = cuda::kv_values_bytes(elem_, static_cast<size_t>(il) * kBlock * c_.n_embd_kv());
-    return cuda::KvPages{pool_k_ + layer, pool_v_ + layer, tables_, block_values(), elem_};
+    const size_t rows = kBlock * layout_.n_embd_kv;  // values of one layer's part of a block
+    const size_t layer = cuda::kv_values_bytes(elem_, layer_index_[il] * rows);
+    if (layer_local_[il] && ring_mode_)  // (one sequence: its table_at is 0)
+      return cuda::KvPages{ring_k_ + layer, ring_v_ + layer, ring_table_, layout_.n_local * rows, elem_};
+    if (layer_local_[il])
+      return cuda::KvPages{pool_wk_ + layer, pool_wv_ + layer, wtables_, layout_.n_local * rows, elem_};
+    return cuda::KvPages{pool_k_ + layer, pool_v_ + layer, tables_, layout_.n_full * rows, elem_};
   }
   // Rows [r, ...) of the pass.
   cuda::RowMap row_map(int r = 0) const { return cuda::RowMap{meta_ + max_batch_ + r, meta_ + 2 * max_batch_ + r}; }
@@ -875,18 +1045,27 @@ class CudaBackend final : public Backend {
   std::vector<int> row_of_;
   std::vector<TiledChunk> tiled_;
   Pass pass_;
-  // The paged K/V pool mirroring the host's: (n_blocks + 1, n_layer,
-  // kBlock, n_embd_kv) values of elem_ (the host pool's type) each;
-  // filled_: leading slots of each block the device computed. scratch_:
-  // attention's partial results.
-  uint8_t *pool_k_ = nullptr, *pool_v_ = nullptr;
+  // The paged K/V pool mirroring the host's (KvLayout): the full layers'
+  // parts of the blocks (pool_k_, pool_v_) and the window parts (pool_wk_,
+  // pool_wv_), values of elem_ (the host pool's type); per layer whether it
+  // is a local one and its index in its store; filled_: leading slots of
+  // each block the device computed. scratch_: attention's partial results.
+  uint8_t *pool_k_ = nullptr, *pool_v_ = nullptr, *pool_wk_ = nullptr, *pool_wv_ = nullptr;
+  KvLayout layout_;
+  // prepare()'s ring (ring_mode_: the local layers' K/V go there).
+  uint8_t *ring_k_ = nullptr, *ring_v_ = nullptr;
+  int32_t* ring_table_ = nullptr;
+  bool ring_mode_ = false;
+  std::vector<uint8_t> layer_local_;
+  std::vector<int> layer_index_;
   cuda::KvElem elem_ = cuda::KvElem::f32;
   float* scratch_ = nullptr;
-  // Block tables: n_slots_ + 1 slots of table_cap_ entries (the last is the
-  // pad slot), their pinned staging, and what each slot holds on the device.
-  int32_t* tables_ = nullptr;
-  int32_t* tables_stage_ = nullptr;
-  std::vector<std::vector<int>> slot_uploaded_;
+  // Block tables and window-slot tables: n_slots_ + 1 slots of table_cap_
+  // entries each (the last is the pad slot), their pinned staging, and what
+  // each slot holds on the device (-1: unknown).
+  int32_t *tables_ = nullptr, *wtables_ = nullptr;
+  int32_t *tables_stage_ = nullptr, *wtables_stage_ = nullptr;
+  std::vector<std::vector<int>> slot_uploaded_, wslot_uploaded_;
   int n_slots_ = 0, table_cap_ = 0;
   uint64_t pool_id_ = 0;  // the host pool mirrored (KvPool::id)
   int pool_blocks_ = 0;

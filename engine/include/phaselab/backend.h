@@ -120,8 +120,9 @@ CudaProbe probe_cuda();
 
 // The version of the Backend interface libphaselab_cuda.so is built for
 // (its phaselab_cuda_abi()); a library of another version is not loaded.
-// 3: kv_storage and device_kv_bytes.
-constexpr int kCudaLibraryAbi = 3;
+// 3: kv_storage and device_kv_bytes. 4: the device lays out K/V by the
+// pool's window parts (KvPool::window_slot, n_local_layers, layer_index).
+constexpr int kCudaLibraryAbi = 4;
 
 // The CUDA backend, loaded at run time from libphaselab_cuda.so. Fails with
 // the reason (no library, no device, too little memory) so that callers can

@@ -51,8 +51,8 @@ inline size_t kv_row_bytes(KvType t, size_t n) {
 
 // Where K and V live. host: in the pool's own memory, which the CPU
 // backends read and write. device: on the backend's device, which mirrors
-// the pool's blocks (the CUDA backend, Backend::kv_storage()); the pool is
-// then bookkeeping only (blocks, tables, hashes, reference counts, window
+// the pool's blocks and window parts (the CUDA backend,
+// Backend::kv_storage()); the pool is then bookkeeping only (blocks, tables, hashes, reference counts, window
 // parts, copy-on-write decisions) and allocates no K/V.
 enum class KvStorage { host, device };
 
@@ -105,9 +105,19 @@ class KvPool {
   int n_embd_kv() const { return n_embd_kv_; }
   bool has_window_part(int b) const { return !windowed() || wslot_[b] >= 0; }
   int window_refcount(int b) const { return wref_[b]; }
+  // Where block b's window part is in the window store (-1: none, or no
+  // window parts). A block keeps the slot it was given by allocate() until it
+  // loses its part, and gets one again only when it is handed out anew (a new
+  // generation), so a device mirror may lay out its own window store by these
+  // slots.
+  int window_slot(int b) const { return windowed() ? wslot_[b] : -1; }
+  // The sliding-window layers' count, and layer il's index among the local
+  // layers (is_local) or among the full-attention ones.
+  int n_local_layers() const { return n_local_; }
+  int layer_index(int il) const { return layer_index_[il]; }
   // "15 of 18 layers keep only their 512-position window" where the pool
-  // has window parts in host storage, else "" (a device keeps every layer's
-  // positions).
+  // has window parts, else "" (host or device storage alike: the CUDA
+  // backend lays out its device K/V by the same window parts).
   std::string window_note() const;
 
   // K/V of one block, layer and slot: [n_embd_kv] values of type() (float,
