@@ -367,6 +367,19 @@ class TestKvCache : public QObject {
     auto cold = open()->generate(turn2, cold_opt);
     QVERIFY(cold.is_ok());
     QCOMPARE(warm->tokens, cold->tokens);
+    // A one-shot session (chat = false) has no room for the pinned window:
+    // a smaller pool, and the same next turn finds the prompt's window gone
+    // (it recomputes, and answers the same).
+    auto one = std::move(*Session::create(m, std::move(*make_cpu_backend(m, 2, 8)), 256, KvType::f16, false));
+    QVERIFY(one->kv().bytes() < s->kv().bytes());
+    QCOMPARE(one->kv().pool().n_window_blocks() + (spec.sliding_window - 1) / KvPool::kBlockTokens + 2,
+             s->kv().pool().n_window_blocks());
+    QVERIFY(one->generate(prompt, opt).is_ok());
+    auto again = one->generate(turn2, greedy(16));
+    QVERIFY(again.is_ok());
+    QVERIFY2(again->metrics.n_reused < static_cast<int>(prompt.size()),
+             qPrintable(QString("reused %1").arg(again->metrics.n_reused)));
+    QCOMPARE(again->tokens, cold->tokens);
   }
 
   void two_conversations_share_the_system_prompt_blocks() {

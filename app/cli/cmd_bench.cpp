@@ -110,7 +110,10 @@ int cmd_bench(int argc, char** argv) {
   const int max_depth = *std::max_element(depths->begin(), depths->end());
   // The context holds the deepest, longest test (unless --ctx-size says otherwise).
   const int need = max_depth + std::max(*n_prompt, *n_gen);
-  auto setup = open_session(*args, need + (args->has("--spec") || args->has("--draft") || args->has("--chat-turns") ? 1024 : 0));
+  // --chat-turns measures a chat: its session keeps the window at each
+  // prompt's end, as the app's does.
+  const bool chat_session = args->has("--chat-turns");
+  auto setup = open_session(*args, need + (args->has("--spec") || args->has("--draft") || chat_session ? 1024 : 0), chat_session);
   if (!setup) return report(setup.status());
   Session& s = *setup->session;
   if (need > s.n_ctx())

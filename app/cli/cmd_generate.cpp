@@ -286,7 +286,7 @@ int cmd_chat(int argc, char** argv) {
   GenerateOptions opt;
   if (Status st = read_generate_options(*args, &opt); !st) return report(st);
   if (args->has("--remote")) return chat_remote(*args, opt);
-  auto setup = open_session(*args);
+  auto setup = open_session(*args, 0, true);
   if (!setup) return report(setup.status());
   Session& session = *setup->session;
   const Tokenizer& tok = session.model().tokenizer();

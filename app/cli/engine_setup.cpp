@@ -69,7 +69,7 @@ Result<ModelAndBackend> open_model_and_backend(const Args& args, int default_max
   return ModelAndBackend{std::move(*model), std::move(b->backend), *threads};
 }
 
-Result<EngineSetup> open_session(const Args& args, int default_ctx) {
+Result<EngineSetup> open_session(const Args& args, int default_ctx, bool chat) {
   auto ctx = args.get_int("--ctx-size", default_ctx, 0, 1 << 20);
   if (!ctx) return ctx.status();
   auto mb = open_model_and_backend(args);
@@ -78,7 +78,7 @@ Result<EngineSetup> open_session(const Args& args, int default_ctx) {
   if (!kv_type) return kv_type.status();
   EngineSetup s;
   s.model = mb->model;
-  auto session = Session::create(s.model, std::move(mb->backend), *ctx, *kv_type);
+  auto session = Session::create(s.model, std::move(mb->backend), *ctx, *kv_type, chat);
   if (!session) return session.status();
   s.session = std::move(*session);
   s.chat_family = s.model->chat_template();

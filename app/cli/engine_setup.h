@@ -30,7 +30,9 @@ Result<ModelAndBackend> open_model_and_backend(const Args& args, int default_max
 // Reads --model, --threads, --ctx-size, --backend, --batch-size, and the
 // speculative options --spec none|lookup|draft, --draft MODEL, --spec-k K.
 // default_ctx: the context when --ctx-size is absent (0: the model's, at most 4096).
-Result<EngineSetup> open_session(const Args& args, int default_ctx = 0);
+// chat: a session for several turns (Session::create's chat: room for the
+// window at each prompt's end); one-shot commands pass false.
+Result<EngineSetup> open_session(const Args& args, int default_ctx = 0, bool chat = false);
 int default_threads();
 // --cache-type (f16 by default).
 Result<KvType> cache_type(const Args& args);

@@ -276,23 +276,30 @@ namespace {
 // original. Blocks the sequence does not use keep other conversations' KV
 // for reuse until they are needed.
 int pool_blocks_for(int n_ctx) { return (n_ctx + KvPool::kBlockTokens - 1) / KvPool::kBlockTokens + 1; }
-// A sequence's own window parts, and room for a pinned window (pin_window).
-int own_window_blocks(const ModelConfig& c, int tokens_per_pass) {
+// A sequence's own window parts, and room for a pinned window (pin_window:
+// the blocks of a window and the one before it).
+int own_window_blocks(const ModelConfig& c, int tokens_per_pass, bool turn_window) {
   const int own = KvPool::window_blocks_for(c, 1, tokens_per_pass);
-  return own > 0 ? own + std::max(0, c.sliding_window - 1) / KvPool::kBlockTokens + 2 : 0;
+  if (own == 0 || !turn_window) return own;
+  return own + std::max(0, c.sliding_window - 1) / KvPool::kBlockTokens + 2;
 }
 }  // namespace
 
-uint64_t KvCache::bytes_for(const ModelConfig& c, int n_ctx, KvType type, int tokens_per_pass, KvStorage storage) {
-  return KvPool::bytes_for(c, pool_blocks_for(n_ctx), type, own_window_blocks(c, tokens_per_pass), storage);
+uint64_t KvCache::bytes_for(const ModelConfig& c, int n_ctx, KvType type, int tokens_per_pass, KvStorage storage,
+                            bool turn_window) {
+  return KvPool::bytes_for(c, pool_blocks_for(n_ctx), type, own_window_blocks(c, tokens_per_pass, turn_window),
+                           storage);
 }
 
 Result<std::unique_ptr<KvCache>> KvCache::create(const ModelConfig& c, int n_ctx, KvType type, int tokens_per_pass,
-                                                 KvStorage storage) {
+                                                 KvStorage storage, bool turn_window) {
   if (n_ctx < 1) return invalid_argument("context size must be at least 1");
-  auto pool = KvPool::create(c, pool_blocks_for(n_ctx), type, own_window_blocks(c, tokens_per_pass), storage);
+  auto pool =
+      KvPool::create(c, pool_blocks_for(n_ctx), type, own_window_blocks(c, tokens_per_pass, turn_window), storage);
   if (!pool) return pool.status();
-  return create_in(std::move(*pool), n_ctx);
+  auto kv = create_in(std::move(*pool), n_ctx);
+  kv->pin_room_ = turn_window;
+  return kv;
 }
 
 std::unique_ptr<KvCache> KvCache::create_in(std::shared_ptr<KvPool> pool, int n_ctx) {
@@ -315,7 +322,7 @@ KvCache::~KvCache() {
 void KvCache::pin_window() {
   unpin_window();
   const int n = n_past();
-  if (!pool_->windowed() || n == 0) return;
+  if (!pin_room_ || !pool_->windowed() || n == 0) return;
   for (int i = std::max(0, first_window_block(n) - 1); i <= (n - 1) / KvPool::kBlockTokens; i++) {
     const int b = table_[i];
     if (pool_->retain_window(b)) pins_.push_back({b, pool_->generation(b)});

@@ -163,7 +163,7 @@ Result<std::vector<CompareRow>> run_compare(const std::vector<CompareVariant>& v
         apply_chat_template((*model)->chat_template(), {{"user", opts.ttft_prompt}}), true, true);
     const int n_ctx = std::max({opts.n_ctx, opts.n_prompt + 16, 16 + opts.n_gen + 16,
                                 static_cast<int>(ttft_prompt.size()) + 8, 256});
-    auto session_r = Session::create(*model, std::move(*backend), n_ctx);
+    auto session_r = Session::create(*model, std::move(*backend), n_ctx, KvType::f16, false);  // one prompt per measurement
     if (!session_r) return fail(session_r.status());
     Session& s = **session_r;
     finish_stage(1);

@@ -31,7 +31,7 @@ void RequestMetrics::update_rates(double t_first_ms, double t_last_ms) {
 }
 
 Result<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Model> model, std::unique_ptr<Backend> backend,
-                                                 int n_ctx, KvType kv_type) {
+                                                 int n_ctx, KvType kv_type, bool chat) {
   if (!model || !backend) return invalid_argument("a session needs a model and a backend");
   if (n_ctx <= 0) n_ctx = std::min(model->config().n_ctx_train, 4096);
   if (n_ctx > model->config().n_ctx_train)
@@ -43,12 +43,12 @@ Result<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Model> mo
     const ModelConfig& c = model->config();
     MemoryNeed need;
     need.weights = model->weight_bytes();
-    need.kv = KvCache::bytes_for(c, n_ctx, kv_type, backend->max_batch(), backend->kv_storage());
+    need.kv = KvCache::bytes_for(c, n_ctx, kv_type, backend->max_batch(), backend->kv_storage(), chat);
     need.work = static_cast<uint64_t>(backend->max_batch()) *
                 (static_cast<uint64_t>(c.n_vocab) + 4ull * c.n_ff + 8ull * c.n_embd) * sizeof(float);
     if (Status st = check_memory(need, available_memory_bytes()); !st) return st;
   }
-  auto kv = KvCache::create(model->config(), n_ctx, kv_type, backend->max_batch(), backend->kv_storage());
+  auto kv = KvCache::create(model->config(), n_ctx, kv_type, backend->max_batch(), backend->kv_storage(), chat);
   if (!kv) return kv.status();
   std::unique_ptr<Session> s(new Session());
   s->model_ = std::move(model);

@@ -198,12 +198,16 @@ class KvCache {
   // A sequence of up to n_ctx positions with a pool of its own, sized for
   // the context (plus one block for copy on write) and, for the window
   // parts, for passes of at most tokens_per_pass tokens: what the sequence
-  // does not use keeps other conversations cached.
+  // does not use keeps other conversations cached. turn_window: room for
+  // one more window (pin_window), for a chat whose next turn or regenerate
+  // goes back to the last prompt's end; without it pin_window does nothing
+  // and the pool holds what llama.cpp's cache holds.
   static Result<std::unique_ptr<KvCache>> create(const ModelConfig& c, int n_ctx, KvType type = KvType::f16,
-                                                 int tokens_per_pass = 512, KvStorage storage = KvStorage::host);
+                                                 int tokens_per_pass = 512, KvStorage storage = KvStorage::host,
+                                                 bool turn_window = true);
   // The bytes create() allocates for n_ctx positions (K and V of its pool).
   static uint64_t bytes_for(const ModelConfig& c, int n_ctx, KvType type = KvType::f16, int tokens_per_pass = 512,
-                            KvStorage storage = KvStorage::host);
+                            KvStorage storage = KvStorage::host, bool turn_window = true);
   // A sequence in a shared pool.
   static std::unique_ptr<KvCache> create_in(std::shared_ptr<KvPool> pool, int n_ctx);
   ~KvCache();
@@ -276,7 +280,8 @@ class KvCache {
   // long answer moved the sequence's own window on: a chat's next turn
   // re-renders the answer and usually differs from the sampled tokens where
   // it began, and regenerate starts there. Session pins at the end of each
-  // prompt; create() sizes the window store with room for it.
+  // prompt; create() sizes the window store with room for it (turn_window),
+  // and without that room (or in a shared pool: create_in) nothing is pinned.
   void pin_window();
   void unpin_window();
   bool prefix_cache() const { return prefix_cache_; }
@@ -315,6 +320,7 @@ class KvCache {
   std::shared_ptr<KvPool> pool_;
   int n_ctx_ = 0;
   bool prefix_cache_ = true;
+  bool pin_room_ = false;          // create() made room for pin_window()
   std::vector<int> table_;         // block of each kBlockTokens positions
   std::vector<uint8_t> held_;      // per table entry: 1 while its window part is held
   int held_from_ = 0;              // no entry before it holds its window part

@@ -76,9 +76,13 @@ struct GenerateResult {
 class Session {
  public:
   // n_ctx <= 0 takes the model's trained context, capped at 4096. K/V are
-  // stored as kv_type (F16 by default, as llama.cpp's cache).
+  // stored as kv_type (F16 by default, as llama.cpp's cache). chat: the
+  // cache keeps room for the window at each prompt's end (KvCache's
+  // turn_window), so that a chat's next turn or a regenerate after an answer
+  // longer than a sliding window reuses the prompt (Gemma 3 270M: 7.8 MiB at
+  // F16); one-shot uses (bench, perplexity, a single generate) pass false.
   static Result<std::unique_ptr<Session>> create(std::shared_ptr<const Model> model, std::unique_ptr<Backend> backend,
-                                                 int n_ctx, KvType kv_type = KvType::f16);
+                                                 int n_ctx, KvType kv_type = KvType::f16, bool chat = true);
 
   // Runs one request. The prompt is the whole sequence (e.g. a rendered chat);
   // the part already in the cache is not computed again. cancel is read
