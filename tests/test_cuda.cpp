@@ -431,8 +431,9 @@ class TestCuda : public QObject {
   // follow the CPU reference while the window moves on, after a rollback to a
   // pinned window, and after the device lost the sequence (another pool in
   // between) and recomputed it from the start through the ring (the early
-  // blocks' window parts are gone; the ring of 6 parts, 96 positions, goes
-  // round more than once).
+  // blocks' window parts are gone). Passes of 24 tokens: recomputation
+  // passes that start mid-block, and a ring of 3 parts, as few as such a
+  // pass and its window need, which goes round many times.
   void device_keeps_only_the_window() {
     const CudaProbe p = probe_cuda();
     REQUIRE_CUDA(p);
@@ -460,19 +461,20 @@ class TestCuda : public QObject {
     QVERIFY(m.is_ok());
     const ModelConfig& c = (*m)->config();
     const int V = c.n_vocab;
-    auto gb = make_cuda_backend(*m, 64);
-    auto cb = make_cpu_reference_backend(*m, 2, 64);
+    const int B = 24;
+    auto gb = make_cuda_backend(*m, B);
+    auto cb = make_cpu_reference_backend(*m, 2, B);
     QVERIFY2(gb.is_ok() && cb.is_ok(), gb.is_ok() ? cb.status().message().c_str() : gb.status().message().c_str());
     Backend& gpu = **gb;
-    auto gkv = KvCache::create(c, 256, KvType::f16, 64, gpu.kv_storage());
-    auto ckv = KvCache::create(c, 256, KvType::f16, 64);
+    auto gkv = KvCache::create(c, 256, KvType::f16, B, gpu.kv_storage());
+    auto ckv = KvCache::create(c, 256, KvType::f16, B);
     QVERIFY(gkv.is_ok() && ckv.is_ok());
     std::vector<float> lg(V), lc(V);
-    // Both sides take the same tokens, in passes of up to 64; the NMSE of
+    // Both sides take the same tokens, in passes of up to B; the NMSE of
     // the last logits, or -1.
     auto step = [&](const std::vector<int32_t>& t) {
-      for (int i = 0; i < static_cast<int>(t.size()); i += 64) {
-        const int n = std::min(64, static_cast<int>(t.size()) - i);
+      for (int i = 0; i < static_cast<int>(t.size()); i += B) {
+        const int n = std::min(B, static_cast<int>(t.size()) - i);
         for (auto [be, kv, out] : {std::tuple{&gpu, &**gkv, &lg}, std::tuple{&**cb, &**ckv, &lc}})
           if (Status st = be->forward(t.data() + i, n, *kv, out->data(), LogitsMode::last); !st) {
             qWarning("%s: %s", be->name().c_str(), st.message().c_str());
@@ -504,7 +506,7 @@ class TestCuda : public QObject {
     }
     QVERIFY((*gkv)->pool().window_slot((*gkv)->block_table()[0]) < 0);  // given to later blocks
     // Another pool in between: the device pool is made anew for it.
-    auto other = KvCache::create(c, 64, KvType::f16, 64, gpu.kv_storage());
+    auto other = KvCache::create(c, 64, KvType::f16, B, gpu.kv_storage());
     QVERIFY(other.is_ok());
     const std::vector<int32_t> five = tokens(5, 9);
     QVERIFY(gpu.forward(five.data(), 5, **other, lg.data(), LogitsMode::last));
@@ -513,6 +515,63 @@ class TestCuda : public QObject {
     e = step(tokens(1, 99));
     QVERIFY2(e >= 0 && e <= 5e-4, qPrintable(QString("after recomputing %1 positions: NMSE %2").arg(n).arg(e)));
     QCOMPARE(gpu.positions_computed() - before, static_cast<uint64_t>(n + 1));
+  }
+
+  // A recomputation through the ring writes back into the window parts only
+  // the slots it computed: B shares A's block 3 (published, whole for B) and
+  // A went back into it (truncate to 50), A's first block lost its window
+  // part to C, and the device pool was made anew for another cache; then
+  // one pass for B and A recomputes B plainly and A through the ring, and
+  // B's window in block 3 must still be B's.
+  void ring_recompute_keeps_a_shared_block_whole() {
+    const CudaProbe p = probe_cuda();
+    REQUIRE_CUDA(p);
+    auto m = Model::load(write_tiny_model(tiny_spec("gemma3"), "cuda_tiny_gemma3.gguf"));
+    QVERIFY(m.is_ok());
+    const ModelConfig& c = (*m)->config();
+    const int V = c.n_vocab;
+    auto gb = make_cuda_backend(*m, 64);
+    auto cb = make_cpu_reference_backend(*m, 2, 64);
+    QVERIFY(gb.is_ok() && cb.is_ok());
+    auto tokens = [&](int n, int salt) {
+      std::vector<int32_t> t;
+      for (int i = 0; i < n; i++) t.push_back(static_cast<int32_t>((i * 37 + salt * 11 + 5) % V));
+      return t;
+    };
+    // B's and A's last logits after the scenario, on one backend.
+    auto run = [&](Backend& be, bool device) -> std::vector<float> {
+      auto pool = KvPool::create(c, 32, KvType::f16, 8, be.kv_storage());
+      if (!pool) return {};
+      auto a = KvCache::create_in(*pool, 128), b = KvCache::create_in(*pool, 128), cc = KvCache::create_in(*pool, 128);
+      const std::vector<int32_t> t = tokens(64, 1), other_t = tokens(48, 7);
+      std::vector<float> l(static_cast<size_t>(V));
+      if (!be.forward(t.data(), 64, *a, l.data(), LogitsMode::last)) return {};
+      if (!be.forward(t.data(), 32, *b, l.data(), LogitsMode::last)) return {};
+      if (a->truncate(50) != 50 || b->reuse_prefix(t.data(), 64) != 64) return {};
+      if (!be.forward(other_t.data(), 48, *cc, l.data(), LogitsMode::last)) return {};
+      if (b->block_table()[3] != a->block_table()[3] || (*pool)->window_slot(a->block_table()[0]) >= 0) return {};
+      if (device) {  // the device pool is made anew for another cache
+        auto other = KvCache::create(c, 64, KvType::f16, 64, be.kv_storage());
+        if (!other || !be.forward(t.data(), 5, **other, l.data(), LogitsMode::last)) return {};
+      }
+      std::vector<float> lb(static_cast<size_t>(V)), la(static_cast<size_t>(V));
+      const int32_t tb = 3, ta = 4;
+      const SeqChunk pass[2] = {{b.get(), &tb, 1, LogitsMode::last, lb.data()}, {a.get(), &ta, 1, LogitsMode::last, la.data()}};
+      if (be.batched_forward()) {
+        if (!be.forward_batch(pass, 2)) return {};
+      } else if (!be.forward(&tb, 1, *b, lb.data(), LogitsMode::last) || !be.forward(&ta, 1, *a, la.data(), LogitsMode::last)) {
+        return {};
+      }
+      lb.insert(lb.end(), la.begin(), la.end());
+      return lb;
+    };
+    const std::vector<float> want = run(**cb, false), got = run(**gb, true);
+    QVERIFY2(!want.empty() && !got.empty(), "the scenario did not come about");
+    const std::vector<float> wb(want.begin(), want.begin() + V), gb_(got.begin(), got.begin() + V);
+    const std::vector<float> wa(want.begin() + V, want.end()), ga(got.begin() + V, got.end());
+    qInfo("logits NMSE vs the CPU: B %.3g, A %.3g", nmse(wb, gb_), nmse(wa, ga));
+    QVERIFY2(nmse(wb, gb_) <= 5e-4, qPrintable(QString("B: NMSE %1").arg(nmse(wb, gb_))));
+    QVERIFY2(nmse(wa, ga) <= 5e-4, qPrintable(QString("A: NMSE %1").arg(nmse(wa, ga))));
   }
 
   // A decode pass of 10 sequences is padded to the graph of bucket 16, as

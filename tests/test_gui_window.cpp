@@ -5,6 +5,7 @@
 #include <QLineEdit>
 #include <QPlainTextEdit>
 #include <QSignalSpy>
+#include <QStatusBar>
 #include <QTemporaryDir>
 #include <QTest>
 #include <QTimer>
@@ -455,6 +456,36 @@ class TestGuiWindow : public QObject {
     w.resize(1280, 800);
     QApplication::processEvents();
     QVERIFY(!w.isNarrowLayout());
+  }
+
+  // At 800x600 the permanent labels (the model's name, backend and type
+  // mix) had left a status message two letters: while a message is shown,
+  // the model label gives it the room, its text elided (whole in the
+  // tooltip), and is whole again once the message goes.
+  void a_status_message_has_room_at_800x600() {
+    MainWindow w(options());
+    w.resize(800, 600);
+    w.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&w));
+    QVERIFY(loadStories(w));
+    auto* label = w.findChild<QLabel*>(QStringLiteral("modelLabel"));
+    QVERIFY(label);
+    const QString whole = label->text();
+    QVERIFY2(whole.contains(QStringLiteral(" · ")), qPrintable(whole));  // name · backend · type mix
+    // (the message the screenshots caught as "Me")
+    const QString message = QStringLiteral("Measuring this machine's memory bandwidth and compute peaks… and "
+                                           "exporting 12 conversations to /home/someone/Documents");
+    w.statusBar()->showMessage(message, 60000);
+    QApplication::processEvents();
+    QTest::qWait(50);
+    const int needed = QFontMetrics(w.statusBar()->font()).horizontalAdvance(message);
+    QVERIFY2(label->geometry().left() >= needed,
+             qPrintable(QStringLiteral("the label starts at %1, the message needs %2").arg(label->geometry().left()).arg(needed)));
+    QVERIFY2(label->text() != whole, qPrintable(whole));
+    QCOMPARE(label->toolTip(), whole);
+    w.statusBar()->clearMessage();
+    QApplication::processEvents();
+    QCOMPARE(label->text(), whole);
   }
 
   // stories260K has no chat template: the window says it is a base model and

@@ -429,6 +429,11 @@ void EngineWorker::generateImpl(int requestId, const QList<ChatTurn>& turns, con
       // (that would fold the prefill time into it).
       lastMetricsMs = now;
       tokensAtLastMetrics = 1;
+      // The phase changes with the first token on screen, not an interval later.
+      live.nGenerated = 1;
+      live.elapsedMs = now;
+      live.windowTps = 0;
+      emit metricsUpdated(live);
     }
     if (!pending.empty() && now - lastDeltaMs >= kDeltaIntervalMs) {
       flushDelta();

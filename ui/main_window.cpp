@@ -19,6 +19,7 @@
 #include <QProgressDialog>
 #include <QPushButton>
 #include <QSettings>
+#include <QFontMetrics>
 #include <QStatusBar>
 #include <QThread>
 #include <QToolButton>
@@ -163,6 +164,7 @@ MainWindow::MainWindow(const Options& options, QWidget* parent) : QMainWindow(pa
   addDockWidget(Qt::RightDockWidgetArea, m_metrics);
 
   m_modelLabel = new QLabel(tr("No model"));
+  m_modelLabel->setObjectName(QStringLiteral("modelLabel"));
   m_notSavedLabel = new QLabel(tr("<b style='color:#b00020'>Not saved</b>"));
   m_notSavedLabel->setObjectName(QStringLiteral("notSavedLabel"));
   m_notSavedLabel->setToolTip(tr("The conversation database cannot be used: chats are kept in memory only."));
@@ -178,6 +180,8 @@ MainWindow::MainWindow(const Options& options, QWidget* parent) : QMainWindow(pa
   m_serveLabel->hide();
   statusBar()->addPermanentWidget(m_serveLabel);
   statusBar()->addPermanentWidget(m_modelLabel);
+  m_modelText = m_modelLabel->text();
+  connect(statusBar(), &QStatusBar::messageChanged, this, [this] { fitStatusBar(); });
   m_serveStatus = tr("Not serving.");
 
   // Wiring. All of these are GUI-thread objects; the thread hop happens
@@ -235,7 +239,7 @@ MainWindow::MainWindow(const Options& options, QWidget* parent) : QMainWindow(pa
     // A remote server's URL ends in its API path ("v1"): name the server.
     const bool url = path.contains(QLatin1String("://"));
     const QString what = url ? path : QFileInfo(path).fileName();
-    m_modelLabel->setText(url ? tr("Connecting to %1…").arg(what) : tr("Loading %1…").arg(what));
+    setModelLabel(url ? tr("Connecting to %1…").arg(what) : tr("Loading %1…").arg(what));
     updateWelcome();
     if (!m_loadProgress) {
       // Busy indicator: the load is an mmap plus validation, with no
@@ -248,7 +252,7 @@ MainWindow::MainWindow(const Options& options, QWidget* parent) : QMainWindow(pa
       m_loadProgress->setAutoReset(false);
       connect(m_loadProgress, &QProgressDialog::canceled, m_engine, &EngineController::cancelLoad);
     }
-    m_loadProgress->setLabelText(m_modelLabel->text());
+    m_loadProgress->setLabelText(m_modelText);
     m_loadProgress->reset();
     m_loadProgress->setRange(0, 0);
     m_loadProgress->setValue(0);
@@ -258,17 +262,17 @@ MainWindow::MainWindow(const Options& options, QWidget* parent) : QMainWindow(pa
   };
   connect(m_engine, &EngineController::modelLoadFailed, this, [this, endLoad](const QString&) {
     endLoad();
-    m_modelLabel->setText(tr("No model"));
+    setModelLabel(tr("No model"));
     syncChatToolbar();
     updateWelcome();
   });
   connect(m_engine, &EngineController::modelLoadCancelled, this, [this, endLoad] {
     endLoad();
-    m_modelLabel->setText(tr("No model (load cancelled)"));
+    setModelLabel(tr("No model (load cancelled)"));
     updateWelcome();
   });
   connect(m_engine, &EngineController::modelUnloaded, this, [this] {
-    m_modelLabel->setText(tr("No model"));
+    setModelLabel(tr("No model"));
     setWindowTitle(QStringLiteral("PhaseLab"));
     syncChatToolbar();
     updateWelcome();
@@ -604,6 +608,29 @@ bool MainWindow::isBaseModelNoteShown() const { return m_baseModelNote->isVisibl
 void MainWindow::resizeEvent(QResizeEvent* e) {
   QMainWindow::resizeEvent(e);
   updateDockLayout();
+  fitStatusBar();
+}
+
+void MainWindow::setModelLabel(const QString& text) {
+  m_modelText = text;
+  fitStatusBar();
+}
+
+void MainWindow::fitStatusBar() {
+  if (!m_modelLabel) return;
+  const QString message = statusBar()->currentMessage();
+  const QFontMetrics fm(m_modelLabel->font());
+  const int whole = fm.horizontalAdvance(m_modelText);
+  int room = whole;
+  if (!message.isEmpty()) {
+    int others = 0;  // the other permanent labels, and the gaps between the parts
+    for (QLabel* l : {m_notSavedLabel, m_serveLabel})
+      if (l->isVisibleTo(this)) others += l->sizeHint().width() + 8;
+    room = statusBar()->width() - others - QFontMetrics(statusBar()->font()).horizontalAdvance(message) - 40;
+  }
+  const bool elided = room < whole;
+  m_modelLabel->setText(elided ? fm.elidedText(m_modelText, Qt::ElideRight, std::max(room, fm.horizontalAdvance(QStringLiteral("M…")))) : m_modelText);
+  m_modelLabel->setToolTip(elided ? m_modelText : QString());
 }
 
 void MainWindow::updateDockLayout() {
@@ -712,7 +739,7 @@ void MainWindow::onModelLoaded(const ModelInfo& info) {
   if (m_loadProgress) m_loadProgress->cancel();
   if (info.remote) {
     spdlog::info("gui: connected to {} ({})", info.remoteUrl.toStdString(), info.remoteModel.toStdString());
-    m_modelLabel->setText(tr("%1 · remote at %2").arg(info.name, info.remoteUrl));
+    setModelLabel(tr("%1 · remote at %2").arg(info.name, info.remoteUrl));
     setWindowTitle(QStringLiteral("PhaseLab — %1 (remote)").arg(info.name));
     m_metrics->setModel(info);
     updateBaseModelNote();
@@ -725,7 +752,7 @@ void MainWindow::onModelLoaded(const ModelInfo& info) {
   }
   spdlog::info("gui: loaded model {} ({}, {} backend)", info.path.toStdString(), info.name.toStdString(),
                info.backend.toStdString());
-  m_modelLabel->setText(tr("%1 · %2 · %3").arg(info.name, info.backend, info.typeMix));
+  setModelLabel(tr("%1 · %2 · %3").arg(info.name, info.backend, info.typeMix));
   setWindowTitle(QStringLiteral("PhaseLab — %1").arg(info.name));
   m_metrics->setModel(info);
   updateBaseModelNote();

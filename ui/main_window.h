@@ -94,6 +94,13 @@ class MainWindow : public QMainWindow {
  protected:
   void closeEvent(QCloseEvent* e) override;
   void resizeEvent(QResizeEvent* e) override;
+  // The status bar's model label: its text, shown whole unless a transient
+  // message needs the room (fitStatusBar).
+  void setModelLabel(const QString& text);
+  // While the status bar shows a message, the model label gives up the width
+  // the message needs (its text elided, whole in its tooltip): at 800x600
+  // the permanent labels had left a message two letters.
+  void fitStatusBar();
   void dragEnterEvent(QDragEnterEvent* e) override;
   void dropEvent(QDropEvent* e) override;
 
@@ -145,6 +152,7 @@ class MainWindow : public QMainWindow {
   QWidget* m_chatPage = nullptr;
   WelcomePage* m_welcomePage = nullptr;
   QLabel* m_modelLabel = nullptr;
+  QString m_modelText;  // the model label's whole text (it shows less while a message needs the room)
   QLabel* m_serveLabel = nullptr;
   QString m_serveStatus;  // for the Settings dialog: the address, the failure, or "Not serving."
   QProgressDialog* m_loadProgress = nullptr;

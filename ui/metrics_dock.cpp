@@ -406,8 +406,12 @@ void MetricsDock::updateMetrics(const LiveMetrics& m) {
     m_prefillSet->replace(bar, row.prefillMs);
     m_decodeSet->replace(bar, row.decodeMs);
     const QString phase = m.phase == QLatin1String("done") ? tr("done") : tr("decoding");
-    m_header->setText(m_modelText +
-                      tr(" — %1, %2 tokens, %3 tok/s").arg(phase).arg(m.nGenerated).arg(m.decodeTps, 0, 'f', 1));
+    // (No rate yet at the first token.)
+    m_header->setText(m_modelText + (m.decodeTps > 0 ? tr(" — %1, %2 tokens, %3 tok/s")
+                                                           .arg(phase)
+                                                           .arg(m.nGenerated)
+                                                           .arg(m.decodeTps, 0, 'f', 1)
+                                                     : tr(" — %1, %2 tokens").arg(phase).arg(m.nGenerated)));
   }
   // A request stopped before its first token has no TTFT: a point at 0 ms
   // would be a marker on the axis that reads as "instant".

@@ -398,25 +398,49 @@ class CudaBackend final : public Backend {
       for (int i = kv.first_window_block(p); i < n_table && !ring; i++) ring = pool.window_slot(table[i]) < 0;
     if (ring) {
       p = 0;
-      PHASELAB_TRY(make_ring());
+      if (Status st = make_ring(); !st) {
+        free_ring();
+        return st;
+      }
     }
     ring_mode_ = ring;
     Status st = Status::ok();
     while (p < n && st.is_ok()) {
-      const int c = std::min(prepare_chunk(), n - p);
+      const int c = std::min(ring ? ring_chunk() : max_batch_, n - p);
       parts_.clear();
       parts_.push_back(Part{&kv, kv.tokens().data() + p, p, c, LogitsMode::none});
       st = run_pass();
+      // The slots this pass wrote, into the window parts of blocks that
+      // have one (only those: the rest of a shared block's part is another
+      // sequence's).
       for (int i = p / kBlock; ring && st.is_ok() && i * kBlock < p + c; i++)
         if (const int w = pool.window_slot(table[i]); w >= 0)
-          st = copy_part(pool_wk_, pool_wv_, ring_k_, ring_v_, layout_.window_block_bytes(elem_), w, i % layout_.ring);
+          st = copy_ring_slots(w, i % layout_.ring, std::max(p, i * kBlock) - i * kBlock,
+                               std::min(p + c, (i + 1) * kBlock) - i * kBlock);
       if (st.is_ok()) st = cuda_status(cudaStreamSynchronize(stream_), "cudaStreamSynchronize", __FILE__, __LINE__);
       prof_.collect("prefill", c);
       p += c;
     }
     ring_mode_ = false;
     if (ring) free_ring();
+    if (!st) {  // what the failed passes marked computed may not have reached the window parts
+      cudaStreamSynchronize(stream_);
+      for (int i = 0; i < n_table; i++) set_filled(kv, table[i], 0);
+    }
     return st;
+  }
+
+  // Slots [s0, s1) of every local layer, from ring part r to window part w.
+  Status copy_ring_slots(int w, int r, int s0, int s1) {
+    const size_t part = layout_.window_block_bytes(elem_);
+    if (s0 == 0 && s1 == kBlock) return copy_part(pool_wk_, pool_wv_, ring_k_, ring_v_, part, w, r);
+    const size_t row = cuda::kv_values_bytes(elem_, layout_.n_embd_kv), layer = kBlock * row;
+    for (int li = 0; li < layout_.n_local; li++) {
+      const size_t at = li * layer + s0 * row, bytes = (s1 - s0) * row;
+      CUDA_TRY(cudaMemcpyAsync(pool_wk_ + w * part + at, ring_k_ + r * part + at, bytes, cudaMemcpyDeviceToDevice, stream_));
+      CUDA_TRY(cudaMemcpyAsync(pool_wv_ + w * part + at, ring_v_ + r * part + at, bytes, cudaMemcpyDeviceToDevice, stream_));
+    }
+    return Status::ok();
   }
 
   void free_ring() {
@@ -741,8 +765,9 @@ class CudaBackend final : public Backend {
   static constexpr int kBlock = cuda::kKvBlockTokens;
   static_assert(kBlock == KvPool::kBlockTokens, "the device pool mirrors the host's blocks");
 
-  // The positions of each pass with which prepare() recomputes.
-  int prepare_chunk() const { return std::min(max_batch_, 64); }
+  // The positions of each pass with which prepare() recomputes through the
+  // ring (which holds the window and one such pass).
+  int ring_chunk() const { return std::min(max_batch_, 64); }
 
   // How the device stores a pool's K/V, each of K and V in two stores laid
   // out as the host pool's: the full-attention layers' part of every block,
@@ -778,7 +803,7 @@ class CudaBackend final : public Backend {
     l.n_embd_kv = static_cast<size_t>(c_.n_embd_kv());
     if (l.n_local > 0) {
       l.n_window = pool.n_window_blocks();
-      l.ring = (pool.window() + prepare_chunk() - 2) / kBlock + 2;
+      l.ring = (pool.window() + ring_chunk() - 2) / kBlock + 2;
     }
     return l;
   }
