@@ -432,9 +432,9 @@ class CudaBackend final : public Backend {
 
   // Slots [s0, s1) of every local layer, from ring part r to window part w.
   Status copy_ring_slots(int w, int r, int s0, int s1) {
-    const size_t part = layout_.window_block_bytes(elem_);
+    const size_t part = layout_.window_block_bytes();
     if (s0 == 0 && s1 == kBlock) return copy_part(pool_wk_, pool_wv_, ring_k_, ring_v_, part, w, r);
-    const size_t row = cuda::kv_values_bytes(elem_, layout_.n_embd_kv), layer = kBlock * row;
+    const size_t row = cuda::kv_values_bytes(layout_.elem, layout_.n_embd_kv), layer = kBlock * row;
     for (int li = 0; li < layout_.n_local; li++) {
       const size_t at = li * layer + s0 * row, bytes = (s1 - s0) * row;
       CUDA_TRY(cudaMemcpyAsync(pool_wk_ + w * part + at, ring_k_ + r * part + at, bytes, cudaMemcpyDeviceToDevice, stream_));
@@ -455,7 +455,7 @@ class CudaBackend final : public Backend {
   // table: position p's rows in part (p / kBlock) % ring.
   Status make_ring() {
     free_ring();  // one a failed make_ring left
-    const size_t bytes = layout_.window_block_bytes(elem_) * layout_.ring;
+    const size_t bytes = layout_.window_block_bytes() * layout_.ring;
     size_t free_b = 0, total_b = 0;
     CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
     if (2 * bytes + table_cap_ * sizeof(int32_t) > free_b)
@@ -494,10 +494,10 @@ class CudaBackend final : public Backend {
       const int b = table[i];
       if (i == first && old_tail >= 0) {
         if (b != old_tail) {
-          PHASELAB_TRY(copy_part(pool_k_, pool_v_, pool_k_, pool_v_, layout_.full_block_bytes(elem_), b, old_tail));
+          PHASELAB_TRY(copy_part(pool_k_, pool_v_, pool_k_, pool_v_, layout_.full_block_bytes(), b, old_tail));
           const int wslot = kv.pool().window_slot(b);
           if (wslot >= 0 && old_wslot >= 0)
-            PHASELAB_TRY(copy_part(pool_wk_, pool_wv_, pool_wk_, pool_wv_, layout_.window_block_bytes(elem_), wslot,
+            PHASELAB_TRY(copy_part(pool_wk_, pool_wv_, pool_wk_, pool_wv_, layout_.window_block_bytes(), wslot,
                                    old_wslot));
           set_filled(kv, b, n % kBlock);
         }
@@ -784,13 +784,13 @@ class CudaBackend final : public Backend {
     int n_blocks = 0;             // the pool's blocks
     int n_window = 0, ring = 0;   // the pool's window parts; prepare()'s ring's
     size_t n_embd_kv = 0;
-    size_t full_block_bytes(cuda::KvElem e) const { return cuda::kv_values_bytes(e, n_full * kBlock * n_embd_kv); }
-    size_t window_block_bytes(cuda::KvElem e) const { return cuda::kv_values_bytes(e, n_local * kBlock * n_embd_kv); }
+    size_t full_block_bytes() const { return cuda::kv_values_bytes(elem, n_full * kBlock * n_embd_kv); }
+    size_t window_block_bytes() const { return cuda::kv_values_bytes(elem, n_local * kBlock * n_embd_kv); }
     int full_parts() const { return n_blocks + 1; }
     int window_parts() const { return n_local > 0 ? n_window + 1 : 0; }
     int pad_window_part() const { return n_window; }
     uint64_t store_bytes(bool window) const {
-      return window ? uint64_t{window_block_bytes(elem)} * window_parts() : uint64_t{full_block_bytes(elem)} * full_parts();
+      return window ? uint64_t{window_block_bytes()} * window_parts() : uint64_t{full_block_bytes()} * full_parts();
     }
     uint64_t bytes() const { return 2 * (store_bytes(false) + store_bytes(true)); }  // K and V
   };
@@ -820,7 +820,7 @@ class CudaBackend final : public Backend {
   // changes.
   Status ensure_pool(const KvCache& kv) {
     const KvPool& pool = kv.pool();
-    if (pool.id() == pool_id_ && pool.n_blocks() == pool_blocks_) return Status::ok();
+    if (pool.id() == pool_id_ && pool.n_blocks() == layout_.n_blocks) return Status::ok();
     drop_graphs();                              // the graphs hold the old buffers' addresses
     CUDA_TRY(cudaStreamSynchronize(stream_));  // nothing in flight may still use the old buffers
     for (void* p : {static_cast<void*>(pool_k_), static_cast<void*>(pool_v_), static_cast<void*>(pool_wk_),
@@ -848,7 +848,6 @@ class CudaBackend final : public Backend {
       allocations_.push_back(*store);
     }
     layout_ = layout;
-    elem_ = layout.elem;
     layer_local_.assign(c_.n_layer, 0);
     layer_index_.assign(c_.n_layer, 0);
     for (int il = 0; il < c_.n_layer; il++) {
@@ -858,7 +857,6 @@ class CudaBackend final : public Backend {
     PHASELAB_TRY(alloc(&scratch_, scratch_n));
     filled_.assign(pool.n_blocks(), BlockFill{});
     pool_id_ = pool.id();
-    pool_blocks_ = pool.n_blocks();
     table_cap_ = table_cap;
     n_slots_ = 0;  // the tables are made for the new capacity
     return ensure_slots(1);
@@ -891,10 +889,10 @@ class CudaBackend final : public Backend {
     for (auto& up : slot_uploaded_) up.reserve(table_cap_);
     wslot_uploaded_.assign(slots, std::vector<int>(layout_.n_local > 0 ? table_cap_ : 0, -1));
     row_of_.assign(slots, 0);
-    // The pad slot: its first entry is the extra block (pool_blocks_), and
+    // The pad slot: its first entry is the extra block (the pool's n_blocks), and
     // in the window-slot tables the extra window part.
     const size_t pad_at = static_cast<size_t>(slots) * table_cap_;
-    tables_stage_[pad_at] = pool_blocks_;
+    tables_stage_[pad_at] = layout_.n_blocks;
     wtables_stage_[pad_at] = layout_.pad_window_part();
     CUDA_TRY(cudaMemcpyAsync(tables_ + pad_at, tables_stage_ + pad_at, sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
     CUDA_TRY(cudaMemcpyAsync(wtables_ + pad_at, wtables_stage_ + pad_at, sizeof(int32_t), cudaMemcpyHostToDevice,
@@ -908,12 +906,12 @@ class CudaBackend final : public Backend {
   // tables.
   cuda::KvPages pages(int il) const {
     const size_t rows = kBlock * layout_.n_embd_kv;  // values of one layer's part of a block
-    const size_t layer = cuda::kv_values_bytes(elem_, layer_index_[il] * rows);
+    const size_t layer = cuda::kv_values_bytes(layout_.elem, layer_index_[il] * rows);
     if (layer_local_[il] && ring_mode_)  // (one sequence: its table_at is 0)
-      return cuda::KvPages{ring_k_ + layer, ring_v_ + layer, ring_table_, layout_.n_local * rows, elem_};
+      return cuda::KvPages{ring_k_ + layer, ring_v_ + layer, ring_table_, layout_.n_local * rows, layout_.elem};
     if (layer_local_[il])
-      return cuda::KvPages{pool_wk_ + layer, pool_wv_ + layer, wtables_, layout_.n_local * rows, elem_};
-    return cuda::KvPages{pool_k_ + layer, pool_v_ + layer, tables_, layout_.n_full * rows, elem_};
+      return cuda::KvPages{pool_wk_ + layer, pool_wv_ + layer, wtables_, layout_.n_local * rows, layout_.elem};
+    return cuda::KvPages{pool_k_ + layer, pool_v_ + layer, tables_, layout_.n_full * rows, layout_.elem};
   }
   // Rows [r, ...) of the pass.
   cuda::RowMap row_map(int r = 0) const { return cuda::RowMap{meta_ + max_batch_ + r, meta_ + 2 * max_batch_ + r}; }
@@ -1072,7 +1070,7 @@ class CudaBackend final : public Backend {
   Pass pass_;
   // The paged K/V pool mirroring the host's (KvLayout): the full layers'
   // parts of the blocks (pool_k_, pool_v_) and the window parts (pool_wk_,
-  // pool_wv_), values of elem_ (the host pool's type); per layer whether it
+  // pool_wv_), values of layout_.elem (the host pool's type); per layer whether it
   // is a local one and its index in its store; filled_: leading slots of
   // each block the device computed. scratch_: attention's partial results.
   uint8_t *pool_k_ = nullptr, *pool_v_ = nullptr, *pool_wk_ = nullptr, *pool_wv_ = nullptr;
@@ -1083,7 +1081,6 @@ class CudaBackend final : public Backend {
   bool ring_mode_ = false;
   std::vector<uint8_t> layer_local_;
   std::vector<int> layer_index_;
-  cuda::KvElem elem_ = cuda::KvElem::f32;
   float* scratch_ = nullptr;
   // Block tables and window-slot tables: n_slots_ + 1 slots of table_cap_
   // entries each (the last is the pad slot), their pinned staging, and what
@@ -1093,7 +1090,6 @@ class CudaBackend final : public Backend {
   std::vector<std::vector<int>> slot_uploaded_, wslot_uploaded_;
   int n_slots_ = 0, table_cap_ = 0;
   uint64_t pool_id_ = 0;  // the host pool mirrored (KvPool::id)
-  int pool_blocks_ = 0;
   struct BlockFill {
     uint32_t generation = 0;  // the KvPool::generation the slots were computed in
     uint8_t slots = 0;        // leading slots computed
