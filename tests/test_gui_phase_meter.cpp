@@ -140,6 +140,50 @@ class TestGuiPhaseMeter : public QObject {
     QVERIFY2(m.decodeText().contains(QLatin1String("the 5 passes disagree")), qPrintable(m.decodeText()));
   }
 
+  // A doubtful peak is never divided by: no percentage, the reason, and how
+  // to measure again (a cached, doubtful 6.2 GB/s had shown decode at 100%).
+  void a_doubtful_peak_shows_no_percentage() {
+    PhaseMeter m;
+    HardwarePeaks p = peaks(6.2, 480 * kMiB);
+    p.plausible = false;
+    p.note = QStringLiteral("the 512 MiB buffer is mostly cache hits");
+    m.setPeaks(p);
+    m.setModel(241 * kMiB, 2 * 268e6, true);
+    m.update(decoding(100));
+    QCOMPARE(m.decodeFraction(), 0.0);
+    QCOMPARE(m.prefillFraction(), 0.0);
+    for (QProgressBar* b : m.findChildren<QProgressBar*>()) QCOMPARE(b->text(), QStringLiteral("—"));
+    QVERIFY2(m.decodeText().contains(QLatin1String("no percentage")) && m.decodeText().contains(p.note) &&
+                 m.decodeText().contains(QLatin1String("Measure again")),
+             qPrintable(m.decodeText()));
+    // A good measurement brings the bars back.
+    m.setPeaks(peaks(20));
+    QVERIFY(m.decodeFraction() > 0);
+    QVERIFY(!m.decodeText().contains(QLatin1String("no percentage")));
+    QVERIFY(!HardwarePeaks(p).usable());
+    QVERIFY(peaks(20).usable());
+  }
+
+  // The meter divides by memory's figure and says so; where the weights fit
+  // in the last-level cache it also holds decode against the cache's figure.
+  void weights_in_the_cache_are_shown_against_the_cache_figure() {
+    PhaseMeter m;
+    HardwarePeaks p = peaks(20, 480 * kMiB);
+    p.llcBandwidth = 80e9;
+    m.setPeaks(p);
+    m.setModel(241 * kMiB, 2 * 268e6, true);
+    m.update(decoding(100));  // 25.3 GB/s
+    QVERIFY2(m.decodeText().contains(QLatin1String("of 20.0 GB/s read from memory")), qPrintable(m.decodeText()));
+    QVERIFY2(m.decodeText().contains(QLatin1String("fit in the 480 MiB last-level cache, which reads 80.0 GB/s")) &&
+                 m.decodeText().contains(QLatin1String("32% of that")),
+             qPrintable(m.decodeText()));
+    QVERIFY(m.decodeFraction() > 1);
+    // Larger than the cache: no cache figure.
+    m.setModel(600 * kMiB, 2 * 268e6, true);
+    m.update(decoding(30));
+    QVERIFY2(!m.decodeText().contains(QLatin1String("which reads")), qPrintable(m.decodeText()));
+  }
+
   // Probes cached by the first method (no version key) are not trusted.
   void probes_of_an_older_method_are_measured_again() {
     {

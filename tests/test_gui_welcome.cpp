@@ -249,6 +249,24 @@ class TestGuiWelcome : public QObject {
     QVERIFY(h.out.contains(QLatin1String("FILE.gguf")));
     QVERIFY(h.out.contains(QLatin1String("--screenshot")));
   }
+
+  // A machine without a display: --version and --help had aborted (exit 134)
+  // in QApplication; they print and exit 0, and the window itself says why it
+  // cannot open and what to use instead.
+  void version_and_help_need_no_display() {
+    const QStringList noDisplay = {QStringLiteral("QT_QPA_PLATFORM"), QStringLiteral("DISPLAY"),
+                                   QStringLiteral("WAYLAND_DISPLAY")};
+    const Run v = gui({QStringLiteral("--version")}, noDisplay);
+    QCOMPARE(v.code, 0);
+    QVERIFY2(v.out.contains(QLatin1String("PhaseLab 0.")), qPrintable(v.out + v.err));
+    const Run h = gui({QStringLiteral("--help")}, noDisplay);
+    QCOMPARE(h.code, 0);
+    QVERIFY2(h.out.contains(QLatin1String("--screenshot")), qPrintable(h.out + h.err));
+    const Run w = gui({QStringLiteral("--quit")}, noDisplay);
+    QCOMPARE(w.code, 2);
+    QVERIFY2(w.err.contains(QLatin1String("no display")) && w.err.contains(QLatin1String("phaselab-cli chat")),
+             qPrintable(w.err));
+  }
 };
 
 QTEST_MAIN(TestGuiWelcome)

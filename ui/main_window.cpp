@@ -281,10 +281,14 @@ MainWindow::MainWindow(const Options& options, QWidget* parent) : QMainWindow(pa
 
   createMenus();
   connect(m_metrics, &MetricsDock::remeasureRequested, this, &MainWindow::startHardwareProbe);
-  m_metrics->setPeaks(HardwareProbe::cached());
+  // Cached peaks that were doubtful when measured are shown with their
+  // reason but never divided by (the meter shows no percentage), and the
+  // machine is measured again once the engine is idle.
+  const HardwarePeaks cachedPeaks = HardwareProbe::cached();
+  m_metrics->setPeaks(cachedPeaks);
   // The first probe waits for the window to settle: a model loading at the
   // same time (page faults on 240 MB of weights) halved the figure.
-  if (!HardwareProbe::cached().valid() && options.measureHardware)
+  if (!cachedPeaks.usable() && options.measureHardware)
     QTimer::singleShot(1000, this, &MainWindow::startHardwareProbe);
 
   QSettings s;

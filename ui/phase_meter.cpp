@@ -99,10 +99,15 @@ void PhaseMeter::refreshToolTips() {
   const int threads = std::max(m_peaks.threads, 1);
   const QString cores = threads == 1 ? tr("1 physical core") : tr("%1 physical cores").arg(threads);
   const QString how = m_peaks.runs > 0
-                          ? tr("%1, each reading its own slice of a %2 MiB buffer with SIMD loads, best of %3 passes")
+                          ? tr("%1, each reading its own slice of a %2 MiB buffer with SIMD loads, best of %3 passes%4")
                                 .arg(cores)
                                 .arg(mib(static_cast<double>(m_peaks.bufferBytes)), 0, 'f', 0)
                                 .arg(m_peaks.runs)
+                                .arg(m_peaks.pastCache && m_peaks.llcBytes > 0
+                                         ? tr("; the buffer is at least 4x the %1 MiB last-level cache, so the "
+                                              "figure is memory's, not the cache's")
+                                               .arg(mib(static_cast<double>(m_peaks.llcBytes)), 0, 'f', 0)
+                                         : QString())
                           : tr("all physical cores reading a large buffer with SIMD loads, best of several passes");
   const QString compute = tr("%1 running independent FMA chains, best of 5 short runs").arg(cores);
   if (m_kvCache)
@@ -155,6 +160,21 @@ void PhaseMeter::refresh() {
                               "the network."));
     return;
   }
+  if (!m_measuring && m_peaks.valid() && !m_peaks.plausible) {
+    // A doubtful peak is never divided by: a percentage of it would look
+    // measured and be wrong (a cached 6.2 GB/s behind a 480 MiB cache once
+    // showed decode at "100%").
+    m_decodeFraction = m_prefillFraction = 0;
+    for (QProgressBar* b : {m_decodeBar, m_prefillBar}) {
+      b->setValue(0);
+      b->setFormat(QStringLiteral("—"));
+    }
+    m_decodeText->setText(tr("The last measurement of this machine looked doubtful (%1), so no percentage is shown. "
+                             "Press \"Measure again\" while no model is generating.")
+                              .arg(m_peaks.note));
+    m_prefillText->clear();
+    return;
+  }
   for (QProgressBar* b : {m_decodeBar, m_prefillBar}) b->setFormat(QStringLiteral("%p%"));
   if (m_measuring || !m_peaks.valid()) {
     m_decodeText->setText(m_measuring ? tr("Measuring this machine's memory bandwidth and compute peaks…")
@@ -165,18 +185,28 @@ void PhaseMeter::refresh() {
 
   const double weightMiB = mib(static_cast<double>(m_weightBytes));
   const double llcMiB = mib(static_cast<double>(m_peaks.llcBytes));
+  const bool fitsInCache = m_peaks.llcBytes > 0 && m_weightBytes <= m_peaks.llcBytes;
   QString dec;
   if (m_kvCache) {
-    dec = tr("%1 GB/s of %2 GB/s. Decode is memory-bound: every token reads all %3 MiB of weights once and does "
-             "only ~2 FLOPs per weight.")
+    // The meter divides by the memory (DRAM) figure: weights are read once
+    // per token, and what a cache keeps of them between tokens depends on
+    // everything else the machine runs. The cache's figure is shown beside
+    // it where the weights fit.
+    dec = tr("%1 GB/s of %2 GB/s read from memory. Decode is memory-bound: every token reads all %3 MiB of weights "
+             "once and does only ~2 FLOPs per weight.")
               .arg(bw / 1e9, 0, 'f', 1)
               .arg(m_peaks.memoryBandwidth / 1e9, 0, 'f', 1)
               .arg(weightMiB, 0, 'f', 1);
+    if (fitsInCache && m_peaks.llcBandwidth > 0)
+      dec += tr(" The weights fit in the %1 MiB last-level cache, which reads %2 GB/s: decode is %3% of that.")
+                 .arg(llcMiB, 0, 'f', 0)
+                 .arg(m_peaks.llcBandwidth / 1e9, 0, 'f', 1)
+                 .arg(100 * bw / m_peaks.llcBandwidth, 0, 'f', 0);
     if (m_decodeFraction > 1) {
       // Weights larger than the last-level cache come from DRAM every token:
       // more than the measured bandwidth then means the measurement was low.
-      if (m_peaks.llcBytes > 0 && m_weightBytes <= m_peaks.llcBytes)
-        dec += tr(" (Above 100%: the weights fit in the %1 MiB last-level cache.)").arg(llcMiB, 0, 'f', 0);
+      if (fitsInCache)
+        dec += tr(" Above 100%: the weights fit in the %1 MiB last-level cache, which serves part of them.").arg(llcMiB, 0, 'f', 0);
       else if (m_peaks.llcBytes > 0)
         dec += tr(" Above 100%, yet the %1 MiB of weights are larger than the %2 MiB last-level cache and are read "
                   "from memory: the measured peak looks too low (the machine was probably busy while it was "
@@ -194,8 +224,7 @@ void PhaseMeter::refresh() {
               .arg(computePeak / 1e9, 0, 'f', 0)
               .arg(opsUnit);
   }
-  if (!m_peaks.plausible && !m_peaks.note.isEmpty())
-    dec += tr(" The last measurement looked doubtful (%1).").arg(m_peaks.note);
+  if (!m_peaks.pastCache && !m_peaks.note.isEmpty()) dec += tr(" (%1.)").arg(m_peaks.note);
   m_decodeText->setText(dec);
 
   QString pre = int8 ? tr("%1 GOP/s of %2 GOP/s (8-bit integer multiply-adds, 2 ops each). ")

@@ -331,6 +331,8 @@ int cmd_bench(int argc, char** argv) {
                      {"machine_int8_gops", peaks.int8_ops / 1e9},
                      {"machine_peak_threads", peaks.threads},
                      {"machine_llc_mib", peaks.llc_bytes / 1048576.0},
+                     {"machine_llc_read_gbps", peaks.llc_read_bandwidth / 1e9},
+                     {"machine_read_buffer_mib", peaks.buffer_bytes >> 20},
                      {"machine_peaks_plausible", peaks.plausible},
                      {"machine_peaks_note", peaks.note},
                      {"peak_rss_mib", rss}});
@@ -375,12 +377,7 @@ int cmd_bench(int argc, char** argv) {
                 m.config().name.empty() ? m.config().arch_str.c_str() : m.config().name.c_str(), backend.c_str(),
                 setup->draft->name().c_str(), setup->spec_k, threads, *n_gen, spec.spec_tps, spec.plain_tps,
                 spec.spec_tps / spec.plain_tps);
-  if (peaks.read_bandwidth > 0)
-    std::printf("\nmachine: read %.1f GB/s (%d threads, SIMD reads of %zu MiB, best of %d), FP32 %.0f GFLOP/s, "
-                "int8 %.0f GOP/s, last-level cache %zu MiB%s%s\n",
-                machine_gbps, peaks.threads, peaks.buffer_bytes >> 20, peaks.runs, peaks.fp32_flops / 1e9,
-                peaks.int8_ops / 1e9, peaks.llc_bytes >> 20, peaks.plausible ? "" : "; doubtful: ",
-                peaks.plausible ? "" : peaks.note.c_str());
+  if (peaks.read_bandwidth > 0) std::printf("\nmachine: %s\n", describe_machine_peaks(peaks).c_str());
   for (const auto& r : results) {
     if (r.n_prompt > 0 && compute_peak > 0)
       std::printf("\n%s: %.1f %s, %.1f%% of the machine's %s peak %.0f %s\n", r.test.c_str(), prefill_gops(r),
@@ -394,6 +391,10 @@ int cmd_bench(int argc, char** argv) {
       if (peak_gbps > 0) std::printf(", %.1f%% of the device's peak %.0f GB/s", 100 * decode_gbps(r) / peak_gbps, peak_gbps);
       else if (machine_gbps > 0)
         std::printf(", %.1f%% of the machine's read bandwidth %.1f GB/s", 100 * bandwidth_fraction(r), machine_gbps);
+      if (peak_gbps <= 0 && weights_fit_in_llc(peaks, weight_gb * 1e9))
+        std::printf(" (the weights fit in the %zu MiB last-level cache, which reads %.1f GB/s: %.1f%% of that)",
+                    peaks.llc_bytes >> 20, peaks.llc_read_bandwidth / 1e9,
+                    100 * decode_gbps(r) * 1e9 / peaks.llc_read_bandwidth);
       std::printf("\n");
     }
   }

@@ -39,6 +39,9 @@ int cmd_devices(int argc, char** argv) {
                            {"int8_gops", peaks.int8_ops / 1e9},
                            {"threads", peaks.threads},
                            {"buffer_mib", peaks.buffer_bytes >> 20},
+                           {"past_cache", peaks.past_cache},
+                           {"llc_read_gbps", peaks.llc_read_bandwidth / 1e9},
+                           {"llc_buffer_mib", peaks.llc_buffer_bytes >> 20},
                            {"runs", peaks.runs},
                            {"isa", peaks.isa},
                            {"plausible", peaks.plausible},
@@ -57,11 +60,8 @@ int cmd_devices(int argc, char** argv) {
               std::thread::hardware_concurrency(), llc ? (std::to_string(llc >> 20) + " MiB").c_str() : "unknown",
               isa.c_str());
   if (measure) {
-    std::printf("       read %.1f GB/s (%d threads, SIMD reads of %zu MiB, best of %d), FP32 %.0f GFLOP/s, int8 %.0f GOP/s\n",
-                peaks.read_bandwidth / 1e9, peaks.threads, peaks.buffer_bytes >> 20, peaks.runs, peaks.fp32_flops / 1e9,
-                peaks.int8_ops / 1e9);
-    if (!peaks.note.empty())
-      std::printf("       %s: %s\n", peaks.plausible ? "note" : "doubtful", peaks.note.c_str());
+    std::printf("       %s\n", describe_machine_peaks(peaks).c_str());
+    if (peaks.plausible && !peaks.note.empty()) std::printf("       note: %s\n", peaks.note.c_str());
   }
   if (cuda.available)
     std::printf("cuda   %s, peak %.0f GB/s, %.1f TFLOP/s FP32\n", cuda.description.c_str(), cuda.peak_gbps, cuda.peak_tflops);

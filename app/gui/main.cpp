@@ -8,6 +8,7 @@
 #include <QUrl>
 #include <cstdio>
 #include <cstdlib>
+#include <string_view>
 #include <pwd.h>
 #include <unistd.h>
 
@@ -49,44 +50,111 @@ bool parseInt(const QString& text, const char* name, qint64 min, qint64 max, qin
   return true;
 }
 
+// Every option of the window, in one place: the window and the display-free
+// --help / --version share them.
+struct GuiOptions {
+  const QCommandLineOption model{{QStringLiteral("m"), QStringLiteral("model")}, QStringLiteral("GGUF model to load."), QStringLiteral("FILE")};
+  const QCommandLineOption prompt{{QStringLiteral("p"), QStringLiteral("prompt")}, QStringLiteral("Send TEXT once the model is loaded."), QStringLiteral("TEXT")};
+  const QCommandLineOption shot{QStringLiteral("screenshot"), QStringLiteral("After the answer, save the window to PATH.png."), QStringLiteral("PATH")};
+  const QCommandLineOption quit{QStringLiteral("quit"), QStringLiteral("Exit after the answer (and the screenshot).")};
+  const QCommandLineOption nPredict{{QStringLiteral("n"), QStringLiteral("n-predict")}, QStringLiteral("Answer token limit for this run."), QStringLiteral("N")};
+  const QCommandLineOption temp{QStringLiteral("temp"), QStringLiteral("Temperature for this run (0 = greedy)."), QStringLiteral("T")};
+  const QCommandLineOption seed{QStringLiteral("seed"), QStringLiteral("Sampling seed for this run."), QStringLiteral("S")};
+  const QCommandLineOption noKv{QStringLiteral("no-kv-cache"), QStringLiteral("Recompute the whole sequence every token (slow on purpose).")};
+  const QCommandLineOption ignoreEos{QStringLiteral("ignore-eos"), QStringLiteral("Keep generating past end-of-generation tokens.")};
+  const QCommandLineOption threads{{QStringLiteral("t"), QStringLiteral("threads")}, QStringLiteral("CPU threads for this run."), QStringLiteral("N")};
+  const QCommandLineOption notebook{QStringLiteral("notebook"), QStringLiteral("Send the prompt in notebook mode: the model continues the text.")};
+  const QCommandLineOption compare{QStringLiteral("compare"), QStringLiteral("Open the Compare window with these models (comma-separated) and run it; with --screenshot, of that window."), QStringLiteral("A.gguf[,B.gguf]")};
+  const QCommandLineOption quant{QStringLiteral("quant"), QStringLiteral("With --compare: also these quantizations of the first model."), QStringLiteral("T1,T2")};
+  const QCommandLineOption text{QStringLiteral("text"), QStringLiteral("With --compare: the evaluation text (default: the bundled one)."), QStringLiteral("FILE")};
+  const QCommandLineOption chunks{QStringLiteral("chunks"), QStringLiteral("With --compare: perplexity chunks of 512 tokens (default 8)."), QStringLiteral("N")};
+  const QCommandLineOption batchSweep{QStringLiteral("batch-sweep"), QStringLiteral("Open the Compare window's Batch sweep tab with the model (--model, FILE or the last one) and run it at these batch sizes; with --screenshot, of that window."), QStringLiteral("1,2,4,...")};
+  const QCommandLineOption db{QStringLiteral("db"), QStringLiteral("Conversation database (default: $PHASELAB_DB or the data folder)."), QStringLiteral("FILE")};
+
+  void addTo(QCommandLineParser& p) const {
+    p.setApplicationDescription(QStringLiteral("PhaseLab: run language models locally and see how inference works."));
+    p.addHelpOption();
+    p.addVersionOption();
+    p.addOptions({model, prompt, shot, quit, nPredict, temp, seed, noKv, ignoreEos, threads, notebook, compare, quant, text, chunks, batchSweep, db});
+    p.addPositionalArgument(QStringLiteral("FILE"),
+                            QStringLiteral("GGUF model to open (what a file manager passes; same as --model)."),
+                            QStringLiteral("[FILE.gguf]"));
+  }
+};
+
+// --help and --version print and exit without a display (QApplication aborts
+// when it cannot open one).
+bool asksOnlyForHelpOrVersion(int argc, char** argv) {
+  for (int i = 1; i < argc; i++) {
+    const std::string_view a = argv[i];
+    if (a == "--") break;
+    if (a == "-h" || a == "--help" || a == "-?" || a == "--help-all" || a == "-v" || a == "--version") return true;
+  }
+  return false;
+}
+
+// Whether QApplication can open a window: a platform chosen explicitly
+// (QT_QPA_PLATFORM, -platform), else an X11 or Wayland display.
+bool hasDisplay(int argc, char** argv) {
+  for (const char* var : {"QT_QPA_PLATFORM", "DISPLAY", "WAYLAND_DISPLAY"})
+    if (const char* v = std::getenv(var); v && *v) return true;
+  for (int i = 1; i < argc; i++)
+    if (std::string_view(argv[i]) == "-platform") return true;
+  return false;
+}
+
+void setApplicationNames() {
+  QCoreApplication::setOrganizationName(QStringLiteral("PhaseLab"));
+  QCoreApplication::setApplicationName(QStringLiteral("PhaseLab"));
+  QCoreApplication::setApplicationVersion(QStringLiteral(PHASELAB_VERSION));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   ensureHome();
+  if (asksOnlyForHelpOrVersion(argc, argv)) {
+    QCoreApplication core(argc, argv);
+    setApplicationNames();
+    QCommandLineParser p;
+    GuiOptions().addTo(p);
+    p.process(core);  // prints the help or the version and exits 0
+    return 0;
+  }
+  if (!hasDisplay(argc, argv)) {
+    std::fprintf(stderr,
+                 "phaselab: no display to open the window on (DISPLAY and WAYLAND_DISPLAY are not set).\n"
+                 "Chat in the terminal with phaselab-cli chat, or run the window unattended with "
+                 "QT_QPA_PLATFORM=offscreen.\n");
+    return 2;
+  }
   QApplication app(argc, argv);
-  QApplication::setOrganizationName(QStringLiteral("PhaseLab"));
-  QApplication::setApplicationName(QStringLiteral("PhaseLab"));
-  QApplication::setApplicationVersion(QStringLiteral(PHASELAB_VERSION));
+  setApplicationNames();
   applyAppIdentity();  // desktop file name (io.github.phaselab.PhaseLab) and window icon
   phaselab::ui::loadAppearance();  // the saved theme and text size (needs the names above for QSettings)
   const char* logLevel = std::getenv("PHASELAB_LOG");
   phaselab::init_logging(logLevel && *logLevel ? logLevel : "warn", true);
 
   QCommandLineParser p;
-  p.setApplicationDescription(QStringLiteral("PhaseLab: run language models locally and see how inference works."));
-  p.addHelpOption();
-  p.addVersionOption();
-  const QCommandLineOption model({QStringLiteral("m"), QStringLiteral("model")}, QStringLiteral("GGUF model to load."), QStringLiteral("FILE"));
-  const QCommandLineOption prompt({QStringLiteral("p"), QStringLiteral("prompt")}, QStringLiteral("Send TEXT once the model is loaded."), QStringLiteral("TEXT"));
-  const QCommandLineOption shot(QStringLiteral("screenshot"), QStringLiteral("After the answer, save the window to PATH.png."), QStringLiteral("PATH"));
-  const QCommandLineOption quit(QStringLiteral("quit"), QStringLiteral("Exit after the answer (and the screenshot)."));
-  const QCommandLineOption nPredict({QStringLiteral("n"), QStringLiteral("n-predict")}, QStringLiteral("Answer token limit for this run."), QStringLiteral("N"));
-  const QCommandLineOption temp(QStringLiteral("temp"), QStringLiteral("Temperature for this run (0 = greedy)."), QStringLiteral("T"));
-  const QCommandLineOption seed(QStringLiteral("seed"), QStringLiteral("Sampling seed for this run."), QStringLiteral("S"));
-  const QCommandLineOption noKv(QStringLiteral("no-kv-cache"), QStringLiteral("Recompute the whole sequence every token (slow on purpose)."));
-  const QCommandLineOption ignoreEos(QStringLiteral("ignore-eos"), QStringLiteral("Keep generating past end-of-generation tokens."));
-  const QCommandLineOption threads({QStringLiteral("t"), QStringLiteral("threads")}, QStringLiteral("CPU threads for this run."), QStringLiteral("N"));
-  const QCommandLineOption notebook(QStringLiteral("notebook"), QStringLiteral("Send the prompt in notebook mode: the model continues the text."));
-  const QCommandLineOption compare(QStringLiteral("compare"), QStringLiteral("Open the Compare window with these models (comma-separated) and run it; with --screenshot, of that window."), QStringLiteral("A.gguf[,B.gguf]"));
-  const QCommandLineOption quant(QStringLiteral("quant"), QStringLiteral("With --compare: also these quantizations of the first model."), QStringLiteral("T1,T2"));
-  const QCommandLineOption text(QStringLiteral("text"), QStringLiteral("With --compare: the evaluation text (default: the bundled one)."), QStringLiteral("FILE"));
-  const QCommandLineOption chunks(QStringLiteral("chunks"), QStringLiteral("With --compare: perplexity chunks of 512 tokens (default 8)."), QStringLiteral("N"));
-  const QCommandLineOption batchSweep(QStringLiteral("batch-sweep"), QStringLiteral("Open the Compare window's Batch sweep tab with the model (--model, FILE or the last one) and run it at these batch sizes; with --screenshot, of that window."), QStringLiteral("1,2,4,..."));
-  const QCommandLineOption db(QStringLiteral("db"), QStringLiteral("Conversation database (default: $PHASELAB_DB or the data folder)."), QStringLiteral("FILE"));
-  p.addOptions({model, prompt, shot, quit, nPredict, temp, seed, noKv, ignoreEos, threads, notebook, compare, quant, text, chunks, batchSweep, db});
-  p.addPositionalArgument(QStringLiteral("FILE"),
-                          QStringLiteral("GGUF model to open (what a file manager passes; same as --model)."),
-                          QStringLiteral("[FILE.gguf]"));
+  const GuiOptions guiOptions;
+  guiOptions.addTo(p);
+  const QCommandLineOption& model = guiOptions.model;
+  const QCommandLineOption& prompt = guiOptions.prompt;
+  const QCommandLineOption& shot = guiOptions.shot;
+  const QCommandLineOption& quit = guiOptions.quit;
+  const QCommandLineOption& nPredict = guiOptions.nPredict;
+  const QCommandLineOption& temp = guiOptions.temp;
+  const QCommandLineOption& seed = guiOptions.seed;
+  const QCommandLineOption& noKv = guiOptions.noKv;
+  const QCommandLineOption& ignoreEos = guiOptions.ignoreEos;
+  const QCommandLineOption& threads = guiOptions.threads;
+  const QCommandLineOption& notebook = guiOptions.notebook;
+  const QCommandLineOption& compare = guiOptions.compare;
+  const QCommandLineOption& quant = guiOptions.quant;
+  const QCommandLineOption& text = guiOptions.text;
+  const QCommandLineOption& chunks = guiOptions.chunks;
+  const QCommandLineOption& batchSweep = guiOptions.batchSweep;
+  const QCommandLineOption& db = guiOptions.db;
   p.process(app);
 
   // The model: --model FILE or the positional FILE (Exec=phaselab %f in the
@@ -134,7 +202,7 @@ int main(int argc, char** argv) {
   // Unattended runs measure the machine first (if never measured) so the probe
   // does not compete with the answer for the cores.
   options.measureHardware = !unattended;
-  if (unattended && !HardwareProbe::cached().valid()) HardwareProbe::store(HardwareProbe::measure());
+  if (unattended && !HardwareProbe::cached().usable()) HardwareProbe::store(HardwareProbe::measure());
 
   // Every numeric option is checked before anything starts.
   qint64 nValue = 0, threadsValue = 0;

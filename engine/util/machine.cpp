@@ -29,10 +29,19 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr std::size_t kMiB = std::size_t{1} << 20;
-// Far beyond any last-level cache (the largest desktop and server L3s are
-// 256-1152 MiB only on a few parts; 512 MiB reads mostly DRAM on all others).
-constexpr std::size_t kBandwidthBytes = 512 * kMiB;
+// The memory buffer is 4x the last-level cache: a cache that keeps part of a
+// streamed buffer (adaptive replacement, as Intel's L3 does) can serve up to
+// llc / buffer of it, so 4x bounds the cache's share to a quarter and
+// usually far less. And never under 512 MiB, so that no L4, eDRAM or
+// misreported cache is read instead.
+constexpr std::size_t kCacheMultiple = 4;
+constexpr std::size_t kMinDramBytes = 512 * kMiB;
 constexpr std::size_t kMinBandwidthBytes = 64 * kMiB;
+// The cache figure is measured only for caches that can hold weights.
+constexpr std::size_t kMinLlcForFigure = 4 * kMiB;
+// A cache pass reads its buffer this many bytes' worth at least, so that the
+// team's start does not dominate its time.
+constexpr std::size_t kCachePassBytes = 256 * kMiB;
 constexpr int kRunsPerBatch = 5;
 constexpr int kMaxBatches = 3;
 constexpr double kBandwidthBudgetSeconds = 1.0;
@@ -141,14 +150,11 @@ __attribute__((target("avx2"))) uint64_t read_avx2(const uint8_t* p, std::size_t
 
 volatile uint64_t g_read_sink = 0;
 
-struct Bandwidth {
-  double best = 0, median = 0;
-  int runs = 0;
-  std::size_t bytes = 0;
-};
-
-Bandwidth probe_bandwidth(int threads, const std::vector<int>& cpus, std::size_t bytes, bool avx2) {
-  Bandwidth r;
+// Reads a buffer of `bytes` with every thread, each its own slice, `repeats`
+// times a pass; passes until they agree or the budget is spent.
+BandwidthTiming probe_bandwidth(int threads, const std::vector<int>& cpus, std::size_t bytes, int repeats,
+                                bool avx2) {
+  BandwidthTiming r;
   // Whole pages per thread, 128-byte multiples for the loop.
   const std::size_t slice = bytes / threads / 4096 * 4096;
   if (slice == 0) return r;
@@ -169,15 +175,18 @@ Bandwidth probe_bandwidth(int threads, const std::vector<int>& cpus, std::size_t
     for (int i = 0; i < kRunsPerBatch; i++) {
       const double sec = run_team(threads, cpus, [&](int t) {
         const uint8_t* p = buf + t * slice;
+        for (int rep = 0; rep < repeats; rep++) {
 #ifdef PHASELAB_X86
-        sums[t * 8] += avx2 ? read_avx2(p, slice) : read_portable(p, slice);
+          sums[t * 8] += avx2 ? read_avx2(p, slice) : read_portable(p, slice);
 #else
-        (void)avx2;
-        sums[t * 8] += read_portable(p, slice);
+          (void)avx2;
+          sums[t * 8] += read_portable(p, slice);
 #endif
+        }
       });
-      if (sec > 0) samples.push_back(static_cast<double>(bytes) / sec);
+      if (sec > 0) samples.push_back(static_cast<double>(bytes) * repeats / sec);
     }
+    if (samples.empty()) continue;
     std::vector<double> sorted = samples;
     std::sort(sorted.begin(), sorted.end());
     r.best = sorted.back();
@@ -332,17 +341,102 @@ std::size_t last_level_cache_bytes() {
   return best;
 }
 
+namespace {
+std::string mib_text(std::size_t bytes) { return std::to_string(bytes / kMiB) + " MiB"; }
+}  // namespace
+
+BandwidthBuffer plan_bandwidth_buffer(std::size_t llc_bytes, uint64_t available_bytes) {
+  BandwidthBuffer b;
+  b.wanted = std::max(kMinDramBytes, (kCacheMultiple * llc_bytes + kMiB - 1) / kMiB * kMiB);
+  b.bytes = b.wanted;
+  if (available_bytes > 0 && available_bytes / 2 < b.bytes)
+    b.bytes = std::max<std::size_t>(kMinBandwidthBytes, static_cast<std::size_t>(available_bytes / 2 / kMiB * kMiB));
+  return b;
+}
+
+void judge_peaks(const BandwidthBuffer& plan, const BandwidthTiming& memory, MachinePeaks* p) {
+  p->read_bandwidth = memory.best;
+  p->runs = memory.runs;
+  p->buffer_bytes = memory.bytes;
+  p->past_cache = memory.bytes > 0 && memory.bytes + kMiB > plan.wanted;  // slices round down to pages
+  p->plausible = true;
+  p->note.clear();
+  if (memory.runs == 0) {
+    p->plausible = false;
+    add_note(&p->note, "could not allocate " + mib_text(plan.bytes) + " for the bandwidth test");
+  } else if (memory.best < 1e9) {
+    p->plausible = false;
+    add_note(&p->note, "read bandwidth " + gbps(memory.best) +
+                           " is implausibly low (below 1 GB/s): the machine was busy; measure again when it is idle");
+  } else if (memory.median < 0.5 * memory.best) {
+    p->plausible = false;
+    add_note(&p->note, "the " + std::to_string(memory.runs) + " passes disagree (median " + gbps(memory.median) +
+                           ", best " + gbps(memory.best) +
+                           "): something else was using the cores or memory; measure again when idle");
+  }
+  if (memory.runs > 0 && !p->past_cache) {
+    // Memory was short: the figure is the largest buffer's, which the cache
+    // may have served in part (up to llc / buffer of it).
+    const std::string past = p->llc_bytes > 0 ? " reads past the " + mib_text(p->llc_bytes) + " last-level cache"
+                                              : " is what the probe reads";
+    const std::string why = "only " + mib_text(memory.bytes) + " of memory could be read (" + mib_text(plan.wanted) +
+                            past + "; free memory and measure again)";
+    if (p->llc_bytes > 0 && memory.bytes < 2 * p->llc_bytes) {
+      p->plausible = false;
+      add_note(&p->note, why + ": the bandwidth is mostly cache hits");
+    } else {
+      add_note(&p->note, why + ": the bandwidth may include some cache hits");
+    }
+  }
+  if (p->llc_read_bandwidth > 0 && memory.runs > 0 && p->llc_read_bandwidth < 0.8 * memory.best) {
+    add_note(&p->note, "the last-level cache read slower (" + gbps(p->llc_read_bandwidth) + ") than memory (" +
+                           gbps(memory.best) + "): its figure is not used");
+    p->llc_read_bandwidth = 0;
+  }
+  if (p->fp32_flops <= 0) {
+    p->plausible = false;
+    add_note(&p->note, "the FP32 compute test did not run");
+  }
+}
+
+std::string describe_machine_peaks(const MachinePeaks& p) {
+  char buf[512];
+  std::string s;
+  std::snprintf(buf, sizeof buf, "read %.1f GB/s from memory (%d threads, SIMD reads of %zu MiB, best of %d", p.read_bandwidth / 1e9,
+                p.threads, p.buffer_bytes / kMiB, p.runs);
+  s += buf;
+  if (p.llc_bytes > 0) s += p.past_cache ? ", at least 4x the " + mib_text(p.llc_bytes) + " last-level cache" : "";
+  s += ")";
+  if (p.llc_read_bandwidth > 0) {
+    std::snprintf(buf, sizeof buf, ", %.1f GB/s from the %zu MiB last-level cache (%zu MiB read)",
+                  p.llc_read_bandwidth / 1e9, p.llc_bytes / kMiB, p.llc_buffer_bytes / kMiB);
+    s += buf;
+  } else if (p.llc_bytes > 0 && !p.past_cache) {
+    s += ", last-level cache " + mib_text(p.llc_bytes);
+  }
+  std::snprintf(buf, sizeof buf, "; FP32 %.0f GFLOP/s, int8 %.0f GOP/s", p.fp32_flops / 1e9, p.int8_ops / 1e9);
+  s += buf;
+  if (!p.plausible) s += "; doubtful: " + p.note;
+  return s;
+}
+
 MachinePeaks measure_machine_peaks(int threads) {
+  MachineProbeOptions o;
+  o.threads = threads;
+  return measure_machine_peaks(o);
+}
+
+MachinePeaks measure_machine_peaks(const MachineProbeOptions& options) {
   MachinePeaks p;
   const CpuLayout layout = cpu_layout();
-  p.threads = threads > 0 ? threads : physical_core_count();
+  p.threads = options.threads > 0 ? options.threads : physical_core_count();
   // Thread t on cpus[t]: distinct physical cores first, then their siblings,
   // round robin when more threads than CPUs are asked for.
   std::vector<int> cpus = layout.cores;
   cpus.insert(cpus.end(), layout.siblings.begin(), layout.siblings.end());
   if (!cpus.empty())
     for (int t = static_cast<int>(cpus.size()); t < p.threads; t++) cpus.push_back(cpus[t % cpus.size()]);
-  p.llc_bytes = last_level_cache_bytes();
+  p.llc_bytes = options.llc_bytes ? *options.llc_bytes : last_level_cache_bytes();
 
   bool avx2 = false, fma = false, avxvnni = false, avx512vnni = false;
 #ifdef PHASELAB_X86
@@ -357,18 +451,22 @@ MachinePeaks measure_machine_peaks(int threads) {
   if (avx512vnni) p.isa += ", int8: avx512vnni";
   else if (avxvnni) p.isa += ", int8: avxvnni";
 
-  // Memory: 512 MiB unless that would push the machine into swap.
-  std::size_t bytes = kBandwidthBytes;
-  const uint64_t avail = available_memory_bytes();
-  if (avail > 0 && avail / 4 < bytes) {
-    bytes = std::max<std::size_t>(kMinBandwidthBytes, avail / 4 / kMiB * kMiB);
-    add_note(&p.note, "only " + std::to_string(avail / kMiB) + " MiB of memory available: read " +
-                          std::to_string(bytes / kMiB) + " MiB instead of " + std::to_string(kBandwidthBytes / kMiB));
+  // Memory: a buffer sized from the cache it must read past.
+  const uint64_t avail = options.available_bytes ? *options.available_bytes : available_memory_bytes();
+  const BandwidthBuffer plan = plan_bandwidth_buffer(p.llc_bytes, avail);
+  const BandwidthTiming memory = probe_bandwidth(p.threads, cpus, plan.bytes, 1, avx2);
+
+  // The cache: half of it, read over and over (the other half leaves room
+  // for the code, the stacks and whatever the cache keeps of others).
+  if (p.llc_bytes >= kMinLlcForFigure) {
+    const std::size_t bytes = p.llc_bytes / 2;
+    const int repeats = static_cast<int>(std::max<std::size_t>(1, kCachePassBytes / bytes));
+    const BandwidthTiming cache = probe_bandwidth(p.threads, cpus, bytes, repeats, avx2);
+    if (cache.runs > 0) {
+      p.llc_read_bandwidth = cache.best;
+      p.llc_buffer_bytes = cache.bytes;
+    }
   }
-  const Bandwidth bw = probe_bandwidth(p.threads, cpus, bytes, avx2);
-  p.read_bandwidth = bw.best;
-  p.runs = bw.runs;
-  p.buffer_bytes = bw.bytes;
 
   // Compute: short loops (about 10 ms each), best of five: a run that shared
   // a core with another process only counts if nothing better came.
@@ -389,29 +487,7 @@ MachinePeaks measure_machine_peaks(int threads) {
     p.int8_ops = best_rate(p.threads, cpus, kComputeRuns, 2'000'000, int8_loop_avx2);
 #endif
 
-  // What would make the figures wrong, said plainly.
-  p.plausible = true;
-  if (bw.runs == 0) {
-    p.plausible = false;
-    add_note(&p.note, "could not allocate " + std::to_string(bytes / kMiB) + " MiB for the bandwidth test");
-  } else if (p.read_bandwidth < 1e9) {
-    p.plausible = false;
-    add_note(&p.note, "read bandwidth " + gbps(p.read_bandwidth) +
-                          " is implausibly low (below 1 GB/s): the machine was busy; measure again when it is idle");
-  } else if (bw.median < 0.5 * bw.best) {
-    p.plausible = false;
-    add_note(&p.note, "the " + std::to_string(bw.runs) + " passes disagree (median " + gbps(bw.median) + ", best " +
-                          gbps(bw.best) + "): something else was using the cores or memory; measure again when idle");
-  }
-  if (p.llc_bytes > 0 && p.buffer_bytes > 0 && p.buffer_bytes < 2 * p.llc_bytes) {
-    p.plausible = false;
-    add_note(&p.note, "the " + std::to_string(p.buffer_bytes / kMiB) + " MiB buffer is not much larger than the " +
-                          std::to_string(p.llc_bytes / kMiB) + " MiB last-level cache: the bandwidth includes cache hits");
-  }
-  if (p.fp32_flops <= 0) {
-    p.plausible = false;
-    add_note(&p.note, "the FP32 compute test did not run");
-  }
+  judge_peaks(plan, memory, &p);
   return p;
 }
 

@@ -6,6 +6,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <optional>
 #include <string>
 
 namespace phaselab {
@@ -25,22 +27,76 @@ int default_thread_count();
 std::size_t last_level_cache_bytes();
 
 struct MachinePeaks {
-  double read_bandwidth = 0;   // bytes/s: the best of `runs` passes, all threads reading their own slice
+  // bytes/s read from memory (DRAM): the best of `runs` passes, all threads
+  // reading their own slice of a buffer of at least 4x the last-level cache
+  // and 512 MiB. This is the figure decode is divided by.
+  double read_bandwidth = 0;
+  // bytes/s read from a buffer of half the last-level cache, the same way:
+  // the ceiling for weights that fit in that cache. 0 when the cache size is
+  // unknown or under 4 MiB (then it is not the level that holds weights).
+  double llc_read_bandwidth = 0;
   double fp32_flops = 0;       // FP32 FLOP/s: independent FMA chains on every thread
   double int8_ops = 0;         // 8-bit multiply-adds x 2 per second, with the instructions the fast
                                // CPU backend uses (AVX-512 VNNI, AVX-VNNI or AVX2); 0 if none
   int threads = 0;             // threads the probes ran on (one per physical core by default)
-  std::size_t llc_bytes = 0;   // last_level_cache_bytes()
-  std::size_t buffer_bytes = 0;  // what the bandwidth passes read (512 MiB unless memory is short)
-  int runs = 0;                // bandwidth passes done (the best one counts)
+  std::size_t llc_bytes = 0;   // the last-level cache the probe read past (sysfs, or the options' size)
+  std::size_t buffer_bytes = 0;      // what the memory passes read
+  std::size_t llc_buffer_bytes = 0;  // what the cache passes read (0: not measured)
+  bool past_cache = false;     // buffer_bytes >= 4x llc_bytes (or the cache size is unknown)
+  int runs = 0;                // memory passes done (the best one counts)
   std::string isa;             // the loads and FMAs used: "avx2", "avx512vnni", "portable", ...
-  bool plausible = false;      // false: a figure looks wrong (see note); offer to measure again
+  bool plausible = false;      // false: a figure looks wrong (see note); do not divide by it, measure again
   std::string note;            // why a figure is doubtful or the buffer was smaller; empty when fine
 };
 
+// What the probe may use, and what tests inject in place of the machine's.
+struct MachineProbeOptions {
+  int threads = 0;  // 0: physical_core_count()
+  // The last-level cache to read past; nullopt: last_level_cache_bytes().
+  std::optional<std::size_t> llc_bytes;
+  // Memory the buffer may come from; nullopt: available_memory_bytes().
+  std::optional<uint64_t> available_bytes;
+};
+
+// The memory buffer's size for a last-level cache of `llc_bytes` (0:
+// unknown) with `available_bytes` of memory (0: unknown): 4x the cache and
+// at least 512 MiB, whole MiB, at most half of what is available (the probe
+// must not push the machine into swap) and at least 64 MiB.
+struct BandwidthBuffer {
+  std::size_t bytes = 0;   // what to read
+  std::size_t wanted = 0;  // what reading past the cache takes (max(4x llc, 512 MiB))
+  bool past_cache() const { return bytes >= wanted; }
+};
+BandwidthBuffer plan_bandwidth_buffer(std::size_t llc_bytes, uint64_t available_bytes);
+
+// What the memory passes timed.
+struct BandwidthTiming {
+  double best = 0;    // bytes/s
+  double median = 0;  // bytes/s
+  int runs = 0;
+  std::size_t bytes = 0;  // the buffer read
+};
+
+// Decides p->plausible and p->note from the memory passes, the buffer plan
+// and the figures already in *p (llc_bytes, llc_read_bandwidth, fp32_flops):
+// the rules, kept apart from the timing so that tests can inject cache sizes
+// and timings. Also sets read_bandwidth, runs, buffer_bytes and past_cache.
+void judge_peaks(const BandwidthBuffer& plan, const BandwidthTiming& memory, MachinePeaks* p);
+
 // Measures the peaks with `threads` threads (0: physical_core_count()), each
-// pinned to its own physical core. About 0.5-1.5 s: call it off any UI thread
-// and not while a model is running (anything else busy lowers the figures).
+// pinned to its own physical core. About 0.5-2 s (more with a large cache):
+// call it off any UI thread and not while a model is running (anything else
+// busy lowers the figures).
 MachinePeaks measure_machine_peaks(int threads = 0);
+MachinePeaks measure_machine_peaks(const MachineProbeOptions& options);
+
+// The peaks in one line, as bench and devices print them: which buffer each
+// bandwidth read, the compute peaks, and "doubtful: <note>" when implausible.
+std::string describe_machine_peaks(const MachinePeaks& p);
+
+// The cache figure applies to weights that fit in the last-level cache.
+inline bool weights_fit_in_llc(const MachinePeaks& p, double weight_bytes) {
+  return p.llc_read_bandwidth > 0 && weight_bytes > 0 && weight_bytes <= static_cast<double>(p.llc_bytes);
+}
 
 }  // namespace phaselab
