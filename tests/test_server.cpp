@@ -423,7 +423,7 @@ class TestServer : public QObject {
     ok_origin.emplace("Origin", "http://ok.example");
     auto allowed = c.Post("/v1/completions", ok_origin, body, "application/json");
     QVERIFY(allowed);
-    QCOMPARE(allowed->status, 200);
+    QVERIFY2(allowed->status == 200, allowed->body.c_str());
     QCOMPARE(allowed->get_header_value("Access-Control-Allow-Origin"), std::string("http://ok.example"));
     auto preflight = c.Options("/v1/completions", {{"Origin", "http://ok.example"}, {"Access-Control-Request-Method", "POST"}});
     QVERIFY(preflight);

@@ -54,10 +54,8 @@ RequestStats toStats(const RequestMetrics& m, const QString& backend) {
 }
 
 // The server's share of the machine: as many sequences per pass as a small
-// local server needs, and HTTP threads enough for them to stream at once
-// plus a few idle connections.
+// local server needs.
 constexpr int kServeMaxSeqs = 8;
-constexpr int kServeHttpThreads = 32;
 
 }  // namespace
 
@@ -284,7 +282,6 @@ void EngineWorker::startServerImpl(int port) {
   ServerOptions opt;
   opt.host = "127.0.0.1";  // loopback only: the GUI has no API key to protect a network bind
   opt.port = port;
-  opt.http_threads = kServeHttpThreads;
   auto server = OpenAiServer::create(std::move(*scheduler), opt);
   if (!server) {
     emit serverFailed(QString::fromStdString(server.status().message()));

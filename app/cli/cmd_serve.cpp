@@ -83,7 +83,6 @@ int cmd_serve(int argc, char** argv) {
   so.max_body_bytes = static_cast<size_t>(*max_body);
   so.model_id = args->get_or("--model-id", "");
   if (auto c = args->get("--cors")) so.cors_origins = split_commas(*c);
-  so.http_threads = std::max(64, 4 * *parallel);
 
   auto opened = open_model_and_backend(*args, std::max(64, *parallel));
   if (!opened) return report(opened.status());

@@ -1,13 +1,12 @@
 #include "phaselab/openai_server.h"
 
-#include <httplib.h>
-#include <sys/socket.h>
+#include <arpa/inet.h>
 
 #include <algorithm>
 #include <chrono>
 #include <csignal>
-#include <deque>
 
+#include "phaselab/http_server.h"
 #include "phaselab/log.h"
 #include "phaselab/openai_api.h"
 
@@ -16,10 +15,93 @@ namespace phaselab {
 using nlohmann::json;
 using namespace std::chrono_literals;
 
+namespace {
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::string strip_brackets(const std::string& h) {
+  return h.size() > 2 && h.front() == '[' && h.back() == ']' ? h.substr(1, h.size() - 2) : h;
+}
+
+bool is_wildcard(const std::string& host) {
+  const std::string h = strip_brackets(host);
+  return h == "0.0.0.0" || h == "::";
+}
+
+// A Host header value split into its name and port: "[::1]:8080" -> ("::1",
+// "8080"), "a.b" -> ("a.b", ""). False when it is not of that form.
+bool split_host(const std::string& value, std::string* name, std::string* port) {
+  if (value.empty()) return false;
+  std::string rest;
+  if (value.front() == '[') {
+    const size_t close = value.find(']');
+    if (close == std::string::npos) return false;
+    *name = value.substr(1, close - 1);
+    rest = value.substr(close + 1);
+    if (name->find_first_not_of("0123456789abcdefABCDEF:.") != std::string::npos) return false;
+  } else {
+    const size_t colon = value.find(':');
+    if (colon != std::string::npos && value.find(':', colon + 1) != std::string::npos) return false;  // bare IPv6
+    *name = value.substr(0, colon);
+    rest = colon == std::string::npos ? "" : value.substr(colon);
+    // A host name: letters, digits, '-' and '.', nothing else ('@', '/', spaces).
+    if (name->empty() || name->find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-.") !=
+                             std::string::npos)
+      return false;
+  }
+  if (!rest.empty()) {
+    if (rest.front() != ':' || rest.size() < 2 || rest.size() > 6) return false;
+    if (rest.find_first_not_of("0123456789", 1) != std::string::npos) return false;
+    if (std::stoi(rest.substr(1)) > 65535) return false;
+    *port = rest.substr(1);
+  } else {
+    port->clear();
+  }
+  return true;
+}
+
+void reply_error(http::Responder& res, const openai::ApiError& e, const http::Headers& extra = {}) {
+  res.reply(e.http_status, "application/json", openai::error_body(e), extra);
+}
+
+openai::ApiError api_error(int status, std::string message, std::string type, std::string code = {}) {
+  openai::ApiError e;
+  e.http_status = status;
+  e.message = std::move(message);
+  e.type = std::move(type);
+  e.code = std::move(code);
+  return e;
+}
+
+const http::Headers kRetry = {{"Retry-After", "1"}};
+
+std::string model_name_of(const std::string& path) {
+  std::string name = path.substr(path.find_last_of('/') + 1);
+  if (name.size() > 5 && name.compare(name.size() - 5, 5, ".gguf") == 0) name.resize(name.size() - 5);
+  return name.empty() ? "phaselab" : name;
+}
+
+}  // namespace
+
 bool is_loopback_host(const std::string& host) {
-  std::string h = host;
-  if (h.size() > 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
-  return h == "localhost" || h == "::1" || h.rfind("127.", 0) == 0;
+  const std::string h = lower(strip_brackets(host));
+  if (h == "localhost") return true;
+  in_addr v4;
+  if (inet_pton(AF_INET, h.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6;
+  if (inet_pton(AF_INET6, h.c_str(), &v6) == 1) return IN6_IS_ADDR_LOOPBACK(&v6);
+  return false;
+}
+
+bool host_allowed(const std::string& header_value, const std::string& bound_host) {
+  std::string name, port;
+  if (!split_host(header_value, &name, &port)) return false;
+  if (is_loopback_host(name)) return true;
+  const std::string bound = lower(strip_brackets(bound_host));
+  return !bound.empty() && lower(name) == bound;
 }
 
 Status check_bind(const std::string& host, const std::string& api_key) {
@@ -44,66 +126,42 @@ bool constant_time_equal(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
-// One request's events: text pieces from the scheduling thread (on_token),
-// then its outcome; the HTTP thread serving it waits on cv.
-struct OpenAiServer::Stream {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<std::string> pieces;
-  bool done = false;
-  BatchOutcome outcome;
+// One completion request: its choices' sequences, their outcomes and the
+// responder. After submit() only the scheduling thread touches it.
+struct OpenAiServer::Call {
+  openai::Endpoint ep = openai::Endpoint::chat;
+  openai::ResponseHead head;
+  bool stream = false, include_usage = false;
+  std::shared_ptr<http::Responder> res;
+  std::vector<uint64_t> ids;            // the choices' sequences, by index
+  std::vector<BatchOutcome> outcomes;   // by index
+  std::vector<bool> first_chunk;        // by index: the next chunk is the first (chat: it carries the role)
+  int finished = 0;
+  bool answered = false;
 };
 
-namespace {
+// A completion waiting for a worker: the body is parsed and tokenized there,
+// off the HTTP thread.
+struct OpenAiServer::Job {
+  openai::Endpoint ep;
+  http::Request req;
+  std::shared_ptr<http::Responder> res;
+};
 
-void reply_error(httplib::Response& res, const openai::ApiError& e) {
-  res.status = e.http_status;
-  res.set_content(openai::error_body(e), "application/json");
-}
-
-openai::ApiError api_error(int status, std::string message, std::string type, std::string code = {}) {
-  openai::ApiError e;
-  e.http_status = status;
-  e.message = std::move(message);
-  e.type = std::move(type);
-  e.code = std::move(code);
-  return e;
-}
-
-// The name part of a Host header value: "[::1]:8080" -> "::1", "a.b:80" -> "a.b".
-std::string host_name_of(const std::string& value) {
-  if (!value.empty() && value.front() == '[') {
-    const size_t close = value.find(']');
-    return close == std::string::npos ? value : value.substr(1, close - 1);
-  }
-  const size_t colon = value.rfind(':');
-  return colon == std::string::npos ? value : value.substr(0, colon);
-}
-
-bool is_wildcard(const std::string& host) { return host == "0.0.0.0" || host == "::" || host == "[::]"; }
-
-std::string model_name_of(const std::string& path) {
-  std::string name = path.substr(path.find_last_of('/') + 1);
-  if (name.size() > 5 && name.compare(name.size() - 5, 5, ".gguf") == 0) name.resize(name.size() - 5);
-  return name.empty() ? "phaselab" : name;
-}
-
-}  // namespace
+OpenAiServer::OpenAiServer() = default;
 
 Result<std::unique_ptr<OpenAiServer>> OpenAiServer::create(std::unique_ptr<Scheduler> scheduler, ServerOptions opt) {
   if (!scheduler) return invalid_argument("OpenAiServer needs a scheduler");
   if (Status st = check_bind(opt.host, opt.api_key); !st) return st;
   if (opt.port < 0 || opt.port > 65535) return invalid_argument("--port must be from 0 to 65535");
-  if (opt.http_threads < 1 || opt.http_threads > 4096) return invalid_argument("http threads must be from 1 to 4096");
+  if (opt.workers < 1 || opt.workers > 64) return invalid_argument("worker threads must be from 1 to 64");
   std::unique_ptr<OpenAiServer> s(new OpenAiServer());
   s->n_ctx_ = scheduler->n_ctx();
   s->max_tokens_ = opt.max_tokens > 0 ? std::min(opt.max_tokens, s->n_ctx_) : s->n_ctx_;
+  s->max_queued_ = opt.max_queued > 0 ? opt.max_queued : 32 * std::max(1, scheduler->max_seqs());
   if (opt.model_id.empty()) opt.model_id = model_name_of(scheduler->model().path());
-  s->bound_name_ = host_name_of(opt.host + ":0");  // the Host name besides localhost that requests may carry
   s->scheduler_ = std::move(scheduler);
   s->opt_ = std::move(opt);
-  s->http_ = std::make_unique<httplib::Server>();
-  s->install_routes();
   return s;
 }
 
@@ -117,99 +175,335 @@ std::string OpenAiServer::base_url() const {
 
 std::string OpenAiServer::metrics_text() const { return metrics_.render(scheduler_->stats()); }
 
-Result<uint64_t> OpenAiServer::submit(BatchRequest req, const std::shared_ptr<Stream>& s) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (stopping_) return cancelled("the server is stopping");
-  auto id = scheduler_->submit(std::move(req));
-  if (id) streams_.emplace_back(*id, s);
-  work_cv_.notify_all();
-  return id;
-}
-
-void OpenAiServer::cancel(uint64_t id) {
-  scheduler_->cancel(id);
-  work_cv_.notify_all();
-}
-
 Status OpenAiServer::start() {
   if (started_.exchange(true)) return invalid_argument("the server is already started");
   // A client that closes its connection must not kill the process with SIGPIPE.
   std::signal(SIGPIPE, SIG_IGN);
-  const int threads = opt_.http_threads;
-  http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
-  http_->set_payload_max_length(opt_.max_body_bytes);
-  http_->set_read_timeout(30, 0);
-  http_->set_write_timeout(30, 0);
-  http_->set_keep_alive_timeout(5);
-  // cpp-httplib's default options add SO_REUSEPORT, with which a second
-  // server on a taken port binds "successfully" and the kernel splits the
-  // connections between the two. SO_REUSEADDR alone never shares a listening
-  // port (it only allows a restart while old connections linger).
-  http_->set_socket_options([](auto sock) {
-    const int yes = 1;
-    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-  });
-  bool bound = false;
-  if (opt_.port == 0) {
-    port_ = http_->bind_to_any_port(opt_.host);
-    bound = port_ > 0;
-  } else {
-    port_ = opt_.port;
-    bound = http_->bind_to_port(opt_.host, opt_.port);
-  }
+  http::Limits lim;
+  lim.max_body_bytes = opt_.max_body_bytes;
+  // Bodies buffered at once: enough for half the sequences' worth of the
+  // largest body (the workers parse two at a time), so that memory stays
+  // near max_body x max_seqs whatever the clients send.
+  lim.body_budget_bytes = std::max<size_t>(2 * opt_.max_body_bytes,
+                                           opt_.max_body_bytes * static_cast<size_t>(scheduler_->max_seqs()) / 2);
+  lim.header_timeout_ms = opt_.header_timeout_ms;
+  lim.body_timeout_ms = opt_.body_timeout_ms;
+  lim.max_connections = opt_.max_connections;
+  lim.max_connections_per_client = opt_.max_connections_per_client;
+  auto bound = http::Server::bind(opt_.host, opt_.port, lim,
+                                  [this](http::Request&& req, std::shared_ptr<http::Responder> res) {
+                                    handle(std::move(req), std::move(res));
+                                  });
   if (!bound) {
     started_ = false;
-    return io_error("cannot listen on " + opt_.host + ":" + std::to_string(opt_.port) +
-                    ": the port is in use or the address is not one of this machine's (choose another --port or --host)");
+    return bound.status();
   }
+  http_ = std::move(*bound);
+  port_ = http_->port();
   step_thread_ = std::thread([this] { step_loop(); });
-  http_thread_ = std::thread([this] { http_->listen_after_bind(); });
-  for (int i = 0; i < 500 && !http_->is_running(); i++) std::this_thread::sleep_for(2ms);
+  for (int i = 0; i < opt_.workers; i++) workers_.emplace_back([this] { worker_loop(); });
+  http_->start();
   spdlog::info("serving {} at {}", opt_.model_id, base_url());
   return Status::ok();
 }
 
 void OpenAiServer::stop() {
   if (stopping_.exchange(true)) return;
-  // The scheduling thread first: it cancels what runs and answers those
-  // requests; then whatever raced with the stop; then the HTTP threads, which
-  // are free by then (no handler is left waiting for an outcome).
+  // The workers first: what they still hold is answered 503. Then the
+  // scheduling thread: it cancels what runs and answers those requests 503
+  // (they were not finished); then whatever raced with the stop; then the
+  // HTTP thread, which gets a moment to send those answers.
+  jobs_cv_.notify_all();
+  for (auto& w : workers_)
+    if (w.joinable()) w.join();
   work_cv_.notify_all();
   if (step_thread_.joinable()) step_thread_.join();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [id, s] : streams_) {
-      std::lock_guard<std::mutex> sl(s->mu);
-      s->outcome.id = id;
-      s->outcome.status = cancelled("the server is stopping");
-      s->done = true;
-      s->cv.notify_all();
+    for (auto& [id, entry] : calls_) {
+      Call& c = *entry.first;
+      if (!c.answered) {
+        c.answered = true;
+        reply_error(*c.res, api_error(503, "the server is stopping", "server_error"), kRetry);
+      }
     }
-    streams_.clear();
+    calls_.clear();
   }
-  if (http_) http_->stop();
-  if (http_thread_.joinable()) http_thread_.join();
+  if (http_) http_->stop(2000);
+}
+
+void OpenAiServer::cancel(const std::shared_ptr<Call>& call) {
+  for (uint64_t id : call->ids) scheduler_->cancel(id);
+  work_cv_.notify_all();
+}
+
+bool OpenAiServer::submit(const std::shared_ptr<Call>& call, std::vector<BatchRequest> reqs) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopping_) {
+    reply_error(*call->res, api_error(503, "the server is stopping", "server_error"), kRetry);
+    return false;
+  }
+  for (size_t i = 0; i < reqs.size(); i++) {
+    auto id = scheduler_->submit(std::move(reqs[i]));
+    if (!id) {
+      // Nothing of this call runs: the choices already queued are cancelled
+      // (their outcomes find no call and are dropped).
+      for (uint64_t done : call->ids) {
+        scheduler_->cancel(done);
+        calls_.erase(done);
+      }
+      reply_error(*call->res, api_error(400, id.status().message(), "invalid_request_error"));
+      return false;
+    }
+    call->ids.push_back(*id);
+    calls_[*id] = {call, static_cast<int>(i)};
+  }
+  work_cv_.notify_all();
+  return true;
+}
+
+void OpenAiServer::handle(http::Request&& req, std::shared_ptr<http::Responder> res) {
+  auto refuse = [&](int status, const std::string& message, const char* code) {
+    metrics_.record_rejected();
+    reply_error(*res, api_error(status, message, "invalid_request_error", code));
+  };
+  // Host: exactly this server's names (DNS rebinding), unless bound to every
+  // address, where the API key guards it.
+  if (const std::string* host = req.header("host"); host && !is_wildcard(opt_.host) && !host_allowed(*host, opt_.host))
+    return refuse(403, "Host '" + *host + "' is not this server's address (" + opt_.host +
+                           ", localhost or a loopback address): refused to protect against DNS rebinding",
+                  "host_not_allowed");
+  if (const std::string* origin = req.header("origin")) {
+    const auto& allowed = opt_.cors_origins;
+    const bool ok = req.header_count("origin") == 1 &&
+                    (std::find(allowed.begin(), allowed.end(), *origin) != allowed.end() ||
+                     std::find(allowed.begin(), allowed.end(), "*") != allowed.end());
+    if (!ok)
+      return refuse(403, "cross-origin request from " + *origin + " refused: start the server with --cors " + *origin +
+                             " to allow it",
+                    "origin_not_allowed");
+    res->always_send({{"Access-Control-Allow-Origin", *origin}, {"Vary", "Origin"}});
+    if (req.method == "OPTIONS") {  // a preflight
+      res->reply(204, "", "",
+                 {{"Access-Control-Allow-Methods", "GET, POST, OPTIONS"},
+                  {"Access-Control-Allow-Headers", "Authorization, Content-Type"},
+                  {"Access-Control-Max-Age", "600"}});
+      return;
+    }
+  }
+  if (!opt_.api_key.empty() && req.path != "/health") {
+    const std::string* auth = req.header("authorization");
+    if (req.header_count("authorization") > 1)
+      return refuse(400, "more than one Authorization header", "invalid_api_key");
+    const std::string prefix = "Bearer ";
+    const bool ok = auth && auth->size() > prefix.size() && lower(auth->substr(0, prefix.size())) == "bearer " &&
+                    constant_time_equal(auth->substr(prefix.size()), opt_.api_key);
+    if (!ok) {
+      metrics_.record_rejected();
+      reply_error(*res, api_error(401, !auth ? "an API key is needed: send 'Authorization: Bearer KEY'"
+                                             : "the API key is not the one this server was started with",
+                                  "invalid_request_error", "invalid_api_key"));
+      return;
+    }
+  }
+
+  const std::string& path = req.path;
+  const bool get = req.method == "GET";
+  auto only = [&](const char* method) {
+    reply_error(*res, api_error(405, "method " + req.method + " is not allowed on " + path + " (use " + method + ")",
+                                "invalid_request_error"),
+                {{"Allow", method}});
+  };
+  if (path == "/health") {
+    if (!get) return only("GET");
+    res->reply(200, "application/json", R"({"status":"ok"})");
+    return;
+  }
+  if (path == "/v1/models" || path == "/models") {
+    if (!get) return only("GET");
+    json m = {{"id", opt_.model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "phaselab"}};
+    m["meta"] = {{"n_ctx", n_ctx_}, {"max_tokens", max_tokens_}, {"backend", scheduler_->backend().name()},
+                 {"path", scheduler_->model().path()}};
+    res->reply(200, "application/json", openai::dump(json{{"object", "list"}, {"data", json::array({m})}}));
+    return;
+  }
+  if (path == "/metrics") {
+    if (!get) return only("GET");
+    res->reply(200, "text/plain; version=0.0.4", metrics_text());
+    return;
+  }
+  const bool chat = path == "/v1/chat/completions" || path == "/chat/completions";
+  const bool completions = path == "/v1/completions" || path == "/completions";  // some clients leave out /v1
+  if (!chat && !completions) {
+    reply_error(*res, api_error(404, "no endpoint " + req.method + " " + path +
+                                         ": PhaseLab serves GET /health, GET /v1/models, POST /v1/chat/completions, "
+                                         "POST /v1/completions, GET /metrics",
+                                "not_found_error"));
+    return;
+  }
+  if (req.method != "POST") return only("POST");
+  // Admission: a bounded number of requests accepted and not yet answered;
+  // past it the client is told to come back rather than queued forever.
+  if (stopping_ || inflight_.load() >= max_queued_) {
+    metrics_.record_rejected();
+    reply_error(*res, api_error(503, stopping_ ? "the server is stopping"
+                                               : "the server is busy (" + std::to_string(max_queued_) +
+                                                     " requests queued or running): retry shortly",
+                                "server_error"),
+                kRetry);
+    return;
+  }
+  inflight_++;
+  auto job = std::make_unique<Job>();
+  job->ep = chat ? openai::Endpoint::chat : openai::Endpoint::completions;
+  job->req = std::move(req);
+  job->res = std::move(res);
+  {
+    std::lock_guard<std::mutex> lock(jobs_mu_);
+    jobs_.push_back(std::move(job));
+  }
+  jobs_cv_.notify_one();
+}
+
+void OpenAiServer::worker_loop() {
+  for (;;) {
+    std::unique_ptr<Job> job;
+    {
+      std::unique_lock<std::mutex> lock(jobs_mu_);
+      jobs_cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;
+      job = std::move(jobs_.front());
+      jobs_.pop_front();
+    }
+    if (stopping_) {
+      reply_error(*job->res, api_error(503, "the server is stopping", "server_error"), kRetry);
+      inflight_--;
+      continue;
+    }
+    run_completion(*job);
+  }
+}
+
+void OpenAiServer::run_completion(Job& job) {
+  const Model& model = scheduler_->model();
+  openai::ParsedRequest pr;
+  openai::ApiError err;
+  const openai::ApiLimits limits{n_ctx_, max_tokens_};
+  const bool ok = openai::parse_request(job.ep, job.req.body, model.tokenizer(), model.chat_template(), limits, &pr, &err);
+  job.req = http::Request{};  // the body's bytes go back to the budget now
+  if (!ok) {
+    metrics_.record_rejected();
+    reply_error(*job.res, err);
+    inflight_--;
+    return;
+  }
+  auto call = std::make_shared<Call>();
+  call->ep = job.ep;
+  call->stream = pr.stream;
+  call->include_usage = pr.include_usage;
+  call->res = job.res;
+  const int n = 1;
+  call->outcomes.resize(n);
+  call->first_chunk.assign(n, true);
+  std::vector<BatchRequest> reqs(n);
+  for (int i = 0; i < n; i++) {
+    BatchRequest& br = reqs[i];
+    br.prompt = pr.prompt;
+    br.options = pr.options;
+    br.options.sampling.seed += static_cast<uint64_t>(i);  // distinct choices, reproducible with a seed
+    // Only a streamed answer needs its pieces; a whole one takes the outcome's text.
+    if (pr.stream) {
+      Call* c = call.get();
+      br.on_token = [this, c, i](const TokenEvent& e) { on_token(*c, i, e); };
+    }
+  }
+  // The head of a stream goes first: pieces may come as soon as the
+  // sequences are submitted.
+  call->head = openai::make_head(job.ep, opt_.model_id, next_call_++);
+  if (pr.stream) job.res->start_stream(200, "text/event-stream", {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}});
+  if (!submit(call, std::move(reqs))) {
+    metrics_.record_rejected();
+    if (pr.stream) job.res->end_stream();
+    inflight_--;
+    return;
+  }
+  // A client that goes away, streamed or not, cancels its sequences.
+  std::weak_ptr<Call> weak = call;
+  job.res->on_gone([this, weak] {
+    if (auto c = weak.lock()) cancel(c);
+  });
+}
+
+void OpenAiServer::on_token(Call& call, int index, const TokenEvent& e) {
+  if (e.text.empty() || call.answered) return;
+  const bool first = call.first_chunk[index];
+  call.first_chunk[index] = false;
+  // A client that is gone is cancelled by the responder's on_gone.
+  call.res->write_chunk(openai::sse_event(openai::chunk_json(call.ep, call.head, std::string(e.text), first)));
+}
+
+void OpenAiServer::finish(BatchOutcome o) {
+  std::shared_ptr<Call> call;
+  int index = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = calls_.find(o.id);
+    if (it == calls_.end()) return;
+    call = it->second.first;
+    index = it->second.second;
+    calls_.erase(it);
+  }
+  const bool cancelled = o.result.metrics.stop_reason == "cancelled";
+  const std::string how = !o.status ? "error" : cancelled ? "cancelled" : openai::finish_reason(o.result.metrics.stop_reason);
+  metrics_.record(o.result.metrics, how);
+  call->outcomes[index] = std::move(o);
+  if (++call->finished < static_cast<int>(call->ids.size()) || call->answered) return;
+  call->answered = true;
+  inflight_--;
+
+  // An error of one choice is the call's; a cancellation not asked for by
+  // the client (it is gone then, and nothing is sent) is the server stopping:
+  // a request that did not run to its end is never answered 200.
+  const openai::ApiError* error = nullptr;
+  openai::ApiError e;
+  for (const BatchOutcome& oc : call->outcomes) {
+    if (!oc.status) {
+      const bool too_big = oc.result.metrics.stop_reason == "kv_full";
+      e = api_error(too_big ? 400 : 503, oc.status.message(), too_big ? "invalid_request_error" : "server_error",
+                    too_big ? "context_length_exceeded" : "");
+      error = &e;
+      break;
+    }
+    if (oc.result.metrics.stop_reason == "cancelled") {
+      e = api_error(503, "the server stopped before the answer was complete", "server_error");
+      error = &e;
+      break;
+    }
+  }
+  http::Responder& res = *call->res;
+  const BatchOutcome& o0 = call->outcomes[0];
+  if (!call->stream) {
+    if (error) return reply_error(res, *error, error->http_status == 503 ? kRetry : http::Headers{});
+    res.reply(200, "application/json", openai::dump(openai::response_json(call->ep, call->head, o0.result, o0.preemptions)));
+    return;
+  }
+  std::string out;
+  if (error) {
+    out += "data: " + openai::error_body(*error) + "\n\n";
+  } else {
+    for (size_t i = 0; i < call->outcomes.size(); i++) {
+      const BatchOutcome& oc = call->outcomes[i];
+      if (call->first_chunk[i]) out += openai::sse_event(openai::chunk_json(call->ep, call->head, "", true));
+      out += openai::sse_event(openai::final_chunk_json(call->ep, call->head, oc.result, oc.preemptions));
+    }
+    if (call->include_usage) out += openai::sse_event(openai::usage_chunk_json(call->ep, call->head, o0.result.metrics));
+  }
+  out += "data: [DONE]\n\n";
+  res.write_chunk(out);
+  res.end_stream();
 }
 
 void OpenAiServer::step_loop() {
-  auto finish_stream = [this](BatchOutcome o) {
-    std::shared_ptr<Stream> s;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = std::find_if(streams_.begin(), streams_.end(), [&](const auto& p) { return p.first == o.id; });
-      if (it == streams_.end()) return;
-      s = it->second;
-      streams_.erase(it);
-    }
-    const std::string how = !o.status ? "error"
-                            : o.result.metrics.stop_reason == "cancelled" ? "cancelled"
-                                                                          : openai::finish_reason(o.result.metrics.stop_reason);
-    metrics_.record(o.result.metrics, how);
-    std::lock_guard<std::mutex> sl(s->mu);
-    s->outcome = std::move(o);
-    s->done = true;
-    s->cv.notify_all();
-  };
   while (!stopping_) {
     if (scheduler_->idle()) {
       std::unique_lock<std::mutex> lock(mu_);
@@ -222,221 +516,27 @@ void OpenAiServer::step_loop() {
       std::vector<uint64_t> ids;
       {
         std::lock_guard<std::mutex> lock(mu_);
-        for (auto& p : streams_) ids.push_back(p.first);
+        for (auto& p : calls_) ids.push_back(p.first);
       }
       for (uint64_t id : ids) {
         scheduler_->cancel(id);
         BatchOutcome o;
         o.id = id;
         o.status = internal_error("the forward pass failed: " + st.message());
-        finish_stream(std::move(o));
+        finish(std::move(o));
       }
       (void)scheduler_->step();  // lets the cancellations free their blocks
     }
-    for (auto& o : scheduler_->take_finished()) finish_stream(std::move(o));
+    for (auto& o : scheduler_->take_finished()) finish(std::move(o));
   }
-  // Stopping: end every sequence so that their blocks are freed.
+  // Stopping: end every sequence so that their blocks are freed; their
+  // requests are answered 503 (finish), as they did not run to their end.
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto& p : streams_) scheduler_->cancel(p.first);
+    for (auto& p : calls_) scheduler_->cancel(p.first);
   }
   for (int i = 0; i < 4 && !scheduler_->idle(); i++) (void)scheduler_->step();
-  for (auto& o : scheduler_->take_finished()) finish_stream(std::move(o));
-}
-
-void OpenAiServer::install_routes() {
-  httplib::Server& h = *http_;
-
-  // Every request passes here first: Host, Origin and the API key.
-  h.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    using HR = httplib::Server::HandlerResponse;
-    if (req.has_header("Host") && !is_wildcard(opt_.host)) {
-      const std::string name = host_name_of(req.get_header_value("Host"));
-      if (!is_loopback_host(name) && name != bound_name_) {
-        metrics_.record_rejected();
-        reply_error(res, api_error(403, "Host '" + name + "' is not this server's address (" + opt_.host +
-                                            " or localhost): refused to protect against DNS rebinding",
-                                   "invalid_request_error", "host_not_allowed"));
-        return HR::Handled;
-      }
-    }
-    if (req.has_header("Origin")) {
-      const std::string origin = req.get_header_value("Origin");
-      const auto& allowed = opt_.cors_origins;
-      const bool ok = std::find(allowed.begin(), allowed.end(), origin) != allowed.end() ||
-                      std::find(allowed.begin(), allowed.end(), "*") != allowed.end();
-      if (!ok) {
-        metrics_.record_rejected();
-        reply_error(res, api_error(403, "cross-origin request from " + origin +
-                                            " refused: start the server with --cors " + origin + " to allow it",
-                                   "invalid_request_error", "origin_not_allowed"));
-        return HR::Handled;
-      }
-      res.set_header("Access-Control-Allow-Origin", origin);
-      res.set_header("Vary", "Origin");
-      if (req.method == "OPTIONS") {  // a preflight
-        res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-        res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
-        res.set_header("Access-Control-Max-Age", "600");
-        res.status = 204;
-        return HR::Handled;
-      }
-    }
-    if (!opt_.api_key.empty() && req.path != "/health") {
-      const std::string auth = req.get_header_value("Authorization");
-      const std::string prefix = "Bearer ";
-      const bool ok = auth.rfind(prefix, 0) == 0 && constant_time_equal(auth.substr(prefix.size()), opt_.api_key);
-      if (!ok) {
-        metrics_.record_rejected();
-        reply_error(res, api_error(401, auth.empty() ? "an API key is needed: send 'Authorization: Bearer KEY'"
-                                                     : "the API key is not the one this server was started with",
-                                   "invalid_request_error", "invalid_api_key"));
-        return HR::Handled;
-      }
-    }
-    return HR::Unhandled;
-  });
-
-  h.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    std::string msg;
-    if (res.status == 404)
-      msg = "no endpoint " + req.method + " " + req.path +
-            ": PhaseLab serves GET /health, GET /v1/models, POST /v1/chat/completions, POST /v1/completions, GET /metrics";
-    else if (res.status == 413)
-      msg = "the request body is larger than the server accepts (phaselab-cli serve --max-body)";
-    else if (res.status == 405)
-      msg = "method " + req.method + " is not allowed on " + req.path;
-    else
-      msg = "HTTP error " + std::to_string(res.status);
-    res.set_content(openai::error_body(api_error(res.status, msg, res.status == 404 ? "not_found_error" : "invalid_request_error")),
-                    "application/json");
-  });
-  h.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    std::string what = "unknown";
-    try {
-      if (ep) std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    reply_error(res, api_error(500, "internal error: " + what, "server_error"));
-  });
-
-  h.Get("/health", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content(R"({"status":"ok"})", "application/json");
-  });
-  auto models = [this](const httplib::Request&, httplib::Response& res) {
-    json m = {{"id", opt_.model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "phaselab"}};
-    m["meta"] = {{"n_ctx", n_ctx_}, {"max_tokens", max_tokens_}, {"backend", scheduler_->backend().name()},
-                 {"path", scheduler_->model().path()}};
-    res.set_content(openai::dump(json{{"object", "list"}, {"data", json::array({m})}}), "application/json");
-  };
-  h.Get("/v1/models", models);
-  h.Get("/models", models);
-  h.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics_text(), "text/plain; version=0.0.4");
-  });
-
-  auto completion = [this](openai::Endpoint ep) {
-    return [this, ep](const httplib::Request& req, httplib::Response& res) {
-      const Model& model = scheduler_->model();
-      openai::ParsedRequest pr;
-      openai::ApiError err;
-      const openai::ApiLimits limits{n_ctx_, max_tokens_};
-      if (!openai::parse_request(ep, req.body, model.tokenizer(), model.chat_template(), limits, &pr, &err)) {
-        metrics_.record_rejected();
-        reply_error(res, err);
-        return;
-      }
-      auto stream = std::make_shared<Stream>();
-      BatchRequest br;
-      br.prompt = std::move(pr.prompt);
-      br.options = std::move(pr.options);
-      // Only a streamed answer needs its pieces; a whole one takes the outcome's text.
-      if (pr.stream) br.on_token = [stream](const TokenEvent& e) {
-        if (e.text.empty()) return;
-        std::lock_guard<std::mutex> lock(stream->mu);
-        stream->pieces.emplace_back(e.text);
-        stream->cv.notify_all();
-      };
-      auto id = submit(std::move(br), stream);
-      if (!id) {
-        metrics_.record_rejected();
-        reply_error(res, api_error(400, id.status().message(), "invalid_request_error"));
-        return;
-      }
-      const uint64_t rid = *id;
-      const openai::ResponseHead head = openai::make_head(ep, opt_.model_id, rid);
-
-      auto outcome_error = [](const BatchOutcome& o) {
-        // The pool cannot hold the request even alone (kv_full), or the server stops / a pass failed.
-        const bool too_big = o.result.metrics.stop_reason == "kv_full";
-        return api_error(too_big ? 400 : 503, o.status.message(), too_big ? "invalid_request_error" : "server_error",
-                         too_big ? "context_length_exceeded" : "");
-      };
-
-      if (!pr.stream) {
-        std::unique_lock<std::mutex> lock(stream->mu);
-        stream->cv.wait(lock, [&] { return stream->done; });
-        const BatchOutcome& o = stream->outcome;
-        if (!o.status) {
-          reply_error(res, outcome_error(o));
-          return;
-        }
-        res.set_content(openai::dump(openai::response_json(ep, head, o.result, o.preemptions)), "application/json");
-        return;
-      }
-
-      res.set_header("Cache-Control", "no-cache");
-      res.set_header("X-Accel-Buffering", "no");
-      const bool include_usage = pr.include_usage;
-      auto first = std::make_shared<bool>(true);
-      res.set_chunked_content_provider(
-          "text/event-stream",
-          [this, stream, ep, head, rid, include_usage, first, outcome_error](size_t, httplib::DataSink& sink) {
-            std::string out;
-            bool done = false;
-            BatchOutcome o;
-            {
-              std::unique_lock<std::mutex> lock(stream->mu);
-              stream->cv.wait_for(lock, 100ms, [&] { return !stream->pieces.empty() || stream->done; });
-              for (; !stream->pieces.empty(); stream->pieces.pop_front()) {
-                out += openai::sse_event(openai::chunk_json(ep, head, stream->pieces.front(), *first));
-                *first = false;
-              }
-              done = stream->done;
-              if (done) o = stream->outcome;
-            }
-            if (done) {
-              if (!o.status) {
-                out += "data: " + openai::error_body(outcome_error(o)) + "\n\n";
-              } else {
-                if (*first) out += openai::sse_event(openai::chunk_json(ep, head, "", true));
-                out += openai::sse_event(openai::final_chunk_json(ep, head, o.result, o.preemptions));
-                if (include_usage) out += openai::sse_event(openai::usage_chunk_json(ep, head, o.result.metrics));
-              }
-              out += "data: [DONE]\n\n";
-            }
-            // A write that fails, or a socket that cannot be written, is a
-            // client gone: its sequence is cancelled and its blocks freed.
-            if (!out.empty() ? !sink.write(out.data(), out.size()) : !sink.is_writable()) {
-              cancel(rid);
-              return false;
-            }
-            if (done) sink.done();
-            return true;
-          },
-          [this, rid](bool success) {
-            if (!success) cancel(rid);
-          });
-    };
-  };
-  h.Post("/v1/chat/completions", completion(openai::Endpoint::chat));
-  h.Post("/v1/completions", completion(openai::Endpoint::completions));
-  // Some clients leave out the /v1 prefix.
-  h.Post("/chat/completions", completion(openai::Endpoint::chat));
-  h.Post("/completions", completion(openai::Endpoint::completions));
+  for (auto& o : scheduler_->take_finished()) finish(std::move(o));
 }
 
 }  // namespace phaselab

@@ -100,6 +100,7 @@ class Scheduler {
   Backend& backend() { return *backend_; }
   const KvPool& pool() const { return *pool_; }
   int n_ctx() const { return n_ctx_; }
+  int max_seqs() const { return opt_.max_seqs; }
 
  private:
   struct Seq;
