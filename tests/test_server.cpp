@@ -235,6 +235,31 @@ class TestServer : public QObject {
     QVERIFY(!OpenAiServer::create(std::move(*s), so));
   }
 
+  // The Host check and the bind check share one exact notion of loopback: a
+  // name that merely starts with "127." is not one (the server had answered
+  // 127.0.0.1.evil.com, which a DNS-rebinding page can resolve to itself).
+  void hostAllowListIsExact() {
+    for (const char* h : {"127.0.0.1", "127.1.2.3", "localhost", "LOCALHOST", "::1", "[::1]"})
+      QVERIFY2(is_loopback_host(h), h);
+    for (const char* h : {"127.0.0.1.evil.com", "127.0.0.1.nip.io", "127.0.0.1evil", "127.1", "localhost.evil.com",
+                          "128.0.0.1", "::2", "", "evil.com"})
+      QVERIFY2(!is_loopback_host(h), h);
+    QVERIFY(!check_bind("127.0.0.1.evil.com", "").is_ok());
+    const int port = 8080;
+    for (const std::string v : {"127.0.0.1", "127.0.0.1:8080", "localhost", "localhost:1", "127.9.9.9:65535", "[::1]",
+                                "[::1]:8080"})
+      QVERIFY2(host_allowed(v, "127.0.0.1"), v.c_str());
+    for (const std::string v : {"127.0.0.1.evil.com", "127.0.0.1.nip.io", "127.0.0.1evil", "127.0.0.1:80@evil.com",
+                                "evil.com", "localhost.evil.com", "127.0.0.1:abc", "127.0.0.1:", "127.0.0.1:99999",
+                                "", "::1", "[::1", "127.0.0.1 ", "user@127.0.0.1", "127.0.0.1/x"})
+      QVERIFY2(!host_allowed(v, "127.0.0.1"), v.c_str());
+    // A server bound to a network name (with a key) also answers to that name.
+    QVERIFY(host_allowed("gpu-box.lan:" + std::to_string(port), "gpu-box.lan"));
+    QVERIFY(host_allowed("GPU-BOX.lan", "gpu-box.lan"));
+    QVERIFY(!host_allowed("gpu-box.lan.evil.com", "gpu-box.lan"));
+    QVERIFY(host_allowed("[fe80::1]:80", "fe80::1"));
+  }
+
   void endpointsAndGreedyEqualsSolo() {
     auto srv = start_server();
     httplib::Client c("127.0.0.1", srv->port());
