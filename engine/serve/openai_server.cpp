@@ -138,6 +138,7 @@ struct OpenAiServer::Call {
   std::vector<bool> first_chunk;        // by index: the next chunk is the first (chat: it carries the role)
   int finished = 0;
   bool answered = false;
+  bool stream_started = false;  // the 200 head of the event stream went out (with the first piece)
 };
 
 // A completion waiting for a worker: the body is parsed and tokenized there,
@@ -224,7 +225,13 @@ void OpenAiServer::stop() {
       Call& c = *entry.first;
       if (!c.answered) {
         c.answered = true;
-        reply_error(*c.res, api_error(503, "the server is stopping", "server_error"), kRetry);
+        const openai::ApiError e = api_error(503, "the server is stopping", "server_error");
+        if (c.stream_started) {
+          c.res->write_chunk("data: " + openai::error_body(e) + "\n\ndata: [DONE]\n\n");
+          c.res->end_stream();
+        } else {
+          reply_error(*c.res, e, kRetry);
+        }
       }
     }
     calls_.clear();
@@ -417,13 +424,9 @@ void OpenAiServer::run_completion(Job& job) {
       br.on_token = [this, c, i](const TokenEvent& e) { on_token(*c, i, e); };
     }
   }
-  // The head of a stream goes first: pieces may come as soon as the
-  // sequences are submitted.
   call->head = openai::make_head(job.ep, opt_.model_id, next_call_++);
-  if (pr.stream) job.res->start_stream(200, "text/event-stream", {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}});
   if (!submit(call, std::move(reqs))) {
     metrics_.record_rejected();
-    if (pr.stream) job.res->end_stream();
     inflight_--;
     return;
   }
@@ -434,8 +437,21 @@ void OpenAiServer::run_completion(Job& job) {
   });
 }
 
+namespace {
+// A stream's 200 head goes out with its first piece, so that a request that
+// ends before any (the server stops, the pool cannot hold it) still gets a
+// status the client can see.
+void start_event_stream(http::Responder& res) {
+  res.start_stream(200, "text/event-stream", {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}});
+}
+}  // namespace
+
 void OpenAiServer::on_token(Call& call, int index, const TokenEvent& e) {
   if (e.text.empty() || call.answered) return;
+  if (!call.stream_started) {
+    call.stream_started = true;
+    start_event_stream(*call.res);
+  }
   const bool first = call.first_chunk[index];
   call.first_chunk[index] = false;
   // A client that is gone is cancelled by the responder's on_gone.
@@ -482,10 +498,14 @@ void OpenAiServer::finish(BatchOutcome o) {
   }
   http::Responder& res = *call->res;
   const BatchOutcome& o0 = call->outcomes[0];
-  if (!call->stream) {
+  if (!call->stream || (error && !call->stream_started)) {
     if (error) return reply_error(res, *error, error->http_status == 503 ? kRetry : http::Headers{});
     res.reply(200, "application/json", openai::dump(openai::response_json(call->ep, call->head, o0.result, o0.preemptions)));
     return;
+  }
+  if (!call->stream_started) {
+    call->stream_started = true;
+    start_event_stream(res);
   }
   std::string out;
   if (error) {
