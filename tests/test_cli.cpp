@@ -1,13 +1,20 @@
 // The phaselab-cli contract other tools build on: output formats and exit
 // codes (0 success, 2 bad input with a one-line error on stderr).
 #include <QCryptographicHash>
+#include <QElapsedTimer>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QProcess>
 #include <QTemporaryDir>
 #include <QtTest>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <random>
 
 #include "tiny_model.h"
 
@@ -54,6 +61,47 @@ Run cli_within(const QStringList& args, int ms, const QByteArray& stdin_data = {
 void expect_bad_input(const Run& r) {
   QCOMPARE(r.code, 2);
   QVERIFY2(r.err.trimmed().count('\n') == 0 && r.err.contains("error"), qPrintable(r.err));
+}
+
+void write_file(const QString& path, const QByteArray& data) {
+  QFile f(path);
+  if (!f.open(QIODevice::WriteOnly | QIODevice::Truncate)) qFatal("cannot write %s", qPrintable(path));
+  f.write(data);
+}
+
+QByteArray read_file(const QString& path) {
+  QFile f(path);
+  return f.open(QIODevice::ReadOnly) ? f.readAll() : QByteArray();
+}
+
+// `count` distinct story prompts, one JSON object a line, with "n" varied
+// from n_min to n_min + n_span - 1.
+QByteArray story_lines(int count, int n_min, int n_span) {
+  const QStringList starts = {"Once upon a time", "The cat", "Lily wanted to", "One day, a big",
+                              "Tom and his dog",  "The sun was", "A little bird", "Mom said"};
+  QByteArray lines;
+  for (int i = 0; i < count; i++)
+    lines += QJsonDocument(QJsonObject{{"prompt", QString("%1 %2").arg(starts[i % starts.size()]).arg(i)},
+                                       {"n", n_min + (i * 37) % n_span}})
+                 .toJson(QJsonDocument::Compact) +
+             "\n";
+  return lines;
+}
+
+// A batch output by "index", each line whole JSON answered once; what is
+// wrong instead goes to *problem.
+QMap<int, QJsonObject> records_by_index(const QByteArray& out, QString* problem) {
+  QMap<int, QJsonObject> by_index;
+  if (!out.isEmpty() && !out.endsWith('\n')) *problem = "a torn last line";
+  for (const QByteArray& line : out.split('\n')) {
+    if (line.isEmpty()) continue;
+    QJsonParseError e;
+    const QJsonObject o = QJsonDocument::fromJson(line, &e).object();
+    if (e.error != QJsonParseError::NoError || !o.contains("index")) *problem = "not a record: " + QString(line);
+    else if (by_index.contains(o["index"].toInt())) *problem = QString("index %1 twice").arg(o["index"].toInt());
+    by_index[o["index"].toInt()] = o;
+  }
+  return by_index;
 }
 
 }  // namespace
@@ -474,9 +522,10 @@ class TestCli : public QObject {
     expect_bad_input(cli({"bench", "-m", stories(), "--batch", "128", "-b", "64"}));
   }
 
-  // batch: JSONL in, JSONL out in input order; each greedy text is what
-  // generate gives alone; a bad line is reported by number and the rest run.
-  void batch_runs_a_jsonl_file_in_order() {
+  // batch: JSONL in, JSONL out, one record per line in the order they
+  // finish; each greedy text is what generate gives alone; a bad line is
+  // reported by number and the rest run; -o - gives the same records.
+  void batch_answers_every_jsonl_line_by_index() {
     QTemporaryDir dir;
     const QString in = dir.filePath("in.jsonl"), out = dir.filePath("out.jsonl");
     const QStringList prompts = {"Once upon a time", "The cat", "Lily wanted to", "One day, a big"};
@@ -484,21 +533,16 @@ class TestCli : public QObject {
     for (int i = 0; i < prompts.size(); i++)
       lines += QJsonDocument(QJsonObject{{"prompt", prompts[i]}, {"n", 6 + 3 * i}}).toJson(QJsonDocument::Compact) + "\n";
     lines += "{\"prompt\": 5}\n";
-    {
-      QFile f(in);
-      QVERIFY(f.open(QIODevice::WriteOnly));
-      f.write(lines);
-    }
+    write_file(in, lines);
     const Run r = cli({"batch", "-m", stories(), "-i", in, "-o", out, "--temp", "0", "--parallel", "3", "--ignore-eos"});
     QCOMPARE(r.code, 2);  // one bad line
     QVERIFY2(r.err.contains("line 5") && r.err.contains("\"prompt\" must be a string"), qPrintable(r.err));
-    QFile f(out);
-    QVERIFY(f.open(QIODevice::ReadOnly));
-    const QList<QByteArray> got = f.readAll().trimmed().split('\n');
-    QCOMPARE(got.size(), 5);
+    QString problem;
+    const QMap<int, QJsonObject> got = records_by_index(read_file(out), &problem);
+    QVERIFY2(problem.isEmpty(), qPrintable(problem));
+    QCOMPARE(got.keys(), QList<int>({0, 1, 2, 3, 4}));
     for (int i = 0; i < prompts.size(); i++) {
-      const QJsonObject o = QJsonDocument::fromJson(got[i]).object();
-      QCOMPARE(o["index"].toInt(), i);
+      const QJsonObject o = got[i];
       QCOMPARE(o["tokens"].toInt(), 6 + 3 * i);
       QCOMPARE(o["stop_reason"].toString(), QString("length"));
       QVERIFY(o["ttft_ms"].toDouble() > 0 && o["prompt_tokens"].toInt() > 0);
@@ -507,9 +551,224 @@ class TestCli : public QObject {
       QCOMPARE(g.code, 0);
       QCOMPARE(o["text"].toString(), QJsonDocument::fromJson(g.out.toUtf8()).object()["text"].toString());
     }
-    QVERIFY(QJsonDocument::fromJson(got[4]).object()["error"].toString().contains("must be a string"));
+    QVERIFY(got[4]["error"].toString().contains("must be a string"));
+    QCOMPARE(got[4]["line"].toInt(), 5);
+    const Run s = cli({"batch", "-m", stories(), "-i", in, "-o", "-", "--temp", "0", "--parallel", "3", "--ignore-eos"});
+    QCOMPARE(s.code, 2);
+    const QMap<int, QJsonObject> piped = records_by_index(s.out.toUtf8(), &problem);
+    QVERIFY2(problem.isEmpty(), qPrintable(problem));
+    QCOMPARE(piped.keys(), got.keys());
+    for (int i = 0; i < prompts.size(); i++) QCOMPARE(piped[i]["text"], got[i]["text"]);
     expect_bad_input(cli({"batch", "-m", stories(), "-i", in}));
-    expect_bad_input(cli({"batch", "-m", stories(), "-i", dir.filePath("missing.jsonl"), "-o", out}));
+    expect_bad_input(cli({"batch", "-m", stories(), "-i", dir.filePath("missing.jsonl"), "-o", dir.filePath("o2.jsonl")}));
+    expect_bad_input(cli({"batch", "-m", stories(), "-i", in, "-o", "-", "--resume"}));
+    expect_bad_input(cli({"batch", "-m", stories(), "-i", in, "-o", out, "--resume", "--force"}));
+  }
+
+  // -o naming the input, by its path, a symlink or a hard link, would replace
+  // the prompts with their answers: refused, the input left as it was.
+  void batch_refuses_output_equal_to_input() {
+    QTemporaryDir dir;
+    const QString in = dir.filePath("in.jsonl");
+    const QByteArray prompts = story_lines(3, 4, 3);
+    write_file(in, prompts);
+    QVERIFY(QFile::link(in, dir.filePath("symlink.jsonl")));
+    QCOMPARE(::link(QFile::encodeName(in).constData(), QFile::encodeName(dir.filePath("hardlink.jsonl")).constData()), 0);
+    for (const QString& out : {in, dir.filePath("symlink.jsonl"), dir.filePath("hardlink.jsonl"),
+                               dir.filePath("./in.jsonl")})
+      for (const QStringList& flags : {QStringList(), QStringList("--force"), QStringList("--resume")}) {
+        const Run r = cli(QStringList({"batch", "-m", stories(), "-i", in, "-o", out, "--temp", "0"}) << flags);
+        expect_bad_input(r);
+        QVERIFY2(r.err.contains("input file itself"), qPrintable(r.err));
+        QCOMPARE(read_file(in), prompts);
+      }
+  }
+
+  // Without --resume or --force an output that holds something is kept: the
+  // message names both ways on; --force then overwrites it.
+  void batch_refuses_an_existing_output_without_resume_or_force() {
+    QTemporaryDir dir;
+    const QString in = dir.filePath("in.jsonl"), out = dir.filePath("out.jsonl");
+    write_file(in, story_lines(3, 4, 3));
+    write_file(out, "results of last week\n");
+    const Run r = cli({"batch", "-m", stories(), "-i", in, "-o", out, "--temp", "0"});
+    expect_bad_input(r);
+    QVERIFY2(r.err.contains("--resume") && r.err.contains("--force"), qPrintable(r.err));
+    QCOMPARE(read_file(out), QByteArray("results of last week\n"));
+    const Run f = cli({"batch", "-m", stories(), "-i", in, "-o", out, "--temp", "0", "--force"});
+    QCOMPARE(f.code, 0);
+    QString problem;
+    QCOMPARE(records_by_index(read_file(out), &problem).keys(), QList<int>({0, 1, 2}));
+    QVERIFY2(problem.isEmpty(), qPrintable(problem));
+    write_file(out, "");  // an empty output is a new one
+    QCOMPARE(cli({"batch", "-m", stories(), "-i", in, "-o", out, "--temp", "0"}).code, 0);
+  }
+
+  // A run killed while writing leaves whole lines and perhaps a torn one:
+  // --resume keeps the whole ones byte for byte, cuts the torn one off and
+  // runs only what is missing; the texts are a clean run's.
+  void batch_resume_keeps_finished_lines_and_drops_a_torn_one() {
+    QTemporaryDir dir;
+    const QString in = dir.filePath("in.jsonl"), clean = dir.filePath("clean.jsonl"), out = dir.filePath("out.jsonl");
+    write_file(in, story_lines(8, 6, 9));
+    const QStringList common = {"batch", "-m", stories(), "-i", in, "--temp", "0", "--ignore-eos", "--parallel", "3"};
+    QCOMPARE(cli(QStringList(common) << "-o" << clean).code, 0);
+    QString problem;
+    const QMap<int, QJsonObject> want = records_by_index(read_file(clean), &problem);
+    QCOMPARE(want.size(), 8);
+    QByteArray kept;
+    QByteArray torn;
+    for (const QByteArray& line : read_file(clean).split('\n')) {
+      if (line.isEmpty()) continue;
+      const int index = QJsonDocument::fromJson(line).object()["index"].toInt();
+      if (index == 1 || index == 4 || index == 5) kept += line + "\n";
+      if (index == 6) torn = line.left(line.size() / 2);
+    }
+    write_file(out, kept + torn);
+    const Run r = cli(QStringList(common) << "-o" << out << "--resume");
+    QCOMPARE(r.code, 0);
+    QVERIFY2(r.err.contains("torn") && r.err.contains("3 of 8"), qPrintable(r.err));
+    const QByteArray after = read_file(out);
+    QVERIFY(after.startsWith(kept));
+    const QMap<int, QJsonObject> got = records_by_index(after, &problem);
+    QVERIFY2(problem.isEmpty(), qPrintable(problem));
+    QCOMPARE(got.keys(), want.keys());
+    for (int i = 0; i < 8; i++) QCOMPARE(got[i]["text"], want[i]["text"]);
+    // Nothing missing: nothing runs, nothing changes.
+    QCOMPARE(cli(QStringList(common) << "-o" << out << "--resume").code, 0);
+    QCOMPARE(read_file(out), after);
+  }
+
+  // An output whose records answer other lines (another input, an edited
+  // one, or a file from before records carried the line's hash) is not
+  // resumed: refused, and left as it was.
+  void batch_resume_refuses_output_of_another_input() {
+    QTemporaryDir dir;
+    const QString a = dir.filePath("a.jsonl"), b = dir.filePath("b.jsonl"), out = dir.filePath("out.jsonl");
+    const QByteArray lines = story_lines(4, 4, 3);
+    write_file(a, lines);
+    QByteArray edited = lines;
+    edited.replace("The cat", "The dog");
+    write_file(b, edited);
+    QCOMPARE(cli({"batch", "-m", stories(), "-i", a, "-o", out, "--temp", "0"}).code, 0);
+    const QByteArray answers = read_file(out);
+    const Run r = cli({"batch", "-m", stories(), "-i", b, "-o", out, "--temp", "0", "--resume"});
+    expect_bad_input(r);
+    QVERIFY2(r.err.contains("another input") && r.err.contains("--force"), qPrintable(r.err));
+    QCOMPARE(read_file(out), answers);
+    write_file(b, story_lines(2, 4, 3));  // fewer lines: index 3 answers nothing
+    const Run fewer = cli({"batch", "-m", stories(), "-i", b, "-o", out, "--temp", "0", "--resume"});
+    expect_bad_input(fewer);
+    QVERIFY2(fewer.err.contains("another input"), qPrintable(fewer.err));
+    QCOMPARE(read_file(out), answers);
+    const QByteArray old_style = "{\"index\":0,\"text\":\" there was\"}\n";
+    write_file(out, old_style);
+    const Run old = cli({"batch", "-m", stories(), "-i", a, "-o", out, "--temp", "0", "--resume"});
+    expect_bad_input(old);
+    QCOMPARE(read_file(out), old_style);
+  }
+
+  // A second run on one output would interleave with the first: while
+  // another process holds the lock, batch refuses and writes nothing.
+  void batch_locks_its_output() {
+    QTemporaryDir dir;
+    const QString in = dir.filePath("in.jsonl"), out = dir.filePath("out.jsonl");
+    write_file(in, story_lines(3, 4, 3));
+    const int fd = ::open(QFile::encodeName(out).constData(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    QVERIFY(fd >= 0);
+    QCOMPARE(::flock(fd, LOCK_EX | LOCK_NB), 0);
+    for (const QString& flag : {QString("--resume"), QString("--force")}) {
+      const Run r = cli({"batch", "-m", stories(), "-i", in, "-o", out, "--temp", "0", flag});
+      QVERIFY2(r.code != 0 && r.err.contains("locked"), qPrintable(r.err));
+      QCOMPARE(read_file(out), QByteArray());
+    }
+    ::close(fd);
+    QCOMPARE(cli({"batch", "-m", stories(), "-i", in, "-o", out, "--temp", "0", "--resume"}).code, 0);
+  }
+
+  // SIGKILL at any moment, then --resume (killed too, sometimes) until a run
+  // finishes: every prompt answered exactly once, by a clean run's text.
+  // The kill delays are drawn (seeded) over a clean run's duration, so that
+  // they land at start-up, mid-run and after the end on any machine.
+  void batch_killed_and_resumed_answers_every_prompt_once() {
+    QTemporaryDir dir;
+    const QString in = dir.filePath("in.jsonl"), clean = dir.filePath("clean.jsonl");
+    write_file(in, story_lines(40, 100, 300));
+    const QStringList common = {"batch", "-m", stories(), "-i", in, "--temp", "0", "--ignore-eos", "--parallel", "4",
+                                "-t", "1"};
+    QElapsedTimer timer;
+    timer.start();
+    QCOMPARE(cli(QStringList(common) << "-o" << clean).code, 0);
+    const qint64 clean_ms = std::max<qint64>(timer.elapsed(), 20);
+    QString problem;
+    const QMap<int, QJsonObject> want = records_by_index(read_file(clean), &problem);
+    QCOMPARE(want.size(), 40);
+    std::mt19937 rng(20261204);
+    std::uniform_real_distribution<double> fraction(0.0, 1.1);
+    int interrupted = 0;  // trials whose first kill left some lines but not all
+    for (int trial = 0; trial < 20; trial++) {
+      const QString out = dir.filePath(QString("out%1.jsonl").arg(trial));
+      const int kills = 1 + trial % 3;
+      for (int k = 0; k < kills; k++) {
+        QProcess p;
+        p.start(PHASELAB_CLI_PATH, QStringList(common) << "-o" << out << "--resume");
+        QVERIFY(p.waitForStarted());
+        QTest::qWait(static_cast<int>(fraction(rng) * clean_ms));
+        p.kill();
+        p.waitForFinished(60000);  // false when it had finished already
+        QCOMPARE(p.state(), QProcess::NotRunning);
+        if (k == 0) {
+          QString ignored;  // a killed run's output is checked once resumed
+          const int n = records_by_index(read_file(out), &ignored).size();
+          if (n > 0 && n < 40) interrupted++;
+        }
+      }
+      const Run r = cli(QStringList(common) << "-o" << out << "--resume");
+      QVERIFY2(r.code == 0, qPrintable(QString("trial %1: %2").arg(trial).arg(r.err)));
+      const QMap<int, QJsonObject> got = records_by_index(read_file(out), &problem);
+      QVERIFY2(problem.isEmpty(), qPrintable(QString("trial %1: %2").arg(trial).arg(problem)));
+      QCOMPARE(got.keys(), want.keys());
+      for (int i = 0; i < 40; i++) QCOMPARE(got[i]["text"], want[i]["text"]);
+    }
+    qInfo("%d of 20 first kills landed mid-run (clean run: %lld ms)", interrupted, static_cast<long long>(clean_ms));
+    QVERIFY2(interrupted >= 3, qPrintable(QString("only %1 of 20 kills landed mid-run").arg(interrupted)));
+  }
+
+  // A full disk: the write fails, the output keeps its whole lines only (cut
+  // back to before the failed one), exit 1 with what to do; --resume then
+  // completes it. RLIMIT_FSIZE stands in for the disk (batch ignores the
+  // SIGXFSZ that would kill it), /dev/full for a device.
+  void batch_reports_a_full_disk_and_keeps_whole_lines() {
+    QTemporaryDir dir;
+    const QString in = dir.filePath("in.jsonl"), out = dir.filePath("out.jsonl");
+    write_file(in, story_lines(12, 20, 10));
+    const QStringList common = {"batch", "-m", stories(), "-i", in, "--temp", "0", "--ignore-eos", "--parallel", "2"};
+    constexpr rlim_t kLimit = 700;  // a few of the ~12 lines of 200-300 bytes
+    QProcess p;
+    p.setChildProcessModifier([] {
+      const rlimit lim{kLimit, kLimit};
+      ::setrlimit(RLIMIT_FSIZE, &lim);
+    });
+    p.start(PHASELAB_CLI_PATH, QStringList(common) << "-o" << out);
+    QVERIFY(p.waitForFinished(60000));
+    const QString err = QString::fromUtf8(p.readAllStandardError());
+    QCOMPARE(p.exitStatus(), QProcess::NormalExit);
+    QCOMPARE(p.exitCode(), 1);
+    QVERIFY2(err.contains("disk space") && err.contains("--resume"), qPrintable(err));
+    const QByteArray partial = read_file(out);
+    QVERIFY(partial.size() <= static_cast<qint64>(kLimit) && partial.endsWith('\n'));
+    QString problem;
+    const int n_partial = records_by_index(partial, &problem).size();
+    QVERIFY2(problem.isEmpty() && n_partial >= 1 && n_partial < 12, qPrintable(problem));
+    const Run r = cli(QStringList(common) << "-o" << out << "--resume");
+    QCOMPARE(r.code, 0);
+    QVERIFY(read_file(out).startsWith(partial));
+    QCOMPARE(records_by_index(read_file(out), &problem).size(), 12);
+    QVERIFY2(problem.isEmpty(), qPrintable(problem));
+
+    const Run full = cli(QStringList(common) << "-o" << "/dev/full");
+    QCOMPARE(full.code, 1);
+    QVERIFY2(full.err.contains("disk space"), qPrintable(full.err));
   }
 };
 

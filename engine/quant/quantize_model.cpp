@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 
+#include "phaselab/files.h"
 #include "phaselab/quant.h"
 #include "phaselab/quantize.h"
 #include "phaselab/thread_pool.h"
@@ -34,7 +35,7 @@ Status check_output(const std::string& in, const std::string& out, bool overwrit
   struct stat si{}, so{};
   if (::stat(in.c_str(), &si) != 0) return io_error(in + ": cannot open");
   if (::stat(out.c_str(), &so) != 0) return Status::ok();  // a new file
-  if (si.st_dev == so.st_dev && si.st_ino == so.st_ino)
+  if (same_file(in, out))
     return invalid_argument(out + " is the input file itself (or a link to it): write to another file");
   if (!S_ISREG(so.st_mode)) return invalid_argument(out + " exists and is not a regular file");
   if (!overwrite) return invalid_argument(out + " exists: pass --force to replace it");
