@@ -7,6 +7,9 @@
 #include <httplib.h>
 
 #include <QtTest>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <nlohmann/json.hpp>
@@ -459,6 +462,46 @@ class TestServer : public QObject {
     QVERIFY(big);
     QCOMPARE(big->status, 413);
     QVERIFY(json::parse(big->body).contains("error"));
+  }
+
+  // A client at its connection limit: a connection that has waited over a
+  // second for a request gives way to its new one; a burst of fresh ones is
+  // not cut (the newest gets 503 with Retry-After instead).
+  void aClientAtItsLimitLosesItsIdlestConnection() {
+    ServerOptions so;
+    so.max_connections_per_client = 4;
+    auto srv = start_server(so);
+    auto connect_idle = [&] {
+      const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(static_cast<uint16_t>(srv->port()));
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) qFatal("connect failed");
+      return fd;
+    };
+    std::vector<int> idle;
+    for (int i = 0; i < 4; i++) idle.push_back(connect_idle());
+    {
+      httplib::Client c("127.0.0.1", srv->port());
+      auto h = c.Get("/health");  // the 5th, while the others are fresh
+      QVERIFY(h);
+      QCOMPARE(h->status, 503);
+      QCOMPARE(h->get_header_value("Retry-After"), std::string("1"));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+    {
+      httplib::Client c("127.0.0.1", srv->port());
+      auto h = c.Get("/health");
+      QVERIFY(h);
+      QCOMPARE(h->status, 200);
+    }
+    // The oldest idle connection was the one closed.
+    char b;
+    timeval tv{2, 0};
+    ::setsockopt(idle[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    QCOMPARE(::recv(idle[0], &b, 1, 0), ssize_t{0});
+    for (int fd : idle) ::close(fd);
   }
 
   // A server whose event stream ends its lines with CRLF (allowed by the SSE

@@ -5,6 +5,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -30,10 +31,20 @@ constexpr std::size_t kMaxReadPerTurn = 256 << 10;  // fairness: one connection 
 constexpr std::size_t kMaxBufferedWhileServing = 64 << 10;  // pipelined bytes kept while a response is under way
 constexpr std::size_t kMaxChunkLine = 1024;
 constexpr auto kLinger = 2s;  // reading what a refused client still sends, so our answer is not reset
-constexpr int kMaxExtraClosing = 256;  // connections past the limit, kept only to send them a 503
+constexpr int kMaxExtraClosing = 256;
+constexpr auto kEvictAfter = 1s;  // a connection this long without a request may give way to its client's new one  // connections past the limit, kept only to send them a 503
 
 bool is_tchar(unsigned char c) {
-  return std::isalnum(c) || std::strchr("!#$%&'*+-.^_`|~", c) != nullptr;
+  // (c != 0: strchr finds the terminating NUL of its set.)
+  return std::isalnum(c) || (c != 0 && std::strchr("!#$%&'*+-.^_`|~", c) != nullptr);
+}
+
+// Whether a complete request line can start a request ("METHOD /target
+// HTTP/1.x"): checked as soon as the line is there, so that an HTTP/0.9
+// request or junk is refused at once instead of waiting for headers.
+bool plausible_request_line(std::string_view line) {
+  const std::size_t sp = line.rfind(' ');
+  return sp != std::string_view::npos && line.find(' ') < sp && line.substr(sp + 1).substr(0, 5) == "HTTP/";
 }
 
 std::string lower(std::string_view s) {
@@ -282,6 +293,7 @@ struct Conn {
   bool eof = false;
   Clock::time_point deadline;       // when the current phase must be done
   Clock::time_point last_progress;  // of sending
+  Clock::time_point since;          // accepted, or its last response sent: waiting for a request since
   bool dead = false;
 };
 
@@ -335,6 +347,12 @@ Result<std::unique_ptr<Server>> Server::bind(const std::string& host, int port, 
   s->limits_ = limits;
   s->handler_ = std::move(handler);
   s->impl_->budget->cap = limits.body_budget_bytes;
+  // Every connection is a descriptor: take what the hard limit allows (the
+  // soft limit is often 1024).
+  if (rlimit r{}; ::getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+    r.rlim_cur = std::min<rlim_t>(r.rlim_max, 1 << 16);
+    ::setrlimit(RLIMIT_NOFILE, &r);
+  }
   if (s->impl_->waker->rd < 0) return io_error("cannot create the server's wake-up pipe: " + std::string(std::strerror(errno)));
   std::string h = host;
   if (h.size() > 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
@@ -582,17 +600,24 @@ void Server::run() {
     for (;;) {
       switch (c.st) {
         case State::head: {
-          // Empty lines before a request are allowed (RFC 9112 2.2).
-          std::size_t lead = 0;
-          while (lead + 1 < c.in.size() && c.in[lead] == '\r' && c.in[lead + 1] == '\n') lead += 2;
-          if (lead > 0) {
-            c.in.erase(0, lead);
-            c.scanned = 0;
+          // One empty line before a request is allowed (RFC 9112 2.2: some
+          // clients add a CRLF after a body); more is not a request.
+          if (c.scanned == 0 && c.in.size() >= 2 && c.in[0] == '\r' && c.in[1] == '\n') {
+            if (c.in.size() >= 4 && c.in[2] == '\r' && c.in[3] == '\n') {
+              fail(c, 400, "empty lines where a request line belongs");
+              return;
+            }
+            c.in.erase(0, 2);
           }
           if (c.in.empty()) return;
           const std::size_t from = c.scanned > 3 ? c.scanned - 3 : 0;
           const std::size_t end = c.in.find("\r\n\r\n", from);
           if (end == std::string::npos) {
+            const std::size_t eol = c.in.find("\r\n");
+            if (eol != std::string::npos && !plausible_request_line(std::string_view(c.in.data(), eol))) {
+              fail(c, 400, "malformed request line: expected 'METHOD /path HTTP/1.1'");
+              return;
+            }
             c.scanned = c.in.size();
             if (c.in.size() > L.max_header_bytes) fail(c, 431, "the request line and headers exceed " + std::to_string(L.max_header_bytes) + " bytes");
             return;
@@ -779,37 +804,59 @@ void Server::run() {
     c.x.reset();
     c.ended = false;
     c.st = State::head;
+    c.since = Clock::now();
     c.deadline = Clock::now() + std::chrono::milliseconds(c.in.empty() ? L.idle_timeout_ms : L.header_timeout_ms);
     advance(c);
   };
 
+  // Connections this process can hold: the limit, within the descriptors
+  // it may open (a few kept for the model's files and logs).
+  int max_conns = L.max_connections;
+  if (rlimit r{}; ::getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur != RLIM_INFINITY)
+    max_conns = static_cast<int>(std::min<rlim_t>(static_cast<rlim_t>(max_conns),
+                                                  r.rlim_cur > 2 * kMaxExtraClosing ? r.rlim_cur - 2 * kMaxExtraClosing : r.rlim_cur / 2));
+  Clock::time_point accept_paused_until{};
   auto accept_all = [&] {
     for (int i = 0; i < 256; i++) {
       sockaddr_storage ss{};
       socklen_t len = sizeof ss;
       const int fd = ::accept(m.listen_fd, reinterpret_cast<sockaddr*>(&ss), &len);
-      if (fd < 0) return;
+      if (fd < 0) {
+        // Out of descriptors: the pending connections wait in the backlog
+        // (polling the listening socket now would spin).
+        if (errno == EMFILE || errno == ENFILE) accept_paused_until = Clock::now() + 100ms;
+        return;
+      }
       ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
       ::fcntl(fd, F_SETFD, FD_CLOEXEC);
       counters_.connections++;
       const std::string peer = peer_name(ss);
-      // A client at its limit loses its oldest connection that has no
-      // request being answered (a slow or idle one) to the new one.
-      if (m.per_peer[peer] >= L.max_connections_per_client) {
-        Conn* oldest = nullptr;
+      // A client at its limit, or any client when the server is full, loses
+      // the connection that has waited longest for a request that is not
+      // coming (idle, or a request arriving slowly), if it has waited a
+      // second: a burst of new clients is not cut. When full, the victim
+      // comes from the client with the most connections. With none such,
+      // the new connection gets 503.
+      const bool client_full = m.per_peer[peer] >= L.max_connections_per_client;
+      if (client_full || static_cast<int>(m.conns.size()) >= max_conns) {
+        std::string whose = peer;
+        if (!client_full)
+          for (const auto& [p, n] : m.per_peer)
+            if (n > m.per_peer[whose]) whose = p;
+        Conn* victim = nullptr;
+        const auto cutoff = Clock::now() - kEvictAfter;
         for (Conn& c : m.conns)
-          if (!c.dead && c.peer == peer && c.st != State::serving && c.st != State::closing && c.st != State::linger) {
-            oldest = &c;
-            break;
-          }
-        if (oldest) {
+          if (!c.dead && c.peer == whose && c.st != State::serving && c.st != State::closing && c.st != State::linger &&
+              c.since <= cutoff && (!victim || c.since < victim->since))
+            victim = &c;
+        if (victim) {
           counters_.evicted++;
-          close_conn(*oldest);
+          close_conn(*victim);
         }
       }
-      const int live = static_cast<int>(m.conns.size());
-      const bool full = live >= L.max_connections || m.per_peer[peer] >= L.max_connections_per_client;
-      if (full && live >= L.max_connections + kMaxExtraClosing) {
+      const int live = static_cast<int>(std::count_if(m.conns.begin(), m.conns.end(), [](const Conn& c) { return !c.dead; }));
+      const bool full = live >= max_conns || m.per_peer[peer] >= L.max_connections_per_client;
+      if (full && live >= max_conns + kMaxExtraClosing) {
         ::close(fd);
         counters_.rejected_busy++;
         continue;
@@ -818,7 +865,7 @@ void Server::run() {
       c.fd = fd;
       c.peer = peer;
       c.serial = m.next_serial++;
-      c.last_progress = Clock::now();
+      c.last_progress = c.since = Clock::now();
       c.deadline = Clock::now() + std::chrono::milliseconds(L.header_timeout_ms);
       m.per_peer[peer]++;
       if (full) fail(c, 503, "the server has too many connections open: retry shortly", retry);
@@ -845,7 +892,8 @@ void Server::run() {
     fds.clear();
     order.clear();
     fds.push_back({m.waker->rd, POLLIN, 0});
-    if (m.listen_fd >= 0) fds.push_back({m.listen_fd, POLLIN, 0});
+    const bool accepting = m.listen_fd >= 0 && Clock::now() >= accept_paused_until;
+    if (accepting) fds.push_back({m.listen_fd, POLLIN, 0});
     auto next = Clock::now() + 1s;
     for (Conn& c : m.conns) {
       pull(c);
@@ -860,6 +908,7 @@ void Server::run() {
         next = std::min(next, c.last_progress + std::chrono::milliseconds(L.write_timeout_ms));
     }
     if (draining) next = std::min(next, drain_until);
+    if (m.listen_fd >= 0 && !accepting) next = std::min(next, accept_paused_until);
     const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next - Clock::now()).count();
     const int n = ::poll(fds.data(), fds.size(), static_cast<int>(std::clamp<long long>(wait + 1, 0, 1000)));
     if (n < 0 && errno != EINTR) {
@@ -867,8 +916,8 @@ void Server::run() {
       break;
     }
     if (fds[0].revents) m.waker->drain();
-    const std::size_t base = m.listen_fd >= 0 ? 2 : 1;
-    if (m.listen_fd >= 0 && (fds[1].revents & POLLIN)) accept_all();
+    const std::size_t base = accepting ? 2 : 1;
+    if (accepting && (fds[1].revents & POLLIN)) accept_all();
 
     const auto now = Clock::now();
     for (std::size_t i = 0; i < order.size(); i++) {

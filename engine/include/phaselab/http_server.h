@@ -94,7 +94,7 @@ struct Limits {
   int write_timeout_ms = 30000;   // sending without any progress
   std::size_t max_pending_output = 16 << 20;  // unsent response bytes; past it the client is "gone"
   int max_connections = 1024;
-  int max_connections_per_client = 256;
+  int max_connections_per_client = 512;
   int listen_backlog = 4096;  // capped by the kernel's somaxconn
 };
 

@@ -61,7 +61,7 @@ struct ServerOptions {
   int header_timeout_ms = 10000;         // a request's headers must arrive within this
   int body_timeout_ms = 30000;           // ... and its body within this after them
   int max_connections = 1024;            // in all (past it: 503)
-  int max_connections_per_client = 128;  // per client address (past it its oldest idle one is closed)
+  int max_connections_per_client = 512;  // per client address (past it its longest-waiting idle one is closed)
 };
 
 // Refuses a host that is not loopback when there is no API key: the message
