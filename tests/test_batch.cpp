@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <numeric>
 #include <random>
 
 #include "phaselab/backend.h"
@@ -368,6 +369,150 @@ class TestBatch : public QObject {
     QVERIFY(out[0].status.message().find("KV pool") != std::string::npos);
     QVERIFY(out[1].status);
     QCOMPARE(out[1].result.tokens.size(), size_t(4));
+  }
+
+  // logprobs: each generated token's log-softmax of the model's own logits
+  // (before the bias, penalties and temperature the sampler applies in
+  // place), equal to one computed here from a Session's logits of the same
+  // sequence; the top list sorted, greedy's token the most likely; asking
+  // changes no token; Session and Scheduler agree; every event carries its own.
+  void scheduler_logprobs_are_the_log_softmax_of_the_raw_logits() {
+    auto m = load(model_path("stories260K"));
+    const int V = m->config().n_vocab;
+    std::vector<Req> reqs;
+    for (int i = 0; i < 4; i++) reqs.push_back({prompt_of(6 + 5 * i, i, V), greedy(14), i});
+    reqs[0].opt.logprobs = kMaxTopLogprobs;
+    reqs[1].opt.logprobs = 0;
+    // Sampled, with a repetition penalty and a bias that change the row in place.
+    reqs[2].opt.logprobs = 5;
+    reqs[2].opt.sampling.temperature = 0.9f;
+    reqs[2].opt.sampling.seed = 9;
+    reqs[2].opt.sampling.repeat_penalty = 1.5f;
+    reqs[2].opt.sampling.logit_bias = {{5, 4.f}, {40, -3.f}};
+    reqs[3].opt.logprobs = 3;
+    reqs[3].opt.sampling.logit_bias = {{7, -2.f}};
+    SchedulerOptions so;
+    so.n_ctx = 128;
+    so.max_seqs = 4;
+    so.token_budget = 16;
+    auto run = [&](bool with_logprobs) {
+      std::vector<Req> r = reqs;
+      if (!with_logprobs)
+        for (auto& q : r) q.opt.logprobs = -1;
+      auto s = Scheduler::create(m, backend(m, Kind::fast), so);
+      if (!s) qFatal("%s", s.status().message().c_str());
+      return run_scheduler(**s, r);
+    };
+    const auto with = run(true), without = run(false);
+    for (size_t i = 0; i < reqs.size(); i++) {
+      const GenerateResult& r = with[i].result;
+      QVERIFY2(with[i].status, with[i].status.message().c_str());
+      QCOMPARE(r.tokens, without[i].result.tokens);  // asking changes nothing generated
+      QVERIFY(without[i].result.logprobs.empty());
+      QCOMPARE(r.logprobs.size(), r.tokens.size());
+      // The oracle: a Session's logits after the prompt and each token, and
+      // their log-softmax in double, sorted here in full.
+      auto solo = Session::create(m, backend(m, Kind::fast), 128);
+      QVERIFY(solo.is_ok());
+      std::vector<float> logits;
+      QVERIFY((*solo)->eval(reqs[i].prompt, &logits));
+      for (size_t t = 0; t < r.tokens.size(); t++) {
+        if (t > 0) QVERIFY((*solo)->eval({r.tokens[t - 1]}, &logits));
+        double mx = -INFINITY, sum = 0;
+        for (float x : logits) mx = std::max(mx, static_cast<double>(x));
+        for (float x : logits) sum += std::exp(x - mx);
+        auto ref = [&](int id) { return logits[id] - mx - std::log(sum); };
+        const TokenLogprob& lp = r.logprobs[t];
+        QCOMPARE(lp.id, r.tokens[t]);
+        QVERIFY2(std::fabs(lp.logprob - ref(lp.id)) < 1e-4, qPrintable(QString("request %1 token %2: %3 vs %4")
+                                                                          .arg(i).arg(t).arg(lp.logprob).arg(ref(lp.id))));
+        QCOMPARE(static_cast<int>(lp.top.size()), reqs[i].opt.logprobs);
+        std::vector<int> order(V);
+        std::iota(order.begin(), order.end(), 0);
+        std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return logits[a] > logits[b]; });
+        double p_top = 0;
+        for (size_t k = 0; k < lp.top.size(); k++) {
+          QCOMPARE(lp.top[k].first, order[k]);
+          QVERIFY(std::fabs(lp.top[k].second - ref(order[k])) < 1e-4);
+          if (k > 0) QVERIFY(lp.top[k].second <= lp.top[k - 1].second);
+          p_top += std::exp(static_cast<double>(lp.top[k].second));
+        }
+        QVERIFY(p_top <= 1.0 + 1e-5);
+        if (i == 0) {
+          // Greedy, no bias: the chosen token is the most likely one.
+          QCOMPARE(lp.top[0].first, lp.id);
+          QCOMPARE(lp.top[0].second, lp.logprob);
+          QVERIFY(p_top > 0.5);  // stories' small vocabulary: 20 tokens hold most of the mass
+        }
+      }
+    }
+    // A Session gives the same, and every event carries its token's entry.
+    auto solo = Session::create(m, backend(m, Kind::fast), 128);
+    QVERIFY(solo.is_ok());
+    int events = 0;
+    auto r = (*solo)->generate(reqs[2].prompt, reqs[2].opt, [&](const TokenEvent& e) {
+      QVERIFY(e.logprob);
+      QCOMPARE(e.logprob->id, e.id);
+      QCOMPARE(e.logprob->logprob, with[2].result.logprobs[e.index].logprob);
+      events++;
+    });
+    QVERIFY(r.is_ok());
+    QCOMPARE(r->tokens, with[2].result.tokens);
+    QCOMPARE(r->logprobs.size(), with[2].result.logprobs.size());
+    for (size_t t = 0; t < r->logprobs.size(); t++) QCOMPARE(r->logprobs[t].top, with[2].result.logprobs[t].top);
+    QVERIFY(events > 0);
+    // Out of range is refused where a request comes in.
+    BatchRequest bad;
+    bad.prompt = reqs[0].prompt;
+    bad.options = greedy(4);
+    bad.options.logprobs = kMaxTopLogprobs + 1;
+    auto s = Scheduler::create(m, backend(m, Kind::fast), so);
+    QVERIFY(s.is_ok());
+    auto refused = (*s)->submit(bad);
+    QVERIFY(!refused.is_ok());
+    QVERIFY2(refused.status().message().find("logprobs") != std::string::npos, refused.status().message().c_str());
+    QVERIFY(!(*solo)->generate(bad.prompt, bad.options).is_ok());
+  }
+
+  // logit_bias through the Scheduler and a Session: +100 on a token makes
+  // greedy pick it at every step; -100 on the token greedy picks makes it
+  // never chosen; an id outside the vocabulary is refused.
+  void logit_bias_steers_greedy_decoding() {
+    auto m = load(model_path("stories260K"));
+    const int V = m->config().n_vocab;
+    const auto prompt = prompt_of(9, 3, V);
+    SchedulerOptions so;
+    so.n_ctx = 128;
+    auto once = [&](const GenerateOptions& opt) {
+      auto s = Scheduler::create(m, backend(m, Kind::fast), so);
+      if (!s) qFatal("%s", s.status().message().c_str());
+      auto out = run_scheduler(**s, {{prompt, opt, 0}});
+      if (!out[0].status) qFatal("%s", out[0].status.message().c_str());
+      return out[0].result.tokens;
+    };
+    GenerateOptions plain = greedy(12);
+    plain.ignore_eos = true;
+    const auto base = once(plain);
+    const int32_t forced = (base[0] + 100) % V;
+    GenerateOptions up = plain;
+    up.sampling.logit_bias = {{forced, 100.f}};
+    QCOMPARE(once(up), std::vector<int32_t>(12, forced));
+    GenerateOptions down = plain;
+    down.sampling.logit_bias = {{base[0], -100.f}};
+    const auto banned = once(down);
+    QVERIFY(std::find(banned.begin(), banned.end(), base[0]) == banned.end());
+    auto solo = Session::create(m, backend(m, Kind::fast), 128);
+    QVERIFY(solo.is_ok());
+    auto r = (*solo)->generate(prompt, down);
+    QVERIFY(r.is_ok());
+    QCOMPARE(r->tokens, banned);
+    GenerateOptions outside = plain;
+    outside.sampling.logit_bias = {{V, 1.f}};
+    BatchRequest bad{prompt, outside, {}};
+    auto s = Scheduler::create(m, backend(m, Kind::fast), so);
+    QVERIFY(s.is_ok());
+    QVERIFY(!(*s)->submit(bad).is_ok());
+    QVERIFY(!(*solo)->generate(prompt, outside).is_ok());
   }
 
   // Every token event carries the engine's current rates (front ends only
