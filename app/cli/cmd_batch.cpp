@@ -15,6 +15,7 @@
 #include "commands.h"
 #include "engine_setup.h"
 #include "phaselab/chat_template.h"
+#include "phaselab/openai_api.h"
 #include "phaselab/scheduler.h"
 
 namespace phaselab::cli {
@@ -27,9 +28,12 @@ struct Line {
   std::string error;  // a bad line: why
 };
 
-// One input line -> a request; the error names the field.
+// One input line -> a request, read by the server's own parser in batch's
+// dialect (the command line's flags are the defaults, "n" is the token
+// limit), so that a line is checked as a request to the server is; the
+// error names the field.
 std::string parse_line(const std::string& text, const Tokenizer& tok, ChatTemplateFamily family,
-                       const GenerateOptions& defaults, BatchRequest* out) {
+                       const openai::ApiLimits& limits, const openai::RequestDefaults& defaults, BatchRequest* out) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
@@ -37,49 +41,15 @@ std::string parse_line(const std::string& text, const Tokenizer& tok, ChatTempla
     return std::string("not JSON: ") + e.what();
   }
   if (!j.is_object()) return "not a JSON object";
-  out->options = defaults;
-  if (j.contains("n")) {
-    if (!j["n"].is_number_integer() || j["n"].get<long long>() < 1 || j["n"].get<long long>() > (1 << 20))
-      return "\"n\" must be an integer from 1 to 1048576";
-    out->options.n_predict = j["n"].get<int>();
-  }
-  if (j.contains("temperature")) {
-    if (!j["temperature"].is_number() || j["temperature"].get<double>() < 0 || j["temperature"].get<double>() > 100)
-      return "\"temperature\" must be a number from 0 to 100";
-    out->options.sampling.temperature = j["temperature"].get<float>();
-  }
-  if (j.contains("seed")) {
-    if (!j["seed"].is_number_unsigned()) return "\"seed\" must be a non-negative integer";
-    out->options.sampling.seed = j["seed"].get<uint64_t>();
-  }
-  if (j.contains("stop")) {
-    const auto& s = j["stop"];
-    if (s.is_string()) out->options.stop.push_back(s.get<std::string>());
-    else if (s.is_array() && std::all_of(s.begin(), s.end(), [](const auto& x) { return x.is_string(); }))
-      for (const auto& x : s) out->options.stop.push_back(x.get<std::string>());
-    else return "\"stop\" must be a string or an array of strings";
-  }
   const bool has_prompt = j.contains("prompt"), has_messages = j.contains("messages");
   if (has_prompt == has_messages) return "give exactly one of \"prompt\" (text) and \"messages\" (a chat)";
-  if (has_prompt) {
-    if (!j["prompt"].is_string()) return "\"prompt\" must be a string";
-    out->prompt = tok.encode(j["prompt"].get<std::string>(), true, false);
-  } else {
-    if (!j["messages"].is_array() || j["messages"].empty()) return "\"messages\" must be a non-empty array";
-    std::vector<ChatMessage> msgs;
-    for (const auto& m : j["messages"]) {
-      if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") ||
-          !m["content"].is_string())
-        return "each message needs \"role\" and \"content\" strings";
-      const std::string role = m["role"].get<std::string>();
-      if (role != "system" && role != "user" && role != "assistant")
-        return "a message's role must be system, user or assistant (not '" + role + "')";
-      msgs.push_back({role, m["content"].get<std::string>()});
-    }
-    out->prompt = tok.encode(apply_chat_template(family, msgs), true, true);
-    for (auto& s : chat_stop_strings(family)) out->options.stop.push_back(s);
-  }
-  if (out->prompt.empty()) return "the prompt is empty";
+  openai::ParsedRequest pr;
+  openai::ApiError err;
+  if (!openai::parse_request(has_messages ? openai::Endpoint::chat : openai::Endpoint::completions, j, tok, family,
+                             limits, defaults, &pr, &err))
+    return err.message;
+  out->prompt = std::move(pr.prompt);
+  out->options = std::move(pr.options);
   return {};
 }
 
@@ -99,7 +69,11 @@ int cmd_batch(int argc, char** argv) {
     std::printf("usage: phaselab-cli batch -m MODEL -i IN.jsonl -o OUT.jsonl [--parallel N] [options]\n"
                 "  Offline batch inference: up to N sequences share every forward pass (continuous batching).\n"
                 "  Each input line: {\"prompt\": \"text\", \"n\": 64} or {\"messages\": [{\"role\": \"user\",\n"
-                "  \"content\": \"...\"}], \"n\": 64}, optionally \"temperature\", \"seed\", \"stop\" (a string or a list).\n"
+                "  \"content\": \"...\"}], \"n\": 64}, with any field of the server's /v1/completions or\n"
+                "  /v1/chat/completions (docs/serving.md), checked the same way (\"temperature\" 0 to 2, no empty\n"
+                "  \"stop\"). Batch's own dialect: \"n\" is the answer's token limit (an alias of \"max_tokens\";\n"
+                "  one output per line, not n choices), and an absent field takes the options below, not OpenAI's\n"
+                "  defaults (the same --seed for every line).\n"
                 "  Each output line, in input order: {\"index\", \"text\", \"tokens\", \"prompt_tokens\", \"ttft_ms\",\n"
                 "  \"stop_reason\"}; a bad line gives {\"index\", \"error\"} and the others still run (exit code 2).\n"
                 "  -o - writes to standard output. Progress goes to stderr.\n"
@@ -144,6 +118,13 @@ int cmd_batch(int argc, char** argv) {
   const ChatTemplateFamily family = model->chat_template();
   std::vector<Line> lines;
   {
+    // The server's limits on a line: the context, and no answer cap but the
+    // context's (the scheduler stops there).
+    const openai::ApiLimits limits{s.n_ctx(), 1 << 20};
+    openai::RequestDefaults line_defaults;
+    line_defaults.options = defaults;
+    line_defaults.random_seed = false;  // --seed (or the one drawn for this run) for every line
+    line_defaults.batch_dialect = true;
     std::istringstream in(*text);
     std::string l;
     int number = 0;
@@ -152,7 +133,7 @@ int cmd_batch(int argc, char** argv) {
       if (l.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank lines are not requests
       Line line;
       line.number = number;
-      line.error = parse_line(l, tok, family, defaults, &line.req);
+      line.error = parse_line(l, tok, family, limits, line_defaults, &line.req);
       lines.push_back(std::move(line));
     }
   }
