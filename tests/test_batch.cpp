@@ -90,6 +90,43 @@ std::vector<BatchOutcome> run_scheduler(Scheduler& s, const std::vector<Req>& re
   return out;
 }
 
+// A CPU backend dressed as one that picks greedy tokens where the logits
+// are (the CUDA backend's has_device_greedy): where a chunk asks for the
+// argmax, its logits come back as NaN, as a device that never copied them
+// would leave them. Counts the argmax picks it made.
+class DeviceGreedyLike final : public Backend {
+ public:
+  explicit DeviceGreedyLike(std::unique_ptr<Backend> inner, int n_vocab) : inner_(std::move(inner)), n_vocab_(n_vocab) {}
+  std::string name() const override { return "device-greedy-like " + inner_->name(); }
+  int max_batch() const override { return inner_->max_batch(); }
+  Status forward(const int32_t* tokens, int n_tokens, KvCache& kv, float* logits, LogitsMode mode) override {
+    return inner_->forward(tokens, n_tokens, kv, logits, mode);
+  }
+  bool batched_forward() const override { return inner_->batched_forward(); }
+  Status forward_batch(const SeqChunk* chunks, int n_chunks) override {
+    PHASELAB_TRY(inner_->forward_batch(chunks, n_chunks));
+    for (int i = 0; i < n_chunks; i++)
+      if (chunks[i].argmax) {
+        std::fill_n(chunks[i].logits, n_vocab_, NAN);
+        picks++;
+      }
+    return Status::ok();
+  }
+  bool has_device_greedy() const override { return true; }
+  Status forward_greedy(int32_t token, KvCache& kv, int32_t* next) override {
+    std::vector<float> logits(n_vocab_);
+    PHASELAB_TRY(inner_->forward(&token, 1, kv, logits.data(), LogitsMode::last));
+    *next = argmax(logits.data(), n_vocab_);
+    picks++;
+    return Status::ok();
+  }
+  int picks = 0;
+
+ private:
+  std::unique_ptr<Backend> inner_;
+  int n_vocab_;
+};
+
 }  // namespace
 
 class TestBatch : public QObject {
@@ -472,6 +509,53 @@ class TestBatch : public QObject {
     QVERIFY(!refused.is_ok());
     QVERIFY2(refused.status().message().find("logprobs") != std::string::npos, refused.status().message().c_str());
     QVERIFY(!(*solo)->generate(bad.prompt, bad.options).is_ok());
+  }
+
+  // A request that asks for logprobs never takes the backend's greedy pick
+  // (its logits would never come back); one that does not still does.
+  void logprobs_bypass_device_greedy() {
+    auto m = load(model_path("stories260K"));
+    const int V = m->config().n_vocab;
+    const auto prompt = prompt_of(7, 2, V);
+    GenerateOptions with = greedy(10), without = greedy(10);
+    with.logprobs = 2;
+    auto plain_session = Session::create(m, backend(m, Kind::fast), 128);
+    QVERIFY(plain_session.is_ok());
+    auto want = (*plain_session)->generate(prompt, with);
+    QVERIFY(want.is_ok());
+    for (const GenerateOptions& opt : {with, without}) {
+      auto dev = std::make_unique<DeviceGreedyLike>(backend(m, Kind::fast), V);
+      DeviceGreedyLike* d = dev.get();
+      SchedulerOptions so;
+      so.n_ctx = 128;
+      auto s = Scheduler::create(m, std::move(dev), so);
+      QVERIFY(s.is_ok());
+      const auto out = run_scheduler(**s, {{prompt, opt, 0}});
+      QVERIFY2(out[0].status, out[0].status.message().c_str());
+      QCOMPARE(out[0].result.tokens, want->tokens);
+      if (opt.logprobs >= 0) {
+        QCOMPARE(d->picks, 0);
+        QCOMPARE(out[0].result.logprobs.size(), want->logprobs.size());
+        for (size_t t = 0; t < want->logprobs.size(); t++) {
+          QCOMPARE(out[0].result.logprobs[t].logprob, want->logprobs[t].logprob);
+          QCOMPARE(out[0].result.logprobs[t].top, want->logprobs[t].top);
+        }
+      } else {
+        QVERIFY(d->picks > 0);
+      }
+    }
+    // A Session likewise.
+    auto dev = std::make_unique<DeviceGreedyLike>(backend(m, Kind::fast), V);
+    DeviceGreedyLike* d = dev.get();
+    auto solo = Session::create(m, std::move(dev), 128);
+    QVERIFY(solo.is_ok());
+    auto r = (*solo)->generate(prompt, with);
+    QVERIFY(r.is_ok());
+    QCOMPARE(d->picks, 0);
+    QCOMPARE(r->logprobs.size(), want->logprobs.size());
+    QCOMPARE(r->logprobs.back().logprob, want->logprobs.back().logprob);
+    QVERIFY((*solo)->generate(prompt, without).is_ok());
+    QVERIFY(d->picks > 0);
   }
 
   // logit_bias through the Scheduler and a Session: +100 on a token makes
