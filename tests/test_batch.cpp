@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <numeric>
 #include <random>
 
 #include "phaselab/backend.h"
@@ -88,6 +89,43 @@ std::vector<BatchOutcome> run_scheduler(Scheduler& s, const std::vector<Req>& re
   if (preemptions) *preemptions = s.stats().preemptions;
   return out;
 }
+
+// A CPU backend dressed as one that picks greedy tokens where the logits
+// are (the CUDA backend's has_device_greedy): where a chunk asks for the
+// argmax, its logits come back as NaN, as a device that never copied them
+// would leave them. Counts the argmax picks it made.
+class DeviceGreedyLike final : public Backend {
+ public:
+  explicit DeviceGreedyLike(std::unique_ptr<Backend> inner, int n_vocab) : inner_(std::move(inner)), n_vocab_(n_vocab) {}
+  std::string name() const override { return "device-greedy-like " + inner_->name(); }
+  int max_batch() const override { return inner_->max_batch(); }
+  Status forward(const int32_t* tokens, int n_tokens, KvCache& kv, float* logits, LogitsMode mode) override {
+    return inner_->forward(tokens, n_tokens, kv, logits, mode);
+  }
+  bool batched_forward() const override { return inner_->batched_forward(); }
+  Status forward_batch(const SeqChunk* chunks, int n_chunks) override {
+    PHASELAB_TRY(inner_->forward_batch(chunks, n_chunks));
+    for (int i = 0; i < n_chunks; i++)
+      if (chunks[i].argmax) {
+        std::fill_n(chunks[i].logits, n_vocab_, NAN);
+        picks++;
+      }
+    return Status::ok();
+  }
+  bool has_device_greedy() const override { return true; }
+  Status forward_greedy(int32_t token, KvCache& kv, int32_t* next) override {
+    std::vector<float> logits(n_vocab_);
+    PHASELAB_TRY(inner_->forward(&token, 1, kv, logits.data(), LogitsMode::last));
+    *next = argmax(logits.data(), n_vocab_);
+    picks++;
+    return Status::ok();
+  }
+  int picks = 0;
+
+ private:
+  std::unique_ptr<Backend> inner_;
+  int n_vocab_;
+};
 
 }  // namespace
 
@@ -368,6 +406,197 @@ class TestBatch : public QObject {
     QVERIFY(out[0].status.message().find("KV pool") != std::string::npos);
     QVERIFY(out[1].status);
     QCOMPARE(out[1].result.tokens.size(), size_t(4));
+  }
+
+  // logprobs: each generated token's log-softmax of the model's own logits
+  // (before the bias, penalties and temperature the sampler applies in
+  // place), equal to one computed here from a Session's logits of the same
+  // sequence; the top list sorted, greedy's token the most likely; asking
+  // changes no token; Session and Scheduler agree; every event carries its own.
+  void scheduler_logprobs_are_the_log_softmax_of_the_raw_logits() {
+    auto m = load(model_path("stories260K"));
+    const int V = m->config().n_vocab;
+    std::vector<Req> reqs;
+    for (int i = 0; i < 4; i++) reqs.push_back({prompt_of(6 + 5 * i, i, V), greedy(14), i});
+    reqs[0].opt.logprobs = kMaxTopLogprobs;
+    reqs[1].opt.logprobs = 0;
+    // Sampled, with a repetition penalty and a bias that change the row in place.
+    reqs[2].opt.logprobs = 5;
+    reqs[2].opt.sampling.temperature = 0.9f;
+    reqs[2].opt.sampling.seed = 9;
+    reqs[2].opt.sampling.repeat_penalty = 1.5f;
+    reqs[2].opt.sampling.logit_bias = {{5, 4.f}, {40, -3.f}};
+    reqs[3].opt.logprobs = 3;
+    reqs[3].opt.sampling.logit_bias = {{7, -2.f}};
+    SchedulerOptions so;
+    so.n_ctx = 128;
+    so.max_seqs = 4;
+    so.token_budget = 16;
+    auto run = [&](bool with_logprobs) {
+      std::vector<Req> r = reqs;
+      if (!with_logprobs)
+        for (auto& q : r) q.opt.logprobs = -1;
+      auto s = Scheduler::create(m, backend(m, Kind::fast), so);
+      if (!s) qFatal("%s", s.status().message().c_str());
+      return run_scheduler(**s, r);
+    };
+    const auto with = run(true), without = run(false);
+    for (size_t i = 0; i < reqs.size(); i++) {
+      const GenerateResult& r = with[i].result;
+      QVERIFY2(with[i].status, with[i].status.message().c_str());
+      QCOMPARE(r.tokens, without[i].result.tokens);  // asking changes nothing generated
+      QVERIFY(without[i].result.logprobs.empty());
+      QCOMPARE(r.logprobs.size(), r.tokens.size());
+      // The oracle: a Session's logits after the prompt and each token, and
+      // their log-softmax in double, sorted here in full.
+      auto solo = Session::create(m, backend(m, Kind::fast), 128);
+      QVERIFY(solo.is_ok());
+      std::vector<float> logits;
+      QVERIFY((*solo)->eval(reqs[i].prompt, &logits));
+      for (size_t t = 0; t < r.tokens.size(); t++) {
+        if (t > 0) QVERIFY((*solo)->eval({r.tokens[t - 1]}, &logits));
+        double mx = -INFINITY, sum = 0;
+        for (float x : logits) mx = std::max(mx, static_cast<double>(x));
+        for (float x : logits) sum += std::exp(x - mx);
+        auto ref = [&](int id) { return logits[id] - mx - std::log(sum); };
+        const TokenLogprob& lp = r.logprobs[t];
+        QCOMPARE(lp.id, r.tokens[t]);
+        QVERIFY2(std::fabs(lp.logprob - ref(lp.id)) < 1e-4, qPrintable(QString("request %1 token %2: %3 vs %4")
+                                                                          .arg(i).arg(t).arg(lp.logprob).arg(ref(lp.id))));
+        QCOMPARE(static_cast<int>(lp.top.size()), reqs[i].opt.logprobs);
+        std::vector<int> order(V);
+        std::iota(order.begin(), order.end(), 0);
+        std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return logits[a] > logits[b]; });
+        double p_top = 0;
+        for (size_t k = 0; k < lp.top.size(); k++) {
+          QCOMPARE(lp.top[k].first, order[k]);
+          QVERIFY(std::fabs(lp.top[k].second - ref(order[k])) < 1e-4);
+          if (k > 0) QVERIFY(lp.top[k].second <= lp.top[k - 1].second);
+          p_top += std::exp(static_cast<double>(lp.top[k].second));
+        }
+        QVERIFY(p_top <= 1.0 + 1e-5);
+        if (i == 0) {
+          // Greedy, no bias: the chosen token is the most likely one.
+          QCOMPARE(lp.top[0].first, lp.id);
+          QCOMPARE(lp.top[0].second, lp.logprob);
+          QVERIFY(p_top > 0.5);  // stories' small vocabulary: 20 tokens hold most of the mass
+        }
+      }
+    }
+    // A Session gives the same, and every event carries its token's entry.
+    auto solo = Session::create(m, backend(m, Kind::fast), 128);
+    QVERIFY(solo.is_ok());
+    int events = 0;
+    auto r = (*solo)->generate(reqs[2].prompt, reqs[2].opt, [&](const TokenEvent& e) {
+      QVERIFY(e.logprob);
+      QCOMPARE(e.logprob->id, e.id);
+      QCOMPARE(e.logprob->logprob, with[2].result.logprobs[e.index].logprob);
+      events++;
+    });
+    QVERIFY(r.is_ok());
+    QCOMPARE(r->tokens, with[2].result.tokens);
+    QCOMPARE(r->logprobs.size(), with[2].result.logprobs.size());
+    for (size_t t = 0; t < r->logprobs.size(); t++) QCOMPARE(r->logprobs[t].top, with[2].result.logprobs[t].top);
+    QVERIFY(events > 0);
+    // Out of range is refused where a request comes in.
+    BatchRequest bad;
+    bad.prompt = reqs[0].prompt;
+    bad.options = greedy(4);
+    bad.options.logprobs = kMaxTopLogprobs + 1;
+    auto s = Scheduler::create(m, backend(m, Kind::fast), so);
+    QVERIFY(s.is_ok());
+    auto refused = (*s)->submit(bad);
+    QVERIFY(!refused.is_ok());
+    QVERIFY2(refused.status().message().find("logprobs") != std::string::npos, refused.status().message().c_str());
+    QVERIFY(!(*solo)->generate(bad.prompt, bad.options).is_ok());
+  }
+
+  // A request that asks for logprobs never takes the backend's greedy pick
+  // (its logits would never come back); one that does not still does.
+  void logprobs_bypass_device_greedy() {
+    auto m = load(model_path("stories260K"));
+    const int V = m->config().n_vocab;
+    const auto prompt = prompt_of(7, 2, V);
+    GenerateOptions with = greedy(10), without = greedy(10);
+    with.logprobs = 2;
+    auto plain_session = Session::create(m, backend(m, Kind::fast), 128);
+    QVERIFY(plain_session.is_ok());
+    auto want = (*plain_session)->generate(prompt, with);
+    QVERIFY(want.is_ok());
+    for (const GenerateOptions& opt : {with, without}) {
+      auto dev = std::make_unique<DeviceGreedyLike>(backend(m, Kind::fast), V);
+      DeviceGreedyLike* d = dev.get();
+      SchedulerOptions so;
+      so.n_ctx = 128;
+      auto s = Scheduler::create(m, std::move(dev), so);
+      QVERIFY(s.is_ok());
+      const auto out = run_scheduler(**s, {{prompt, opt, 0}});
+      QVERIFY2(out[0].status, out[0].status.message().c_str());
+      QCOMPARE(out[0].result.tokens, want->tokens);
+      if (opt.logprobs >= 0) {
+        QCOMPARE(d->picks, 0);
+        QCOMPARE(out[0].result.logprobs.size(), want->logprobs.size());
+        for (size_t t = 0; t < want->logprobs.size(); t++) {
+          QCOMPARE(out[0].result.logprobs[t].logprob, want->logprobs[t].logprob);
+          QCOMPARE(out[0].result.logprobs[t].top, want->logprobs[t].top);
+        }
+      } else {
+        QVERIFY(d->picks > 0);
+      }
+    }
+    // A Session likewise.
+    auto dev = std::make_unique<DeviceGreedyLike>(backend(m, Kind::fast), V);
+    DeviceGreedyLike* d = dev.get();
+    auto solo = Session::create(m, std::move(dev), 128);
+    QVERIFY(solo.is_ok());
+    auto r = (*solo)->generate(prompt, with);
+    QVERIFY(r.is_ok());
+    QCOMPARE(d->picks, 0);
+    QCOMPARE(r->logprobs.size(), want->logprobs.size());
+    QCOMPARE(r->logprobs.back().logprob, want->logprobs.back().logprob);
+    QVERIFY((*solo)->generate(prompt, without).is_ok());
+    QVERIFY(d->picks > 0);
+  }
+
+  // logit_bias through the Scheduler and a Session: +100 on a token makes
+  // greedy pick it at every step; -100 on the token greedy picks makes it
+  // never chosen; an id outside the vocabulary is refused.
+  void logit_bias_steers_greedy_decoding() {
+    auto m = load(model_path("stories260K"));
+    const int V = m->config().n_vocab;
+    const auto prompt = prompt_of(9, 3, V);
+    SchedulerOptions so;
+    so.n_ctx = 128;
+    auto once = [&](const GenerateOptions& opt) {
+      auto s = Scheduler::create(m, backend(m, Kind::fast), so);
+      if (!s) qFatal("%s", s.status().message().c_str());
+      auto out = run_scheduler(**s, {{prompt, opt, 0}});
+      if (!out[0].status) qFatal("%s", out[0].status.message().c_str());
+      return out[0].result.tokens;
+    };
+    GenerateOptions plain = greedy(12);
+    plain.ignore_eos = true;
+    const auto base = once(plain);
+    const int32_t forced = (base[0] + 100) % V;
+    GenerateOptions up = plain;
+    up.sampling.logit_bias = {{forced, 100.f}};
+    QCOMPARE(once(up), std::vector<int32_t>(12, forced));
+    GenerateOptions down = plain;
+    down.sampling.logit_bias = {{base[0], -100.f}};
+    const auto banned = once(down);
+    QVERIFY(std::find(banned.begin(), banned.end(), base[0]) == banned.end());
+    auto solo = Session::create(m, backend(m, Kind::fast), 128);
+    QVERIFY(solo.is_ok());
+    auto r = (*solo)->generate(prompt, down);
+    QVERIFY(r.is_ok());
+    QCOMPARE(r->tokens, banned);
+    GenerateOptions outside = plain;
+    outside.sampling.logit_bias = {{V, 1.f}};
+    BatchRequest bad{prompt, outside, {}};
+    auto s = Scheduler::create(m, backend(m, Kind::fast), so);
+    QVERIFY(s.is_ok());
+    QVERIFY(!(*s)->submit(bad).is_ok());
+    QVERIFY(!(*solo)->generate(prompt, outside).is_ok());
   }
 
   // Every token event carries the engine's current rates (front ends only

@@ -536,7 +536,7 @@ class TestCli : public QObject {
     write_file(in, lines);
     const Run r = cli({"batch", "-m", stories(), "-i", in, "-o", out, "--temp", "0", "--parallel", "3", "--ignore-eos"});
     QCOMPARE(r.code, 2);  // one bad line
-    QVERIFY2(r.err.contains("line 5") && r.err.contains("\"prompt\" must be a string"), qPrintable(r.err));
+    QVERIFY2(r.err.contains("line 5") && r.err.contains("'prompt' must be a string"), qPrintable(r.err));
     QString problem;
     const QMap<int, QJsonObject> got = records_by_index(read_file(out), &problem);
     QVERIFY2(problem.isEmpty(), qPrintable(problem));
@@ -769,6 +769,34 @@ class TestCli : public QObject {
     const Run full = cli(QStringList(common) << "-o" << "/dev/full");
     QCOMPARE(full.code, 1);
     QVERIFY2(full.err.contains("disk space"), qPrintable(full.err));
+  }
+
+  // batch reads each line with the server's parser: what the server refuses
+  // (an empty stop string, temperature above 2, a field it does not read)
+  // is refused by name; "n" stays batch's token limit, for text and chats.
+  void batch_checks_lines_as_the_server_does() {
+    QTemporaryDir dir;
+    const QString in = dir.filePath("in.jsonl"), out = dir.filePath("out.jsonl");
+    {
+      QFile f(in);
+      QVERIFY(f.open(QIODevice::WriteOnly));
+      f.write(R"({"prompt": "Once", "stop": ""})" "\n"
+              R"({"prompt": "Once", "temperature": 3})" "\n"
+              R"({"prompt": "Once", "frobnicate": 1})" "\n"
+              R"({"prompt": "Once", "n": 3, "seed": 1})" "\n"
+              R"({"messages": [{"role": "user", "content": "hi"}], "n": 2})" "\n");
+    }
+    const Run r = cli({"batch", "-m", stories(), "-i", in, "-o", out, "--ignore-eos"});
+    QCOMPARE(r.code, 2);
+    QVERIFY2(r.err.contains("line 1: 'stop'"), qPrintable(r.err));
+    QVERIFY2(r.err.contains("line 2: 'temperature'"), qPrintable(r.err));
+    QVERIFY2(r.err.contains("line 3: 'frobnicate'"), qPrintable(r.err));
+    QFile f(out);
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    const QList<QByteArray> got = f.readAll().trimmed().split('\n');
+    QCOMPARE(got.size(), 5);
+    QCOMPARE(QJsonDocument::fromJson(got[3]).object()["tokens"].toInt(), 3);
+    QCOMPARE(QJsonDocument::fromJson(got[4]).object()["tokens"].toInt(), 2);
   }
 };
 

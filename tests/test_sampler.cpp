@@ -507,6 +507,111 @@ class TestSampler : public QObject {
     QVERIFY(bad([](SamplingParams& p) { p.frequency_penalty = 11.f; }));
     QVERIFY(bad([](SamplingParams& p) { p.presence_penalty = -11.f; }));
     QVERIFY(bad([](SamplingParams& p) { p.penalty_last_n = -1; }));
+    QVERIFY(bad([](SamplingParams& p) { p.logit_bias = {{3, 100.5f}}; }));
+    QVERIFY(bad([](SamplingParams& p) { p.logit_bias = {{3, NAN}}; }));
+    QVERIFY(bad([](SamplingParams& p) { p.logit_bias = {{-1, 1.f}}; }));
+    SamplingParams in_vocab = plain();
+    in_vocab.logit_bias = {{63, -100.f}, {0, 100.f}};
+    QVERIFY(in_vocab.validate(64));
+    in_vocab.logit_bias = {{64, 1.f}};
+    QVERIFY(in_vocab.validate());  // no vocabulary given: the id is not checked
+    QVERIFY(!in_vocab.validate(64));
+    QVERIFY(in_vocab.validate(64).message().find("64") != std::string::npos);
+  }
+
+  // OpenAI's logit_bias: +100 all but forces a token, -100 all but bans it,
+  // greedy or sampled, and it comes before the penalties.
+  void logit_bias_plus_100_forces_and_minus_100_bans() {
+    std::mt19937 rng(11);
+    std::normal_distribution<float> nd(0.f, 3.f);
+    const int n = 512;
+    std::vector<float> l(n);
+    for (float& x : l) x = nd(rng);
+    const int32_t top = argmax(l.data(), n);
+    const int32_t other = (top + 17) % n;
+    for (float temperature : {0.f, 1.f}) {
+      SamplingParams p = plain(5);
+      p.temperature = temperature;
+      p.logit_bias = {{other, 100.f}};
+      QVERIFY(!p.plain_greedy());  // a backend's argmax of the raw logits would miss the bias
+      Sampler forced(p, n);
+      for (int i = 0; i < 200; i++) {
+        std::vector<float> c = l;
+        QCOMPARE(forced.sample(c.data(), {}), other);
+      }
+      p.logit_bias = {{top, -100.f}};
+      Sampler banned(p, n);
+      for (int i = 0; i < 2000; i++) {
+        std::vector<float> c = l;
+        QVERIFY(banned.sample(c.data(), {}) != top);
+      }
+    }
+    // The bias is added before the penalties: a repeat penalty of 2 divides
+    // the biased (positive) logit, not the raw one.
+    SamplingParams p = plain();
+    p.temperature = 0.f;
+    p.repeat_penalty = 2.f;
+    p.logit_bias = {{1, 10.f}};
+    std::vector<float> two = {3.f, -2.f};  // biased: 8 / 2 = 4 > 3
+    QCOMPARE(Sampler(p, 2).sample(two.data(), {1}), 1);
+    QCOMPARE(two[1], 4.f);
+  }
+
+  // token_logprobs against a reference that sorts the whole vocabulary and
+  // computes the log-softmax in double: the same ids in the same order
+  // (equal logits by id), the same values, at every top count.
+  void token_logprobs_equal_a_sorted_log_softmax() {
+    std::mt19937 rng(3);
+    std::normal_distribution<float> nd(0.f, 4.f);
+    for (int n : {1, 7, 20, 21, 512, 50000}) {
+      for (int trial = 0; trial < 6; trial++) {
+        std::vector<float> l(n);
+        for (float& x : l) x = nd(rng);
+        if (trial % 2) for (float& x : l) x = std::round(x);  // many ties
+        if (trial == 4) for (float& x : l) x += 1e4f;          // large logits must not overflow
+        double mx = -INFINITY;
+        for (float x : l) mx = std::max(mx, static_cast<double>(x));
+        double sum = 0;
+        for (float x : l) sum += std::exp(static_cast<double>(x) - mx);
+        auto ref = [&](int i) { return static_cast<double>(l[i]) - mx - std::log(sum); };
+        std::vector<int> order(n);
+        std::iota(order.begin(), order.end(), 0);
+        std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return l[a] > l[b]; });
+        for (int k : {0, 1, 5, 20}) {
+          const int32_t chosen = static_cast<int32_t>(rng() % n);
+          TokenLogprob t;
+          token_logprobs(l.data(), n, chosen, k, &t);
+          QCOMPARE(t.id, chosen);
+          QVERIFY2(std::fabs(t.logprob - ref(chosen)) < 2e-5 * (1 + std::fabs(ref(chosen))), qPrintable(QString::number(t.logprob)));
+          QCOMPARE(t.top.size(), static_cast<size_t>(std::min(k, n)));
+          double p_top = 0;
+          for (size_t j = 0; j < t.top.size(); j++) {
+            QCOMPARE(t.top[j].first, order[j]);
+            QVERIFY(std::fabs(t.top[j].second - ref(order[j])) < 2e-5 * (1 + std::fabs(ref(order[j]))));
+            if (j > 0) QVERIFY(t.top[j].second <= t.top[j - 1].second);
+            p_top += std::exp(static_cast<double>(t.top[j].second));
+          }
+          QVERIFY(p_top <= 1.0 + 1e-5);
+          if (k >= n) QVERIFY(std::fabs(p_top - 1.0) < 1e-5);  // the whole distribution sums to 1
+        }
+      }
+    }
+    // The top list reuses its capacity, and a count above the limit is the limit.
+    std::vector<float> l(100, 0.f);
+    TokenLogprob t;
+    token_logprobs(l.data(), 100, 0, 50, &t);
+    QCOMPARE(t.top.size(), static_cast<size_t>(kMaxTopLogprobs));
+    QCOMPARE(t.top.front().first, 0);  // all equal: lowest ids first
+    QCOMPARE(t.top.back().first, kMaxTopLogprobs - 1);
+    QVERIFY(std::fabs(t.logprob + std::log(100.f)) < 1e-5);
+    const auto* data = t.top.data();
+    token_logprobs(l.data(), 100, 3, 5, &t);
+    QCOMPARE(t.top.data(), data);
+    QCOMPARE(t.top.size(), size_t{5});
+    // An impossible token (a logit of minus infinity) has a log-probability of minus infinity.
+    l[7] = -INFINITY;
+    token_logprobs(l.data(), 100, 7, 0, &t);
+    QVERIFY(std::isinf(t.logprob) && t.logprob < 0);
   }
 };
 

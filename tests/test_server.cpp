@@ -160,11 +160,13 @@ class TestServer : public QObject {
     row("top_p zero", 0, R"({"messages":[{"role":"user","content":"hi"}],"top_p":0})", "top_p");
     row("max_tokens zero", 0, R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":0})", "max_tokens");
     row("max_tokens over cap", 0, R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":100000})", "max_tokens");
-    row("n two", 0, R"({"messages":[{"role":"user","content":"hi"}],"n":2})", "n");
+    row("n seventeen", 0, R"({"messages":[{"role":"user","content":"hi"}],"n":17})", "n");  // 1..16 choices
     row("stop number", 0, R"({"messages":[{"role":"user","content":"hi"}],"stop":5})", "stop");
     row("presence", 0, R"({"messages":[{"role":"user","content":"hi"}],"presence_penalty":7})", "presence_penalty");
     row("stream string", 0, R"({"messages":[{"role":"user","content":"hi"}],"stream":"yes"})", "stream");
-    row("logprobs", 0, R"({"messages":[{"role":"user","content":"hi"}],"logprobs":true})", "logprobs");
+    row("logprobs not bool", 0, R"({"messages":[{"role":"user","content":"hi"}],"logprobs":3})", "logprobs");
+    row("top_logprobs alone", 0, R"({"messages":[{"role":"user","content":"hi"}],"top_logprobs":2})", "top_logprobs");
+    row("unknown field", 1, R"({"prompt":"hi","suffix":"x"})", "suffix");
     row("seed float", 1, R"({"prompt":"hi","seed":1.5})", "seed");
     row("no prompt", 1, R"({"max_tokens":4})", "prompt");
     row("prompt object", 1, R"({"prompt":{"a":1}})", "prompt");

@@ -343,6 +343,75 @@ class TestTokenizer : public QObject {
     QCOMPARE(ok.value()->encode("ab", false, false), std::vector<TokenId>{2});
   }
 
+  // max_token_text_bytes(): no text of B bytes encodes to fewer than
+  // B / (max_token_text_bytes() / 2) tokens (the bound without its headroom),
+  // on inputs built to make tokens as long as they get: every conformance
+  // vector, runs of the longest tokens' texts (decoded and raw), literal
+  // U+2581 runs (SentencePiece keeps them as markers, 3 bytes each: a bound
+  // that counted a marker as one byte fails here), special tokens' texts
+  // parsed as tokens. A vocabulary that drops bytes it cannot spell has none.
+  void max_token_text_bytes_bounds_the_token_count() {
+    std::vector<std::string> paths;
+    for (const char* name : {"llama-spm", "gpt-2", "deepseek-coder"}) paths.push_back(vocab_path(name));
+    paths.push_back(std::string(PHASELAB_TEST_DATA) + "/stories260K.gguf");
+    for (const std::string& path : paths) {
+      Loaded l = load(path);
+      QVERIFY2(l.tok, path.c_str());
+      const Tokenizer& tok = *l.tok;
+      const size_t per = tok.max_token_text_bytes();
+      QVERIFY2(per >= 2 && per % 2 == 0, path.c_str());
+      size_t longest_raw = 0;
+      std::vector<TokenId> ids(tok.n_vocab());
+      for (TokenId id = 0; id < tok.n_vocab(); id++) {
+        ids[id] = id;
+        longest_raw = std::max(longest_raw, tok.token_text(id).size());
+      }
+      QVERIFY(per <= 2 * std::max<size_t>(longest_raw, 1));
+      std::vector<std::string> inputs;
+      if (std::filesystem::exists(path + ".inp")) {
+        const std::string raw = read_file(path + ".inp");
+        const std::string sep = "\n__ggml_vocab_test__\n";
+        for (size_t pos = 0; pos < raw.size();) {
+          const size_t next = std::min(raw.find(sep, pos), raw.size());
+          inputs.push_back(raw.substr(pos, next - pos));
+          pos = next + sep.size();
+        }
+      }
+      std::sort(ids.begin(), ids.end(), [&](TokenId a, TokenId b) { return tok.token_text(a).size() > tok.token_text(b).size(); });
+      std::string specials;
+      for (int k = 0; k < 40 && k < tok.n_vocab(); k++) {
+        std::string decoded, raw;
+        for (int r = 0; r < 30; r++) {
+          decoded += tok.token_to_piece(ids[k], true);
+          raw += tok.token_text(ids[k]);
+        }
+        inputs.push_back(decoded);
+        inputs.push_back(raw);
+      }
+      for (TokenId id = 0; id < tok.n_vocab(); id++)
+        if (tok.token_attr(id) == TokenAttr::control || tok.token_attr(id) == TokenAttr::user_defined)
+          specials += tok.token_text(id);
+      inputs.push_back(specials);
+      std::string markers, spaces(300, ' ');
+      for (int r = 0; r < 300; r++) markers += "\xE2\x96\x81";
+      inputs.push_back(markers);
+      inputs.push_back(spaces);
+      for (const std::string& text : inputs)
+        for (bool parse_special : {false, true}) {
+          const size_t n = tok.encode(text, false, parse_special).size();
+          QVERIFY2(n * (per / 2) >= text.size(),
+                   qPrintable(QString("%1: %2 bytes gave %3 tokens, bound %4 bytes per token: '%5'")
+                                  .arg(QString::fromStdString(path)).arg(text.size()).arg(n).arg(per / 2)
+                                  .arg(QString::fromStdString(printable(text.substr(0, 60))))));
+        }
+    }
+    // {"a", "b", "ab"} without <unk>: "xyz" encodes to nothing, so no bound.
+    auto tiny = from_writer(tiny_bpe_writer());
+    QVERIFY(tiny.is_ok());
+    QVERIFY(tiny.value()->encode("xyz", false, false).empty());
+    QCOMPARE(tiny.value()->max_token_text_bytes(), size_t{0});
+  }
+
   void malformed_vocab_refused() {
     {
       GgufWriter w = tiny_bpe_writer();

@@ -13,15 +13,19 @@
 #include "commands.h"
 #include "engine_setup.h"
 #include "phaselab/chat_template.h"
+#include "phaselab/openai_api.h"
 #include "phaselab/scheduler.h"
 
 namespace phaselab::cli {
 
 namespace {
 
-// One input line -> a request; the error names the field.
+// One input line -> a request, read by the server's own parser in batch's
+// dialect (the command line's flags are the defaults, "n" is the token
+// limit), so that a line is checked as a request to the server is; the
+// error names the field.
 std::string parse_line(const std::string& text, const Tokenizer& tok, ChatTemplateFamily family,
-                       const GenerateOptions& defaults, BatchRequest* out) {
+                       const openai::ApiLimits& limits, const openai::RequestDefaults& defaults, BatchRequest* out) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
@@ -29,49 +33,15 @@ std::string parse_line(const std::string& text, const Tokenizer& tok, ChatTempla
     return std::string("not JSON: ") + e.what();
   }
   if (!j.is_object()) return "not a JSON object";
-  out->options = defaults;
-  if (j.contains("n")) {
-    if (!j["n"].is_number_integer() || j["n"].get<long long>() < 1 || j["n"].get<long long>() > (1 << 20))
-      return "\"n\" must be an integer from 1 to 1048576";
-    out->options.n_predict = j["n"].get<int>();
-  }
-  if (j.contains("temperature")) {
-    if (!j["temperature"].is_number() || j["temperature"].get<double>() < 0 || j["temperature"].get<double>() > 100)
-      return "\"temperature\" must be a number from 0 to 100";
-    out->options.sampling.temperature = j["temperature"].get<float>();
-  }
-  if (j.contains("seed")) {
-    if (!j["seed"].is_number_unsigned()) return "\"seed\" must be a non-negative integer";
-    out->options.sampling.seed = j["seed"].get<uint64_t>();
-  }
-  if (j.contains("stop")) {
-    const auto& s = j["stop"];
-    if (s.is_string()) out->options.stop.push_back(s.get<std::string>());
-    else if (s.is_array() && std::all_of(s.begin(), s.end(), [](const auto& x) { return x.is_string(); }))
-      for (const auto& x : s) out->options.stop.push_back(x.get<std::string>());
-    else return "\"stop\" must be a string or an array of strings";
-  }
   const bool has_prompt = j.contains("prompt"), has_messages = j.contains("messages");
   if (has_prompt == has_messages) return "give exactly one of \"prompt\" (text) and \"messages\" (a chat)";
-  if (has_prompt) {
-    if (!j["prompt"].is_string()) return "\"prompt\" must be a string";
-    out->prompt = tok.encode(j["prompt"].get<std::string>(), true, false);
-  } else {
-    if (!j["messages"].is_array() || j["messages"].empty()) return "\"messages\" must be a non-empty array";
-    std::vector<ChatMessage> msgs;
-    for (const auto& m : j["messages"]) {
-      if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") ||
-          !m["content"].is_string())
-        return "each message needs \"role\" and \"content\" strings";
-      const std::string role = m["role"].get<std::string>();
-      if (role != "system" && role != "user" && role != "assistant")
-        return "a message's role must be system, user or assistant (not '" + role + "')";
-      msgs.push_back({role, m["content"].get<std::string>()});
-    }
-    out->prompt = tok.encode(apply_chat_template(family, msgs), true, true);
-    for (auto& s : chat_stop_strings(family)) out->options.stop.push_back(s);
-  }
-  if (out->prompt.empty()) return "the prompt is empty";
+  openai::ParsedRequest pr;
+  openai::ApiError err;
+  if (!openai::parse_request(has_messages ? openai::Endpoint::chat : openai::Endpoint::completions, j, tok, family,
+                             limits, defaults, &pr, &err))
+    return err.message;
+  out->prompt = std::move(pr.prompt);
+  out->options = std::move(pr.options);
   return {};
 }
 
@@ -95,7 +65,11 @@ void print_help() {
       "usage: phaselab-cli batch -m MODEL -i IN.jsonl -o OUT.jsonl [--parallel N] [--resume | --force] [options]\n"
       "  Offline batch inference: up to N sequences share every forward pass (continuous batching).\n"
       "  Each input line: {\"prompt\": \"text\", \"n\": 64} or {\"messages\": [{\"role\": \"user\",\n"
-      "  \"content\": \"...\"}], \"n\": 64}, optionally \"temperature\", \"seed\", \"stop\" (a string or a list).\n"
+      "  \"content\": \"...\"}], \"n\": 64}, with any field of the server's /v1/completions or\n"
+      "  /v1/chat/completions (docs/serving.md), checked the same way (\"temperature\" 0 to 2, no empty\n"
+      "  \"stop\"). Batch's own dialect: \"n\" is the answer's token limit (an alias of \"max_tokens\";\n"
+      "  one output per line, not n choices), and an absent field takes the options below, not OpenAI's\n"
+      "  defaults (the same --seed for every line).\n"
       "  Each output line: {\"index\", \"text\", \"tokens\", \"prompt_tokens\", \"ttft_ms\", \"stop_reason\",\n"
       "  \"line_fnv1a64\"}; a bad line gives {\"index\", \"line\", \"line_fnv1a64\", \"error\"} and the others still\n"
       "  run (exit code 2). Lines are written as they finish, so in completion order: \"index\" is the\n"
@@ -117,7 +91,8 @@ void print_help() {
 struct ParseContext {
   const Tokenizer& tok;
   ChatTemplateFamily family;
-  GenerateOptions defaults;
+  openai::ApiLimits limits;
+  openai::RequestDefaults defaults;
 };
 
 // Feeds the scheduler a window of the lines still to answer (so neither the
@@ -189,7 +164,7 @@ Status BatchRun::feed() {
     BatchRequest req;
     std::string error = l.cut ? "the line is longer than " + std::to_string(kMaxTextFileBytes >> 20) +
                                     " MiB: no context holds such a prompt, shorten it"
-                              : parse_line(l.text, ctx_.tok, ctx_.family, ctx_.defaults, &req);
+                              : parse_line(l.text, ctx_.tok, ctx_.family, ctx_.limits, ctx_.defaults, &req);
     if (error.empty()) {
       auto id = s_.submit(std::move(req));
       if (id) {
@@ -353,7 +328,14 @@ int cmd_batch(int argc, char** argv) {
     auto sched = make_scheduler(*args, *parallel, *ctx, *kv_size);
     if (!sched) return report(sched.status());
     Scheduler& s = **sched;
-    const ParseContext pc{s.model().tokenizer(), s.model().chat_template(), defaults};
+    // The server's limits on a line: the context, and no answer cap but the
+    // context's (the scheduler stops there).
+    openai::RequestDefaults line_defaults;
+    line_defaults.options = defaults;
+    line_defaults.random_seed = false;  // --seed (or the one drawn for this run) for every line
+    line_defaults.batch_dialect = true;
+    const ParseContext pc{s.model().tokenizer(), s.model().chat_template(), openai::ApiLimits{s.n_ctx(), 1 << 20},
+                          line_defaults};
     BatchRun run(s, *f.in, *in_path, f.lines, f.pending, *f.out, pc, *parallel);
     if (Status st = run.run(); !st) {
       if (run.output_failed()) {

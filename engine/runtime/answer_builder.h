@@ -24,8 +24,11 @@ class AnswerBuilder {
 
   // Appends the token sampled t_ms after submission. n_prefilled: the prompt
   // tokens computed before the first token (its prefill rate); kv_used: the
-  // positions in the cache now. True when the request is done (stop_reason set).
-  bool push(int32_t id, double t_ms, int n_prefilled, uint64_t kv_used, const TokenCallback& on_token) {
+  // positions in the cache now; logprob: the token's log-probabilities when
+  // the request asked for them, else null. True when the request is done
+  // (stop_reason set).
+  bool push(int32_t id, double t_ms, int n_prefilled, uint64_t kv_used, const TokenCallback& on_token,
+            const TokenLogprob* logprob = nullptr) {
     RequestMetrics& m = res_.metrics;
     const int i = m.n_generated;
     if (i == 0) {
@@ -36,6 +39,7 @@ class AnswerBuilder {
     }
     t_last_ = t_ms;
     res_.tokens.push_back(id);
+    if (logprob) res_.logprobs.push_back(*logprob);
     history_.push_back(id);
     m.n_generated = i + 1;
     m.kv_used = kv_used;
@@ -57,7 +61,7 @@ class AnswerBuilder {
     res_.text += shown_;
     if (on_token) {
       m.update_rates(t_first_, t_ms);
-      on_token(TokenEvent{id, shown_, i, t_ms, &m});
+      on_token(TokenEvent{id, shown_, i, t_ms, &m, logprob});
     }
     return !m.stop_reason.empty();
   }

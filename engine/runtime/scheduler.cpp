@@ -39,6 +39,9 @@ struct Scheduler::Seq {
   int preemptions = 0;
   int prefilled = 0;            // prompt tokens computed before the first token (reuse excluded)
   Clock::time_point t_submit;
+  TokenLogprob logprob;         // the latest token's, when the request asks (top keeps its capacity)
+
+  bool wants_logprobs() const { return req.options.logprobs >= 0; }
 
   int remaining() const { return static_cast<int>(tokens.size()) - kv->n_past(); }
 };
@@ -77,6 +80,7 @@ Result<std::unique_ptr<Scheduler>> Scheduler::create(std::shared_ptr<const Model
   s->budget_ = budget;
   s->logits_.resize(static_cast<size_t>(opt.max_seqs) * c.n_vocab);
   s->argmax_.resize(opt.max_seqs);
+  s->raw_row_.resize(c.n_vocab);
   s->device_greedy_ = s->backend_->has_device_greedy();
   s->chunks_.reserve(opt.max_seqs);
   s->chunk_seq_.reserve(opt.max_seqs);
@@ -94,7 +98,10 @@ Scheduler::~Scheduler() {
 Result<uint64_t> Scheduler::submit(BatchRequest req) {
   if (req.prompt.empty()) return invalid_argument("the prompt is empty (nothing to continue from)");
   if (req.options.n_predict < 1) return invalid_argument("the token limit must be at least 1");
-  PHASELAB_TRY(req.options.sampling.validate());
+  PHASELAB_TRY(req.options.sampling.validate(model_->config().n_vocab));
+  if (req.options.logprobs < -1 || req.options.logprobs > kMaxTopLogprobs)
+    return invalid_argument("logprobs must be -1 (none) or from 0 to " + std::to_string(kMaxTopLogprobs) +
+                            " alternatives (got " + std::to_string(req.options.logprobs) + ")");
   const int n_prompt = static_cast<int>(req.prompt.size());
   if (n_prompt >= n_ctx_)
     return Status(StatusCode::context_full, "the prompt has " + std::to_string(n_prompt) + " tokens but the context holds " +
@@ -111,6 +118,10 @@ Result<uint64_t> Scheduler::submit(BatchRequest req) {
   s->res.metrics.n_prompt = n_prompt;
   s->res.metrics.kv_capacity = static_cast<uint64_t>(n_ctx_);
   s->res.tokens.reserve(s->req.options.n_predict);
+  if (s->wants_logprobs()) {
+    s->res.logprobs.reserve(s->req.options.n_predict);
+    s->logprob.top.reserve(static_cast<size_t>(s->req.options.logprobs));
+  }
   incoming_.push_back(std::move(s));
   active_++;
   stats_.waiting++;
@@ -209,7 +220,7 @@ void Scheduler::finish(std::unique_ptr<Seq> s, const std::string& reason, Status
 bool Scheduler::append_token(Seq& s, int32_t id) {
   s.res.metrics.target_passes = s.res.metrics.n_generated;  // one pass per token after the first
   return s.answer.push(id, ms_between(s.t_submit, Clock::now()), s.prefilled, static_cast<uint64_t>(s.kv->n_past()),
-                       s.req.on_token);
+                       s.req.on_token, s.wants_logprobs() ? &s.logprob : nullptr);
 }
 
 Status Scheduler::step() {
@@ -228,8 +239,10 @@ Status Scheduler::step() {
     ch.mode = last ? LogitsMode::last : LogitsMode::none;
     ch.logits = last ? logits_.data() + chunks_.size() * static_cast<size_t>(n_vocab) : nullptr;
     // Plain greedy on a backend that picks the argmax itself: one int per
-    // sequence comes back instead of its logits.
-    if (last && device_greedy_ && s.req.options.sampling.plain_greedy()) ch.argmax = &argmax_[chunks_.size()];
+    // sequence comes back instead of its logits (so not when the request
+    // wants log-probabilities, which need the whole row).
+    if (last && device_greedy_ && s.req.options.sampling.plain_greedy() && !s.wants_logprobs())
+      ch.argmax = &argmax_[chunks_.size()];
     chunks_.push_back(ch);
     chunk_seq_.push_back(&s);
     budget -= n;
@@ -322,7 +335,12 @@ Status Scheduler::step() {
   for (size_t c = 0; c < chunks_.size(); c++) {
     if (chunks_[c].mode != LogitsMode::last) continue;
     Seq& s = *chunk_seq_[c];
-    const int32_t id = chunks_[c].argmax ? *chunks_[c].argmax : s.sampler.sample(chunks_[c].logits, s.tokens);
+    float* row = chunks_[c].logits;  // (n_vocab)
+    // The sampler changes the row in place (bias, penalties): log-probabilities
+    // come from a copy of the model's own logits.
+    if (s.wants_logprobs()) std::copy_n(row, n_vocab, raw_row_.data());
+    const int32_t id = chunks_[c].argmax ? *chunks_[c].argmax : s.sampler.sample(row, s.tokens);
+    if (s.wants_logprobs()) token_logprobs(raw_row_.data(), n_vocab, id, s.req.options.logprobs, &s.logprob);
     append_token(s, id);  // sets stop_reason when the sequence is done
   }
   for (size_t i = 0; i < running_.size();) {

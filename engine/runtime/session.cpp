@@ -86,7 +86,14 @@ Result<GenerateResult> Session::generate(const std::vector<int32_t>& prompt, con
   const auto t0 = Clock::now();
   if (prompt.empty()) return invalid_argument("the prompt is empty (nothing to continue from)");
   if (opt.n_predict < 1) return invalid_argument("the token limit must be at least 1");
-  PHASELAB_TRY(opt.sampling.validate());
+  PHASELAB_TRY(opt.sampling.validate(model_->config().n_vocab));
+  if (opt.logprobs < -1 || opt.logprobs > kMaxTopLogprobs)
+    return invalid_argument("logprobs must be -1 (none) or from 0 to " + std::to_string(kMaxTopLogprobs) +
+                            " alternatives (got " + std::to_string(opt.logprobs) + ")");
+  // Verification picks tokens from rows of a multi-token pass; their
+  // log-probabilities are not wired through it.
+  if (opt.logprobs >= 0 && opt.draft && opt.use_kv_cache)
+    return invalid_argument("logprobs are not computed with speculative decoding: turn the draft off");
   const int n_prompt = static_cast<int>(prompt.size());
   if (n_prompt >= n_ctx())
     return Status(StatusCode::context_full, "the prompt has " + std::to_string(n_prompt) + " tokens but the context holds " +
@@ -119,9 +126,21 @@ Result<GenerateResult> Session::generate(const std::vector<int32_t>& prompt, con
   history.assign(prompt.begin(), prompt.end());
   res.tokens.reserve(opt.n_predict);
   AnswerBuilder answer(tok, opt, res, history, n_ctx());
+  const int n_vocab = model_->config().n_vocab;
+  // Log-probabilities come from the logits before the sampler changes them
+  // in place (bias, penalties): a copy of the row, allocated once here.
+  const bool want_logprobs = opt.logprobs >= 0;
+  std::vector<float> raw_row(want_logprobs ? n_vocab : 0);  // (n_vocab)
+  TokenLogprob logprob;
+  if (want_logprobs) {
+    res.logprobs.reserve(opt.n_predict);
+    logprob.top.reserve(static_cast<size_t>(opt.logprobs));
+  }
   // Appends one chosen token to the answer; true when generation must stop.
   auto emit = [&](int32_t id) -> bool {
-    if (answer.push(id, ms_since(t0), n_prompt - reuse, static_cast<uint64_t>(kv_->n_past()), on_token)) return true;
+    if (answer.push(id, ms_since(t0), n_prompt - reuse, static_cast<uint64_t>(kv_->n_past()), on_token,
+                    want_logprobs ? &logprob : nullptr))
+      return true;
     if (cancel && cancel->load(std::memory_order_relaxed)) {
       m.stop_reason = "cancelled";
       return true;
@@ -133,11 +152,12 @@ Result<GenerateResult> Session::generate(const std::vector<int32_t>& prompt, con
   // Plain greedy decoding (no penalties, which need the logits) on a backend
   // that can pick the argmax itself.
   const SamplingParams& sp = opt.sampling;
-  const bool device_greedy = backend_->has_device_greedy() && sp.plain_greedy();
-  const int n_vocab = model_->config().n_vocab;
+  const bool device_greedy = backend_->has_device_greedy() && sp.plain_greedy() && !want_logprobs;
   int32_t forced = -1;  // a token already chosen by verification
   for (;;) {
+    if (want_logprobs) std::copy_n(logits_.data(), n_vocab, raw_row.data());
     const int32_t id = forced >= 0 ? forced : sampler.sample(logits_.data(), history);
+    if (want_logprobs) token_logprobs(raw_row.data(), n_vocab, id, opt.logprobs, &logprob);
     forced = -1;
     if (emit(id)) break;
 

@@ -6,7 +6,7 @@
 
 namespace phaselab {
 
-Status SamplingParams::validate() const {
+Status SamplingParams::validate(int n_vocab) const {
   if (!(temperature >= 0.f && temperature <= 100.f)) return invalid_argument("temperature must be from 0 to 100");
   if (top_k < 0) return invalid_argument("top-k must be 0 (off) or positive");
   if (!(top_p > 0.f && top_p <= 1.f)) return invalid_argument("top-p must be in (0, 1]");
@@ -15,6 +15,13 @@ Status SamplingParams::validate() const {
   if (!(std::fabs(frequency_penalty) <= 10.f)) return invalid_argument("frequency penalty must be in [-10, 10]");
   if (!(std::fabs(presence_penalty) <= 10.f)) return invalid_argument("presence penalty must be in [-10, 10]");
   if (penalty_last_n < 0) return invalid_argument("penalty window must be >= 0");
+  for (const auto& [id, v] : logit_bias) {
+    if (!(v >= -100.f && v <= 100.f))
+      return invalid_argument("logit bias of token " + std::to_string(id) + " must be from -100 to 100");
+    if (id < 0 || (n_vocab > 0 && id >= n_vocab))
+      return invalid_argument("logit bias names token " + std::to_string(id) + ", outside the vocabulary" +
+                              (n_vocab > 0 ? " (0.." + std::to_string(n_vocab - 1) + ")" : std::string()));
+  }
   return Status::ok();
 }
 
@@ -38,12 +45,52 @@ int32_t argmax(const float* logits, int n) {
   return 0;  // every value NaN
 }
 
+void token_logprobs(const float* logits, int n_vocab, int32_t id, int n_top, TokenLogprob* out) {
+  n_top = std::clamp(n_top, 0, kMaxTopLogprobs);
+  // "a before b": larger logit, then smaller id. As a heap comparator it puts
+  // the worst kept candidate on top, the one a better logit replaces.
+  auto before = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
+  std::pair<float, int32_t> heap[kMaxTopLogprobs];  // (logit, id), n_top at most
+  int n_heap = 0;
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int i = 0; i < n_vocab; i++) {
+    const float l = logits[i];
+    mx = l > mx ? l : mx;
+    if (n_heap < n_top) {
+      heap[n_heap++] = {l, i};
+      std::push_heap(heap, heap + n_heap, before);
+    } else if (n_top > 0 && before({l, i}, heap[0])) {
+      std::pop_heap(heap, heap + n_heap, before);
+      heap[n_heap - 1] = {l, i};
+      std::push_heap(heap, heap + n_heap, before);
+    }
+  }
+  // log p_i = (l_i - max) - log(sum_j exp(l_j - max)): every exponent <= 0,
+  // so nothing overflows, and the sum (in double) is at least 1.
+  double sum = 0;
+  for (int i = 0; i < n_vocab; i++) sum += std::exp(logits[i] - mx);
+  const float log_sum = static_cast<float>(std::log(sum));
+  auto logprob = [&](int32_t i) { return (logits[i] - mx) - log_sum; };
+  out->id = id;
+  out->logprob = id >= 0 && id < n_vocab ? logprob(id) : -std::numeric_limits<float>::infinity();
+  std::sort_heap(heap, heap + n_heap, before);  // most likely first
+  out->top.clear();
+  for (int k = 0; k < n_heap; k++) out->top.emplace_back(heap[k].second, logprob(heap[k].second));
+}
+
 Sampler::Sampler(const SamplingParams& p, int n_vocab) : p_(p), n_vocab_(n_vocab), rng_(p.seed) {
   cand_.reserve(n_vocab);
   counts_.reserve(static_cast<size_t>(std::max(p.penalty_last_n, 0)));
 }
 
 void Sampler::reset(uint64_t seed) { rng_.seed(seed); }
+
+void Sampler::apply_bias(float* logits) const {
+  for (const auto& [id, v] : p_.logit_bias)
+    if (id >= 0 && id < n_vocab_) logits[id] += v;
+}
 
 void Sampler::apply_penalties(float* logits, const std::vector<int32_t>& history) {
   const bool any = p_.repeat_penalty != 1.f || p_.frequency_penalty != 0.f || p_.presence_penalty != 0.f;
@@ -65,6 +112,7 @@ void Sampler::apply_penalties(float* logits, const std::vector<int32_t>& history
 }
 
 int32_t Sampler::sample(float* logits, const std::vector<int32_t>& history) {
+  apply_bias(logits);
   apply_penalties(logits, history);
   cand_.clear();
   if (p_.greedy()) return argmax(logits, n_vocab_);
@@ -74,6 +122,7 @@ int32_t Sampler::sample(float* logits, const std::vector<int32_t>& history) {
 
 void Sampler::distribution(float* logits, const std::vector<int32_t>& history,
                            std::vector<std::pair<float, int32_t>>* out) {
+  apply_bias(logits);
   apply_penalties(logits, history);
   cand_.clear();
   if (p_.greedy()) {

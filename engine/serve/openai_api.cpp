@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -48,10 +50,14 @@ struct Checker {
   }
   bool integer(const char* f, long long lo, long long hi, long long* out) {
     if (!has(f)) return true;
-    if (!j[f].is_number_integer()) return fail(f, "must be an integer");
-    const long long v = j[f].get<long long>();
-    if (v < lo || v > hi) return fail(f, "must be from " + std::to_string(lo) + " to " + std::to_string(hi) +
-                                             " (got " + std::to_string(v) + ")");
+    const json& x = j[f];
+    if (!x.is_number_integer()) return fail(f, "must be an integer");
+    // An unsigned value above INT64_MAX read as long long would wrap (and be
+    // shown negative): it is out of range, shown as it was sent.
+    const bool huge = x.is_number_unsigned() && x.get<uint64_t>() > static_cast<uint64_t>(LLONG_MAX);
+    const long long v = huge ? 0 : x.get<long long>();
+    if (huge || v < lo || v > hi)
+      return fail(f, "must be from " + std::to_string(lo) + " to " + std::to_string(hi) + " (got " + x.dump() + ")");
     *out = v;
     return true;
   }
@@ -60,6 +66,10 @@ struct Checker {
     if (!j[f].is_boolean()) return fail(f, "must be true or false");
     *out = j[f].get<bool>();
     return true;
+  }
+  template <typename Pred>
+  bool of_type(const char* f, Pred ok, const char* what) {
+    return !has(f) || ok(j[f]) || fail(f, what);
   }
 };
 
@@ -80,98 +90,208 @@ bool content_text(const json& c, const std::string& field, Checker& ck, std::str
   return true;
 }
 
-}  // namespace
+// The fields PhaseLab reads. Anything else is refused by name rather than
+// ignored: a client relying on a field it believes honoured (json_schema,
+// tools, suffix) learns at once that it is not.
+enum FieldScope : uint8_t { kBoth, kChat, kCompletions };
+struct Field {
+  const char* name;
+  FieldScope scope;
+};
+constexpr Field kFields[] = {
+    {"model", kBoth}, {"stream", kBoth}, {"stream_options", kBoth}, {"temperature", kBoth}, {"top_p", kBoth},
+    {"frequency_penalty", kBoth}, {"presence_penalty", kBoth}, {"seed", kBoth}, {"n", kBoth}, {"max_tokens", kBoth},
+    {"stop", kBoth}, {"logprobs", kBoth}, {"logit_bias", kBoth},
+    // Extensions other local servers (llama-server, vLLM) accept.
+    {"top_k", kBoth}, {"min_p", kBoth}, {"repeat_penalty", kBoth}, {"ignore_eos", kBoth},
+    // Descriptions of the client that change nothing in the answer.
+    {"user", kBoth}, {"metadata", kBoth}, {"store", kBoth}, {"service_tier", kBoth},
+    {"messages", kChat}, {"max_completion_tokens", kChat}, {"top_logprobs", kChat}, {"response_format", kChat},
+    {"tools", kChat}, {"tool_choice", kChat}, {"parallel_tool_calls", kChat}, {"modalities", kChat},
+    {"prompt", kCompletions}, {"echo", kCompletions}, {"best_of", kCompletions},
+};
 
-bool parse_request(Endpoint ep, const std::string& body, const Tokenizer& tok, ChatTemplateFamily family,
-                   const ApiLimits& limits, ParsedRequest* out, ApiError* err) {
-  json j;
-  try {
-    j = json::parse(body);
-  } catch (const json::exception& e) {
-    err->http_status = 400;
-    err->message = std::string("the body is not valid JSON: ") + e.what();
-    return false;
+bool check_field_names(Endpoint ep, bool batch, Checker& ck) {
+  const FieldScope mine = ep == Endpoint::chat ? kChat : kCompletions;
+  for (const auto& [name, value] : ck.j.items()) {
+    const Field* f = nullptr;
+    for (const Field& k : kFields)
+      if (name == k.name) f = &k;
+    if (f && (f->scope == kBoth || f->scope == mine)) continue;
+    std::string why = std::string("is not supported by ") + (batch ? "phaselab-cli batch" : "PhaseLab's server");
+    if (f) why += ep == Endpoint::chat ? " in a chat request (it is a field of /v1/completions)"
+                                       : " in a completions request (it is a field of /v1/chat/completions)";
+    return ck.fail(name, why);
   }
-  if (!j.is_object()) {
-    err->http_status = 400;
-    err->message = "the body must be a JSON object";
-    return false;
-  }
-  Checker ck{j, err};
-  *out = ParsedRequest{};
-  out->endpoint = ep;
-  if (ck.has("model")) {
-    if (!j["model"].is_string()) return ck.fail("model", "must be a string");
-    out->model = j["model"].get<std::string>();
-  }
-  if (!ck.boolean("stream", &out->stream)) return false;
-  if (ck.has("stream_options")) {
-    const auto& so = j["stream_options"];
-    if (!so.is_object()) return ck.fail("stream_options", "must be an object");
-    if (so.contains("include_usage")) {
-      if (!so["include_usage"].is_boolean()) return ck.fail("stream_options.include_usage", "must be true or false");
-      out->include_usage = so["include_usage"].get<bool>();
-    }
-  }
+  return true;
+}
 
-  // Sampling: OpenAI's defaults, not the CLI's.
-  SamplingParams& sp = out->options.sampling;
-  sp.temperature = 1.0f;
-  sp.top_p = 1.0f;
-  sp.top_k = 0;
-  sp.min_p = 0.0f;
-  if (!ck.number("temperature", 0, 2, &sp.temperature)) return false;
-  if (!ck.number("top_p", 0, 1, &sp.top_p)) return false;
-  if (ck.has("top_p") && sp.top_p <= 0.f) return ck.fail("top_p", "must be above 0");
-  if (!ck.number("frequency_penalty", -2, 2, &sp.frequency_penalty)) return false;
-  if (!ck.number("presence_penalty", -2, 2, &sp.presence_penalty)) return false;
-  if (!ck.number("min_p", 0, 0.999, &sp.min_p)) return false;
-  if (!ck.number("repeat_penalty", 0.01, 10, &sp.repeat_penalty)) return false;
-  long long v = 0;
-  if (!ck.integer("top_k", 0, 1 << 20, &v)) return false;
-  if (ck.has("top_k")) sp.top_k = static_cast<int>(v);
-  if (ck.has("seed")) {
-    if (!j["seed"].is_number_integer()) return ck.fail("seed", "must be an integer");
-    sp.seed = j["seed"].is_number_unsigned() ? j["seed"].get<uint64_t>()
-                                             : static_cast<uint64_t>(j["seed"].get<long long>());
-  } else {
-    sp.seed = std::random_device{}();
+// logit_bias: {"token id": bias}, ids as decimal strings (OpenAI's form).
+bool parse_logit_bias(Checker& ck, const Tokenizer& tok, SamplingParams* sp) {
+  if (!ck.has("logit_bias")) return true;
+  const json& b = ck.j["logit_bias"];
+  if (!b.is_object()) return ck.fail("logit_bias", "must be an object of token ids (as strings) to numbers from -100 to 100");
+  for (const auto& [key, v] : b.items()) {
+    int32_t id = -1;
+    const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
+    // The canonical spelling only ("7", not "07" or "+7"), so that one token
+    // cannot appear under two keys.
+    if (ec != std::errc() || end != key.data() + key.size() || std::to_string(id) != key || id < 0 ||
+        id >= tok.n_vocab())
+      return ck.fail("logit_bias", "holds the key '" + key + "', which is not a token id of the vocabulary (0.." +
+                                      std::to_string(tok.n_vocab() - 1) + ")");
+    if (!v.is_number() || !(v.get<double>() >= -100 && v.get<double>() <= 100))
+      return ck.fail("logit_bias", "gives token " + key + " the bias " + v.dump() + ": a bias must be a number from -100 to 100");
+    sp->logit_bias.emplace_back(id, v.get<float>());
   }
-  if (ck.has("n")) {
-    long long n = 0;
-    if (!ck.integer("n", 1, 1 << 20, &n)) return false;
-    if (n != 1) return ck.fail("n", "must be 1: PhaseLab returns one choice per request (send parallel requests instead)");
+  return true;
+}
+
+// A text of this many bytes makes more tokens than the context holds,
+// whatever they are (Tokenizer::max_token_text_bytes).
+bool cannot_fit(size_t bytes, const Tokenizer& tok, const ApiLimits& limits) {
+  const size_t per_token = tok.max_token_text_bytes();
+  return per_token > 0 && bytes / per_token >= static_cast<size_t>(limits.n_ctx);
+}
+
+bool context_exceeded(Checker& ck, bool batch, const char* field, const std::string& size, const ApiLimits& limits) {
+  ck.fail(field, "is " + size + "; the context holds " + std::to_string(limits.n_ctx) +
+                     (batch ? " (shorten it or raise --ctx-size)"
+                            : " (shorten it or restart the server with a larger --ctx-size)"));
+  ck.err->code = "context_length_exceeded";
+  return false;
+}
+
+bool text_fits(Checker& ck, bool batch, const char* field, size_t bytes, const Tokenizer& tok, const ApiLimits& limits) {
+  if (!cannot_fit(bytes, tok, limits)) return true;
+  return context_exceeded(ck, batch, field,
+                          std::to_string(bytes) + " bytes, at least " +
+                              std::to_string(bytes / tok.max_token_text_bytes()) + " tokens",
+                          limits);
+}
+
+// Fields that describe the client, or ask for nothing PhaseLab lacks: only
+// their types (or their one harmless value) are checked.
+bool check_client_fields(Checker& ck) {
+  const json& j = ck.j;
+  const auto is_string = [](const json& x) { return x.is_string(); };
+  const auto is_bool = [](const json& x) { return x.is_boolean(); };
+  if (!ck.of_type("user", is_string, "must be a string")) return false;
+  if (!ck.of_type("metadata", [](const json& x) { return x.is_object(); }, "must be an object")) return false;
+  if (!ck.of_type("store", is_bool, "must be true or false")) return false;
+  if (!ck.of_type("service_tier", is_string, "must be a string")) return false;
+  if (!ck.of_type("parallel_tool_calls", is_bool, "must be true or false")) return false;
+  if (ck.has("modalities") && j["modalities"] != json::array({"text"}))
+    return ck.fail("modalities", "must be [\"text\"]: PhaseLab's models read and write text");
+  if (ck.has("response_format")) {
+    const json& rf = j["response_format"];
+    if (!rf.is_object() || !rf.contains("type") || !rf["type"].is_string())
+      return ck.fail("response_format", "must be an object such as {\"type\": \"text\"}");
+    if (rf["type"] != "text")
+      return ck.fail("response_format", "type '" + rf["type"].get<std::string>() +
+                                            "' is not supported: PhaseLab does not constrain output yet (only {\"type\": \"text\"})");
   }
-  for (const char* f : {"logprobs", "echo"}) {
-    if (ck.has(f) && !(j[f].is_boolean() && !j[f].get<bool>()) && !(j[f].is_number_integer() && j[f] == 0))
-      return ck.fail(f, "is not supported by PhaseLab's server");
-  }
-  if (ck.has("best_of") && !(j["best_of"].is_number_integer() && j["best_of"] == 1))
-    return ck.fail("best_of", "must be 1");
   if (ck.has("tools") && !(j["tools"].is_array() && j["tools"].empty()))
     return ck.fail("tools", "is not supported by PhaseLab's server (no tool calling yet)");
+  if (ck.has("tool_choice") && j["tool_choice"] != "none")
+    return ck.fail("tool_choice", "may only be \"none\": PhaseLab's server has no tool calling yet");
+  if (ck.has("echo") && !(j["echo"].is_boolean() && !j["echo"].get<bool>()))
+    return ck.fail("echo", "is not supported by PhaseLab's server (the answer never repeats the prompt)");
+  return true;
+}
 
-  // Length: max_tokens (or chat's newer max_completion_tokens).
+bool parse_sampling(Checker& ck, const RequestDefaults& defaults, const Tokenizer& tok, SamplingParams* sp) {
+  const json& j = ck.j;
+  if (!ck.number("temperature", 0, 2, &sp->temperature)) return false;
+  if (!ck.number("top_p", 0, 1, &sp->top_p)) return false;
+  if (ck.has("top_p") && sp->top_p <= 0.f) return ck.fail("top_p", "must be above 0");
+  if (!ck.number("frequency_penalty", -2, 2, &sp->frequency_penalty)) return false;
+  if (!ck.number("presence_penalty", -2, 2, &sp->presence_penalty)) return false;
+  if (!ck.number("min_p", 0, 0.999, &sp->min_p)) return false;
+  if (!ck.number("repeat_penalty", 0.01, 10, &sp->repeat_penalty)) return false;
+  long long v = 0;
+  if (!ck.integer("top_k", 0, 1 << 20, &v)) return false;
+  if (ck.has("top_k")) sp->top_k = static_cast<int>(v);
+  if (ck.has("seed")) {
+    if (!j["seed"].is_number_integer()) return ck.fail("seed", "must be an integer");
+    sp->seed = j["seed"].is_number_unsigned() ? j["seed"].get<uint64_t>()
+                                              : static_cast<uint64_t>(j["seed"].get<long long>());
+  } else if (defaults.random_seed) {
+    sp->seed = std::random_device{}();
+  }
+  return parse_logit_bias(ck, tok, sp);
+}
+
+// max_tokens (or chat's max_completion_tokens, or batch's "n"), n choices
+// and best_of, and the log-probabilities asked for.
+bool parse_counts(Checker& ck, Endpoint ep, const ApiLimits& limits, const RequestDefaults& defaults,
+                  ParsedRequest* out) {
+  const json& j = ck.j;
+  const bool batch = defaults.batch_dialect;
   const char* mt = ck.has("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-  long long max_tokens = limits.max_tokens_cap;
+  if (batch && ck.has("n")) {
+    if (ck.has(mt)) return ck.fail("n", "is batch's name for '" + std::string(mt) + "': give one of them");
+    mt = "n";
+  }
+  long long max_tokens = defaults.options.n_predict;
   if (!ck.integer(mt, 1, limits.max_tokens_cap, &max_tokens)) {
-    err->message += ": the server's limit is " + std::to_string(limits.max_tokens_cap) +
-                    " (phaselab-cli serve --max-tokens)";
+    if (!batch)
+      ck.err->message += ": the server's limit is " + std::to_string(limits.max_tokens_cap) +
+                         " (phaselab-cli serve --max-tokens)";
     return false;
   }
-  out->options.n_predict = static_cast<int>(max_tokens);
+  out->options.n_predict = static_cast<int>(std::min<long long>(max_tokens, limits.max_tokens_cap));
 
-  if (ck.has("stop")) {
-    const auto& s = j["stop"];
-    if (s.is_string()) out->options.stop.push_back(s.get<std::string>());
-    else if (s.is_array() && s.size() <= 16 && std::all_of(s.begin(), s.end(), [](const json& x) { return x.is_string(); }))
-      for (const auto& x : s) out->options.stop.push_back(x.get<std::string>());
-    else return ck.fail("stop", "must be a string or an array of at most 16 strings");
-    for (const auto& x : out->options.stop)
-      if (x.empty()) return ck.fail("stop", "must not hold an empty string");
+  if (!batch) {
+    long long n = 1;
+    if (!ck.integer("n", 1, kMaxChoices, &n)) return false;
+    out->n = static_cast<int>(n);
   }
+  if (ck.has("best_of") && !(j["best_of"].is_number_integer() && j["best_of"] == out->n))
+    return ck.fail("best_of", "must equal n (" + std::to_string(out->n) +
+                                  "): PhaseLab returns every sequence it generates, it does not rank extra ones");
 
-  const char* prompt_field = ep == Endpoint::chat ? "messages" : "prompt";
+  // Chat: logprobs (bool) and top_logprobs (0..20); completions: logprobs,
+  // the number of alternatives (0..5).
+  if (ep == Endpoint::chat) {
+    bool want = false;
+    if (!ck.boolean("logprobs", &want)) return false;
+    long long top = 0;
+    if (!ck.integer("top_logprobs", 0, kMaxTopLogprobs, &top)) return false;
+    if (ck.has("top_logprobs") && !want) return ck.fail("top_logprobs", "needs 'logprobs': true");
+    out->options.logprobs = want ? static_cast<int>(top) : -1;
+  } else if (ck.has("logprobs")) {
+    long long top = 0;
+    if (j["logprobs"].is_boolean())
+      return ck.fail("logprobs", "must be an integer from 0 to 5 (the alternatives per token)");
+    if (!ck.integer("logprobs", 0, kMaxCompletionLogprobs, &top)) return false;
+    out->options.logprobs = static_cast<int>(top);
+  }
+  // Batch's output lines have no place for them: refused, not dropped.
+  if (batch && out->options.logprobs >= 0)
+    return ck.fail("logprobs", "is not written by phaselab-cli batch yet (its output lines hold the text and counts)");
+  return true;
+}
+
+bool parse_stop(Checker& ck, std::vector<std::string>* stop) {
+  if (!ck.has("stop")) return true;
+  const json& s = ck.j["stop"];
+  if (s.is_string()) stop->push_back(s.get<std::string>());
+  else if (s.is_array() && s.size() <= 16 && std::all_of(s.begin(), s.end(), [](const json& x) { return x.is_string(); }))
+    for (const auto& x : s) stop->push_back(x.get<std::string>());
+  else return ck.fail("stop", "must be a string or an array of at most 16 strings");
+  for (const auto& x : *stop)
+    if (x.empty()) return ck.fail("stop", "must not hold an empty string");
+  return true;
+}
+
+// The prompt: chat messages rendered with the family's template, or the
+// completion's text or token ids. A text is measured in bytes before it is
+// tokenized.
+bool parse_prompt(Checker& ck, Endpoint ep, bool batch, const Tokenizer& tok, ChatTemplateFamily family,
+                  const ApiLimits& limits, ParsedRequest* out) {
+  const json& j = ck.j;
+  const char* field = ep == Endpoint::chat ? "messages" : "prompt";
   if (ep == Endpoint::chat) {
     if (!ck.has("messages")) return ck.fail("messages", "is required");
     const auto& ms = j["messages"];
@@ -191,20 +311,24 @@ bool parse_request(Endpoint ep, const std::string& body, const Tokenizer& tok, C
       if (!content_text(m["content"], f + ".content", ck, &text)) return false;
       msgs.push_back({role, std::move(text)});
     }
-    out->prompt = tok.encode(apply_chat_template(family, msgs), true, true);
+    const std::string rendered = apply_chat_template(family, msgs);
+    if (!text_fits(ck, batch, field, rendered.size(), tok, limits)) return false;
+    out->prompt = tok.encode(rendered, true, true);
     for (auto& s : chat_stop_strings(family)) out->options.stop.push_back(s);
   } else {
     if (!ck.has("prompt")) return ck.fail("prompt", "is required");
     const auto& p = j["prompt"];
-    if (p.is_string()) {
-      out->prompt = tok.encode(p.get<std::string>(), true, false);
-    } else if (p.is_array() && p.size() == 1 && p[0].is_string()) {
-      out->prompt = tok.encode(p[0].get<std::string>(), true, false);
-    } else if (p.is_array() && !p.empty() && std::all_of(p.begin(), p.end(), [](const json& x) { return x.is_number_integer(); })) {
+    const json* text = p.is_string() ? &p : p.is_array() && p.size() == 1 && p[0].is_string() ? &p[0] : nullptr;
+    if (text) {
+      const std::string& t = text->get_ref<const std::string&>();
+      if (!text_fits(ck, batch, field, t.size(), tok, limits)) return false;
+      out->prompt = tok.encode(t, true, false);
+    } else if (p.is_array() && !p.empty() &&
+               std::all_of(p.begin(), p.end(), [](const json& x) { return x.is_number_integer(); })) {
       for (const auto& x : p) {
-        const long long id = x.get<long long>();
+        const long long id = x.is_number_unsigned() && x.get<uint64_t>() > INT32_MAX ? -1 : x.get<long long>();
         if (id < 0 || id >= tok.n_vocab())
-          return ck.fail("prompt", "holds token id " + std::to_string(id) + ", outside the vocabulary (0.." +
+          return ck.fail("prompt", "holds token id " + x.dump() + ", outside the vocabulary (0.." +
                                        std::to_string(tok.n_vocab() - 1) + ")");
         out->prompt.push_back(static_cast<int32_t>(id));
       }
@@ -212,15 +336,90 @@ bool parse_request(Endpoint ep, const std::string& body, const Tokenizer& tok, C
       return ck.fail("prompt", "must be a string, or an array of token ids (one prompt per request)");
     }
   }
-  if (out->prompt.empty()) return ck.fail(prompt_field, "gives an empty prompt");
-  if (static_cast<int>(out->prompt.size()) >= limits.n_ctx) {
-    ck.fail(prompt_field, "is " + std::to_string(out->prompt.size()) + " tokens; the context holds " +
-                              std::to_string(limits.n_ctx) + " (shorten it or restart the server with a larger --ctx-size)");
-    err->code = "context_length_exceeded";
+  if (out->prompt.empty()) return ck.fail(field, "gives an empty prompt");
+  if (static_cast<int>(out->prompt.size()) >= limits.n_ctx)
+    return context_exceeded(ck, batch, field, std::to_string(out->prompt.size()) + " tokens", limits);
+  return true;
+}
+
+}  // namespace
+
+RequestDefaults server_defaults(const ApiLimits& limits) {
+  RequestDefaults d;
+  SamplingParams& sp = d.options.sampling;
+  sp.temperature = 1.0f;
+  sp.top_p = 1.0f;
+  sp.top_k = 0;
+  sp.min_p = 0.0f;
+  d.options.n_predict = limits.max_tokens_cap;
+  d.random_seed = true;
+  return d;
+}
+
+bool parse_request(Endpoint ep, const std::string& body, const Tokenizer& tok, ChatTemplateFamily family,
+                   const ApiLimits& limits, ParsedRequest* out, ApiError* err) {
+  return parse_request(ep, body, tok, family, limits, server_defaults(limits), out, err);
+}
+
+bool parse_request(Endpoint ep, const std::string& body, const Tokenizer& tok, ChatTemplateFamily family,
+                   const ApiLimits& limits, const RequestDefaults& defaults, ParsedRequest* out, ApiError* err) {
+  json j;
+  try {
+    j = json::parse(body);
+  } catch (const json::exception& e) {
+    err->http_status = 400;
+    err->message = std::string("the body is not valid JSON: ") + e.what();
     return false;
   }
-  if (Status st = sp.validate(); !st) return ck.fail("temperature", st.message());
+  return parse_request(ep, j, tok, family, limits, defaults, out, err);
+}
+
+bool parse_request(Endpoint ep, const json& j, const Tokenizer& tok, ChatTemplateFamily family,
+                   const ApiLimits& limits, const RequestDefaults& defaults, ParsedRequest* out, ApiError* err) {
+  if (!j.is_object()) {
+    err->http_status = 400;
+    err->message = "the body must be a JSON object";
+    return false;
+  }
+  Checker ck{j, err};
+  if (!check_field_names(ep, defaults.batch_dialect, ck)) return false;
+  *out = ParsedRequest{};
+  out->endpoint = ep;
+  out->options = defaults.options;
+  if (ck.has("model")) {
+    if (!j["model"].is_string()) return ck.fail("model", "must be a string");
+    out->model = j["model"].get<std::string>();
+  }
+  if (!ck.boolean("stream", &out->stream)) return false;
+  if (ck.has("stream_options")) {
+    const auto& so = j["stream_options"];
+    if (!so.is_object()) return ck.fail("stream_options", "must be an object");
+    if (so.contains("include_usage")) {
+      if (!so["include_usage"].is_boolean()) return ck.fail("stream_options.include_usage", "must be true or false");
+      out->include_usage = so["include_usage"].get<bool>();
+    }
+  }
+  if (!ck.boolean("ignore_eos", &out->options.ignore_eos)) return false;
+  if (!check_client_fields(ck)) return false;
+  if (!parse_sampling(ck, defaults, tok, &out->options.sampling)) return false;
+  if (!parse_counts(ck, ep, limits, defaults, out)) return false;
+  if (!parse_stop(ck, &out->options.stop)) return false;
+  if (!parse_prompt(ck, ep, defaults.batch_dialect, tok, family, limits, out)) return false;
+  // Every field was checked above; this catches defaults out of range (a
+  // caller's RequestDefaults), which no field of the request is to blame for.
+  if (Status st = out->options.sampling.validate(tok.n_vocab()); !st) {
+    err->http_status = 400;
+    err->param.clear();
+    err->message = "the sampling parameters are out of range: " + st.message();
+    return false;
+  }
   return true;
+}
+
+GenerateOptions options_for_choice(const ParsedRequest& pr, int i) {
+  GenerateOptions o = pr.options;
+  o.sampling.seed += static_cast<uint64_t>(i);
+  return o;
 }
 
 const char* finish_reason(const std::string& stop_reason) {
@@ -265,20 +464,106 @@ json head_json(Endpoint ep, const ResponseHead& h, bool chunk) {
 }
 }  // namespace
 
-json response_json(Endpoint ep, const ResponseHead& h, const GenerateResult& r, int preemptions) {
-  json j = head_json(ep, h, false);
-  json choice = {{"index", 0}, {"finish_reason", finish_reason(r.metrics.stop_reason)}, {"logprobs", nullptr}};
+namespace {
+
+// OpenAI writes the log-probability of an impossible token as -9999.0 (JSON
+// has no infinity).
+double logprob_value(float lp) { return std::isfinite(lp) ? static_cast<double>(lp) : -9999.0; }
+
+// A token as logprobs show it: its text (special tokens by name, so that an
+// end-of-text alternative is not an empty string) and its bytes.
+json token_entry(const Tokenizer& tok, int32_t id, float lp) {
+  const std::string piece = tok.token_to_piece(id, true);
+  json bytes = json::array();
+  for (unsigned char c : piece) bytes.push_back(static_cast<int>(c));
+  return {{"token", piece}, {"logprob", logprob_value(lp)}, {"bytes", std::move(bytes)}};
+}
+
+// logprobs of n tokens in the endpoint's shape. text_offset: characters of
+// the answer before the first of them (completions).
+json logprobs_json(Endpoint ep, const TokenLogprob* lps, size_t n, const Tokenizer& tok, size_t text_offset) {
+  if (ep == Endpoint::chat) {
+    json content = json::array();
+    for (size_t i = 0; i < n; i++) {
+      json e = token_entry(tok, lps[i].id, lps[i].logprob);
+      json top = json::array();
+      for (const auto& [id, lp] : lps[i].top) top.push_back(token_entry(tok, id, lp));
+      e["top_logprobs"] = std::move(top);
+      content.push_back(std::move(e));
+    }
+    return {{"content", std::move(content)}};
+  }
+  json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(), offsets = json::array();
+  size_t offset = text_offset;
+  for (size_t i = 0; i < n; i++) {
+    tokens.push_back(tok.token_to_piece(lps[i].id, true));
+    token_logprobs.push_back(logprob_value(lps[i].logprob));
+    // OpenAI's completions list the chosen token among the alternatives too
+    // (up to logprobs + 1 of them).
+    json top = json::object();
+    for (const auto& [id, lp] : lps[i].top) top.emplace(tok.token_to_piece(id, true), logprob_value(lp));
+    top.emplace(tok.token_to_piece(lps[i].id, true), logprob_value(lps[i].logprob));
+    top_logprobs.push_back(std::move(top));
+    offsets.push_back(offset);
+    offset += utf8_chars(tok.token_to_piece(lps[i].id));  // the text as the answer holds it
+  }
+  return {{"tokens", std::move(tokens)},
+          {"token_logprobs", std::move(token_logprobs)},
+          {"top_logprobs", std::move(top_logprobs)},
+          {"text_offset", std::move(offsets)}};
+}
+
+json choice_json(Endpoint ep, int index, const GenerateResult& r, const Tokenizer* tok) {
+  json choice = {{"index", index}, {"finish_reason", finish_reason(r.metrics.stop_reason)}, {"logprobs", nullptr}};
   if (ep == Endpoint::chat) choice["message"] = {{"role", "assistant"}, {"content", r.text}};
   else choice["text"] = r.text;
-  j["choices"] = json::array({choice});
-  j["usage"] = usage_json(r.metrics);
-  j["timings"] = timings_json(r.metrics, preemptions);
+  if (tok && !r.logprobs.empty()) choice["logprobs"] = logprobs_json(ep, r.logprobs.data(), logprob_tokens(r), *tok, 0);
+  return choice;
+}
+
+json response_of(Endpoint ep, const ResponseHead& h, const std::vector<GenerateResult>& choices, int preemptions,
+                 const Tokenizer* tok) {
+  json j = head_json(ep, h, false);
+  json cs = json::array();
+  std::vector<RequestMetrics> m;
+  for (size_t i = 0; i < choices.size(); i++) {
+    cs.push_back(choice_json(ep, static_cast<int>(i), choices[i], tok));
+    m.push_back(choices[i].metrics);
+  }
+  j["choices"] = std::move(cs);
+  j["usage"] = usage_json(m);
+  j["timings"] = timings_json(choices.empty() ? RequestMetrics{} : choices[0].metrics, preemptions);
   return j;
 }
 
-json chunk_json(Endpoint ep, const ResponseHead& h, const std::string& text, bool first) {
+}  // namespace
+
+json usage_json(const std::vector<RequestMetrics>& choices) {
+  if (choices.empty()) return usage_json(RequestMetrics{});
+  RequestMetrics sum = choices[0];
+  for (size_t i = 1; i < choices.size(); i++) sum.n_generated += choices[i].n_generated;
+  return usage_json(sum);
+}
+
+size_t logprob_tokens(const GenerateResult& r) {
+  size_t n = std::min(r.logprobs.size(), r.tokens.size());
+  if (n > 0 && n == r.tokens.size() && r.metrics.stop_reason == "eos") n--;
+  return n;
+}
+
+json response_json(Endpoint ep, const ResponseHead& h, const std::vector<GenerateResult>& choices, int preemptions,
+                   const Tokenizer& tok) {
+  return response_of(ep, h, choices, preemptions, &tok);
+}
+
+json response_json(Endpoint ep, const ResponseHead& h, const GenerateResult& r, int preemptions) {
+  return response_of(ep, h, {r}, preemptions, nullptr);
+}
+
+json chunk_json(Endpoint ep, const ResponseHead& h, int index, const std::string& text, bool first,
+                const std::vector<TokenLogprob>* logprobs, const Tokenizer* tok, size_t text_offset) {
   json j = head_json(ep, h, true);
-  json choice = {{"index", 0}, {"finish_reason", nullptr}, {"logprobs", nullptr}};
+  json choice = {{"index", index}, {"finish_reason", nullptr}, {"logprobs", nullptr}};
   if (ep == Endpoint::chat) {
     json delta = {{"content", text}};
     if (first) delta["role"] = "assistant";
@@ -286,13 +571,18 @@ json chunk_json(Endpoint ep, const ResponseHead& h, const std::string& text, boo
   } else {
     choice["text"] = text;
   }
+  if (logprobs && tok) choice["logprobs"] = logprobs_json(ep, logprobs->data(), logprobs->size(), *tok, text_offset);
   j["choices"] = json::array({choice});
   return j;
 }
 
-json final_chunk_json(Endpoint ep, const ResponseHead& h, const GenerateResult& r, int preemptions) {
+json chunk_json(Endpoint ep, const ResponseHead& h, const std::string& text, bool first) {
+  return chunk_json(ep, h, 0, text, first, nullptr, nullptr);
+}
+
+json final_chunk_json(Endpoint ep, const ResponseHead& h, int index, const GenerateResult& r, int preemptions) {
   json j = head_json(ep, h, true);
-  json choice = {{"index", 0}, {"finish_reason", finish_reason(r.metrics.stop_reason)}, {"logprobs", nullptr}};
+  json choice = {{"index", index}, {"finish_reason", finish_reason(r.metrics.stop_reason)}, {"logprobs", nullptr}};
   if (ep == Endpoint::chat) choice["delta"] = json::object();
   else choice["text"] = "";
   j["choices"] = json::array({choice});
@@ -300,11 +590,25 @@ json final_chunk_json(Endpoint ep, const ResponseHead& h, const GenerateResult& 
   return j;
 }
 
-json usage_chunk_json(Endpoint ep, const ResponseHead& h, const RequestMetrics& m) {
+json final_chunk_json(Endpoint ep, const ResponseHead& h, const GenerateResult& r, int preemptions) {
+  return final_chunk_json(ep, h, 0, r, preemptions);
+}
+
+json usage_chunk_json(Endpoint ep, const ResponseHead& h, const std::vector<RequestMetrics>& choices) {
   json j = head_json(ep, h, true);
   j["choices"] = json::array();
-  j["usage"] = usage_json(m);
+  j["usage"] = usage_json(choices);
   return j;
+}
+
+json usage_chunk_json(Endpoint ep, const ResponseHead& h, const RequestMetrics& m) {
+  return usage_chunk_json(ep, h, std::vector<RequestMetrics>{m});
+}
+
+size_t utf8_chars(std::string_view s) {
+  size_t n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80;  // every byte but a continuation byte starts a character
+  return n;
 }
 
 std::string sse_event(const json& j) { return "data: " + dump(j) + "\n\n"; }

@@ -272,6 +272,15 @@ Status SpmTokenizer::init(const GgufFile& file) {
     auto it = token_to_id_.find(std::string_view(name));
     byte_token_[b] = it == token_to_id_.end() ? -1 : it->second;
   }
+  // A token matches its own text in the escaped input, where an input space
+  // became U+2581 (3 bytes for 1) but a literal U+2581 stayed itself (3 for
+  // 3): only the raw length bounds both. Special tokens match raw text too;
+  // byte fallback and <unk> stand for 1 byte each.
+  const bool drops_bytes =
+      unk_ < 0 && std::any_of(byte_token_.begin(), byte_token_.end(), [](TokenId id) { return id < 0; });
+  size_t longest = 1;
+  for (const std::string& t : texts_) longest = std::max(longest, t.size());
+  max_token_text_bytes_ = drops_bytes ? 0 : 2 * longest;
   return Status::ok();
 }
 
@@ -454,6 +463,26 @@ Status BpeTokenizer::init(const GgufFile& file) {
     }
     merge_rank_.emplace(std::string(m), static_cast<int32_t>(i));  // first occurrence wins
   }
+  // Ordinary tokens match byte-level mapped text, one code point per input
+  // byte (gpt2_decode's length); special ones match their raw text. A byte
+  // whose mapped code point is no token (nor <unk>) is dropped by
+  // encode_word, and then no bound holds.
+  bool drops_bytes = false;
+  for (int b = 0; b < 256 && unk_ < 0 && !drops_bytes; b++)
+    drops_bytes = !token_to_id_.contains(unicode::gpt2_byte_to_utf8(static_cast<uint8_t>(b)));
+  size_t longest = 1;
+  std::string piece;
+  for (TokenId id = 0; id < n_vocab(); id++) {
+    const std::string& t = texts_[id];
+    if (is_special_attr(attrs_[id])) {
+      longest = std::max(longest, t.size());
+      continue;
+    }
+    piece.clear();
+    unicode::gpt2_decode(t, piece);
+    longest = std::max(longest, piece.size());
+  }
+  max_token_text_bytes_ = drops_bytes ? 0 : 2 * longest;
   return Status::ok();
 }
 

@@ -142,7 +142,7 @@ class OpenAIClientTest(unittest.TestCase):
         self.assertEqual(metric(self.url, "phaselab_requests_running"), 0)
 
     def test_bad_fields_are_400_naming_them(self):
-        for kwargs, param in [({"temperature": 5}, "temperature"), ({"n": 2}, "n"), ({"max_tokens": 0}, "max_tokens"),
+        for kwargs, param in [({"temperature": 5}, "temperature"), ({"n": 17}, "n"), ({"max_tokens": 0}, "max_tokens"),
                               ({"top_p": 1.5}, "top_p"), ({"stop": 3}, "stop")]:
             with self.assertRaises(openai.BadRequestError) as e:
                 self.client.chat.completions.create(model=self.model, messages=[{"role": "user", "content": "hi"}], **kwargs)

@@ -31,25 +31,57 @@ std::string error_body(const ApiError& e);
 
 struct ApiLimits {
   int n_ctx = 4096;           // positions per sequence: prompt + answer must fit
-  int max_tokens_cap = 4096;  // the largest max_tokens accepted (and the default)
+  int max_tokens_cap = 4096;  // the largest max_tokens accepted
 };
+
+constexpr int kMaxChoices = 16;             // the largest "n"
+constexpr int kMaxCompletionLogprobs = 5;   // /v1/completions' "logprobs" (chat: top_logprobs up to kMaxTopLogprobs)
+
+// What an absent field means. The server takes OpenAI's (server_defaults);
+// phaselab-cli batch takes its command line's sampling flags and -n, and
+// reads "n" in its own dialect.
+struct RequestDefaults {
+  GenerateOptions options;     // sampling (seed included), n_predict, stop (requests add theirs), ignore_eos
+  bool random_seed = true;     // an absent "seed" draws a fresh one; false: options.sampling.seed stays
+  // phaselab-cli batch: "n" is the answer's token limit (batch's documented
+  // alias of max_tokens), not a number of choices.
+  bool batch_dialect = false;
+};
+// Temperature 1, top_p 1, no top-k or min-p cut, no penalties, max_tokens
+// up to the cap (and the cap when absent), a random seed.
+RequestDefaults server_defaults(const ApiLimits& limits);
 
 struct ParsedRequest {
   Endpoint endpoint = Endpoint::chat;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage: a last chunk with usage
   std::string model;           // as the client named it (PhaseLab serves one model)
+  int n = 1;                   // choices: n sequences, choice i with options_for_choice(*this, i)
   std::vector<int32_t> prompt;
-  GenerateOptions options;
+  GenerateOptions options;     // options.logprobs: -1 none, else the alternatives per token
 };
 
-// Parses and checks a request body. OpenAI's defaults apply where a field is
-// absent (temperature 1, top_p 1, no top-k or min-p cut, max_tokens up to the
-// cap); top_k, min_p and repeat_penalty are accepted as extensions, as other
-// local servers do. Unknown fields are ignored. The chat template and its
-// stop strings come from family.
+// Parses and checks a request body: every field is one PhaseLab reads (an
+// explicit list; any other is a 400 naming it), each value in range (a 400
+// naming the field and the range). OpenAI's defaults apply where a field is
+// absent (temperature 1, top_p 1, no top-k or min-p cut, max_tokens up to
+// the cap); top_k, min_p, repeat_penalty and ignore_eos are accepted as
+// extensions, as other local servers do. The chat template and its stop
+// strings come from family. A prompt whose byte length alone proves it
+// cannot fit the context is refused before it is tokenized
+// (Tokenizer::max_token_text_bytes), with the same context_length_exceeded
+// error as one refused after.
 bool parse_request(Endpoint ep, const std::string& body, const Tokenizer& tok, ChatTemplateFamily family,
                    const ApiLimits& limits, ParsedRequest* out, ApiError* err);
+// The same with other defaults (phaselab-cli batch), and from a parsed body.
+bool parse_request(Endpoint ep, const std::string& body, const Tokenizer& tok, ChatTemplateFamily family,
+                   const ApiLimits& limits, const RequestDefaults& defaults, ParsedRequest* out, ApiError* err);
+bool parse_request(Endpoint ep, const nlohmann::json& body, const Tokenizer& tok, ChatTemplateFamily family,
+                   const ApiLimits& limits, const RequestDefaults& defaults, ParsedRequest* out, ApiError* err);
+
+// Choice i's options: the request's, with seed + i (so that n sampled
+// choices differ and each is reproducible from the seed).
+GenerateOptions options_for_choice(const ParsedRequest& pr, int i);
 
 // "stop" for an end of generation, "length" for max_tokens or the context.
 const char* finish_reason(const std::string& stop_reason);
@@ -58,6 +90,9 @@ const char* finish_reason(const std::string& stop_reason);
 // timings {ttft_ms, prefill_tokens_per_s, decode_tokens_per_s, tpot_ms,
 // prompt_tokens_reused, preemptions}.
 nlohmann::json usage_json(const RequestMetrics& m);
+// n choices of one request: completion tokens added up, the prompt counted
+// once (choice 0's prompt and cached tokens).
+nlohmann::json usage_json(const std::vector<RequestMetrics>& choices);
 nlohmann::json timings_json(const RequestMetrics& m, int preemptions);
 
 // Identity of one response: "chatcmpl-..." or "cmpl-...", the creation time
@@ -69,16 +104,47 @@ struct ResponseHead {
 };
 ResponseHead make_head(Endpoint ep, const std::string& model, uint64_t request_id);
 
-// The whole (non-streamed) response.
+// The tokens a result's logprobs list: every generated token (those of a
+// stop string included, though their text is not in the answer) but the
+// end-of-generation token that ended it.
+size_t logprob_tokens(const GenerateResult& r);
+
+// The whole (non-streamed) response: choices[i] is choice i. usage as
+// usage_json(vector); timings are choice 0's, with preemptions (those of
+// every choice, added up by the caller). A choice with logprobs (its
+// GenerateResult::logprobs non-empty) gets them in OpenAI's shape: chat
+// {"content": [{"token", "logprob", "bytes", "top_logprobs": [{"token",
+// "logprob", "bytes"}]}]}, completions {"tokens", "token_logprobs",
+// "top_logprobs": [{token: logprob}] (the chosen token included, as OpenAI
+// does), "text_offset" (characters from the start of the answer)}; a
+// log-probability of minus infinity is written -9999.0, as OpenAI does.
+nlohmann::json response_json(Endpoint ep, const ResponseHead& h, const std::vector<GenerateResult>& choices,
+                             int preemptions, const Tokenizer& tok);
+// One streamed chunk of choice index: a piece of text (the first chat chunk
+// of a choice also carries the role). logprobs: those of the tokens whose
+// text is in this chunk (TokenEvent::logprob of each event since the last
+// chunk; an event without text still has one, so a chunk with empty text
+// may carry them), in the shape above; nullptr: "logprobs": null.
+// text_offset (completions): characters of the answer before this chunk.
+nlohmann::json chunk_json(Endpoint ep, const ResponseHead& h, int index, const std::string& text, bool first,
+                          const std::vector<TokenLogprob>* logprobs, const Tokenizer* tok, size_t text_offset = 0);
+// The last chunk of choice index: finish_reason (and timings), no text.
+nlohmann::json final_chunk_json(Endpoint ep, const ResponseHead& h, int index, const GenerateResult& r,
+                                int preemptions);
+// stream_options.include_usage: the chunk after the last, empty choices,
+// with usage_json(vector) of every choice.
+nlohmann::json usage_chunk_json(Endpoint ep, const ResponseHead& h, const std::vector<RequestMetrics>& choices);
+
+// One choice, no logprobs (the server's calls before n and logprobs).
 nlohmann::json response_json(Endpoint ep, const ResponseHead& h, const GenerateResult& r, int preemptions);
-// One streamed chunk: a piece of text (the first chat chunk also carries the
-// role), or the last one with finish_reason (and timings) and no text.
 nlohmann::json chunk_json(Endpoint ep, const ResponseHead& h, const std::string& text, bool first);
 nlohmann::json final_chunk_json(Endpoint ep, const ResponseHead& h, const GenerateResult& r, int preemptions);
-// stream_options.include_usage: the chunk after the last, empty choices, with usage.
 nlohmann::json usage_chunk_json(Endpoint ep, const ResponseHead& h, const RequestMetrics& m);
+
 // "data: <json>\n\n" (invalid UTF-8 replaced, so a split character cannot break the JSON).
 std::string sse_event(const nlohmann::json& j);
 std::string dump(const nlohmann::json& j);
+// Characters (UTF-8 code points) in s: completions' text_offset counts them.
+size_t utf8_chars(std::string_view s);
 
 }  // namespace phaselab::openai

@@ -1,11 +1,13 @@
-// Logit processing and sampling. The chain, in order: repetition /
+// Logit processing and sampling. The chain, in order: logit bias; repetition /
 // frequency / presence penalties over the last penalty_last_n tokens; then
 // greedy (temperature <= 0) or top-k -> top-p -> min-p -> temperature -> draw.
+// And the log-probabilities of the raw logits, for requests that ask for them.
 #pragma once
 
 #include <cstdint>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "phaselab/status.h"
@@ -22,15 +24,21 @@ struct SamplingParams {
   float presence_penalty = 0.0f;   // 0: off
   int penalty_last_n = 64;
   uint64_t seed = 0;
+  // (token id, value) added to that token's logit before anything else, as
+  // OpenAI's logit_bias: -100..100, where -100 in practice bans the token and
+  // +100 all but forces it. Empty: off.
+  std::vector<std::pair<int32_t, float>> logit_bias;
 
   bool greedy() const { return temperature <= 0.f; }
-  // Greedy without penalties: the argmax of the raw logits, which a backend
-  // can pick where they are (SeqChunk::argmax, Backend::forward_greedy).
+  // Greedy on unmodified logits: their argmax, which a backend can pick
+  // where they are (SeqChunk::argmax, Backend::forward_greedy).
   bool plain_greedy() const {
-    return greedy() && repeat_penalty == 1.f && frequency_penalty == 0.f && presence_penalty == 0.f;
+    return greedy() && repeat_penalty == 1.f && frequency_penalty == 0.f && presence_penalty == 0.f &&
+           logit_bias.empty();
   }
-  // A message for the first out-of-range parameter, or ok.
-  Status validate() const;
+  // A message for the first out-of-range parameter, or ok. n_vocab > 0 also
+  // checks logit_bias's ids against the vocabulary.
+  Status validate(int n_vocab = 0) const;
 };
 
 class Sampler {
@@ -40,11 +48,11 @@ class Sampler {
   const SamplingParams& params() const { return p_; }
 
   // Picks the next token from logits[n_vocab] (modified in place by the
-  // penalties). history: the tokens so far (prompt and generated).
+  // bias and the penalties). history: the tokens so far (prompt and generated).
   int32_t sample(float* logits, const std::vector<int32_t>& history);
   // The distribution the chain ends in, without drawing: (probability, id)
   // pairs summing to 1, largest first; greedy gives the argmax with 1.
-  // logits are modified in place (penalties). For speculative verification.
+  // logits are modified in place (bias, penalties). For speculative verification.
   void distribution(float* logits, const std::vector<int32_t>& history, std::vector<std::pair<float, int32_t>>* out);
   // Draws from a distribution like the one above with this sampler's RNG.
   int32_t draw(const std::vector<std::pair<float, int32_t>>& dist);
@@ -52,6 +60,7 @@ class Sampler {
   double uniform();
 
  private:
+  void apply_bias(float* logits) const;
   void apply_penalties(float* logits, const std::vector<int32_t>& history);
   void chain(float* logits);  // fills cand_ with the final (prob, id) list
 
@@ -63,5 +72,21 @@ class Sampler {
 };
 
 int32_t argmax(const float* logits, int n);
+
+// The log-probability of a chosen token and of the most likely ones, from
+// the log-softmax of the logits as the model gave them (before bias,
+// penalties and temperature), as OpenAI's logprobs report them.
+struct TokenLogprob {
+  int32_t id = -1;
+  float logprob = 0.f;
+  std::vector<std::pair<int32_t, float>> top;  // (id, logprob), most likely first
+};
+constexpr int kMaxTopLogprobs = 20;  // OpenAI's limit for top_logprobs
+
+// Fills *out for the token id chosen from logits[n_vocab], with the n_top
+// (0..kMaxTopLogprobs) most likely tokens, equal logits in id order. One pass
+// keeps the n_top largest in a small heap (no sort of the vocabulary), one
+// more sums the exponentials; out->top reuses its capacity.
+void token_logprobs(const float* logits, int n_vocab, int32_t id, int n_top, TokenLogprob* out);
 
 }  // namespace phaselab

@@ -45,7 +45,7 @@ struct SchedulerOptions {
 
 struct BatchRequest {
   std::vector<int32_t> prompt;  // the whole sequence to continue (a rendered chat, or plain text)
-  GenerateOptions options;      // n_predict, sampling, stop, ignore_eos (draft, use_kv_cache: not used)
+  GenerateOptions options;      // n_predict, sampling, stop, ignore_eos, logprobs (draft, use_kv_cache: not used)
   TokenCallback on_token;       // called on the stepping thread; TokenEvent::t_ms since submit
 };
 
@@ -124,6 +124,7 @@ class Scheduler {
   std::vector<Seq*> chunk_seq_;
   std::vector<float> logits_;                  // (max_seqs, n_vocab)
   std::vector<int32_t> argmax_;                // (max_seqs) greedy picks made by the backend (SeqChunk::argmax)
+  std::vector<float> raw_row_;                 // (n_vocab) a row's logits before sampling, for logprobs
   bool device_greedy_ = false;                 // the backend picks greedy tokens itself
 
   mutable std::mutex mu_;  // guards what follows

@@ -26,6 +26,10 @@ struct GenerateOptions {
   bool prefix_cache = true;        // reuse cached blocks of earlier requests (else prefill everything)
   DraftSource* draft = nullptr;    // speculative decoding (needs the KV cache); null: off
   int spec_k = 4;                  // tokens drafted per target pass
+  // Log-probabilities of the generated tokens (GenerateResult::logprobs,
+  // TokenEvent::logprob): -1 none; 0..kMaxTopLogprobs the chosen token's and
+  // that many most likely alternatives'. Not with a draft (speculative decoding).
+  int logprobs = -1;
 };
 
 // Definitions as in docs/architecture.md: TTFT = request submitted -> first
@@ -64,6 +68,7 @@ struct TokenEvent {
   int index;              // 0 for the first generated token
   double t_ms;            // since the request was submitted
   const RequestMetrics* metrics = nullptr;  // the request's metrics so far (rates current, see update_rates)
+  const TokenLogprob* logprob = nullptr;    // when GenerateOptions::logprobs >= 0; valid during the callback only
 };
 using TokenCallback = std::function<void(const TokenEvent&)>;
 
@@ -71,6 +76,7 @@ struct GenerateResult {
   std::vector<int32_t> tokens;  // generated ids (the stop token included)
   std::string text;             // generated text (stop string excluded)
   RequestMetrics metrics;
+  std::vector<TokenLogprob> logprobs;  // one per token of tokens when GenerateOptions::logprobs >= 0, else empty
 };
 
 class Session {

@@ -73,6 +73,15 @@ class Tokenizer {
   // End of generation: EOS, EOT, or another end-of-turn control token.
   bool is_eog(TokenId id) const;
 
+  // An upper bound on the input-text bytes one token of encode() stands for
+  // (the longest text a token can match, times 2: headroom should encode()
+  // ever normalize, which can shrink the text it matches), so that a
+  // text of B bytes gives at least B / max_token_text_bytes() tokens: a
+  // front end refuses a text too long for the context before tokenizing it
+  // (a 40 MB prompt took 19.5 s to tokenize). 0 when no bound holds (a
+  // vocabulary that drops bytes it cannot represent). Computed at load.
+  size_t max_token_text_bytes() const { return max_token_text_bytes_; }
+
  protected:
   Tokenizer() = default;
   Kind kind_ = Kind::spm;
@@ -84,6 +93,7 @@ class Tokenizer {
   std::vector<TokenId> eog_;
   bool add_bos_ = false, add_eos_ = false;
   bool add_space_prefix_ = false;  // SPM: a leading U+2581 is added on encode
+  size_t max_token_text_bytes_ = 0;
 
   // Built once by load_vocab(): lookups take string_views without copying.
   struct TextHash {

@@ -1,0 +1,400 @@
+// The OpenAI API's JSON without a server (engine/serve/openai_api.cpp): every
+// field PhaseLab reads parses to the options it means, every other field and
+// every bad value is a 400 naming it, batch's dialect and defaults, the
+// prompt refused by its byte length before tokenizing, and the response
+// shapes of n choices with logprobs (built from a real Scheduler run).
+#include <QtTest>
+
+#include <chrono>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "phaselab/backend.h"
+#include "phaselab/openai_api.h"
+#include "phaselab/scheduler.h"
+#include "tiny_model.h"
+
+using namespace phaselab;
+using namespace phaselab::testing;
+using nlohmann::json;
+
+namespace {
+
+std::shared_ptr<const Model> stories() {
+  static std::shared_ptr<const Model> m = [] {
+    auto r = Model::load(test_data("stories260K.gguf"));
+    if (!r) qFatal("%s", r.status().message().c_str());
+    return std::shared_ptr<const Model>(*r);
+  }();
+  return m;
+}
+
+constexpr int kCtx = 512;
+const openai::ApiLimits kLimits{kCtx, 256};
+
+openai::Endpoint endpoint_of(int e) { return e == 0 ? openai::Endpoint::chat : openai::Endpoint::completions; }
+
+struct Parsed {
+  bool ok = false;
+  openai::ParsedRequest pr;
+  openai::ApiError err;
+};
+Parsed parse(openai::Endpoint ep, const std::string& body, const openai::ApiLimits& limits = kLimits) {
+  Parsed p;
+  p.ok = openai::parse_request(ep, body, stories()->tokenizer(), stories()->chat_template(), limits, &p.pr, &p.err);
+  return p;
+}
+Parsed parse_with(openai::Endpoint ep, const json& body, const openai::RequestDefaults& d,
+                  const openai::ApiLimits& limits = kLimits) {
+  Parsed p;
+  p.ok = openai::parse_request(ep, body, stories()->tokenizer(), stories()->chat_template(), limits, d, &p.pr, &p.err);
+  return p;
+}
+
+// A chat body asking "hi", with extra fields.
+std::string chat(const std::string& extra) {
+  return R"({"messages":[{"role":"user","content":"hi"}])" + (extra.empty() ? "" : "," + extra) + "}";
+}
+std::string completion(const std::string& extra) {
+  return R"({"prompt":"Once upon a time")" + (extra.empty() ? "" : "," + extra) + "}";
+}
+
+}  // namespace
+
+class TestOpenAiApi : public QObject {
+  Q_OBJECT
+
+ private slots:
+  // Every field of the accepted list, with a valid value, parses to what it means.
+  void every_accepted_field_parses() {
+    // (One line per raw string: moc does not read raw strings across lines.)
+    Parsed c = parse(openai::Endpoint::chat,
+                     chat(std::string(R"("model":"m","stream":true,"stream_options":{"include_usage":true},)") +
+                          R"("temperature":0.5,"top_p":0.9,"frequency_penalty":0.1,"presence_penalty":-0.1,"seed":10,)" +
+                          R"("n":3,"max_completion_tokens":7,"stop":["x"],"logprobs":true,"top_logprobs":4,)" +
+                          R"("logit_bias":{"5":100,"17":-100.0,"3":0.5},"top_k":12,"min_p":0.1,"repeat_penalty":1.2,)" +
+                          R"("ignore_eos":true,"user":"u1","metadata":{"k":"v"},"store":false,"service_tier":"auto",)" +
+                          R"("response_format":{"type":"text"},"tools":[],"tool_choice":"none",)" +
+                          R"("parallel_tool_calls":false,"modalities":["text"])"));
+    QVERIFY2(c.ok, c.err.message.c_str());
+    const GenerateOptions& o = c.pr.options;
+    QCOMPARE(c.pr.model, std::string("m"));
+    QVERIFY(c.pr.stream && c.pr.include_usage);
+    QCOMPARE(c.pr.n, 3);
+    QCOMPARE(o.n_predict, 7);
+    QCOMPARE(o.logprobs, 4);
+    QVERIFY(o.ignore_eos);
+    QCOMPARE(o.sampling.temperature, 0.5f);
+    QCOMPARE(o.sampling.top_k, 12);
+    QCOMPARE(o.sampling.repeat_penalty, 1.2f);
+    QCOMPARE(o.sampling.seed, uint64_t{10});
+    const std::set<std::pair<int32_t, float>> bias(o.sampling.logit_bias.begin(), o.sampling.logit_bias.end());
+    QCOMPARE(bias, (std::set<std::pair<int32_t, float>>{{5, 100.f}, {17, -100.f}, {3, 0.5f}}));
+    QCOMPARE(o.stop.front(), std::string("x"));  // then the template's stop strings
+
+    Parsed p = parse(openai::Endpoint::completions, completion(R"("max_tokens":5,"n":2,"best_of":2,"echo":false,"logprobs":3)"));
+    QVERIFY2(p.ok, p.err.message.c_str());
+    QCOMPARE(p.pr.n, 2);
+    QCOMPARE(p.pr.options.logprobs, 3);
+    QCOMPARE(p.pr.options.n_predict, 5);
+    // null is absent, as OpenAI's clients send it.
+    Parsed nul = parse(openai::Endpoint::completions, completion(R"("logprobs":null,"n":null,"logit_bias":null)"));
+    QVERIFY2(nul.ok, nul.err.message.c_str());
+    QCOMPARE(nul.pr.options.logprobs, -1);
+    QCOMPARE(nul.pr.n, 1);
+  }
+
+  // Chat: logprobs (bool) and top_logprobs; completions: logprobs (0..5).
+  void logprobs_fields_set_the_alternatives_per_token() {
+    QCOMPARE(parse(openai::Endpoint::chat, chat(R"("logprobs":true)")).pr.options.logprobs, 0);
+    QCOMPARE(parse(openai::Endpoint::chat, chat(R"("logprobs":true,"top_logprobs":20)")).pr.options.logprobs, 20);
+    QCOMPARE(parse(openai::Endpoint::chat, chat(R"("logprobs":false)")).pr.options.logprobs, -1);
+    QCOMPARE(parse(openai::Endpoint::chat, chat("")).pr.options.logprobs, -1);
+    QCOMPARE(parse(openai::Endpoint::completions, completion(R"("logprobs":0)")).pr.options.logprobs, 0);
+    QCOMPARE(parse(openai::Endpoint::completions, completion(R"("logprobs":5)")).pr.options.logprobs, 5);
+  }
+
+  // n choices: each its own sequence, seeds seed + i; n > 1 at temperature 0 is allowed.
+  void n_choices_get_consecutive_seeds() {
+    Parsed p = parse(openai::Endpoint::chat, chat(R"("n":16,"seed":10,"temperature":0)"));
+    QVERIFY2(p.ok, p.err.message.c_str());
+    QCOMPARE(p.pr.n, 16);
+    for (int i = 0; i < p.pr.n; i++) {
+      const GenerateOptions o = openai::options_for_choice(p.pr, i);
+      QCOMPARE(o.sampling.seed, uint64_t(10 + i));
+      QCOMPARE(o.n_predict, p.pr.options.n_predict);
+    }
+  }
+
+  void bad_fields_are_named_data() {
+    QTest::addColumn<int>("endpoint");  // 0 chat, 1 completions
+    QTest::addColumn<QString>("extra");
+    QTest::addColumn<QString>("param");
+    QTest::addColumn<QString>("says");  // a piece of the message
+    auto row = [](const char* name, int ep, const char* extra, const char* param, const char* says) {
+      QTest::newRow(name) << ep << QString(extra) << QString(param) << QString(says);
+    };
+    // Fields PhaseLab does not read.
+    row("unknown", 0, R"("frobnicate":1)", "frobnicate", "is not supported by PhaseLab's server");
+    row("functions", 0, R"("functions":[])", "functions", "is not supported");
+    row("suffix", 1, R"("suffix":"x")", "suffix", "is not supported");
+    row("prompt in chat", 0, R"("prompt":"x")", "prompt", "field of /v1/completions");
+    row("messages in completions", 1, R"("messages":[])", "messages", "field of /v1/chat/completions");
+    row("top_logprobs in completions", 1, R"("top_logprobs":2)", "top_logprobs", "field of /v1/chat/completions");
+    row("echo in chat", 0, R"("echo":false)", "echo", "field of /v1/completions");
+    // n.
+    row("n zero", 0, R"("n":0)", "n", "from 1 to 16");
+    row("n seventeen", 0, R"("n":17)", "n", "(got 17)");
+    row("n float", 1, R"("n":1.5)", "n", "integer");
+    row("best_of not n", 1, R"("n":2,"best_of":3)", "best_of", "must equal n");
+    // logprobs.
+    row("chat logprobs int", 0, R"("logprobs":3)", "logprobs", "true or false");
+    row("top_logprobs alone", 0, R"("top_logprobs":2)", "top_logprobs", "'logprobs': true");
+    row("top_logprobs with false", 0, R"("logprobs":false,"top_logprobs":2)", "top_logprobs", "'logprobs': true");
+    row("top_logprobs 21", 0, R"("logprobs":true,"top_logprobs":21)", "top_logprobs", "from 0 to 20");
+    row("completions logprobs 6", 1, R"("logprobs":6)", "logprobs", "from 0 to 5");
+    row("completions logprobs bool", 1, R"("logprobs":true)", "logprobs", "integer from 0 to 5");
+    row("echo", 1, R"("echo":true)", "echo", "never repeats the prompt");
+    // logit_bias.
+    row("bias not object", 0, R"("logit_bias":[1])", "logit_bias", "must be an object");
+    row("bias word", 0, R"("logit_bias":{"abc":1})", "logit_bias", "'abc'");
+    row("bias outside vocab", 0, R"("logit_bias":{"512":1})", "logit_bias", "'512'");
+    row("bias negative id", 1, R"("logit_bias":{"-1":1})", "logit_bias", "'-1'");
+    row("bias leading zero", 1, R"("logit_bias":{"07":1})", "logit_bias", "'07'");
+    row("bias too big", 0, R"("logit_bias":{"7":101})", "logit_bias", "from -100 to 100");
+    row("bias string", 0, R"("logit_bias":{"7":"up"})", "logit_bias", "from -100 to 100");
+    // response_format and the client-description fields.
+    row("json_object", 0, R"("response_format":{"type":"json_object"})", "response_format", "does not constrain output yet");
+    row("json_schema", 0, R"("response_format":{"type":"json_schema","json_schema":{}})", "response_format", "does not constrain output yet");
+    row("format string", 0, R"("response_format":"text")", "response_format", "must be an object");
+    row("tool_choice auto", 0, R"("tool_choice":"auto")", "tool_choice", "\"none\"");
+    row("tools", 0, R"("tools":[{"type":"function"}])", "tools", "no tool calling");
+    row("audio", 0, R"("modalities":["text","audio"])", "modalities", "[\"text\"]");
+    row("user number", 0, R"("user":5)", "user", "must be a string");
+    row("metadata string", 0, R"("metadata":"x")", "metadata", "must be an object");
+    row("store string", 1, R"("store":"yes")", "store", "true or false");
+    row("ignore_eos string", 1, R"("ignore_eos":"yes")", "ignore_eos", "true or false");
+    // An unsigned value beyond INT64_MAX is shown as sent, not wrapped.
+    row("max_tokens 2^63", 0, R"("max_tokens":9223372036854775808)", "max_tokens", "(got 9223372036854775808)");
+    row("top_k 2^64-1", 1, R"("top_k":18446744073709551615)", "top_k", "(got 18446744073709551615)");
+    row("max_tokens -2^63", 1, R"("max_tokens":-9223372036854775808)", "max_tokens", "(got -9223372036854775808)");
+  }
+  void bad_fields_are_named() {
+    QFETCH(int, endpoint);
+    QFETCH(QString, extra);
+    QFETCH(QString, param);
+    QFETCH(QString, says);
+    const std::string body = endpoint == 0 ? chat(extra.toStdString()) : completion(extra.toStdString());
+    Parsed p = parse(endpoint_of(endpoint), body);
+    QVERIFY(!p.ok);
+    QCOMPARE(p.err.http_status, 400);
+    QCOMPARE(QString::fromStdString(p.err.param), param);
+    QVERIFY2(p.err.message.find("'" + param.toStdString() + "'") != std::string::npos, p.err.message.c_str());
+    QVERIFY2(p.err.message.find(says.toStdString()) != std::string::npos, p.err.message.c_str());
+    QVERIFY2(p.err.message.find("-9223372036854775808") == std::string::npos || extra.contains("-9223372036854775808"),
+             p.err.message.c_str());
+  }
+
+  // The final check of the sampling parameters blames no field of the
+  // request when a default is out of range (it once named "temperature").
+  void a_bad_default_blames_no_field() {
+    openai::RequestDefaults d = openai::server_defaults(kLimits);
+    d.options.sampling.repeat_penalty = 0.f;
+    Parsed p = parse_with(openai::Endpoint::completions, json::parse(completion(R"("temperature":0.5)")), d);
+    QVERIFY(!p.ok);
+    QCOMPARE(p.err.http_status, 400);
+    QVERIFY2(p.err.param.empty(), p.err.param.c_str());
+    QVERIFY2(p.err.message.find("repeat penalty") != std::string::npos, p.err.message.c_str());
+  }
+
+  // A prompt whose bytes alone prove it too long for the context is refused
+  // with context_length_exceeded before it is tokenized (a 40 MB prompt was
+  // tokenized for 19.5 s first); one just under the bound is tokenized and
+  // judged by its tokens.
+  void a_prompt_too_long_in_bytes_is_refused_before_tokenizing() {
+    const size_t per = stories()->tokenizer().max_token_text_bytes();
+    QVERIFY(per > 0);
+    const openai::ApiLimits small{64, 16};
+    auto body_of = [](openai::Endpoint ep, const std::string& text) {
+      return ep == openai::Endpoint::chat ? json{{"messages", {{{"role", "user"}, {"content", text}}}}}.dump()
+                                          : json{{"prompt", text}}.dump();
+    };
+    for (auto ep : {openai::Endpoint::completions, openai::Endpoint::chat}) {
+      const char* field = ep == openai::Endpoint::chat ? "messages" : "prompt";
+      // Bytes for n_ctx tokens at the most: refused by the byte count.
+      Parsed over = parse(ep, body_of(ep, std::string(small.n_ctx * per, 'a')), small);
+      QVERIFY(!over.ok);
+      QCOMPARE(over.err.code, std::string("context_length_exceeded"));
+      QCOMPARE(QString::fromStdString(over.err.param), QString(field));
+      QVERIFY2(over.err.message.find("bytes") != std::string::npos, over.err.message.c_str());
+      // Just under: tokenized, and refused by its token count (a text of
+      // 'a's is about a token a byte).
+      if (ep == openai::Endpoint::completions) {
+        Parsed under = parse(ep, body_of(ep, std::string(small.n_ctx * per - 1, 'a')), small);
+        QVERIFY(!under.ok);
+        QCOMPARE(under.err.code, std::string("context_length_exceeded"));
+        QVERIFY2(under.err.message.find("bytes") == std::string::npos, under.err.message.c_str());
+        QVERIFY2(under.err.message.find("tokens") != std::string::npos, under.err.message.c_str());
+      }
+    }
+    // A short prompt still fits.
+    QVERIFY(parse(openai::Endpoint::completions, body_of(openai::Endpoint::completions, "Once"), small).ok);
+    // 32 MB: refused in the time it takes to parse the JSON, far below the
+    // seconds tokenizing it takes (4 MB of stories text: 1.2 s here).
+    const std::string huge = "{\"prompt\":\"" + std::string(32u << 20, 'a') + "\"}";
+    const auto t0 = std::chrono::steady_clock::now();
+    Parsed big = parse(openai::Endpoint::completions, huge);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    QVERIFY(!big.ok);
+    QCOMPARE(big.err.code, std::string("context_length_exceeded"));
+    QVERIFY2(s < 2.0, qPrintable(QString("%1 s").arg(s)));
+  }
+
+  // phaselab-cli batch's dialect: its own defaults (the CLI's flags, its
+  // seed), "n" as the token limit, the server's ranges for every field.
+  void batch_dialect_takes_its_defaults_and_n() {
+    openai::RequestDefaults d;
+    d.batch_dialect = true;
+    d.random_seed = false;
+    d.options.n_predict = 33;
+    d.options.sampling.temperature = 0.7f;
+    d.options.sampling.top_k = 40;
+    d.options.sampling.seed = 1234;
+    d.options.ignore_eos = true;
+    const openai::ApiLimits limits{kCtx, 1 << 20};
+    Parsed a = parse_with(openai::Endpoint::completions, json{{"prompt", "Once"}}, d, limits);
+    QVERIFY2(a.ok, a.err.message.c_str());
+    QCOMPARE(a.pr.options.n_predict, 33);
+    QCOMPARE(a.pr.options.sampling.temperature, 0.7f);
+    QCOMPARE(a.pr.options.sampling.top_k, 40);
+    QCOMPARE(a.pr.options.sampling.seed, uint64_t{1234});
+    QVERIFY(a.pr.options.ignore_eos);
+    QCOMPARE(a.pr.n, 1);
+    Parsed n = parse_with(openai::Endpoint::completions, json{{"prompt", "Once"}, {"n", 500000}}, d, limits);
+    QVERIFY2(n.ok, n.err.message.c_str());
+    QCOMPARE(n.pr.options.n_predict, 500000);
+    QCOMPARE(n.pr.n, 1);
+    Parsed both = parse_with(openai::Endpoint::completions, json{{"prompt", "Once"}, {"n", 5}, {"max_tokens", 5}}, d, limits);
+    QVERIFY(!both.ok);
+    QCOMPARE(both.err.param, std::string("n"));
+    for (const json& bad : {json{{"prompt", "Once"}, {"stop", ""}}, json{{"prompt", "Once"}, {"temperature", 3}},
+                            json{{"prompt", "Once"}, {"frobnicate", 1}}, json{{"prompt", "Once"}, {"logprobs", 2}}}) {
+      Parsed b = parse_with(openai::Endpoint::completions, bad, d, limits);
+      QVERIFY2(!b.ok, bad.dump().c_str());
+      QVERIFY2(b.err.message.find("phaselab-cli serve") == std::string::npos, b.err.message.c_str());
+    }
+    Parsed unknown = parse_with(openai::Endpoint::completions, json{{"prompt", "Once"}, {"frobnicate", 1}}, d, limits);
+    QVERIFY2(unknown.err.message.find("phaselab-cli batch") != std::string::npos, unknown.err.message.c_str());
+  }
+
+  // Two choices with logprobs from a real Scheduler run, written as OpenAI
+  // does: chat {"content": [{token, logprob, bytes, top_logprobs}]},
+  // completions {tokens, token_logprobs, top_logprobs (with the chosen
+  // token), text_offset}; usage counts the prompt once; streamed chunks
+  // carry their tokens' entries; the one-choice calls are unchanged.
+  void responses_carry_choices_and_logprobs() {
+    const Tokenizer& tok = stories()->tokenizer();
+    for (auto ep : {openai::Endpoint::chat, openai::Endpoint::completions}) {
+      const std::string body = ep == openai::Endpoint::chat
+                                   ? chat(R"("n":2,"seed":3,"max_tokens":12,"logprobs":true,"top_logprobs":3)")
+                                   : completion(R"("n":2,"seed":3,"max_tokens":12,"logprobs":3)");
+      Parsed p = parse(ep, body);
+      QVERIFY2(p.ok, p.err.message.c_str());
+      SchedulerOptions so;
+      so.n_ctx = kCtx;
+      auto b = make_cpu_backend(stories(), 2, 64);
+      QVERIFY(b.is_ok());
+      auto s = Scheduler::create(stories(), std::move(*b), so);
+      QVERIFY(s.is_ok());
+      std::vector<std::vector<TokenLogprob>> streamed(p.pr.n);
+      for (int i = 0; i < p.pr.n; i++) {
+        BatchRequest r{p.pr.prompt, openai::options_for_choice(p.pr, i),
+                       [&, i](const TokenEvent& e) { streamed[i].push_back(*e.logprob); }};
+        QVERIFY((*s)->submit(std::move(r)).is_ok());
+      }
+      QVERIFY((*s)->run());
+      auto outs = (*s)->take_finished();
+      QCOMPARE(outs.size(), size_t{2});
+      std::sort(outs.begin(), outs.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+      std::vector<GenerateResult> choices = {outs[0].result, outs[1].result};
+
+      const openai::ResponseHead h{"id-1", 1, "stories260K"};
+      const json j = openai::response_json(ep, h, choices, 0, tok);
+      QCOMPARE(j["choices"].size(), size_t{2});
+      QCOMPARE(j["usage"]["prompt_tokens"].get<int>(), static_cast<int>(p.pr.prompt.size()));
+      QCOMPARE(j["usage"]["completion_tokens"].get<int>(),
+               choices[0].metrics.n_generated + choices[1].metrics.n_generated);
+      for (int i = 0; i < 2; i++) {
+        const json& c = j["choices"][i];
+        const GenerateResult& r = choices[i];
+        QCOMPARE(c["index"].get<int>(), i);
+        const size_t n = openai::logprob_tokens(r);
+        QCOMPARE(n, r.tokens.size() - (r.metrics.stop_reason == "eos" ? 1 : 0));
+        QCOMPARE(streamed[i].size(), n);  // events: every token but an ending end-of-generation one
+        if (ep == openai::Endpoint::chat) {
+          const json& content = c["logprobs"]["content"];
+          QCOMPARE(content.size(), n);
+          for (size_t t = 0; t < n; t++) {
+            const std::string piece = tok.token_to_piece(r.tokens[t], true);
+            QCOMPARE(content[t]["token"].get<std::string>(), piece);
+            QCOMPARE(content[t]["logprob"].get<double>(), static_cast<double>(r.logprobs[t].logprob));
+            QCOMPARE(content[t]["bytes"].size(), piece.size());
+            QCOMPARE(content[t]["top_logprobs"].size(), size_t{3});
+            QCOMPARE(content[t]["top_logprobs"][0]["logprob"].get<double>(), static_cast<double>(r.logprobs[t].top[0].second));
+          }
+        } else {
+          const json& lp = c["logprobs"];
+          QCOMPARE(lp["tokens"].size(), n);
+          QCOMPARE(lp["token_logprobs"].size(), n);
+          QCOMPARE(lp["text_offset"].size(), n);
+          std::string text;
+          for (size_t t = 0; t < n; t++) {
+            QCOMPARE(lp["text_offset"][t].get<size_t>(), openai::utf8_chars(text));
+            text += tok.token_to_piece(r.tokens[t]);
+            const json& top = lp["top_logprobs"][t];
+            QVERIFY(top.size() >= 3 && top.size() <= 4);  // 3 alternatives and the chosen token
+            QCOMPARE(top[lp["tokens"][t].get<std::string>()].get<double>(), static_cast<double>(r.logprobs[t].logprob));
+          }
+          if (r.metrics.stop_reason != "stop_string") QCOMPARE(text, r.text);
+        }
+        // A streamed chunk carries the entries of its tokens, as the whole response does.
+        const json chunk = openai::chunk_json(ep, h, i, "x", false, &streamed[i], &tok, 0);
+        QCOMPARE(chunk["choices"][0]["index"].get<int>(), i);
+        QCOMPARE(chunk["choices"][0]["logprobs"], c["logprobs"]);
+        QVERIFY(openai::chunk_json(ep, h, i, "x", false, nullptr, nullptr)["choices"][0]["logprobs"].is_null());
+        QCOMPARE(openai::final_chunk_json(ep, h, i, r, 0)["choices"][0]["index"].get<int>(), i);
+      }
+      const json usage = openai::usage_chunk_json(ep, h, {choices[0].metrics, choices[1].metrics});
+      QCOMPARE(usage["usage"], j["usage"]);
+      // The one-choice calls: index 0, logprobs null.
+      const json one = openai::response_json(ep, h, choices[1], 0);
+      QCOMPARE(one["choices"].size(), size_t{1});
+      QCOMPARE(one["choices"][0]["index"].get<int>(), 0);
+      QVERIFY(one["choices"][0]["logprobs"].is_null());
+      QCOMPARE(one["usage"]["completion_tokens"].get<int>(), choices[1].metrics.n_generated);
+      QCOMPARE(openai::chunk_json(ep, h, "x", true)["choices"][0]["index"].get<int>(), 0);
+      QCOMPARE(openai::usage_chunk_json(ep, h, choices[1].metrics)["usage"], one["usage"]);
+    }
+  }
+
+  // JSON has no infinity: an impossible token's log-probability is -9999.0,
+  // as OpenAI writes it; a trailing end-of-generation token is not listed.
+  void impossible_tokens_and_the_end_token() {
+    const Tokenizer& tok = stories()->tokenizer();
+    GenerateResult r;
+    r.tokens = {300, tok.eos()};
+    r.logprobs = {{300, -INFINITY, {{301, -0.5f}}}, {tok.eos(), -1.f, {}}};
+    r.metrics.stop_reason = "eos";
+    const openai::ResponseHead h{"id", 1, "m"};
+    const json c = openai::response_json(openai::Endpoint::chat, h, {r}, 0, tok)["choices"][0]["logprobs"]["content"];
+    QCOMPARE(c.size(), size_t{1});
+    QCOMPARE(c[0]["logprob"].get<double>(), -9999.0);
+    QCOMPARE(c[0]["top_logprobs"][0]["logprob"].get<double>(), -0.5);
+    r.metrics.stop_reason = "length";
+    QCOMPARE(openai::logprob_tokens(r), size_t{2});
+  }
+};
+
+QTEST_GUILESS_MAIN(TestOpenAiApi)
+#include "test_openai_api.moc"
