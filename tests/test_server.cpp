@@ -466,6 +466,56 @@ class TestServer : public QObject {
     QVERIFY(json::parse(big->body).contains("error"));
   }
 
+  // n choices and log-probabilities over HTTP: the streamed chunks carry, per
+  // choice, the same text and the same log-probabilities (in order, each
+  // token once, those of held-back text in a later chunk) as the whole
+  // answer; choice i of a sampled request is reproducible from its seed.
+  void choicesAndLogprobsStreamedEqualWhole() {
+    auto srv = start_server();
+    httplib::Client c("127.0.0.1", srv->port());
+    for (const char* path : {"/v1/chat/completions", "/v1/completions"}) {
+      const bool chat = std::string(path).find("chat") != std::string::npos;
+      json body = {{"temperature", 0.8}, {"seed", 7}, {"max_tokens", 24}, {"n", 3}};
+      if (chat) {
+        body["messages"] = {{{"role", "user"}, {"content", "Tell me about a cat."}}};
+        body["logprobs"] = true;
+        body["top_logprobs"] = 2;
+      } else {
+        body["prompt"] = "Once upon a time";
+        body["logprobs"] = 2;
+      }
+      auto r = c.Post(path, json_headers(), body.dump(), "application/json");
+      QVERIFY(r);
+      QVERIFY2(r->status == 200, r->body.c_str());
+      const json whole = json::parse(r->body);
+      QCOMPARE(whole["choices"].size(), size_t{3});
+      Streamed s = stream(c, path, body);
+      QCOMPARE(s.status, 200);
+      QVERIFY(s.done);
+      std::vector<std::string> text(3);
+      std::vector<json> lps(3, json::array());
+      for (const json& ev : s.events)
+        for (const json& ch : ev["choices"]) {
+          const int i = ch["index"].get<int>();
+          text[i] += chat ? ch["delta"].value("content", "") : ch["text"].get<std::string>();
+          if (ch["logprobs"].is_null()) continue;
+          const json& part = chat ? ch["logprobs"]["content"] : ch["logprobs"]["token_logprobs"];
+          for (const json& x : part) lps[i].push_back(chat ? x["logprob"] : x);
+        }
+      for (int i = 0; i < 3; i++) {
+        const json& ch = whole["choices"][i];
+        QCOMPARE(ch["index"].get<int>(), i);
+        QCOMPARE(text[i], chat ? ch["message"]["content"].get<std::string>() : ch["text"].get<std::string>());
+        json want = json::array();
+        for (const json& x : chat ? ch["logprobs"]["content"] : ch["logprobs"]["token_logprobs"])
+          want.push_back(chat ? x["logprob"] : x);
+        QVERIFY(!want.empty());
+        QCOMPARE(lps[i].dump(), want.dump());
+      }
+      QVERIFY(text[0] != text[1] || text[1] != text[2]);  // distinct seeds
+    }
+  }
+
   // A client at its connection limit: a connection that has waited over a
   // second for a request gives way to its new one; a burst of fresh ones is
   // not cut (the newest gets 503 with Retry-After instead).

@@ -556,10 +556,6 @@ json response_json(Endpoint ep, const ResponseHead& h, const std::vector<Generat
   return response_of(ep, h, choices, preemptions, &tok);
 }
 
-json response_json(Endpoint ep, const ResponseHead& h, const GenerateResult& r, int preemptions) {
-  return response_of(ep, h, {r}, preemptions, nullptr);
-}
-
 json chunk_json(Endpoint ep, const ResponseHead& h, int index, const std::string& text, bool first,
                 const std::vector<TokenLogprob>* logprobs, const Tokenizer* tok, size_t text_offset) {
   json j = head_json(ep, h, true);
@@ -576,10 +572,6 @@ json chunk_json(Endpoint ep, const ResponseHead& h, int index, const std::string
   return j;
 }
 
-json chunk_json(Endpoint ep, const ResponseHead& h, const std::string& text, bool first) {
-  return chunk_json(ep, h, 0, text, first, nullptr, nullptr);
-}
-
 json final_chunk_json(Endpoint ep, const ResponseHead& h, int index, const GenerateResult& r, int preemptions) {
   json j = head_json(ep, h, true);
   json choice = {{"index", index}, {"finish_reason", finish_reason(r.metrics.stop_reason)}, {"logprobs", nullptr}};
@@ -590,19 +582,11 @@ json final_chunk_json(Endpoint ep, const ResponseHead& h, int index, const Gener
   return j;
 }
 
-json final_chunk_json(Endpoint ep, const ResponseHead& h, const GenerateResult& r, int preemptions) {
-  return final_chunk_json(ep, h, 0, r, preemptions);
-}
-
 json usage_chunk_json(Endpoint ep, const ResponseHead& h, const std::vector<RequestMetrics>& choices) {
   json j = head_json(ep, h, true);
   j["choices"] = json::array();
   j["usage"] = usage_json(choices);
   return j;
-}
-
-json usage_chunk_json(Endpoint ep, const ResponseHead& h, const RequestMetrics& m) {
-  return usage_chunk_json(ep, h, std::vector<RequestMetrics>{m});
 }
 
 size_t utf8_chars(std::string_view s) {

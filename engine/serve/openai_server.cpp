@@ -136,6 +136,9 @@ struct OpenAiServer::Call {
   std::vector<uint64_t> ids;            // the choices' sequences, by index
   std::vector<BatchOutcome> outcomes;   // by index
   std::vector<bool> first_chunk;        // by index: the next chunk is the first (chat: it carries the role)
+  bool logprobs = false;                // the client asked for log-probabilities
+  std::vector<std::vector<TokenLogprob>> unsent_logprobs;  // by index: tokens whose text has not gone out yet
+  std::vector<size_t> text_offset;      // by index: characters of the answer sent (completions' text_offset)
   int finished = 0;
   bool answered = false;
   bool stream_started = false;  // the 200 head of the event stream went out (with the first piece)
@@ -409,16 +412,18 @@ void OpenAiServer::run_completion(Job& job) {
   call->stream = pr.stream;
   call->include_usage = pr.include_usage;
   call->res = job.res;
-  const int n = 1;
+  const int n = pr.n;
   call->outcomes.resize(n);
   call->first_chunk.assign(n, true);
+  call->logprobs = pr.options.logprobs >= 0;
+  call->unsent_logprobs.resize(n);
+  call->text_offset.assign(n, 0);
   std::vector<BatchRequest> reqs(n);
   for (int i = 0; i < n; i++) {
     BatchRequest& br = reqs[i];
     br.prompt = pr.prompt;
-    br.options = pr.options;
-    br.options.sampling.seed += static_cast<uint64_t>(i);  // distinct choices, reproducible with a seed
-    // Only a streamed answer needs its pieces; a whole one takes the outcome's text.
+    br.options = openai::options_for_choice(pr, i);  // seed + i: distinct choices, reproducible with a seed
+    // Only a streamed answer needs its pieces; a whole one takes the outcomes'.
     if (pr.stream) {
       Call* c = call.get();
       br.on_token = [this, c, i](const TokenEvent& e) { on_token(*c, i, e); };
@@ -446,16 +451,32 @@ void start_event_stream(http::Responder& res) {
 }
 }  // namespace
 
+// One chunk of choice index: text and the log-probabilities of the tokens
+// it completes (an event without text, a piece of a character or a held
+// back stop string, keeps its log-probability for the next chunk).
+std::string OpenAiServer::chunk_event(Call& call, int index, const std::string& text) {
+  const Tokenizer& tok = scheduler_->model().tokenizer();
+  std::vector<TokenLogprob>& lps = call.unsent_logprobs[index];
+  const bool first = call.first_chunk[index];
+  call.first_chunk[index] = false;
+  const std::string ev = openai::sse_event(openai::chunk_json(call.ep, call.head, index, text, first,
+                                                              call.logprobs ? &lps : nullptr, &tok,
+                                                              call.text_offset[index]));
+  for (const TokenLogprob& lp : lps) call.text_offset[index] += openai::utf8_chars(tok.token_to_piece(lp.id));
+  lps.clear();
+  return ev;
+}
+
 void OpenAiServer::on_token(Call& call, int index, const TokenEvent& e) {
-  if (e.text.empty() || call.answered) return;
+  if (call.answered) return;
+  if (call.logprobs && e.logprob) call.unsent_logprobs[index].push_back(*e.logprob);
+  if (e.text.empty()) return;
   if (!call.stream_started) {
     call.stream_started = true;
     start_event_stream(*call.res);
   }
-  const bool first = call.first_chunk[index];
-  call.first_chunk[index] = false;
   // A client that is gone is cancelled by the responder's on_gone.
-  call.res->write_chunk(openai::sse_event(openai::chunk_json(call.ep, call.head, std::string(e.text), first)));
+  call.res->write_chunk(chunk_event(call, index, std::string(e.text)));
 }
 
 void OpenAiServer::finish(BatchOutcome o) {
@@ -497,10 +518,19 @@ void OpenAiServer::finish(BatchOutcome o) {
     }
   }
   http::Responder& res = *call->res;
-  const BatchOutcome& o0 = call->outcomes[0];
+  int preemptions = 0;
+  std::vector<RequestMetrics> metrics;
+  for (const BatchOutcome& oc : call->outcomes) {
+    preemptions += oc.preemptions;
+    metrics.push_back(oc.result.metrics);
+  }
   if (!call->stream || (error && !call->stream_started)) {
     if (error) return reply_error(res, *error, error->http_status == 503 ? kRetry : http::Headers{});
-    res.reply(200, "application/json", openai::dump(openai::response_json(call->ep, call->head, o0.result, o0.preemptions)));
+    std::vector<GenerateResult> choices;
+    for (BatchOutcome& oc : call->outcomes) choices.push_back(std::move(oc.result));
+    res.reply(200, "application/json",
+              openai::dump(openai::response_json(call->ep, call->head, choices, preemptions,
+                                                 scheduler_->model().tokenizer())));
     return;
   }
   if (!call->stream_started) {
@@ -512,11 +542,14 @@ void OpenAiServer::finish(BatchOutcome o) {
     out += "data: " + openai::error_body(*error) + "\n\n";
   } else {
     for (size_t i = 0; i < call->outcomes.size(); i++) {
-      const BatchOutcome& oc = call->outcomes[i];
-      if (call->first_chunk[i]) out += openai::sse_event(openai::chunk_json(call->ep, call->head, "", true));
-      out += openai::sse_event(openai::final_chunk_json(call->ep, call->head, oc.result, oc.preemptions));
+      const int index = static_cast<int>(i);
+      // A choice that sent nothing yet (chat: the role), or whose last
+      // tokens' text was held back (a stop string), still sends them.
+      if (call->first_chunk[i] || !call->unsent_logprobs[i].empty()) out += chunk_event(*call, index, "");
+      out += openai::sse_event(
+          openai::final_chunk_json(call->ep, call->head, index, call->outcomes[i].result, call->outcomes[i].preemptions));
     }
-    if (call->include_usage) out += openai::sse_event(openai::usage_chunk_json(call->ep, call->head, o0.result.metrics));
+    if (call->include_usage) out += openai::sse_event(openai::usage_chunk_json(call->ep, call->head, metrics));
   }
   out += "data: [DONE]\n\n";
   res.write_chunk(out);

@@ -135,12 +135,6 @@ nlohmann::json final_chunk_json(Endpoint ep, const ResponseHead& h, int index, c
 // with usage_json(vector) of every choice.
 nlohmann::json usage_chunk_json(Endpoint ep, const ResponseHead& h, const std::vector<RequestMetrics>& choices);
 
-// One choice, no logprobs (the server's calls before n and logprobs).
-nlohmann::json response_json(Endpoint ep, const ResponseHead& h, const GenerateResult& r, int preemptions);
-nlohmann::json chunk_json(Endpoint ep, const ResponseHead& h, const std::string& text, bool first);
-nlohmann::json final_chunk_json(Endpoint ep, const ResponseHead& h, const GenerateResult& r, int preemptions);
-nlohmann::json usage_chunk_json(Endpoint ep, const ResponseHead& h, const RequestMetrics& m);
-
 // "data: <json>\n\n" (invalid UTF-8 replaced, so a split character cannot break the JSON).
 std::string sse_event(const nlohmann::json& j);
 std::string dump(const nlohmann::json& j);

@@ -113,6 +113,7 @@ class OpenAiServer {
   bool submit(const std::shared_ptr<Call>& call, std::vector<BatchRequest> reqs);
   void cancel(const std::shared_ptr<Call>& call);
   void on_token(Call& call, int index, const TokenEvent& e);
+  std::string chunk_event(Call& call, int index, const std::string& text);
   void finish(BatchOutcome o);
 
   std::unique_ptr<Scheduler> scheduler_;
