@@ -198,6 +198,21 @@ class TestOpenAiApi : public QObject {
 
   // The final check of the sampling parameters blames no field of the
   // request when a default is out of range (it once named "temperature").
+  // 100000 nested arrays were parsed into as many nested values (31 MB in
+  // the server, and a deep recursion to destroy them): refused while parsing.
+  void deep_nesting_is_refused_while_parsing() {
+    const Parsed p = parse(openai::Endpoint::completions, std::string(100000, '[') + std::string(100000, ']'));
+    QVERIFY(!p.ok);
+    QCOMPARE(p.err.http_status, 400);
+    QVERIFY2(p.err.message.find("nested deeper than") != std::string::npos, p.err.message.c_str());
+    std::string deep = "{\"prompt\": \"x\", \"metadata\": " + std::string(40, '[') + std::string(40, ']') + "}";
+    QVERIFY(!parse(openai::Endpoint::completions, deep).ok);
+    std::string ok_depth = "{\"prompt\": \"x\", \"metadata\": {\"a\": " + std::string(20, '[') + std::string(20, ']') + "}}";
+    nlohmann::json j;
+    std::string why;
+    QVERIFY2(openai::parse_json(ok_depth, &j, &why), why.c_str());
+  }
+
   void a_bad_default_blames_no_field() {
     openai::RequestDefaults d = openai::server_defaults(kLimits);
     d.options.sampling.repeat_penalty = 0.f;

@@ -27,11 +27,7 @@ namespace {
 std::string parse_line(const std::string& text, const Tokenizer& tok, ChatTemplateFamily family,
                        const openai::ApiLimits& limits, const openai::RequestDefaults& defaults, BatchRequest* out) {
   nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    return std::string("not JSON: ") + e.what();
-  }
+  if (std::string why; !openai::parse_json(text, &j, &why)) return why;
   if (!j.is_object()) return "not a JSON object";
   const bool has_prompt = j.contains("prompt"), has_messages = j.contains("messages");
   if (has_prompt == has_messages) return "give exactly one of \"prompt\" (text) and \"messages\" (a chat)";

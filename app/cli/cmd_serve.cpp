@@ -109,6 +109,10 @@ int cmd_serve(int argc, char** argv) {
   const int kv_blocks = (*sched)->pool().n_blocks();
   auto server = OpenAiServer::create(std::move(*sched), so);
   if (!server) return report(server.status());
+  // The stop handlers before the address is printed: a script that reads the
+  // address and stops the server at once gets a clean stop, not a kill.
+  std::signal(SIGINT, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);
   if (Status st = (*server)->start(); !st) return report(st);
 
   std::fprintf(stderr,
@@ -122,8 +126,6 @@ int cmd_serve(int argc, char** argv) {
   // The address on stdout alone, for scripts (with --port 0 it is the only way to learn the port).
   std::printf("%s\n", (*server)->base_url().c_str());
   std::fflush(stdout);
-  std::signal(SIGINT, on_stop_signal);
-  std::signal(SIGTERM, on_stop_signal);
   while (!g_stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   std::fprintf(stderr, "phaselab-cli: stopping the server\n");
   (*server)->stop();

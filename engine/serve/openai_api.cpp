@@ -361,14 +361,34 @@ bool parse_request(Endpoint ep, const std::string& body, const Tokenizer& tok, C
   return parse_request(ep, body, tok, family, limits, server_defaults(limits), out, err);
 }
 
+namespace {
+struct TooDeep {};
+}  // namespace
+
+bool parse_json(const std::string& text, json* out, std::string* error) {
+  try {
+    // The nesting is bounded while parsing: 100000 '[' would otherwise build
+    // as many nested arrays (memory, and recursion when they are destroyed).
+    *out = json::parse(text, [](int depth, json::parse_event_t, json&) {
+      if (depth > kMaxJsonDepth) throw TooDeep{};
+      return true;
+    });
+    return true;
+  } catch (const json::exception& e) {
+    *error = std::string("not valid JSON: ") + e.what();
+  } catch (const TooDeep&) {
+    *error = "JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels: no request needs that";
+  }
+  return false;
+}
+
 bool parse_request(Endpoint ep, const std::string& body, const Tokenizer& tok, ChatTemplateFamily family,
                    const ApiLimits& limits, const RequestDefaults& defaults, ParsedRequest* out, ApiError* err) {
   json j;
-  try {
-    j = json::parse(body);
-  } catch (const json::exception& e) {
+  std::string why;
+  if (!parse_json(body, &j, &why)) {
     err->http_status = 400;
-    err->message = std::string("the body is not valid JSON: ") + e.what();
+    err->message = "the body is " + why;
     return false;
   }
   return parse_request(ep, j, tok, family, limits, defaults, out, err);

@@ -416,6 +416,7 @@ class Server:
         self.port = None
         self._long = None
         self._ctx = None
+        self.base_rss_kb = 0
 
     def start(self):
         self.err = tempfile.TemporaryFile()
@@ -442,6 +443,7 @@ class Server:
         while True:
             try:
                 if request(self.port, "GET", "/health", timeout=2).status == 200:
+                    self.base_rss_kb = self.rss_kb() or 0  # the model's own needs, loaded and idle
                     return self
             except (OSError, Closed, Timeout, CaseFail):
                 pass
@@ -462,6 +464,14 @@ class Server:
         except OSError:
             pass
         return None
+
+    def instrumented(self):
+        """Built with AddressSanitizer (scripts/test-sanitizers.sh)."""
+        try:
+            with open(f"/proc/{self.proc.pid}/maps") as f:
+                return "libasan" in f.read()
+        except OSError:
+            return False
 
     def rss_kb(self):
         return self.proc_kb("VmRSS")
@@ -1654,6 +1664,16 @@ def servers_alive_at_end(_srv):
                 bad.append(f"{kind} /health -> {r.status}")
         except (Closed, Timeout, OSError) as e:
             bad.append(f"{kind} /health: {type(e).__name__} {e}")
+        # Memory: whatever the clients sent, at most --max-body x --parallel
+        # above the idle server, plus 16 MiB for a pass's work buffers and
+        # the allocator's slack. (Not under ASan: its quarantine keeps freed
+        # memory resident on purpose.)
+        if hwm and not s.instrumented():
+            args = dict(zip(s.args[::2], s.args[1::2]))
+            bound_kb = s.base_rss_kb + int(args.get("--max-body", 4 << 20)) * int(args.get("--parallel", 8)) // 1024 + 16 * 1024
+            if hwm > bound_kb:
+                bad.append(f"{kind}: peak RSS {hwm // 1024} MB above the bound {bound_kb // 1024} MB "
+                           f"(idle {s.base_rss_kb // 1024} MB + --max-body x --parallel + 16)")
     print("  peak RSS (VmHWM): " + ", ".join(info), file=sys.stderr)
     check(not bad, "; ".join(bad))
 

@@ -135,6 +135,11 @@ nlohmann::json final_chunk_json(Endpoint ep, const ResponseHead& h, int index, c
 // with usage_json(vector) of every choice.
 nlohmann::json usage_chunk_json(Endpoint ep, const ResponseHead& h, const std::vector<RequestMetrics>& choices);
 
+// Parses a request body or a batch line, nested at most kMaxJsonDepth
+// levels; false with *error ("not valid JSON: ...") otherwise.
+constexpr int kMaxJsonDepth = 32;
+bool parse_json(const std::string& text, nlohmann::json* out, std::string* error);
+
 // "data: <json>\n\n" (invalid UTF-8 replaced, so a split character cannot break the JSON).
 std::string sse_event(const nlohmann::json& j);
 std::string dump(const nlohmann::json& j);
