@@ -80,11 +80,14 @@ struct Waker {
     const char b = 1;
     (void)!::write(wr, &b, 1);
   }
+  // Empties the pipe, then allows the next wake() to write: the other order
+  // loses a wake-up (one written between the two is read here while pending
+  // is left true, and every later wake() skips its write).
   void drain() {
-    pending = false;
     char buf[64];
     while (::read(rd, buf, sizeof buf) > 0) {
     }
+    pending = false;
   }
 };
 
