@@ -3,6 +3,7 @@
 #   fuzz_gguf           GGUF reader, ModelConfig, tokenizer construction, Model tensor checks
 #   fuzz_tokenizer      encode and (incremental) decode, SentencePiece and byte-level BPE
 #   fuzz_chat_template  chat template detection and rendering
+#   fuzz_http           the HTTP/1.1 request reader (limits, chunked bodies, pipelining)
 #
 #   scripts/fuzz.sh [SECONDS]     (default 30 per target)
 #
@@ -23,7 +24,7 @@ if ! [[ "$SECONDS_PER_TARGET" =~ ^[0-9]+$ ]]; then
   exit 2
 fi
 BUILD="$ROOT/build-fuzz"
-TARGETS=(fuzz_gguf fuzz_tokenizer fuzz_chat_template)
+TARGETS=(fuzz_gguf fuzz_tokenizer fuzz_chat_template fuzz_http)
 
 CXX_BIN=${FUZZ_CXX:-clang++}
 if ! command -v "$CXX_BIN" >/dev/null; then

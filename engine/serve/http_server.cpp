@@ -29,35 +29,9 @@ using namespace std::chrono_literals;
 constexpr std::size_t kReadChunk = 16 << 10;
 constexpr std::size_t kMaxReadPerTurn = 256 << 10;  // fairness: one connection cannot hog a turn
 constexpr std::size_t kMaxBufferedWhileServing = 64 << 10;  // pipelined bytes kept while a response is under way
-constexpr std::size_t kMaxChunkLine = 1024;
 constexpr auto kLinger = 2s;  // reading what a refused client still sends, so our answer is not reset
 constexpr int kMaxExtraClosing = 256;
 constexpr auto kEvictAfter = 1s;  // a connection this long without a request may give way to its client's new one  // connections past the limit, kept only to send them a 503
-
-bool is_tchar(unsigned char c) {
-  // (c != 0: strchr finds the terminating NUL of its set.)
-  return std::isalnum(c) || (c != 0 && std::strchr("!#$%&'*+-.^_`|~", c) != nullptr);
-}
-
-// Whether a complete request line can start a request ("METHOD /target
-// HTTP/1.x"): checked as soon as the line is there, so that an HTTP/0.9
-// request or junk is refused at once instead of waiting for headers.
-bool plausible_request_line(std::string_view line) {
-  const std::size_t sp = line.rfind(' ');
-  return sp != std::string_view::npos && line.find(' ') < sp && line.substr(sp + 1).substr(0, 5) == "HTTP/";
-}
-
-std::string lower(std::string_view s) {
-  std::string r(s);
-  for (char& c : r) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return r;
-}
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
 
 // Wakes the server thread from another thread (a self-pipe: portable).
 struct Waker {
@@ -129,42 +103,6 @@ std::string head_text(int minor, int status, std::string_view content_type, cons
 }
 
 }  // namespace
-
-const char* status_text(int status) {
-  switch (status) {
-    case 100: return "Continue";
-    case 200: return "OK";
-    case 204: return "No Content";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 408: return "Request Timeout";
-    case 411: return "Length Required";
-    case 413: return "Content Too Large";
-    case 414: return "URI Too Long";
-    case 429: return "Too Many Requests";
-    case 431: return "Request Header Fields Too Large";
-    case 500: return "Internal Server Error";
-    case 501: return "Not Implemented";
-    case 503: return "Service Unavailable";
-    case 505: return "HTTP Version Not Supported";
-    default: return "Status";
-  }
-}
-
-const std::string* Request::header(std::string_view name) const {
-  for (const auto& [k, v] : headers)
-    if (k == name) return &v;
-  return nullptr;
-}
-
-int Request::header_count(std::string_view name) const {
-  int n = 0;
-  for (const auto& h : headers) n += h.first == name;
-  return n;
-}
 
 // --- the response's shared state ----------------------------------------------
 
@@ -267,12 +205,7 @@ void Responder::on_gone(std::function<void()> f) {
 namespace {
 
 enum class State {
-  head,        // reading the request line and headers
-  body,        // reading a Content-Length body
-  chunk_size,  // a chunked body: the size line
-  chunk_data,
-  chunk_crlf,
-  trailers,
+  reading,  // a request (its reader says which part)
   serving,  // the handler has the request; its response is being sent
   closing,  // sending a last response, then lingering
   linger,   // written side shut; discarding what the client still sends
@@ -282,13 +215,11 @@ struct Conn {
   int fd = -1;
   std::string peer;
   uint64_t serial = 0;
-  State st = State::head;
-  std::string in;            // received, not yet parsed
-  std::size_t scanned = 0;   // where the search for the end of the headers resumes
-  Request req;
-  std::size_t body_left = 0, body_total = 0, trailer_bytes = 0;
-  std::shared_ptr<Reservation> reservation;
-  std::shared_ptr<Responder::Exchange> x;  // the response under way (serving)
+  State st = State::reading;
+  std::string in;  // received, not yet parsed
+  std::unique_ptr<RequestReader> reader;
+  std::shared_ptr<Reservation> reservation;  // the body being read's share of the budget
+  std::shared_ptr<Responder::Exchange> x;    // the response under way (serving)
   std::string send;
   std::size_t send_off = 0;
   bool ended = false;      // the exchange ended: close or take the next request once sent
@@ -298,11 +229,14 @@ struct Conn {
   Clock::time_point last_progress;  // of sending
   Clock::time_point since;          // accepted, or its last response sent: waiting for a request since
   bool dead = false;
+  bool head_started = false;  // a byte of the next request's head has arrived
+
+  bool reading_head() const { return st == State::reading && reader->phase() == RequestReader::Phase::head; }
 };
 
 // A server-made error response: the connection closes after it.
 void queue_error(Conn& c, int status, const std::string& body, const std::string& type, const Headers& extra = {}) {
-  std::string h = head_text(c.req.minor_version, status, type, extra, true);
+  std::string h = head_text(c.reader->minor_version(), status, type, extra, true);
   h += "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n";
   c.send.append(h).append(body);
   c.st = State::closing;
@@ -454,23 +388,22 @@ void Server::run() {
   };
 
   auto dispatch = [&](Conn& c) {
+    Request req = c.reader->take();
+    req.peer = c.peer;
+    req.body_reservation = std::move(c.reservation);
     c.st = State::serving;
     c.ended = false;
     auto x = std::make_shared<Responder::Exchange>();
-    x->minor = c.req.minor_version;
-    const std::string* conn_hdr = c.req.header("connection");
-    const std::string conn_val = conn_hdr ? lower(*conn_hdr) : std::string();
-    x->close_after = c.req.minor_version == 0 ? conn_val.find("keep-alive") == std::string::npos
-                                              : conn_val.find("close") != std::string::npos;
+    x->minor = req.minor_version;
+    const std::string* conn_hdr = req.header("connection");
+    const std::string conn_val = conn_hdr ? lower_ascii(*conn_hdr) : std::string();
+    x->close_after = req.minor_version == 0 ? conn_val.find("keep-alive") == std::string::npos
+                                            : conn_val.find("close") != std::string::npos;
     if (m.stop) x->close_after = true;
     x->max_pending = L.max_pending_output;
     x->waker = m.waker;
     c.x = x;
-    c.req.body_reservation = std::move(c.reservation);
     counters_.requests++;
-    Request req = std::move(c.req);
-    c.req = Request{};
-    c.req.minor_version = req.minor_version;
     try {
       handler_(std::move(req), std::make_shared<Responder>(x));
     } catch (const std::exception& e) {
@@ -478,254 +411,20 @@ void Server::run() {
     }
   };
 
-  // Parses the request line and headers in c.in[0, end); false: answered with an error.
-  auto parse_head = [&](Conn& c, std::size_t end) -> bool {
-    std::string_view head(c.in.data(), end);
-    const std::size_t eol = head.find("\r\n");
-    const std::string_view line = head.substr(0, eol);
-    const std::size_t sp1 = line.find(' '), sp2 = sp1 == std::string_view::npos ? sp1 : line.find(' ', sp1 + 1);
-    if (sp1 == std::string_view::npos || sp2 == std::string_view::npos || line.find(' ', sp2 + 1) != std::string_view::npos) {
-      fail(c, 400, "malformed request line: expected 'METHOD /path HTTP/1.1'");
-      return false;
-    }
-    const std::string_view method = line.substr(0, sp1), target = line.substr(sp1 + 1, sp2 - sp1 - 1),
-                           version = line.substr(sp2 + 1);
-    if (method.empty() || method.size() > 16 ||
-        !std::all_of(method.begin(), method.end(), [](char ch) { return is_tchar(static_cast<unsigned char>(ch)); })) {
-      fail(c, 400, "malformed request method");
-      return false;
-    }
-    if (version.size() != 8 || version.substr(0, 7) != "HTTP/1." || (version[7] != '0' && version[7] != '1')) {
-      fail(c, version.substr(0, 5) == "HTTP/" ? 505 : 400, "only HTTP/1.0 and HTTP/1.1 are served");
-      return false;
-    }
-    c.req.minor_version = version[7] - '0';
-    if (target.empty() || (target.front() != '/' && !(target == "*" && method == "OPTIONS")) ||
-        std::any_of(target.begin(), target.end(), [](char ch) {
-          const auto u = static_cast<unsigned char>(ch);
-          return u <= 0x20 || u >= 0x7f;  // anything else must be percent-encoded
-        })) {
-      fail(c, 400, "the request target must be a path beginning with '/'");
-      return false;
-    }
-    c.req.method = std::string(method);
-    c.req.target = std::string(target);
-    c.req.path = c.req.target.substr(0, c.req.target.find('?'));
-    std::size_t pos = eol + 2;
-    while (pos < end) {
-      std::size_t e = head.find("\r\n", pos);
-      if (e == std::string_view::npos) e = end;
-      const std::string_view h = head.substr(pos, e - pos);
-      pos = e + 2;
-      if (h.empty()) continue;
-      if (h.front() == ' ' || h.front() == '\t') {
-        fail(c, 400, "folded header lines are not accepted");
-        return false;
-      }
-      const std::size_t colon = h.find(':');
-      const std::string_view name = colon == std::string_view::npos ? std::string_view() : h.substr(0, colon);
-      if (name.empty() || !std::all_of(name.begin(), name.end(), [](char ch) { return is_tchar(static_cast<unsigned char>(ch)); })) {
-        fail(c, 400, "malformed header line");
-        return false;
-      }
-      const std::string_view value = trim(h.substr(colon + 1));
-      // NUL and other control characters end strings early in some readers
-      // ("Bearer KEY\0junk" would compare as "Bearer KEY"): refused.
-      if (std::any_of(value.begin(), value.end(), [](char ch) {
-            const auto u = static_cast<unsigned char>(ch);
-            return (u < 0x20 && u != '\t') || u == 0x7f;
-          })) {
-        fail(c, 400, "header '" + std::string(name) + "' holds a control character");
-        return false;
-      }
-      if (static_cast<int>(c.req.headers.size()) >= L.max_headers) {
-        fail(c, 431, "more than " + std::to_string(L.max_headers) + " headers");
-        return false;
-      }
-      c.req.headers.emplace_back(lower(name), std::string(value));
-    }
-    const int hosts = c.req.header_count("host");
-    if (hosts > 1 || (hosts == 0 && c.req.minor_version == 1)) {
-      fail(c, 400, hosts > 1 ? "more than one Host header" : "an HTTP/1.1 request needs a Host header");
-      return false;
-    }
-    // The body's framing, decided before any of it is read.
-    const int n_te = c.req.header_count("transfer-encoding"), n_cl = c.req.header_count("content-length");
-    if (n_te > 0 && n_cl > 0) {
-      fail(c, 400, "Content-Length and Transfer-Encoding together are ambiguous");
-      return false;
-    }
-    c.body_total = 0;
-    c.reservation = std::make_shared<Reservation>();
-    c.reservation->budget = m.budget;
-    if (n_te > 0) {
-      if (n_te > 1 || lower(*c.req.header("transfer-encoding")) != "chunked") {
-        fail(c, 501, "only Transfer-Encoding: chunked is accepted");
-        return false;
-      }
-      c.st = State::chunk_size;
-    } else if (n_cl > 0) {
-      const std::string& v = *c.req.header("content-length");
-      if (n_cl > 1 || v.empty() || v.size() > 19 || !std::all_of(v.begin(), v.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
-        // (19 digits always fit in 64 bits; more is past any limit anyway.)
-        if (n_cl == 1 && v.size() > 19 && std::all_of(v.begin(), v.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
-          fail(c, 413, "the body (" + v + " bytes) is larger than the server accepts (" + std::to_string(L.max_body_bytes) +
-                           " bytes; phaselab-cli serve --max-body)");
-        else
-          fail(c, 400, n_cl > 1 ? "more than one Content-Length header" : "Content-Length must be a whole number of bytes");
-        return false;
-      }
-      const unsigned long long n = std::stoull(v);
-      if (n > L.max_body_bytes) {
-        fail(c, 413, "the body (" + v + " bytes) is larger than the server accepts (" + std::to_string(L.max_body_bytes) +
-                         " bytes; phaselab-cli serve --max-body)");
-        return false;
-      }
-      if (!c.reservation->grow(n)) {
-        fail(c, 503, "the server is busy reading other requests' bodies: retry shortly", retry);
-        return false;
-      }
-      c.body_left = n;
-      c.st = n > 0 ? State::body : State::serving;
-    } else {
-      c.st = State::serving;  // no body
-    }
-    if (c.st != State::serving) {
-      if (const std::string* ex = c.req.header("expect"); ex && lower(*ex) == "100-continue")
-        c.send += "HTTP/1.1 100 Continue\r\n\r\n";
-      c.deadline = Clock::now() + std::chrono::milliseconds(L.body_timeout_ms);
-    }
-    return true;
-  };
-
-  // Moves a connection through its states as far as the input allows.
+  // Reads as far as the input allows: a request is dispatched, a bad one
+  // answered; the body's deadline starts when its headers are in.
   auto advance = [&](Conn& c) {
-    for (;;) {
-      switch (c.st) {
-        case State::head: {
-          // One empty line before a request is allowed (RFC 9112 2.2: some
-          // clients add a CRLF after a body); more is not a request.
-          if (c.scanned == 0 && c.in.size() >= 2 && c.in[0] == '\r' && c.in[1] == '\n') {
-            if (c.in.size() >= 4 && c.in[2] == '\r' && c.in[3] == '\n') {
-              fail(c, 400, "empty lines where a request line belongs");
-              return;
-            }
-            c.in.erase(0, 2);
-          }
-          if (c.in.empty()) return;
-          const std::size_t from = c.scanned > 3 ? c.scanned - 3 : 0;
-          const std::size_t end = c.in.find("\r\n\r\n", from);
-          if (end == std::string::npos) {
-            const std::size_t eol = c.in.find("\r\n");
-            if (eol != std::string::npos && !plausible_request_line(std::string_view(c.in.data(), eol))) {
-              fail(c, 400, "malformed request line: expected 'METHOD /path HTTP/1.1'");
-              return;
-            }
-            c.scanned = c.in.size();
-            if (c.in.size() > L.max_header_bytes) fail(c, 431, "the request line and headers exceed " + std::to_string(L.max_header_bytes) + " bytes");
-            return;
-          }
-          if (end + 4 > L.max_header_bytes) {
-            fail(c, 431, "the request line and headers exceed " + std::to_string(L.max_header_bytes) + " bytes");
-            return;
-          }
-          c.req.peer = c.peer;
-          const bool ok = parse_head(c, end + 2);
-          if (!ok) return;
-          c.in.erase(0, end + 4);
-          c.scanned = 0;
-          if (c.st == State::serving) {
-            dispatch(c);
-            return;
-          }
-          break;
-        }
-        case State::body: {
-          const std::size_t n = std::min(c.body_left, c.in.size());
-          c.req.body.append(c.in, 0, n);
-          c.in.erase(0, n);
-          c.body_left -= n;
-          if (c.body_left > 0) return;
-          dispatch(c);
-          return;
-        }
-        case State::chunk_size: {
-          const std::size_t e = c.in.find("\r\n");
-          if (e == std::string::npos) {
-            if (c.in.size() > kMaxChunkLine) fail(c, 400, "malformed chunk size line");
-            return;
-          }
-          std::string_view line(c.in.data(), e);
-          line = line.substr(0, line.find(';'));  // chunk extensions are ignored
-          line = trim(line);
-          if (line.empty() || line.size() > 15 ||
-              !std::all_of(line.begin(), line.end(), [](char ch) { return std::isxdigit(static_cast<unsigned char>(ch)) != 0; })) {
-            fail(c, 400, "malformed chunk size");
-            return;
-          }
-          const std::size_t size = std::stoull(std::string(line), nullptr, 16);
-          c.in.erase(0, e + 2);
-          if (size == 0) {
-            c.st = State::trailers;
-            c.trailer_bytes = 0;
-            break;
-          }
-          if (c.body_total + size > L.max_body_bytes) {
-            fail(c, 413, "the chunked body exceeds " + std::to_string(L.max_body_bytes) +
-                             " bytes, the most the server accepts (phaselab-cli serve --max-body)");
-            return;
-          }
-          if (!c.reservation->grow(size)) {
-            fail(c, 503, "the server is busy reading other requests' bodies: retry shortly", retry);
-            return;
-          }
-          c.body_total += size;
-          c.body_left = size;
-          c.st = State::chunk_data;
-          break;
-        }
-        case State::chunk_data: {
-          const std::size_t n = std::min(c.body_left, c.in.size());
-          c.req.body.append(c.in, 0, n);
-          c.in.erase(0, n);
-          c.body_left -= n;
-          if (c.body_left > 0) return;
-          c.st = State::chunk_crlf;
-          break;
-        }
-        case State::chunk_crlf: {
-          if (c.in.size() < 2) return;
-          if (c.in[0] != '\r' || c.in[1] != '\n') {
-            fail(c, 400, "a chunk does not end with CRLF");
-            return;
-          }
-          c.in.erase(0, 2);
-          c.st = State::chunk_size;
-          break;
-        }
-        case State::trailers: {
-          const std::size_t e = c.in.find("\r\n");
-          if (e == std::string::npos) {
-            if (c.trailer_bytes + c.in.size() > L.max_header_bytes) fail(c, 431, "the trailers are too large");
-            return;
-          }
-          c.trailer_bytes += e + 2;
-          if (c.trailer_bytes > L.max_header_bytes) {
-            fail(c, 431, "the trailers are too large");
-            return;
-          }
-          c.in.erase(0, e + 2);
-          if (e == 0) {  // the empty line: the body is complete
-            dispatch(c);
-            return;
-          }
-          break;
-        }
-        case State::serving:
-        case State::closing:
-        case State::linger:
-          return;
-      }
+    if (c.st != State::reading) return;
+    const bool was_head = c.reader->phase() == RequestReader::Phase::head;
+    const RequestReader::Step step = c.reader->feed(c.in);
+    if (c.reader->take_continue()) c.send += "HTTP/1.1 100 Continue\r\n\r\n";
+    if (step == RequestReader::Step::error) {
+      const RequestReader::Error& e = c.reader->error();
+      fail(c, e.status, e.message, e.status == 503 ? retry : Headers{});
+    } else if (step == RequestReader::Step::request) {
+      dispatch(c);
+    } else if (was_head && c.reader->phase() != RequestReader::Phase::head) {
+      c.deadline = Clock::now() + std::chrono::milliseconds(L.body_timeout_ms);
     }
   };
 
@@ -806,7 +505,8 @@ void Server::run() {
     }
     c.x.reset();
     c.ended = false;
-    c.st = State::head;
+    c.st = State::reading;
+    c.head_started = !c.in.empty();  // a pipelined request already begun
     c.since = Clock::now();
     c.deadline = Clock::now() + std::chrono::milliseconds(c.in.empty() ? L.idle_timeout_ms : L.header_timeout_ms);
     advance(c);
@@ -870,6 +570,14 @@ void Server::run() {
       c.serial = m.next_serial++;
       c.last_progress = c.since = Clock::now();
       c.deadline = Clock::now() + std::chrono::milliseconds(L.header_timeout_ms);
+      Conn* cp = &c;  // list elements stay where they are
+      c.reader = std::make_unique<RequestReader>(L, [cp, budget = m.budget](std::size_t n) {
+        if (!cp->reservation) {
+          cp->reservation = std::make_shared<Reservation>();
+          cp->reservation->budget = budget;
+        }
+        return cp->reservation->grow(n);
+      });
       m.per_peer[peer]++;
       if (full) fail(c, 503, "the server has too many connections open: retry shortly", retry);
     }
@@ -929,10 +637,13 @@ void Server::run() {
       const short re = fds[base + i].revents;
       if (re & (POLLIN | POLLHUP | POLLERR)) read_some(c);
       if (c.dead) continue;
-      const State before = c.st;
-      if (!c.in.empty() && c.st != State::serving && c.st != State::closing && c.st != State::linger) {
-        if (before == State::head && c.scanned == 0 && c.in.size() > 0 && c.deadline - now > std::chrono::milliseconds(L.header_timeout_ms))
+      if (!c.in.empty() && c.st == State::reading) {
+        // A request's first byte: its headers have header_timeout_ms from now
+        // (a kept-alive connection had been waiting on its idle timeout).
+        if (c.reading_head() && !c.head_started) {
+          c.head_started = true;
           c.deadline = now + std::chrono::milliseconds(L.header_timeout_ms);
+        }
         advance(c);
       }
       pull(c);
@@ -953,11 +664,10 @@ void Server::run() {
         close_conn(c);
       } else if (c.st == State::closing && now >= c.deadline) {
         close_conn(c);
-      } else if (c.st == State::head && now >= c.deadline) {
-        if (c.in.empty()) close_conn(c);  // idle keep-alive: nothing to say
+      } else if (c.reading_head() && now >= c.deadline) {
+        if (!c.head_started) close_conn(c);  // idle: nothing to say
         else fail(c, 408, "the request headers took longer than " + std::to_string(L.header_timeout_ms / 1000) + " s");
-      } else if (c.st != State::serving && c.st != State::head && c.st != State::closing && c.st != State::linger &&
-                 now >= c.deadline) {
+      } else if (c.st == State::reading && now >= c.deadline) {
         fail(c, 408, "the request body took longer than " + std::to_string(L.body_timeout_ms / 1000) + " s");
       } else if (c.st == State::serving && c.send_off < c.send.size() &&
                  now - c.last_progress > std::chrono::milliseconds(L.write_timeout_ms)) {

@@ -98,6 +98,51 @@ struct Limits {
   int listen_backlog = 4096;  // capped by the kernel's somaxconn
 };
 
+// Reads one request at a time from bytes as they arrive, every limit of
+// Limits counted as they do (the server's state machine, without sockets:
+// tests/fuzz/fuzz_http.cpp drives it). feed() consumes what it uses from
+// `in`; after Step::request take() the request (the reader is then ready for
+// the next one, whose bytes may already be in `in`: pipelining); after
+// Step::error the connection is answered error() and closed.
+class RequestReader {
+ public:
+  enum class Step { need_more, request, error };
+  enum class Phase { head, body, chunk_size, chunk_data, chunk_crlf, trailers, done, failed };
+  struct Error {
+    int status = 0;
+    std::string message;
+  };
+  // reserve(n): n more body bytes are about to be buffered; false refuses
+  // them (503). Empty: no budget.
+  explicit RequestReader(const Limits& limits, std::function<bool(std::size_t)> reserve = {});
+
+  Step feed(std::string& in);
+  Request take();
+  const Error& error() const { return error_; }
+  // True once per request whose client waits for "100 Continue" before
+  // sending its body (and whose body is acceptable).
+  bool take_continue();
+  Phase phase() const { return phase_; }
+  int minor_version() const { return req_.minor_version; }
+  void reset();
+
+ private:
+  Step fail(int status, std::string message);
+  Step parse_head(std::string_view head);
+  Step parse_framing();
+
+  Limits limits_;
+  std::function<bool(std::size_t)> reserve_;
+  Phase phase_ = Phase::head;
+  Request req_;
+  std::size_t scanned_ = 0;  // where the search for the end of the headers resumes
+  std::size_t body_left_ = 0, body_total_ = 0, trailer_bytes_ = 0;
+  bool send_continue_ = false;
+  Error error_;
+};
+
+std::string lower_ascii(std::string_view s);
+
 class Server {
  public:
   // Binds host:port (port 0: any free one). An error names the address.
