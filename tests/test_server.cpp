@@ -17,6 +17,7 @@
 
 #include "phaselab/backend.h"
 #include "phaselab/chat_template.h"
+#include "phaselab/http_server.h"
 #include "phaselab/openai_api.h"
 #include "phaselab/openai_server.h"
 #include "phaselab/remote_client.h"
@@ -514,6 +515,63 @@ class TestServer : public QObject {
       }
       QVERIFY(text[0] != text[1] || text[1] != text[2]);  // distinct seeds
     }
+  }
+
+  // The request reader alone: bytes in any pieces give the same requests;
+  // a CRLF before a request may arrive split; pipelined requests after a
+  // chunked body; limits answered with their status.
+  void requestReaderTakesRequestsFromAnyPieces() {
+    const std::string wire =
+        "\r\nPOST /v1/completions HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"
+        "3;x=y\r\nabc\r\n2\r\nde\r\n0\r\nT: 1\r\n\r\n"
+        "GET /health?x=1 HTTP/1.1\r\nHost: h\r\n\r\n"
+        "PUT /p HTTP/1.0\r\nContent-Length: 3\r\nExpect: 100-continue\r\n\r\nxyz";
+    for (size_t piece : {size_t{1}, size_t{2}, size_t{7}, wire.size()}) {
+      http::RequestReader r(http::Limits{});
+      std::string in;
+      std::vector<http::Request> got;
+      for (size_t at = 0; at < wire.size() || !in.empty();) {
+        const auto step = r.feed(in);
+        QVERIFY2(step != http::RequestReader::Step::error, r.error().message.c_str());
+        if (step == http::RequestReader::Step::request) {
+          got.push_back(r.take());
+          continue;
+        }
+        QVERIFY(!r.take_continue());  // HTTP/1.0: no 100 Continue
+        if (at >= wire.size()) break;
+        in += wire.substr(at, piece);
+        at += piece;
+      }
+      QCOMPARE(got.size(), size_t{3});
+      QCOMPARE(got[0].body, std::string("abcde"));
+      QCOMPARE(got[1].path, std::string("/health"));
+      QCOMPARE(got[1].target, std::string("/health?x=1"));
+      QCOMPARE(got[2].minor_version, 0);
+      QCOMPARE(got[2].body, std::string("xyz"));
+    }
+    auto status_of = [](const std::string& wire, http::Limits lim = {}) {
+      http::RequestReader r(lim);
+      std::string in = wire;
+      return r.feed(in) == http::RequestReader::Step::error ? r.error().status : 0;
+    };
+    http::Limits small;
+    small.max_body_bytes = 10;
+    QCOMPARE(status_of("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 11\r\n\r\n", small), 413);
+    QCOMPARE(status_of("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\nb\r\n", small), 413);
+    QCOMPARE(status_of("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: -5\r\n\r\n"), 400);
+    QCOMPARE(status_of("GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"), 400);
+    QCOMPARE(status_of("GET / HTTP/1.1\r\n\r\n"), 400);
+    QCOMPARE(status_of("GET /\r\n"), 400);
+    QCOMPARE(status_of("\r\n\r\n"), 400);
+    QCOMPARE(status_of("GET / HTTP/2.0\r\nHost: h\r\n\r\n"), 505);
+    QCOMPARE(status_of("GET / HTTP/1.1\r\nHost: h\r\nX: a" + std::string(1, '\0') + "b\r\n\r\n"), 400);
+    QCOMPARE(status_of("GET / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip\r\n\r\n"), 501);
+    QCOMPARE(status_of("GET / HTTP/1.1\r\nHost: h\r\nX: " + std::string(20000, 'a')), 431);
+    // A budget that refuses: 503.
+    http::RequestReader busy(http::Limits{}, [](size_t) { return false; });
+    std::string in = "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\n";
+    QCOMPARE(busy.feed(in), http::RequestReader::Step::error);
+    QCOMPARE(busy.error().status, 503);
   }
 
   // A client at its connection limit: a connection that has waited over a

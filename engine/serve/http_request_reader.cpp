@@ -110,7 +110,8 @@ RequestReader::Step RequestReader::feed(std::string& in) {
           if (in.size() >= 4 && in[2] == '\r' && in[3] == '\n') return fail(400, "empty lines where a request line belongs");
           in.erase(0, 2);
         }
-        if (in.empty()) return Step::need_more;
+        // (A lone CR may be the start of that empty line.)
+        if (in.empty() || (scanned_ == 0 && in == "\r")) return Step::need_more;
         const std::size_t from = scanned_ > 3 ? scanned_ - 3 : 0;
         const std::size_t end = in.find("\r\n\r\n", from);
         if (end == std::string::npos) {
@@ -276,7 +277,8 @@ RequestReader::Step RequestReader::parse_framing() {
   } else {
     phase_ = Phase::done;  // no body
   }
-  if (phase_ != Phase::done)
+  // (HTTP/1.0 has no 100 Continue.)
+  if (phase_ != Phase::done && req_.minor_version == 1)
     if (const std::string* ex = req_.header("expect"); ex && lower_ascii(*ex) == "100-continue") send_continue_ = true;
   return Step::need_more;
 }

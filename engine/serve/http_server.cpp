@@ -111,6 +111,7 @@ struct Responder::Exchange {
   std::string out;  // bytes for the server thread to send
   bool head_sent = false, chunked = false, ended = false, gone = false;
   bool close_after = false;  // Connection: close after this response
+  bool head_request = false;  // HEAD: no body
   int minor = 1;
   std::size_t max_pending = 0;
   std::function<void()> on_gone;
@@ -129,9 +130,11 @@ void Responder::reply(int status, std::string_view content_type, std::string bod
     if (x_->gone || x_->ended || x_->head_sent) return;
     std::string h = head_text(x_->minor, status, content_type, extra, x_->close_after);
     for (const auto& [k, v] : x_->always) h.append(k).append(": ").append(v).append("\r\n");
-    h += "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n";
-    x_->out += h;
-    x_->out += body;
+    if (status != 204 && status != 304) h += "Content-Length: " + std::to_string(body.size()) + "\r\n";
+    x_->out += h + "\r\n";
+    // A HEAD request's answer has the head alone (a body would be read as
+    // the next response on a kept-alive connection).
+    if (!x_->head_request && status != 204 && status != 304) x_->out += body;
     x_->head_sent = x_->ended = true;
   }
   x_->waker->wake();
@@ -395,6 +398,7 @@ void Server::run() {
     c.ended = false;
     auto x = std::make_shared<Responder::Exchange>();
     x->minor = req.minor_version;
+    x->head_request = req.method == "HEAD";
     const std::string* conn_hdr = req.header("connection");
     const std::string conn_val = conn_hdr ? lower_ascii(*conn_hdr) : std::string();
     x->close_after = req.minor_version == 0 ? conn_val.find("keep-alive") == std::string::npos
@@ -439,7 +443,9 @@ void Server::run() {
       }
       c.send += c.x->out;
       c.x->out.clear();
-      if (c.send.size() - c.send_off > L.max_pending_output) c.eof = true;  // a client that stopped reading
+      // A stream whose client stopped reading (a whole response, however
+      // large, is sent: it is done growing).
+      if (!c.x->ended && c.send.size() - c.send_off > L.max_pending_output) c.eof = true;
     }
     if (c.x->ended) {
       c.ended = true;
@@ -562,6 +568,7 @@ void Server::run() {
       if (full && live >= max_conns + kMaxExtraClosing) {
         ::close(fd);
         counters_.rejected_busy++;
+        if (m.per_peer[peer] == 0) m.per_peer.erase(peer);
         continue;
       }
       Conn& c = m.conns.emplace_back();
@@ -636,6 +643,10 @@ void Server::run() {
       if (c.dead) continue;
       const short re = fds[base + i].revents;
       if (re & (POLLIN | POLLHUP | POLLERR)) read_some(c);
+      // Hung up or reset while its input is not being read (a response under
+      // way with pipelined bytes waiting): gone, or poll would return at once
+      // forever.
+      if (re & (POLLHUP | POLLERR)) c.eof = true;
       if (c.dead) continue;
       if (!c.in.empty() && c.st == State::reading) {
         // A request's first byte: its headers have header_timeout_ms from now

@@ -217,9 +217,16 @@ void OpenAiServer::stop() {
   // scheduling thread: it cancels what runs and answers those requests 503
   // (they were not finished); then whatever raced with the stop; then the
   // HTTP thread, which gets a moment to send those answers.
+  // (Each flag change is published under the lock its waiters check it
+  // under: a notify between a waiter's check and its wait would be lost.)
+  { std::lock_guard<std::mutex> lock(jobs_mu_); }
   jobs_cv_.notify_all();
   for (auto& w : workers_)
     if (w.joinable()) w.join();
+  // A job queued after the workers left (handle() raced with the stop).
+  for (auto& job : jobs_) reply_error(*job->res, api_error(503, "the server is stopping", "server_error"), kRetry);
+  jobs_.clear();
+  { std::lock_guard<std::mutex> lock(mu_); }
   work_cv_.notify_all();
   if (step_thread_.joinable()) step_thread_.join();
   {
@@ -363,13 +370,19 @@ void OpenAiServer::handle(http::Request&& req, std::shared_ptr<http::Responder> 
                 kRetry);
     return;
   }
-  inflight_++;
   auto job = std::make_unique<Job>();
   job->ep = chat ? openai::Endpoint::chat : openai::Endpoint::completions;
   job->req = std::move(req);
-  job->res = std::move(res);
+  job->res = res;
   {
     std::lock_guard<std::mutex> lock(jobs_mu_);
+    // Checked again under the lock stop() publishes the flag under: a job
+    // is either queued before the workers drain the queue or refused here.
+    if (stopping_) {
+      reply_error(*res, api_error(503, "the server is stopping", "server_error"), kRetry);
+      return;
+    }
+    inflight_++;
     jobs_.push_back(std::move(job));
   }
   jobs_cv_.notify_one();
@@ -424,10 +437,7 @@ void OpenAiServer::run_completion(Job& job) {
     br.prompt = pr.prompt;
     br.options = openai::options_for_choice(pr, i);  // seed + i: distinct choices, reproducible with a seed
     // Only a streamed answer needs its pieces; a whole one takes the outcomes'.
-    if (pr.stream) {
-      Call* c = call.get();
-      br.on_token = [this, c, i](const TokenEvent& e) { on_token(*c, i, e); };
-    }
+    if (pr.stream) br.on_token = [this, call, i](const TokenEvent& e) { on_token(*call, i, e); };
   }
   call->head = openai::make_head(job.ep, opt_.model_id, next_call_++);
   if (!submit(call, std::move(reqs))) {

@@ -1532,6 +1532,33 @@ def half_close_still_answered(srv):
 
 
 @case()
+def head_request_has_no_body(srv):
+    # An answer to HEAD is a head alone: a body would be read as the next
+    # response on a kept-alive connection.
+    p = srv.port
+    c = Conn(p, 5)
+    try:
+        c.sock.sendall(build(p, "HEAD", "/health", close=False) + build(p, "GET", "/health", close=False))
+        data = b""
+        deadline = time.monotonic() + 5
+        while data.count(b"HTTP/1.1 ") < 2 or not data.endswith(b"}") and time.monotonic() < deadline:
+            c.sock.settimeout(max(0.1, deadline - time.monotonic()))
+            try:
+                d = c.sock.recv(65536)
+            except socket.timeout:
+                break
+            if not d:
+                break
+            data += d
+        heads = data.split(b"HTTP/1.1 ")[1:]
+        check(len(heads) == 2, f"two responses expected: {short(data)}")
+        check(heads[0].split(b"\r\n\r\n", 1)[1] == b"", f"HEAD's answer carried a body: {short(heads[0])}")
+        check(heads[1].startswith(b"200") and heads[1].endswith(b'{"status":"ok"}'), f"then GET: {short(heads[1])}")
+    finally:
+        c.close()
+
+
+@case()
 def keepalive_20_requests_one_connection(srv):
     p = srv.port
     c = Conn(p, 10)
