@@ -77,7 +77,11 @@ Status runSweep(const SweepJob& job, const std::atomic<bool>& cancel, const Swee
     sink.stage(BatchSweepPanel::tr("Measuring the machine's read bandwidth and compute peaks…"), 0);
     const MachinePeaks peaks = measure_machine_peaks(job.backend.n_threads);
     setup.peaksNote = QString::fromStdString(peaks.note);
-    setup.roof = decode_roofline(m, backend.name(), peaks.read_bandwidth, peaks.int8_ops, peaks.fp32_flops);
+    // Doubtful peaks are not divided by here either (as in the phase meter):
+    // a roofline from them would look measured and be wrong.
+    setup.peaksDoubtful = !peaks.plausible;
+    setup.roof = peaks.plausible ? decode_roofline(m, backend.name(), peaks.read_bandwidth, peaks.int8_ops, peaks.fp32_flops)
+                                 : decode_roofline(m, backend.name(), 0, 0, 0);
   } else {
     setup.roof.weight_bytes = static_cast<double>(m.weight_bytes());
   }
@@ -431,10 +435,14 @@ void BatchSweepPanel::showSummary() {
                       shortNumber(r.weight_bytes / 1048576.0), QString::number(r.ops_per_token / 1e9, 'g', 3),
                       r.int8 ? tr("OP") : tr("FLOP"), QString::number(std::lround(r.ridge_batch)))
                  .arg(std::lround(r.compute_ceiling_tps()));
+  } else if (s.peaksDoubtful) {
+    lines << tr("%1 backend · no roofline: this machine's peaks looked doubtful when measured just now (%2); run the "
+                "sweep again while nothing else runs.")
+                 .arg(s.backend, s.peaksNote);
   } else {
     lines << tr("%1 backend · the roofline is drawn for CPU backends (their peaks are measured here).").arg(s.backend);
   }
-  if (!s.peaksNote.isEmpty()) lines << tr("Machine peaks: %1").arg(s.peaksNote);
+  if (!s.peaksNote.isEmpty() && !s.peaksDoubtful) lines << tr("Machine peaks: %1").arg(s.peaksNote);
   m_summary->setText(lines.join(QLatin1Char('\n')));
   m_summary->show();
   showChart();

@@ -39,6 +39,7 @@ struct SweepSetup {
   QString fallbackReason;  // non-empty when the kind asked for could not be used
   bool batchedForward = true;
   QString peaksNote;       // measure_machine_peaks()'s doubts, if any
+  bool peaksDoubtful = false;  // the peaks looked wrong: no roofline is drawn from them
   DecodeRoof roof;
 };
 
