@@ -17,10 +17,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
+using http::lower_ascii;
 
 std::string strip_brackets(const std::string& h) {
   return h.size() > 2 && h.front() == '[' && h.back() == ']' ? h.substr(1, h.size() - 2) : h;
@@ -87,7 +84,7 @@ std::string model_name_of(const std::string& path) {
 }  // namespace
 
 bool is_loopback_host(const std::string& host) {
-  const std::string h = lower(strip_brackets(host));
+  const std::string h = lower_ascii(strip_brackets(host));
   if (h == "localhost") return true;
   in_addr v4;
   if (inet_pton(AF_INET, h.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
@@ -100,8 +97,8 @@ bool host_allowed(const std::string& header_value, const std::string& bound_host
   std::string name, port;
   if (!split_host(header_value, &name, &port)) return false;
   if (is_loopback_host(name)) return true;
-  const std::string bound = lower(strip_brackets(bound_host));
-  return !bound.empty() && lower(name) == bound;
+  const std::string bound = lower_ascii(strip_brackets(bound_host));
+  return !bound.empty() && lower_ascii(name) == bound;
 }
 
 Status check_bind(const std::string& host, const std::string& api_key) {
@@ -313,7 +310,7 @@ void OpenAiServer::handle(http::Request&& req, std::shared_ptr<http::Responder> 
     if (req.header_count("authorization") > 1)
       return refuse(400, "more than one Authorization header", "invalid_api_key");
     const std::string prefix = "Bearer ";
-    const bool ok = auth && auth->size() > prefix.size() && lower(auth->substr(0, prefix.size())) == "bearer " &&
+    const bool ok = auth && auth->size() > prefix.size() && lower_ascii(auth->substr(0, prefix.size())) == "bearer " &&
                     constant_time_equal(auth->substr(prefix.size()), opt_.api_key);
     if (!ok) {
       metrics_.record_rejected();
