@@ -30,8 +30,8 @@ constexpr std::size_t kReadChunk = 16 << 10;
 constexpr std::size_t kMaxReadPerTurn = 256 << 10;  // fairness: one connection cannot hog a turn
 constexpr std::size_t kMaxBufferedWhileServing = 64 << 10;  // pipelined bytes kept while a response is under way
 constexpr auto kLinger = 2s;  // reading what a refused client still sends, so our answer is not reset
-constexpr int kMaxExtraClosing = 256;
-constexpr auto kEvictAfter = 1s;  // a connection this long without a request may give way to its client's new one  // connections past the limit, kept only to send them a 503
+constexpr int kMaxExtraClosing = 256;  // connections past the limit, kept only to send them a 503
+constexpr auto kEvictAfter = 1s;  // a connection this long without a request may give way to its client's new one
 
 // Wakes the server thread from another thread (a self-pipe: portable).
 struct Waker {
@@ -93,10 +93,14 @@ struct Reservation {
   ~Reservation() { budget->give(bytes); }
 };
 
-std::string head_text(int minor, int status, std::string_view content_type, const Headers& extra, bool close) {
+// A response's head up to its framing headers (Content-Length or
+// Transfer-Encoding, which the caller adds, then the blank line).
+std::string head_text(int minor, int status, std::string_view content_type, const Headers& extra, const Headers& always,
+                      bool close) {
   std::string h = "HTTP/1." + std::to_string(minor) + " " + std::to_string(status) + " " + status_text(status) + "\r\n";
   if (!content_type.empty()) h.append("Content-Type: ").append(content_type).append("\r\n");
-  for (const auto& [k, v] : extra) h.append(k).append(": ").append(v).append("\r\n");
+  for (const Headers* hs : {&extra, &always})
+    for (const auto& [k, v] : *hs) h.append(k).append(": ").append(v).append("\r\n");
   if (close) h += "Connection: close\r\n";
   else if (minor == 0) h += "Connection: keep-alive\r\n";
   return h;
@@ -128,8 +132,7 @@ void Responder::reply(int status, std::string_view content_type, std::string bod
   {
     std::lock_guard<std::mutex> lock(x_->mu);
     if (x_->gone || x_->ended || x_->head_sent) return;
-    std::string h = head_text(x_->minor, status, content_type, extra, x_->close_after);
-    for (const auto& [k, v] : x_->always) h.append(k).append(": ").append(v).append("\r\n");
+    std::string h = head_text(x_->minor, status, content_type, extra, x_->always, x_->close_after);
     if (status != 204 && status != 304) h += "Content-Length: " + std::to_string(body.size()) + "\r\n";
     x_->out += h + "\r\n";
     // A HEAD request's answer has the head alone (a body would be read as
@@ -147,8 +150,7 @@ void Responder::start_stream(int status, std::string_view content_type, const He
     // HTTP/1.0 has no chunked encoding: the end of the stream is the close.
     x_->chunked = x_->minor >= 1;
     if (!x_->chunked) x_->close_after = true;
-    std::string h = head_text(x_->minor, status, content_type, extra, x_->close_after);
-    for (const auto& [k, v] : x_->always) h.append(k).append(": ").append(v).append("\r\n");
+    std::string h = head_text(x_->minor, status, content_type, extra, x_->always, x_->close_after);
     if (x_->chunked) h += "Transfer-Encoding: chunked\r\n";
     x_->out += h + "\r\n";
     x_->head_sent = true;
@@ -187,11 +189,6 @@ void Responder::end_stream() {
   x_->waker->wake();
 }
 
-bool Responder::gone() const {
-  std::lock_guard<std::mutex> lock(x_->mu);
-  return x_->gone;
-}
-
 void Responder::on_gone(std::function<void()> f) {
   {
     std::lock_guard<std::mutex> lock(x_->mu);
@@ -217,7 +214,6 @@ enum class State {
 struct Conn {
   int fd = -1;
   std::string peer;
-  uint64_t serial = 0;
   State st = State::reading;
   std::string in;  // received, not yet parsed
   std::unique_ptr<RequestReader> reader;
@@ -238,8 +234,9 @@ struct Conn {
 };
 
 // A server-made error response: the connection closes after it.
-void queue_error(Conn& c, int status, const std::string& body, const std::string& type, const Headers& extra = {}) {
-  std::string h = head_text(c.reader->minor_version(), status, type, extra, true);
+void queue_error(Conn& c, int status, const ErrorResponse& e, const Headers& extra) {
+  const std::string& body = e.body;
+  std::string h = head_text(c.reader->minor_version(), status, e.content_type, extra, {}, true);
   h += "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n";
   c.send.append(h).append(body);
   c.st = State::closing;
@@ -274,18 +271,21 @@ struct Server::Impl {
   std::shared_ptr<Budget> budget = std::make_shared<Budget>();
   std::list<Conn> conns;
   std::map<std::string, int> per_peer;
-  uint64_t next_serial = 0;
   std::atomic<bool> stop{false};
   std::atomic<int> drain_ms{0};
   std::mutex stop_mu;
   bool stopped = false;
 };
 
-Result<std::unique_ptr<Server>> Server::bind(const std::string& host, int port, const Limits& limits, Handler handler) {
+Result<std::unique_ptr<Server>> Server::bind(const std::string& host, int port, const Limits& limits, Handler handler,
+                                             ErrorFormatter format_error) {
   std::unique_ptr<Server> s(new Server());
   s->impl_ = std::make_unique<Impl>();
   s->limits_ = limits;
   s->handler_ = std::move(handler);
+  s->format_error_ = format_error ? std::move(format_error) : [](int, const std::string& message) {
+    return ErrorResponse{"text/plain; charset=utf-8", message + "\n"};
+  };
   s->impl_->budget->cap = limits.body_budget_bytes;
   // Every connection is a descriptor: take what the hard limit allows (the
   // soft limit is often 1024).
@@ -355,21 +355,8 @@ void Server::stop(int drain_ms) {
 void Server::run() {
   Impl& m = *impl_;
   const Limits& L = limits_;
-  // OpenAI's error shape: the only API this server carries.
-  auto error_body = [](int status, const std::string& message) {
-    (void)status;
-    std::string e;
-    for (char ch : message) {
-      if (ch == '"' || ch == '\\') e += '\\';
-      if (static_cast<unsigned char>(ch) >= 0x20) e += ch;
-    }
-    return "{\"error\":{\"message\":\"" + e + "\",\"type\":\"invalid_request_error\",\"param\":null,\"code\":null}}";
-  };
   auto fail = [&](Conn& c, int status, const std::string& message, const Headers& extra = {}) {
-    if (status == 408) counters_.timeouts++;
-    else if (status == 503) counters_.rejected_busy++;
-    else counters_.bad_requests++;
-    queue_error(c, status, error_body(status, message), "application/json", extra);
+    queue_error(c, status, format_error_(status, message), extra);
   };
   const Headers retry = {{"Retry-After", "1"}};
 
@@ -407,11 +394,11 @@ void Server::run() {
     x->max_pending = L.max_pending_output;
     x->waker = m.waker;
     c.x = x;
-    counters_.requests++;
     try {
       handler_(std::move(req), std::make_shared<Responder>(x));
     } catch (const std::exception& e) {
-      Responder(x).reply(500, "application/json", error_body(500, std::string("internal error: ") + e.what()));
+      const ErrorResponse r = format_error_(500, std::string("internal error: ") + e.what());
+      Responder(x).reply(500, r.content_type, r.body);
     }
   };
 
@@ -538,7 +525,6 @@ void Server::run() {
       }
       ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
       ::fcntl(fd, F_SETFD, FD_CLOEXEC);
-      counters_.connections++;
       const std::string peer = peer_name(ss);
       // A client at its limit, or any client when the server is full, loses
       // the connection that has waited longest for a request that is not
@@ -546,8 +532,9 @@ void Server::run() {
       // second: a burst of new clients is not cut. When full, the victim
       // comes from the client with the most connections. With none such,
       // the new connection gets 503.
+      auto live = [&] { return static_cast<int>(std::count_if(m.conns.begin(), m.conns.end(), [](const Conn& c) { return !c.dead; })); };
       const bool client_full = m.per_peer[peer] >= L.max_connections_per_client;
-      if (client_full || static_cast<int>(m.conns.size()) >= max_conns) {
+      if (client_full || live() >= max_conns) {
         std::string whose = peer;
         if (!client_full)
           for (const auto& [p, n] : m.per_peer)
@@ -558,23 +545,18 @@ void Server::run() {
           if (!c.dead && c.peer == whose && c.st != State::serving && c.st != State::closing && c.st != State::linger &&
               c.since <= cutoff && (!victim || c.since < victim->since))
             victim = &c;
-        if (victim) {
-          counters_.evicted++;
-          close_conn(*victim);
-        }
+        if (victim) close_conn(*victim);
       }
-      const int live = static_cast<int>(std::count_if(m.conns.begin(), m.conns.end(), [](const Conn& c) { return !c.dead; }));
-      const bool full = live >= max_conns || m.per_peer[peer] >= L.max_connections_per_client;
-      if (full && live >= max_conns + kMaxExtraClosing) {
+      const int n_live = live();
+      const bool full = n_live >= max_conns || m.per_peer[peer] >= L.max_connections_per_client;
+      if (full && n_live >= max_conns + kMaxExtraClosing) {
         ::close(fd);
-        counters_.rejected_busy++;
         if (m.per_peer[peer] == 0) m.per_peer.erase(peer);
         continue;
       }
       Conn& c = m.conns.emplace_back();
       c.fd = fd;
       c.peer = peer;
-      c.serial = m.next_serial++;
       c.last_progress = c.since = Clock::now();
       c.deadline = Clock::now() + std::chrono::milliseconds(L.header_timeout_ms);
       Conn* cp = &c;  // list elements stay where they are
@@ -663,12 +645,11 @@ void Server::run() {
       after_send(c);
       if (c.dead) continue;
       if (c.eof) {
-        // The client closed or reset: a response under way has no one to go
-        // to (its on_gone cancels the work); a linger ends.
-        if (c.st != State::serving || !c.ended || c.send_off < c.send.size()) {
-          close_conn(c);
-          continue;
-        }
+        // The client closed or reset (what could be sent was, just above): a
+        // response under way has no one to go to (its on_gone cancels the
+        // work); a linger ends.
+        close_conn(c);
+        continue;
       }
       // Deadlines: a request that is too slow to arrive gets 408.
       if (c.st == State::linger && now >= c.deadline) {

@@ -75,6 +75,11 @@ openai::ApiError api_error(int status, std::string message, std::string type, st
 
 const http::Headers kRetry = {{"Retry-After", "1"}};
 
+// An error of the server's, not the request's: the client may try again.
+void reply_retry_later(http::Responder& res, std::string message) {
+  reply_error(res, api_error(503, std::move(message), "server_error"), kRetry);
+}
+
 std::string model_name_of(const std::string& path) {
   std::string name = path.substr(path.find_last_of('/') + 1);
   if (name.size() > 5 && name.compare(name.size() - 5, 5, ".gguf") == 0) name.resize(name.size() - 5);
@@ -191,10 +196,14 @@ Status OpenAiServer::start() {
   lim.body_timeout_ms = opt_.body_timeout_ms;
   lim.max_connections = opt_.max_connections;
   lim.max_connections_per_client = opt_.max_connections_per_client;
-  auto bound = http::Server::bind(opt_.host, opt_.port, lim,
-                                  [this](http::Request&& req, std::shared_ptr<http::Responder> res) {
-                                    handle(std::move(req), std::move(res));
-                                  });
+  auto bound = http::Server::bind(
+      opt_.host, opt_.port, lim,
+      [this](http::Request&& req, std::shared_ptr<http::Responder> res) { handle(std::move(req), std::move(res)); },
+      [](int status, const std::string& message) {
+        return http::ErrorResponse{"application/json",
+                                   openai::error_body(api_error(status, message, status >= 500 ? "server_error"
+                                                                                               : "invalid_request_error"))};
+      });
   if (!bound) {
     started_ = false;
     return bound.status();
@@ -221,7 +230,7 @@ void OpenAiServer::stop() {
   for (auto& w : workers_)
     if (w.joinable()) w.join();
   // A job queued after the workers left (handle() raced with the stop).
-  for (auto& job : jobs_) reply_error(*job->res, api_error(503, "the server is stopping", "server_error"), kRetry);
+  for (auto& job : jobs_) reply_retry_later(*job->res, "the server is stopping");
   jobs_.clear();
   { std::lock_guard<std::mutex> lock(mu_); }
   work_cv_.notify_all();
@@ -232,13 +241,7 @@ void OpenAiServer::stop() {
       Call& c = *entry.first;
       if (!c.answered) {
         c.answered = true;
-        const openai::ApiError e = api_error(503, "the server is stopping", "server_error");
-        if (c.stream_started) {
-          c.res->write_chunk("data: " + openai::error_body(e) + "\n\ndata: [DONE]\n\n");
-          c.res->end_stream();
-        } else {
-          reply_error(*c.res, e, kRetry);
-        }
+        answer_error(c, api_error(503, "the server is stopping", "server_error"));
       }
     }
     calls_.clear();
@@ -254,7 +257,7 @@ void OpenAiServer::cancel(const std::shared_ptr<Call>& call) {
 bool OpenAiServer::submit(const std::shared_ptr<Call>& call, std::vector<BatchRequest> reqs) {
   std::lock_guard<std::mutex> lock(mu_);
   if (stopping_) {
-    reply_error(*call->res, api_error(503, "the server is stopping", "server_error"), kRetry);
+    reply_retry_later(*call->res, "the server is stopping");
     return false;
   }
   for (size_t i = 0; i < reqs.size(); i++) {
@@ -360,11 +363,9 @@ void OpenAiServer::handle(http::Request&& req, std::shared_ptr<http::Responder> 
   // past it the client is told to come back rather than queued forever.
   if (stopping_ || inflight_.load() >= max_queued_) {
     metrics_.record_rejected();
-    reply_error(*res, api_error(503, stopping_ ? "the server is stopping"
-                                               : "the server is busy (" + std::to_string(max_queued_) +
-                                                     " requests queued or running): retry shortly",
-                                "server_error"),
-                kRetry);
+    reply_retry_later(*res, stopping_ ? "the server is stopping"
+                                      : "the server is busy (" + std::to_string(max_queued_) +
+                                            " requests queued or running): retry shortly");
     return;
   }
   auto job = std::make_unique<Job>();
@@ -376,7 +377,7 @@ void OpenAiServer::handle(http::Request&& req, std::shared_ptr<http::Responder> 
     // Checked again under the lock stop() publishes the flag under: a job
     // is either queued before the workers drain the queue or refused here.
     if (stopping_) {
-      reply_error(*res, api_error(503, "the server is stopping", "server_error"), kRetry);
+      reply_retry_later(*res, "the server is stopping");
       return;
     }
     inflight_++;
@@ -396,7 +397,7 @@ void OpenAiServer::worker_loop() {
       jobs_.pop_front();
     }
     if (stopping_) {
-      reply_error(*job->res, api_error(503, "the server is stopping", "server_error"), kRetry);
+      reply_retry_later(*job->res, "the server is stopping");
       inflight_--;
       continue;
     }
@@ -449,14 +450,14 @@ void OpenAiServer::run_completion(Job& job) {
   });
 }
 
-namespace {
 // A stream's 200 head goes out with its first piece, so that a request that
 // ends before any (the server stops, the pool cannot hold it) still gets a
 // status the client can see.
-void start_event_stream(http::Responder& res) {
-  res.start_stream(200, "text/event-stream", {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}});
+void OpenAiServer::start_event_stream(Call& call) {
+  if (call.stream_started) return;
+  call.stream_started = true;
+  call.res->start_stream(200, "text/event-stream", {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}});
 }
-}  // namespace
 
 // One chunk of choice index: text and the log-probabilities of the tokens
 // it completes (an event without text, a piece of a character or a held
@@ -478,12 +479,17 @@ void OpenAiServer::on_token(Call& call, int index, const TokenEvent& e) {
   if (call.answered) return;
   if (call.logprobs && e.logprob) call.unsent_logprobs[index].push_back(*e.logprob);
   if (e.text.empty()) return;
-  if (!call.stream_started) {
-    call.stream_started = true;
-    start_event_stream(*call.res);
-  }
+  start_event_stream(call);
   // A client that is gone is cancelled by the responder's on_gone.
   call.res->write_chunk(chunk_event(call, index, std::string(e.text)));
+}
+
+// A call that ends without its answer: an error status while nothing was
+// sent (503s with Retry-After), else an error event ending the stream.
+void OpenAiServer::answer_error(Call& call, const openai::ApiError& e) {
+  if (!call.stream_started) return reply_error(*call.res, e, e.http_status == 503 ? kRetry : http::Headers{});
+  call.res->write_chunk("data: " + openai::error_body(e) + "\n\ndata: [DONE]\n\n");
+  call.res->end_stream();
 }
 
 void OpenAiServer::finish(BatchOutcome o) {
@@ -508,21 +514,15 @@ void OpenAiServer::finish(BatchOutcome o) {
   // An error of one choice is the call's; a cancellation not asked for by
   // the client (it is gone then, and nothing is sent) is the server stopping:
   // a request that did not run to its end is never answered 200.
-  const openai::ApiError* error = nullptr;
-  openai::ApiError e;
   for (const BatchOutcome& oc : call->outcomes) {
     if (!oc.status) {
       const bool too_big = oc.result.metrics.stop_reason == "kv_full";
-      e = api_error(too_big ? 400 : 503, oc.status.message(), too_big ? "invalid_request_error" : "server_error",
-                    too_big ? "context_length_exceeded" : "");
-      error = &e;
-      break;
+      return answer_error(*call, api_error(too_big ? 400 : 503, oc.status.message(),
+                                           too_big ? "invalid_request_error" : "server_error",
+                                           too_big ? "context_length_exceeded" : ""));
     }
-    if (oc.result.metrics.stop_reason == "cancelled") {
-      e = api_error(503, "the server stopped before the answer was complete", "server_error");
-      error = &e;
-      break;
-    }
+    if (oc.result.metrics.stop_reason == "cancelled")
+      return answer_error(*call, api_error(503, "the server stopped before the answer was complete", "server_error"));
   }
   http::Responder& res = *call->res;
   int preemptions = 0;
@@ -531,8 +531,7 @@ void OpenAiServer::finish(BatchOutcome o) {
     preemptions += oc.preemptions;
     metrics.push_back(oc.result.metrics);
   }
-  if (!call->stream || (error && !call->stream_started)) {
-    if (error) return reply_error(res, *error, error->http_status == 503 ? kRetry : http::Headers{});
+  if (!call->stream) {
     std::vector<GenerateResult> choices;
     for (BatchOutcome& oc : call->outcomes) choices.push_back(std::move(oc.result));
     res.reply(200, "application/json",
@@ -540,24 +539,17 @@ void OpenAiServer::finish(BatchOutcome o) {
                                                  scheduler_->model().tokenizer())));
     return;
   }
-  if (!call->stream_started) {
-    call->stream_started = true;
-    start_event_stream(res);
-  }
+  start_event_stream(*call);
   std::string out;
-  if (error) {
-    out += "data: " + openai::error_body(*error) + "\n\n";
-  } else {
-    for (size_t i = 0; i < call->outcomes.size(); i++) {
-      const int index = static_cast<int>(i);
-      // A choice that sent nothing yet (chat: the role), or whose last
-      // tokens' text was held back (a stop string), still sends them.
-      if (call->first_chunk[i] || !call->unsent_logprobs[i].empty()) out += chunk_event(*call, index, "");
-      out += openai::sse_event(
-          openai::final_chunk_json(call->ep, call->head, index, call->outcomes[i].result, call->outcomes[i].preemptions));
-    }
-    if (call->include_usage) out += openai::sse_event(openai::usage_chunk_json(call->ep, call->head, metrics));
+  for (size_t i = 0; i < call->outcomes.size(); i++) {
+    const int index = static_cast<int>(i);
+    // A choice that sent nothing yet (chat: the role), or whose last
+    // tokens' text was held back (a stop string), still sends them.
+    if (call->first_chunk[i] || !call->unsent_logprobs[i].empty()) out += chunk_event(*call, index, "");
+    out += openai::sse_event(
+        openai::final_chunk_json(call->ep, call->head, index, call->outcomes[i].result, call->outcomes[i].preemptions));
   }
+  if (call->include_usage) out += openai::sse_event(openai::usage_chunk_json(call->ep, call->head, metrics));
   out += "data: [DONE]\n\n";
   res.write_chunk(out);
   res.end_stream();

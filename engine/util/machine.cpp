@@ -358,7 +358,7 @@ void judge_peaks(const BandwidthBuffer& plan, const BandwidthTiming& memory, Mac
   p->read_bandwidth = memory.best;
   p->runs = memory.runs;
   p->buffer_bytes = memory.bytes;
-  p->past_cache = memory.bytes > 0 && memory.bytes + kMiB > plan.wanted;  // slices round down to pages
+  p->past_cache = memory.runs > 0 && plan.past_cache();
   p->plausible = true;
   p->note.clear();
   if (memory.runs == 0) {
@@ -405,7 +405,7 @@ std::string describe_machine_peaks(const MachinePeaks& p) {
   std::snprintf(buf, sizeof buf, "read %.1f GB/s from memory (%d threads, SIMD reads of %zu MiB, best of %d", p.read_bandwidth / 1e9,
                 p.threads, p.buffer_bytes / kMiB, p.runs);
   s += buf;
-  if (p.llc_bytes > 0) s += p.past_cache ? ", at least 4x the " + mib_text(p.llc_bytes) + " last-level cache" : "";
+  if (p.llc_bytes > 0 && p.past_cache) s += ", at least 4x the " + mib_text(p.llc_bytes) + " last-level cache";
   s += ")";
   if (p.llc_read_bandwidth > 0) {
     std::snprintf(buf, sizeof buf, ", %.1f GB/s from the %zu MiB last-level cache (%zu MiB read)",

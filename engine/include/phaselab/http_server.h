@@ -70,9 +70,6 @@ class Responder {
   void start_stream(int status, std::string_view content_type, const Headers& extra = {});
   bool write_chunk(std::string_view data);  // false: the client is gone
   void end_stream();
-  // The client went away before the response ended (it closed, reset, stopped
-  // reading, or the server stops).
-  bool gone() const;
   // Called once, on the server thread (or here if it already happened), when
   // the client goes away before the response ended.
   void on_gone(std::function<void()> f);
@@ -82,6 +79,15 @@ class Responder {
 };
 
 using Handler = std::function<void(Request&& req, std::shared_ptr<Responder> res)>;
+
+// How the server words the errors it answers itself (a limit, a deadline, a
+// malformed request): the API's own error shape, so that clients read them
+// as they read the handler's.
+struct ErrorResponse {
+  std::string content_type;
+  std::string body;
+};
+using ErrorFormatter = std::function<ErrorResponse(int status, const std::string& message)>;
 
 struct Limits {
   std::size_t max_header_bytes = 16 << 10;  // request line + headers (+ chunked trailers)
@@ -146,7 +152,9 @@ std::string lower_ascii(std::string_view s);
 class Server {
  public:
   // Binds host:port (port 0: any free one). An error names the address.
-  static Result<std::unique_ptr<Server>> bind(const std::string& host, int port, const Limits& limits, Handler handler);
+  // format_error empty: the message as plain text.
+  static Result<std::unique_ptr<Server>> bind(const std::string& host, int port, const Limits& limits, Handler handler,
+                                              ErrorFormatter format_error = {});
   ~Server();  // stop(0)
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
@@ -158,11 +166,6 @@ class Server {
   // thread joined. Idempotent.
   void stop(int drain_ms);
 
-  struct Counters {
-    std::atomic<uint64_t> connections{0}, requests{0}, rejected_busy{0}, timeouts{0}, evicted{0}, bad_requests{0};
-  };
-  const Counters& counters() const { return counters_; }
-
  private:
   Server() = default;
   void run();
@@ -170,10 +173,10 @@ class Server {
   struct Impl;
   std::unique_ptr<Impl> impl_;
   Handler handler_;
+  ErrorFormatter format_error_;
   Limits limits_;
   int port_ = 0;
   std::thread thread_;
-  Counters counters_;
 };
 
 // The reason phrase of a status code ("Not Found").

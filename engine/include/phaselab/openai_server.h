@@ -40,6 +40,10 @@
 #include "phaselab/server_metrics.h"
 #include "phaselab/status.h"
 
+namespace phaselab::openai {
+struct ApiError;
+}  // namespace phaselab::openai
+
 namespace phaselab::http {
 class Server;
 class Responder;
@@ -115,6 +119,8 @@ class OpenAiServer {
   void on_token(Call& call, int index, const TokenEvent& e);
   std::string chunk_event(Call& call, int index, const std::string& text);
   void finish(BatchOutcome o);
+  void answer_error(Call& call, const openai::ApiError& e);
+  void start_event_stream(Call& call);
 
   std::unique_ptr<Scheduler> scheduler_;
   ServerOptions opt_;
