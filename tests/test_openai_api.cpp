@@ -21,14 +21,7 @@ using nlohmann::json;
 
 namespace {
 
-std::shared_ptr<const Model> stories() {
-  static std::shared_ptr<const Model> m = [] {
-    auto r = Model::load(test_data("stories260K.gguf"));
-    if (!r) qFatal("%s", r.status().message().c_str());
-    return std::shared_ptr<const Model>(*r);
-  }();
-  return m;
-}
+std::shared_ptr<const Model> stories() { return shared_stories(); }
 
 constexpr int kCtx = 512;
 const openai::ApiLimits kLimits{kCtx, 256};

@@ -31,14 +31,7 @@ using nlohmann::json;
 
 namespace {
 
-std::shared_ptr<const Model> stories() {
-  static std::shared_ptr<const Model> m = [] {
-    auto r = Model::load(test_data("stories260K.gguf"));
-    if (!r) qFatal("%s", r.status().message().c_str());
-    return std::shared_ptr<const Model>(*r);
-  }();
-  return m;
-}
+std::shared_ptr<const Model> stories() { return shared_stories(); }
 
 std::unique_ptr<Backend> cpu(int max_batch = 64) {
   auto b = make_cpu_backend(stories(), 2, max_batch);

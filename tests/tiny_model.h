@@ -170,6 +170,16 @@ inline GenerateOptions greedy(int n) {
 
 inline std::string test_data(const std::string& rel) { return std::string(PHASELAB_TEST_DATA) + "/" + rel; }
 
+// tests/data/stories260K.gguf, loaded once per test program and shared.
+inline std::shared_ptr<const Model> shared_stories() {
+  static std::shared_ptr<const Model> m = [] {
+    auto r = Model::load(test_data("stories260K.gguf"));
+    if (!r) qFatal("%s", r.status().message().c_str());
+    return std::shared_ptr<const Model>(*r);
+  }();
+  return m;
+}
+
 // The default model (Gemma 3 270M Q4_K_M): PHASELAB_DEFAULT_MODEL (set by
 // scripts/test.sh) or the user's model folder; empty if absent.
 inline std::string default_model_path() {
