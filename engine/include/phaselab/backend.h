@@ -101,6 +101,21 @@ class Backend {
   }
 };
 
+// The switches of each backend, as option fields. make_backend's caller
+// fills them (backend_options_from_environment() reads the PHASELAB_*
+// variables, the one place that does); the backends read nothing else.
+struct CpuSwitches {
+  std::string isa_cap;  // "" the best the CPU supports; "portable" | "avx2" | "avx-vnni" caps it (PHASELAB_CPU_ISA)
+  bool repack = true;   // repack matrices at load (PHASELAB_CPU_REPACK=0 keeps the file's layout)
+};
+struct CudaSwitches {
+  bool graphs = true;           // replay decode passes as CUDA graphs (PHASELAB_CUDA_GRAPHS=0: off)
+  bool tiled_attention = true;  // the tiled attention kernel for long chunks (PHASELAB_CUDA_ATTN_TILED=0: off)
+  int gemm_min_rows = 16;       // rows from which matrix products use cuBLAS GEMMs (PHASELAB_CUDA_GEMM_MIN)
+  bool profile = false;         // time each step of a pass (PHASELAB_CUDA_PROFILE)
+  std::string library;          // libphaselab_cuda.so to load; "" the installed one (PHASELAB_CUDA_LIB)
+};
+
 // The fast CPU backend (the default): 8-bit quantized activations, integer
 // SIMD dot products (AVX2 when the CPU has it, else portable C++; with
 // portable_only always the latter), a persistent thread pool.
