@@ -8,6 +8,7 @@
 
 #include "phaselab/kv_cache.h"
 #include "phaselab/sampler.h"
+#include "engine_loop.h"
 
 namespace phaselab {
 
@@ -27,60 +28,48 @@ Result<BatchBenchPoint> bench_batch(Backend& backend, const Model& model, int ba
   auto pool = KvPool::create(c, batch * per_seq, kv_type, KvPool::window_blocks_for(c, batch, backend.max_batch()),
                              backend.kv_storage());
   if (!pool) return pool.status();
-  std::vector<std::unique_ptr<KvCache>> seqs;
-  std::vector<std::vector<int32_t>> prompts(batch);
+  // The engine loop with every prompt computed before any sequence decodes,
+  // so that the two phases are timed apart: prefill passes of up to
+  // max_batch tokens taken from the sequences in turn, then n_gen passes of
+  // one token per sequence (greedy, to n_gen + 1 tokens each: the first
+  // comes from the prefill's logits).
+  LoopOptions lo;
+  lo.n_ctx = n_ctx;
+  lo.max_seqs = batch;
+  lo.token_budget = backend.max_batch();
+  lo.prefix_cache = false;  // random prompts: nothing to share, nothing to publish
+  lo.prefill_before_decode = true;
+  EngineLoop loop(backend, model, *pool, lo);
   std::mt19937 rng(static_cast<uint32_t>(seed));
   std::uniform_int_distribution<int32_t> pick(0, c.n_vocab - 1);
+  GenerateOptions go;
+  go.n_predict = n_gen + 1;
+  go.ignore_eos = true;
+  go.prefix_cache = false;
+  go.sampling.temperature = 0;
   for (int b = 0; b < batch; b++) {
-    seqs.push_back(KvCache::create_in(*pool, n_ctx));
-    seqs.back()->set_prefix_cache(false);  // random prompts: nothing to share, nothing to publish
-    prompts[b].resize(n_prompt);
-    for (auto& t : prompts[b]) t = pick(rng);
+    std::vector<int32_t> prompt(n_prompt);
+    for (auto& t : prompt) t = pick(rng);
+    loop.add(std::make_unique<Sequence>(static_cast<uint64_t>(b), std::move(prompt), go, TokenCallback{}, model, n_ctx));
   }
-  std::vector<float> logits(static_cast<size_t>(batch) * c.n_vocab);
-  std::vector<int32_t> next(batch), picked(batch);
-  const bool device_greedy = backend.has_device_greedy();  // the GPU picks the tokens where the logits are
-  std::vector<SeqChunk> chunks;
-  chunks.reserve(batch);
-  auto stopped = [&] { return cancel && cancel->load(std::memory_order_relaxed); };
 
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
-  // Prefill: passes of up to max_batch tokens taken from the sequences in turn.
-  {
-    std::vector<int> done(batch, 0);
-    int b = 0;
-    while (b < batch) {
-      if (stopped()) return cancelled("benchmark cancelled");
-      chunks.clear();
-      int budget = backend.max_batch();
-      for (int s = b; s < batch && budget > 0; s++) {
-        const int n = std::min(budget, n_prompt - done[s]);
-        const bool last = done[s] + n == n_prompt;
-        chunks.push_back({seqs[s].get(), prompts[s].data() + done[s], n, last ? LogitsMode::last : LogitsMode::none,
-                          last ? logits.data() + static_cast<size_t>(s) * c.n_vocab : nullptr, last && device_greedy ? &picked[s] : nullptr});
-        done[s] += n;
-        budget -= n;
-      }
-      PHASELAB_TRY(backend.forward_batch(chunks.data(), static_cast<int>(chunks.size())));
-      while (b < batch && done[b] == n_prompt) b++;
-    }
-  }
-  const auto t1 = Clock::now();
-  // Decode: every sequence one token per pass.
-  for (int step = 0; step < n_gen; step++) {
-    if (stopped()) return cancelled("benchmark cancelled");
-    chunks.clear();
-    // Greedy: a GPU backend picks each sequence's next token where the
-    // logits are; on the CPU they are here already.
-    for (int s = 0; s < batch; s++) {
-      float* l = logits.data() + static_cast<size_t>(s) * c.n_vocab;
-      next[s] = device_greedy ? picked[s] : argmax(l, c.n_vocab);
-      chunks.push_back({seqs[s].get(), &next[s], 1, LogitsMode::last, l, device_greedy ? &picked[s] : nullptr});
-    }
-    PHASELAB_TRY(backend.forward_batch(chunks.data(), batch));
+  auto t1 = t0;
+  int decode_passes = 0;
+  while (!loop.idle()) {
+    if (cancel && cancel->load(std::memory_order_relaxed)) return cancelled("benchmark cancelled");
+    StepReport pass;
+    PHASELAB_TRY(loop.step(&pass));
+    if (pass.prefill) t1 = Clock::now();
+    else decode_passes += pass.n_seqs > 0;
   }
   const auto t2 = Clock::now();
+  for (auto& f : loop.take_finished())
+    if (!f.status) return f.status;
+  if (decode_passes != n_gen)
+    return internal_error("the benchmark ran " + std::to_string(decode_passes) + " decode passes for " +
+                          std::to_string(n_gen) + " tokens");
   BatchBenchPoint p;
   p.batch = batch;
   p.n_prompt = n_prompt;

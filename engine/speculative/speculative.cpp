@@ -38,6 +38,11 @@ class PromptLookupDraft final : public DraftSource {
   int max_ngram_, min_ngram_;
 };
 
+// A draft model's proposal is a short greedy (or sampled) generation on the
+// draft's own Session, so through the engine's one loop: the draft's cache
+// keeps the common prefix of the last context (Session reuses it), and in
+// sampling mode each token is drawn from the distribution the verification
+// weighs it by (GenerateOptions::draw_dists).
 class DraftModelSource final : public DraftSource {
  public:
   explicit DraftModelSource(std::unique_ptr<Session> s) : s_(std::move(s)) {}
@@ -45,45 +50,35 @@ class DraftModelSource final : public DraftSource {
 
   Status propose(const std::vector<int32_t>& context, int k, const SamplingParams& sp, Draft* out) override {
     out->clear();
-    KvCache& kv = s_->kv();
     const int n = static_cast<int>(context.size());
-    if (n + k >= kv.n_ctx()) k = kv.n_ctx() - n - 1;
+    if (n + k >= s_->n_ctx()) k = s_->n_ctx() - n - 1;
     if (k <= 0 || n == 0) return Status::ok();
-    // Bring the draft's cache to the context: keep the common prefix.
-    int common = 0;
-    const auto& cached = kv.tokens();
-    const int lim = std::min<int>(static_cast<int>(cached.size()), n - 1);
-    while (common < lim && cached[common] == context[common]) common++;
-    common = kv.truncate(common);  // less when the window before it is gone
-    PHASELAB_TRY(s_->eval(std::vector<int32_t>(context.begin() + common, context.end()), &logits_));
-    if (!sampler_ || sampler_params_changed(sp)) {
-      sampler_ = std::make_unique<Sampler>(sp, s_->model().config().n_vocab);
-      params_ = sp;
-    }
-    history_.assign(context.begin(), context.end());
-    for (int i = 0; i < k; i++) {
-      TokenDist q;
-      sampler_->distribution(logits_.data(), history_, &q);
-      const int32_t t = sp.greedy() ? q.front().second : sampler_->draw(q);
-      out->tokens.push_back(t);
-      out->probs.push_back(sp.greedy() ? TokenDist{} : std::move(q));
-      history_.push_back(t);
-      if (i + 1 < k) PHASELAB_TRY(s_->eval({t}, &logits_));
-    }
+    GenerateOptions go;
+    go.n_predict = k;
+    go.sampling = sp;
+    // A new random stream per proposal (a sampler made from the same seed
+    // each time would draw the same uniforms: not a draw from q).
+    go.sampling.seed = mix(sp.seed, ++proposals_);
+    go.ignore_eos = true;  // the target decides where the answer ends
+    go.draw_dists = &out->probs;
+    auto r = s_->generate(context, go);
+    if (!r) return r.status();
+    out->tokens = std::move(r->tokens);
+    if (sp.greedy()) out->probs.clear();  // deterministic: q is one-hot on each token
     return Status::ok();
   }
 
  private:
-  bool sampler_params_changed(const SamplingParams& sp) const {
-    return sp.temperature != params_.temperature || sp.top_k != params_.top_k || sp.top_p != params_.top_p ||
-           sp.min_p != params_.min_p || sp.seed != params_.seed;
+  // splitmix64 of the seed and the proposal's number.
+  static uint64_t mix(uint64_t seed, uint64_t i) {
+    uint64_t z = seed + i * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
   }
 
   std::unique_ptr<Session> s_;
-  std::unique_ptr<Sampler> sampler_;
-  SamplingParams params_;
-  std::vector<float> logits_;
-  std::vector<int32_t> history_;
+  uint64_t proposals_ = 0;
 };
 
 }  // namespace

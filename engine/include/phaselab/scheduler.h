@@ -1,16 +1,13 @@
 // Continuous batching: many requests share forward passes.
 //
 // Requests arrive (submit, from any thread) and leave (finished, cancelled)
-// at any step. Each step() runs one forward pass over a batch built under a
-// token budget: first the running sequences, oldest first (a decoding one
-// takes one token, one still prefilling takes a chunk of its prompt), then
-// waiting requests are admitted in arrival order while the budget and the
-// sequence limit allow. All sequences live in one paged KV pool; a prompt
-// prefix published by one sequence (a shared system prompt, an earlier turn)
-// is reused by the next. When the pool runs out of blocks, the newest
-// running sequence is preempted: its blocks are freed and it goes back to the
-// front of the queue, to be recomputed (prompt and the tokens it had
-// generated) when there is room again. Its output is unchanged by that.
+// at any step. The Scheduler is the thread-safe queue around the engine's one
+// generation loop (engine/runtime/engine_loop.h), which plans each pass under
+// a token budget (decodes first, then chunks of prompts; admission in
+// arrival order), preempts the newest sequence when the paged KV pool runs
+// out of blocks (it is recomputed later, its output unchanged) and reuses
+// the prompt prefixes sequences publish (a shared system prompt, an earlier
+// turn).
 //
 // A sequence's tokens are the same as Session::generate() gives it alone:
 // the backend computes every row of a batch exactly as it would alone, and
@@ -33,6 +30,10 @@
 #include "phaselab/status.h"
 
 namespace phaselab {
+
+class EngineLoop;
+struct Sequence;
+struct StepReport;
 
 struct SchedulerOptions {
   int n_ctx = 0;         // positions per sequence; <= 0: the model's trained context, capped at 4096
@@ -103,32 +104,20 @@ class Scheduler {
   int max_seqs() const { return opt_.max_seqs; }
 
  private:
-  struct Seq;
   Scheduler() = default;
   void drain_incoming();
-  void preempt(std::unique_ptr<Seq> s);
-  void finish(std::unique_ptr<Seq> s, const std::string& reason, Status st = Status::ok());
-  bool append_token(Seq& s, int32_t id);  // true: the sequence is done
-  void update_stats();
+  void collect_finished();
+  void update_stats(const StepReport* pass);
 
   std::shared_ptr<const Model> model_;
   std::unique_ptr<Backend> backend_;
   std::shared_ptr<KvPool> pool_;
+  std::unique_ptr<EngineLoop> loop_;  // stepping thread only
   SchedulerOptions opt_;
-  int n_ctx_ = 0, budget_ = 0;
-
-  // Stepping thread only:
-  std::vector<std::unique_ptr<Seq>> running_;  // admission order, oldest first
-  std::deque<std::unique_ptr<Seq>> waiting_;   // preempted ones at the front
-  std::vector<SeqChunk> chunks_;               // this pass
-  std::vector<Seq*> chunk_seq_;
-  std::vector<float> logits_;                  // (max_seqs, n_vocab)
-  std::vector<int32_t> argmax_;                // (max_seqs) greedy picks made by the backend (SeqChunk::argmax)
-  std::vector<float> raw_row_;                 // (n_vocab) a row's logits before sampling, for logprobs
-  bool device_greedy_ = false;                 // the backend picks greedy tokens itself
+  int n_ctx_ = 0;
 
   mutable std::mutex mu_;  // guards what follows
-  std::vector<std::unique_ptr<Seq>> incoming_;
+  std::vector<std::unique_ptr<Sequence>> incoming_;
   std::vector<uint64_t> cancels_;
   std::vector<BatchOutcome> finished_;
   uint64_t next_id_ = 1;

@@ -30,6 +30,10 @@ struct GenerateOptions {
   // TokenEvent::logprob): -1 none; 0..kMaxTopLogprobs the chosen token's and
   // that many most likely alternatives'. Not with a draft (speculative decoding).
   int logprobs = -1;
+  // Drafting for speculative decoding (a draft model's Session): each token is
+  // drawn from the distribution the sampler builds, which is appended here
+  // (empty for greedy: one-hot on the token).
+  std::vector<TokenDist>* draw_dists = nullptr;
 };
 
 // Definitions as in docs/architecture.md: TTFT = request submitted -> first
@@ -79,6 +83,10 @@ struct GenerateResult {
   std::vector<TokenLogprob> logprobs;  // one per token of tokens when GenerateOptions::logprobs >= 0, else empty
 };
 
+class EngineLoop;
+
+// A batch of one on the engine loop (engine/runtime/engine_loop.h), its chat
+// cache kept between requests.
 class Session {
  public:
   // n_ctx <= 0 takes the model's trained context, capped at 4096. K/V are
@@ -104,6 +112,8 @@ class Session {
   // appending tokens to the cache.
   Status eval(const std::vector<int32_t>& tokens, std::vector<float>* logits_last);
 
+  ~Session();
+
   const Model& model() const { return *model_; }
   Backend& backend() { return *backend_; }
   KvCache& kv() { return *kv_; }
@@ -113,17 +123,12 @@ class Session {
 
  private:
   Session() = default;
-  Status prefill(const int32_t* tokens, int n, bool want_logits);
 
   std::shared_ptr<const Model> model_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<KvCache> kv_;
-  std::vector<float> logits_;  // (n_vocab)
-  // Speculative decoding scratch, kept between requests.
-  Draft draft_;
-  std::vector<int32_t> verify_;        // (k + 1) tokens of one verification
-  std::vector<float> spec_logits_;     // (k + 1, n_vocab)
-  TokenDist p_dist_, resid_dist_;
+  std::unique_ptr<EngineLoop> loop_;
+  uint64_t next_id_ = 1;
 };
 
 }  // namespace phaselab
