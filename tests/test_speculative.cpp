@@ -123,6 +123,31 @@ class TestSpeculative : public QObject {
     QVERIFY(spec->metrics.spec_drafted > 0);
   }
 
+  // Sampling with a draft model that is the target itself: the draft's q
+  // (kept per token through GenerateOptions::draw_dists) equals the target's
+  // p, so every drafted token passes the rejection test. A draft whose
+  // distributions were lost would be taken as one-hot and rejected often.
+  void sampled_draft_model_equal_to_target_accepts_everything() {
+    TinySpec spec;
+    spec.arch = "qwen3";
+    spec.matrix_type = TensorType::Q8_0;
+    const std::string target = write_tiny_model(spec, "spec_sampled.gguf");
+    auto s = open(target, true, 256);
+    auto draft = draft_model(target, s->model());
+    GenerateOptions o;
+    o.n_predict = 40;
+    o.ignore_eos = true;
+    o.sampling.temperature = 1.0f;
+    o.sampling.seed = 7;
+    o.draft = draft.get();
+    o.spec_k = 4;
+    auto r = s->generate({1, 260, 261, 262, 263, 264}, o);
+    QVERIFY2(r.is_ok(), r.status().message().c_str());
+    QCOMPARE(static_cast<int>(r->tokens.size()), 40);
+    QVERIFY(r->metrics.spec_drafted > 0);
+    QCOMPARE(r->metrics.spec_accepted, r->metrics.spec_drafted);
+  }
+
   void draft_with_another_vocabulary_is_refused() {
     auto target = Model::load(test_data("stories260K.gguf"));
     QVERIFY(target.is_ok());
