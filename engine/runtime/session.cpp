@@ -35,6 +35,7 @@ Result<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Model> mo
   s->model_ = std::move(model);
   s->backend_ = std::move(backend);
   s->kv_ = std::move(*kv);
+  s->eval_logits_.resize(c.n_vocab);
   LoopOptions lo;
   lo.n_ctx = n_ctx;
   lo.max_seqs = 1;
@@ -54,14 +55,13 @@ int Session::reusable_prefix(const std::vector<int32_t>& prompt, const GenerateO
 // passes of max_batch tokens (tests, perplexity-style callers).
 Status Session::eval(const std::vector<int32_t>& tokens, std::vector<float>* logits_last) {
   if (tokens.empty()) return invalid_argument("nothing to evaluate");
-  std::vector<float> logits(model_->config().n_vocab);
   const int n = static_cast<int>(tokens.size()), B = backend_->max_batch();
   for (int i = 0; i < n; i += B) {
     const int m = std::min(B, n - i);
-    PHASELAB_TRY(backend_->forward(tokens.data() + i, m, *kv_, logits.data(),
+    PHASELAB_TRY(backend_->forward(tokens.data() + i, m, *kv_, eval_logits_.data(),
                                    i + m == n ? LogitsMode::last : LogitsMode::none));
   }
-  if (logits_last) *logits_last = std::move(logits);
+  if (logits_last) *logits_last = eval_logits_;
   return Status::ok();
 }
 

@@ -128,6 +128,7 @@ class Session {
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<KvCache> kv_;
   std::unique_ptr<EngineLoop> loop_;
+  std::vector<float> eval_logits_;  // (n_vocab) eval()'s, allocated once
   uint64_t next_id_ = 1;
 };
 
