@@ -94,8 +94,19 @@ CompareWindow::CompareWindow(ConversationStore* store, QWidget* parent) : QMainW
 
   auto* central = new QWidget;
   auto* col = new QVBoxLayout(central);
+  col->addLayout(buildSavedRunsRow());
+  // The variants and how they are measured above, the results below.
+  auto* split = new QSplitter(Qt::Vertical);
+  split->addWidget(buildVariantsPanel());
+  split->addWidget(buildResultTabs());
+  split->setStretchFactor(1, 2);
+  col->addWidget(split, 1);
+  buildModes(central);
+  buildToolbar();
+  refreshSavedRuns();
+}
 
-  // Saved runs.
+QHBoxLayout* CompareWindow::buildSavedRunsRow() {
   auto* savedRow = new QHBoxLayout;
   savedRow->addWidget(new QLabel(tr("Saved runs:")));
   m_saved = new QComboBox;
@@ -109,9 +120,11 @@ CompareWindow::CompareWindow(ConversationStore* store, QWidget* parent) : QMainW
   connect(openSaved, &QPushButton::clicked, this, [this] {
     if (m_saved->currentData().isValid()) openSavedRun(m_saved->currentData().toLongLong());
   });
-  col->addLayout(savedRow);
+  return savedRow;
+}
 
-  // Variants.
+// The variants table, its buttons, the measurement options, Run and the status.
+QWidget* CompareWindow::buildVariantsPanel() {
   m_variants = new QTableWidget(0, kVariantColumns);
   m_variants->setObjectName(QStringLiteral("variantsTable"));
   m_variants->setAccessibleName(tr("Variants"));
@@ -120,6 +133,22 @@ CompareWindow::CompareWindow(ConversationStore* store, QWidget* parent) : QMainW
   m_variants->verticalHeader()->setVisible(false);
   m_variants->setSelectionBehavior(QAbstractItemView::SelectRows);
   m_variants->setMinimumHeight(120);
+  QHBoxLayout* variantButtons = buildVariantButtons();
+  QFormLayout* form = buildMeasurementForm();
+  QHBoxLayout* runRow = buildRunRow();
+
+  auto* top = new QWidget;
+  auto* topCol = new QVBoxLayout(top);
+  topCol->setContentsMargins(0, 0, 0, 0);
+  topCol->addWidget(m_variants, 1);
+  topCol->addLayout(variantButtons);
+  topCol->addLayout(form);
+  topCol->addLayout(runRow);
+  topCol->addWidget(m_status);
+  return top;
+}
+
+QHBoxLayout* CompareWindow::buildVariantButtons() {
   auto* variantButtons = new QHBoxLayout;
   m_addModel = new QPushButton(tr("Add Model…"));
   m_addModel->setObjectName(QStringLiteral("addModel"));
@@ -140,8 +169,10 @@ CompareWindow::CompareWindow(ConversationStore* store, QWidget* parent) : QMainW
   variantButtons->addWidget(m_addQuant);
   variantButtons->addWidget(m_remove);
   variantButtons->addStretch(1);
+  return variantButtons;
+}
 
-  // Measurement options.
+QFormLayout* CompareWindow::buildMeasurementForm() {
   auto* form = new QFormLayout;
   auto* textRow = new QHBoxLayout;
   m_text = new QLineEdit(QString::fromStdString(bundled_text_path("eval-en.txt")));
@@ -164,7 +195,11 @@ CompareWindow::CompareWindow(ConversationStore* store, QWidget* parent) : QMainW
   m_threads->setSpecialValueText(tr("one per physical core"));
   m_threads->setAccessibleName(tr("Threads"));
   form->addRow(tr("Threads:"), m_threads);
+  return form;
+}
 
+// Run, Cancel and the progress bar; the status line under them.
+QHBoxLayout* CompareWindow::buildRunRow() {
   auto* runRow = new QHBoxLayout;
   m_run = new QPushButton(tr("Run"));
   m_run->setObjectName(QStringLiteral("runCompare"));
@@ -184,17 +219,11 @@ CompareWindow::CompareWindow(ConversationStore* store, QWidget* parent) : QMainW
   runRow->addWidget(m_run);
   runRow->addWidget(m_cancel);
   runRow->addWidget(m_progress, 1);
+  return runRow;
+}
 
-  auto* top = new QWidget;
-  auto* topCol = new QVBoxLayout(top);
-  topCol->setContentsMargins(0, 0, 0, 0);
-  topCol->addWidget(m_variants, 1);
-  topCol->addLayout(variantButtons);
-  topCol->addLayout(form);
-  topCol->addLayout(runRow);
-  topCol->addWidget(m_status);
-
-  // Results.
+// The results: a table and the charts.
+QTabWidget* CompareWindow::buildResultTabs() {
   m_tabs = new QTabWidget;
   m_tabs->setObjectName(QStringLiteral("compareTabs"));
   m_results = new QTableWidget(0, 11);
@@ -217,13 +246,10 @@ CompareWindow::CompareWindow(ConversationStore* store, QWidget* parent) : QMainW
                  tr("Speed vs quality"));
   m_memoryChart = new QChart;
   m_tabs->addTab(compareChartView(m_memoryChart, tr("File size and peak memory (MiB)")), tr("Memory"));
+  return m_tabs;
+}
 
-  auto* split = new QSplitter(Qt::Vertical);
-  split->addWidget(top);
-  split->addWidget(m_tabs);
-  split->setStretchFactor(1, 2);
-  col->addWidget(split, 1);
-
+void CompareWindow::buildModes(QWidget* models) {
   // The two modes share the window; one runs at a time, as both measure speed.
   m_sweep = new BatchSweepPanel;
   connect(m_sweep, &BatchSweepPanel::finished, this, &CompareWindow::batchSweepFinished);
@@ -234,10 +260,13 @@ CompareWindow::CompareWindow(ConversationStore* store, QWidget* parent) : QMainW
   m_modes = new QTabWidget;
   m_modes->setObjectName(QStringLiteral("compareModes"));
   m_modes->setDocumentMode(true);
-  m_modes->addTab(central, tr("Models"));
+  m_modes->addTab(models, tr("Models"));
   m_modes->addTab(m_sweep, tr("Batch sweep"));
   setCentralWidget(m_modes);
+}
 
+// Export CSV / JSON.
+void CompareWindow::buildToolbar() {
   auto* bar = addToolBar(tr("Compare"));
   bar->setObjectName(QStringLiteral("compareToolbar"));
   bar->addAction(tr("Export CSV…"), this, [this] {
@@ -253,7 +282,6 @@ CompareWindow::CompareWindow(ConversationStore* store, QWidget* parent) : QMainW
   // The exports are the model comparison's: hidden on the batch sweep, which
   // needs the height at 800x600.
   connect(m_modes, &QTabWidget::currentChanged, this, [this, bar](int i) { bar->setVisible(m_modes->widget(i) != m_sweep); });
-  refreshSavedRuns();
 }
 
 CompareWindow::~CompareWindow() {

@@ -21,6 +21,8 @@
 class QChart;
 class QChartView;
 class QComboBox;
+class QFormLayout;
+class QHBoxLayout;
 class QLabel;
 class QLineEdit;
 class QProgressBar;
@@ -89,6 +91,16 @@ class CompareWindow : public QMainWindow {
   void closeEvent(QCloseEvent* e) override;
 
  private:
+  // The constructor's sections, top to bottom.
+  QHBoxLayout* buildSavedRunsRow();
+  QWidget* buildVariantsPanel();
+  QHBoxLayout* buildVariantButtons();
+  QFormLayout* buildMeasurementForm();
+  QHBoxLayout* buildRunRow();
+  QTabWidget* buildResultTabs();
+  void buildModes(QWidget* models);  // models: the Models tab's page
+  void buildToolbar();
+
   void addVariantRow(const CompareVariant& v);
   std::vector<CompareVariant> variants() const;
   void chooseModel();

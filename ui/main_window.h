@@ -1,5 +1,8 @@
 // MainWindow: conversation list | chat | metrics dock, with the menus,
-// shortcuts, model loading and error banner that tie them together.
+// shortcuts, model loading and banners that tie them together. Its
+// definitions are spread by concern: main_window.cpp (the layout and the
+// wiring), main_window_banners.cpp, main_window_menus.cpp,
+// main_window_model.cpp and main_window_conversation.cpp.
 #pragma once
 
 #include <QMainWindow>
@@ -8,16 +11,10 @@
 #include "conversation_store.h"
 #include "hardware_probe.h"
 
-class QLabel;
-class QProgressDialog;
-class QFrame;
-class QPushButton;
-
-class QVBoxLayout;
-class QCheckBox;
-class QComboBox;
 class QDockWidget;
+class QProgressDialog;
 class QStackedWidget;
+class QVBoxLayout;
 
 namespace phaselab::ui {
 
@@ -29,6 +26,9 @@ class ConversationList;
 class MetricsDock;
 class WelcomePage;
 class CompareWindow;
+class Banner;
+class ChatToolbar;
+class StatusBarLabels;
 
 class MainWindow : public QMainWindow {
   Q_OBJECT
@@ -94,40 +94,64 @@ class MainWindow : public QMainWindow {
  protected:
   void closeEvent(QCloseEvent* e) override;
   void resizeEvent(QResizeEvent* e) override;
-  // The status bar's model label: its text, shown whole unless a transient
-  // message needs the room (fitStatusBar).
-  void setModelLabel(const QString& text);
-  // While the status bar shows a message, the model label gives up the width
-  // the message needs (its text elided, whole in its tooltip): at 800x600
-  // the permanent labels had left a message two letters.
-  void fitStatusBar();
   void dragEnterEvent(QDragEnterEvent* e) override;
   void dropEvent(QDropEvent* e) override;
 
  private:
+  // The constructor's parts (main_window.cpp).
+  // The chat column: banners, the chat toolbar, the chat or the welcome page.
+  QVBoxLayout* createCentral();
+  void createDocks();
+  void connectChat();
+  void connectEngine();
+  void restoreWindow();
+
+  // Banners and the conversation database (main_window_banners.cpp).
+  void createBanners(QVBoxLayout* column);
+  // Opens the database at dbPath; one that cannot be used leaves the
+  // conversations in memory and a banner (inserted in column) that says so.
+  void openStore(const QString& dbPath, QVBoxLayout* column);
+  void showError(const QString& message);
+  void clearError();
+  void updateBaseModelNote();
+
+  // Menus and toolbars (main_window_menus.cpp).
   void createMenus();
+  void createFileMenu();
+  void createChatMenu();
+  void createViewMenu();
+  void createSettingsAndHelpMenus();
   // The chat toolbar's KV cache and speculative toggles: they change the
   // generation settings for the next message, no reload.
   void createChatToolbar(QVBoxLayout* column);
   void syncChatToolbar();
-  void applyConversationSettings(const ConversationSettings& s);
-  void openConversationSettings();
-  void updateBaseModelNote();
-  void updateDockLayout();
-  void exportDialog();
-  void importDialog();
-  void applyGenerationSettings(const GenerationSettings& g);
-  void showError(const QString& message);
-  void clearError();
+
+  // The model: loading, serving, settings, the machine's peaks
+  // (main_window_model.cpp).
+  void onModelLoadStarted(const QString& path);
   void onModelLoaded(const ModelInfo& info);
-  void onBusyChanged(bool busy);
+  void onServerStarted(const QString& url);
+  void onServerStopped();
+  void onServerFailed(const QString& error);
   void openModelDialog();
   void openModelManager();
   // serversPage: open on Settings > Servers (a remote server, the API server).
   void openSettings(bool serversPage = false);
+  void startHardwareProbe();
+  // The cached peaks, and a first probe when there are none (measureHardware).
+  void setUpHardwarePeaks(bool measureHardware);
+
+  // The conversation (main_window_conversation.cpp).
+  void applyGenerationSettings(const GenerationSettings& g);
+  void applyConversationSettings(const ConversationSettings& s);
+  void openConversationSettings();
   void regenerateMessage(qint64 id);
   void editMessage(qint64 id);
-  void startHardwareProbe();
+  void exportDialog();
+  void importDialog();
+
+  void onBusyChanged(bool busy);
+  void updateDockLayout();
   // The welcome page replaces the chat while no model is loaded (or loading)
   // and the open conversation is empty.
   void updateWelcome();
@@ -142,28 +166,18 @@ class MainWindow : public QMainWindow {
   ChatView* m_chatView = nullptr;
   ChatComposer* m_composer = nullptr;
   MetricsDock* m_metrics = nullptr;
-  QFrame* m_errorBanner = nullptr;
-  QLabel* m_errorText = nullptr;
+  Banner* m_errorBanner = nullptr;
+  Banner* m_storeWarning = nullptr;   // the database cannot be used
+  Banner* m_baseModelNote = nullptr;  // a model without a chat template
   QStackedWidget* m_pages = nullptr;  // the chat, or the welcome page
-  QFrame* m_storeWarning = nullptr;   // the database cannot be used
-  QLabel* m_storeWarningText = nullptr;
-  QLabel* m_notSavedLabel = nullptr;
   QString m_dbPath;
   QWidget* m_chatPage = nullptr;
+  ChatToolbar* m_chatToolbar = nullptr;
   WelcomePage* m_welcomePage = nullptr;
-  QLabel* m_modelLabel = nullptr;
-  QString m_modelText;  // the model label's whole text (it shows less while a message needs the room)
-  QLabel* m_serveLabel = nullptr;
+  StatusBarLabels* m_statusLabels = nullptr;
   QString m_serveStatus;  // for the Settings dialog: the address, the failure, or "Not serving."
   QProgressDialog* m_loadProgress = nullptr;
   QString m_lastError;
-  QString m_loadingPath;
-  QCheckBox* m_kvToggle = nullptr;
-  QComboBox* m_specCombo = nullptr;
-  QLabel* m_specLabel = nullptr;
-  QComboBox* m_modeCombo = nullptr;
-  QFrame* m_baseModelNote = nullptr;
-  QLabel* m_baseModelText = nullptr;
   QDockWidget* m_listDock = nullptr;
   bool m_narrow = false;
   bool m_probing = false;  // the hardware probe runs

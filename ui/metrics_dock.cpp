@@ -152,8 +152,42 @@ MetricsDock::MetricsDock(QWidget* parent) : QDockWidget(tr("Metrics"), parent) {
   m_remoteNote->hide();
   layout->addWidget(m_remoteNote);
 
-  // Decode tokens/s over the answer: flat for a memory-bound decode, falling
-  // slowly as the KV cache (read every step) grows.
+  QWidget* charts = buildCharts();
+  buildMeterPage();
+  m_tabs = new QTabWidget;
+  m_tabs->setObjectName(QStringLiteral("metricsTabs"));
+  m_tabs->setDocumentMode(true);
+  m_tabs->addTab(scrollPage(charts), tr("Charts"));
+  m_tabs->addTab(scrollPage(m_meterPage), tr("Phase meter && KV"));
+  layout->addWidget(m_tabs, 1);
+
+  connect(m_phaseMeter, &PhaseMeter::remeasureRequested, this, &MetricsDock::remeasureRequested);
+
+  setWidget(content);
+  // Fits beside the chat in an 800x600 window.
+  setMinimumWidth(240);
+  rescale();
+}
+
+// The Charts tab: decode tokens/s, time to first token, the request timeline.
+QWidget* MetricsDock::buildCharts() {
+  QChartView* decodeView = buildDecodeChart();
+  QChartView* ttftView = buildTtftChart();
+  QChartView* timelineView = buildTimelineChart();
+  connectCharts();
+
+  auto* charts = new QWidget;
+  auto* chartCol = new QVBoxLayout(charts);
+  chartCol->setContentsMargins(0, 0, 0, 0);
+  chartCol->addWidget(decodeView, 2);
+  chartCol->addWidget(ttftView, 2);
+  chartCol->addWidget(timelineView, 3);
+  return charts;
+}
+
+// Decode tokens/s over the answer: flat for a memory-bound decode, falling
+// slowly as the KV cache (read every step) grows.
+QChartView* MetricsDock::buildDecodeChart() {
   m_decodeChart = new QChart;
   m_decodeChart->setTitle(tr("Decode tokens/s over the answer"));
   m_decodeSeries = new QLineSeries;
@@ -168,8 +202,10 @@ MetricsDock::MetricsDock(QWidget* parent) : QDockWidget(tr("Metrics"), parent) {
   m_decodeSeries->attachAxis(m_decodeX);
   m_decodeSeries->attachAxis(m_decodeY);
   m_decodeEmpty = addPlaceholder(m_decodeChart, tr("No tokens yet"));
-  auto* decodeView = makeChartView(m_decodeChart, 120);
+  return makeChartView(m_decodeChart, 120);
+}
 
+QChartView* MetricsDock::buildTtftChart() {
   auto* ttftChart = m_ttftChart = new QChart;
   ttftChart->setTitle(tr("Time to first token per turn (ms)"));
   m_ttftSeries = new QLineSeries;
@@ -184,8 +220,10 @@ MetricsDock::MetricsDock(QWidget* parent) : QDockWidget(tr("Metrics"), parent) {
   m_ttftSeries->attachAxis(m_ttftX);
   m_ttftSeries->attachAxis(m_ttftY);
   m_ttftEmpty = addPlaceholder(ttftChart, tr("No answers yet"));
-  auto* ttftView = makeChartView(ttftChart, 120);
+  return makeChartView(ttftChart, 120);
+}
 
+QChartView* MetricsDock::buildTimelineChart() {
   auto* timelineChart = m_timelineChart = new QChart;
   timelineChart->setTitle(tr("Request timeline (ms)"));
   m_timeline = new QHorizontalStackedBarSeries;
@@ -212,7 +250,12 @@ MetricsDock::MetricsDock(QWidget* parent) : QDockWidget(tr("Metrics"), parent) {
   timelineChart->legend()->show();
   timelineChart->legend()->setLabelColor(QPalette().color(QPalette::Text));
   timelineChart->legend()->setAlignment(Qt::AlignBottom);
+  return timelineView;
+}
 
+// The charts follow the theme, rescale to their size, and explain a point
+// under the mouse.
+void MetricsDock::connectCharts() {
   connect(Appearance::instance(), &Appearance::changed, this, [this] {
     for (QChart* chart : {m_decodeChart, m_ttftChart, m_timelineChart}) restyleChart(chart);
   });
@@ -231,14 +274,11 @@ MetricsDock::MetricsDock(QWidget* parent) : QDockWidget(tr("Metrics"), parent) {
           [this](const QPointF& p, bool state) { showPointToolTip(m_ttftSeries, p, state); });
   connect(m_timeline, &QHorizontalStackedBarSeries::hovered, this,
           [this](bool state, int index, QBarSet*) { showTimelineToolTip(state, index); });
+}
 
-  auto* charts = new QWidget;
-  auto* chartCol = new QVBoxLayout(charts);
-  chartCol->setContentsMargins(0, 0, 0, 0);
-  chartCol->addWidget(decodeView, 2);
-  chartCol->addWidget(ttftView, 2);
-  chartCol->addWidget(timelineView, 3);
-
+// The Phase meter & KV tab: the phase meter, the KV cache's use, speculative
+// decoding's acceptance.
+void MetricsDock::buildMeterPage() {
   m_kvBar = new QProgressBar;
   m_kvBar->setRange(0, 1);
   m_kvBar->setValue(0);
@@ -264,20 +304,6 @@ MetricsDock::MetricsDock(QWidget* parent) : QDockWidget(tr("Metrics"), parent) {
   meterCol->addWidget(group(tr("KV cache (positions used / capacity)"), kvBox));
   meterCol->addWidget(group(tr("Speculative acceptance"), m_spec));
   meterCol->addStretch(1);
-
-  m_tabs = new QTabWidget;
-  m_tabs->setObjectName(QStringLiteral("metricsTabs"));
-  m_tabs->setDocumentMode(true);
-  m_tabs->addTab(scrollPage(charts), tr("Charts"));
-  m_tabs->addTab(scrollPage(m_meterPage), tr("Phase meter && KV"));
-  layout->addWidget(m_tabs, 1);
-
-  connect(m_phaseMeter, &PhaseMeter::remeasureRequested, this, &MetricsDock::remeasureRequested);
-
-  setWidget(content);
-  // Fits beside the chat in an 800x600 window.
-  setMinimumWidth(240);
-  rescale();
 }
 
 void MetricsDock::showPhaseMeter() { m_tabs->setCurrentIndex(1); }

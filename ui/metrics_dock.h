@@ -65,6 +65,14 @@ class MetricsDock : public QDockWidget {
     int tokens = 0;
   };
 
+  // The constructor's sections.
+  QWidget* buildCharts();
+  QChartView* buildDecodeChart();
+  QChartView* buildTtftChart();
+  QChartView* buildTimelineChart();
+  void connectCharts();
+  void buildMeterPage();
+
   void startRequest(const LiveMetrics& m);
   void refreshTimeline();
   QList<int> tickBudgets() const;  // most ticks per axis at the charts' size now

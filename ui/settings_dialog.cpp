@@ -25,31 +25,54 @@ SettingsDialog::SettingsDialog(const AppSettings& current, const EngineConfig& l
   auto* top = new QVBoxLayout(this);
   // Pages, so that the dialog fits a 1280x800 screen: the engine, its
   // answers, and the connections (a remote server, the API server).
-  auto* tabs = m_tabs = new QTabWidget;
-  tabs->setObjectName(QStringLiteral("settingsTabs"));
-  auto* enginePage = new QWidget;
-  auto* layout = new QVBoxLayout(enginePage);
-  tabs->addTab(enginePage, tr("Engine"));
-  auto* generationPage = new QWidget;
-  auto* generationLayout = new QVBoxLayout(generationPage);
-  tabs->addTab(generationPage, tr("Generation"));
-  auto* serverPage = new QWidget;
-  auto* serverLayout = new QVBoxLayout(serverPage);
-  tabs->addTab(serverPage, tr("Servers"));
-  top->addWidget(tabs);
+  m_tabs = new QTabWidget;
+  m_tabs->setObjectName(QStringLiteral("settingsTabs"));
+  auto addPage = [this](const QString& title) {
+    auto* page = new QWidget;
+    auto* layout = new QVBoxLayout(page);
+    m_tabs->addTab(page, title);
+    return layout;
+  };
+  QVBoxLayout* engineLayout = addPage(tr("Engine"));
+  QVBoxLayout* generationLayout = addPage(tr("Generation"));
+  QVBoxLayout* serverLayout = addPage(tr("Servers"));
+  top->addWidget(m_tabs);
 
+  engineLayout->addWidget(buildEngineBox(current.engine));
+  engineLayout->addStretch(1);
+  generationLayout->addWidget(buildGenerationBox(current.generation));
+  serverLayout->addWidget(buildRemoteBox(current));
+  serverLayout->addWidget(buildServeBox(current));
+  serverLayout->addStretch(1);
+
+  m_reloadNote = new QLabel;
+  m_reloadNote->setWordWrap(true);
+  top->addWidget(m_reloadNote);
+  auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel);
+  connect(buttons, &QDialogButtonBox::accepted, this, &QDialog::accept);
+  connect(buttons, &QDialogButtonBox::rejected, this, &QDialog::reject);
+  top->addWidget(buttons);
+
+  connect(m_backend, &QComboBox::currentIndexChanged, this, &SettingsDialog::updateReloadNote);
+  connect(m_threads, &QSpinBox::valueChanged, this, &SettingsDialog::updateReloadNote);
+  connect(m_context, &QSpinBox::valueChanged, this, &SettingsDialog::updateReloadNote);
+  connect(m_kvType, &QComboBox::currentIndexChanged, this, &SettingsDialog::updateReloadNote);
+  updateReloadNote();
+}
+
+QGroupBox* SettingsDialog::buildEngineBox(const EngineConfig& engine) {
   auto* engineBox = new QGroupBox(tr("Engine (changes need a model reload)"));
   auto* ef = new QFormLayout(engineBox);
   m_backend = new QComboBox;
   m_backend->addItem(tr("CPU (fast, SIMD)"), QStringLiteral("cpu"));
   m_backend->addItem(tr("CPU portable (no SIMD)"), QStringLiteral("cpu-portable"));
   m_backend->addItem(tr("CPU reference (the oracle, slow)"), QStringLiteral("cpu-reference"));
-  m_backend->setCurrentIndex(std::max(0, m_backend->findData(current.engine.backend)));
+  m_backend->setCurrentIndex(std::max(0, m_backend->findData(engine.backend)));
   ef->addRow(tr("Backend:"), m_backend);
   // CUDA is offered when its library loads and finds a device; else why not.
   const CudaProbe cudaProbe = probe_cuda();
   if (cudaProbe.available) m_backend->addItem(tr("CUDA: %1").arg(QString::fromStdString(cudaProbe.description)), QStringLiteral("cuda"));
-  m_backend->setCurrentIndex(std::max(0, m_backend->findData(current.engine.backend)));
+  m_backend->setCurrentIndex(std::max(0, m_backend->findData(engine.backend)));
   auto* cuda = new QLabel(cudaProbe.available ? tr("CUDA available: %1").arg(QString::fromStdString(cudaProbe.description))
                                               : tr("CUDA not available: %1").arg(QString::fromStdString(cudaProbe.reason)));
   cuda->setWordWrap(true);
@@ -58,13 +81,13 @@ SettingsDialog::SettingsDialog(const AppSettings& current, const EngineConfig& l
   m_threads = new QSpinBox;
   m_threads->setRange(0, 256);
   m_threads->setSpecialValueText(tr("auto: one per physical core (%1)").arg(default_thread_count()));
-  m_threads->setValue(current.engine.threads);
+  m_threads->setValue(engine.threads);
   ef->addRow(tr("Threads:"), m_threads);
   m_context = new QSpinBox;
   m_context->setRange(0, 1 << 20);
   m_context->setSingleStep(512);
   m_context->setSpecialValueText(tr("the model's (at most 4096)"));
-  m_context->setValue(current.engine.contextSize);
+  m_context->setValue(engine.contextSize);
   ef->addRow(tr("Context size:"), m_context);
   m_kvType = new QComboBox;
   m_kvType->setObjectName(QStringLiteral("kvTypeCombo"));
@@ -72,16 +95,16 @@ SettingsDialog::SettingsDialog(const AppSettings& current, const EngineConfig& l
   m_kvType->addItem(tr("BF16 (the same memory, F32's range)"), QStringLiteral("bf16"));
   m_kvType->addItem(tr("F32"), QStringLiteral("f32"));
   m_kvType->addItem(tr("Q8_0 (8-bit blocks: about half of F16's memory)"), QStringLiteral("q8_0"));
-  m_kvType->setCurrentIndex(std::max(0, m_kvType->findData(current.engine.kvType)));
+  m_kvType->setCurrentIndex(std::max(0, m_kvType->findData(engine.kvType)));
   m_kvType->setToolTip(tr("How the KV cache stores keys and values: F16 rounds them to half precision and holds "
                           "twice the positions in the same memory"));
   ef->addRow(tr("KV cache storage:"), m_kvType);
-  layout->addWidget(engineBox);
-  layout->addStretch(1);
+  return engineBox;
+}
 
+QGroupBox* SettingsDialog::buildGenerationBox(const GenerationSettings& g) {
   auto* sampling = new QGroupBox(tr("Generation (applies to the next answer)"));
   auto* sf = new QFormLayout(sampling);
-  const GenerationSettings& g = current.generation;
   auto dspin = [](double lo, double hi, double step, double v, int decimals = 2) {
     auto* s = new QDoubleSpinBox;
     s->setRange(lo, hi);
@@ -134,10 +157,12 @@ SettingsDialog::SettingsDialog(const AppSettings& current, const EngineConfig& l
   m_systemPrompt = new QPlainTextEdit(g.systemPrompt);
   m_systemPrompt->setMaximumHeight(80);
   sf->addRow(tr("System prompt:"), m_systemPrompt);
-  generationLayout->addWidget(sampling);
+  return sampling;
+}
 
-  // A remote server instead of a local model: the chat streams from it, and
-  // the metrics are what this side can measure.
+// A remote server instead of a local model: the chat streams from it, and
+// the metrics are what this side can measure.
+QGroupBox* SettingsDialog::buildRemoteBox(const AppSettings& current) {
   auto* remoteBox = new QGroupBox(tr("Remote server (instead of a local model)"));
   auto* rf = new QFormLayout(remoteBox);
   m_useRemote = new QCheckBox(tr("Chat with a remote OpenAI-compatible server"));
@@ -167,9 +192,11 @@ SettingsDialog::SettingsDialog(const AppSettings& current, const EngineConfig& l
   };
   connect(m_useRemote, &QCheckBox::toggled, this, enableRemote);
   enableRemote(current.useRemote);
-  serverLayout->addWidget(remoteBox);
+  return remoteBox;
+}
 
-  // The loaded model over the OpenAI API, for other programs on this machine.
+// The loaded model over the OpenAI API, for other programs on this machine.
+QGroupBox* SettingsDialog::buildServeBox(const AppSettings& current) {
   auto* serveBox = new QGroupBox(tr("OpenAI API server"));
   serveBox->setToolTip(tr("The server has its own KV cache (memory beside the chat's) and shares the CPU with the "
                           "chat: an answer in the window and a request to the server slow each other down."));
@@ -190,22 +217,7 @@ SettingsDialog::SettingsDialog(const AppSettings& current, const EngineConfig& l
   m_serveStatus->setWordWrap(true);
   m_serveStatus->setTextInteractionFlags(Qt::TextSelectableByMouse);
   vf->addRow(tr("Address:"), m_serveStatus);
-  serverLayout->addWidget(serveBox);
-  serverLayout->addStretch(1);
-
-  m_reloadNote = new QLabel;
-  m_reloadNote->setWordWrap(true);
-  top->addWidget(m_reloadNote);
-  auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel);
-  connect(buttons, &QDialogButtonBox::accepted, this, &QDialog::accept);
-  connect(buttons, &QDialogButtonBox::rejected, this, &QDialog::reject);
-  top->addWidget(buttons);
-
-  connect(m_backend, &QComboBox::currentIndexChanged, this, &SettingsDialog::updateReloadNote);
-  connect(m_threads, &QSpinBox::valueChanged, this, &SettingsDialog::updateReloadNote);
-  connect(m_context, &QSpinBox::valueChanged, this, &SettingsDialog::updateReloadNote);
-  connect(m_kvType, &QComboBox::currentIndexChanged, this, &SettingsDialog::updateReloadNote);
-  updateReloadNote();
+  return serveBox;
 }
 
 AppSettings SettingsDialog::settings() const {

@@ -15,6 +15,7 @@ class QPlainTextEdit;
 class QLineEdit;
 class QLabel;
 class QTabWidget;
+class QGroupBox;
 
 namespace phaselab::ui {
 
@@ -35,6 +36,11 @@ class SettingsDialog : public QDialog {
   void showServersPage();
 
  private:
+  // The dialog's sections, each with its controls set to the current values.
+  QGroupBox* buildEngineBox(const EngineConfig& engine);
+  QGroupBox* buildGenerationBox(const GenerationSettings& g);
+  QGroupBox* buildRemoteBox(const AppSettings& current);
+  QGroupBox* buildServeBox(const AppSettings& current);
   void updateReloadNote();
 
   AppSettings m_initial;
