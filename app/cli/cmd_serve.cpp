@@ -132,6 +132,114 @@ int cmd_serve(int argc, char** argv) {
   return kExitOk;
 }
 
+namespace {
+
+// What loadtest does: clients x requests streamed, greedy requests.
+struct LoadPlan {
+  RemoteEndpoint ep;
+  std::string prompt;
+  bool completions = false;  // /v1/completions instead of /v1/chat/completions
+  int clients = 0, requests = 0, n_predict = 0;
+};
+
+// What it measured.
+struct LoadOutcome {
+  struct Sample {
+    double ttft_ms, tpot_ms, e2e_ms;
+    int tokens;
+  };
+  std::vector<Sample> samples;
+  std::vector<std::string> errors;
+  double wall_s = 0;
+};
+
+// Every client on its own thread and connection, its requests one after
+// another.
+LoadOutcome run_load(const LoadPlan& plan) {
+  LoadOutcome out;
+  std::mutex mu;
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  std::vector<std::thread> threads;
+  for (int c = 0; c < plan.clients; c++) {
+    threads.emplace_back([&, c] {
+      auto client = RemoteClient::connect(plan.ep);
+      if (!client) {
+        std::lock_guard<std::mutex> lock(mu);
+        for (int r = 0; r < plan.requests; r++) out.errors.push_back(client.status().message());
+        return;
+      }
+      for (int r = 0; r < plan.requests; r++) {
+        GenerateOptions opt;
+        opt.n_predict = plan.n_predict;
+        opt.sampling.temperature = 0;
+        opt.sampling.seed = 0;
+        const std::string text = plan.prompt + " (client " + std::to_string(c) + ", request " + std::to_string(r) + ")";
+        const auto t_req = Clock::now();
+        auto res = plan.completions ? (*client)->complete(text, opt, nullptr)
+                                    : (*client)->chat({{"user", text}}, opt, nullptr);
+        const double e2e = std::chrono::duration<double, std::milli>(Clock::now() - t_req).count();
+        std::lock_guard<std::mutex> lock(mu);
+        if (!res) {
+          out.errors.push_back(res.status().message());
+          continue;
+        }
+        const RequestMetrics& m = res->result.metrics;
+        out.samples.push_back({m.ttft_ms, m.tpot_ms, e2e, m.n_generated});
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  out.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  return out;
+}
+
+// The figures, as text or (json) one JSON object.
+void print_load_report(const LoadPlan& plan, const LoadOutcome& o, bool json) {
+  std::vector<double> ttft, tpot, e2e;
+  long long tokens = 0;
+  for (const auto& s : o.samples) {
+    ttft.push_back(s.ttft_ms);
+    if (s.tokens > 1) tpot.push_back(s.tpot_ms);
+    e2e.push_back(s.e2e_ms);
+    tokens += s.tokens;
+  }
+  for (auto* v : {&ttft, &tpot, &e2e}) std::sort(v->begin(), v->end());
+  const double tps = tokens / std::max(o.wall_s, 1e-9);
+  const long long total = static_cast<long long>(plan.clients) * plan.requests;
+  const RemoteEndpoint& ep = plan.ep;
+  if (json) {
+    nlohmann::json j = {{"url", ep.url},
+                        {"model", ep.model},
+                        {"clients", plan.clients},
+                        {"requests_per_client", plan.requests},
+                        {"max_tokens", plan.n_predict},
+                        {"requests", total},
+                        {"ok", o.samples.size()},
+                        {"errors", o.errors.size()},
+                        {"wall_s", o.wall_s},
+                        {"generated_tokens", tokens},
+                        {"tokens_per_s", tps},
+                        {"ttft_ms", {{"p50", percentile(ttft, 0.5)}, {"p90", percentile(ttft, 0.90)}, {"p99", percentile(ttft, 0.99)}}},
+                        {"tpot_ms", {{"p50", percentile(tpot, 0.5)}, {"p99", percentile(tpot, 0.99)}}},
+                        {"e2e_ms", {{"p50", percentile(e2e, 0.5)}, {"p99", percentile(e2e, 0.99)}}}};
+    if (!o.errors.empty()) j["first_error"] = o.errors.front();
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("%s (%s): %d clients x %d requests, max_tokens %d\n", ep.url.c_str(), ep.model.c_str(), plan.clients,
+                plan.requests, plan.n_predict);
+    std::printf("  %zu ok, %zu errors in %.2f s; %lld tokens generated = %.1f tokens/s in all\n", o.samples.size(),
+                o.errors.size(), o.wall_s, tokens, tps);
+    std::printf("  TTFT ms   p50 %.1f  p90 %.1f  p99 %.1f\n", percentile(ttft, 0.5), percentile(ttft, 0.90),
+                percentile(ttft, 0.99));
+    std::printf("  TPOT ms   p50 %.2f  p99 %.2f\n", percentile(tpot, 0.5), percentile(tpot, 0.99));
+    std::printf("  request   p50 %.1f ms  p99 %.1f ms\n", percentile(e2e, 0.5), percentile(e2e, 0.99));
+    if (!o.errors.empty()) std::printf("  first error: %s\n", o.errors.front().c_str());
+  }
+}
+
+}  // namespace
+
 int cmd_loadtest(int argc, char** argv) {
   auto args = Args::parse(argc, argv,
                           {{"--url", "", true},
@@ -176,85 +284,10 @@ int cmd_loadtest(int argc, char** argv) {
   const std::string prompt = args->get_or("--prompt", "Tell me a short fact about the sea.");
   const bool completions = args->has("--completions");
 
-  struct Sample {
-    double ttft_ms, tpot_ms, e2e_ms;
-    int tokens;
-  };
-  std::mutex mu;
-  std::vector<Sample> samples;
-  std::vector<std::string> errors;
-  using Clock = std::chrono::steady_clock;
-  const auto t0 = Clock::now();
-  std::vector<std::thread> threads;
-  for (int c = 0; c < *clients; c++) {
-    threads.emplace_back([&, c] {
-      auto client = RemoteClient::connect(ep);
-      if (!client) {
-        std::lock_guard<std::mutex> lock(mu);
-        for (int r = 0; r < *requests; r++) errors.push_back(client.status().message());
-        return;
-      }
-      for (int r = 0; r < *requests; r++) {
-        GenerateOptions opt;
-        opt.n_predict = *n_predict;
-        opt.sampling.temperature = 0;
-        opt.sampling.seed = 0;
-        const std::string text = prompt + " (client " + std::to_string(c) + ", request " + std::to_string(r) + ")";
-        const auto t_req = Clock::now();
-        auto res = completions ? (*client)->complete(text, opt, nullptr) : (*client)->chat({{"user", text}}, opt, nullptr);
-        const double e2e = std::chrono::duration<double, std::milli>(Clock::now() - t_req).count();
-        std::lock_guard<std::mutex> lock(mu);
-        if (!res) {
-          errors.push_back(res.status().message());
-          continue;
-        }
-        const RequestMetrics& m = res->result.metrics;
-        samples.push_back({m.ttft_ms, m.tpot_ms, e2e, m.n_generated});
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  const double wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
-  std::vector<double> ttft, tpot, e2e;
-  long long tokens = 0;
-  for (const auto& s : samples) {
-    ttft.push_back(s.ttft_ms);
-    if (s.tokens > 1) tpot.push_back(s.tpot_ms);
-    e2e.push_back(s.e2e_ms);
-    tokens += s.tokens;
-  }
-  for (auto* v : {&ttft, &tpot, &e2e}) std::sort(v->begin(), v->end());
-  const double tps = tokens / std::max(wall_s, 1e-9);
-  const long long total = static_cast<long long>(*clients) * *requests;
-  if (args->has("--json")) {
-    nlohmann::json j = {{"url", ep.url},
-                        {"model", ep.model},
-                        {"clients", *clients},
-                        {"requests_per_client", *requests},
-                        {"max_tokens", *n_predict},
-                        {"requests", total},
-                        {"ok", samples.size()},
-                        {"errors", errors.size()},
-                        {"wall_s", wall_s},
-                        {"generated_tokens", tokens},
-                        {"tokens_per_s", tps},
-                        {"ttft_ms", {{"p50", percentile(ttft, 0.5)}, {"p90", percentile(ttft, 0.90)}, {"p99", percentile(ttft, 0.99)}}},
-                        {"tpot_ms", {{"p50", percentile(tpot, 0.5)}, {"p99", percentile(tpot, 0.99)}}},
-                        {"e2e_ms", {{"p50", percentile(e2e, 0.5)}, {"p99", percentile(e2e, 0.99)}}}};
-    if (!errors.empty()) j["first_error"] = errors.front();
-    std::printf("%s\n", j.dump().c_str());
-  } else {
-    std::printf("%s (%s): %d clients x %d requests, max_tokens %d\n", ep.url.c_str(), ep.model.c_str(), *clients,
-                *requests, *n_predict);
-    std::printf("  %zu ok, %zu errors in %.2f s; %lld tokens generated = %.1f tokens/s in all\n", samples.size(),
-                errors.size(), wall_s, tokens, tps);
-    std::printf("  TTFT ms   p50 %.1f  p90 %.1f  p99 %.1f\n", percentile(ttft, 0.5), percentile(ttft, 0.90),
-                percentile(ttft, 0.99));
-    std::printf("  TPOT ms   p50 %.2f  p99 %.2f\n", percentile(tpot, 0.5), percentile(tpot, 0.99));
-    std::printf("  request   p50 %.1f ms  p99 %.1f ms\n", percentile(e2e, 0.5), percentile(e2e, 0.99));
-    if (!errors.empty()) std::printf("  first error: %s\n", errors.front().c_str());
-  }
-  return errors.empty() ? kExitOk : kExitFailure;
+  const LoadPlan plan{ep, prompt, completions, *clients, *requests, *n_predict};
+  const LoadOutcome outcome = run_load(plan);
+  print_load_report(plan, outcome, args->has("--json"));
+  return outcome.errors.empty() ? kExitOk : kExitFailure;
 }
 
 }  // namespace phaselab::cli

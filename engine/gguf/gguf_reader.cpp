@@ -306,6 +306,78 @@ GgufFile::~GgufFile() {
   if (map_) munmap(map_, size_);
 }
 
+namespace {
+
+// A tensor info's fields after its name: shape, type (with the sizes it
+// implies) and data offset, each checked as it is read.
+Status read_tensor_layout(Cursor& c, const std::string& field, uint64_t alignment, GgufTensorInfo& t) {
+  PHASELAB_TRY(c.read(&t.n_dims, field + " n_dims"));
+  if (t.n_dims < 1 || t.n_dims > 4)
+    return c.error(field, "n_dims " + std::to_string(t.n_dims) + " is outside 1..4", c.pos() - 4);
+  uint64_t n_el = 1;
+  for (uint32_t d = 0; d < t.n_dims; d++) {
+    const uint64_t dim_at = c.pos();
+    uint64_t ne = 0;
+    PHASELAB_TRY(c.read(&ne, field + " ne[" + std::to_string(d) + "]"));
+    if (ne == 0 || ne > (1ull << 62))
+      return c.error(field, "dimension " + std::to_string(d) + " is " + std::to_string(ne) + " (must be positive)", dim_at);
+    if (mul_overflows(n_el, ne, &n_el) || n_el > (1ull << 62))
+      return c.error(field, "element count overflows", dim_at);
+    t.ne[d] = static_cast<int64_t>(ne);
+  }
+  t.n_elements = n_el;
+  uint32_t type_id = 0;
+  const uint64_t type_at = c.pos();
+  PHASELAB_TRY(c.read(&type_id, field + " type"));
+  const auto traits = tensor_type_traits(type_id);
+  if (!traits)
+    return c.error(field, "unknown tensor type id " + std::to_string(type_id) +
+                              " (PhaseLab does not know this quantization; re-quantize the model to a supported type)",
+                   type_at);
+  t.type = traits->type;
+  if (t.ne[0] % traits->block_size != 0)
+    return c.error(field, "first dimension " + std::to_string(t.ne[0]) + " is not a multiple of the " +
+                              std::string(traits->name) + " block size " + std::to_string(traits->block_size),
+                   type_at);
+  uint64_t bytes = 0;
+  if (mul_overflows(n_el / traits->block_size, traits->type_size, &bytes))
+    return c.error(field, "byte size overflows", type_at);
+  t.n_bytes = bytes;
+  const uint64_t off_at = c.pos();
+  PHASELAB_TRY(c.read(&t.offset, field + " offset"));
+  if (t.offset % alignment != 0)
+    return c.error(field, "data offset " + std::to_string(t.offset) + " is not aligned to " + std::to_string(alignment), off_at);
+  return Status::ok();
+}
+
+// Every tensor inside the data section (from data_offset to the end of the
+// file_size bytes at base), and no two overlapping; each gets its pointer.
+Status place_tensors(std::vector<GgufTensorInfo>& tensors, const uint8_t* base, uint64_t data_offset, uint64_t file_size,
+                     const std::string& path) {
+  const uint64_t data_size = file_size >= data_offset ? file_size - data_offset : 0;
+  std::vector<size_t> order(tensors.size());
+  for (size_t k = 0; k < order.size(); k++) order[k] = k;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return tensors[a].offset < tensors[b].offset; });
+  uint64_t prev_end = 0;
+  const GgufTensorInfo* prev = nullptr;
+  for (size_t k : order) {
+    GgufTensorInfo& t = tensors[k];
+    if (t.offset > data_size || t.n_bytes > data_size - t.offset)
+      return invalid_file(path + ": tensor '" + t.name + "' at data offset " + std::to_string(t.offset) + " with " +
+                          std::to_string(t.n_bytes) + " bytes runs past the end of the file (" + std::to_string(file_size) +
+                          " bytes; truncated download?)");
+    if (prev && t.offset < prev_end)
+      return invalid_file(path + ": tensor '" + t.name + "' at data offset " + std::to_string(t.offset) +
+                          " overlaps tensor '" + prev->name + "' which ends at " + std::to_string(prev_end));
+    prev_end = t.offset + t.n_bytes;
+    prev = &t;
+    t.data = base + data_offset + t.offset;
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
 Status GgufFile::parse() {
   Cursor c(base_, size_, path_);
   uint32_t magic = 0;
@@ -367,42 +439,7 @@ Status GgufFile::parse() {
     t.name = std::string(name);
     const std::string field = "tensor '" + t.name + "'";
     if (tensor_index_.count(t.name)) return c.error(field, "duplicate tensor name", at);
-    PHASELAB_TRY(c.read(&t.n_dims, field + " n_dims"));
-    if (t.n_dims < 1 || t.n_dims > 4)
-      return c.error(field, "n_dims " + std::to_string(t.n_dims) + " is outside 1..4", c.pos() - 4);
-    uint64_t n_el = 1;
-    for (uint32_t d = 0; d < t.n_dims; d++) {
-      const uint64_t dim_at = c.pos();
-      uint64_t ne = 0;
-      PHASELAB_TRY(c.read(&ne, field + " ne[" + std::to_string(d) + "]"));
-      if (ne == 0 || ne > (1ull << 62))
-        return c.error(field, "dimension " + std::to_string(d) + " is " + std::to_string(ne) + " (must be positive)", dim_at);
-      if (mul_overflows(n_el, ne, &n_el) || n_el > (1ull << 62))
-        return c.error(field, "element count overflows", dim_at);
-      t.ne[d] = static_cast<int64_t>(ne);
-    }
-    t.n_elements = n_el;
-    uint32_t type_id = 0;
-    const uint64_t type_at = c.pos();
-    PHASELAB_TRY(c.read(&type_id, field + " type"));
-    const auto traits = tensor_type_traits(type_id);
-    if (!traits)
-      return c.error(field, "unknown tensor type id " + std::to_string(type_id) +
-                                " (PhaseLab does not know this quantization; re-quantize the model to a supported type)",
-                     type_at);
-    t.type = traits->type;
-    if (t.ne[0] % traits->block_size != 0)
-      return c.error(field, "first dimension " + std::to_string(t.ne[0]) + " is not a multiple of the " +
-                                std::string(traits->name) + " block size " + std::to_string(traits->block_size),
-                     type_at);
-    uint64_t bytes = 0;
-    if (mul_overflows(n_el / traits->block_size, traits->type_size, &bytes))
-      return c.error(field, "byte size overflows", type_at);
-    t.n_bytes = bytes;
-    const uint64_t off_at = c.pos();
-    PHASELAB_TRY(c.read(&t.offset, field + " offset"));
-    if (t.offset % alignment_ != 0)
-      return c.error(field, "data offset " + std::to_string(t.offset) + " is not aligned to " + std::to_string(alignment_), off_at);
+    PHASELAB_TRY(read_tensor_layout(c, field, alignment_, t));
     tensor_index_[t.name] = tensors_.size();
     tensors_.push_back(std::move(t));
   }
@@ -412,26 +449,7 @@ Status GgufFile::parse() {
     return c.error("data section", "starts past the end of the file (truncated?)", c.pos());
 
   // Every tensor inside the file, and no two overlapping.
-  std::vector<size_t> order(tensors_.size());
-  for (size_t k = 0; k < order.size(); k++) order[k] = k;
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return tensors_[a].offset < tensors_[b].offset; });
-  const uint64_t data_size = size_ >= data_offset_ ? size_ - data_offset_ : 0;
-  uint64_t prev_end = 0;
-  const GgufTensorInfo* prev = nullptr;
-  for (size_t k : order) {
-    GgufTensorInfo& t = tensors_[k];
-    if (t.offset > data_size || t.n_bytes > data_size - t.offset)
-      return invalid_file(path_ + ": tensor '" + t.name + "' at data offset " + std::to_string(t.offset) + " with " +
-                          std::to_string(t.n_bytes) + " bytes runs past the end of the file (" + std::to_string(size_) +
-                          " bytes; truncated download?)");
-    if (prev && t.offset < prev_end)
-      return invalid_file(path_ + ": tensor '" + t.name + "' at data offset " + std::to_string(t.offset) +
-                          " overlaps tensor '" + prev->name + "' which ends at " + std::to_string(prev_end));
-    prev_end = t.offset + t.n_bytes;
-    prev = &t;
-    t.data = base_ + data_offset_ + t.offset;
-  }
-  return Status::ok();
+  return place_tensors(tensors_, base_, data_offset_, size_, path_);
 }
 
 const GgufValue* GgufFile::find(std::string_view key) const {

@@ -263,9 +263,50 @@ std::string peer_name(const sockaddr_storage& ss) {
   return buf;
 }
 
+// Reads what has arrived, up to kMaxReadPerTurn; c.eof when the client
+// closed or reset. What a closing or lingering connection receives is
+// dropped.
+void read_some(Conn& c) {
+  char buf[kReadChunk];
+  std::size_t total = 0;
+  while (total < kMaxReadPerTurn) {
+    if (c.st == State::serving && c.in.size() >= kMaxBufferedWhileServing) return;
+    const ssize_t n = ::recv(c.fd, buf, sizeof buf, 0);
+    if (n > 0) {
+      total += static_cast<std::size_t>(n);
+      if (c.st != State::linger && c.st != State::closing) c.in.append(buf, static_cast<std::size_t>(n));
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    if (n < 0 && errno == EINTR) continue;
+    c.eof = true;  // closed (0) or reset
+    return;
+  }
+}
+
+// Connections this process can hold: the limit, within the descriptors
+// it may open (a few kept for the model's files and logs).
+int connection_capacity(const Limits& L) {
+  int max_conns = L.max_connections;
+  if (rlimit r{}; ::getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur != RLIM_INFINITY)
+    max_conns = static_cast<int>(std::min<rlim_t>(static_cast<rlim_t>(max_conns),
+                                                  r.rlim_cur > 2 * kMaxExtraClosing ? r.rlim_cur - 2 * kMaxExtraClosing : r.rlim_cur / 2));
+  return max_conns;
+}
+
 }  // namespace
 
+// The server's state, and its thread's reactor: one poll loop (run) whose
+// every turn pulls what the handlers queued, polls, accepts, and steps each
+// connection (step) through reading, dispatching, writing and its deadlines.
 struct Server::Impl {
+  // The Server's own settings (it holds them, and this, for its lifetime).
+  Impl(const Limits& limits, const Handler& handler, const ErrorFormatter& format_error)
+      : limits(limits), handler(handler), format_error(format_error) {}
+  const Limits& limits;
+  const Handler& handler;
+  const ErrorFormatter& format_error;
+
   int listen_fd = -1;
   std::shared_ptr<Waker> waker = std::make_shared<Waker>();
   std::shared_ptr<Budget> budget = std::make_shared<Budget>();
@@ -275,12 +316,46 @@ struct Server::Impl {
   std::atomic<int> drain_ms{0};
   std::mutex stop_mu;
   bool stopped = false;
+
+  void run();
+
+ private:
+  const Headers retry = {{"Retry-After", "1"}};
+  // The server thread's own, for the length of run().
+  int max_conns = 0;  // connection_capacity()
+  Clock::time_point accept_paused_until{};
+  bool draining = false;
+  Clock::time_point drain_until{};
+  std::vector<pollfd> fds;  // the waker, the listening socket when accepting, then order's
+  std::vector<Conn*> order;
+
+  // The loop's turn, in order.
+  void begin_drain();
+  Clock::time_point prepare_poll(bool accepting);
+  void accept_all();
+  void step(Conn& c, short revents, Clock::time_point now);
+
+  // Accepting.
+  void admit(int fd, const std::string& peer);
+  void evict_for(const std::string& peer, bool client_full);
+  int live_count() const;
+
+  // A connection's steps.
+  void advance(Conn& c);
+  void dispatch(Conn& c);
+  void pull(Conn& c);
+  void write_some(Conn& c);
+  void after_send(Conn& c);
+  void check_deadlines(Conn& c, Clock::time_point now);
+  void linger(Conn& c);
+  void fail(Conn& c, int status, const std::string& message, const Headers& extra = {});
+  void close_conn(Conn& c);
 };
 
 Result<std::unique_ptr<Server>> Server::bind(const std::string& host, int port, const Limits& limits, Handler handler,
                                              ErrorFormatter format_error) {
   std::unique_ptr<Server> s(new Server());
-  s->impl_ = std::make_unique<Impl>();
+  s->impl_ = std::make_unique<Impl>(s->limits_, s->handler_, s->format_error_);
   s->limits_ = limits;
   s->handler_ = std::move(handler);
   s->format_error_ = format_error ? std::move(format_error) : [](int, const std::string& message) {
@@ -352,324 +427,331 @@ void Server::stop(int drain_ms) {
   impl_->listen_fd = -1;
 }
 
-void Server::run() {
-  Impl& m = *impl_;
-  const Limits& L = limits_;
-  auto fail = [&](Conn& c, int status, const std::string& message, const Headers& extra = {}) {
-    queue_error(c, status, format_error_(status, message), extra);
-  };
-  const Headers retry = {{"Retry-After", "1"}};
+void Server::run() { impl_->run(); }
 
-  auto close_conn = [&](Conn& c) {
-    if (c.dead) return;
-    c.dead = true;
-    std::function<void()> gone_fn;
-    if (c.x) {
-      std::lock_guard<std::mutex> lock(c.x->mu);
-      if (!c.x->ended || !c.x->out.empty() || c.send_off < c.send.size()) {
-        c.x->gone = true;
-        gone_fn = std::move(c.x->on_gone);
-      }
-      c.x->gone = true;  // nothing more can be sent either way
-    }
-    if (gone_fn) gone_fn();
-    ::close(c.fd);
-    if (--m.per_peer[c.peer] <= 0) m.per_peer.erase(c.peer);
-  };
+// --- the reactor ------------------------------------------------------------------
 
-  auto dispatch = [&](Conn& c) {
-    Request req = c.reader->take();
-    req.peer = c.peer;
-    req.body_reservation = std::move(c.reservation);
-    c.st = State::serving;
-    c.ended = false;
-    auto x = std::make_shared<Responder::Exchange>();
-    x->minor = req.minor_version;
-    x->head_request = req.method == "HEAD";
-    const std::string* conn_hdr = req.header("connection");
-    const std::string conn_val = conn_hdr ? lower_ascii(*conn_hdr) : std::string();
-    x->close_after = req.minor_version == 0 ? conn_val.find("keep-alive") == std::string::npos
-                                            : conn_val.find("close") != std::string::npos;
-    if (m.stop) x->close_after = true;
-    x->max_pending = L.max_pending_output;
-    x->waker = m.waker;
-    c.x = x;
-    try {
-      handler_(std::move(req), std::make_shared<Responder>(x));
-    } catch (const std::exception& e) {
-      const ErrorResponse r = format_error_(500, std::string("internal error: ") + e.what());
-      Responder(x).reply(500, r.content_type, r.body);
-    }
-  };
-
-  // Reads as far as the input allows: a request is dispatched, a bad one
-  // answered; the body's deadline starts when its headers are in.
-  auto advance = [&](Conn& c) {
-    if (c.st != State::reading) return;
-    const bool was_head = c.reader->phase() == RequestReader::Phase::head;
-    const RequestReader::Step step = c.reader->feed(c.in);
-    if (c.reader->take_continue()) c.send += "HTTP/1.1 100 Continue\r\n\r\n";
-    if (step == RequestReader::Step::error) {
-      const RequestReader::Error& e = c.reader->error();
-      fail(c, e.status, e.message, e.status == 503 ? retry : Headers{});
-    } else if (step == RequestReader::Step::request) {
-      dispatch(c);
-    } else if (was_head && c.reader->phase() != RequestReader::Phase::head) {
-      c.deadline = Clock::now() + std::chrono::milliseconds(L.body_timeout_ms);
-    }
-  };
-
-  // The exchange's queued bytes join the send buffer; true when it ended.
-  auto pull = [&](Conn& c) {
-    if (!c.x) return;
-    std::lock_guard<std::mutex> lock(c.x->mu);
-    if (!c.x->out.empty()) {
-      if (c.send_off == c.send.size()) {
-        c.send.clear();
-        c.send_off = 0;
-      }
-      c.send += c.x->out;
-      c.x->out.clear();
-      // A stream whose client stopped reading (a whole response, however
-      // large, is sent: it is done growing).
-      if (!c.x->ended && c.send.size() - c.send_off > L.max_pending_output) c.eof = true;
-    }
-    if (c.x->ended) {
-      c.ended = true;
-      c.close_after = c.close_after || c.x->close_after;
-    }
-  };
-
-  auto write_some = [&](Conn& c) {
-    while (c.send_off < c.send.size()) {
-      const ssize_t n = ::send(c.fd, c.send.data() + c.send_off, c.send.size() - c.send_off, MSG_NOSIGNAL);
-      if (n > 0) {
-        c.send_off += static_cast<std::size_t>(n);
-        c.last_progress = Clock::now();
-        continue;
-      }
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-      if (n < 0 && errno == EINTR) continue;
-      close_conn(c);
-      return;
-    }
-    c.send.clear();
-    c.send_off = 0;
-  };
-
-  auto read_some = [&](Conn& c) {
-    char buf[kReadChunk];
-    std::size_t total = 0;
-    while (total < kMaxReadPerTurn) {
-      if (c.st == State::serving && c.in.size() >= kMaxBufferedWhileServing) return;
-      const ssize_t n = ::recv(c.fd, buf, sizeof buf, 0);
-      if (n > 0) {
-        total += static_cast<std::size_t>(n);
-        if (c.st != State::linger && c.st != State::closing) c.in.append(buf, static_cast<std::size_t>(n));
-        continue;
-      }
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-      if (n < 0 && errno == EINTR) continue;
-      c.eof = true;  // closed (0) or reset
-      return;
-    }
-  };
-
-  // Shut our side and read what the client still sends for a moment:
-  // closing with unread input would reset the connection and could destroy
-  // the answer before the client reads it.
-  auto linger = [&](Conn& c) {
-    ::shutdown(c.fd, SHUT_WR);
-    c.st = State::linger;
-    c.deadline = Clock::now() + kLinger;
-  };
-
-  // A response that ended and was sent: close, or take the next request.
-  auto after_send = [&](Conn& c) {
-    if (c.dead || !c.send.empty()) return;
-    if (c.st == State::closing) {
-      linger(c);
-      return;
-    }
-    if (c.st != State::serving || !c.ended) return;
-    if (c.close_after || m.stop) {
-      linger(c);
-      return;
-    }
-    c.x.reset();
-    c.ended = false;
-    c.st = State::reading;
-    c.head_started = !c.in.empty();  // a pipelined request already begun
-    c.since = Clock::now();
-    c.deadline = Clock::now() + std::chrono::milliseconds(c.in.empty() ? L.idle_timeout_ms : L.header_timeout_ms);
-    advance(c);
-  };
-
-  // Connections this process can hold: the limit, within the descriptors
-  // it may open (a few kept for the model's files and logs).
-  int max_conns = L.max_connections;
-  if (rlimit r{}; ::getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur != RLIM_INFINITY)
-    max_conns = static_cast<int>(std::min<rlim_t>(static_cast<rlim_t>(max_conns),
-                                                  r.rlim_cur > 2 * kMaxExtraClosing ? r.rlim_cur - 2 * kMaxExtraClosing : r.rlim_cur / 2));
-  Clock::time_point accept_paused_until{};
-  auto accept_all = [&] {
-    for (int i = 0; i < 256; i++) {
-      sockaddr_storage ss{};
-      socklen_t len = sizeof ss;
-      const int fd = ::accept(m.listen_fd, reinterpret_cast<sockaddr*>(&ss), &len);
-      if (fd < 0) {
-        // Out of descriptors: the pending connections wait in the backlog
-        // (polling the listening socket now would spin).
-        if (errno == EMFILE || errno == ENFILE) accept_paused_until = Clock::now() + 100ms;
-        return;
-      }
-      ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
-      ::fcntl(fd, F_SETFD, FD_CLOEXEC);
-      const std::string peer = peer_name(ss);
-      // A client at its limit, or any client when the server is full, loses
-      // the connection that has waited longest for a request that is not
-      // coming (idle, or a request arriving slowly), if it has waited a
-      // second: a burst of new clients is not cut. When full, the victim
-      // comes from the client with the most connections. With none such,
-      // the new connection gets 503.
-      auto live = [&] { return static_cast<int>(std::count_if(m.conns.begin(), m.conns.end(), [](const Conn& c) { return !c.dead; })); };
-      const bool client_full = m.per_peer[peer] >= L.max_connections_per_client;
-      if (client_full || live() >= max_conns) {
-        std::string whose = peer;
-        if (!client_full)
-          for (const auto& [p, n] : m.per_peer)
-            if (n > m.per_peer[whose]) whose = p;
-        Conn* victim = nullptr;
-        const auto cutoff = Clock::now() - kEvictAfter;
-        for (Conn& c : m.conns)
-          if (!c.dead && c.peer == whose && c.st != State::serving && c.st != State::closing && c.st != State::linger &&
-              c.since <= cutoff && (!victim || c.since < victim->since))
-            victim = &c;
-        if (victim) close_conn(*victim);
-      }
-      const int n_live = live();
-      const bool full = n_live >= max_conns || m.per_peer[peer] >= L.max_connections_per_client;
-      if (full && n_live >= max_conns + kMaxExtraClosing) {
-        ::close(fd);
-        if (m.per_peer[peer] == 0) m.per_peer.erase(peer);
-        continue;
-      }
-      Conn& c = m.conns.emplace_back();
-      c.fd = fd;
-      c.peer = peer;
-      c.last_progress = c.since = Clock::now();
-      c.deadline = Clock::now() + std::chrono::milliseconds(L.header_timeout_ms);
-      Conn* cp = &c;  // list elements stay where they are
-      c.reader = std::make_unique<RequestReader>(L, [cp, budget = m.budget](std::size_t n) {
-        if (!cp->reservation) {
-          cp->reservation = std::make_shared<Reservation>();
-          cp->reservation->budget = budget;
-        }
-        return cp->reservation->grow(n);
-      });
-      m.per_peer[peer]++;
-      if (full) fail(c, 503, "the server has too many connections open: retry shortly", retry);
-    }
-  };
-
-  Clock::time_point drain_until{};
-  bool draining = false;
-  std::vector<pollfd> fds;
-  std::vector<Conn*> order;
+void Server::Impl::run() {
+  max_conns = connection_capacity(limits);
   for (;;) {
-    if (m.stop && !draining) {
-      draining = true;
-      drain_until = Clock::now() + std::chrono::milliseconds(m.drain_ms.load());
-      ::close(m.listen_fd);
-      m.listen_fd = -1;
-      // Connections without a request being answered end now.
-      for (Conn& c : m.conns)
-        if (c.st != State::serving) close_conn(c);
-    }
-    for (auto it = m.conns.begin(); it != m.conns.end();) it = it->dead ? m.conns.erase(it) : std::next(it);
-    if (draining && (m.conns.empty() || Clock::now() >= drain_until)) break;
+    if (stop && !draining) begin_drain();
+    for (auto it = conns.begin(); it != conns.end();) it = it->dead ? conns.erase(it) : std::next(it);
+    if (draining && (conns.empty() || Clock::now() >= drain_until)) break;
 
-    fds.clear();
-    order.clear();
-    fds.push_back({m.waker->rd, POLLIN, 0});
-    const bool accepting = m.listen_fd >= 0 && Clock::now() >= accept_paused_until;
-    if (accepting) fds.push_back({m.listen_fd, POLLIN, 0});
-    auto next = Clock::now() + 1s;
-    for (Conn& c : m.conns) {
-      pull(c);
-      short ev = 0;
-      const bool reading = c.st != State::serving || c.in.size() < kMaxBufferedWhileServing;
-      if (reading && !c.eof) ev |= POLLIN;
-      if (c.send_off < c.send.size()) ev |= POLLOUT;
-      fds.push_back({c.fd, ev, 0});
-      order.push_back(&c);
-      if (c.st != State::serving) next = std::min(next, c.deadline);
-      else if (c.send_off < c.send.size())
-        next = std::min(next, c.last_progress + std::chrono::milliseconds(L.write_timeout_ms));
-    }
-    if (draining) next = std::min(next, drain_until);
-    if (m.listen_fd >= 0 && !accepting) next = std::min(next, accept_paused_until);
+    const bool accepting = listen_fd >= 0 && Clock::now() >= accept_paused_until;
+    const Clock::time_point next = prepare_poll(accepting);
     const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next - Clock::now()).count();
     const int n = ::poll(fds.data(), fds.size(), static_cast<int>(std::clamp<long long>(wait + 1, 0, 1000)));
     if (n < 0 && errno != EINTR) {
       spdlog::error("http: poll failed: {}", std::strerror(errno));
       break;
     }
-    if (fds[0].revents) m.waker->drain();
+    if (fds[0].revents) waker->drain();
     const std::size_t base = accepting ? 2 : 1;
     if (accepting && (fds[1].revents & POLLIN)) accept_all();
 
+    // (Connections accepted just now wait for the next turn.)
     const auto now = Clock::now();
-    for (std::size_t i = 0; i < order.size(); i++) {
-      Conn& c = *order[i];
-      if (c.dead) continue;
-      const short re = fds[base + i].revents;
-      if (re & (POLLIN | POLLHUP | POLLERR)) read_some(c);
-      // Hung up or reset while its input is not being read (a response under
-      // way with pipelined bytes waiting): gone, or poll would return at once
-      // forever.
-      if (re & (POLLHUP | POLLERR)) c.eof = true;
-      if (c.dead) continue;
-      if (!c.in.empty() && c.st == State::reading) {
-        // A request's first byte: its headers have header_timeout_ms from now
-        // (a kept-alive connection had been waiting on its idle timeout).
-        if (c.reading_head() && !c.head_started) {
-          c.head_started = true;
-          c.deadline = now + std::chrono::milliseconds(L.header_timeout_ms);
-        }
-        advance(c);
-      }
-      pull(c);
-      if (c.send_off < c.send.size()) write_some(c);
-      if (c.dead) continue;
-      after_send(c);
-      if (c.dead) continue;
-      if (c.eof) {
-        // The client closed or reset (what could be sent was, just above): a
-        // response under way has no one to go to (its on_gone cancels the
-        // work); a linger ends.
-        close_conn(c);
-        continue;
-      }
-      // Deadlines: a request that is too slow to arrive gets 408.
-      if (c.st == State::linger && now >= c.deadline) {
-        close_conn(c);
-      } else if (c.st == State::closing && now >= c.deadline) {
-        close_conn(c);
-      } else if (c.reading_head() && now >= c.deadline) {
-        if (!c.head_started) close_conn(c);  // idle: nothing to say
-        else fail(c, 408, "the request headers took longer than " + std::to_string(L.header_timeout_ms / 1000) + " s");
-      } else if (c.st == State::reading && now >= c.deadline) {
-        fail(c, 408, "the request body took longer than " + std::to_string(L.body_timeout_ms / 1000) + " s");
-      } else if (c.st == State::serving && c.send_off < c.send.size() &&
-                 now - c.last_progress > std::chrono::milliseconds(L.write_timeout_ms)) {
-        close_conn(c);  // a client that stopped reading
-      }
-      if (!c.dead && c.send_off < c.send.size()) write_some(c);
-    }
+    for (std::size_t i = 0; i < order.size(); i++) step(*order[i], fds[base + i].revents, now);
   }
-  for (Conn& c : m.conns) close_conn(c);
-  m.conns.clear();
+  for (Conn& c : conns) close_conn(c);
+  conns.clear();
+}
+
+// stop(): no new connections; connections without a request being answered
+// end now, the others get until drain_until.
+void Server::Impl::begin_drain() {
+  draining = true;
+  drain_until = Clock::now() + std::chrono::milliseconds(drain_ms.load());
+  ::close(listen_fd);
+  listen_fd = -1;
+  for (Conn& c : conns)
+    if (c.st != State::serving) close_conn(c);
+}
+
+// Pulls every exchange's queued output and fills fds / order; returns when
+// the next deadline falls (at most a second away).
+Clock::time_point Server::Impl::prepare_poll(bool accepting) {
+  fds.clear();
+  order.clear();
+  fds.push_back({waker->rd, POLLIN, 0});
+  if (accepting) fds.push_back({listen_fd, POLLIN, 0});
+  auto next = Clock::now() + 1s;
+  for (Conn& c : conns) {
+    pull(c);
+    short ev = 0;
+    const bool reading = c.st != State::serving || c.in.size() < kMaxBufferedWhileServing;
+    if (reading && !c.eof) ev |= POLLIN;
+    if (c.send_off < c.send.size()) ev |= POLLOUT;
+    fds.push_back({c.fd, ev, 0});
+    order.push_back(&c);
+    if (c.st != State::serving) next = std::min(next, c.deadline);
+    else if (c.send_off < c.send.size())
+      next = std::min(next, c.last_progress + std::chrono::milliseconds(limits.write_timeout_ms));
+  }
+  if (draining) next = std::min(next, drain_until);
+  if (listen_fd >= 0 && !accepting) next = std::min(next, accept_paused_until);
+  return next;
+}
+
+// One connection's turn after poll: read, advance its request, send, then
+// the client's close and the deadlines.
+void Server::Impl::step(Conn& c, short revents, Clock::time_point now) {
+  if (c.dead) return;
+  if (revents & (POLLIN | POLLHUP | POLLERR)) read_some(c);
+  // Hung up or reset while its input is not being read (a response under
+  // way with pipelined bytes waiting): gone, or poll would return at once
+  // forever.
+  if (revents & (POLLHUP | POLLERR)) c.eof = true;
+  if (c.dead) return;
+  if (!c.in.empty() && c.st == State::reading) {
+    // A request's first byte: its headers have header_timeout_ms from now
+    // (a kept-alive connection had been waiting on its idle timeout).
+    if (c.reading_head() && !c.head_started) {
+      c.head_started = true;
+      c.deadline = now + std::chrono::milliseconds(limits.header_timeout_ms);
+    }
+    advance(c);
+  }
+  pull(c);
+  if (c.send_off < c.send.size()) write_some(c);
+  if (c.dead) return;
+  after_send(c);
+  if (c.dead) return;
+  if (c.eof) {
+    // The client closed or reset (what could be sent was, just above): a
+    // response under way has no one to go to (its on_gone cancels the
+    // work); a linger ends.
+    close_conn(c);
+    return;
+  }
+  check_deadlines(c, now);
+  if (!c.dead && c.send_off < c.send.size()) write_some(c);
+}
+
+// --- accepting ----------------------------------------------------------------------
+
+void Server::Impl::accept_all() {
+  for (int i = 0; i < 256; i++) {
+    sockaddr_storage ss{};
+    socklen_t len = sizeof ss;
+    const int fd = ::accept(listen_fd, reinterpret_cast<sockaddr*>(&ss), &len);
+    if (fd < 0) {
+      // Out of descriptors: the pending connections wait in the backlog
+      // (polling the listening socket now would spin).
+      if (errno == EMFILE || errno == ENFILE) accept_paused_until = Clock::now() + 100ms;
+      return;
+    }
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+    ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+    admit(fd, peer_name(ss));
+  }
+}
+
+// A new connection: room is made for it if it can be (evict_for); past the
+// limits it is kept only to be told 503, and past those too it is closed.
+void Server::Impl::admit(int fd, const std::string& peer) {
+  const bool client_full = per_peer[peer] >= limits.max_connections_per_client;
+  if (client_full || live_count() >= max_conns) evict_for(peer, client_full);
+  const int n_live = live_count();
+  const bool full = n_live >= max_conns || per_peer[peer] >= limits.max_connections_per_client;
+  if (full && n_live >= max_conns + kMaxExtraClosing) {
+    ::close(fd);
+    if (per_peer[peer] == 0) per_peer.erase(peer);
+    return;
+  }
+  Conn& c = conns.emplace_back();
+  c.fd = fd;
+  c.peer = peer;
+  c.last_progress = c.since = Clock::now();
+  c.deadline = Clock::now() + std::chrono::milliseconds(limits.header_timeout_ms);
+  Conn* cp = &c;  // list elements stay where they are
+  c.reader = std::make_unique<RequestReader>(limits, [cp, budget = this->budget](std::size_t n) {
+    if (!cp->reservation) {
+      cp->reservation = std::make_shared<Reservation>();
+      cp->reservation->budget = budget;
+    }
+    return cp->reservation->grow(n);
+  });
+  per_peer[peer]++;
+  if (full) fail(c, 503, "the server has too many connections open: retry shortly", retry);
+}
+
+// A client at its limit, or any client when the server is full, loses the
+// connection that has waited longest for a request that is not coming
+// (idle, or a request arriving slowly), if it has waited a second: a burst
+// of new clients is not cut. When full, the victim comes from the client
+// with the most connections. With none such, the new connection gets 503.
+void Server::Impl::evict_for(const std::string& peer, bool client_full) {
+  std::string whose = peer;
+  if (!client_full)
+    for (const auto& [p, n] : per_peer)
+      if (n > per_peer[whose]) whose = p;
+  Conn* victim = nullptr;
+  const auto cutoff = Clock::now() - kEvictAfter;
+  for (Conn& c : conns)
+    if (!c.dead && c.peer == whose && c.st != State::serving && c.st != State::closing && c.st != State::linger &&
+        c.since <= cutoff && (!victim || c.since < victim->since))
+      victim = &c;
+  if (victim) close_conn(*victim);
+}
+
+int Server::Impl::live_count() const {
+  return static_cast<int>(std::count_if(conns.begin(), conns.end(), [](const Conn& c) { return !c.dead; }));
+}
+
+// --- a connection's steps --------------------------------------------------------------
+
+// Reads as far as the input allows: a request is dispatched, a bad one
+// answered; the body's deadline starts when its headers are in.
+void Server::Impl::advance(Conn& c) {
+  if (c.st != State::reading) return;
+  const bool was_head = c.reader->phase() == RequestReader::Phase::head;
+  const RequestReader::Step step = c.reader->feed(c.in);
+  if (c.reader->take_continue()) c.send += "HTTP/1.1 100 Continue\r\n\r\n";
+  if (step == RequestReader::Step::error) {
+    const RequestReader::Error& e = c.reader->error();
+    fail(c, e.status, e.message, e.status == 503 ? retry : Headers{});
+  } else if (step == RequestReader::Step::request) {
+    dispatch(c);
+  } else if (was_head && c.reader->phase() != RequestReader::Phase::head) {
+    c.deadline = Clock::now() + std::chrono::milliseconds(limits.body_timeout_ms);
+  }
+}
+
+// Hands the request to the handler, with the exchange its answer goes through.
+void Server::Impl::dispatch(Conn& c) {
+  Request req = c.reader->take();
+  req.peer = c.peer;
+  req.body_reservation = std::move(c.reservation);
+  c.st = State::serving;
+  c.ended = false;
+  auto x = std::make_shared<Responder::Exchange>();
+  x->minor = req.minor_version;
+  x->head_request = req.method == "HEAD";
+  const std::string* conn_hdr = req.header("connection");
+  const std::string conn_val = conn_hdr ? lower_ascii(*conn_hdr) : std::string();
+  x->close_after = req.minor_version == 0 ? conn_val.find("keep-alive") == std::string::npos
+                                          : conn_val.find("close") != std::string::npos;
+  if (stop) x->close_after = true;
+  x->max_pending = limits.max_pending_output;
+  x->waker = waker;
+  c.x = x;
+  try {
+    handler(std::move(req), std::make_shared<Responder>(x));
+  } catch (const std::exception& e) {
+    const ErrorResponse r = format_error(500, std::string("internal error: ") + e.what());
+    Responder(x).reply(500, r.content_type, r.body);
+  }
+}
+
+// The exchange's queued bytes join the send buffer; c.ended when it ended.
+void Server::Impl::pull(Conn& c) {
+  if (!c.x) return;
+  std::lock_guard<std::mutex> lock(c.x->mu);
+  if (!c.x->out.empty()) {
+    if (c.send_off == c.send.size()) {
+      c.send.clear();
+      c.send_off = 0;
+    }
+    c.send += c.x->out;
+    c.x->out.clear();
+    // A stream whose client stopped reading (a whole response, however
+    // large, is sent: it is done growing).
+    if (!c.x->ended && c.send.size() - c.send_off > limits.max_pending_output) c.eof = true;
+  }
+  if (c.x->ended) {
+    c.ended = true;
+    c.close_after = c.close_after || c.x->close_after;
+  }
+}
+
+void Server::Impl::write_some(Conn& c) {
+  while (c.send_off < c.send.size()) {
+    const ssize_t n = ::send(c.fd, c.send.data() + c.send_off, c.send.size() - c.send_off, MSG_NOSIGNAL);
+    if (n > 0) {
+      c.send_off += static_cast<std::size_t>(n);
+      c.last_progress = Clock::now();
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    if (n < 0 && errno == EINTR) continue;
+    close_conn(c);
+    return;
+  }
+  c.send.clear();
+  c.send_off = 0;
+}
+
+// A response that ended and was sent: close, or take the next request.
+void Server::Impl::after_send(Conn& c) {
+  if (c.dead || !c.send.empty()) return;
+  if (c.st == State::closing) {
+    linger(c);
+    return;
+  }
+  if (c.st != State::serving || !c.ended) return;
+  if (c.close_after || stop) {
+    linger(c);
+    return;
+  }
+  c.x.reset();
+  c.ended = false;
+  c.st = State::reading;
+  c.head_started = !c.in.empty();  // a pipelined request already begun
+  c.since = Clock::now();
+  c.deadline = Clock::now() + std::chrono::milliseconds(c.in.empty() ? limits.idle_timeout_ms : limits.header_timeout_ms);
+  advance(c);
+}
+
+// Deadlines: a request that is too slow to arrive gets 408; a linger or a
+// last response ends; a client that stopped reading is cut.
+void Server::Impl::check_deadlines(Conn& c, Clock::time_point now) {
+  if (c.st == State::linger && now >= c.deadline) {
+    close_conn(c);
+  } else if (c.st == State::closing && now >= c.deadline) {
+    close_conn(c);
+  } else if (c.reading_head() && now >= c.deadline) {
+    if (!c.head_started) close_conn(c);  // idle: nothing to say
+    else fail(c, 408, "the request headers took longer than " + std::to_string(limits.header_timeout_ms / 1000) + " s");
+  } else if (c.st == State::reading && now >= c.deadline) {
+    fail(c, 408, "the request body took longer than " + std::to_string(limits.body_timeout_ms / 1000) + " s");
+  } else if (c.st == State::serving && c.send_off < c.send.size() &&
+             now - c.last_progress > std::chrono::milliseconds(limits.write_timeout_ms)) {
+    close_conn(c);  // a client that stopped reading
+  }
+}
+
+// Shut our side and read what the client still sends for a moment:
+// closing with unread input would reset the connection and could destroy
+// the answer before the client reads it.
+void Server::Impl::linger(Conn& c) {
+  ::shutdown(c.fd, SHUT_WR);
+  c.st = State::linger;
+  c.deadline = Clock::now() + kLinger;
+}
+
+void Server::Impl::fail(Conn& c, int status, const std::string& message, const Headers& extra) {
+  queue_error(c, status, format_error(status, message), extra);
+}
+
+// Closes the descriptor once; a response still under way (or not all sent)
+// learns that its client is gone.
+void Server::Impl::close_conn(Conn& c) {
+  if (c.dead) return;
+  c.dead = true;
+  std::function<void()> gone_fn;
+  if (c.x) {
+    std::lock_guard<std::mutex> lock(c.x->mu);
+    if (!c.x->ended || !c.x->out.empty() || c.send_off < c.send.size()) {
+      c.x->gone = true;
+      gone_fn = std::move(c.x->on_gone);
+    }
+    c.x->gone = true;  // nothing more can be sent either way
+  }
+  if (gone_fn) gone_fn();
+  ::close(c.fd);
+  if (--per_peer[c.peer] <= 0) per_peer.erase(c.peer);
 }
 
 }  // namespace phaselab::http

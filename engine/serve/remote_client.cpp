@@ -138,73 +138,134 @@ Result<RemoteResult> RemoteClient::complete(const std::string& prompt, const Gen
   return stream("/completions", std::move(body), false, on_token, cancel);
 }
 
+namespace {
+
+// One streamed answer as it arrives: its server-sent events parsed, the text
+// and usage gathered, and the metrics measured from the arrival times.
+class AnswerStream {
+ public:
+  AnswerStream(bool chat, const TokenCallback& on_token) : chat_(chat), on_token_(on_token) {}
+  AnswerStream(const AnswerStream&) = delete;  // m_ points into out_
+  AnswerStream& operator=(const AnswerStream&) = delete;
+
+  // Bytes of the event stream, as they arrive.
+  void feed(const char* data, size_t len);
+  // The stream ended normally: the stop reason and the final rates.
+  void finish();
+  // An error event the server sent (ok when none).
+  const Status& error() const { return error_; }
+  RemoteResult& result() { return out_; }
+
+ private:
+  void on_event(const std::string& data);
+  void update_rates();
+
+  const bool chat_;  // chat completions (delta.content) or completions (text)
+  const TokenCallback& on_token_;
+  RemoteResult out_;
+  RequestMetrics& m_ = out_.result.metrics;
+  std::string pending_;  // bytes of an event not yet complete
+  std::string finish_;   // the last finish_reason
+  int n_pieces_ = 0;
+  Status error_;
+  const Clock::time_point t0_ = Clock::now();
+  double t_first_ = 0, t_last_ = 0;
+};
+
+void AnswerStream::feed(const char* data, size_t len) {
+  // Events end with a blank line; each line of one is "field: value".
+  // Lines may end in CRLF: the CRs go as the data arrives, so an event is
+  // found whichever ending the server uses, the last one included.
+  for (size_t i = 0; i < len; i++)
+    if (data[i] != '\r') pending_.push_back(data[i]);
+  for (size_t end; (end = pending_.find("\n\n")) != std::string::npos;) {
+    std::string event = pending_.substr(0, end);
+    pending_.erase(0, end + 2);
+    size_t pos = 0;
+    while (pos <= event.size()) {
+      size_t nl = event.find('\n', pos);
+      if (nl == std::string::npos) nl = event.size();
+      std::string line = event.substr(pos, nl - pos);
+      if (line.rfind("data:", 0) == 0) {
+        std::string d = line.substr(5);
+        if (!d.empty() && d.front() == ' ') d.erase(0, 1);
+        on_event(d);
+      }
+      pos = nl + 1;
+    }
+  }
+}
+
+// One "data: ..." event of the stream.
+void AnswerStream::on_event(const std::string& data) {
+  if (data == "[DONE]") return;
+  json j;
+  try {
+    j = json::parse(data);
+  } catch (const json::exception&) {
+    return;  // a keep-alive comment or a line we do not know: skip it
+  }
+  if (j.contains("error")) {
+    error_ = io_error("the server ended the answer with an error: " + error_message_of(data));
+    return;
+  }
+  if (j.contains("usage") && j["usage"].is_object()) {
+    const json& u = j["usage"];
+    m_.n_prompt = u.value("prompt_tokens", 0);
+    m_.n_generated = u.value("completion_tokens", 0);
+    if (u.contains("prompt_tokens_details") && u["prompt_tokens_details"].is_object())
+      m_.n_reused = u["prompt_tokens_details"].value("cached_tokens", 0);
+  }
+  if (j.contains("timings") && j["timings"].is_object()) out_.server_timings = j["timings"];
+  if (!j.contains("choices") || !j["choices"].is_array() || j["choices"].empty()) return;
+  const json& c = j["choices"][0];
+  std::string text;
+  if (chat_ && c.contains("delta") && c["delta"].is_object() && c["delta"].contains("content") &&
+      c["delta"]["content"].is_string())
+    text = c["delta"]["content"].get<std::string>();
+  else if (!chat_ && c.contains("text") && c["text"].is_string())
+    text = c["text"].get<std::string>();
+  if (c.contains("finish_reason") && c["finish_reason"].is_string()) finish_ = c["finish_reason"].get<std::string>();
+  if (text.empty()) return;
+  const double t = std::chrono::duration<double, std::milli>(Clock::now() - t0_).count();
+  if (n_pieces_ == 0) {
+    t_first_ = t;
+    m_.ttft_ms = t;
+  }
+  t_last_ = t;
+  out_.result.text += text;
+  m_.n_generated = std::max(m_.n_generated, n_pieces_ + 1);
+  update_rates();
+  if (on_token_) on_token_(TokenEvent{-1, text, n_pieces_, t, &m_});
+  n_pieces_++;
+}
+
+// Decode rates from arrival times. Tokens that arrive together (a fast
+// model on loopback: the server's writes meet in one read) give no
+// measurable interval; the rates are then left at 0 ("not measured"), not
+// turned into an absurd figure.
+void AnswerStream::update_rates() {
+  m_.update_rates(t_first_, t_last_);
+  if (m_.n_generated > 1 && t_last_ - t_first_ < kMinDecodeSpanMs) m_.decode_tps = m_.tpot_ms = 0;
+}
+
+void AnswerStream::finish() {
+  m_.stop_reason = finish_ == "length" ? "length" : finish_.empty() ? "unknown" : "stop";
+  update_rates();
+}
+
+}  // namespace
+
 Result<RemoteResult> RemoteClient::stream(const std::string& path, json body, bool chat, const TokenCallback& on_token,
                                           const std::atomic<bool>* cancel) {
   body["model"] = ep_.model;
   body["stream"] = true;
   body["stream_options"] = {{"include_usage", true}};
 
-  RemoteResult out;
-  RequestMetrics& m = out.result.metrics;
-  std::string pending, error_body, finish;
-  int status = 0, n_pieces = 0;
+  AnswerStream answer(chat, on_token);
+  std::string error_body;
+  int status = 0;
   bool cancelled_here = false;
-  Status stream_error;
-  const auto t0 = Clock::now();
-  double t_first = 0, t_last = 0;
-  auto ms_since = [&] { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); };
-  // Decode rates from arrival times. Tokens that arrive together (a fast
-  // model on loopback: the server's writes meet in one read) give no
-  // measurable interval; the rates are then left at 0 ("not measured"), not
-  // turned into an absurd figure.
-  auto update_rates = [&] {
-    m.update_rates(t_first, t_last);
-    if (m.n_generated > 1 && t_last - t_first < kMinDecodeSpanMs) m.decode_tps = m.tpot_ms = 0;
-  };
-
-  // One "data: ..." event of the stream.
-  auto on_event = [&](const std::string& data) {
-    if (data == "[DONE]") return;
-    json j;
-    try {
-      j = json::parse(data);
-    } catch (const json::exception&) {
-      return;  // a keep-alive comment or a line we do not know: skip it
-    }
-    if (j.contains("error")) {
-      stream_error = io_error("the server ended the answer with an error: " + error_message_of(data));
-      return;
-    }
-    if (j.contains("usage") && j["usage"].is_object()) {
-      const json& u = j["usage"];
-      m.n_prompt = u.value("prompt_tokens", 0);
-      m.n_generated = u.value("completion_tokens", 0);
-      if (u.contains("prompt_tokens_details") && u["prompt_tokens_details"].is_object())
-        m.n_reused = u["prompt_tokens_details"].value("cached_tokens", 0);
-    }
-    if (j.contains("timings") && j["timings"].is_object()) out.server_timings = j["timings"];
-    if (!j.contains("choices") || !j["choices"].is_array() || j["choices"].empty()) return;
-    const json& c = j["choices"][0];
-    std::string text;
-    if (chat && c.contains("delta") && c["delta"].is_object() && c["delta"].contains("content") &&
-        c["delta"]["content"].is_string())
-      text = c["delta"]["content"].get<std::string>();
-    else if (!chat && c.contains("text") && c["text"].is_string())
-      text = c["text"].get<std::string>();
-    if (c.contains("finish_reason") && c["finish_reason"].is_string()) finish = c["finish_reason"].get<std::string>();
-    if (text.empty()) return;
-    const double t = ms_since();
-    if (n_pieces == 0) {
-      t_first = t;
-      m.ttft_ms = t;
-    }
-    t_last = t;
-    out.result.text += text;
-    m.n_generated = std::max(m.n_generated, n_pieces + 1);
-    update_rates();
-    if (on_token) on_token(TokenEvent{-1, text, n_pieces, t, &m});
-    n_pieces++;
-  };
 
   httplib::Request req;
   req.method = "POST";
@@ -225,43 +286,22 @@ Result<RemoteResult> RemoteClient::stream(const std::string& path, json body, bo
       error_body.append(data, len);
       return error_body.size() < (1u << 20);
     }
-    // Events end with a blank line; each line of one is "field: value".
-    // Lines may end in CRLF: the CRs go as the data arrives, so an event is
-    // found whichever ending the server uses, the last one included.
-    for (size_t i = 0; i < len; i++)
-      if (data[i] != '\r') pending.push_back(data[i]);
-    for (size_t end; (end = pending.find("\n\n")) != std::string::npos;) {
-      std::string event = pending.substr(0, end);
-      pending.erase(0, end + 2);
-      size_t pos = 0;
-      while (pos <= event.size()) {
-        size_t nl = event.find('\n', pos);
-        if (nl == std::string::npos) nl = event.size();
-        std::string line = event.substr(pos, nl - pos);
-        if (line.rfind("data:", 0) == 0) {
-          std::string d = line.substr(5);
-          if (!d.empty() && d.front() == ' ') d.erase(0, 1);
-          on_event(d);
-        }
-        pos = nl + 1;
-      }
-    }
+    answer.feed(data, len);
     return true;
   };
   httplib::Response res;
   httplib::Error err = httplib::Error::Success;
   const bool ok = http_->send(req, res, err);
   if (cancelled_here) {
-    m.stop_reason = "cancelled";
-    return out;
+    answer.result().result.metrics.stop_reason = "cancelled";
+    return std::move(answer.result());
   }
   if (!ok && status == 0) return transport_error(err, ep_.url);
   if (status != 200) return http_status_error(status, error_body.empty() ? res.body : error_body, ep_.url);
-  if (!stream_error.is_ok()) return stream_error;
+  if (!answer.error().is_ok()) return answer.error();
   if (!ok) return io_error("the connection to " + ep_.url + " broke mid-answer: " + httplib::to_string(err));
-  m.stop_reason = finish == "length" ? "length" : finish.empty() ? "unknown" : "stop";
-  update_rates();
-  return out;
+  answer.finish();
+  return std::move(answer.result());
 }
 
 }  // namespace phaselab
