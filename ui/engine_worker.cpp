@@ -11,6 +11,7 @@
 #include "phaselab/chat_template.h"
 #include "phaselab/log.h"
 #include "phaselab/machine.h"
+#include "phaselab/metrics.h"
 #include "phaselab/openai_server.h"
 #include "phaselab/remote_client.h"
 #include "phaselab/scheduler.h"
@@ -125,10 +126,8 @@ void EngineWorker::loadModelImpl(const QString& path, const EngineConfig& config
   info.path = path;
   info.name = c.name.empty() ? QFileInfo(path).completeBaseName() : QString::fromStdString(c.name);
   info.architecture = QString::fromStdString(c.arch_str);
-  for (const auto& t : m->file().tensors()) {
-    info.nParams += static_cast<qint64>(t.n_elements);
-    if (t.name.rfind("blk.", 0) == 0 && t.n_dims == 2) info.prefillOpsPerToken += 2.0 * static_cast<double>(t.n_elements);
-  }
+  info.nParams = static_cast<qint64>(parameter_count(*m));
+  info.prefillOpsPerToken = prefill_ops_per_token(*m);
   info.typeMix = QString::fromStdString(m->type_mix());
   info.contextTrained = c.n_ctx_train;
   info.contextSize = m_session->n_ctx();

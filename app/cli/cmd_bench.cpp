@@ -18,6 +18,7 @@
 #include "phaselab/chat_template.h"
 #include "phaselab/machine.h"
 #include "phaselab/memory.h"
+#include "phaselab/metrics.h"
 #include "phaselab/session.h"
 
 namespace phaselab::cli {
@@ -283,10 +284,7 @@ int cmd_bench(int argc, char** argv) {
     return positions * row_bytes / r.n_gen / 1e9;
   };
   auto decode_gbps = [&](const BenchResult& r) { return r.n_gen > 0 ? r.mean * (weight_gb + kv_read_gb(r)) : 0.0; };
-  // Prefill does 2 ops per weight of the blocks' matrices per token.
-  double ops_per_token = 0;
-  for (const auto& t : m.file().tensors())
-    if (t.name.rfind("blk.", 0) == 0 && t.n_dims == 2) ops_per_token += 2.0 * static_cast<double>(t.n_elements);
+  const double ops_per_token = prefill_ops_per_token(m);
   auto prefill_gops = [&](const BenchResult& r) { return r.n_prompt > 0 ? r.mean * ops_per_token / 1e9 : 0.0; };
   const double machine_gbps = peaks.read_bandwidth / 1e9;
   auto bandwidth_fraction = [&](const BenchResult& r) {
@@ -310,11 +308,7 @@ int cmd_bench(int argc, char** argv) {
                      {"threads", threads},
                      {"model", m.path()},
                      {"model_size_mib", size_mib},
-                     {"n_params", [&] {
-                        uint64_t n = 0;
-                        for (const auto& t : m.file().tensors()) n += t.n_elements;
-                        return n;
-                      }()},
+                     {"n_params", parameter_count(m)},
                      {"type_mix", m.type_mix()},
                      {"kv_cache_mib", s.kv_bytes() / 1048576.0},
                      {"kv_type", kv_type_name(s.kv().type())},

@@ -99,21 +99,9 @@ double decode_ridge_batch(double weight_bytes, double read_bytes_per_s, double o
   return (weight_bytes / read_bytes_per_s) * ops_per_s / ops_per_token;
 }
 
-double ops_per_token(const Model& model) {
-  double ops = 0;
-  for (const auto& t : model.file().tensors())
-    if (t.name.rfind("blk.", 0) == 0 && t.n_dims == 2) ops += 2.0 * static_cast<double>(t.n_elements);
-  return ops;
-}
-
 }  // namespace phaselab
 
 namespace phaselab {
-
-double decode_ops_per_token(const Model& model) {
-  const ModelConfig& c = model.config();
-  return ops_per_token(model) + 2.0 * static_cast<double>(c.n_vocab) * c.n_embd;
-}
 
 double DecodeRoofline::ceiling_tps(double b) const {
   if (read_bytes_per_s <= 0 || weight_bytes <= 0) return 0;
