@@ -28,6 +28,7 @@
 
 #include "chart_scale.h"
 #include "phase_meter.h"
+#include "phaselab/metrics.h"
 
 namespace phaselab::ui {
 
@@ -321,8 +322,7 @@ void MetricsDock::setModel(const ModelInfo& info) {
   // The fast CPU backend ("cpu-avx512-vnni", "cpu-avx2", ...) multiplies 8-bit
   // activations by the quantized weights in integers; the reference path
   // and the GPU work in floats.
-  const bool int8 = info.backend.startsWith(QLatin1String("cpu")) && info.backend != QLatin1String("cpu-reference");
-  m_phaseMeter->setModel(info.weightBytes, info.prefillOpsPerToken, int8);
+  m_phaseMeter->setModel(info.weightBytes, info.prefillOpsPerToken, multiplies_in_int8(info.backend.toStdString()));
 }
 
 void MetricsDock::setPeaks(const HardwarePeaks& peaks) { m_phaseMeter->setPeaks(peaks); }

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 
+#include "phaselab/metrics.h"
+
 namespace phaselab::ui {
 
 namespace {
@@ -123,10 +125,9 @@ void PhaseMeter::refreshToolTips() {
 }
 
 void PhaseMeter::refresh() {
-  // The integer peak where the backend multiplies in 8 bits and it was
-  // measured, else the FP32 peak.
-  const bool int8 = m_int8 && m_peaks.peakInt8Ops > 0;
-  const double computePeak = int8 ? m_peaks.peakInt8Ops : m_peaks.peakFlops;
+  const ComputePeak compute = compute_peak(m_int8, m_peaks.peakInt8Ops, m_peaks.peakFlops);
+  const bool int8 = compute.int8;
+  const double computePeak = compute.ops_per_s;
   const QString opsUnit = int8 ? tr("GOP/s") : tr("GFLOP/s");
   const double bw = static_cast<double>(m_weightBytes) * m_decodeTps;  // bytes/s
   const double decodeOps = m_prefillOpsPerToken * m_positions * m_decodeTps;

@@ -132,11 +132,7 @@ int cmd_bench(int argc, char** argv) {
     // The probe's buffer is freed: the peak RSS reported is the model's.
     reset_peak_resident_memory();
   }
-  // The fast CPU backends multiply 8-bit activations by the quantized weights
-  // in integers: their compute limit is the integer peak.
-  const bool int8 = cpu && backend != "cpu-reference" && peaks.int8_ops > 0;
-  const double compute_peak = int8 ? peaks.int8_ops : peaks.fp32_flops;
-  const char* compute_unit = int8 ? "GOP/s" : "GFLOP/s";
+  const ComputePeak compute = compute_peak(backend, peaks.int8_ops, peaks.fp32_flops);
 
   // Random tokens (fixed seed) avoid special-casing any text.
   std::mt19937 rng(42);
@@ -292,7 +288,7 @@ int cmd_bench(int argc, char** argv) {
     return peak > 0 ? decode_gbps(r) / peak : 0.0;
   };
   auto compute_fraction = [&](const BenchResult& r) {
-    return compute_peak > 0 ? prefill_gops(r) * 1e9 / compute_peak : 0.0;
+    return compute.ops_per_s > 0 ? prefill_gops(r) * 1e9 / compute.ops_per_s : 0.0;
   };
   if (args->has("--json")) {
     nlohmann::json arr = nlohmann::json::array();
@@ -373,9 +369,9 @@ int cmd_bench(int argc, char** argv) {
                 spec.spec_tps / spec.plain_tps);
   if (peaks.read_bandwidth > 0) std::printf("\nmachine: %s\n", describe_machine_peaks(peaks).c_str());
   for (const auto& r : results) {
-    if (r.n_prompt > 0 && compute_peak > 0)
+    if (r.n_prompt > 0 && compute.ops_per_s > 0)
       std::printf("\n%s: %.1f %s, %.1f%% of the machine's %s peak %.0f %s\n", r.test.c_str(), prefill_gops(r),
-                  compute_unit, 100 * compute_fraction(r), int8 ? "int8" : "FP32", compute_peak / 1e9, compute_unit);
+                  compute.unit(), 100 * compute_fraction(r), compute.name(), compute.ops_per_s / 1e9, compute.unit());
     if (r.n_gen > 0) {
       if (r.n_depth > 0)
         std::printf("\n%s: %.1f GB/s of weights and K/V (%.3f + %.3f GB per token)", r.test.c_str(), decode_gbps(r),

@@ -115,8 +115,9 @@ DecodeRoofline decode_roofline(const Model& model, const std::string& backend_na
   r.weight_bytes = static_cast<double>(model.weight_bytes());
   r.ops_per_token = decode_ops_per_token(model);
   r.read_bytes_per_s = read_bytes_per_s;
-  r.int8 = backend_name.rfind("cpu", 0) == 0 && backend_name != "cpu-reference" && int8_ops_per_s > 0;
-  r.ops_per_s = r.int8 ? int8_ops_per_s : fp32_flops;
+  const ComputePeak peak = compute_peak(backend_name, int8_ops_per_s, fp32_flops);
+  r.int8 = peak.int8;
+  r.ops_per_s = peak.ops_per_s;
   r.ridge_batch = decode_ridge_batch(r.weight_bytes, r.read_bytes_per_s, r.ops_per_token, r.ops_per_s);
   return r;
 }
