@@ -395,6 +395,7 @@ class TestGuiCharts : public QObject {
              qPrintable(w.dock->specText()));
     m.specDrafted = 8;
     m.specAccepted = 3;
+    m.specAcceptance = 3.0 / 8;  // the engine's RequestMetrics::spec_acceptance
     w.dock->updateMetrics(m);  // drafts counted, passes not in yet
     QVERIFY2(!w.dock->specText().contains(QStringLiteral("0.00")), qPrintable(w.dock->specText()));
     QVERIFY2(w.dock->specText().contains(QStringLiteral("8 drafted, 3 accepted (38%)")), qPrintable(w.dock->specText()));

@@ -95,8 +95,10 @@ struct LiveMetrics {
   double decodeTps = 0;     // average since the first token
   double windowTps = 0;     // over the interval since the previous snapshot
   quint64 kvUsed = 0, kvCapacity = 0;
-  // Speculative decoding so far in this request (drafted 0: off).
+  // Speculative decoding so far in this request (drafted 0: off); the
+  // acceptance (accepted / drafted) is the engine's RequestMetrics::spec_acceptance.
   int specDrafted = 0, specAccepted = 0;
+  double specAcceptance = 0;
   double tokensPerPass = 0;
   QString speculative;  // the draft source's name, empty when off
   // False when the request runs without the KV cache: every step recomputes

@@ -447,6 +447,7 @@ void EngineWorker::generateImpl(int requestId, const QList<ChatTurn>& turns, con
         live.kvUsed = e.metrics->kv_used;
         live.specDrafted = e.metrics->spec_drafted;
         live.specAccepted = e.metrics->spec_accepted;
+        live.specAcceptance = e.metrics->spec_acceptance;
         live.tokensPerPass = e.metrics->tokens_per_pass;
       }
       emit metricsUpdated(live);
@@ -483,6 +484,7 @@ void EngineWorker::generateImpl(int requestId, const QList<ChatTurn>& turns, con
   live.kvCapacity = m.kv_capacity;
   live.specDrafted = m.spec_drafted;
   live.specAccepted = m.spec_accepted;
+  live.specAcceptance = m.spec_acceptance;
   live.tokensPerPass = m.tokens_per_pass;
   live.kvBlocksUsed = m.kv_blocks_used;
   live.kvBlocksCached = m.kv_blocks_cached;

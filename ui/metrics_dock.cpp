@@ -440,7 +440,7 @@ void MetricsDock::updateMetrics(const LiveMetrics& m) {
                          .arg(m.speculative)
                          .arg(m.specDrafted)
                          .arg(m.specAccepted)
-                         .arg(100.0 * m.specAccepted / m.specDrafted, 0, 'f', 0);
+                         .arg(100.0 * m.specAcceptance, 0, 'f', 0);
       // Every pass makes at least one token; below 1 the count is not in yet.
       if (m.tokensPerPass >= 1) text += tr(", %1 tokens per target pass").arg(m.tokensPerPass, 0, 'f', 2);
       m_spec->setText(text + QLatin1Char('.') + why);

@@ -279,16 +279,22 @@ int cmd_bench(int argc, char** argv) {
       }
     return positions * row_bytes / r.n_gen / 1e9;
   };
-  auto decode_gbps = [&](const BenchResult& r) { return r.n_gen > 0 ? r.mean * (weight_gb + kv_read_gb(r)) : 0.0; };
-  const double ops_per_token = prefill_ops_per_token(m);
-  auto prefill_gops = [&](const BenchResult& r) { return r.n_prompt > 0 ? r.mean * ops_per_token / 1e9 : 0.0; };
   const double machine_gbps = peaks.read_bandwidth / 1e9;
+  // The engine divides (phaselab/metrics.h): decode against the device's
+  // peak or the machine's read bandwidth, prefill against the compute peak.
+  auto decode_of = [&](const BenchResult& r, double peak_bytes_per_s) {
+    return decode_load((weight_gb + kv_read_gb(r)) * 1e9, r.n_gen > 0 ? r.mean : 0.0, peak_bytes_per_s);
+  };
+  auto decode_gbps = [&](const BenchResult& r) { return decode_of(r, 0).achieved / 1e9; };
   auto bandwidth_fraction = [&](const BenchResult& r) {
-    const double peak = peak_gbps > 0 ? peak_gbps : machine_gbps;
-    return peak > 0 ? decode_gbps(r) / peak : 0.0;
+    return decode_of(r, (peak_gbps > 0 ? peak_gbps : machine_gbps) * 1e9).fraction;
+  };
+  const double ops_per_token = prefill_ops_per_token(m);
+  auto prefill_gops = [&](const BenchResult& r) {
+    return prefill_load(ops_per_token, r.n_prompt > 0 ? r.mean : 0.0, compute).achieved / 1e9;
   };
   auto compute_fraction = [&](const BenchResult& r) {
-    return compute.ops_per_s > 0 ? prefill_gops(r) * 1e9 / compute.ops_per_s : 0.0;
+    return prefill_load(ops_per_token, r.n_prompt > 0 ? r.mean : 0.0, compute).fraction;
   };
   if (args->has("--json")) {
     nlohmann::json arr = nlohmann::json::array();
@@ -378,13 +384,13 @@ int cmd_bench(int argc, char** argv) {
                     weight_gb, kv_read_gb(r));
       else
         std::printf("\n%s: %.1f GB/s of weights (%.3f GB per token)", r.test.c_str(), decode_gbps(r), weight_gb);
-      if (peak_gbps > 0) std::printf(", %.1f%% of the device's peak %.0f GB/s", 100 * decode_gbps(r) / peak_gbps, peak_gbps);
+      if (peak_gbps > 0) std::printf(", %.1f%% of the device's peak %.0f GB/s", 100 * bandwidth_fraction(r), peak_gbps);
       else if (machine_gbps > 0)
         std::printf(", %.1f%% of the machine's read bandwidth %.1f GB/s", 100 * bandwidth_fraction(r), machine_gbps);
       if (peak_gbps <= 0 && weights_fit_in_llc(peaks, weight_gb * 1e9))
         std::printf(" (the weights fit in the %zu MiB last-level cache, which reads %.1f GB/s: %.1f%% of that)",
                     peaks.llc_bytes >> 20, peaks.llc_read_bandwidth / 1e9,
-                    100 * decode_gbps(r) * 1e9 / peaks.llc_read_bandwidth);
+                    100 * decode_of(r, peaks.llc_read_bandwidth).fraction);
       std::printf("\n");
     }
   }
