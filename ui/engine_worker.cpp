@@ -378,7 +378,7 @@ void EngineWorker::generateImpl(int requestId, const QList<ChatTurn>& turns, con
   const auto t0 = Clock::now();
   LiveMetrics live;
   live.requestId = requestId;
-  live.phase = QStringLiteral("prefill");
+  live.phase = Phase::prefill;
   live.remote = remote;
   if (!remote) {
     live.nPrompt = static_cast<int>(prompt.size());
@@ -415,7 +415,7 @@ void EngineWorker::generateImpl(int requestId, const QList<ChatTurn>& turns, con
     pending.append(e.text);
     const double now = e.t_ms;
     if (e.index == 0 && counted) {
-      live.phase = QStringLiteral("decode");
+      live.phase = Phase::decode;
       if (e.metrics) {
         live.ttftMs = e.metrics->ttft_ms;
         live.prefillMs = e.metrics->prefill_ms;
@@ -469,7 +469,7 @@ void EngineWorker::generateImpl(int requestId, const QList<ChatTurn>& turns, con
   if (!res) return fail(QString::fromStdString(res.status().message()));
 
   const RequestMetrics& m = res->metrics;
-  live.phase = QStringLiteral("done");
+  live.phase = Phase::done;
   live.nPrompt = remote ? m.n_prompt : live.nPrompt;  // a remote server's usage gives the count
   live.nReused = m.n_reused;
   live.nGenerated = m.n_generated;
@@ -495,11 +495,12 @@ void EngineWorker::generateImpl(int requestId, const QList<ChatTurn>& turns, con
 }
 
 DraftSource* EngineWorker::draftSource(const GenerationSettings& settings) {
-  if (settings.speculative == QLatin1String("lookup")) {
+  const auto mode = speculative_mode_from_string(settings.speculative.toStdString());
+  if (mode == SpeculativeMode::prompt_lookup) {
     if (!m_lookup) m_lookup = make_prompt_lookup_draft();
     return m_lookup.get();
   }
-  if (settings.speculative != QLatin1String("draft")) return nullptr;
+  if (mode != SpeculativeMode::draft_model) return nullptr;
   if (settings.draftModel.isEmpty()) {
     emit errorOccurred(tr("Speculative decoding with a draft model needs a draft model file (Settings); "
                           "answering without speculation."));

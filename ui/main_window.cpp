@@ -519,9 +519,9 @@ void MainWindow::createChatToolbar(QVBoxLayout* column) {
   m_specCombo->setObjectName(QStringLiteral("specCombo"));
   m_specCombo->setAccessibleName(tr("Speculative decoding"));
   specLabel->setBuddy(m_specCombo);
-  m_specCombo->addItem(tr("off"), QStringLiteral("none"));
-  m_specCombo->addItem(tr("prompt lookup"), QStringLiteral("lookup"));
-  m_specCombo->addItem(tr("draft model"), QStringLiteral("draft"));
+  m_specCombo->addItem(tr("off"), QString::fromLatin1(to_string(SpeculativeMode::off)));
+  m_specCombo->addItem(tr("prompt lookup"), QString::fromLatin1(to_string(SpeculativeMode::prompt_lookup)));
+  m_specCombo->addItem(tr("draft model"), QString::fromLatin1(to_string(SpeculativeMode::draft_model)));
   row->addWidget(m_specCombo);
   connect(m_specCombo, &QComboBox::currentIndexChanged, this, [this] {
     GenerationSettings g = m_settings.generation;

@@ -86,7 +86,7 @@ void PhaseMeter::setModel(quint64 weightBytes, double prefillOpsPerToken, bool i
 
 void PhaseMeter::update(const LiveMetrics& m) {
   if (m.prefillTps > 0) m_prefillTps = m.prefillTps;
-  const bool done = m.phase == QLatin1String("done");
+  const bool done = m.phase == Phase::done;
   const double tps = done ? m.decodeTps : (m.windowTps > 0 ? m.windowTps : m.decodeTps);
   if (tps > 0) m_decodeTps = tps;
   m_kvCache = m.kvCache;

@@ -259,7 +259,7 @@ int cmd_generate(int argc, char** argv) {
     j["prefix_cache"] = opt.prefix_cache;
     j["kv_blocks"] = {{"used", m.kv_blocks_used}, {"cached", m.kv_blocks_cached}, {"shared", m.kv_blocks_shared},
                       {"total", m.kv_blocks_total}, {"block_tokens", KvPool::kBlockTokens}};
-    j["spec"] = opt.draft ? opt.draft->name() : "none";
+    j["spec"] = opt.draft ? opt.draft->name() : to_string(SpeculativeMode::off);
     j["spec_k"] = opt.spec_k;
     j["spec_drafted"] = m.spec_drafted;
     j["spec_accepted"] = m.spec_accepted;

@@ -88,9 +88,10 @@ Status validate_compare(const std::vector<CompareVariant>& variants, const Compa
       return invalid_argument(which + ": no such model file (give the path of a .gguf file)");
     if (!known_backend(v.backend))
       return invalid_argument(which + ": unknown backend '" + v.backend + "' (cpu, cpu-portable, cpu-reference, cuda)");
-    if (v.speculative != "none" && v.speculative != "lookup")
+    const auto spec = speculative_mode_from_string(v.speculative);
+    if (!spec || *spec == SpeculativeMode::draft_model)
       return invalid_argument(which + ": speculative must be none or lookup, not '" + v.speculative + "'");
-    if (v.speculative != "none" && !v.kv_cache)
+    if (*spec != SpeculativeMode::off && !v.kv_cache)
       return invalid_argument(which + ": speculative decoding needs the KV cache");
   }
   if (opts.n_ctx < 16 || opts.n_ctx > 32768 || opts.n_ctx % 2)
@@ -195,7 +196,7 @@ Result<std::vector<CompareRow>> run_compare(const std::vector<CompareVariant>& v
     if (opts.n_gen > 0) {
       std::vector<int32_t> prompt(text_tokens.begin(), text_tokens.begin() + 16);
       std::unique_ptr<DraftSource> draft;
-      if (v.speculative == "lookup") draft = make_prompt_lookup_draft();
+      if (speculative_mode_from_string(v.speculative) == SpeculativeMode::prompt_lookup) draft = make_prompt_lookup_draft();
       double sum = 0;
       for (int r = 0; r <= opts.repetitions; r++) {
         if (stop_asked()) return cancelled("comparison cancelled");
