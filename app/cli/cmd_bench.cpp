@@ -15,10 +15,10 @@
 #include "cli_util.h"
 #include "commands.h"
 #include "engine_setup.h"
-#include "phaselab/chat_template.h"
 #include "phaselab/machine.h"
 #include "phaselab/memory.h"
 #include "phaselab/metrics.h"
+#include "phaselab/prompt.h"
 #include "phaselab/session.h"
 
 namespace phaselab::cli {
@@ -183,7 +183,10 @@ int cmd_bench(int argc, char** argv) {
         "would know where the rocks were hidden beneath the waves.";
     // A rewrite task a base model follows too: one worked example, then the
     // text to copy again.
-    const auto prompt = tok.encode("Original: " + text + "\nCopy: " + text + "\nOriginal: " + text + "\nCopy:", true, false);
+    const auto prompt =
+        render_prompt(tok, setup->chat_family,
+                      PromptInput::text_of("Original: " + text + "\nCopy: " + text + "\nOriginal: " + text + "\nCopy:"))
+            .tokens;
     GenerateOptions o;
     o.n_predict = *n_gen;
     o.sampling.temperature = 0;
@@ -240,11 +243,11 @@ int cmd_bench(int argc, char** argv) {
       o.n_predict = 48;
       o.sampling.temperature = 0;
       o.prefix_cache = cached;
-      o.stop = chat_stop_strings(setup->chat_family);
       for (int t = 0; t < *turns; t++) {
         msgs.push_back({"user", kQuestions[t % 8]});
-        const auto prompt = s.model().tokenizer().encode(apply_chat_template(setup->chat_family, msgs), true, true);
-        auto r = s.generate(prompt, o);
+        const RenderedPrompt prompt = render_prompt(s.model().tokenizer(), setup->chat_family, PromptInput::chat_of(msgs));
+        o.stop = prompt.stop;
+        auto r = s.generate(prompt.tokens, o);
         if (!r) return report(r.status());
         msgs.push_back({"assistant", r->text});
         if (t + 1 == *turns) {

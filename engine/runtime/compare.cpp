@@ -16,6 +16,7 @@
 #include "phaselab/memory.h"
 #include "phaselab/model.h"
 #include "phaselab/perplexity.h"
+#include "phaselab/prompt.h"
 #include "phaselab/session.h"
 #include "phaselab/speculative.h"
 
@@ -160,8 +161,9 @@ Result<std::vector<CompareRow>> run_compare(const std::vector<CompareVariant>& v
     auto backend = open_backend(v.backend, *model, threads);
     if (!backend) return fail(backend.status());
     // The fixed chat prompt of the TTFT test, in the model's own template.
-    const auto ttft_prompt = (*model)->tokenizer().encode(
-        apply_chat_template((*model)->chat_template(), {{"user", opts.ttft_prompt}}), true, true);
+    const auto ttft_prompt =
+        render_prompt((*model)->tokenizer(), (*model)->chat_template(), PromptInput::chat_of({{"user", opts.ttft_prompt}}))
+            .tokens;
     const int n_ctx = std::max({opts.n_ctx, opts.n_prompt + 16, 16 + opts.n_gen + 16,
                                 static_cast<int>(ttft_prompt.size()) + 8, 256});
     auto session_r = Session::create(*model, std::move(*backend), n_ctx, KvType::f16, false);  // one prompt per measurement
