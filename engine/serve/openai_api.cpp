@@ -365,6 +365,14 @@ RequestDefaults server_defaults(const ApiLimits& limits) {
   return d;
 }
 
+RequestDefaults batch_defaults(const GenerateOptions& flags) {
+  RequestDefaults d;
+  d.options = flags;
+  d.random_seed = false;  // --seed (or the one drawn for the run) for every line
+  d.batch_dialect = true;
+  return d;
+}
+
 bool parse_request(Endpoint ep, const std::string& body, const Tokenizer& tok, ChatTemplateFamily family,
                    const ApiLimits& limits, ParsedRequest* out, ApiError* err) {
   return parse_request(ep, body, tok, family, limits, server_defaults(limits), out, err);
@@ -443,6 +451,26 @@ bool parse_request(Endpoint ep, const json& j, const Tokenizer& tok, ChatTemplat
     return false;
   }
   return true;
+}
+
+bool parse_batch_line(const std::string& line, const Tokenizer& tok, ChatTemplateFamily family,
+                      const ApiLimits& limits, const RequestDefaults& defaults, ParsedRequest* out, ApiError* err) {
+  json j;
+  if (std::string why; !parse_json(line, &j, &why)) {
+    err->message = why;
+    return false;
+  }
+  if (!j.is_object()) {
+    err->message = "not a JSON object";
+    return false;
+  }
+  const bool has_prompt = j.contains("prompt"), has_messages = j.contains("messages");
+  if (has_prompt == has_messages) {
+    err->message = "give exactly one of \"prompt\" (text) and \"messages\" (a chat)";
+    return false;
+  }
+  return parse_request(has_messages ? Endpoint::chat : Endpoint::completions, j, tok, family, limits, defaults, out,
+                       err);
 }
 
 GenerateOptions options_for_choice(const ParsedRequest& pr, int i) {
