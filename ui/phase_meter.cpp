@@ -90,9 +90,8 @@ void PhaseMeter::update(const LiveMetrics& m) {
   const double tps = done ? m.decodeTps : (m.windowTps > 0 ? m.windowTps : m.decodeTps);
   if (tps > 0) m_decodeTps = tps;
   m_kvCache = m.kvCache;
-  // Without the cache step k recomputes nPrompt + k positions: the current
-  // count for the recent rate, the average over the answer for the final one.
-  m_positions = m.nPrompt + (done ? m.nGenerated / 2.0 : m.nGenerated);
+  // Without the cache each step recomputes the sequence (the engine counts them).
+  m_positions = recomputed_positions(m.nPrompt, m.nGenerated, done);
   refresh();
 }
 
@@ -126,7 +125,7 @@ void PhaseMeter::refreshToolTips() {
 
 void PhaseMeter::refresh() {
   // The engine divides (phaselab/metrics.h); the meter shows the results.
-  const ComputePeak compute = compute_peak(m_int8, m_peaks.peakInt8Ops, m_peaks.peakFlops);
+  const ComputePeak compute = int8_or_fp32_peak(m_int8, m_peaks.peakInt8Ops, m_peaks.peakFlops);
   const bool int8 = compute.int8;
   const double computePeak = compute.ops_per_s;
   const QString opsUnit = int8 ? tr("GOP/s") : tr("GFLOP/s");

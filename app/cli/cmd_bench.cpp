@@ -203,18 +203,6 @@ Result<ChatResult> measure_chat_turns(Session& s, ChatTemplateFamily family, int
   return chat;
 }
 
-// The machine's peaks, before the model runs (anything running beside the
-// probe lowers its figures); on the CPU only (a GPU has its own peak).
-MachinePeaks measure_peaks(const std::string& backend, bool skip) {
-  MachinePeaks peaks;
-  if (backend.rfind("cpu", 0) != 0 || skip) return peaks;
-  peaks = measure_machine_peaks();
-  if (!peaks.note.empty()) std::fprintf(stderr, "phaselab-cli: machine peaks: %s\n", peaks.note.c_str());
-  // The probe's buffer is freed: the peak RSS reported is the model's.
-  reset_peak_resident_memory();
-  return peaks;
-}
-
 // ---- Report ----
 
 // Everything measured, and what each result reads as on this machine (the
@@ -448,7 +436,7 @@ int cmd_bench(int argc, char** argv) {
     return usage_error("the test needs " + std::to_string(need) + " tokens of context but the session has " +
                        std::to_string(s.n_ctx()) + ": pass --ctx-size");
 
-  const MachinePeaks peaks = measure_peaks(s.backend().name(), args->has("--no-peaks"));
+  const MachinePeaks peaks = measure_bench_peaks(s.backend().name(), args->has("--no-peaks"));
   auto results = measure_throughput(s, *bo);
   if (!results) return report(results.status());
   std::optional<SpecResult> spec;

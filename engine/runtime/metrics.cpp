@@ -33,7 +33,7 @@ bool multiplies_in_int8(std::string_view backend_name) {
   return backend_name.rfind("cpu", 0) == 0 && backend_name != "cpu-reference";
 }
 
-ComputePeak compute_peak(bool int8_kernels, double int8_ops_per_s, double fp32_flops) {
+ComputePeak int8_or_fp32_peak(bool int8_kernels, double int8_ops_per_s, double fp32_flops) {
   ComputePeak p;
   p.int8 = int8_kernels && int8_ops_per_s > 0;
   p.ops_per_s = p.int8 ? int8_ops_per_s : fp32_flops;
@@ -41,7 +41,7 @@ ComputePeak compute_peak(bool int8_kernels, double int8_ops_per_s, double fp32_f
 }
 
 ComputePeak compute_peak(std::string_view backend_name, double int8_ops_per_s, double fp32_flops) {
-  return compute_peak(multiplies_in_int8(backend_name), int8_ops_per_s, fp32_flops);
+  return int8_or_fp32_peak(multiplies_in_int8(backend_name), int8_ops_per_s, fp32_flops);
 }
 
 namespace {
@@ -56,6 +56,10 @@ PhaseLoad decode_load(double bytes_per_token, double tokens_per_s, double read_b
 
 PhaseLoad recompute_load(double ops_per_token, double positions, double tokens_per_s, const ComputePeak& peak) {
   return divided(ops_per_token * positions * tokens_per_s, peak.ops_per_s, true, peak.int8);
+}
+
+double recomputed_positions(int n_prompt, int n_generated, bool finished) {
+  return n_prompt + (finished ? n_generated / 2.0 : n_generated);
 }
 
 PhaseLoad prefill_load(double ops_per_token, double tokens_per_s, const ComputePeak& peak) {

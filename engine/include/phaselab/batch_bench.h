@@ -53,6 +53,7 @@ struct DecodeRoofline {
   // were the only cost, capped by the compute roof.
   double ceiling_tps(double b) const;
   double compute_ceiling_tps() const { return ops_per_token > 0 ? ops_per_s / ops_per_token : 0; }
+  ComputePeak peak() const { return {ops_per_s, int8}; }  // its name and units
   // The bandwidth of reading the weights once per pass at this time per
   // output token (GB/s).
   double weights_gbps(double tpot_ms) const { return tpot_ms > 0 ? 1000.0 / tpot_ms * weight_bytes / 1e9 : 0; }

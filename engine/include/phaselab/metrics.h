@@ -43,10 +43,11 @@ struct ComputePeak {
   const char* unit() const { return int8 ? "GOP/s" : "GFLOP/s"; }  // of ops_per_s / 1e9
   const char* op() const { return int8 ? "OP" : "FLOP"; }
 };
-// The integer peak when the kernels multiply in int8 and it was measured,
-// else the FP32 peak.
-ComputePeak compute_peak(bool int8_kernels, double int8_ops_per_s, double fp32_flops);
+// The integer peak when the backend's kernels multiply in int8 and it was
+// measured, else the FP32 peak. int8_or_fp32_peak takes the kernels' kind
+// where the backend's name is gone (the phase meter keeps only that).
 ComputePeak compute_peak(std::string_view backend_name, double int8_ops_per_s, double fp32_flops);
+ComputePeak int8_or_fp32_peak(bool int8_kernels, double int8_ops_per_s, double fp32_flops);
 
 // ---- A phase against its limit ----
 
@@ -64,6 +65,10 @@ PhaseLoad decode_load(double bytes_per_token, double tokens_per_s, double read_b
 // Decode without the KV cache recomputes every position at each step:
 // ops_per_token x positions x tokens/s over the compute peak.
 PhaseLoad recompute_load(double ops_per_token, double positions, double tokens_per_s, const ComputePeak& peak);
+// The positions those steps recompute: step k of an answer recomputes
+// n_prompt + k, so the latest step's count for a recent rate, and the
+// average over the answer (n_prompt + n_generated / 2) for a finished one.
+double recomputed_positions(int n_prompt, int n_generated, bool finished);
 // Prefill reuses each weight row for a batch of tokens, so it is
 // compute-bound: ops_per_token x tokens/s over the compute peak.
 PhaseLoad prefill_load(double ops_per_token, double tokens_per_s, const ComputePeak& peak);
