@@ -10,6 +10,10 @@
 #include "phaselab/chat_template.h"
 #include "phaselab/session.h"
 #include "phaselab/memory.h"
+#include "phaselab/metrics.h"
+#include "phaselab/prompt.h"
+#include "phaselab/speculative.h"
+#include "phaselab/throughput.h"
 #include "tiny_model.h"
 
 using namespace phaselab;
@@ -602,6 +606,106 @@ class TestEngine : public QObject {
     QVERIFY(std::abs(m.tpot_ms * m.decode_tps - 1000.0) < 1e-6);
     QVERIFY(std::abs(m.decode_tps - 15 / (m.decode_ms / 1000.0)) < 1e-6);
     QCOMPARE(m.stop_reason, std::string("length"));
+  }
+
+  // render_prompt is every front end's prompt: a chat through the template
+  // (markers parsed, the template's stop strings), a text as written.
+  void render_prompt_is_the_template_or_the_text() {
+    auto m = shared_stories();
+    const Tokenizer& tok = m->tokenizer();
+    const std::vector<ChatMessage> turns = {{"user", "Tell me about the park."}};
+    const RenderedPrompt chat = render_prompt(tok, ChatTemplateFamily::plain, PromptInput::chat_of(turns, "Be brief."));
+    QCOMPARE(chat.tokens, tok.encode(apply_chat_template(ChatTemplateFamily::plain,
+                                                         {{"system", "Be brief."}, {"user", "Tell me about the park."}}),
+                                     true, true));
+    QCOMPARE(chat.stop, chat_stop_strings(ChatTemplateFamily::plain));
+    QCOMPARE(PromptInput::chat_of(turns, "Be brief.").conversation().size(), size_t{2});
+    QCOMPARE(PromptInput::chat_of(turns).conversation().size(), size_t{1});
+    const RenderedPrompt text = render_prompt(tok, ChatTemplateFamily::plain, PromptInput::text_of("Once upon a time"));
+    QCOMPARE(text.tokens, tok.encode("Once upon a time", true, false));
+    QVERIFY(text.stop.empty());
+    // The size check sees the rendered text before it is encoded.
+    size_t seen = 0;
+    auto refused = render_prompt(tok, ChatTemplateFamily::plain, PromptInput::text_of("Once"), [&](size_t bytes) {
+      seen = bytes;
+      return false;
+    });
+    QVERIFY(!refused.has_value());
+    QCOMPARE(seen, size_t{4});
+  }
+
+  // The engine decides what a rate means: which peak, and the fraction.
+  void metrics_choose_the_peak_and_divide() {
+    QVERIFY(multiplies_in_int8("cpu-avx2"));
+    QVERIFY(multiplies_in_int8("cpu-portable"));
+    QVERIFY(!multiplies_in_int8("cpu-reference"));
+    QVERIFY(!multiplies_in_int8("cuda"));
+    QVERIFY(compute_peak("cpu-avx2", 800e9, 100e9).int8);
+    QCOMPARE(compute_peak("cpu-avx2", 800e9, 100e9).ops_per_s, 800e9);
+    QCOMPARE(compute_peak("cpu-avx2", 0, 100e9).ops_per_s, 100e9);  // int8 not measured: FP32
+    QCOMPARE(compute_peak("cpu-reference", 800e9, 100e9).ops_per_s, 100e9);
+    QCOMPARE(compute_peak("cuda", 800e9, 100e9).ops_per_s, 100e9);
+    QCOMPARE(compute_peak(std::string("cpu-reference"), 800e9, 100e9).ops_per_s, 100e9);
+    QVERIFY(!int8_or_fp32_peak(false, 800e9, 100e9).int8);
+    const PhaseLoad d = decode_load(1e9, 20, 40e9);
+    QCOMPARE(d.achieved, 20e9);
+    QCOMPARE(d.fraction, 0.5);
+    QVERIFY(!d.compute);
+    QCOMPARE(decode_load(1e9, 20, 0).fraction, 0.0);  // no peak: no fraction
+    const PhaseLoad p = prefill_load(2e6, 1000, int8_or_fp32_peak(true, 8e9, 1e9));
+    QCOMPARE(p.fraction, 0.25);
+    QVERIFY(p.compute && p.int8);
+    QCOMPARE(recomputed_positions(100, 10, false), 110.0);
+    QCOMPARE(recomputed_positions(100, 10, true), 105.0);
+    auto m = shared_stories();
+    uint64_t all = 0;
+    double blocks = 0;
+    for (const auto& t : m->file().tensors()) {
+      all += t.n_elements;
+      if (t.name.rfind("blk.", 0) == 0 && t.n_dims == 2) blocks += 2.0 * static_cast<double>(t.n_elements);
+    }
+    QCOMPARE(parameter_count(*m), all);
+    QCOMPARE(prefill_ops_per_token(*m), blocks);
+    QCOMPARE(decode_ops_per_token(*m), blocks + 2.0 * m->config().n_vocab * m->config().n_embd);
+  }
+
+  void enums_spell_what_users_and_flags_see() {
+    QCOMPARE(std::string(to_string(Phase::prefill)), std::string("prefill"));
+    QCOMPARE(std::string(to_string(Phase::decode)), std::string("decode"));
+    QCOMPARE(std::string(to_string(Phase::done)), std::string("done"));
+    for (SpeculativeMode mode : {SpeculativeMode::off, SpeculativeMode::prompt_lookup, SpeculativeMode::draft_model})
+      QCOMPARE(speculative_mode_from_string(to_string(mode)), std::optional(mode));
+    QCOMPARE(std::string(to_string(SpeculativeMode::off)), std::string("none"));
+    QCOMPARE(make_prompt_lookup_draft()->name(), std::string(to_string(SpeculativeMode::prompt_lookup)));
+    QVERIFY(!speculative_mode_from_string("ngram").has_value());
+  }
+
+  // measure_pp_tg: one warm-up, then the timed runs; tg through generate
+  // when asked; a set cancel flag stops it before a run.
+  void measure_pp_tg_times_the_runs() {
+    auto s = open_session(test_data("stories260K.gguf"));
+    ThroughputRun run;
+    run.tokens = s->model().tokenizer().encode("Once upon a time there was", true, false);
+    run.depth = {1, 2, 3};
+    run.repetitions = 3;
+    std::vector<int> seen;
+    run.on_run = [&](int r) { seen.push_back(r); };
+    auto pp = measure_pp_tg(*s, run);
+    QVERIFY2(pp.is_ok(), pp.status().message().c_str());
+    QCOMPARE(seen, (std::vector<int>{0, 1, 2, 3}));
+    QCOMPARE(pp->samples.size(), size_t{3});
+    QVERIFY(pp->mean > 0 && pp->sd >= 0);
+    QCOMPARE(s->kv().n_past(), static_cast<int>(run.depth.size() + run.tokens.size()));
+    run.test = ThroughputTest::tg;
+    run.depth.clear();
+    GenerateOptions g = greedy(8);
+    run.generate = &g;
+    auto tg = measure_pp_tg(*s, run);
+    QVERIFY2(tg.is_ok(), tg.status().message().c_str());
+    QVERIFY(tg->mean > 0);
+    std::atomic<bool> cancel{true};
+    run.cancel = &cancel;
+    QCOMPARE(measure_pp_tg(*s, run).status().code(), StatusCode::cancelled);
   }
 
   void unsupported_architecture_is_refused_by_name() {

@@ -37,11 +37,11 @@ namespace {
 void feedRequest(MetricsDock& dock, int id, double ttftMs, int tokens, double tps) {
   LiveMetrics m;
   m.requestId = id;
-  m.phase = QStringLiteral("prefill");
+  m.phase = Phase::prefill;
   m.nPrompt = 40;
   m.kvCapacity = 512;
   dock.updateMetrics(m);
-  m.phase = QStringLiteral("decode");
+  m.phase = Phase::decode;
   m.ttftMs = ttftMs;
   m.prefillTps = 40 / (ttftMs / 1000);
   const int stepTokens = std::max(1, static_cast<int>(tps / 4));
@@ -53,7 +53,7 @@ void feedRequest(MetricsDock& dock, int id, double ttftMs, int tokens, double tp
     m.kvUsed = 40 + n;
     dock.updateMetrics(m);
   }
-  m.phase = QStringLiteral("done");
+  m.phase = Phase::done;
   m.nGenerated = tokens;
   m.elapsedMs = ttftMs + 1000 * tokens / tps;
   m.decodeTps = tps;
@@ -281,14 +281,14 @@ class TestGuiCharts : public QObject {
     feedRequest(*w.dock, 1, 180, 40, 45);
     LiveMetrics cancelled;
     cancelled.requestId = 2;
-    cancelled.phase = QStringLiteral("prefill");
+    cancelled.phase = Phase::prefill;
     w.dock->updateMetrics(cancelled);
-    cancelled.phase = QStringLiteral("done");
+    cancelled.phase = Phase::done;
     w.dock->updateMetrics(cancelled);
     QCOMPARE(w.dock->ttftPointCount(), 1);
     LiveMetrics again;
     again.requestId = 3;
-    again.phase = QStringLiteral("done");
+    again.phase = Phase::done;
     again.ttftMs = 90;
     again.nGenerated = 5;
     again.elapsedMs = 200;
@@ -382,7 +382,7 @@ class TestGuiCharts : public QObject {
     DockWindow w({1280, 800});
     LiveMetrics m;
     m.requestId = 1;
-    m.phase = QStringLiteral("decode");
+    m.phase = Phase::decode;
     m.speculative = QStringLiteral("lookup");
     m.nGenerated = 10;
     m.ttftMs = 20;
@@ -395,10 +395,11 @@ class TestGuiCharts : public QObject {
              qPrintable(w.dock->specText()));
     m.specDrafted = 8;
     m.specAccepted = 3;
+    m.specAcceptance = 3.0 / 8;  // the engine's RequestMetrics::spec_acceptance
     w.dock->updateMetrics(m);  // drafts counted, passes not in yet
     QVERIFY2(!w.dock->specText().contains(QStringLiteral("0.00")), qPrintable(w.dock->specText()));
     QVERIFY2(w.dock->specText().contains(QStringLiteral("8 drafted, 3 accepted (38%)")), qPrintable(w.dock->specText()));
-    m.phase = QStringLiteral("done");
+    m.phase = Phase::done;
     m.tokensPerPass = 1.6;
     w.dock->updateMetrics(m);
     QVERIFY2(w.dock->specText().contains(QStringLiteral("1.60 tokens per target pass")), qPrintable(w.dock->specText()));
@@ -435,7 +436,7 @@ class TestGuiCharts : public QObject {
     w.dock->setPeaks(peaks);
     LiveMetrics spec;
     spec.requestId = 13;
-    spec.phase = QStringLiteral("done");
+    spec.phase = Phase::done;
     spec.speculative = QStringLiteral("lookup");
     w.dock->updateMetrics(spec);
     w.dock->showPhaseMeter();

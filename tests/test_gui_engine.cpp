@@ -127,14 +127,14 @@ class TestGuiEngine : public QObject {
     e.send({{QStringLiteral("user"), QStringLiteral("Hello")}}, longAnswer(300));
     QVERIFY(finished.wait(60000));
     QVERIFY(snaps.size() >= 2);
-    QCOMPARE(snaps.first().phase, QStringLiteral("prefill"));
+    QCOMPARE(snaps.first().phase, Phase::prefill);
     QVERIFY(snaps.first().nPrompt > 0);
     // The phase turns with the first token (the screenshots had shown
     // "prefill" beside a streaming answer for an update interval).
-    QCOMPARE(snaps.at(1).phase, QStringLiteral("decode"));
+    QCOMPARE(snaps.at(1).phase, Phase::decode);
     QCOMPARE(snaps.at(1).nGenerated, 1);
     QVERIFY(snaps.at(1).ttftMs > 0);
-    QCOMPARE(snaps.last().phase, QStringLiteral("done"));
+    QCOMPARE(snaps.last().phase, Phase::done);
     QCOMPARE(snaps.last().nGenerated, 300);
     QCOMPARE(snaps.last().kvUsed, static_cast<quint64>(snaps.first().nPrompt + 300 - 1));
     QCOMPARE(snaps.last().kvCapacity, static_cast<quint64>(e.modelInfo().contextSize));

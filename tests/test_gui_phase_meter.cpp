@@ -34,7 +34,7 @@ HardwarePeaks peaks(double gbps, quint64 llc = 32 * kMiB) {
 
 LiveMetrics decoding(double tps, bool kv = true) {
   LiveMetrics m;
-  m.phase = QStringLiteral("decode");
+  m.phase = Phase::decode;
   m.nPrompt = 100;
   m.nGenerated = 20;
   m.decodeTps = tps;

@@ -154,7 +154,7 @@ class TestGuiServe : public QObject {
     QVERIFY(lastCount > 0);
     QVERIFY(!metrics.isEmpty());
     for (const LiveMetrics& m : metrics) QVERIFY(m.remote);
-    QCOMPARE(metrics.last().phase, QStringLiteral("done"));
+    QCOMPARE(metrics.last().phase, Phase::done);
     QCOMPARE(metrics.last().nGenerated, stats.nGenerated);
     QCOMPARE(metrics.last().kvCapacity, quint64(0));  // no KV figures from a remote server
     QVERIFY(!client.isBusy());

@@ -296,6 +296,40 @@ class TestOpenAiApi : public QObject {
     QVERIFY2(unknown.err.message.find("phaselab-cli batch") != std::string::npos, unknown.err.message.c_str());
   }
 
+  // A batch line picks its endpoint by its field ("prompt" or "messages",
+  // exactly one) and is read by the same parser, with batch_defaults.
+  void batch_line_is_read_by_the_servers_parser() {
+    GenerateOptions flags;
+    flags.n_predict = 21;
+    flags.sampling.seed = 77;
+    const openai::RequestDefaults d = openai::batch_defaults(flags);
+    QVERIFY(d.batch_dialect);
+    QVERIFY(!d.random_seed);
+    const openai::ApiLimits limits{kCtx, 1 << 20};
+    auto line = [&](const std::string& text) {
+      Parsed p;
+      p.ok = openai::parse_batch_line(text, stories()->tokenizer(), stories()->chat_template(), limits, d, &p.pr, &p.err);
+      return p;
+    };
+    Parsed text = line(R"({"prompt":"Once upon a time","n":5})");
+    QVERIFY2(text.ok, text.err.message.c_str());
+    QVERIFY(text.pr.endpoint == openai::Endpoint::completions);
+    QCOMPARE(text.pr.options.n_predict, 5);
+    QCOMPARE(text.pr.options.sampling.seed, uint64_t{77});
+    Parsed same = parse_with(openai::Endpoint::completions, json{{"prompt", "Once upon a time"}, {"n", 5}}, d, limits);
+    QVERIFY(same.ok);
+    QCOMPARE(text.pr.prompt, same.pr.prompt);
+    Parsed chat_line = line(R"({"messages":[{"role":"user","content":"hi"}]})");
+    QVERIFY2(chat_line.ok, chat_line.err.message.c_str());
+    QVERIFY(chat_line.pr.endpoint == openai::Endpoint::chat);
+    QCOMPARE(chat_line.pr.options.n_predict, 21);
+    for (const char* bad : {"{", "[1]", R"({"n":3})", R"({"prompt":"a","messages":[]})"}) {
+      Parsed b = line(bad);
+      QVERIFY2(!b.ok && !b.err.message.empty(), bad);
+    }
+    QCOMPARE(line("[1]").err.message, std::string("not a JSON object"));
+  }
+
   // Two choices with logprobs from a real Scheduler run, written as OpenAI
   // does: chat {"content": [{token, logprob, bytes, top_logprobs}]},
   // completions {tokens, token_logprobs, top_logprobs (with the chosen

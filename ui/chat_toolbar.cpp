@@ -7,6 +7,8 @@
 #include <QToolButton>
 #include <algorithm>
 
+#include "phaselab/speculative.h"
+
 namespace phaselab::ui {
 
 // A row of plain widgets rather than a QToolBar: a toolbar hides what does
@@ -40,9 +42,9 @@ ChatToolbar::ChatToolbar(QWidget* parent) : QWidget(parent) {
   m_specCombo->setObjectName(QStringLiteral("specCombo"));
   m_specCombo->setAccessibleName(tr("Speculative decoding"));
   m_specLabel->setBuddy(m_specCombo);
-  m_specCombo->addItem(tr("off"), QStringLiteral("none"));
-  m_specCombo->addItem(tr("prompt lookup"), QStringLiteral("lookup"));
-  m_specCombo->addItem(tr("draft model"), QStringLiteral("draft"));
+  m_specCombo->addItem(tr("off"), QString::fromLatin1(to_string(SpeculativeMode::off)));
+  m_specCombo->addItem(tr("prompt lookup"), QString::fromLatin1(to_string(SpeculativeMode::prompt_lookup)));
+  m_specCombo->addItem(tr("draft model"), QString::fromLatin1(to_string(SpeculativeMode::draft_model)));
   row->addWidget(m_specCombo);
   connect(m_specCombo, &QComboBox::currentIndexChanged, this,
           [this] { emit speculativeChosen(m_specCombo->currentData().toString()); });

@@ -333,8 +333,8 @@ void CompareWindow::addVariantRow(const CompareVariant& v) {
   kv->setAccessibleName(tr("KV cache"));
   m_variants->setCellWidget(r, kColKv, kv);
   auto* spec = new QComboBox;
-  spec->addItem(tr("off"), QStringLiteral("none"));
-  spec->addItem(tr("prompt lookup"), QStringLiteral("lookup"));
+  spec->addItem(tr("off"), QString::fromLatin1(to_string(SpeculativeMode::off)));
+  spec->addItem(tr("prompt lookup"), QString::fromLatin1(to_string(SpeculativeMode::prompt_lookup)));
   spec->setCurrentIndex(std::max(0, spec->findData(QString::fromStdString(v.speculative))));
   spec->setAccessibleName(tr("Speculative decoding"));
   m_variants->setCellWidget(r, kColSpec, spec);

@@ -7,7 +7,12 @@
 #include <QString>
 #include <QJsonObject>
 
+#include "phaselab/metrics.h"
+#include "phaselab/speculative.h"
+
 namespace phaselab::ui {
+
+using phaselab::Phase;  // a request's phase, as the engine names it (to_string: prefill | decode | done)
 
 // What a model load needs; a change of any of these needs a reload.
 struct EngineConfig {
@@ -36,7 +41,8 @@ struct GenerationSettings {
   int maxTokens = 512;
   bool useKvCache = true;
   bool prefixCache = true;  // reuse cached KV blocks of earlier turns and conversations
-  QString speculative = QStringLiteral("none");  // none | lookup | draft
+  // none | lookup | draft: a phaselab::SpeculativeMode's to_string
+  QString speculative = QString::fromLatin1(to_string(SpeculativeMode::off));
   int specK = 4;            // tokens drafted per target pass
   QString draftModel;       // GGUF path for speculative = draft
   bool ignoreEos = false;  // only for tests and demos that need long answers
@@ -84,7 +90,7 @@ struct ModelInfo {
 // A snapshot while a request runs (a few per second) and one at its end.
 struct LiveMetrics {
   int requestId = 0;
-  QString phase;  // prefill | decode | done
+  Phase phase = Phase::prefill;
   int nPrompt = 0;
   int nReused = 0;
   int nGenerated = 0;
@@ -95,8 +101,10 @@ struct LiveMetrics {
   double decodeTps = 0;     // average since the first token
   double windowTps = 0;     // over the interval since the previous snapshot
   quint64 kvUsed = 0, kvCapacity = 0;
-  // Speculative decoding so far in this request (drafted 0: off).
+  // Speculative decoding so far in this request (drafted 0: off); the
+  // acceptance (accepted / drafted) is the engine's RequestMetrics::spec_acceptance.
   int specDrafted = 0, specAccepted = 0;
+  double specAcceptance = 0;
   double tokensPerPass = 0;
   QString speculative;  // the draft source's name, empty when off
   // False when the request runs without the KV cache: every step recomputes

@@ -11,7 +11,9 @@
 #include "phaselab/chat_template.h"
 #include "phaselab/log.h"
 #include "phaselab/machine.h"
+#include "phaselab/metrics.h"
 #include "phaselab/openai_server.h"
+#include "phaselab/prompt.h"
 #include "phaselab/remote_client.h"
 #include "phaselab/scheduler.h"
 #include "phaselab/session.h"
@@ -125,10 +127,8 @@ void EngineWorker::loadModelImpl(const QString& path, const EngineConfig& config
   info.path = path;
   info.name = c.name.empty() ? QFileInfo(path).completeBaseName() : QString::fromStdString(c.name);
   info.architecture = QString::fromStdString(c.arch_str);
-  for (const auto& t : m->file().tensors()) {
-    info.nParams += static_cast<qint64>(t.n_elements);
-    if (t.name.rfind("blk.", 0) == 0 && t.n_dims == 2) info.prefillOpsPerToken += 2.0 * static_cast<double>(t.n_elements);
-  }
+  info.nParams = static_cast<qint64>(parameter_count(*m));
+  info.prefillOpsPerToken = prefill_ops_per_token(*m);
   info.typeMix = QString::fromStdString(m->type_mix());
   info.contextTrained = c.n_ctx_train;
   info.contextSize = m_session->n_ctx();
@@ -312,20 +312,11 @@ void EngineWorker::generate(int requestId, const QList<ChatTurn>& turns, const G
   }
 }
 
-void EngineWorker::generateImpl(int requestId, const QList<ChatTurn>& turns, const GenerationSettings& settings) {
-  auto fail = [&](const QString& message) {
-    RequestStats s;
-    s.error = message;
-    s.stopReason = QStringLiteral("error");
-    emit errorOccurred(message);
-    emit generationFinished(requestId, s);
-  };
-  const bool remote = m_remote != nullptr;
-  if (!m_session && !remote) return fail(QStringLiteral("no model is loaded: open one with File > Open Model (Ctrl+O)"));
-  const bool notebook = settings.mode == QLatin1String("notebook");
+namespace {
 
-  // The same mapping of the settings for both: a remote server gets the
-  // sampling fields an OpenAI-compatible server reads (remote_sampling_fields).
+// The settings as the engine's options; a remote server gets the sampling
+// fields an OpenAI-compatible server reads (remote_sampling_fields).
+GenerateOptions generateOptions(const GenerationSettings& settings) {
   GenerateOptions opt;
   opt.n_predict = settings.maxTokens;
   opt.use_kv_cache = settings.useKvCache;
@@ -338,21 +329,153 @@ void EngineWorker::generateImpl(int requestId, const QList<ChatTurn>& turns, con
   opt.sampling.seed = settings.seed != 0 ? settings.seed : std::random_device{}();
   opt.prefix_cache = settings.prefixCache;
   opt.spec_k = std::clamp(settings.specK, 1, 32);
+  return opt;
+}
 
-  // Local: the prompt's tokens. Remote: the messages (the server applies its
-  // own chat template), or the notebook's text.
-  std::vector<TokenId> prompt;
-  std::vector<ChatMessage> messages;
-  std::string text;
+// Notebook: the document so far, as written (the person's text and the
+// model's continuations joined with nothing added). Chat: the turns, after
+// the conversation's system prompt when it has one.
+PromptInput promptInput(const QList<ChatTurn>& turns, const GenerationSettings& settings, bool notebook) {
   if (notebook) {
-    // The document so far, as written: the person's text and the model's
-    // continuations joined with nothing added.
+    std::string text;
     for (const ChatTurn& t : turns) text += t.content.toStdString();
-  } else {
-    if (!settings.systemPrompt.trimmed().isEmpty())
-      messages.push_back({"system", settings.systemPrompt.toStdString()});
-    for (const ChatTurn& t : turns) messages.push_back({t.role.toStdString(), t.content.toStdString()});
+    return PromptInput::text_of(std::move(text));
   }
+  std::vector<ChatMessage> messages;
+  for (const ChatTurn& t : turns) messages.push_back({t.role.toStdString(), t.content.toStdString()});
+  const bool system = !settings.systemPrompt.trimmed().isEmpty();
+  return PromptInput::chat_of(std::move(messages), system ? settings.systemPrompt.toStdString() : std::string());
+}
+
+}  // namespace
+
+// Turns the engine's per-token events into the worker's signals: the first
+// token at once (it is the TTFT the user waits for), then text deltas at most
+// every kDeltaIntervalMs and metrics every kMetricsIntervalMs.
+class EngineWorker::StreamRelay {
+ public:
+  StreamRelay(EngineWorker& w, int requestId, bool remote) : m_w(w), m_requestId(requestId), m_remote(remote) {
+    m_live.requestId = requestId;
+    m_live.phase = Phase::prefill;
+    m_live.remote = remote;
+  }
+  LiveMetrics& live() { return m_live; }
+
+  void onToken(const TokenEvent& e) {
+    // A remote server's events are pieces of text without ids (the ids are
+    // the server's): each counts as one token, as the server streams them.
+    const bool counted = e.id >= 0 || m_remote;
+    if (counted) {
+      m_nTokens = e.index + 1;
+      m_w.m_shared->tokensGenerated.store(m_nTokens);
+    }
+    m_pending.append(e.text);
+    const double now = e.t_ms;
+    if (e.index == 0 && counted) firstToken(e);
+    if (!m_pending.empty() && now - m_lastDeltaMs >= kDeltaIntervalMs) {
+      flush();
+      m_lastDeltaMs = now;
+    }
+    if (now - m_lastMetricsMs >= kMetricsIntervalMs) {
+      m_live.nGenerated = m_nTokens;
+      m_live.elapsedMs = now;
+      // The chart's recent rate (tokens over the last update interval) is
+      // the display's; every other figure comes from the engine (or, for a
+      // remote server, from RemoteClient's client-side measurement).
+      m_live.windowTps = (m_nTokens - m_tokensAtLastMetrics) / std::max((now - m_lastMetricsMs) / 1000.0, 1e-9);
+      if (e.metrics) {
+        m_live.decodeTps = e.metrics->decode_tps;
+        m_live.kvUsed = e.metrics->kv_used;
+        copySpeculative(*e.metrics);
+      }
+      emit m_w.metricsUpdated(m_live);
+      m_lastMetricsMs = now;
+      m_tokensAtLastMetrics = m_nTokens;
+    }
+  }
+
+  void flush() {
+    if (m_pending.empty()) return;
+    emit m_w.tokensReady(m_requestId, QString::fromUtf8(m_pending.data(), static_cast<qsizetype>(m_pending.size())),
+                         m_nTokens);
+    m_pending.clear();
+  }
+
+  // The request's final figures, all from the engine (a remote server's
+  // usage gives its prompt count).
+  void finish(const RequestMetrics& m, double elapsedMs) {
+    m_live.phase = Phase::done;
+    m_live.nPrompt = m_remote ? m.n_prompt : m_live.nPrompt;
+    m_live.nReused = m.n_reused;
+    m_live.nGenerated = m.n_generated;
+    m_live.ttftMs = m.ttft_ms;
+    m_live.prefillMs = m.prefill_ms;
+    m_live.prefillTps = m.prefill_tps;
+    m_live.elapsedMs = elapsedMs;
+    m_live.decodeTps = m.decode_tps;
+    m_live.windowTps = (m.n_generated - m_tokensAtLastMetrics) / std::max((elapsedMs - m_lastMetricsMs) / 1000.0, 1e-9);
+    m_live.kvUsed = m.kv_used;
+    m_live.kvCapacity = m.kv_capacity;
+    copySpeculative(m);
+    m_live.kvBlocksUsed = m.kv_blocks_used;
+    m_live.kvBlocksCached = m.kv_blocks_cached;
+    m_live.kvBlocksShared = m.kv_blocks_shared;
+    m_live.kvBlocksTotal = m.kv_blocks_total;
+    emit m_w.metricsUpdated(m_live);
+  }
+
+ private:
+  void firstToken(const TokenEvent& e) {
+    m_live.phase = Phase::decode;
+    if (e.metrics) {
+      m_live.ttftMs = e.metrics->ttft_ms;
+      m_live.prefillMs = e.metrics->prefill_ms;
+      m_live.prefillTps = e.metrics->prefill_tps;
+    }
+    // The decode rate's first window starts here, not at submission (that
+    // would fold the prefill time into it).
+    m_lastMetricsMs = e.t_ms;
+    m_tokensAtLastMetrics = 1;
+    // The phase changes with the first token on screen, not an interval later.
+    m_live.nGenerated = 1;
+    m_live.elapsedMs = e.t_ms;
+    m_live.windowTps = 0;
+    emit m_w.metricsUpdated(m_live);
+  }
+
+  void copySpeculative(const RequestMetrics& m) {
+    m_live.specDrafted = m.spec_drafted;
+    m_live.specAccepted = m.spec_accepted;
+    m_live.specAcceptance = m.spec_acceptance;
+    m_live.tokensPerPass = m.tokens_per_pass;
+  }
+
+  EngineWorker& m_w;
+  const int m_requestId;
+  const bool m_remote;
+  LiveMetrics m_live;
+  std::string m_pending;  // text not sent yet
+  int m_nTokens = 0;
+  double m_lastDeltaMs = -1e9, m_lastMetricsMs = 0;
+  int m_tokensAtLastMetrics = 0;
+};
+
+void EngineWorker::generateImpl(int requestId, const QList<ChatTurn>& turns, const GenerationSettings& settings) {
+  auto fail = [&](const QString& message) {
+    RequestStats s;
+    s.error = message;
+    s.stopReason = QStringLiteral("error");
+    emit errorOccurred(message);
+    emit generationFinished(requestId, s);
+  };
+  const bool remote = m_remote != nullptr;
+  if (!m_session && !remote) return fail(QStringLiteral("no model is loaded: open one with File > Open Model (Ctrl+O)"));
+  const bool notebook = settings.mode == QLatin1String("notebook");
+  GenerateOptions opt = generateOptions(settings);
+  // Local: the prompt's tokens and the template's stop strings. Remote: the
+  // messages (the server applies its own chat template), or the notebook's text.
+  const PromptInput input = promptInput(turns, settings, notebook);
+  std::vector<TokenId> prompt;
   if (!remote) {
     const Model& model = m_session->model();
     ChatTemplateFamily family = model.chat_template();
@@ -362,26 +485,18 @@ void EngineWorker::generateImpl(int requestId, const QList<ChatTurn>& turns, con
                                    .arg(settings.chatTemplate));
       family = *chosen;
     }
-    // The person's text is plain text, so special markers in it stay text
-    // (parse_special = false); rendered chats contain special markers as
-    // text (parse_special = true).
-    if (notebook)
-      prompt = model.tokenizer().encode(text, true, false);
-    else
-      prompt = model.tokenizer().encode(apply_chat_template(family, messages), true, true);
+    RenderedPrompt rendered = render_prompt(model.tokenizer(), family, input);
+    prompt = std::move(rendered.tokens);
+    for (auto& s : rendered.stop) opt.stop.push_back(s);
     opt.draft = draftSource(settings);
-    if (!notebook)
-      for (auto& s : chat_stop_strings(family)) opt.stop.push_back(s);
   }
   if (Status st = opt.sampling.validate(); !st) return fail(QString::fromStdString(st.message()));
 
   const QString backendName = remote ? QStringLiteral("remote") : QString::fromStdString(m_session->backend().name());
   const auto t0 = Clock::now();
-  LiveMetrics live;
-  live.requestId = requestId;
-  live.phase = QStringLiteral("prefill");
-  live.remote = remote;
+  StreamRelay relay(*this, requestId, remote);
   if (!remote) {
+    LiveMetrics& live = relay.live();
     live.nPrompt = static_cast<int>(prompt.size());
     live.kvCapacity = static_cast<quint64>(m_session->n_ctx());
     live.kvUsed = static_cast<quint64>(m_session->kv().n_past());
@@ -391,114 +506,32 @@ void EngineWorker::generateImpl(int requestId, const QList<ChatTurn>& turns, con
     live.speculative = opt.draft ? QString::fromStdString(opt.draft->name()) : QString();
     live.kvCache = opt.use_kv_cache;
   }
-  emit metricsUpdated(live);  // prefill runs without callbacks: show it started
-
-  // Coalescing state. The first token is sent at once (it is the TTFT the
-  // user waits for); after that at most one delta per kDeltaIntervalMs.
-  std::string pending;
-  int nTokens = 0;
-  double lastDeltaMs = -1e9, lastMetricsMs = 0;
-  int tokensAtLastMetrics = 0;
+  emit metricsUpdated(relay.live());  // prefill runs without callbacks: show it started
   m_shared->tokensGenerated.store(0);
-
-  auto flushDelta = [&] {
-    emit tokensReady(requestId, QString::fromUtf8(pending.data(), static_cast<qsizetype>(pending.size())), nTokens);
-    pending.clear();
-  };
-  auto onToken = [&](const TokenEvent& e) {
-    // A remote server's events are pieces of text without ids (the ids are
-    // the server's): each counts as one token, as the server streams them.
-    const bool counted = e.id >= 0 || remote;
-    if (counted) {
-      nTokens = e.index + 1;
-      m_shared->tokensGenerated.store(nTokens);
-    }
-    pending.append(e.text);
-    const double now = e.t_ms;
-    if (e.index == 0 && counted) {
-      live.phase = QStringLiteral("decode");
-      if (e.metrics) {
-        live.ttftMs = e.metrics->ttft_ms;
-        live.prefillMs = e.metrics->prefill_ms;
-        live.prefillTps = e.metrics->prefill_tps;
-      }
-      // The decode rate's first window starts here, not at submission
-      // (that would fold the prefill time into it).
-      lastMetricsMs = now;
-      tokensAtLastMetrics = 1;
-      // The phase changes with the first token on screen, not an interval later.
-      live.nGenerated = 1;
-      live.elapsedMs = now;
-      live.windowTps = 0;
-      emit metricsUpdated(live);
-    }
-    if (!pending.empty() && now - lastDeltaMs >= kDeltaIntervalMs) {
-      flushDelta();
-      lastDeltaMs = now;
-    }
-    if (now - lastMetricsMs >= kMetricsIntervalMs) {
-      live.nGenerated = nTokens;
-      live.elapsedMs = now;
-      // The chart's recent rate (tokens over the last update interval) is
-      // the display's; every other figure comes from the engine (or, for a
-      // remote server, from RemoteClient's client-side measurement).
-      live.windowTps = (nTokens - tokensAtLastMetrics) / std::max((now - lastMetricsMs) / 1000.0, 1e-9);
-      if (e.metrics) {
-        live.decodeTps = e.metrics->decode_tps;
-        live.kvUsed = e.metrics->kv_used;
-        live.specDrafted = e.metrics->spec_drafted;
-        live.specAccepted = e.metrics->spec_accepted;
-        live.tokensPerPass = e.metrics->tokens_per_pass;
-      }
-      emit metricsUpdated(live);
-      lastMetricsMs = now;
-      tokensAtLastMetrics = nTokens;
-    }
-  };
+  auto onToken = [&](const TokenEvent& e) { relay.onToken(e); };
 
   Result<GenerateResult> res = [&]() -> Result<GenerateResult> {
     if (!remote) return m_session->generate(prompt, opt, onToken, &m_shared->stop);
     // Stop sets m_shared->stop: the client closes the connection at the next
     // piece and the server cancels the sequence.
-    auto r = notebook ? m_remote->complete(text, opt, onToken, &m_shared->stop)
-                      : m_remote->chat(messages, opt, onToken, &m_shared->stop);
+    auto r = notebook ? m_remote->complete(input.text, opt, onToken, &m_shared->stop)
+                      : m_remote->chat(input.conversation(), opt, onToken, &m_shared->stop);
     if (!r) return r.status();
     return std::move(r->result);
   }();
-  if (!pending.empty()) flushDelta();
+  relay.flush();
   if (!res) return fail(QString::fromStdString(res.status().message()));
-
-  const RequestMetrics& m = res->metrics;
-  live.phase = QStringLiteral("done");
-  live.nPrompt = remote ? m.n_prompt : live.nPrompt;  // a remote server's usage gives the count
-  live.nReused = m.n_reused;
-  live.nGenerated = m.n_generated;
-  live.ttftMs = m.ttft_ms;
-  live.prefillMs = m.prefill_ms;
-  live.prefillTps = m.prefill_tps;
-  live.elapsedMs = msSince(t0);
-  live.decodeTps = m.decode_tps;
-  live.windowTps = (m.n_generated - tokensAtLastMetrics) /
-                   std::max((live.elapsedMs - lastMetricsMs) / 1000.0, 1e-9);
-  live.kvUsed = m.kv_used;
-  live.kvCapacity = m.kv_capacity;
-  live.specDrafted = m.spec_drafted;
-  live.specAccepted = m.spec_accepted;
-  live.tokensPerPass = m.tokens_per_pass;
-  live.kvBlocksUsed = m.kv_blocks_used;
-  live.kvBlocksCached = m.kv_blocks_cached;
-  live.kvBlocksShared = m.kv_blocks_shared;
-  live.kvBlocksTotal = m.kv_blocks_total;
-  emit metricsUpdated(live);
-  emit generationFinished(requestId, toStats(m, backendName));
+  relay.finish(res->metrics, msSince(t0));
+  emit generationFinished(requestId, toStats(res->metrics, backendName));
 }
 
 DraftSource* EngineWorker::draftSource(const GenerationSettings& settings) {
-  if (settings.speculative == QLatin1String("lookup")) {
+  const auto mode = speculative_mode_from_string(settings.speculative.toStdString());
+  if (mode == SpeculativeMode::prompt_lookup) {
     if (!m_lookup) m_lookup = make_prompt_lookup_draft();
     return m_lookup.get();
   }
-  if (settings.speculative != QLatin1String("draft")) return nullptr;
+  if (mode != SpeculativeMode::draft_model) return nullptr;
   if (settings.draftModel.isEmpty()) {
     emit errorOccurred(tr("Speculative decoding with a draft model needs a draft model file (Settings); "
                           "answering without speculation."));

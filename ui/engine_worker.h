@@ -69,6 +69,7 @@ class EngineWorker : public QObject {
   void loadModelImpl(const QString& path, const EngineConfig& config);
   void connectRemoteImpl(const RemoteConfig& remote);
   void generateImpl(int requestId, const QList<ChatTurn>& turns, const GenerationSettings& settings);
+  class StreamRelay;  // the engine's token events -> tokensReady / metricsUpdated, coalesced
   void startServerImpl(int port);
   // Stops the server if one runs (serverStopped); whatever the model does next.
   void stopServerImpl();

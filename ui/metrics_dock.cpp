@@ -28,6 +28,7 @@
 
 #include "chart_scale.h"
 #include "phase_meter.h"
+#include "phaselab/metrics.h"
 
 namespace phaselab::ui {
 
@@ -347,8 +348,7 @@ void MetricsDock::setModel(const ModelInfo& info) {
   // The fast CPU backend ("cpu-avx512-vnni", "cpu-avx2", ...) multiplies 8-bit
   // activations by the quantized weights in integers; the reference path
   // and the GPU work in floats.
-  const bool int8 = info.backend.startsWith(QLatin1String("cpu")) && info.backend != QLatin1String("cpu-reference");
-  m_phaseMeter->setModel(info.weightBytes, info.prefillOpsPerToken, int8);
+  m_phaseMeter->setModel(info.weightBytes, info.prefillOpsPerToken, multiplies_in_int8(info.backend.toStdString()));
 }
 
 void MetricsDock::setPeaks(const HardwarePeaks& peaks) { m_phaseMeter->setPeaks(peaks); }
@@ -409,7 +409,7 @@ void MetricsDock::rescale() {
 void MetricsDock::updateMetrics(const LiveMetrics& m) {
   if (m.requestId != m_requestId) startRequest(m);
   const int last = m_rows.size() - 1;
-  if (m.phase == QLatin1String("prefill")) {
+  if (m.phase == Phase::prefill) {
     // A remote server's prompt length is known at the end (its usage).
     m_header->setText(m.remote ? m_modelText + tr(" — waiting for the first token")
                                : m_modelText + tr(" — prefill of %1 tokens").arg(m.nPrompt - m.nReused));
@@ -417,7 +417,7 @@ void MetricsDock::updateMetrics(const LiveMetrics& m) {
     // The final snapshot's window is the tail since the last one, often a
     // few tokens: plot it only where no earlier point covers that token.
     const bool first = m_decodeSeries->count() == 0;
-    const double tps = m.phase == QLatin1String("done") && first ? m.decodeTps : m.windowTps;
+    const double tps = m.phase == Phase::done && first ? m.decodeTps : m.windowTps;
     const bool newToken = first || m.nGenerated > m_decodeSeries->at(m_decodeSeries->count() - 1).x();
     if (m.nGenerated > 0 && tps > 0 && newToken) {
       m_decodeSeries->append(m.nGenerated, tps);
@@ -431,7 +431,7 @@ void MetricsDock::updateMetrics(const LiveMetrics& m) {
     const int bar = kTimelineRequests - 1;  // the newest row's slot
     m_prefillSet->replace(bar, row.prefillMs);
     m_decodeSet->replace(bar, row.decodeMs);
-    const QString phase = m.phase == QLatin1String("done") ? tr("done") : tr("decoding");
+    const QString phase = m.phase == Phase::done ? tr("done") : tr("decoding");
     // (No rate yet at the first token.)
     m_header->setText(m_modelText + (m.decodeTps > 0 ? tr(" — %1, %2 tokens, %3 tok/s")
                                                            .arg(phase)
@@ -441,7 +441,7 @@ void MetricsDock::updateMetrics(const LiveMetrics& m) {
   }
   // A request stopped before its first token has no TTFT: a point at 0 ms
   // would be a marker on the axis that reads as "instant".
-  if (m.phase == QLatin1String("done") && m.nGenerated > 0 && m.ttftMs > 0 && m_ttftRequestId != m.requestId) {
+  if (m.phase == Phase::done && m.nGenerated > 0 && m.ttftMs > 0 && m_ttftRequestId != m.requestId) {
     m_ttftRequestId = m.requestId;
     m_ttftSeries->append(m_requests, m.ttftMs);
     m_maxTtft = std::max(m_maxTtft, m.ttftMs);
@@ -466,16 +466,16 @@ void MetricsDock::updateMetrics(const LiveMetrics& m) {
                          .arg(m.speculative)
                          .arg(m.specDrafted)
                          .arg(m.specAccepted)
-                         .arg(100.0 * m.specAccepted / m.specDrafted, 0, 'f', 0);
+                         .arg(100.0 * m.specAcceptance, 0, 'f', 0);
       // Every pass makes at least one token; below 1 the count is not in yet.
       if (m.tokensPerPass >= 1) text += tr(", %1 tokens per target pass").arg(m.tokensPerPass, 0, 'f', 2);
       m_spec->setText(text + QLatin1Char('.') + why);
     }
-  } else if (m.phase == QLatin1String("done") && !m.remote) {
+  } else if (m.phase == Phase::done && !m.remote) {
     m_spec->setEnabled(false);
     m_spec->setText(tr("Speculative decoding is off (Settings, or the chat toolbar)."));
   }
-  if (m.phase == QLatin1String("done") && m.kvBlocksTotal > 0)
+  if (m.phase == Phase::done && m.kvBlocksTotal > 0)
     m_kvBlocks->setText(tr("%1 of %2 blocks in use, %3 cached for reuse, %4 shared; %5 prompt tokens reused; %6")
                             .arg(m.kvBlocksUsed)
                             .arg(m.kvBlocksTotal)

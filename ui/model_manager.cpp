@@ -14,6 +14,7 @@
 #include <QThread>
 #include <QVBoxLayout>
 
+#include "phaselab/metrics.h"
 #include "phaselab/model.h"
 
 namespace phaselab::ui {
@@ -32,7 +33,7 @@ ModelInfo ModelManager::describe(const QString& path, QString* error) {
     const ModelConfig& c = m.config();
     info.name = c.name.empty() ? QFileInfo(path).completeBaseName() : QString::fromStdString(c.name);
     info.architecture = QString::fromStdString(c.arch_str);
-    for (const auto& t : m.file().tensors()) info.nParams += static_cast<qint64>(t.n_elements);
+    info.nParams = static_cast<qint64>(parameter_count(m));
     info.typeMix = QString::fromStdString(m.type_mix());
     info.contextTrained = c.n_ctx_train;
     info.weightBytes = m.weight_bytes();

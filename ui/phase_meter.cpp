@@ -7,6 +7,8 @@
 
 #include <algorithm>
 
+#include "phaselab/metrics.h"
+
 namespace phaselab::ui {
 
 namespace {
@@ -84,13 +86,12 @@ void PhaseMeter::setModel(quint64 weightBytes, double prefillOpsPerToken, bool i
 
 void PhaseMeter::update(const LiveMetrics& m) {
   if (m.prefillTps > 0) m_prefillTps = m.prefillTps;
-  const bool done = m.phase == QLatin1String("done");
+  const bool done = m.phase == Phase::done;
   const double tps = done ? m.decodeTps : (m.windowTps > 0 ? m.windowTps : m.decodeTps);
   if (tps > 0) m_decodeTps = tps;
   m_kvCache = m.kvCache;
-  // Without the cache step k recomputes nPrompt + k positions: the current
-  // count for the recent rate, the average over the answer for the final one.
-  m_positions = m.nPrompt + (done ? m.nGenerated / 2.0 : m.nGenerated);
+  // Without the cache each step recomputes the sequence (the engine counts them).
+  m_positions = recomputed_positions(m.nPrompt, m.nGenerated, done);
   refresh();
 }
 
@@ -123,19 +124,16 @@ void PhaseMeter::refreshToolTips() {
 }
 
 void PhaseMeter::refresh() {
-  // The integer peak where the backend multiplies in 8 bits and it was
-  // measured, else the FP32 peak.
-  const bool int8 = m_int8 && m_peaks.peakInt8Ops > 0;
-  const double computePeak = int8 ? m_peaks.peakInt8Ops : m_peaks.peakFlops;
+  // The engine divides (phaselab/metrics.h); the meter shows the results.
+  const ComputePeak compute = int8_or_fp32_peak(m_int8, m_peaks.peakInt8Ops, m_peaks.peakFlops);
+  const bool int8 = compute.int8;
+  const double computePeak = compute.ops_per_s;
   const QString opsUnit = int8 ? tr("GOP/s") : tr("GFLOP/s");
-  const double bw = static_cast<double>(m_weightBytes) * m_decodeTps;  // bytes/s
-  const double decodeOps = m_prefillOpsPerToken * m_positions * m_decodeTps;
-  const double flops = m_prefillOpsPerToken * m_prefillTps;
-  if (m_kvCache)
-    m_decodeFraction = m_peaks.memoryBandwidth > 0 ? bw / m_peaks.memoryBandwidth : 0;
-  else
-    m_decodeFraction = computePeak > 0 ? decodeOps / computePeak : 0;
-  m_prefillFraction = computePeak > 0 ? flops / computePeak : 0;
+  const PhaseLoad decode = m_kvCache ? decode_load(static_cast<double>(m_weightBytes), m_decodeTps, m_peaks.memoryBandwidth)
+                                     : recompute_load(m_prefillOpsPerToken, m_positions, m_decodeTps, compute);
+  const PhaseLoad prefill = prefill_load(m_prefillOpsPerToken, m_prefillTps, compute);
+  m_decodeFraction = decode.fraction;
+  m_prefillFraction = prefill.fraction;
   m_decodeBar->setValue(std::min(100, static_cast<int>(m_decodeFraction * 100 + 0.5)));
   m_prefillBar->setValue(std::min(100, static_cast<int>(m_prefillFraction * 100 + 0.5)));
   m_decodeTitle->setText(m_remote ? tr("Decode") : m_kvCache ? tr("Decode: memory") : tr("Decode: compute"));
@@ -194,14 +192,14 @@ void PhaseMeter::refresh() {
     // it where the weights fit.
     dec = tr("%1 GB/s of %2 GB/s read from memory. Decode is memory-bound: every token reads all %3 MiB of weights "
              "once and does only ~2 FLOPs per weight.")
-              .arg(bw / 1e9, 0, 'f', 1)
+              .arg(decode.achieved / 1e9, 0, 'f', 1)
               .arg(m_peaks.memoryBandwidth / 1e9, 0, 'f', 1)
               .arg(weightMiB, 0, 'f', 1);
     if (fitsInCache && m_peaks.llcBandwidth > 0)
       dec += tr(" The weights fit in the %1 MiB last-level cache, which reads %2 GB/s: decode is %3% of that.")
                  .arg(llcMiB, 0, 'f', 0)
                  .arg(m_peaks.llcBandwidth / 1e9, 0, 'f', 1)
-                 .arg(100 * bw / m_peaks.llcBandwidth, 0, 'f', 0);
+                 .arg(100 * decode_load(static_cast<double>(m_weightBytes), m_decodeTps, m_peaks.llcBandwidth).fraction, 0, 'f', 0);
     if (m_decodeFraction > 1) {
       // Weights larger than the last-level cache come from DRAM every token:
       // more than the measured bandwidth then means the measurement was low.
@@ -220,7 +218,7 @@ void PhaseMeter::refresh() {
   } else {
     dec = tr("Without the KV cache every token recomputes all %1 positions: decode is compute-bound. %2 %4 of %3 %4.")
               .arg(static_cast<int>(m_positions + 0.5))
-              .arg(decodeOps / 1e9, 0, 'f', 1)
+              .arg(decode.achieved / 1e9, 0, 'f', 1)
               .arg(computePeak / 1e9, 0, 'f', 0)
               .arg(opsUnit);
   }
@@ -229,7 +227,7 @@ void PhaseMeter::refresh() {
 
   QString pre = int8 ? tr("%1 GOP/s of %2 GOP/s (8-bit integer multiply-adds, 2 ops each). ")
                      : tr("%1 GFLOP/s of %2 GFLOP/s. ");
-  pre = pre.arg(flops / 1e9, 0, 'f', 1).arg(computePeak / 1e9, 0, 'f', 0);
+  pre = pre.arg(prefill.achieved / 1e9, 0, 'f', 1).arg(computePeak / 1e9, 0, 'f', 0);
   pre += tr("Prefill is compute-bound: each weight row loaded serves a whole batch of prompt tokens.");
   if (m_prefillFraction > 1) pre += tr(" (Above 100%: the kernels do more per instruction than this peak counts.)");
   m_prefillText->setText(pre);

@@ -142,9 +142,10 @@ QGroupBox* SettingsDialog::buildGenerationBox(const GenerationSettings& g) {
   m_prefixCache->setChecked(g.prefixCache);
   sf->addRow(tr("Prefix cache:"), m_prefixCache);
   m_speculative = new QComboBox;
-  m_speculative->addItem(tr("Off"), QStringLiteral("none"));
-  m_speculative->addItem(tr("Prompt lookup (n-grams of the conversation)"), QStringLiteral("lookup"));
-  m_speculative->addItem(tr("Draft model"), QStringLiteral("draft"));
+  m_speculative->addItem(tr("Off"), QString::fromLatin1(to_string(SpeculativeMode::off)));
+  m_speculative->addItem(tr("Prompt lookup (n-grams of the conversation)"),
+                         QString::fromLatin1(to_string(SpeculativeMode::prompt_lookup)));
+  m_speculative->addItem(tr("Draft model"), QString::fromLatin1(to_string(SpeculativeMode::draft_model)));
   m_speculative->setCurrentIndex(std::max(0, m_speculative->findData(g.speculative)));
   sf->addRow(tr("Speculative decoding:"), m_speculative);
   m_specK = new QSpinBox;

@@ -136,6 +136,16 @@ Result<std::string> read_text_file(const std::string& path) {
   return text;
 }
 
+MachinePeaks measure_bench_peaks(const std::string& backend, bool skip) {
+  MachinePeaks peaks;
+  if (backend.rfind("cpu", 0) != 0 || skip) return peaks;
+  peaks = measure_machine_peaks();
+  if (!peaks.note.empty()) std::fprintf(stderr, "phaselab-cli: machine peaks: %s\n", peaks.note.c_str());
+  // The probe's buffer is freed: the peak RSS reported is the model's.
+  reset_peak_resident_memory();
+  return peaks;
+}
+
 void warn_if_oversubscribed(int threads) {
   if (const std::string w = thread_count_warning(threads); !w.empty())
     std::fprintf(stderr, "phaselab-cli: warning: %s\n", w.c_str());

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "phaselab/machine.h"
 #include "phaselab/status.h"
 
 namespace phaselab::cli {
@@ -56,6 +57,11 @@ std::vector<std::string> split_commas(const std::string& s);
 // 512 MiB probe), or since it started where the reset is refused.
 double peak_rss_mib();
 
+// bench's machine peaks (phaselab/machine.h), measured before the model
+// runs (anything running beside the probe lowers its figures): on a CPU
+// backend unless skip (--no-peaks), else none (a GPU has its own peak). The
+// probe's note goes to stderr, and the peak RSS is reset after it.
+MachinePeaks measure_bench_peaks(const std::string& backend, bool skip);
 // One line on stderr when more threads are asked for than the machine has.
 void warn_if_oversubscribed(int threads);
 

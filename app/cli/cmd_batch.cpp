@@ -21,27 +21,18 @@ namespace phaselab::cli {
 namespace {
 
 // One input line -> a request, read by the server's own parser in batch's
-// dialect (the command line's flags are the defaults, "n" is the token
-// limit), so that a line is checked as a request to the server is; the
-// error names the field.
+// dialect (openai::parse_batch_line: the command line's flags are the
+// defaults, "n" is the token limit), so that a line is checked as a request
+// to the server is; the error names the field. Empty when the line is good.
 std::string parse_line(const std::string& text, const Tokenizer& tok, ChatTemplateFamily family,
                        const openai::ApiLimits& limits, const openai::RequestDefaults& defaults, BatchRequest* out) {
-  nlohmann::json j;
-  if (std::string why; !openai::parse_json(text, &j, &why)) return why;
-  if (!j.is_object()) return "not a JSON object";
-  const bool has_prompt = j.contains("prompt"), has_messages = j.contains("messages");
-  if (has_prompt == has_messages) return "give exactly one of \"prompt\" (text) and \"messages\" (a chat)";
   openai::ParsedRequest pr;
   openai::ApiError err;
-  if (!openai::parse_request(has_messages ? openai::Endpoint::chat : openai::Endpoint::completions, j, tok, family,
-                             limits, defaults, &pr, &err))
-    return err.message;
+  if (!openai::parse_batch_line(text, tok, family, limits, defaults, &pr, &err)) return err.message;
   out->prompt = std::move(pr.prompt);
   out->options = std::move(pr.options);
   return {};
 }
-
-std::string dump(const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
 
 // Every record names its input line by hash: --resume checks with it that a
 // file holds this input's results and not another's.
@@ -199,7 +190,7 @@ Status BatchRun::collect() {
 }
 
 Status BatchRun::write(const nlohmann::json& record) {
-  Status st = out_.append(dump(record));
+  Status st = out_.append(openai::dump(record));
   if (!st) output_failed_ = true;
   return st;
 }
@@ -326,12 +317,8 @@ int cmd_batch(int argc, char** argv) {
     Scheduler& s = **sched;
     // The server's limits on a line: the context, and no answer cap but the
     // context's (the scheduler stops there).
-    openai::RequestDefaults line_defaults;
-    line_defaults.options = defaults;
-    line_defaults.random_seed = false;  // --seed (or the one drawn for this run) for every line
-    line_defaults.batch_dialect = true;
     const ParseContext pc{s.model().tokenizer(), s.model().chat_template(), openai::ApiLimits{s.n_ctx(), 1 << 20},
-                          line_defaults};
+                          openai::batch_defaults(defaults)};
     BatchRun run(s, *f.in, *in_path, f.lines, f.pending, *f.out, pc, *parallel);
     if (Status st = run.run(); !st) {
       if (run.output_failed()) {

@@ -2,34 +2,35 @@
 // tokens; tg<N>: N decode steps of one token each; both from an empty cache,
 // or with -d D after D tokens already in it ("pp512 @ d2000", as llama-bench
 // names them). One warm-up run, then mean and standard deviation of tokens/s
-// over the repeats. On the CPU the machine's peaks are measured first
-// (phaselab/machine.h) so decode reads as a fraction of the read bandwidth
-// and prefill as a fraction of the compute peak.
+// over the repeats (the engine's measure_pp_tg, phaselab/throughput.h). On
+// the CPU the machine's peaks are measured first (phaselab/machine.h) so
+// decode reads as a fraction of the read bandwidth and prefill as a fraction
+// of the compute peak (phaselab/metrics.h).
+//
+// The file reads in three parts: the options, the measurements (pp/tg,
+// speculative, chat turns), and the report (JSON or a table and notes).
+#include <algorithm>
 #include <charconv>
-#include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 
 #include "cli_util.h"
 #include "commands.h"
 #include "engine_setup.h"
-#include "phaselab/chat_template.h"
 #include "phaselab/machine.h"
 #include "phaselab/memory.h"
+#include "phaselab/metrics.h"
+#include "phaselab/prompt.h"
 #include "phaselab/session.h"
+#include "phaselab/throughput.h"
 
 namespace phaselab::cli {
 
 namespace {
 
-struct BenchResult {
-  std::string test;
-  int n_prompt = 0, n_gen = 0, n_depth = 0;
-  double mean = 0, sd = 0;
-  std::vector<double> samples;
-};
+// ---- Options ----
 
 // "0,2000,8000": depths from 0 to 1 << 20, each once, in the order given.
 Result<std::vector<int>> parse_depths(const std::string& text) {
@@ -45,25 +46,345 @@ Result<std::vector<int>> parse_depths(const std::string& text) {
   return out;
 }
 
-// One timed run: the cache is cleared and filled with the depth tokens
-// (untimed, one prefill), then the test's tokens run as one prefill or as
-// single-token decode steps.
-Result<double> run_once(Session& s, const std::vector<int32_t>& depth, const std::vector<int32_t>& tokens, bool decode) {
-  s.kv().clear();
-  std::vector<float>* no_logits = nullptr;
-  if (!depth.empty()) PHASELAB_TRY(s.eval(depth, no_logits));
-  const auto t0 = std::chrono::steady_clock::now();
-  if (decode) {
-    std::vector<int32_t> one(1);
-    for (int32_t t : tokens) {
-      one[0] = t;
-      PHASELAB_TRY(s.eval(one, no_logits));
+struct BenchOptions {
+  int n_prompt = 512, n_gen = 128, reps = 5, turns = 0;
+  std::vector<int> depths;
+};
+
+Result<BenchOptions> read_bench_options(const Args& args) {
+  BenchOptions o;
+  auto n_prompt = args.get_int("--n-prompt", 512, 0, 1 << 16);
+  auto n_gen = args.get_int("--n-gen", 128, 0, 1 << 16);
+  auto reps = args.get_int("--repetitions", 5, 1, 1000);
+  for (const Status& st : {n_prompt.status(), n_gen.status(), reps.status()}) PHASELAB_TRY(st);
+  o.n_prompt = *n_prompt, o.n_gen = *n_gen, o.reps = *reps;
+  auto depths = parse_depths(args.get_or("--n-depth", "0"));
+  if (!depths) return depths.status().with_context("-d");
+  o.depths = std::move(*depths);
+  auto turns = args.get_int("--chat-turns", 0, 0, 50);
+  if (!turns) return turns.status();
+  o.turns = *turns;
+  return o;
+}
+
+// ---- Measurements ----
+
+struct BenchResult {
+  std::string test;
+  int n_prompt = 0, n_gen = 0, n_depth = 0;
+  double mean = 0, sd = 0;
+  std::vector<double> samples;
+};
+
+// pp and tg at every depth. Random tokens (fixed seed) avoid special-casing
+// any text.
+Result<std::vector<BenchResult>> measure_throughput(Session& s, const BenchOptions& o) {
+  std::mt19937 rng(42);
+  std::uniform_int_distribution<int32_t> pick(0, s.model().config().n_vocab - 1);
+  std::vector<BenchResult> results;
+  for (int depth : o.depths) {
+    ThroughputRun run;
+    run.depth.resize(depth);
+    for (auto& t : run.depth) t = pick(rng);
+    run.repetitions = o.reps;
+    for (ThroughputTest test : {ThroughputTest::pp, ThroughputTest::tg}) {
+      const bool decode = test == ThroughputTest::tg;
+      const int n = decode ? o.n_gen : o.n_prompt;
+      if (n == 0) continue;
+      run.test = test;
+      run.tokens.resize(n);
+      for (auto& t : run.tokens) t = pick(rng);
+      auto tps = measure_pp_tg(s, run);
+      if (!tps) return tps.status();
+      BenchResult r;
+      r.test = (decode ? "tg" : "pp") + std::to_string(n) + (depth > 0 ? " @ d" + std::to_string(depth) : "");
+      r.n_prompt = decode ? 0 : n;
+      r.n_gen = decode ? n : 0;
+      r.n_depth = depth;
+      r.mean = tps->mean;
+      r.sd = tps->sd;
+      r.samples = std::move(tps->samples);
+      results.push_back(std::move(r));
     }
-  } else {
-    PHASELAB_TRY(s.eval(tokens, no_logits));
   }
-  const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return static_cast<double>(tokens.size()) / sec;
+  return results;
+}
+
+// Speculative: the same greedy request with and without drafting.
+struct SpecResult {
+  double plain_tps = 0, spec_tps = 0, acceptance = 0, tokens_per_pass = 0;
+  int drafted = 0, accepted = 0;
+  bool same_output = true;
+};
+
+Result<SpecResult> measure_speculative(Session& s, const EngineSetup& setup, const BenchOptions& bo) {
+  const std::string text =
+      "The old lighthouse stood at the edge of the cliff, its white paint peeling in long strips. Every night the "
+      "keeper climbed the spiral stairs, wound the clockwork, and lit the great lamp, so that ships far out at sea "
+      "would know where the rocks were hidden beneath the waves.";
+  // A rewrite task a base model follows too: one worked example, then the
+  // text to copy again.
+  const auto prompt =
+      render_prompt(s.model().tokenizer(), setup.chat_family,
+                    PromptInput::text_of("Original: " + text + "\nCopy: " + text + "\nOriginal: " + text + "\nCopy:"))
+          .tokens;
+  GenerateOptions o;
+  o.n_predict = bo.n_gen;
+  o.sampling.temperature = 0;
+  o.ignore_eos = true;
+  SpecResult spec;
+  std::vector<double> plain_samples, spec_samples;
+  std::vector<int32_t> plain_tokens;
+  for (int rep = 0; rep <= bo.reps; rep++) {
+    for (int mode = 0; mode < 2; mode++) {
+      o.draft = mode ? setup.draft.get() : nullptr;
+      o.spec_k = setup.spec_k;
+      s.kv().clear();
+      auto r = s.generate(prompt, o);
+      if (!r) return r.status();
+      if (rep == 0) {  // warm-up
+        if (mode == 0) plain_tokens = r->tokens;
+        else spec.same_output = r->tokens == plain_tokens;
+        continue;
+      }
+      (mode ? spec_samples : plain_samples).push_back(r->metrics.decode_tps);
+      if (mode) {
+        spec.drafted = r->metrics.spec_drafted;
+        spec.accepted = r->metrics.spec_accepted;
+        spec.acceptance = r->metrics.spec_acceptance;
+        spec.tokens_per_pass = r->metrics.tokens_per_pass;
+      }
+    }
+  }
+  auto mean = [](const std::vector<double>& v) {
+    double x = 0;
+    for (double y : v) x += y;
+    return x / v.size();
+  };
+  spec.plain_tps = mean(plain_samples);
+  spec.spec_tps = mean(spec_samples);
+  return spec;
+}
+
+// Chat: TTFT of the last of N scripted turns, with the prefix cache (only
+// the new turn is prefilled) and without (the whole conversation is).
+struct ChatResult {
+  double ttft_cached = 0, ttft_cold = 0;
+  int n_prompt = 0, n_reused = 0;
+};
+
+Result<ChatResult> measure_chat_turns(Session& s, ChatTemplateFamily family, int turns) {
+  static const char* kQuestions[] = {
+      "Tell me about the sea.", "What lives in it?", "Which of them is the largest?", "How deep can it dive?",
+      "What does it eat?",      "Where does it sleep?", "How long does it live?", "Can people see it?"};
+  ChatResult chat;
+  for (int mode = 0; mode < 2; mode++) {
+    const bool cached = mode == 0;
+    s.kv().clear();
+    std::vector<ChatMessage> msgs;
+    GenerateOptions o;
+    o.n_predict = 48;
+    o.sampling.temperature = 0;
+    o.prefix_cache = cached;
+    for (int t = 0; t < turns; t++) {
+      msgs.push_back({"user", kQuestions[t % 8]});
+      const RenderedPrompt prompt = render_prompt(s.model().tokenizer(), family, PromptInput::chat_of(msgs));
+      o.stop = prompt.stop;
+      auto r = s.generate(prompt.tokens, o);
+      if (!r) return r.status();
+      msgs.push_back({"assistant", r->text});
+      if (t + 1 == turns) {
+        (cached ? chat.ttft_cached : chat.ttft_cold) = r->metrics.ttft_ms;
+        chat.n_prompt = r->metrics.n_prompt;
+        if (cached) chat.n_reused = r->metrics.n_reused;
+      }
+    }
+  }
+  return chat;
+}
+
+// ---- Report ----
+
+// Everything measured, and what each result reads as on this machine (the
+// engine divides: phaselab/metrics.h).
+struct BenchReport {
+  Session& s;
+  const EngineSetup& setup;
+  const BenchOptions& o;
+  const MachinePeaks& peaks;
+  std::vector<BenchResult> results;
+  std::optional<SpecResult> spec;
+  std::optional<ChatResult> chat;
+  std::string backend;
+  int threads = 0;
+  double rss = 0, size_mib = 0;
+  double weight_gb = 0;     // read by every decoded token
+  double peak_gbps = 0;     // a GPU's peak (0 on the CPU)
+  double machine_gbps = 0;  // the machine's read bandwidth
+  double ops_per_token = 0;
+  ComputePeak compute;
+
+  BenchReport(Session& s_, const EngineSetup& setup_, const BenchOptions& o_, const MachinePeaks& peaks_,
+              int threads_)
+      : s(s_), setup(setup_), o(o_), peaks(peaks_), backend(s_.backend().name()), threads(threads_) {
+    const Model& m = s.model();
+    rss = peak_rss_mib();
+    size_mib = m.file().file_size() / 1048576.0;
+    weight_gb = m.weight_bytes() / 1e9;
+    peak_gbps = backend == "cuda" ? probe_cuda().peak_gbps : 0.0;
+    machine_gbps = peaks.read_bandwidth / 1e9;
+    ops_per_token = prefill_ops_per_token(m);
+    compute = compute_peak(backend, peaks.int8_ops, peaks.fp32_flops);
+  }
+
+  std::string model_name() const {
+    const ModelConfig& c = s.model().config();
+    return c.name.empty() ? c.arch_str : c.name;
+  }
+  // Attention reads K and V of every position a token sees, in each layer
+  // (a sliding-window layer at most its window): per decoded token, averaged
+  // over the test's steps.
+  double kv_read_gb(const BenchResult& r) const {
+    if (r.n_gen == 0) return 0.0;
+    const ModelConfig& c = s.model().config();
+    const double row_bytes = 2.0 * kv_row_bytes(s.kv().type(), c.n_embd_kv());
+    double positions = 0;
+    for (int il = 0; il < c.n_layer; il++)
+      for (int i = 0; i < r.n_gen; i++) {
+        const int seen = r.n_depth + i + 1, window = c.window_of(il);
+        positions += window > 0 ? std::min(seen, window) : seen;
+      }
+    return positions * row_bytes / r.n_gen / 1e9;
+  }
+  // Decode reads every weight (and the K/V it attends to) once per token.
+  PhaseLoad decode(const BenchResult& r, double peak_bytes_per_s) const {
+    return decode_load((weight_gb + kv_read_gb(r)) * 1e9, r.n_gen > 0 ? r.mean : 0.0, peak_bytes_per_s);
+  }
+  double decode_gbps(const BenchResult& r) const { return decode(r, 0).achieved / 1e9; }
+  // Against the device's peak on a GPU, else the machine's read bandwidth.
+  double bandwidth_fraction(const BenchResult& r) const {
+    return decode(r, (peak_gbps > 0 ? peak_gbps : machine_gbps) * 1e9).fraction;
+  }
+  PhaseLoad prefill(const BenchResult& r) const {
+    return prefill_load(ops_per_token, r.n_prompt > 0 ? r.mean : 0.0, compute);
+  }
+
+  void print_json() const;
+  void print_table() const;
+};
+
+void BenchReport::print_json() const {
+  const Model& m = s.model();
+  nlohmann::json arr = nlohmann::json::array();
+  for (const auto& r : results)
+    arr.push_back({{"test", r.test},
+                   {"n_prompt", r.n_prompt},
+                   {"n_gen", r.n_gen},
+                   {"tokens_per_s", r.mean},
+                   {"tokens_per_s_sd", r.sd},
+                   {"samples", r.samples},
+                   {"repetitions", o.reps},
+                   {"backend", backend},
+                   {"threads", threads},
+                   {"model", m.path()},
+                   {"model_size_mib", size_mib},
+                   {"n_params", parameter_count(m)},
+                   {"type_mix", m.type_mix()},
+                   {"kv_cache_mib", s.kv_bytes() / 1048576.0},
+                   {"kv_type", kv_type_name(s.kv().type())},
+                   {"n_depth", r.n_depth},
+                   {"weights_gb_per_token", weight_gb},
+                   {"kv_read_gb_per_token", kv_read_gb(r)},
+                   {"decode_gbps", decode_gbps(r)},
+                   {"device_peak_gbps", peak_gbps},
+                   {"decode_bandwidth_fraction", bandwidth_fraction(r)},
+                   {"prefill_gops", prefill(r).achieved / 1e9},
+                   {"prefill_compute_fraction", prefill(r).fraction},
+                   {"machine_read_gbps", machine_gbps},
+                   {"machine_fp32_gflops", peaks.fp32_flops / 1e9},
+                   {"machine_int8_gops", peaks.int8_ops / 1e9},
+                   {"machine_peak_threads", peaks.threads},
+                   {"machine_llc_mib", peaks.llc_bytes / 1048576.0},
+                   {"machine_llc_read_gbps", peaks.llc_read_bandwidth / 1e9},
+                   {"machine_read_buffer_mib", peaks.buffer_bytes >> 20},
+                   {"machine_peaks_plausible", peaks.plausible},
+                   {"machine_peaks_note", peaks.note},
+                   {"peak_rss_mib", rss}});
+  if (spec)
+    arr.push_back({{"test", "sg" + std::to_string(o.n_gen)},
+                   {"n_prompt", 0},
+                   {"n_gen", o.n_gen},
+                   {"tokens_per_s", spec->spec_tps},
+                   {"tokens_per_s_plain", spec->plain_tps},
+                   {"speedup", spec->spec_tps / spec->plain_tps},
+                   {"spec", setup.draft->name()},
+                   {"spec_k", setup.spec_k},
+                   {"spec_drafted", spec->drafted},
+                   {"spec_accepted", spec->accepted},
+                   {"spec_acceptance", spec->acceptance},
+                   {"tokens_per_pass", spec->tokens_per_pass},
+                   {"same_output_as_plain", spec->same_output},
+                   {"backend", backend},
+                   {"threads", threads},
+                   {"model", m.path()},
+                   {"peak_rss_mib", rss}});
+  if (chat)
+    arr.push_back({{"test", "chat" + std::to_string(o.turns)},
+                   {"n_prompt", chat->n_prompt},
+                   {"n_reused", chat->n_reused},
+                   {"ttft_ms_prefix_cache", chat->ttft_cached},
+                   {"ttft_ms_no_prefix_cache", chat->ttft_cold},
+                   {"backend", backend},
+                   {"threads", threads},
+                   {"model", m.path()},
+                   {"peak_rss_mib", rss}});
+  std::printf("%s\n", arr.dump(2).c_str());
+}
+
+void BenchReport::print_table() const {
+  const Model& m = s.model();
+  std::printf("| model | size | type mix | backend | threads | test | t/s |\n");
+  std::printf("| --- | ---: | --- | --- | ---: | ---: | ---: |\n");
+  for (const auto& r : results)
+    std::printf("| %s | %.2f MiB | %s | %s | %d | %s | %.2f ± %.2f |\n", model_name().c_str(), size_mib,
+                m.type_mix().c_str(), backend.c_str(), threads, r.test.c_str(), r.mean, r.sd);
+  if (spec)
+    std::printf("| %s | | | %s +%s k=%d | %d | sg%d | %.2f (plain %.2f, x%.2f) |\n", model_name().c_str(),
+                backend.c_str(), setup.draft->name().c_str(), setup.spec_k, threads, o.n_gen, spec->spec_tps,
+                spec->plain_tps, spec->spec_tps / spec->plain_tps);
+  if (peaks.read_bandwidth > 0) std::printf("\nmachine: %s\n", describe_machine_peaks(peaks).c_str());
+  for (const auto& r : results) {
+    if (r.n_prompt > 0 && compute.ops_per_s > 0)
+      std::printf("\n%s: %.1f %s, %.1f%% of the machine's %s peak %.0f %s\n", r.test.c_str(),
+                  prefill(r).achieved / 1e9, compute.unit(), 100 * prefill(r).fraction, compute.name(),
+                  compute.ops_per_s / 1e9, compute.unit());
+    if (r.n_gen > 0) {
+      if (r.n_depth > 0)
+        std::printf("\n%s: %.1f GB/s of weights and K/V (%.3f + %.3f GB per token)", r.test.c_str(), decode_gbps(r),
+                    weight_gb, kv_read_gb(r));
+      else
+        std::printf("\n%s: %.1f GB/s of weights (%.3f GB per token)", r.test.c_str(), decode_gbps(r), weight_gb);
+      if (peak_gbps > 0) std::printf(", %.1f%% of the device's peak %.0f GB/s", 100 * bandwidth_fraction(r), peak_gbps);
+      else if (machine_gbps > 0)
+        std::printf(", %.1f%% of the machine's read bandwidth %.1f GB/s", 100 * bandwidth_fraction(r), machine_gbps);
+      if (peak_gbps <= 0 && weights_fit_in_llc(peaks, weight_gb * 1e9))
+        std::printf(" (the weights fit in the %zu MiB last-level cache, which reads %.1f GB/s: %.1f%% of that)",
+                    peaks.llc_bytes >> 20, peaks.llc_read_bandwidth / 1e9,
+                    100 * decode(r, peaks.llc_read_bandwidth).fraction);
+      std::printf("\n");
+    }
+  }
+  if (spec)
+    std::printf("\nspeculative: drafted %d, accepted %d (%.0f%%), %.2f tokens per target pass, output %s plain greedy\n",
+                spec->drafted, spec->accepted, 100 * spec->acceptance, spec->tokens_per_pass,
+                spec->same_output ? "identical to" : "DIFFERENT from");
+  if (chat)
+    std::printf("\nchat turn %d: prompt %d tokens; TTFT %.1f ms with the prefix cache (%d tokens reused), %.1f ms "
+                "without\n",
+                o.turns, chat->n_prompt, chat->ttft_cached, chat->n_reused, chat->ttft_cold);
+  const std::string window = s.kv().pool().window_note();
+  std::printf("\npeak RSS %.1f MiB (model file %.1f MiB, KV cache %.1f MiB %s%s%s)\n", rss, size_mib,
+              s.kv_bytes() / 1048576.0, kv_type_name(s.kv().type()), window.empty() ? "" : "; ", window.c_str());
 }
 
 }  // namespace
@@ -99,17 +420,12 @@ int cmd_bench(int argc, char** argv) {
     return kExitOk;
   }
   if (args->has("--batch")) return bench_batch_sweep(*args);
-  auto n_prompt = args->get_int("--n-prompt", 512, 0, 1 << 16);
-  auto n_gen = args->get_int("--n-gen", 128, 0, 1 << 16);
-  auto reps = args->get_int("--repetitions", 5, 1, 1000);
-  for (const Status& st : {n_prompt.status(), n_gen.status(), reps.status()})
-    if (!st.is_ok()) return report(st);
-  if (*n_prompt == 0 && *n_gen == 0) return usage_error("nothing to measure: -p and -n are both 0");
-  auto depths = parse_depths(args->get_or("--n-depth", "0"));
-  if (!depths) return report(depths.status().with_context("-d"));
-  const int max_depth = *std::max_element(depths->begin(), depths->end());
+  auto bo = read_bench_options(*args);
+  if (!bo) return report(bo.status());
+  if (bo->n_prompt == 0 && bo->n_gen == 0) return usage_error("nothing to measure: -p and -n are both 0");
+  const int max_depth = *std::max_element(bo->depths.begin(), bo->depths.end());
   // The context holds the deepest, longest test (unless --ctx-size says otherwise).
-  const int need = max_depth + std::max(*n_prompt, *n_gen);
+  const int need = max_depth + std::max(bo->n_prompt, bo->n_gen);
   // --chat-turns measures a chat: its session keeps the window at each
   // prompt's end, as the app's does.
   const bool chat_session = args->has("--chat-turns");
@@ -120,295 +436,28 @@ int cmd_bench(int argc, char** argv) {
     return usage_error("the test needs " + std::to_string(need) + " tokens of context but the session has " +
                        std::to_string(s.n_ctx()) + ": pass --ctx-size");
 
-  // The machine's peaks, before the model runs (anything running beside the
-  // probe lowers its figures). On the GPU the device's own peak is used.
-  const std::string backend = s.backend().name();
-  const bool cpu = backend.rfind("cpu", 0) == 0;
-  MachinePeaks peaks;
-  if (cpu && !args->has("--no-peaks")) {
-    peaks = measure_machine_peaks();
-    if (!peaks.note.empty()) std::fprintf(stderr, "phaselab-cli: machine peaks: %s\n", peaks.note.c_str());
-    // The probe's buffer is freed: the peak RSS reported is the model's.
-    reset_peak_resident_memory();
+  const MachinePeaks peaks = measure_bench_peaks(s.backend().name(), args->has("--no-peaks"));
+  auto results = measure_throughput(s, *bo);
+  if (!results) return report(results.status());
+  std::optional<SpecResult> spec;
+  if (setup->draft != nullptr && bo->n_gen > 0) {
+    auto r = measure_speculative(s, *setup, *bo);
+    if (!r) return report(r.status());
+    spec = *r;
   }
-  // The fast CPU backends multiply 8-bit activations by the quantized weights
-  // in integers: their compute limit is the integer peak.
-  const bool int8 = cpu && backend != "cpu-reference" && peaks.int8_ops > 0;
-  const double compute_peak = int8 ? peaks.int8_ops : peaks.fp32_flops;
-  const char* compute_unit = int8 ? "GOP/s" : "GFLOP/s";
-
-  // Random tokens (fixed seed) avoid special-casing any text.
-  std::mt19937 rng(42);
-  std::uniform_int_distribution<int32_t> pick(0, s.model().config().n_vocab - 1);
-  std::vector<BenchResult> results;
-  for (int depth : *depths) {
-    std::vector<int32_t> depth_tokens(depth);
-    for (auto& t : depth_tokens) t = pick(rng);
-    for (int phase = 0; phase < 2; phase++) {
-      const bool decode = phase == 1;
-      const int n = decode ? *n_gen : *n_prompt;
-      if (n == 0) continue;
-      std::vector<int32_t> tokens(n);
-      for (auto& t : tokens) t = pick(rng);
-      BenchResult r;
-      r.test = (decode ? "tg" : "pp") + std::to_string(n) + (depth > 0 ? " @ d" + std::to_string(depth) : "");
-      r.n_prompt = decode ? 0 : n;
-      r.n_gen = decode ? n : 0;
-      r.n_depth = depth;
-      auto warm = run_once(s, depth_tokens, tokens, decode);
-      if (!warm) return report(warm.status());
-      for (int i = 0; i < *reps; i++) {
-        auto tps = run_once(s, depth_tokens, tokens, decode);
-        if (!tps) return report(tps.status());
-        r.samples.push_back(*tps);
-      }
-      double sum = 0, sq = 0;
-      for (double x : r.samples) sum += x;
-      r.mean = sum / r.samples.size();
-      for (double x : r.samples) sq += (x - r.mean) * (x - r.mean);
-      r.sd = r.samples.size() > 1 ? std::sqrt(sq / (r.samples.size() - 1)) : 0;
-      results.push_back(r);
-    }
+  std::optional<ChatResult> chat;
+  if (bo->turns > 0) {
+    auto r = measure_chat_turns(s, setup->chat_family, bo->turns);
+    if (!r) return report(r.status());
+    chat = *r;
   }
 
-  // Speculative: the same greedy request with and without drafting.
-  struct SpecResult {
-    double plain_tps = 0, spec_tps = 0, acceptance = 0, tokens_per_pass = 0;
-    int drafted = 0, accepted = 0;
-    bool same_output = true;
-  } spec;
-  const bool with_spec = setup->draft != nullptr && *n_gen > 0;
-  if (with_spec) {
-    const Tokenizer& tok = s.model().tokenizer();
-    const std::string text =
-        "The old lighthouse stood at the edge of the cliff, its white paint peeling in long strips. Every night the "
-        "keeper climbed the spiral stairs, wound the clockwork, and lit the great lamp, so that ships far out at sea "
-        "would know where the rocks were hidden beneath the waves.";
-    // A rewrite task a base model follows too: one worked example, then the
-    // text to copy again.
-    const auto prompt = tok.encode("Original: " + text + "\nCopy: " + text + "\nOriginal: " + text + "\nCopy:", true, false);
-    GenerateOptions o;
-    o.n_predict = *n_gen;
-    o.sampling.temperature = 0;
-    o.ignore_eos = true;
-    BenchResult plain_r, spec_r;
-    std::vector<int32_t> plain_tokens;
-    for (int rep = 0; rep <= *reps; rep++) {
-      for (int mode = 0; mode < 2; mode++) {
-        o.draft = mode ? setup->draft.get() : nullptr;
-        o.spec_k = setup->spec_k;
-        s.kv().clear();
-        auto r = s.generate(prompt, o);
-        if (!r) return report(r.status());
-        if (rep == 0) {  // warm-up
-          if (mode == 0) plain_tokens = r->tokens;
-          else spec.same_output = r->tokens == plain_tokens;
-          continue;
-        }
-        (mode ? spec_r : plain_r).samples.push_back(r->metrics.decode_tps);
-        if (mode) {
-          spec.drafted = r->metrics.spec_drafted;
-          spec.accepted = r->metrics.spec_accepted;
-          spec.acceptance = r->metrics.spec_acceptance;
-          spec.tokens_per_pass = r->metrics.tokens_per_pass;
-        }
-      }
-    }
-    auto mean = [](const std::vector<double>& v) {
-      double x = 0;
-      for (double y : v) x += y;
-      return x / v.size();
-    };
-    spec.plain_tps = mean(plain_r.samples);
-    spec.spec_tps = mean(spec_r.samples);
-  }
-
-  // Chat: TTFT of the last of N scripted turns, with the prefix cache (only
-  // the new turn is prefilled) and without (the whole conversation is).
-  auto turns = args->get_int("--chat-turns", 0, 0, 50);
-  if (!turns) return report(turns.status());
-  struct ChatResult {
-    double ttft_cached = 0, ttft_cold = 0;
-    int n_prompt = 0, n_reused = 0;
-  } chat;
-  if (*turns > 0) {
-    static const char* kQuestions[] = {
-        "Tell me about the sea.", "What lives in it?", "Which of them is the largest?", "How deep can it dive?",
-        "What does it eat?",      "Where does it sleep?", "How long does it live?", "Can people see it?"};
-    for (int mode = 0; mode < 2; mode++) {
-      const bool cached = mode == 0;
-      s.kv().clear();
-      std::vector<ChatMessage> msgs;
-      GenerateOptions o;
-      o.n_predict = 48;
-      o.sampling.temperature = 0;
-      o.prefix_cache = cached;
-      o.stop = chat_stop_strings(setup->chat_family);
-      for (int t = 0; t < *turns; t++) {
-        msgs.push_back({"user", kQuestions[t % 8]});
-        const auto prompt = s.model().tokenizer().encode(apply_chat_template(setup->chat_family, msgs), true, true);
-        auto r = s.generate(prompt, o);
-        if (!r) return report(r.status());
-        msgs.push_back({"assistant", r->text});
-        if (t + 1 == *turns) {
-          (cached ? chat.ttft_cached : chat.ttft_cold) = r->metrics.ttft_ms;
-          chat.n_prompt = r->metrics.n_prompt;
-          if (cached) chat.n_reused = r->metrics.n_reused;
-        }
-      }
-    }
-  }
-
-  const Model& m = s.model();
-  const double size_mib = m.file().file_size() / 1048576.0;
-  const int threads = *args->get_int("--threads", default_threads(), 1, 256);
-  const double rss = peak_rss_mib();
-  // Decode reads every weight once per token: its achieved bandwidth, and on
-  // a GPU the fraction of the device's peak.
-  const double weight_gb = m.weight_bytes() / 1e9;
-  const double peak_gbps = backend == "cuda" ? probe_cuda().peak_gbps : 0.0;
-  // Attention reads K and V of every position a token sees, in each layer
-  // (a sliding-window layer at most its window): per decoded token, averaged
-  // over the test's steps.
-  auto kv_read_gb = [&](const BenchResult& r) {
-    if (r.n_gen == 0) return 0.0;
-    const ModelConfig& c = m.config();
-    const double row_bytes = 2.0 * kv_row_bytes(s.kv().type(), c.n_embd_kv());
-    double positions = 0;
-    for (int il = 0; il < c.n_layer; il++)
-      for (int i = 0; i < r.n_gen; i++) {
-        const int seen = r.n_depth + i + 1, window = c.window_of(il);
-        positions += window > 0 ? std::min(seen, window) : seen;
-      }
-    return positions * row_bytes / r.n_gen / 1e9;
-  };
-  auto decode_gbps = [&](const BenchResult& r) { return r.n_gen > 0 ? r.mean * (weight_gb + kv_read_gb(r)) : 0.0; };
-  // Prefill does 2 ops per weight of the blocks' matrices per token.
-  double ops_per_token = 0;
-  for (const auto& t : m.file().tensors())
-    if (t.name.rfind("blk.", 0) == 0 && t.n_dims == 2) ops_per_token += 2.0 * static_cast<double>(t.n_elements);
-  auto prefill_gops = [&](const BenchResult& r) { return r.n_prompt > 0 ? r.mean * ops_per_token / 1e9 : 0.0; };
-  const double machine_gbps = peaks.read_bandwidth / 1e9;
-  auto bandwidth_fraction = [&](const BenchResult& r) {
-    const double peak = peak_gbps > 0 ? peak_gbps : machine_gbps;
-    return peak > 0 ? decode_gbps(r) / peak : 0.0;
-  };
-  auto compute_fraction = [&](const BenchResult& r) {
-    return compute_peak > 0 ? prefill_gops(r) * 1e9 / compute_peak : 0.0;
-  };
-  if (args->has("--json")) {
-    nlohmann::json arr = nlohmann::json::array();
-    for (const auto& r : results)
-      arr.push_back({{"test", r.test},
-                     {"n_prompt", r.n_prompt},
-                     {"n_gen", r.n_gen},
-                     {"tokens_per_s", r.mean},
-                     {"tokens_per_s_sd", r.sd},
-                     {"samples", r.samples},
-                     {"repetitions", *reps},
-                     {"backend", backend},
-                     {"threads", threads},
-                     {"model", m.path()},
-                     {"model_size_mib", size_mib},
-                     {"n_params", [&] {
-                        uint64_t n = 0;
-                        for (const auto& t : m.file().tensors()) n += t.n_elements;
-                        return n;
-                      }()},
-                     {"type_mix", m.type_mix()},
-                     {"kv_cache_mib", s.kv_bytes() / 1048576.0},
-                     {"kv_type", kv_type_name(s.kv().type())},
-                     {"n_depth", r.n_depth},
-                     {"weights_gb_per_token", weight_gb},
-                     {"kv_read_gb_per_token", kv_read_gb(r)},
-                     {"decode_gbps", decode_gbps(r)},
-                     {"device_peak_gbps", peak_gbps},
-                     {"decode_bandwidth_fraction", bandwidth_fraction(r)},
-                     {"prefill_gops", prefill_gops(r)},
-                     {"prefill_compute_fraction", compute_fraction(r)},
-                     {"machine_read_gbps", machine_gbps},
-                     {"machine_fp32_gflops", peaks.fp32_flops / 1e9},
-                     {"machine_int8_gops", peaks.int8_ops / 1e9},
-                     {"machine_peak_threads", peaks.threads},
-                     {"machine_llc_mib", peaks.llc_bytes / 1048576.0},
-                     {"machine_llc_read_gbps", peaks.llc_read_bandwidth / 1e9},
-                     {"machine_read_buffer_mib", peaks.buffer_bytes >> 20},
-                     {"machine_peaks_plausible", peaks.plausible},
-                     {"machine_peaks_note", peaks.note},
-                     {"peak_rss_mib", rss}});
-    if (with_spec)
-      arr.push_back({{"test", "sg" + std::to_string(*n_gen)},
-                     {"n_prompt", 0},
-                     {"n_gen", *n_gen},
-                     {"tokens_per_s", spec.spec_tps},
-                     {"tokens_per_s_plain", spec.plain_tps},
-                     {"speedup", spec.spec_tps / spec.plain_tps},
-                     {"spec", setup->draft->name()},
-                     {"spec_k", setup->spec_k},
-                     {"spec_drafted", spec.drafted},
-                     {"spec_accepted", spec.accepted},
-                     {"spec_acceptance", spec.acceptance},
-                     {"tokens_per_pass", spec.tokens_per_pass},
-                     {"same_output_as_plain", spec.same_output},
-                     {"backend", backend},
-                     {"threads", threads},
-                     {"model", m.path()},
-                     {"peak_rss_mib", rss}});
-    if (*turns > 0)
-      arr.push_back({{"test", "chat" + std::to_string(*turns)},
-                     {"n_prompt", chat.n_prompt},
-                     {"n_reused", chat.n_reused},
-                     {"ttft_ms_prefix_cache", chat.ttft_cached},
-                     {"ttft_ms_no_prefix_cache", chat.ttft_cold},
-                     {"backend", backend},
-                     {"threads", threads},
-                     {"model", m.path()},
-                     {"peak_rss_mib", rss}});
-    std::printf("%s\n", arr.dump(2).c_str());
-    return kExitOk;
-  }
-  std::printf("| model | size | type mix | backend | threads | test | t/s |\n");
-  std::printf("| --- | ---: | --- | --- | ---: | ---: | ---: |\n");
-  for (const auto& r : results)
-    std::printf("| %s | %.2f MiB | %s | %s | %d | %s | %.2f ± %.2f |\n", m.config().name.empty() ? m.config().arch_str.c_str() : m.config().name.c_str(),
-                size_mib, m.type_mix().c_str(), backend.c_str(), threads, r.test.c_str(), r.mean, r.sd);
-  if (with_spec)
-    std::printf("| %s | | | %s +%s k=%d | %d | sg%d | %.2f (plain %.2f, x%.2f) |\n",
-                m.config().name.empty() ? m.config().arch_str.c_str() : m.config().name.c_str(), backend.c_str(),
-                setup->draft->name().c_str(), setup->spec_k, threads, *n_gen, spec.spec_tps, spec.plain_tps,
-                spec.spec_tps / spec.plain_tps);
-  if (peaks.read_bandwidth > 0) std::printf("\nmachine: %s\n", describe_machine_peaks(peaks).c_str());
-  for (const auto& r : results) {
-    if (r.n_prompt > 0 && compute_peak > 0)
-      std::printf("\n%s: %.1f %s, %.1f%% of the machine's %s peak %.0f %s\n", r.test.c_str(), prefill_gops(r),
-                  compute_unit, 100 * compute_fraction(r), int8 ? "int8" : "FP32", compute_peak / 1e9, compute_unit);
-    if (r.n_gen > 0) {
-      if (r.n_depth > 0)
-        std::printf("\n%s: %.1f GB/s of weights and K/V (%.3f + %.3f GB per token)", r.test.c_str(), decode_gbps(r),
-                    weight_gb, kv_read_gb(r));
-      else
-        std::printf("\n%s: %.1f GB/s of weights (%.3f GB per token)", r.test.c_str(), decode_gbps(r), weight_gb);
-      if (peak_gbps > 0) std::printf(", %.1f%% of the device's peak %.0f GB/s", 100 * decode_gbps(r) / peak_gbps, peak_gbps);
-      else if (machine_gbps > 0)
-        std::printf(", %.1f%% of the machine's read bandwidth %.1f GB/s", 100 * bandwidth_fraction(r), machine_gbps);
-      if (peak_gbps <= 0 && weights_fit_in_llc(peaks, weight_gb * 1e9))
-        std::printf(" (the weights fit in the %zu MiB last-level cache, which reads %.1f GB/s: %.1f%% of that)",
-                    peaks.llc_bytes >> 20, peaks.llc_read_bandwidth / 1e9,
-                    100 * decode_gbps(r) * 1e9 / peaks.llc_read_bandwidth);
-      std::printf("\n");
-    }
-  }
-  if (with_spec)
-    std::printf("\nspeculative: drafted %d, accepted %d (%.0f%%), %.2f tokens per target pass, output %s plain greedy\n",
-                spec.drafted, spec.accepted, 100 * spec.acceptance, spec.tokens_per_pass,
-                spec.same_output ? "identical to" : "DIFFERENT from");
-  if (*turns > 0)
-    std::printf("\nchat turn %d: prompt %d tokens; TTFT %.1f ms with the prefix cache (%d tokens reused), %.1f ms "
-                "without\n",
-                *turns, chat.n_prompt, chat.ttft_cached, chat.n_reused, chat.ttft_cold);
-  const std::string window = s.kv().pool().window_note();
-  std::printf("\npeak RSS %.1f MiB (model file %.1f MiB, KV cache %.1f MiB %s%s%s)\n", rss, size_mib,
-              s.kv_bytes() / 1048576.0, kv_type_name(s.kv().type()), window.empty() ? "" : "; ", window.c_str());
+  BenchReport rep(s, *setup, *bo, peaks, *args->get_int("--threads", default_threads(), 1, 256));
+  rep.results = std::move(*results);
+  rep.spec = spec;
+  rep.chat = chat;
+  if (args->has("--json")) rep.print_json();
+  else rep.print_table();
   return kExitOk;
 }
 

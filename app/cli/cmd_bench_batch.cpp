@@ -38,13 +38,7 @@ int bench_batch_sweep(const Args& args) {
                  name.c_str());
   auto kv_type = cache_type(args);
   if (!kv_type) return report(kv_type.status());
-  const bool cpu = name.rfind("cpu", 0) == 0;
-  MachinePeaks peaks;
-  if (cpu && !args.has("--no-peaks")) {
-    peaks = measure_machine_peaks();
-    if (!peaks.note.empty()) std::fprintf(stderr, "phaselab-cli: machine peaks: %s\n", peaks.note.c_str());
-    reset_peak_resident_memory();  // the probe's buffer is freed: the peak RSS reported is the model's
-  }
+  const MachinePeaks peaks = measure_bench_peaks(name, args.has("--no-peaks"));
   const Model& m = *opened->model;
   const DecodeRoofline roof = decode_roofline(m, name, peaks.read_bandwidth, peaks.int8_ops, peaks.fp32_flops);
   const double weight_bytes = roof.weight_bytes;
@@ -117,9 +111,8 @@ int bench_batch_sweep(const Args& args) {
     std::printf("\nmachine: read %.1f GB/s, %s %.0f %s; weights %.1f MiB read once per pass, %.2f G%s per decoded token "
                 "(output matrix included): decode turns compute-bound near batch %.1f, where its ceiling is %.0f "
                 "tokens/s\n",
-                peaks.read_bandwidth / 1e9, roof.int8 ? "int8" : "FP32", roof.ops_per_s / 1e9,
-                roof.int8 ? "GOP/s" : "GFLOP/s", weight_bytes / 1048576.0, roof.ops_per_token / 1e9,
-                roof.int8 ? "OP" : "FLOP", ridge, roof.compute_ceiling_tps());
+                peaks.read_bandwidth / 1e9, roof.peak().name(), roof.ops_per_s / 1e9, roof.peak().unit(),
+                weight_bytes / 1048576.0, roof.ops_per_token / 1e9, roof.peak().op(), ridge, roof.compute_ceiling_tps());
   std::printf("\npeak RSS %.1f MiB\n", rss);
   return kExitOk;
 }

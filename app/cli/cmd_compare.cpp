@@ -98,7 +98,7 @@ int cmd_compare(int argc, char** argv) {
 
   const std::string backend = args->get_or("--backend", "cpu");
   const bool kv = !args->has("--no-kv-cache");
-  const std::string spec = args->get_or("--spec", "none");
+  const std::string spec = args->get_or("--spec", to_string(SpeculativeMode::off));
   std::vector<CompareVariant> variants;
   for (const std::string& m : models) {
     CompareVariant v;

@@ -18,6 +18,7 @@
 #include "commands.h"
 #include "engine_setup.h"
 #include "phaselab/chat_template.h"
+#include "phaselab/prompt.h"
 #include "phaselab/remote_client.h"
 #include "phaselab/session.h"
 
@@ -116,7 +117,7 @@ void print_remote_stats(const RequestMetrics& m, const RemoteClient& c) {
                c.describe().c_str(), m.n_prompt, m.ttft_ms, m.n_generated, decode, m.stop_reason.c_str());
 }
 
-int generate_remote(const Args& args, const std::string& prompt_text, const GenerateOptions& opt) {
+int generate_remote(const Args& args, const PromptInput& input, const GenerateOptions& opt) {
   if (args.has("--model")) return usage_error("give either -m MODEL (local) or --remote URL, not both");
   auto client = connect_remote(args);
   if (!client) return report(client.status());
@@ -129,15 +130,9 @@ int generate_remote(const Args& args, const std::string& prompt_text, const Gene
     }
   };
   std::signal(SIGINT, on_sigint);
-  Result<RemoteResult> res = internal_error("unset");
-  if (args.has("--chat")) {
-    std::vector<ChatMessage> msgs;
-    if (auto sys = args.get("--system")) msgs.push_back({"system", *sys});
-    msgs.push_back({"user", prompt_text});
-    res = (*client)->chat(msgs, opt, on_token, &g_cancel);
-  } else {
-    res = (*client)->complete(prompt_text, opt, on_token, &g_cancel);
-  }
+  // The server applies its own chat template to the messages.
+  Result<RemoteResult> res = input.chat ? (*client)->chat(input.conversation(), opt, on_token, &g_cancel)
+                                        : (*client)->complete(input.text, opt, on_token, &g_cancel);
   std::signal(SIGINT, SIG_DFL);
   if (!res) return report(res.status());
   if (stream) std::printf("\n");
@@ -205,26 +200,25 @@ int cmd_generate(int argc, char** argv) {
   }
   GenerateOptions opt;
   if (Status st = read_generate_options(*args, &opt); !st) return report(st);
-  if (args->has("--remote")) return generate_remote(*args, prompt_text, opt);
-  auto setup = open_session(*args);
-  if (!setup) return report(setup.status());
-  Session& session = *setup->session;
-  const Model& model = session.model();
-  const Tokenizer& tok = model.tokenizer();
-  opt.draft = setup->draft.get();
-  opt.spec_k = setup->spec_k;
-
-  std::vector<int32_t> prompt;
+  // --chat: a user turn (after --system's, when given); else the text as written.
+  PromptInput input = PromptInput::text_of(prompt_text);
   if (args->has("--chat")) {
     std::vector<ChatMessage> msgs;
     if (auto sys = args->get("--system")) msgs.push_back({"system", *sys});
     msgs.push_back({"user", prompt_text});
-    const auto family = setup->chat_family;
-    prompt = tok.encode(apply_chat_template(family, msgs), true, true);
-    for (auto& s : chat_stop_strings(family)) opt.stop.push_back(s);
-  } else {
-    prompt = tok.encode(prompt_text, true, false);
+    input = PromptInput::chat_of(std::move(msgs));
   }
+  if (args->has("--remote")) return generate_remote(*args, input, opt);
+  auto setup = open_session(*args);
+  if (!setup) return report(setup.status());
+  Session& session = *setup->session;
+  const Model& model = session.model();
+  opt.draft = setup->draft.get();
+  opt.spec_k = setup->spec_k;
+
+  RenderedPrompt rendered = render_prompt(model.tokenizer(), setup->chat_family, input);
+  const std::vector<int32_t>& prompt = rendered.tokens;
+  for (auto& s : rendered.stop) opt.stop.push_back(s);
 
   const bool json = args->has("--json");
   const bool stream = !(json && args->has("--quiet"));
@@ -259,7 +253,7 @@ int cmd_generate(int argc, char** argv) {
     j["prefix_cache"] = opt.prefix_cache;
     j["kv_blocks"] = {{"used", m.kv_blocks_used}, {"cached", m.kv_blocks_cached}, {"shared", m.kv_blocks_shared},
                       {"total", m.kv_blocks_total}, {"block_tokens", KvPool::kBlockTokens}};
-    j["spec"] = opt.draft ? opt.draft->name() : "none";
+    j["spec"] = opt.draft ? opt.draft->name() : to_string(SpeculativeMode::off);
     j["spec_k"] = opt.spec_k;
     j["spec_drafted"] = m.spec_drafted;
     j["spec_accepted"] = m.spec_accepted;
@@ -293,14 +287,14 @@ int cmd_chat(int argc, char** argv) {
   const auto family = setup->chat_family;
   opt.draft = setup->draft.get();
   opt.spec_k = setup->spec_k;
-  for (auto& s : chat_stop_strings(family)) opt.stop.push_back(s);
 
   std::vector<ChatMessage> history;
   if (auto sys = args->get("--system")) history.push_back({"system", *sys});
   std::fprintf(stderr, "PhaseLab chat with %s (%s template, %s). /reset, /quit.\n", session.model().path().c_str(),
                chat_template_family_name(family), session.backend().name().c_str());
   chat_loop(history, [&](std::vector<ChatMessage>& h) -> std::optional<std::string> {
-    auto prompt = tok.encode(apply_chat_template(family, h), true, true);
+    RenderedPrompt rendered = render_prompt(tok, family, PromptInput::chat_of(h));
+    std::vector<int32_t>& prompt = rendered.tokens;
     // Keep the conversation inside the context: drop the oldest turns (the
     // system prompt stays) until the prompt leaves room for an answer.
     const int n_ctx = session.n_ctx();
@@ -311,7 +305,7 @@ int cmd_chat(int argc, char** argv) {
       if (oldest == h.end() - 1) break;  // only this message is left
       h.erase(oldest);
       dropped++;
-      prompt = tok.encode(apply_chat_template(family, h), true, true);
+      rendered = render_prompt(tok, family, PromptInput::chat_of(h));
     }
     if (dropped)
       std::fprintf(stderr, "(the %d oldest message%s no longer fit the context of %d tokens and were dropped; "
@@ -321,7 +315,9 @@ int cmd_chat(int argc, char** argv) {
                            "send a shorter one or start with a larger -c\n", prompt.size(), n_ctx);
       return std::nullopt;
     }
-    auto res = session.generate(prompt, opt, print_token, &g_cancel);
+    GenerateOptions turn = opt;  // --stop's strings, then the template's
+    for (auto& s : rendered.stop) turn.stop.push_back(s);
+    auto res = session.generate(prompt, turn, print_token, &g_cancel);
     if (!res) {
       report(res.status());
       return std::nullopt;

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "cli_util.h"
 #include "commands.h"
@@ -43,6 +44,77 @@ void print_progress(const PerplexityProgress& p, bool tty, double* last_line_s) 
   }
 }
 
+void print_help() {
+  std::printf(
+      "usage: phaselab-cli perplexity -m MODEL [-f TEXT] [-c 512] [-b N] [-t N] [--chunks N] [--json]\n"
+      "                               [--save-logits FILE [--top-k 32]] [--kl-base FILE]\n"
+      "  Perplexity as llama-perplexity computes it: the text tokenized once, cut into chunks of\n"
+      "  -c tokens, each run from an empty cache with BOS first, the second half of each scored.\n"
+      "  -f, --file PATH          the text (default: the bundled eval-en.txt)\n"
+      "      --chunks N           run only the first N chunks (default: all)\n"
+      "      --save-logits FILE   keep this run's top-k log-probs at every scored position (a KL base)\n"
+      "      --top-k K            tokens kept per position with --save-logits (default 32)\n"
+      "      --kl-base FILE       KL divergence, top-1 agreement and RMS dp against a saved base\n"
+      "                           (same text, context and vocabulary; -c defaults to the base's)\n"
+      "      --json               print one JSON object at the end\n%s",
+      kEngineHelp);
+}
+
+void print_json(const PerplexityResult& r, const std::string& model_name, const std::string& backend,
+                const std::string& text_path, const std::optional<std::string>& save_path, const std::string& kl_base) {
+  nlohmann::json j;
+  j["model"] = model_name;
+  j["backend"] = backend;
+  j["text"] = text_path;
+  j["ppl"] = r.ppl;
+  j["ppl_err"] = r.ppl_err;
+  j["nll"] = r.nll_mean;
+  j["n_ctx"] = r.n_ctx;
+  j["n_chunks"] = r.n_chunks;
+  j["n_scored"] = r.n_scored;
+  j["n_tokens_text"] = r.n_tokens_text;
+  j["n_evaluated"] = r.n_evaluated;
+  j["seconds"] = r.seconds;
+  j["tokens_per_s"] = r.tokens_per_s;
+  if (save_path) j["saved_logits"] = *save_path;
+  if (r.kl) {
+    const KlStats& k = *r.kl;
+    j["kl_base"] = kl_base;
+    j["kl_base_label"] = k.base_label;
+    j["kl_top_k"] = k.top_k;
+    j["kld"] = k.kld;
+    j["kld_err"] = k.kld_err;
+    j["kld_median"] = k.kld_median;
+    j["kld_p99"] = k.kld_p99;
+    j["kld_max"] = k.kld_max;
+    j["top1_agree"] = k.top1_agree;
+    j["rms_dp"] = k.rms_dp;
+    j["dp_mean"] = k.dp_mean;
+    j["ppl_base"] = k.ppl_base;
+  }
+  std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+}
+
+// llama-perplexity's wording, so that the two read side by side.
+void print_text(const PerplexityResult& r) {
+  std::printf("%d chunks of %d tokens, %lld scored; %lld tokens in %.2f s, %.1f tokens/s\n", r.n_chunks, r.n_ctx,
+              static_cast<long long>(r.n_scored), static_cast<long long>(r.n_evaluated), r.seconds, r.tokens_per_s);
+  std::printf("Final estimate: PPL = %.4f +/- %.5f\n", r.ppl, r.ppl_err);
+  if (r.kl) {
+    const KlStats& k = *r.kl;
+    std::printf("\nKL divergence against %s (top-%d of the base plus the rest as one bin: a lower bound)\n",
+                k.base_label.empty() ? "the base" : k.base_label.c_str(), k.top_k);
+    std::printf("PPL(base)  : %.4f\n", k.ppl_base);
+    std::printf("Mean    KLD: %10.6f +/- %10.6f\n", k.kld, k.kld_err);
+    std::printf("Median  KLD: %10.6f\n", k.kld_median);
+    std::printf("99.0%%   KLD: %10.6f\n", k.kld_p99);
+    std::printf("Maximum KLD: %10.6f\n", k.kld_max);
+    std::printf("Mean    dp : %7.3f %%\n", k.dp_mean);
+    std::printf("RMS     dp : %7.3f %%\n", k.rms_dp);
+    std::printf("Same top p : %7.3f %%\n", 100 * k.top1_agree);
+  }
+}
+
 }  // namespace
 
 int cmd_perplexity(int argc, char** argv) {
@@ -57,19 +129,7 @@ int cmd_perplexity(int argc, char** argv) {
   auto args = Args::parse(argc, argv, opts);
   if (!args) return report(args.status());
   if (args->has("--help")) {
-    std::printf(
-        "usage: phaselab-cli perplexity -m MODEL [-f TEXT] [-c 512] [-b N] [-t N] [--chunks N] [--json]\n"
-        "                               [--save-logits FILE [--top-k 32]] [--kl-base FILE]\n"
-        "  Perplexity as llama-perplexity computes it: the text tokenized once, cut into chunks of\n"
-        "  -c tokens, each run from an empty cache with BOS first, the second half of each scored.\n"
-        "  -f, --file PATH          the text (default: the bundled eval-en.txt)\n"
-        "      --chunks N           run only the first N chunks (default: all)\n"
-        "      --save-logits FILE   keep this run's top-k log-probs at every scored position (a KL base)\n"
-        "      --top-k K            tokens kept per position with --save-logits (default 32)\n"
-        "      --kl-base FILE       KL divergence, top-1 agreement and RMS dp against a saved base\n"
-        "                           (same text, context and vocabulary; -c defaults to the base's)\n"
-        "      --json               print one JSON object at the end\n%s",
-        kEngineHelp);
+    print_help();
     return kExitOk;
   }
   if (!args->positional().empty()) return usage_error("unexpected argument '" + args->positional()[0] + "'");
@@ -133,56 +193,11 @@ int cmd_perplexity(int argc, char** argv) {
   }
 
   if (args->has("--json")) {
-    nlohmann::json j;
-    j["model"] = model_name;
-    j["backend"] = backend;
-    j["text"] = text_path;
-    j["ppl"] = r.ppl;
-    j["ppl_err"] = r.ppl_err;
-    j["nll"] = r.nll_mean;
-    j["n_ctx"] = r.n_ctx;
-    j["n_chunks"] = r.n_chunks;
-    j["n_scored"] = r.n_scored;
-    j["n_tokens_text"] = r.n_tokens_text;
-    j["n_evaluated"] = r.n_evaluated;
-    j["seconds"] = r.seconds;
-    j["tokens_per_s"] = r.tokens_per_s;
-    if (save_path) j["saved_logits"] = *save_path;
-    if (r.kl) {
-      const KlStats& k = *r.kl;
-      j["kl_base"] = *args->get("--kl-base");
-      j["kl_base_label"] = k.base_label;
-      j["kl_top_k"] = k.top_k;
-      j["kld"] = k.kld;
-      j["kld_err"] = k.kld_err;
-      j["kld_median"] = k.kld_median;
-      j["kld_p99"] = k.kld_p99;
-      j["kld_max"] = k.kld_max;
-      j["top1_agree"] = k.top1_agree;
-      j["rms_dp"] = k.rms_dp;
-      j["dp_mean"] = k.dp_mean;
-      j["ppl_base"] = k.ppl_base;
-    }
-    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    print_json(r, model_name, backend, text_path, save_path, args->get_or("--kl-base", ""));
     return kExitOk;
   }
 
-  std::printf("%d chunks of %d tokens, %lld scored; %lld tokens in %.2f s, %.1f tokens/s\n", r.n_chunks, r.n_ctx,
-              static_cast<long long>(r.n_scored), static_cast<long long>(r.n_evaluated), r.seconds, r.tokens_per_s);
-  std::printf("Final estimate: PPL = %.4f +/- %.5f\n", r.ppl, r.ppl_err);
-  if (r.kl) {
-    const KlStats& k = *r.kl;
-    std::printf("\nKL divergence against %s (top-%d of the base plus the rest as one bin: a lower bound)\n",
-                k.base_label.empty() ? "the base" : k.base_label.c_str(), k.top_k);
-    std::printf("PPL(base)  : %.4f\n", k.ppl_base);
-    std::printf("Mean    KLD: %10.6f +/- %10.6f\n", k.kld, k.kld_err);
-    std::printf("Median  KLD: %10.6f\n", k.kld_median);
-    std::printf("99.0%%   KLD: %10.6f\n", k.kld_p99);
-    std::printf("Maximum KLD: %10.6f\n", k.kld_max);
-    std::printf("Mean    dp : %7.3f %%\n", k.dp_mean);
-    std::printf("RMS     dp : %7.3f %%\n", k.rms_dp);
-    std::printf("Same top p : %7.3f %%\n", 100 * k.top1_agree);
-  }
+  print_text(r);
   if (save_path) std::fprintf(stderr, "perplexity: saved the top-%d log-probs to %s\n", *top_k, save_path->c_str());
   return kExitOk;
 }

@@ -83,13 +83,16 @@ Result<EngineSetup> open_session(const Args& args, int default_ctx, bool chat) {
   s.session = std::move(*session);
   s.chat_family = s.model->chat_template();
 
-  const std::string spec = args.get_or("--spec", args.has("--draft") ? "draft" : "none");
+  const std::string spec =
+      args.get_or("--spec", to_string(args.has("--draft") ? SpeculativeMode::draft_model : SpeculativeMode::off));
+  const auto mode = speculative_mode_from_string(spec);
+  if (!mode) return invalid_argument("--spec must be none, lookup or draft (got '" + spec + "')");
   auto k = args.get_int("--spec-k", 4, 1, 32);
   if (!k) return k.status();
   s.spec_k = *k;
-  if (spec == "lookup") {
+  if (*mode == SpeculativeMode::prompt_lookup) {
     s.draft = make_prompt_lookup_draft();
-  } else if (spec == "draft") {
+  } else if (*mode == SpeculativeMode::draft_model) {
     const auto draft_path = args.get("--draft");
     if (!draft_path) return invalid_argument("--spec draft needs --draft MODEL (a smaller model with the same vocabulary)");
     auto dm = Model::load(*draft_path);
@@ -99,8 +102,6 @@ Result<EngineSetup> open_session(const Args& args, int default_ctx, bool chat) {
     auto src = make_draft_model_source(*dm, std::move(*db), s.session->n_ctx(), *s.model);
     if (!src) return src.status();
     s.draft = std::move(*src);
-  } else if (spec != "none") {
-    return invalid_argument("--spec must be none, lookup or draft (got '" + spec + "')");
   }
   return s;
 }

@@ -88,21 +88,9 @@ double decode_ridge_batch(double weight_bytes, double read_bytes_per_s, double o
   return (weight_bytes / read_bytes_per_s) * ops_per_s / ops_per_token;
 }
 
-double ops_per_token(const Model& model) {
-  double ops = 0;
-  for (const auto& t : model.file().tensors())
-    if (t.name.rfind("blk.", 0) == 0 && t.n_dims == 2) ops += 2.0 * static_cast<double>(t.n_elements);
-  return ops;
-}
-
 }  // namespace phaselab
 
 namespace phaselab {
-
-double decode_ops_per_token(const Model& model) {
-  const ModelConfig& c = model.config();
-  return ops_per_token(model) + 2.0 * static_cast<double>(c.n_vocab) * c.n_embd;
-}
 
 double DecodeRoofline::ceiling_tps(double b) const {
   if (read_bytes_per_s <= 0 || weight_bytes <= 0) return 0;
@@ -116,8 +104,9 @@ DecodeRoofline decode_roofline(const Model& model, const std::string& backend_na
   r.weight_bytes = static_cast<double>(model.weight_bytes());
   r.ops_per_token = decode_ops_per_token(model);
   r.read_bytes_per_s = read_bytes_per_s;
-  r.int8 = backend_name.rfind("cpu", 0) == 0 && backend_name != "cpu-reference" && int8_ops_per_s > 0;
-  r.ops_per_s = r.int8 ? int8_ops_per_s : fp32_flops;
+  const ComputePeak peak = compute_peak(backend_name, int8_ops_per_s, fp32_flops);
+  r.int8 = peak.int8;
+  r.ops_per_s = peak.ops_per_s;
   r.ridge_batch = decode_ridge_batch(r.weight_bytes, r.read_bytes_per_s, r.ops_per_token, r.ops_per_s);
   return r;
 }

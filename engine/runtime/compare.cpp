@@ -16,18 +16,16 @@
 #include "phaselab/memory.h"
 #include "phaselab/model.h"
 #include "phaselab/perplexity.h"
+#include "phaselab/prompt.h"
 #include "phaselab/session.h"
 #include "phaselab/speculative.h"
+#include "phaselab/throughput.h"
 
 namespace phaselab {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 double vm_hwm_mib() { return peak_resident_memory_bytes() / 1048576.0; }
 
@@ -88,9 +86,10 @@ Status validate_compare(const std::vector<CompareVariant>& variants, const Compa
       return invalid_argument(which + ": no such model file (give the path of a .gguf file)");
     if (!known_backend(v.backend))
       return invalid_argument(which + ": unknown backend '" + v.backend + "' (cpu, cpu-portable, cpu-reference, cuda)");
-    if (v.speculative != "none" && v.speculative != "lookup")
+    const auto spec = speculative_mode_from_string(v.speculative);
+    if (!spec || *spec == SpeculativeMode::draft_model)
       return invalid_argument(which + ": speculative must be none or lookup, not '" + v.speculative + "'");
-    if (v.speculative != "none" && !v.kv_cache)
+    if (*spec != SpeculativeMode::off && !v.kv_cache)
       return invalid_argument(which + ": speculative decoding needs the KV cache");
   }
   if (opts.n_ctx < 16 || opts.n_ctx > 32768 || opts.n_ctx % 2)
@@ -103,6 +102,130 @@ Status validate_compare(const std::vector<CompareVariant>& variants, const Compa
   if (opts.text.empty()) return invalid_argument("the evaluation text is empty (-f FILE)");
   return Status::ok();
 }
+
+namespace {
+
+// Progress of one variant: each stage reports its part of the variant's
+// share (kShare) of the whole run.
+struct VariantProgress {
+  const CompareProgressFn& progress;
+  int vi = 0, n = 0;
+  double done = 0;  // of this variant
+  void report(const char* stage, double within, const std::string& message) const {
+    if (progress) progress({vi, n, stage, std::min(1.0, (vi + done + within) / n), message});
+  }
+  void finish_stage(int stage) { done += kShare[stage]; }
+};
+
+// The pp, tg and TTFT tests of one variant (stages 2-4). pp and tg go through
+// the engine's measure_pp_tg (phaselab/throughput.h), as bench's do; tg
+// decodes as the variant would (KV cache on or off, speculative or not).
+Status measure_speed(Session& s, const CompareVariant& v, const CompareOptions& opts,
+                     const std::vector<int32_t>& text_tokens, const std::vector<int32_t>& ttft_prompt,
+                     const std::string& label, VariantProgress& vp, const std::atomic<bool>* cancel, CompareRow* row) {
+  auto stop_asked = [&] { return cancel && cancel->load(); };
+  // A cancel seen inside a measurement is the comparison's; other errors name the variant.
+  auto failed = [&](const Status& st) { return stop_asked() ? cancelled("comparison cancelled") : st; };
+  ThroughputRun run;
+  run.repetitions = opts.repetitions;
+  run.cancel = cancel;
+  // pp: prefill of n_prompt tokens (the text's, repeated if short).
+  if (opts.n_prompt > 0) {
+    run.test = ThroughputTest::pp;
+    run.tokens.resize(opts.n_prompt);
+    for (int i = 0; i < opts.n_prompt; i++) run.tokens[i] = text_tokens[i % text_tokens.size()];
+    run.on_run = [&](int r) {
+      vp.report("pp", kShare[2] * r / (opts.repetitions + 1), label + ": prefill " + std::to_string(opts.n_prompt));
+    };
+    auto pp = measure_pp_tg(s, run);
+    if (!pp) return failed(pp.status());
+    row->pp = pp->mean;
+  }
+  vp.finish_stage(2);
+
+  // tg: n_gen greedy tokens after 16 tokens of the text.
+  if (opts.n_gen > 0) {
+    std::unique_ptr<DraftSource> draft;
+    if (speculative_mode_from_string(v.speculative) == SpeculativeMode::prompt_lookup) draft = make_prompt_lookup_draft();
+    GenerateOptions g;
+    g.n_predict = opts.n_gen;
+    g.ignore_eos = true;
+    g.sampling.temperature = 0;
+    g.use_kv_cache = v.kv_cache;
+    g.prefix_cache = false;
+    g.draft = draft.get();
+    run.test = ThroughputTest::tg;
+    run.tokens.assign(text_tokens.begin(), text_tokens.begin() + 16);
+    run.generate = &g;
+    run.on_run = [&](int r) {
+      vp.report("tg", kShare[3] * r / (opts.repetitions + 1), label + ": decode " + std::to_string(opts.n_gen));
+    };
+    auto tg = measure_pp_tg(s, run);
+    if (!tg) return failed(tg.status());
+    row->tg = tg->mean;
+  }
+  vp.finish_stage(3);
+
+  // TTFT of the fixed chat prompt (median).
+  std::vector<double> ttft;
+  for (int r = 0; r <= opts.repetitions; r++) {
+    if (stop_asked()) return cancelled("comparison cancelled");
+    vp.report("ttft", kShare[4] * r / (opts.repetitions + 1), label + ": time to first token");
+    s.kv().clear();
+    GenerateOptions g;
+    g.n_predict = 1;
+    g.sampling.temperature = 0;
+    g.prefix_cache = false;
+    g.use_kv_cache = v.kv_cache;
+    auto res = s.generate(ttft_prompt, g, {}, cancel);
+    if (!res) return res.status();
+    if (r > 0) ttft.push_back(res->metrics.ttft_ms);
+  }
+  std::sort(ttft.begin(), ttft.end());
+  row->ttft_ms = ttft[ttft.size() / 2];
+  vp.finish_stage(4);
+  return Status::ok();
+}
+
+// Perplexity (stage 5); the reference (base == nullptr) saves its
+// distributions into *made for the others' KL divergence.
+Status measure_quality(Session& s, const std::vector<int32_t>& text_tokens, const CompareOptions& opts,
+                       const KlBase* base, KlBase* made, const std::string& label, VariantProgress& vp,
+                       const std::atomic<bool>* cancel, CompareRow* row) {
+  PerplexityOptions po;
+  po.n_ctx = opts.n_ctx;
+  po.n_chunks = opts.n_chunks;
+  if (base) po.kl_base = base;
+  else po.save_base = made;
+  auto ppl = run_perplexity(
+      s, text_tokens, po,
+      [&](const PerplexityProgress& p) {
+        const double f = p.tokens_total ? static_cast<double>(p.tokens_done) / p.tokens_total : 0;
+        vp.report("perplexity", kShare[5] * f,
+                  label + ": perplexity chunk " + std::to_string(p.chunk) + " of " + std::to_string(p.n_chunks));
+      },
+      cancel);
+  if (!ppl) return ppl.status();
+  row->ppl = ppl->ppl;
+  row->ppl_err = ppl->ppl_err;
+  if (!base) {
+    row->kld = 0, row->kld_p99 = 0, row->top1_agree = 1, row->rms_dp = 0;
+  } else if (ppl->kl) {
+    row->kld = ppl->kl->kld;
+    row->kld_p99 = ppl->kl->kld_p99;
+    row->top1_agree = ppl->kl->top1_agree;
+    row->rms_dp = ppl->kl->rms_dp;
+  }
+  vp.finish_stage(5);
+  return Status::ok();
+}
+
+std::string variant_label(const CompareVariant& v) {
+  if (!v.name.empty()) return v.name;
+  return v.quantize_to ? std::string(file_type_name(*v.quantize_to)) : fs::path(v.file).filename().string();
+}
+
+}  // namespace
 
 Result<std::vector<CompareRow>> run_compare(const std::vector<CompareVariant>& variants, const CompareOptions& opts,
                                             const CompareProgressFn& progress, const std::atomic<bool>* cancel) {
@@ -117,12 +240,7 @@ Result<std::vector<CompareRow>> run_compare(const std::vector<CompareVariant>& v
 
   for (int vi = 0; vi < n; vi++) {
     const CompareVariant& v = variants[vi];
-    double done = 0;  // of this variant
-    auto report = [&](const char* stage, double within, const std::string& message) {
-      if (progress) progress({vi, n, stage, std::min(1.0, (vi + done + within) / n), message});
-    };
-    auto finish_stage = [&](int stage) { done += kShare[stage]; };
-
+    VariantProgress vp{progress, vi, n};
     CompareRow row;
     row.backend = v.backend;
     row.kv_cache = v.kv_cache;
@@ -130,27 +248,25 @@ Result<std::vector<CompareRow>> run_compare(const std::vector<CompareVariant>& v
     row.reference = vi == 0;
     row.rss_per_variant = reset_peak_resident_memory();
     std::string file = v.file;
-    const std::string label = v.name.empty()
-                                  ? (v.quantize_to ? std::string(file_type_name(*v.quantize_to)) : fs::path(v.file).filename().string())
-                                  : v.name;
+    const std::string label = variant_label(v);
     auto fail = [&](const Status& st) -> Status {
       return Status(st.code(), label + ": " + st.message());
     };
     if (v.quantize_to) {
-      report("quantize", 0, label + ": quantizing " + fs::path(v.file).filename().string());
+      vp.report("quantize", 0, label + ": quantizing " + fs::path(v.file).filename().string());
       auto q = quantized_variant(v.file, *v.quantize_to, cache_dir, threads,
-                                 [&](double f) { report("quantize", kShare[0] * f, label + ": quantizing"); }, cancel);
+                                 [&](double f) { vp.report("quantize", kShare[0] * f, label + ": quantizing"); }, cancel);
       if (!q) return fail(q.status());
       file = *q;
     }
-    finish_stage(0);
+    vp.finish_stage(0);
     if (stop_asked()) return cancelled("comparison cancelled");
     row.name = label;
     row.file = file;
     std::error_code ec;
     row.size_mib = static_cast<double>(fs::file_size(file, ec)) / (1 << 20);
 
-    report("load", 0, label + ": loading");
+    vp.report("load", 0, label + ": loading");
     auto model = Model::load(file);
     if (!model) return fail(model.status());
     row.type_mix = (*model)->type_mix();
@@ -159,120 +275,37 @@ Result<std::vector<CompareRow>> run_compare(const std::vector<CompareVariant>& v
     auto backend = open_backend(v.backend, *model, threads);
     if (!backend) return fail(backend.status());
     // The fixed chat prompt of the TTFT test, in the model's own template.
-    const auto ttft_prompt = (*model)->tokenizer().encode(
-        apply_chat_template((*model)->chat_template(), {{"user", opts.ttft_prompt}}), true, true);
+    const auto ttft_prompt =
+        render_prompt((*model)->tokenizer(), (*model)->chat_template(), PromptInput::chat_of({{"user", opts.ttft_prompt}}))
+            .tokens;
     const int n_ctx = std::max({opts.n_ctx, opts.n_prompt + 16, 16 + opts.n_gen + 16,
                                 static_cast<int>(ttft_prompt.size()) + 8, 256});
     auto session_r = Session::create(*model, std::move(*backend), n_ctx, KvType::f16, false);  // one prompt per measurement
     if (!session_r) return fail(session_r.status());
     Session& s = **session_r;
-    finish_stage(1);
+    vp.finish_stage(1);
 
     // The evaluation text's tokens: also the source of the pp and tg prompts.
     std::vector<int32_t> text_tokens = perplexity_tokenize((*model)->tokenizer(), opts.text);
     if (text_tokens.size() < 32) return fail(invalid_argument("the evaluation text is too short (" +
                                                               std::to_string(text_tokens.size()) + " tokens)"));
+    // A cancel is the comparison's ("comparison cancelled"); an error names the variant.
+    if (Status st = measure_speed(s, v, opts, text_tokens, ttft_prompt, label, vp, cancel, &row); !st)
+      return st.code() == StatusCode::cancelled ? st : fail(st);
 
-    // pp: prefill of n_prompt tokens (the text's, repeated if short).
-    if (opts.n_prompt > 0) {
-      std::vector<int32_t> prompt(opts.n_prompt);
-      for (int i = 0; i < opts.n_prompt; i++) prompt[i] = text_tokens[i % text_tokens.size()];
-      double sum = 0;
-      for (int r = 0; r <= opts.repetitions; r++) {  // r = 0: warm-up
-        if (stop_asked()) return cancelled("comparison cancelled");
-        report("pp", kShare[2] * r / (opts.repetitions + 1), label + ": prefill " + std::to_string(opts.n_prompt));
-        s.kv().clear();
-        const auto t0 = Clock::now();
-        PHASELAB_TRY(s.eval(prompt, nullptr));
-        if (r > 0) sum += opts.n_prompt / seconds_since(t0);
-      }
-      row.pp = sum / opts.repetitions;
-    }
-    finish_stage(2);
-
-    // tg: n_gen greedy tokens after 16 tokens of the text, as the variant
-    // decodes (KV cache on or off, speculative or not).
-    if (opts.n_gen > 0) {
-      std::vector<int32_t> prompt(text_tokens.begin(), text_tokens.begin() + 16);
-      std::unique_ptr<DraftSource> draft;
-      if (v.speculative == "lookup") draft = make_prompt_lookup_draft();
-      double sum = 0;
-      for (int r = 0; r <= opts.repetitions; r++) {
-        if (stop_asked()) return cancelled("comparison cancelled");
-        report("tg", kShare[3] * r / (opts.repetitions + 1), label + ": decode " + std::to_string(opts.n_gen));
-        s.kv().clear();
-        GenerateOptions g;
-        g.n_predict = opts.n_gen;
-        g.ignore_eos = true;
-        g.sampling.temperature = 0;
-        g.use_kv_cache = v.kv_cache;
-        g.prefix_cache = false;
-        g.draft = draft.get();
-        auto res = s.generate(prompt, g, {}, cancel);
-        if (!res) return fail(res.status());
-        if (r > 0) sum += res->metrics.decode_tps;
-      }
-      row.tg = sum / opts.repetitions;
-    }
-    finish_stage(3);
-
-    // TTFT of the fixed chat prompt.
-    {
-      const auto& prompt = ttft_prompt;
-      std::vector<double> ttft;
-      for (int r = 0; r <= opts.repetitions; r++) {
-        if (stop_asked()) return cancelled("comparison cancelled");
-        report("ttft", kShare[4] * r / (opts.repetitions + 1), label + ": time to first token");
-        s.kv().clear();
-        GenerateOptions g;
-        g.n_predict = 1;
-        g.sampling.temperature = 0;
-        g.prefix_cache = false;
-        g.use_kv_cache = v.kv_cache;
-        auto res = s.generate(prompt, g, {}, cancel);
-        if (!res) return fail(res.status());
-        if (r > 0) ttft.push_back(res->metrics.ttft_ms);
-      }
-      std::sort(ttft.begin(), ttft.end());
-      row.ttft_ms = ttft[ttft.size() / 2];
-    }
-    finish_stage(4);
-
-    // Perplexity; the reference keeps its distributions for the others' KL.
     if (vi > 0 && text_tokens != base_tokens)
       return fail(invalid_argument("its tokenizer splits the text differently from the reference's: KL divergence "
                                    "needs the same vocabulary (compare quantizations of one model)"));
-    PerplexityOptions po;
-    po.n_ctx = opts.n_ctx;
-    po.n_chunks = opts.n_chunks;
     KlBase made;
-    if (vi == 0) po.save_base = &made;
-    else po.kl_base = &*base;
-    auto ppl = run_perplexity(
-        s, text_tokens, po,
-        [&](const PerplexityProgress& p) {
-          const double f = p.tokens_total ? static_cast<double>(p.tokens_done) / p.tokens_total : 0;
-          report("perplexity", kShare[5] * f,
-                 label + ": perplexity chunk " + std::to_string(p.chunk) + " of " + std::to_string(p.n_chunks));
-        },
-        cancel);
-    if (!ppl) return fail(ppl.status());
-    row.ppl = ppl->ppl;
-    row.ppl_err = ppl->ppl_err;
+    if (Status st = measure_quality(s, text_tokens, opts, vi == 0 ? nullptr : &*base, &made, label, vp, cancel, &row); !st)
+      return fail(st);
     if (vi == 0) {
       base = std::move(made);
       base_tokens = text_tokens;
-      row.kld = 0, row.kld_p99 = 0, row.top1_agree = 1, row.rms_dp = 0;
-    } else if (ppl->kl) {
-      row.kld = ppl->kl->kld;
-      row.kld_p99 = ppl->kl->kld_p99;
-      row.top1_agree = ppl->kl->top1_agree;
-      row.rms_dp = ppl->kl->rms_dp;
     }
-    finish_stage(5);
     row.peak_rss_mib = vm_hwm_mib();
     rows.push_back(row);
-    report("done", 0, label + ": done");
+    vp.report("done", 0, label + ": done");
   }
   return rows;
 }

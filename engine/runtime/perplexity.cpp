@@ -239,81 +239,179 @@ Result<KlBase> KlBase::load(const std::string& path) {
   return b;
 }
 
-Result<PerplexityResult> run_perplexity(Session& session, const std::vector<int32_t>& tokens,
-                                        const PerplexityOptions& opt, const PerplexityProgressFn& progress,
-                                        const std::atomic<bool>* cancel) {
-  const ModelConfig& cfg = session.model().config();
+namespace {
+
+// A run's shape, once its inputs are checked.
+struct PplPlan {
+  int n_ctx = 0, n_vocab = 0, n_chunks = 0;
+  int32_t bos = -1;      // put at each chunk's start (-1: the tokenizer adds none)
+  int64_t n_text = 0;    // tokens of the text
+  int first = 0;         // the first scored position of a chunk (its second half)
+  int n_per_chunk = 0;   // positions scored per chunk
+};
+
+// The KL base must come from the same tokens, context, vocabulary and BOS;
+// with opt.n_chunks < 0 the run takes at most the base's chunks.
+Status check_kl_base(const KlBase& base, const std::vector<int32_t>& tokens, const PerplexityOptions& opt,
+                     PplPlan* plan) {
+  const std::string from = base.label.empty() ? std::string("the KL base") : "the KL base (" + base.label + ")";
+  if (base.n_ctx != plan->n_ctx)
+    return invalid_argument(from + " was computed with a context of " + std::to_string(base.n_ctx) + ", this run uses " +
+                            std::to_string(plan->n_ctx) + " (pass -c " + std::to_string(base.n_ctx) + ")");
+  if (base.n_vocab != plan->n_vocab)
+    return invalid_argument(from + " has a vocabulary of " + std::to_string(base.n_vocab) + " tokens, this model " +
+                            std::to_string(plan->n_vocab) + ": KL divergence needs models with the same vocabulary");
+  if (base.bos != plan->bos) return invalid_argument(from + " was made with another BOS token: not the same tokenizer");
+  if (opt.n_chunks < 0) plan->n_chunks = std::min(plan->n_chunks, base.n_chunks);
+  if (plan->n_chunks > base.n_chunks)
+    return invalid_argument(from + " holds " + std::to_string(base.n_chunks) + " chunks, this run asks for " +
+                            std::to_string(plan->n_chunks));
+  const size_t n_cmp = static_cast<size_t>(plan->n_chunks) * plan->n_ctx;
+  const auto diff = std::mismatch(tokens.begin(), tokens.begin() + n_cmp, base.tokens.begin());
+  if (diff.first != tokens.begin() + n_cmp)
+    return invalid_argument(from + " was computed on other tokens (they differ from token " +
+                            std::to_string(diff.first - tokens.begin()) +
+                            " on): use the same text and a model with the same tokenizer");
+  return Status::ok();
+}
+
+Result<PplPlan> plan_perplexity(Session& session, const std::vector<int32_t>& tokens, const PerplexityOptions& opt) {
+  PplPlan plan;
   const Tokenizer& tok = session.model().tokenizer();
-  const int n_vocab = cfg.n_vocab;
-  const int n_ctx = opt.n_ctx;
+  plan.n_vocab = session.model().config().n_vocab;
+  plan.n_ctx = opt.n_ctx;
+  const int n_ctx = plan.n_ctx, n_vocab = plan.n_vocab;
   if (n_ctx < 4) return invalid_argument("perplexity context of " + std::to_string(n_ctx) + " tokens (at least 4)");
   if (n_ctx > session.n_ctx())
     return invalid_argument("perplexity context of " + std::to_string(n_ctx) + " tokens, but the session holds " +
                             std::to_string(session.n_ctx()) + ": create it with a context of at least that");
-  const int64_t n_text = static_cast<int64_t>(tokens.size());
-  if (n_text < 2ll * n_ctx)
-    return invalid_argument("the text has " + std::to_string(n_text) + " tokens; a context of " + std::to_string(n_ctx) +
-                            " needs at least " + std::to_string(2 * n_ctx) + " (use a longer text or a smaller context)");
+  plan.n_text = static_cast<int64_t>(tokens.size());
+  if (plan.n_text < 2ll * n_ctx)
+    return invalid_argument("the text has " + std::to_string(plan.n_text) + " tokens; a context of " +
+                            std::to_string(n_ctx) + " needs at least " + std::to_string(2 * n_ctx) +
+                            " (use a longer text or a smaller context)");
   for (int32_t t : tokens)
     if (t < 0 || t >= n_vocab) return invalid_argument("token id " + std::to_string(t) + " outside the model's vocabulary");
   if (opt.save_base && (opt.save_top_k < 1 || opt.save_top_k > std::min(KlBase::kMaxTopK, n_vocab)))
     return invalid_argument("top-k of the KL base must be 1.." + std::to_string(std::min(KlBase::kMaxTopK, n_vocab)));
-
-  const int32_t bos = tok.add_bos() ? tok.bos() : -1;
-  const int n_chunk_max = static_cast<int>(n_text / n_ctx);
-  int n_chunks = opt.n_chunks < 0 ? n_chunk_max : std::min(opt.n_chunks, n_chunk_max);
+  plan.bos = tok.add_bos() ? tok.bos() : -1;
+  const int n_chunk_max = static_cast<int>(plan.n_text / n_ctx);
+  plan.n_chunks = opt.n_chunks < 0 ? n_chunk_max : std::min(opt.n_chunks, n_chunk_max);
   if (opt.n_chunks == 0) return invalid_argument("at least one chunk is needed");
+  if (opt.kl_base) PHASELAB_TRY(check_kl_base(*opt.kl_base, tokens, opt, &plan));
+  plan.first = n_ctx / 2;
+  plan.n_per_chunk = perplexity_scored_per_chunk(n_ctx);
+  return plan;
+}
 
-  const KlBase* base = opt.kl_base;
-  if (base) {
-    const std::string from = base->label.empty() ? std::string("the KL base") : "the KL base (" + base->label + ")";
-    if (base->n_ctx != n_ctx)
-      return invalid_argument(from + " was computed with a context of " + std::to_string(base->n_ctx) + ", this run uses " +
-                              std::to_string(n_ctx) + " (pass -c " + std::to_string(base->n_ctx) + ")");
-    if (base->n_vocab != n_vocab)
-      return invalid_argument(from + " has a vocabulary of " + std::to_string(base->n_vocab) + " tokens, this model " +
-                              std::to_string(n_vocab) + ": KL divergence needs models with the same vocabulary");
-    if (base->bos != bos) return invalid_argument(from + " was made with another BOS token: not the same tokenizer");
-    if (opt.n_chunks < 0) n_chunks = std::min(n_chunks, base->n_chunks);
-    if (n_chunks > base->n_chunks)
-      return invalid_argument(from + " holds " + std::to_string(base->n_chunks) + " chunks, this run asks for " +
-                              std::to_string(n_chunks));
-    const size_t n_cmp = static_cast<size_t>(n_chunks) * n_ctx;
-    const auto diff = std::mismatch(tokens.begin(), tokens.begin() + n_cmp, base->tokens.begin());
-    if (diff.first != tokens.begin() + n_cmp)
-      return invalid_argument(from + " was computed on other tokens (they differ from token " +
-                              std::to_string(diff.first - tokens.begin()) +
-                              " on): use the same text and a model with the same tokenizer");
+// What the scored positions add up to: the negative log-likelihood and,
+// against a KL base, the divergence, top-1 agreement and the change of the
+// target's probability.
+struct PplSums {
+  double nll = 0, nll2 = 0, base_nll = 0;
+  double kld = 0, kld2 = 0, dp = 0, dp2 = 0;
+  int64_t same_top = 0, count = 0;
+  std::vector<float> kld_values;  // (scored positions) per position, when comparing
+
+  // Position s (its index among all scored ones) against the base's top-k.
+  void compare(const KlBase& base, const float* z, const RowStats& rs, int32_t target, int64_t s) {
+    const int32_t* bid = &base.top_ids[s * base.top_k];
+    const float* blp = &base.top_logp[s * base.top_k];
+    double kl = 0, p_top = 0, q_top = 0;
+    for (int j = 0; j < base.top_k; j++) {
+      const double lp = blp[j], lq = logp_f32(z, bid[j], rs.lse);
+      const double pj = std::exp(lp);
+      kl += pj * (lp - lq);
+      p_top += pj, q_top += std::exp(lq);
+    }
+    // The rest of the vocabulary as one outcome (see perplexity.h).
+    const double p_rest = 1 - p_top, q_rest = std::max(1 - q_top, 1e-12);
+    if (p_rest > 0) kl += p_rest * (std::log(p_rest) - std::log(q_rest));
+    kld += kl, kld2 += kl * kl;
+    kld_values.push_back(static_cast<float>(kl));
+    same_top += rs.argmax == bid[0];
+    const double lp_base = base.target_logp[s];
+    const double d = std::exp(logp_f32(z, target, rs.lse)) - std::exp(lp_base);
+    dp += d, dp2 += d * d;
+    base_nll -= lp_base;
   }
+};
 
+// The base's record of position s: the target's log-probability and the top-k.
+void save_position(KlBase& sb, const float* z, int n_vocab, const RowStats& rs, int32_t target, int64_t s,
+                   std::vector<std::pair<float, int32_t>>& heap) {
+  int32_t* out_ids = &sb.top_ids[s * sb.top_k];
+  top_k_ids(z, n_vocab, sb.top_k, heap, out_ids);
+  for (int j = 0; j < sb.top_k; j++) sb.top_logp[s * sb.top_k + j] = static_cast<float>(logp_f32(z, out_ids[j], rs.lse));
+  sb.target_logp[s] = static_cast<float>(logp_f32(z, target, rs.lse));
+}
+
+void start_base(KlBase& sb, const PplPlan& plan, int top_k, const std::vector<int32_t>& tokens) {
+  const int64_t n_scored_total = static_cast<int64_t>(plan.n_chunks) * plan.n_per_chunk;
+  sb = KlBase{};
+  sb.n_ctx = plan.n_ctx, sb.n_vocab = plan.n_vocab, sb.top_k = top_k, sb.n_chunks = plan.n_chunks, sb.bos = plan.bos;
+  sb.tokens.assign(tokens.begin(), tokens.begin() + static_cast<size_t>(plan.n_chunks) * plan.n_ctx);
+  sb.target_logp.resize(n_scored_total);
+  sb.top_ids.resize(n_scored_total * sb.top_k);
+  sb.top_logp.resize(n_scored_total * sb.top_k);
+}
+
+PerplexityResult summarize(const PplPlan& plan, PplSums& sums, const KlBase* base, double seconds) {
+  const int64_t count = sums.count;
+  PerplexityResult r;
+  r.n_ctx = plan.n_ctx;
+  r.n_chunks = plan.n_chunks;
+  r.n_scored = count;
+  r.n_tokens_text = plan.n_text;
+  r.n_evaluated = static_cast<int64_t>(plan.n_chunks) * plan.n_ctx;
+  r.seconds = seconds;
+  r.tokens_per_s = r.seconds > 0 ? r.n_evaluated / r.seconds : 0;
+  r.nll_mean = sums.nll / count;
+  r.ppl = std::exp(r.nll_mean);
+  const double var = sums.nll2 / count - r.nll_mean * r.nll_mean;
+  r.ppl_err = var > 0 && count > 1 ? r.ppl * std::sqrt(var / (count - 1)) : 0;
+  if (base) {
+    KlStats k;
+    k.kld = sums.kld / count;
+    const double kvar = sums.kld2 / count - k.kld * k.kld;
+    k.kld_err = kvar > 0 && count > 1 ? std::sqrt(kvar / (count - 1)) : 0;
+    std::sort(sums.kld_values.begin(), sums.kld_values.end());
+    k.kld_median = percentile(sums.kld_values, 0.5);
+    k.kld_p99 = percentile(sums.kld_values, 0.99);
+    k.kld_max = sums.kld_values.back();
+    k.top1_agree = static_cast<double>(sums.same_top) / count;
+    k.dp_mean = 100 * sums.dp / count;
+    k.rms_dp = 100 * std::sqrt(sums.dp2 / count);
+    k.ppl_base = std::exp(sums.base_nll / count);
+    k.top_k = base->top_k;
+    k.base_label = base->label;
+    r.kl = k;
+  }
+  return r;
+}
+
+}  // namespace
+
+Result<PerplexityResult> run_perplexity(Session& session, const std::vector<int32_t>& tokens,
+                                        const PerplexityOptions& opt, const PerplexityProgressFn& progress,
+                                        const std::atomic<bool>* cancel) {
+  auto planned = plan_perplexity(session, tokens, opt);
+  if (!planned) return planned.status();
+  const PplPlan& plan = *planned;
+  const int n_ctx = plan.n_ctx, n_vocab = plan.n_vocab, n_chunks = plan.n_chunks;
+  const KlBase* base = opt.kl_base;
   Backend& backend = session.backend();
   KvCache& kv = session.kv();
   const int nb = opt.n_batch > 0 ? std::min(opt.n_batch, backend.max_batch()) : backend.max_batch();
-  const int first = n_ctx / 2;
-  const int n_per_chunk = perplexity_scored_per_chunk(n_ctx);
-  const int64_t n_scored_total = static_cast<int64_t>(n_chunks) * n_per_chunk;
   const cpu::Kernels& kern = cpu::best_kernels();
 
   std::vector<float> logits(static_cast<size_t>(nb) * n_vocab);  // (nb, n_vocab)
   std::vector<float> scratch(n_vocab);                            // (n_vocab)
   std::vector<int32_t> chunk(n_ctx);                              // (n_ctx)
   std::vector<std::pair<float, int32_t>> heap;
-  std::vector<int32_t> ids;
-  if (opt.save_base) {
-    KlBase& sb = *opt.save_base;
-    sb = KlBase{};
-    sb.n_ctx = n_ctx, sb.n_vocab = n_vocab, sb.top_k = opt.save_top_k, sb.n_chunks = n_chunks, sb.bos = bos;
-    sb.tokens.assign(tokens.begin(), tokens.begin() + static_cast<size_t>(n_chunks) * n_ctx);
-    sb.target_logp.resize(n_scored_total);
-    sb.top_ids.resize(n_scored_total * sb.top_k);
-    sb.top_logp.resize(n_scored_total * sb.top_k);
-  }
-  std::vector<float> kld_values;  // (n_scored_total) per position, when comparing
-  if (base) kld_values.reserve(n_scored_total);
-
-  double nll = 0, nll2 = 0, base_nll = 0;
-  double kld = 0, kld2 = 0, dp = 0, dp2 = 0;
-  int64_t same_top = 0, count = 0;
+  if (opt.save_base) start_base(*opt.save_base, plan, opt.save_top_k, tokens);
+  PplSums sums;
+  if (base) sums.kld_values.reserve(static_cast<size_t>(n_chunks) * plan.n_per_chunk);
 
   // The KV cache is the session's: no prefix reuse for the run (every chunk
   // starts empty by definition), its setting restored afterwards.
@@ -337,12 +435,12 @@ Result<PerplexityResult> run_perplexity(Session& session, const std::vector<int3
     kv.clear();
     std::copy(tokens.begin() + static_cast<size_t>(ci) * n_ctx, tokens.begin() + static_cast<size_t>(ci + 1) * n_ctx,
               chunk.begin());
-    if (bos >= 0) chunk[0] = bos;
+    if (plan.bos >= 0) chunk[0] = plan.bos;
     for (int p = 0; p < n_ctx; p += nb) {
       if (cancel && cancel->load(std::memory_order_relaxed)) return cancelled("perplexity cancelled");
       const int n = std::min(nb, n_ctx - p);
       // Scored logits of this batch: positions [lo, hi].
-      const int lo = std::max(p, first), hi = std::min(p + n - 1, n_ctx - 2);
+      const int lo = std::max(p, plan.first), hi = std::min(p + n - 1, n_ctx - 2);
       const LogitsMode mode = lo <= hi ? LogitsMode::all : LogitsMode::none;
       if (Status st = backend.forward(chunk.data() + p, n, kv, logits.data(), mode); !st)
         return st.with_context("perplexity chunk " + std::to_string(ci + 1));
@@ -351,76 +449,20 @@ Result<PerplexityResult> run_perplexity(Session& session, const std::vector<int3
         const int32_t target = chunk[pos + 1];
         const RowStats rs = row_stats(z, n_vocab, scratch.data(), kern);
         const double v = rs.lse - z[target];
-        nll += v, nll2 += v * v;
-        const int64_t s = static_cast<int64_t>(ci) * n_per_chunk + (pos - first);
-        if (opt.save_base) {
-          KlBase& sb = *opt.save_base;
-          int32_t* out_ids = &sb.top_ids[s * sb.top_k];
-          top_k_ids(z, n_vocab, sb.top_k, heap, out_ids);
-          for (int j = 0; j < sb.top_k; j++) sb.top_logp[s * sb.top_k + j] = static_cast<float>(logp_f32(z, out_ids[j], rs.lse));
-          sb.target_logp[s] = static_cast<float>(logp_f32(z, target, rs.lse));
-        }
-        if (base) {
-          const int32_t* bid = &base->top_ids[s * base->top_k];
-          const float* blp = &base->top_logp[s * base->top_k];
-          double kl = 0, p_top = 0, q_top = 0;
-          for (int j = 0; j < base->top_k; j++) {
-            const double lp = blp[j], lq = logp_f32(z, bid[j], rs.lse);
-            const double pj = std::exp(lp);
-            kl += pj * (lp - lq);
-            p_top += pj, q_top += std::exp(lq);
-          }
-          // The rest of the vocabulary as one outcome (see perplexity.h).
-          const double p_rest = 1 - p_top, q_rest = std::max(1 - q_top, 1e-12);
-          if (p_rest > 0) kl += p_rest * (std::log(p_rest) - std::log(q_rest));
-          kld += kl, kld2 += kl * kl;
-          kld_values.push_back(static_cast<float>(kl));
-          same_top += rs.argmax == bid[0];
-          const double lp_base = base->target_logp[s];
-          const double d = std::exp(logp_f32(z, target, rs.lse)) - std::exp(lp_base);
-          dp += d, dp2 += d * d;
-          base_nll -= lp_base;
-        }
-        count++;
+        sums.nll += v, sums.nll2 += v * v;
+        const int64_t s = static_cast<int64_t>(ci) * plan.n_per_chunk + (pos - plan.first);
+        if (opt.save_base) save_position(*opt.save_base, z, n_vocab, rs, target, s, heap);
+        if (base) sums.compare(*base, z, rs, target, s);
+        sums.count++;
       }
       pr.tokens_done += n;
       pr.elapsed_s = std::chrono::duration<double>(Clock::now() - t0).count();
       pr.tokens_per_s = pr.elapsed_s > 0 ? pr.tokens_done / pr.elapsed_s : 0;
-      if (p + n >= n_ctx) pr.chunk = ci + 1, pr.ppl = std::exp(nll / count);
+      if (p + n >= n_ctx) pr.chunk = ci + 1, pr.ppl = std::exp(sums.nll / sums.count);
       if (progress) progress(pr);
     }
   }
-
-  PerplexityResult r;
-  r.n_ctx = n_ctx;
-  r.n_chunks = n_chunks;
-  r.n_scored = count;
-  r.n_tokens_text = n_text;
-  r.n_evaluated = static_cast<int64_t>(n_chunks) * n_ctx;
-  r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  r.tokens_per_s = r.seconds > 0 ? r.n_evaluated / r.seconds : 0;
-  r.nll_mean = nll / count;
-  r.ppl = std::exp(r.nll_mean);
-  const double var = nll2 / count - r.nll_mean * r.nll_mean;
-  r.ppl_err = var > 0 && count > 1 ? r.ppl * std::sqrt(var / (count - 1)) : 0;
-  if (base) {
-    KlStats k;
-    k.kld = kld / count;
-    const double kvar = kld2 / count - k.kld * k.kld;
-    k.kld_err = kvar > 0 && count > 1 ? std::sqrt(kvar / (count - 1)) : 0;
-    std::sort(kld_values.begin(), kld_values.end());
-    k.kld_median = percentile(kld_values, 0.5);
-    k.kld_p99 = percentile(kld_values, 0.99);
-    k.kld_max = kld_values.back();
-    k.top1_agree = static_cast<double>(same_top) / count;
-    k.dp_mean = 100 * dp / count;
-    k.rms_dp = 100 * std::sqrt(dp2 / count);
-    k.ppl_base = std::exp(base_nll / count);
-    k.top_k = base->top_k;
-    k.base_label = base->label;
-    r.kl = k;
-  }
-  return r;
+  return summarize(plan, sums, base, std::chrono::duration<double>(Clock::now() - t0).count());
 }
 
 }  // namespace phaselab

@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <random>
 
+#include "phaselab/prompt.h"
+
 namespace phaselab::openai {
 
 using nlohmann::json;
@@ -285,9 +287,20 @@ bool parse_stop(Checker& ck, std::vector<std::string>* stop) {
   return true;
 }
 
+// A chat or a text through the engine's render_prompt, the rendered text
+// measured in bytes before it is tokenized; the template's stop strings join
+// the request's.
+bool render_into(const PromptInput& in, Checker& ck, bool batch, const char* field, const Tokenizer& tok,
+                 ChatTemplateFamily family, const ApiLimits& limits, ParsedRequest* out) {
+  auto rendered = render_prompt(tok, family, in, [&](size_t bytes) { return text_fits(ck, batch, field, bytes, tok, limits); });
+  if (!rendered) return false;
+  out->prompt = std::move(rendered->tokens);
+  for (auto& s : rendered->stop) out->options.stop.push_back(s);
+  return true;
+}
+
 // The prompt: chat messages rendered with the family's template, or the
-// completion's text or token ids. A text is measured in bytes before it is
-// tokenized.
+// completion's text or token ids.
 bool parse_prompt(Checker& ck, Endpoint ep, bool batch, const Tokenizer& tok, ChatTemplateFamily family,
                   const ApiLimits& limits, ParsedRequest* out) {
   const json& j = ck.j;
@@ -311,18 +324,14 @@ bool parse_prompt(Checker& ck, Endpoint ep, bool batch, const Tokenizer& tok, Ch
       if (!content_text(m["content"], f + ".content", ck, &text)) return false;
       msgs.push_back({role, std::move(text)});
     }
-    const std::string rendered = apply_chat_template(family, msgs);
-    if (!text_fits(ck, batch, field, rendered.size(), tok, limits)) return false;
-    out->prompt = tok.encode(rendered, true, true);
-    for (auto& s : chat_stop_strings(family)) out->options.stop.push_back(s);
+    if (!render_into(PromptInput::chat_of(std::move(msgs)), ck, batch, field, tok, family, limits, out)) return false;
   } else {
     if (!ck.has("prompt")) return ck.fail("prompt", "is required");
     const auto& p = j["prompt"];
     const json* text = p.is_string() ? &p : p.is_array() && p.size() == 1 && p[0].is_string() ? &p[0] : nullptr;
     if (text) {
-      const std::string& t = text->get_ref<const std::string&>();
-      if (!text_fits(ck, batch, field, t.size(), tok, limits)) return false;
-      out->prompt = tok.encode(t, true, false);
+      if (!render_into(PromptInput::text_of(text->get<std::string>()), ck, batch, field, tok, family, limits, out))
+        return false;
     } else if (p.is_array() && !p.empty() &&
                std::all_of(p.begin(), p.end(), [](const json& x) { return x.is_number_integer(); })) {
       for (const auto& x : p) {
@@ -353,6 +362,14 @@ RequestDefaults server_defaults(const ApiLimits& limits) {
   sp.min_p = 0.0f;
   d.options.n_predict = limits.max_tokens_cap;
   d.random_seed = true;
+  return d;
+}
+
+RequestDefaults batch_defaults(const GenerateOptions& flags) {
+  RequestDefaults d;
+  d.options = flags;
+  d.random_seed = false;  // --seed (or the one drawn for the run) for every line
+  d.batch_dialect = true;
   return d;
 }
 
@@ -434,6 +451,26 @@ bool parse_request(Endpoint ep, const json& j, const Tokenizer& tok, ChatTemplat
     return false;
   }
   return true;
+}
+
+bool parse_batch_line(const std::string& line, const Tokenizer& tok, ChatTemplateFamily family,
+                      const ApiLimits& limits, const RequestDefaults& defaults, ParsedRequest* out, ApiError* err) {
+  json j;
+  if (std::string why; !parse_json(line, &j, &why)) {
+    err->message = why;
+    return false;
+  }
+  if (!j.is_object()) {
+    err->message = "not a JSON object";
+    return false;
+  }
+  const bool has_prompt = j.contains("prompt"), has_messages = j.contains("messages");
+  if (has_prompt == has_messages) {
+    err->message = "give exactly one of \"prompt\" (text) and \"messages\" (a chat)";
+    return false;
+  }
+  return parse_request(has_messages ? Endpoint::chat : Endpoint::completions, j, tok, family, limits, defaults, out,
+                       err);
 }
 
 GenerateOptions options_for_choice(const ParsedRequest& pr, int i) {

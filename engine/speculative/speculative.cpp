@@ -6,6 +6,21 @@
 
 namespace phaselab {
 
+const char* to_string(SpeculativeMode m) {
+  switch (m) {
+    case SpeculativeMode::off: return "none";
+    case SpeculativeMode::prompt_lookup: return "lookup";
+    case SpeculativeMode::draft_model: return "draft";
+  }
+  return "none";
+}
+
+std::optional<SpeculativeMode> speculative_mode_from_string(std::string_view s) {
+  for (SpeculativeMode m : {SpeculativeMode::off, SpeculativeMode::prompt_lookup, SpeculativeMode::draft_model})
+    if (s == to_string(m)) return m;
+  return std::nullopt;
+}
+
 namespace {
 
 float prob_of(const TokenDist& d, int32_t id) {
@@ -17,7 +32,7 @@ float prob_of(const TokenDist& d, int32_t id) {
 class PromptLookupDraft final : public DraftSource {
  public:
   PromptLookupDraft(int max_ngram, int min_ngram) : max_ngram_(max_ngram), min_ngram_(min_ngram) {}
-  std::string name() const override { return "lookup"; }
+  std::string name() const override { return to_string(SpeculativeMode::prompt_lookup); }
 
   Status propose(const std::vector<int32_t>& c, int k, const SamplingParams&, Draft* out) override {
     out->clear();
@@ -46,7 +61,7 @@ class PromptLookupDraft final : public DraftSource {
 class DraftModelSource final : public DraftSource {
  public:
   explicit DraftModelSource(std::unique_ptr<Session> s) : s_(std::move(s)) {}
-  std::string name() const override { return "draft"; }
+  std::string name() const override { return to_string(SpeculativeMode::draft_model); }
 
   Status propose(const std::vector<int32_t>& context, int k, const SamplingParams& sp, Draft* out) override {
     out->clear();

@@ -13,6 +13,7 @@
 
 #include "phaselab/backend.h"
 #include "phaselab/kv_cache.h"
+#include "phaselab/metrics.h"
 #include "phaselab/model.h"
 #include "phaselab/status.h"
 
@@ -40,17 +41,9 @@ Result<BatchBenchPoint> bench_batch(Backend& backend, const Model& model, int ba
 // missing.
 double decode_ridge_batch(double weight_bytes, double read_bytes_per_s, double ops_per_token, double ops_per_s);
 
-// 2 operations per weight of the blocks' matrices: the work of one prompt
-// token (only the last token of a prompt goes through the output matrix).
-double ops_per_token(const Model& model);
-// A decoded token's work: the blocks' matrices and the output matrix (every
-// decoded token needs its logits; with a 262k vocabulary that is most of it).
-double decode_ops_per_token(const Model& model);
-
 // Batched decode's roofline on a machine: the weights are read once per
-// pass, each token costs decode_ops_per_token at the compute peak of the
-// instructions the backend multiplies with (int8 dot products in the fast
-// CPU kernels, FP32 in the reference path).
+// pass, each token costs decode_ops_per_token (phaselab/metrics.h) at the
+// compute peak compute_peak() chooses for the backend.
 struct DecodeRoofline {
   double weight_bytes = 0, ops_per_token = 0;
   double read_bytes_per_s = 0, ops_per_s = 0;
@@ -60,6 +53,7 @@ struct DecodeRoofline {
   // were the only cost, capped by the compute roof.
   double ceiling_tps(double b) const;
   double compute_ceiling_tps() const { return ops_per_token > 0 ? ops_per_s / ops_per_token : 0; }
+  ComputePeak peak() const { return {ops_per_s, int8}; }  // its name and units
   // The bandwidth of reading the weights once per pass at this time per
   // output token (GB/s).
   double weights_gbps(double tpot_ms) const { return tpot_ms > 0 ? 1000.0 / tpot_ms * weight_bytes / 1e9 : 0; }

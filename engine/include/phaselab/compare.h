@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "phaselab/quantize.h"
+#include "phaselab/speculative.h"
 #include "phaselab/status.h"
 
 namespace phaselab {
@@ -39,7 +40,7 @@ struct CompareVariant {
   std::optional<FileType> quantize_to;  // made from file first (cached)
   std::string backend = "cpu";          // cpu | cpu-portable | cpu-reference | cuda
   bool kv_cache = true;
-  std::string speculative = "none";     // none | lookup (for tg)
+  std::string speculative = to_string(SpeculativeMode::off);  // none | lookup (for tg): a SpeculativeMode's to_string
 };
 
 struct CompareOptions {

@@ -50,6 +50,9 @@ struct RequestDefaults {
 // Temperature 1, top_p 1, no top-k or min-p cut, no penalties, max_tokens
 // up to the cap (and the cap when absent), a random seed.
 RequestDefaults server_defaults(const ApiLimits& limits);
+// phaselab-cli batch's: its command line's options (the same seed for every
+// line), in batch's dialect.
+RequestDefaults batch_defaults(const GenerateOptions& flags);
 
 struct ParsedRequest {
   Endpoint endpoint = Endpoint::chat;
@@ -78,6 +81,13 @@ bool parse_request(Endpoint ep, const std::string& body, const Tokenizer& tok, C
                    const ApiLimits& limits, const RequestDefaults& defaults, ParsedRequest* out, ApiError* err);
 bool parse_request(Endpoint ep, const nlohmann::json& body, const Tokenizer& tok, ChatTemplateFamily family,
                    const ApiLimits& limits, const RequestDefaults& defaults, ParsedRequest* out, ApiError* err);
+
+// One line of phaselab-cli batch's input: {"prompt": ...} is read as
+// /v1/completions' body, {"messages": [...]} as /v1/chat/completions' (exactly
+// one of the two), by parse_request with defaults (batch_defaults). The
+// error's message says what is wrong with the line.
+bool parse_batch_line(const std::string& line, const Tokenizer& tok, ChatTemplateFamily family,
+                      const ApiLimits& limits, const RequestDefaults& defaults, ParsedRequest* out, ApiError* err);
 
 // Choice i's options: the request's, with seed + i (so that n sampled
 // choices differ and each is reproducible from the seed).

@@ -10,7 +10,9 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -22,6 +24,14 @@
 namespace phaselab {
 
 using TokenDist = std::vector<std::pair<float, int32_t>>;  // (probability, id), sums to 1
+
+// Where drafts come from: nowhere, earlier n-grams of the context, or a
+// smaller model. to_string gives the spelling of the CLI's --spec flag, the
+// GUI's stored setting and DraftSource::name(): "none" | "lookup" | "draft".
+enum class SpeculativeMode { off, prompt_lookup, draft_model };
+const char* to_string(SpeculativeMode m);
+// The mode to_string() spells; nullopt for anything else.
+std::optional<SpeculativeMode> speculative_mode_from_string(std::string_view s);
 
 struct Draft {
   std::vector<int32_t> tokens;

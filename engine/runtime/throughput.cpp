@@ -1,0 +1,56 @@
+#include "phaselab/throughput.h"
+
+#include <chrono>
+#include <cmath>
+
+namespace phaselab {
+
+namespace {
+
+// One run's tokens/s: the cache cleared and filled with the depth tokens,
+// then the test's tokens timed.
+Result<double> run_once(Session& s, const ThroughputRun& run) {
+  s.kv().clear();
+  std::vector<float>* no_logits = nullptr;
+  if (!run.depth.empty()) PHASELAB_TRY(s.eval(run.depth, no_logits));
+  if (run.test == ThroughputTest::tg && run.generate) {
+    auto r = s.generate(run.tokens, *run.generate, {}, run.cancel);
+    if (!r) return r.status();
+    return r->metrics.decode_tps;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  if (run.test == ThroughputTest::tg) {
+    std::vector<int32_t> one(1);
+    for (int32_t t : run.tokens) {
+      one[0] = t;
+      PHASELAB_TRY(s.eval(one, no_logits));
+    }
+  } else {
+    PHASELAB_TRY(s.eval(run.tokens, no_logits));
+  }
+  const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return static_cast<double>(run.tokens.size()) / sec;
+}
+
+}  // namespace
+
+Result<Throughput> measure_pp_tg(Session& session, const ThroughputRun& run) {
+  if (run.repetitions < 1) return invalid_argument("a throughput test needs at least one timed run");
+  if (run.tokens.empty()) return invalid_argument("a throughput test needs tokens to run");
+  Throughput out;
+  for (int i = 0; i <= run.repetitions; i++) {  // i = 0: the warm-up
+    if (run.cancel && run.cancel->load()) return cancelled("measurement cancelled");
+    if (run.on_run) run.on_run(i);
+    auto tps = run_once(session, run);
+    if (!tps) return tps.status();
+    if (i > 0) out.samples.push_back(*tps);
+  }
+  double sum = 0, sq = 0;
+  for (double x : out.samples) sum += x;
+  out.mean = sum / out.samples.size();
+  for (double x : out.samples) sq += (x - out.mean) * (x - out.mean);
+  out.sd = out.samples.size() > 1 ? std::sqrt(sq / (out.samples.size() - 1)) : 0;
+  return out;
+}
+
+}  // namespace phaselab
