@@ -279,7 +279,7 @@ class TestBatch : public QObject {
       QVERIFY(r.is_ok());
       QCOMPARE(out[i].result.tokens, r->tokens);
       QCOMPARE(QString::fromStdString(out[i].result.text), QString::fromStdString(r->text));
-      QCOMPARE(QString::fromStdString(out[i].result.metrics.stop_reason), QString("length"));
+      QCOMPARE(QString::fromLatin1(to_string(out[i].result.metrics.stop_reason)), QString("length"));
     }
     // Two published blocks of request 1.
     QVERIFY2(out[6].result.metrics.n_reused >= 32, qPrintable(QString("reused %1").arg(out[6].result.metrics.n_reused)));
@@ -316,7 +316,7 @@ class TestBatch : public QObject {
     for (size_t i = 0; i < reqs.size(); i++) {
       QVERIFY(oa[i].status && ob[i].status);
       QCOMPARE(ob[i].result.tokens, oa[i].result.tokens);
-      QCOMPARE(QString::fromStdString(ob[i].result.metrics.stop_reason), QString("length"));
+      QCOMPARE(QString::fromLatin1(to_string(ob[i].result.metrics.stop_reason)), QString("length"));
     }
   }
 
@@ -356,8 +356,8 @@ class TestBatch : public QObject {
       for (const auto& o : sch.take_finished()) {
         QVERIFY2(o.status, o.status.message().c_str());
         n_done++;
-        if (o.result.metrics.stop_reason == "cancelled") n_cancelled++;
-        else QCOMPARE(QString::fromStdString(o.result.metrics.stop_reason), QString("length"));
+        if (o.result.metrics.stop_reason == StopReason::cancelled) n_cancelled++;
+        else QCOMPARE(QString::fromLatin1(to_string(o.result.metrics.stop_reason)), QString("length"));
         max_wait = std::max(max_wait, step - submitted_at[o.id]);
         live.erase(std::find(live.begin(), live.end(), o.id));
       }

@@ -545,7 +545,7 @@ class TestEngine : public QObject {
     // Generation that reaches the end of the context stops cleanly.
     auto full = s->generate(std::vector<int32_t>(10, 260), greedy(100));
     QVERIFY(full.is_ok());
-    QCOMPARE(full->metrics.stop_reason, std::string("context_full"));
+    QCOMPARE(std::string(to_string(full->metrics.stop_reason)), std::string("context_full"));
     QCOMPARE(static_cast<int>(full->tokens.size()), 6);
   }
 
@@ -558,7 +558,7 @@ class TestEngine : public QObject {
       if (++seen == 3) cancel = true;
     }, &cancel);
     QVERIFY(r.is_ok());
-    QCOMPARE(r->metrics.stop_reason, std::string("cancelled"));
+    QCOMPARE(std::string(to_string(r->metrics.stop_reason)), std::string("cancelled"));
     QCOMPARE(static_cast<int>(r->tokens.size()), 3);
   }
 
@@ -570,7 +570,7 @@ class TestEngine : public QObject {
     auto r = s->generate(s->model().tokenizer().encode("Once upon a time", true, false), o,
                          [&](const TokenEvent& e) { streamed += e.text; });
     QVERIFY(r.is_ok());
-    QCOMPARE(r->metrics.stop_reason, std::string("stop_string"));
+    QCOMPARE(std::string(to_string(r->metrics.stop_reason)), std::string("stop_string"));
     QCOMPARE(r->text, std::string(", there was a little girl named "));
     QCOMPARE(streamed, r->text);
   }
@@ -590,7 +590,7 @@ class TestEngine : public QObject {
     std::string streamed;
     auto r = s->generate(prompt, o, [&](const TokenEvent& e) { streamed += e.text; });
     QVERIFY(r.is_ok());
-    QCOMPARE(r->metrics.stop_reason, std::string("length"));
+    QCOMPARE(std::string(to_string(r->metrics.stop_reason)), std::string("length"));
     QCOMPARE(r->text, plain->text);
     QCOMPARE(streamed, r->text);
   }
@@ -605,7 +605,7 @@ class TestEngine : public QObject {
     QVERIFY(m.ttft_ms > 0 && m.prefill_tps > 0 && m.decode_tps > 0);
     QVERIFY(std::abs(m.tpot_ms * m.decode_tps - 1000.0) < 1e-6);
     QVERIFY(std::abs(m.decode_tps - 15 / (m.decode_ms / 1000.0)) < 1e-6);
-    QCOMPARE(m.stop_reason, std::string("length"));
+    QCOMPARE(std::string(to_string(m.stop_reason)), std::string("length"));
   }
 
   // render_prompt is every front end's prompt: a chat through the template

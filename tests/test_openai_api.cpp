@@ -372,7 +372,7 @@ class TestOpenAiApi : public QObject {
         const GenerateResult& r = choices[i];
         QCOMPARE(c["index"].get<int>(), i);
         const size_t n = openai::logprob_tokens(r);
-        QCOMPARE(n, r.tokens.size() - (r.metrics.stop_reason == "eos" ? 1 : 0));
+        QCOMPARE(n, r.tokens.size() - (r.metrics.stop_reason == StopReason::eos ? 1 : 0));
         QCOMPARE(streamed[i].size(), n);  // events: every token but an ending end-of-generation one
         if (ep == openai::Endpoint::chat) {
           const json& content = c["logprobs"]["content"];
@@ -398,7 +398,7 @@ class TestOpenAiApi : public QObject {
             QVERIFY(top.size() >= 3 && top.size() <= 4);  // 3 alternatives and the chosen token
             QCOMPARE(top[lp["tokens"][t].get<std::string>()].get<double>(), static_cast<double>(r.logprobs[t].logprob));
           }
-          if (r.metrics.stop_reason != "stop_string") QCOMPARE(text, r.text);
+          if (r.metrics.stop_reason != StopReason::stop_string) QCOMPARE(text, r.text);
         }
         // A streamed chunk carries the entries of its tokens, as the whole response does.
         const json chunk = openai::chunk_json(ep, h, i, "x", false, &streamed[i], &tok, 0);
@@ -419,13 +419,13 @@ class TestOpenAiApi : public QObject {
     GenerateResult r;
     r.tokens = {300, tok.eos()};
     r.logprobs = {{300, -INFINITY, {{301, -0.5f}}}, {tok.eos(), -1.f, {}}};
-    r.metrics.stop_reason = "eos";
+    r.metrics.stop_reason = StopReason::eos;
     const openai::ResponseHead h{"id", 1, "m"};
     const json c = openai::response_json(openai::Endpoint::chat, h, {r}, 0, tok)["choices"][0]["logprobs"]["content"];
     QCOMPARE(c.size(), size_t{1});
     QCOMPARE(c[0]["logprob"].get<double>(), -9999.0);
     QCOMPARE(c[0]["top_logprobs"][0]["logprob"].get<double>(), -0.5);
-    r.metrics.stop_reason = "length";
+    r.metrics.stop_reason = StopReason::length;
     QCOMPARE(openai::logprob_tokens(r), size_t{2});
   }
 };

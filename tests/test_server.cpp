@@ -638,7 +638,7 @@ class TestServer : public QObject {
     QCOMPARE(QString::fromStdString(r->result.text), QString("Hello, world"));
     QCOMPARE(r->result.metrics.n_prompt, 7);
     QCOMPARE(r->result.metrics.n_generated, 3);
-    QCOMPARE(QString::fromStdString(r->result.metrics.stop_reason), QString("length"));
+    QCOMPARE(QString::fromLatin1(to_string(r->result.metrics.stop_reason)), QString("length"));
   }
 
   void remoteClientAgainstServer() {
@@ -678,7 +678,7 @@ class TestServer : public QObject {
       if (++n == 2) cancel = true;
     }, &cancel);
     QVERIFY(rcan);
-    QCOMPARE(QString::fromStdString(rcan->result.metrics.stop_reason), QString("cancelled"));
+    QCOMPARE(QString::fromLatin1(to_string(rcan->result.metrics.stop_reason)), QString("cancelled"));
     QTRY_COMPARE_WITH_TIMEOUT(srv->stats().running, 0, 10000);
     // Errors say what is wrong.
     auto unknown = RemoteClient::connect({srv->base_url(), "", "no-such-model", 60});

@@ -50,7 +50,7 @@ RequestStats toStats(const RequestMetrics& m, const QString& backend) {
   s.specDrafted = m.spec_drafted;
   s.specAccepted = m.spec_accepted;
   s.tokensPerPass = m.tokens_per_pass;
-  s.stopReason = QString::fromStdString(m.stop_reason);
+  s.stopReason = QString::fromLatin1(to_string(m.stop_reason));
   s.backend = backend;
   return s;
 }

@@ -43,7 +43,7 @@ nlohmann::json error_record(size_t index, const InputLine& in, const std::string
 nlohmann::json result_record(size_t index, const InputLine& in, const GenerateResult& r) {
   const RequestMetrics& m = r.metrics;
   return {{"index", index},          {"text", r.text},         {"tokens", m.n_generated},
-          {"prompt_tokens", m.n_prompt}, {"ttft_ms", m.ttft_ms}, {"stop_reason", m.stop_reason},
+          {"prompt_tokens", m.n_prompt}, {"ttft_ms", m.ttft_ms}, {"stop_reason", to_string(m.stop_reason)},
           {"line_fnv1a64", hex64(in.hash)}};
 }
 

@@ -46,11 +46,11 @@ void print_stats(const RequestMetrics& m, const std::string& backend) {
                "\n[%s] prompt %d tok (%d reused), TTFT %.1f ms, prefill %.1f tok/s | generated %d tok, decode %.1f tok/s, "
                "TPOT %.2f ms | stop: %s\n",
                backend.c_str(), m.n_prompt, m.n_reused, m.ttft_ms, m.prefill_tps, m.n_generated, m.decode_tps, m.tpot_ms,
-               m.stop_reason.c_str());
+               to_string(m.stop_reason));
   if (m.spec_drafted > 0)
     std::fprintf(stderr, "[speculative] drafted %d, accepted %d (%.0f%%), %.2f tokens per target pass\n", m.spec_drafted,
                  m.spec_accepted, 100.0 * m.spec_acceptance, m.tokens_per_pass);
-  if (m.stop_reason == "context_full")
+  if (m.stop_reason == StopReason::context_full)
     std::fprintf(stderr, "the context (%llu tokens) is full: start a new chat or raise --ctx-size\n",
                  static_cast<unsigned long long>(m.kv_capacity));
 }
@@ -114,7 +114,7 @@ void print_remote_stats(const RequestMetrics& m, const RemoteClient& c) {
   char decode[96] = "decode not measurable (the tokens arrived together)";
   if (m.decode_tps > 0) std::snprintf(decode, sizeof decode, "decode %.1f tok/s, TPOT %.2f ms", m.decode_tps, m.tpot_ms);
   std::fprintf(stderr, "\n[%s] prompt %d tok, TTFT %.1f ms (client) | generated %d tok, %s | stop: %s\n",
-               c.describe().c_str(), m.n_prompt, m.ttft_ms, m.n_generated, decode, m.stop_reason.c_str());
+               c.describe().c_str(), m.n_prompt, m.ttft_ms, m.n_generated, decode, to_string(m.stop_reason));
 }
 
 int generate_remote(const Args& args, const PromptInput& input, const GenerateOptions& opt) {
@@ -141,7 +141,7 @@ int generate_remote(const Args& args, const PromptInput& input, const GenerateOp
   if (json) {
     nlohmann::json j = {{"remote", (*client)->url()},     {"model", (*client)->model()},   {"text", res->result.text},
                         {"n_prompt", m.n_prompt},          {"n_generated", m.n_generated}, {"ttft_ms", m.ttft_ms},
-                        {"decode_tps", m.decode_tps},      {"tpot_ms", m.tpot_ms},         {"stop_reason", m.stop_reason},
+                        {"decode_tps", m.decode_tps},      {"tpot_ms", m.tpot_ms},         {"stop_reason", to_string(m.stop_reason)},
                         {"server_timings", res->server_timings}};
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   }
@@ -248,7 +248,7 @@ int cmd_generate(int argc, char** argv) {
     j["prefill_tps"] = m.prefill_tps;
     j["decode_tps"] = m.decode_tps;
     j["tpot_ms"] = m.tpot_ms;
-    j["stop_reason"] = m.stop_reason;
+    j["stop_reason"] = to_string(m.stop_reason);
     j["kv_cache"] = opt.use_kv_cache;
     j["prefix_cache"] = opt.prefix_cache;
     j["kv_blocks"] = {{"used", m.kv_blocks_used}, {"cached", m.kv_blocks_cached}, {"shared", m.kv_blocks_shared},

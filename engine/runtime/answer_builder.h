@@ -44,26 +44,26 @@ class AnswerBuilder {
     m.n_generated = i + 1;
     m.kv_used = kv_used;
     if (tok_.is_eog(id) && !opt_.ignore_eos) {
-      m.stop_reason = "eos";
+      m.stop_reason = StopReason::eos;
       return true;
     }
     piece_ = detok_.push(id);
     shown_.clear();
     if (stops_.push(piece_, &shown_))
-      m.stop_reason = "stop_string";
+      m.stop_reason = StopReason::stop_string;
     else if (m.n_generated >= opt_.n_predict)
-      m.stop_reason = "length";
+      m.stop_reason = StopReason::length;
     else if (static_cast<int>(history_.size()) >= n_ctx_)
-      m.stop_reason = "context_full";
+      m.stop_reason = StopReason::context_full;
     // Text held back as the possible start of a stop string is the answer's
     // after all when the answer ends otherwise.
-    if (!m.stop_reason.empty() && m.stop_reason != "stop_string") shown_ += stops_.flush();
+    if (m.stop_reason != StopReason::running && m.stop_reason != StopReason::stop_string) shown_ += stops_.flush();
     res_.text += shown_;
     if (on_token) {
       m.update_rates(t_first_, t_ms);
       on_token(TokenEvent{id, shown_, i, t_ms, &m, logprob});
     }
-    return !m.stop_reason.empty();
+    return m.stop_reason != StopReason::running;
   }
 
   // The final rates, whatever ended the request.

@@ -9,6 +9,7 @@
 #include "phaselab/kv_cache.h"
 #include "phaselab/sampler.h"
 #include "engine_loop.h"
+#include "request_rules.h"
 
 namespace phaselab {
 
@@ -25,8 +26,10 @@ Result<BatchBenchPoint> bench_batch(Backend& backend, const Model& model, int ba
     return invalid_argument("prompt and generated tokens (" + std::to_string(n_ctx) + ") exceed the model's context of " +
                             std::to_string(c.n_ctx_train));
   const int per_seq = (n_ctx + KvPool::kBlockTokens - 1) / KvPool::kBlockTokens;
-  auto pool = KvPool::create(c, batch * per_seq, kv_type, KvPool::window_blocks_for(c, batch, backend.max_batch()),
-                             backend.kv_storage());
+  const int window_blocks = KvPool::window_blocks_for(c, batch, backend.max_batch());
+  PHASELAB_TRY(check_engine_memory(
+      model, backend, KvPool::bytes_for(c, batch * per_seq, kv_type, window_blocks, backend.kv_storage()), batch));
+  auto pool = KvPool::create(c, batch * per_seq, kv_type, window_blocks, backend.kv_storage());
   if (!pool) return pool.status();
   // The engine loop with every prompt computed before any sequence decodes,
   // so that the two phases are timed apart: prefill passes of up to

@@ -175,7 +175,7 @@ bool EngineLoop::append(Sequence& s, int32_t id) {
                     s.wants_logprobs() ? &s.logprob : nullptr))
     return true;
   if (s.stop && s.stop->load(std::memory_order_relaxed)) {
-    s.res.metrics.stop_reason = "cancelled";
+    s.res.metrics.stop_reason = StopReason::cancelled;
     return true;
   }
   return false;
@@ -196,14 +196,14 @@ void EngineLoop::retire_finished() {
     }
     auto done = std::move(running_[i]);
     running_.erase(running_.begin() + static_cast<long>(i));
-    const std::string reason = done->res.metrics.stop_reason;
+    const StopReason reason = done->res.metrics.stop_reason;
     finish(std::move(done), reason);
   }
 }
 
-void EngineLoop::finish(std::unique_ptr<Sequence> s, const std::string& reason, Status st) {
+void EngineLoop::finish(std::unique_ptr<Sequence> s, StopReason reason, Status st) {
   RequestMetrics& m = s->res.metrics;
-  if (m.stop_reason.empty()) m.stop_reason = reason;
+  if (m.stop_reason == StopReason::running) m.stop_reason = reason;
   s->answer.finish();
   if (s->kv) m.kv_used = static_cast<uint64_t>(s->kv->n_past());
   const KvPool* pool = s->kv ? &s->kv->pool() : pool_.get();

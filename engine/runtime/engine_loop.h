@@ -85,7 +85,7 @@ struct Sequence {
   bool wants_logprobs() const { return options.logprobs >= 0; }
   DraftSource* draft_source() const { return options.use_kv_cache ? options.draft : nullptr; }
   int remaining() const { return static_cast<int>(tokens.size()) - kv->n_past(); }
-  bool ended() const { return !res.metrics.stop_reason.empty(); }
+  bool ended() const { return res.metrics.stop_reason != StopReason::running; }
 };
 
 struct LoopOptions {
@@ -158,7 +158,7 @@ class EngineLoop {
   bool append(Sequence& s, int32_t id);  // true: the sequence is done
   void after_tokens(Sequence& s);
   void retire_finished();
-  void finish(std::unique_ptr<Sequence> s, const std::string& reason, Status st = Status::ok());
+  void finish(std::unique_ptr<Sequence> s, StopReason reason, Status st = Status::ok());
   void cancel_marked();
 
   Backend& backend_;

@@ -7,6 +7,21 @@
 
 namespace phaselab {
 
+const char* to_string(StopReason r) {
+  switch (r) {
+    case StopReason::running: return "";
+    case StopReason::eos: return "eos";
+    case StopReason::stop_string: return "stop_string";
+    case StopReason::length: return "length";
+    case StopReason::context_full: return "context_full";
+    case StopReason::cancelled: return "cancelled";
+    case StopReason::kv_full: return "kv_full";
+    case StopReason::remote_stop: return "stop";
+    case StopReason::unknown: return "unknown";
+  }
+  return "unknown";
+}
+
 void RequestMetrics::update_rates(double t_first_ms, double t_last_ms) {
   decode_ms = t_last_ms - t_first_ms;
   decode_tps = tpot_ms = 0;

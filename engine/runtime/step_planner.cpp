@@ -207,7 +207,7 @@ void EngineLoop::preempt(std::unique_ptr<Sequence> s) {
 
 void EngineLoop::end_for_kv_full(std::unique_ptr<Sequence> s, const std::string& what) {
   const int positions = (s->kv ? s->kv->pool().n_blocks() : pool_->n_blocks()) * KvPool::kBlockTokens;
-  finish(std::move(s), "kv_full",
+  finish(std::move(s), StopReason::kv_full,
          out_of_memory("the KV pool (" + std::to_string(positions) + " positions) cannot hold " + what));
 }
 
@@ -219,7 +219,7 @@ void EngineLoop::cancel_marked() {
     }
     auto s = std::move(running_[i]);
     running_.erase(running_.begin() + static_cast<long>(i));
-    finish(std::move(s), "cancelled");
+    finish(std::move(s), StopReason::cancelled);
   }
   for (size_t i = 0; i < waiting_.size();) {
     if (!waiting_[i]->cancelled) {
@@ -228,7 +228,7 @@ void EngineLoop::cancel_marked() {
     }
     auto s = std::move(waiting_[i]);
     waiting_.erase(waiting_.begin() + static_cast<long>(i));
-    finish(std::move(s), "cancelled");
+    finish(std::move(s), StopReason::cancelled);
   }
 }
 

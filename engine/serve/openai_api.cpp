@@ -479,8 +479,8 @@ GenerateOptions options_for_choice(const ParsedRequest& pr, int i) {
   return o;
 }
 
-const char* finish_reason(const std::string& stop_reason) {
-  if (stop_reason == "length" || stop_reason == "context_full") return "length";
+const char* finish_reason(StopReason stop_reason) {
+  if (stop_reason == StopReason::length || stop_reason == StopReason::context_full) return "length";
   return "stop";
 }
 
@@ -501,7 +501,7 @@ json timings_json(const RequestMetrics& m, int preemptions) {
           {"tpot_ms", m.tpot_ms},
           {"prompt_tokens_reused", m.n_reused},
           {"preemptions", preemptions},
-          {"stop_reason", m.stop_reason}};
+          {"stop_reason", to_string(m.stop_reason)}};
 }
 
 ResponseHead make_head(Endpoint ep, const std::string& model, uint64_t request_id) {
@@ -604,7 +604,7 @@ json usage_json(const std::vector<RequestMetrics>& choices) {
 
 size_t logprob_tokens(const GenerateResult& r) {
   size_t n = std::min(r.logprobs.size(), r.tokens.size());
-  if (n > 0 && n == r.tokens.size() && r.metrics.stop_reason == "eos") n--;
+  if (n > 0 && n == r.tokens.size() && r.metrics.stop_reason == StopReason::eos) n--;
   return n;
 }
 

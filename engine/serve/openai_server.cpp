@@ -503,7 +503,7 @@ void OpenAiServer::finish(BatchOutcome o) {
     index = it->second.second;
     calls_.erase(it);
   }
-  const bool cancelled = o.result.metrics.stop_reason == "cancelled";
+  const bool cancelled = o.result.metrics.stop_reason == StopReason::cancelled;
   const std::string how = !o.status ? "error" : cancelled ? "cancelled" : openai::finish_reason(o.result.metrics.stop_reason);
   metrics_.record(o.result.metrics, how);
   call->outcomes[index] = std::move(o);
@@ -516,12 +516,12 @@ void OpenAiServer::finish(BatchOutcome o) {
   // a request that did not run to its end is never answered 200.
   for (const BatchOutcome& oc : call->outcomes) {
     if (!oc.status) {
-      const bool too_big = oc.result.metrics.stop_reason == "kv_full";
+      const bool too_big = oc.result.metrics.stop_reason == StopReason::kv_full;
       return answer_error(*call, api_error(too_big ? 400 : 503, oc.status.message(),
                                            too_big ? "invalid_request_error" : "server_error",
                                            too_big ? "context_length_exceeded" : ""));
     }
-    if (oc.result.metrics.stop_reason == "cancelled")
+    if (oc.result.metrics.stop_reason == StopReason::cancelled)
       return answer_error(*call, api_error(503, "the server stopped before the answer was complete", "server_error"));
   }
   http::Responder& res = *call->res;

@@ -250,7 +250,7 @@ void AnswerStream::update_rates() {
 }
 
 void AnswerStream::finish() {
-  m_.stop_reason = finish_ == "length" ? "length" : finish_.empty() ? "unknown" : "stop";
+  m_.stop_reason = finish_ == "length" ? StopReason::length : finish_.empty() ? StopReason::unknown : StopReason::remote_stop;
   update_rates();
 }
 
@@ -293,7 +293,7 @@ Result<RemoteResult> RemoteClient::stream(const std::string& path, json body, bo
   httplib::Error err = httplib::Error::Success;
   const bool ok = http_->send(req, res, err);
   if (cancelled_here) {
-    answer.result().result.metrics.stop_reason = "cancelled";
+    answer.result().result.metrics.stop_reason = StopReason::cancelled;
     return std::move(answer.result());
   }
   if (!ok && status == 0) return transport_error(err, ep_.url);

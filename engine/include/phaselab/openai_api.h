@@ -94,7 +94,7 @@ bool parse_batch_line(const std::string& line, const Tokenizer& tok, ChatTemplat
 GenerateOptions options_for_choice(const ParsedRequest& pr, int i);
 
 // "stop" for an end of generation, "length" for max_tokens or the context.
-const char* finish_reason(const std::string& stop_reason);
+const char* finish_reason(StopReason stop_reason);
 
 // usage {prompt_tokens, completion_tokens, total_tokens} and PhaseLab's
 // timings {ttft_ms, prefill_tokens_per_s, decode_tokens_per_s, tpot_ms,

@@ -53,7 +53,7 @@ struct BatchRequest {
 struct BatchOutcome {
   uint64_t id = 0;
   Status status;          // an error of this request alone (the pool cannot hold it)
-  GenerateResult result;  // metrics.stop_reason as in Session, with "cancelled" for cancel()
+  GenerateResult result;  // metrics.stop_reason as in Session, with StopReason::cancelled for cancel()
   int preemptions = 0;    // times it was preempted and recomputed
 };
 
@@ -69,7 +69,7 @@ class Scheduler {
   // prompt, a prompt longer than the context, bad sampling parameters).
   // Thread-safe.
   Result<uint64_t> submit(BatchRequest req);
-  // Ends a request at the next step, with stop_reason "cancelled" (its blocks
+  // Ends a request at the next step, with StopReason::cancelled (its blocks
   // are freed then). Unknown or finished ids are ignored. Thread-safe.
   void cancel(uint64_t id);
 

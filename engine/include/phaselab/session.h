@@ -39,6 +39,22 @@ struct GenerateOptions {
 // Definitions as in docs/architecture.md: TTFT = request submitted -> first
 // token ready; decode tokens/s = (generated - 1) / (t_last - t_first);
 // TPOT = its inverse; prefill tokens/s = tokens prefilled / prefill time.
+// Why a request ended (running while it has not).
+enum class StopReason {
+  running,
+  eos,           // an end-of-generation token
+  stop_string,   // a stop string (not part of the text)
+  length,        // the token limit
+  context_full,  // no room left in the context
+  cancelled,     // the caller cancelled it
+  kv_full,       // the KV pool cannot hold the sequence (a Scheduler's)
+  remote_stop,   // a remote endpoint's "stop" (end of generation or a stop string: it does not say which)
+  unknown,       // a remote endpoint gave no reason
+};
+// "eos", "stop_string", "length", "context_full", "cancelled", "kv_full",
+// "stop", "unknown"; "" while running.
+const char* to_string(StopReason r);
+
 struct RequestMetrics {
   int n_prompt = 0;      // prompt tokens
   int n_reused = 0;      // of which came from the cache (common prefix)
@@ -57,7 +73,7 @@ struct RequestMetrics {
   // during decode, and generated tokens per pass (1 without speculation).
   int spec_drafted = 0, spec_accepted = 0, target_passes = 0;
   double spec_acceptance = 0, tokens_per_pass = 0;
-  std::string stop_reason;  // eos | stop_string | length | cancelled | context_full (| kv_full in a Scheduler)
+  StopReason stop_reason = StopReason::running;
 
   // The rates from the counters and the times of the first and the latest
   // token (ms since submission): decode_ms, decode_tps, tpot_ms,
