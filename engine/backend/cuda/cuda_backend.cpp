@@ -191,9 +191,10 @@ PHASELAB_CUDA_EXPORT int phaselab_cuda_probe(char* buf, size_t n, double* peak_g
 }
 
 PHASELAB_CUDA_EXPORT phaselab::Backend* phaselab_cuda_create(const std::shared_ptr<const phaselab::Model>* model,
-                                                             int max_batch, char* err, size_t n) {
+                                                             int max_batch, const phaselab::CudaSwitches* sw, char* err,
+                                                             size_t n) {
   try {
-    auto b = std::make_unique<phaselab::CudaBackend>(*model, max_batch);
+    auto b = std::make_unique<phaselab::CudaBackend>(*model, max_batch, *sw);
     if (phaselab::Status st = b->init(); !st.is_ok()) {
       phaselab::copy_message(st.message(), err, n);
       return nullptr;

@@ -25,8 +25,8 @@
 // all of them, and the kernels find each row's position and its sequence's
 // block table in device memory (cuda::RowMap). Matrix products:
 // quantized matrix-vector kernels for decode and small batches, cuBLAS BF16
-// GEMMs (weights dequantized in slabs) from PHASELAB_CUDA_GEMM_MIN rows on
-// (default 16). A decode pass (one token per sequence, last logits) is
+// GEMMs (weights dequantized in slabs) from CudaSwitches::gemm_min_rows rows
+// on (default 16). A decode pass (one token per sequence, last logits) is
 // captured once per batch-size bucket (1, 2, 4, ... max_batch) as a CUDA
 // graph and replayed, padded to its bucket: the rows' tokens, positions and
 // changed block-table entries travel through pinned memory before the
@@ -42,7 +42,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -57,16 +56,6 @@ namespace phaselab {
 
 Status cuda_status(cudaError_t e, const char* what, const char* file, int line);
 #define CUDA_TRY(expr) PHASELAB_TRY(cuda_status((expr), #expr, __FILE__, __LINE__))
-
-inline int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v && std::atoi(v) > 0 ? std::atoi(v) : fallback;
-}
-// Unset: fallback; "0": false; anything else: true.
-inline bool env_flag(const char* name, bool fallback) {
-  const char* v = std::getenv(name);
-  return v ? std::strcmp(v, "0") != 0 : fallback;
-}
 
 
 struct DevWeight {
@@ -84,8 +73,17 @@ struct DevLayer {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(std::shared_ptr<const Model> model, int max_batch)
-      : model_(std::move(model)), c_(model_->config()), max_batch_(max_batch) {}
+  // sw: the switches make_cuda_backend's caller chose (the backend reads no
+  // environment; backend_options_from_environment() is where the
+  // PHASELAB_CUDA_* variables become them).
+  CudaBackend(std::shared_ptr<const Model> model, int max_batch, const CudaSwitches& sw)
+      : model_(std::move(model)),
+        c_(model_->config()),
+        max_batch_(max_batch),
+        prof_(sw.profile),
+        gemm_min_tokens_(std::max(2, sw.gemm_min_rows)),
+        use_tiled_attention_(sw.tiled_attention),
+        use_graph_(sw.graphs) {}
 
   ~CudaBackend() override {
     if (prof_.on()) {
@@ -260,7 +258,7 @@ class CudaBackend final : public Backend {
   std::shared_ptr<const Model> model_;
   const ModelConfig& c_;
   int max_batch_;
-  StepProfile prof_{env_flag("PHASELAB_CUDA_PROFILE", false)};
+  StepProfile prof_;  // CudaSwitches::profile
   cudaStream_t stream_ = nullptr;
   std::vector<void*> allocations_;
   DevWeight tok_embd_, output_;
@@ -279,20 +277,20 @@ class CudaBackend final : public Backend {
   // cuBLAS for prefill (null below gemm_min_tokens_ batches)
   cublasHandle_t cublas_ = nullptr;
   // At least 2 (Pass::gemm keeps cuBLAS out of every decode pass, and so of the graphs).
-  int gemm_min_tokens_ = std::max(2, env_int("PHASELAB_CUDA_GEMM_MIN", 16));
+  int gemm_min_tokens_;  // CudaSwitches::gemm_min_rows
   __nv_bfloat16 *w16_ = nullptr, *x16_ = nullptr;
   size_t w16_elems_ = 0;
   // Prefill attention from kTiledAttentionMin tokens of a sequence: the
-  // tiled kernel (PHASELAB_CUDA_ATTN_TILED=0: the one-warp-per-query kernel
-  // throughout).
+  // tiled kernel (CudaSwitches::tiled_attention off: the one-warp-per-query
+  // kernel throughout).
   static constexpr int kTiledAttentionMin = 4;
   int sm_count_ = 1;  // the GPU's multiprocessors (the tiled attention's key ranges)
-  bool use_tiled_attention_ = env_flag("PHASELAB_CUDA_ATTN_TILED", true);
+  bool use_tiled_attention_;  // CudaSwitches::tiled_attention
   const bool tiled_fits_ = cuda::attention_tiled_fits(c_.n_head, c_.n_head_kv, c_.head_dim);
   // The decode graphs, one per batch-size bucket (valid for the current
   // device pool and tables).
   std::map<int, cudaGraphExec_t> graphs_;
-  bool use_graph_ = env_flag("PHASELAB_CUDA_GRAPHS", true);
+  bool use_graph_;  // CudaSwitches::graphs
   // The pass being built: its parts (one per sequence), the row each part
   // starts at, the tiled attention's parts, and the layout.
   std::vector<Part> parts_;

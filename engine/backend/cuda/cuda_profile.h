@@ -12,7 +12,7 @@
 
 namespace phaselab {
 
-// PHASELAB_CUDA_PROFILE=1: where the time of a forward pass goes. CUDA
+// CudaSwitches::profile (PHASELAB_CUDA_PROFILE=1): where the time of a forward pass goes. CUDA
 // events between the steps of every forward (the decode graph is off then,
 // so each step is timed on its own, launch gaps included), summed by phase
 // (prefill: a batch; decode: one token) and step over all layers, and

@@ -131,18 +131,23 @@ struct CudaProbe {
   double peak_gbps = 0, peak_tflops = 0;
   size_t total_mem = 0, free_mem = 0;
 };
-CudaProbe probe_cuda();
+// library: the libphaselab_cuda.so to load (CudaSwitches::library); "" the
+// installed one.
+CudaProbe probe_cuda(const std::string& library = "");
 
 // The version of the Backend interface libphaselab_cuda.so is built for
 // (its phaselab_cuda_abi()); a library of another version is not loaded.
 // 3: kv_storage and device_kv_bytes. 4: the device lays out K/V by the
 // pool's window parts (KvPool::window_slot, n_local_layers, layer_index).
-constexpr int kCudaLibraryAbi = 4;
+// 5: the switches come with phaselab_cuda_create (CudaSwitches).
+constexpr int kCudaLibraryAbi = 5;
 
 // The CUDA backend, loaded at run time from libphaselab_cuda.so. Fails with
 // the reason (no library, no device, too little memory) so that callers can
-// report it and use the CPU backend instead.
-Result<std::unique_ptr<Backend>> make_cuda_backend(std::shared_ptr<const Model> model, int max_batch = 64);
+// report it and use the CPU backend instead. sw: its switches, the library
+// to load among them (the backend reads no environment).
+Result<std::unique_ptr<Backend>> make_cuda_backend(std::shared_ptr<const Model> model, int max_batch = 64,
+                                                   const CudaSwitches& sw = {});
 
 // The instruction set of the CPU kernels make_cpu_backend uses here
 // ("avx-vnni", "avx2" or "portable").
