@@ -172,7 +172,8 @@ Result<GenerateResult> Session::generate(const std::vector<int32_t>& prompt, con
     if (!draft || room <= 0 || draft_.tokens.empty()) {
       if (device_greedy) {
         // The next token is chosen where the logits are (one int comes back).
-        PHASELAB_TRY(backend_->forward_greedy(id, *kv_, &forced));
+        const SeqChunk chunk{kv_.get(), &id, 1, LogitsMode::last, logits_.data(), &forced};
+        PHASELAB_TRY(backend_->forward_batch(&chunk, 1));
       } else {
         PHASELAB_TRY(backend_->forward(&id, 1, *kv_, logits_.data(), LogitsMode::last));
       }

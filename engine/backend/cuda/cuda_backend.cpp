@@ -123,22 +123,6 @@ Status CudaBackend::copy_outputs(const SeqChunk* chunks, int n_chunks) {
   return Status::ok();
 }
 
-Status CudaBackend::forward_greedy(int32_t token, KvCache& kv, int32_t* next) {
-  if (token < 0 || token >= c_.n_vocab) return invalid_argument("token id " + std::to_string(token) + " is outside the vocabulary");
-  PHASELAB_TRY(ensure_pool(kv));
-  PHASELAB_TRY(prepare(kv));
-  PHASELAB_TRY(reserve(kv, 1));
-  parts_.clear();
-  parts_.push_back(Part{&kv, &token, kv.n_past(), 1, LogitsMode::last});
-  PHASELAB_TRY(use_graph_ ? run_decode_graph() : run_pass());
-  const SeqChunk chunk{&kv, &token, 1, LogitsMode::last, nullptr, next};
-  if (Status st = copy_outputs(&chunk, 1); !st.is_ok()) return after_sync(st);
-  CUDA_TRY(cudaStreamSynchronize(stream_));
-  prof_.collect("decode", 1);
-  *next = meta_stage_[kNextField * max_batch_];
-  kv.append(&token, 1);
-  return Status::ok();
-}
 namespace {
 
 void copy_message(const std::string& m, char* buf, size_t n) {

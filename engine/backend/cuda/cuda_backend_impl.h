@@ -119,7 +119,6 @@ class CudaBackend final : public Backend {
 
   bool has_device_greedy() const override { return true; }
   uint64_t positions_computed() const override { return computed_; }
-  Status forward_greedy(int32_t token, KvCache& kv, int32_t* next) override;
 
  private:
   // One sequence's rows in a pass: tokens at positions p0 .. p0 + n.

@@ -75,9 +75,10 @@ class Backend {
     return Status::ok();
   }
   // Greedy decoding where the logits need not leave the backend (the CUDA
-  // backend picks the argmax on the device and copies back one int): like
-  // forward(&token, 1, kv, ..., LogitsMode::last), with *next = the argmax
-  // of the logits. Only when has_device_greedy() says so.
+  // backend picks the argmax on the device and copies back one int): a
+  // forward_batch chunk of mode last with SeqChunk::argmax set. (A pass of
+  // one token per sequence is the CUDA backend's decode pass, replayed from
+  // its graph.)
   virtual bool has_device_greedy() const { return false; }
   // Positions run through the model so far: every token of every pass,
   // recomputation included (what prefix reuse saves shows here; tests check
@@ -94,10 +95,6 @@ class Backend {
   virtual uint64_t device_kv_bytes(const KvPool& pool) const {
     (void)pool;
     return 0;
-  }
-  virtual Status forward_greedy(int32_t token, KvCache& kv, int32_t* next) {
-    (void)token, (void)kv, (void)next;
-    return unsupported(name() + " backend: no device-side greedy decoding");
   }
 };
 
