@@ -12,14 +12,14 @@ Status cuda_status(cudaError_t e, const char* what, const char* file, int line) 
                         " at " + file + ":" + std::to_string(line));
 }
 
-Status CudaBackend::init() {
+Status CudaDevice::init() {
   if (prof_.on()) use_graph_ = false;  // each step timed on its own
   CUDA_TRY(cudaSetDevice(0));
   CUDA_TRY(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, 0));
   // Check the memory before touching it: weights plus work buffers.
   size_t free_b = 0, total_b = 0;
   CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
-  const uint64_t need = model_->weight_bytes() + work_bytes() + (64ull << 20);
+  const uint64_t need = model_->weight_bytes + work_bytes() + (64ull << 20);
   if (need > free_b)
     return out_of_memory("the model needs about " + std::to_string(need >> 20) + " MiB of GPU memory, " +
                          std::to_string(free_b >> 20) + " MiB are free: use a smaller model or the CPU backend");
@@ -64,48 +64,41 @@ Status CudaBackend::init() {
 // product reads the weights once for all of them, attention runs per row
 // through its own sequence's block table. A pass of one token per
 // sequence, each wanting its last logits (batched decode), replays the
-// graph captured for its batch-size bucket.
-Status CudaBackend::forward_batch(const SeqChunk* chunks, int n_chunks) {
+// graph captured for its batch-size bucket. (The engine side has checked
+// the batch, mirrored the pool, restored and reserved every sequence: see
+// CudaHostBackend::forward_batch; it appends the tokens after this.)
+Status CudaDevice::forward(const PhlCudaChunk* chunks, int n_chunks) {
   int T = 0;
-  PHASELAB_TRY(check_batch(chunks, n_chunks, c_.n_vocab, max_batch_, true, &T));
   bool decode = true;
-  for (int i = 0; i < n_chunks; i++) {
-    const SeqChunk& ch = chunks[i];
-    if (&ch.kv->pool() != &chunks[0].kv->pool())
-      return invalid_argument("the sequences of one batch must share one KV pool");
-    decode = decode && ch.n_tokens == 1 && ch.mode == LogitsMode::last;
-  }
-  PHASELAB_TRY(ensure_pool(*chunks[0].kv));
-  for (int i = 0; i < n_chunks; i++) PHASELAB_TRY(prepare(*chunks[i].kv));
-  for (int i = 0; i < n_chunks; i++) PHASELAB_TRY(reserve(*chunks[i].kv, chunks[i].n_tokens));
   parts_.clear();
   for (int i = 0; i < n_chunks; i++) {
-    const SeqChunk& ch = chunks[i];
-    parts_.push_back(Part{ch.kv, ch.tokens, ch.kv->n_past(), ch.n_tokens, ch.mode});
+    const PhlCudaChunk& ch = chunks[i];
+    T += ch.n_tokens;
+    decode = decode && ch.n_tokens == 1 && ch.logits_mode == kLogitsLast;
+    parts_.push_back(Part{ch.seq, ch.tokens, ch.seq->n_past, ch.n_tokens, ch.logits_mode});
   }
   PHASELAB_TRY(decode && use_graph_ ? run_decode_graph() : run_pass());
   if (Status st = copy_outputs(chunks, n_chunks); !st.is_ok()) return after_sync(st);
   CUDA_TRY(cudaStreamSynchronize(stream_));
   prof_.collect(decode ? "decode" : "prefill", T);
-  for (int i = 0; i < n_chunks; i++) {
-    if (chunks[i].argmax && chunks[i].mode == LogitsMode::last) *chunks[i].argmax = meta_stage_[kNextField * max_batch_ + i];
-    chunks[i].kv->append(chunks[i].tokens, chunks[i].n_tokens);
-  }
+  for (int i = 0; i < n_chunks; i++)
+    if (chunks[i].argmax && chunks[i].logits_mode == kLogitsLast)
+      *chunks[i].argmax = meta_stage_[kNextField * max_batch_ + i];
   return Status::ok();
 }
 
 // After a pass over the chunks: their logits, in the order plan() gave them
 // rows, queued for the host; the argmax where a chunk asks for it (one
 // launch for all of them in a greedy decode pass) instead.
-Status CudaBackend::copy_outputs(const SeqChunk* chunks, int n_chunks) {
+Status CudaDevice::copy_outputs(const PhlCudaChunk* chunks, int n_chunks) {
   int n_greedy = 0;
-  for (int i = 0; i < n_chunks; i++) n_greedy += chunks[i].argmax && chunks[i].mode == LogitsMode::last;
+  for (int i = 0; i < n_chunks; i++) n_greedy += chunks[i].argmax && chunks[i].logits_mode == kLogitsLast;
   if (n_greedy == n_chunks) CUDA_TRY(cuda::launch_argmax_rows(logits_, n_chunks, c_.n_vocab, next_, stream_));
   for (int i = 0, row = 0; i < n_chunks; i++) {
-    const SeqChunk& ch = chunks[i];
-    const int n = ch.mode == LogitsMode::last ? 1 : ch.mode == LogitsMode::all ? ch.n_tokens : 0;
+    const PhlCudaChunk& ch = chunks[i];
+    const int n = ch.logits_mode == kLogitsLast ? 1 : ch.logits_mode == kLogitsAll ? ch.n_tokens : 0;
     const float* rows = logits_ + static_cast<size_t>(row) * c_.n_vocab;
-    if (ch.argmax && ch.mode == LogitsMode::last) {
+    if (ch.argmax && ch.logits_mode == kLogitsLast) {
       if (n_greedy < n_chunks) CUDA_TRY(cuda::launch_argmax_rows(rows, 1, c_.n_vocab, next_ + i, stream_));
     } else if (n > 0) {
       CUDA_TRY(cudaMemcpyAsync(ch.logits, rows, static_cast<size_t>(n) * c_.n_vocab * sizeof(float),
@@ -130,26 +123,34 @@ void copy_message(const std::string& m, char* buf, size_t n) {
   std::snprintf(buf, n, "%s", m.c_str());
 }
 
-}  // namespace
+// A call's status as cuda_abi.h returns it: 0, or the StatusCode with its
+// message in the caller's buffer. Nothing thrown leaves the library.
+template <typename F>
+int32_t guarded(char* err, size_t n, F&& f) {
+  try {
+    const Status st = f();
+    if (st.is_ok()) return 0;
+    copy_message(st.message(), err, n);
+    return static_cast<int32_t>(st.code());
+  } catch (const std::exception& e) {
+    copy_message(std::string("CUDA backend: ") + e.what(), err, n);
+    return static_cast<int32_t>(StatusCode::internal);
+  }
+}
 
-}  // namespace phaselab
+CudaDevice* device(PhlCudaDevice* d) { return reinterpret_cast<CudaDevice*>(d); }
+const CudaDevice* device(const PhlCudaDevice* d) { return reinterpret_cast<const CudaDevice*>(d); }
 
-// ---- the library's C entry points (see cuda_loader.cpp) ----------------------
-
-#define PHASELAB_CUDA_EXPORT extern "C" __attribute__((visibility("default")))
-
-PHASELAB_CUDA_EXPORT int phaselab_cuda_abi() { return phaselab::kCudaLibraryAbi; }
-
-// Returns 1 and a description of device 0 when it is usable, else 0 and the reason.
-PHASELAB_CUDA_EXPORT int phaselab_cuda_probe(char* buf, size_t n, double* peak_gbps, double* peak_tflops,
-                                             size_t* total_mem, size_t* free_mem) {
+// Device 0's description and peaks when it is usable, else the reason.
+int32_t probe(PhlCudaProbe* out, char* buf, size_t n) {
+  *out = PhlCudaProbe{};
   int count = 0;
   if (cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) {
-    phaselab::copy_message(std::string("no usable CUDA device: ") + cudaGetErrorString(e), buf, n);
+    copy_message(std::string("no usable CUDA device: ") + cudaGetErrorString(e), buf, n);
     return 0;
   }
   if (count == 0) {
-    phaselab::copy_message("no CUDA device found", buf, n);
+    copy_message("no CUDA device found", buf, n);
     return 0;
   }
   cudaDeviceProp p{};
@@ -159,33 +160,69 @@ PHASELAB_CUDA_EXPORT int phaselab_cuda_probe(char* buf, size_t n, double* peak_g
   cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, 0);
   cudaDeviceGetAttribute(&sm_clock_khz, cudaDevAttrClockRate, 0);
   // DDR: two transfers per clock.
-  if (peak_gbps) *peak_gbps = 2.0 * mem_clock_khz * 1e3 * (bus_bits / 8.0) / 1e9;
+  out->peak_gbps = 2.0 * mem_clock_khz * 1e3 * (bus_bits / 8.0) / 1e9;
   // FP32 lanes per SM by generation (an estimate for the phase meter).
   const int lanes = p.major >= 8 ? 128 : 64;
-  if (peak_tflops) *peak_tflops = 2.0 * p.multiProcessorCount * lanes * sm_clock_khz * 1e3 / 1e12;
+  out->peak_tflops = 2.0 * p.multiProcessorCount * lanes * sm_clock_khz * 1e3 / 1e12;
   size_t fr = 0, tot = 0;
   cudaSetDevice(0);
   cudaMemGetInfo(&fr, &tot);
-  if (total_mem) *total_mem = tot;
-  if (free_mem) *free_mem = fr;
-  phaselab::copy_message(std::string(p.name) + " (compute " + std::to_string(p.major) + "." + std::to_string(p.minor) + ", " +
-                             std::to_string(tot >> 20) + " MiB)",
-                         buf, n);
+  out->total_mem = tot;
+  out->free_mem = fr;
+  copy_message(std::string(p.name) + " (compute " + std::to_string(p.major) + "." + std::to_string(p.minor) + ", " +
+                   std::to_string(tot >> 20) + " MiB)",
+               buf, n);
   return 1;
 }
 
-PHASELAB_CUDA_EXPORT phaselab::Backend* phaselab_cuda_create(const std::shared_ptr<const phaselab::Model>* model,
-                                                             int max_batch, const phaselab::CudaSwitches* sw, char* err,
-                                                             size_t n) {
-  try {
-    auto b = std::make_unique<phaselab::CudaBackend>(*model, max_batch, *sw);
-    if (phaselab::Status st = b->init(); !st.is_ok()) {
-      phaselab::copy_message(st.message(), err, n);
-      return nullptr;
-    }
-    return b.release();
-  } catch (const std::exception& e) {
-    phaselab::copy_message(std::string("CUDA backend: ") + e.what(), err, n);
-    return nullptr;
-  }
+int32_t create(const PhlCudaModel* model, int32_t max_batch, const PhlCudaSwitches* sw, PhlCudaDevice** out, char* err,
+               size_t n) {
+  *out = nullptr;
+  return guarded(err, n, [&] {
+    auto d = std::make_unique<CudaDevice>(*model, max_batch, *sw);
+    PHASELAB_TRY(d->init());
+    *out = reinterpret_cast<PhlCudaDevice*>(d.release());
+    return Status::ok();
+  });
+}
+
+void destroy(PhlCudaDevice* d) { delete device(d); }
+
+uint64_t kv_bytes(const PhlCudaDevice* d, const PhlCudaPool* pool) { return device(d)->kv_bytes(*pool); }
+
+uint64_t positions_computed(const PhlCudaDevice* d) { return device(d)->positions_computed(); }
+
+int32_t mirror_pool(PhlCudaDevice* d, const PhlCudaPool* pool, char* err, size_t n) {
+  return guarded(err, n, [&] { return device(d)->mirror_pool(*pool); });
+}
+
+int32_t restore(PhlCudaDevice* d, const PhlCudaSeq* seq, char* err, size_t n) {
+  return guarded(err, n, [&] { return device(d)->restore(*seq); });
+}
+
+int32_t reserved(PhlCudaDevice* d, const PhlCudaSeq* seq, const PhlCudaReserve* r, char* err, size_t n) {
+  return guarded(err, n, [&] { return device(d)->reserved(*seq, *r); });
+}
+
+int32_t forward(PhlCudaDevice* d, const PhlCudaChunk* chunks, int32_t n_chunks, char* err, size_t n) {
+  return guarded(err, n, [&] { return device(d)->forward(chunks, n_chunks); });
+}
+
+const PhlCudaTable kTable = {
+    sizeof(PhlCudaTable),   PHASELAB_CUDA_ABI_VERSION, sizeof(PhlCudaWeight),   sizeof(PhlCudaVector),
+    sizeof(PhlCudaLayer),   sizeof(PhlCudaConfig),     sizeof(PhlCudaModel),    sizeof(PhlCudaSwitches),
+    sizeof(PhlCudaPool),    sizeof(PhlCudaSeq),        sizeof(PhlCudaReserve),  sizeof(PhlCudaChunk),
+    sizeof(PhlCudaProbe),   &probe,                    &create,                 &destroy,
+    &kv_bytes,              &positions_computed,       &mirror_pool,            &restore,
+    &reserved,              &forward,
+};
+
+}  // namespace
+
+}  // namespace phaselab
+
+// ---- the library's one export (cuda_abi.h; the loader: cuda_loader.cpp) -------
+
+extern "C" __attribute__((visibility("default"))) const PhlCudaTable* phaselab_cuda_table(void) {
+  return &phaselab::kTable;
 }

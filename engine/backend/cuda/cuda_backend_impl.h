@@ -1,8 +1,9 @@
 // The CUDA backend's host side, built into libphaselab_cuda.so and loaded at
 // run time (engine/backend/cuda_loader.cpp), so that PhaseLab runs where CUDA
-// or a GPU is missing. The forward pass mirrors the CPU reference step by
-// step; weights are uploaded once, still quantized, and dequantized inside the
-// kernels.
+// or a GPU is missing. Only plain C crosses between the two (cuda_abi.h):
+// the engine side keeps the host's books and hands this side views of them.
+// The forward pass mirrors the CPU reference step by step; weights are
+// uploaded once, still quantized, and dequantized inside the kernels.
 //
 // The K/V cache on the device is paged like the host's KvPool, block for
 // block (same ids, same layout, the pool's value type; a pool is known by
@@ -33,7 +34,7 @@
 // replay, and the only synchronisation is the one for the logits.
 //
 // The class is split by concern over the files of this directory (this
-// header is private to them): cuda_backend.cpp (set-up, forward_batch, the
+// header is private to them): cuda_backend.cpp (set-up, forward, the
 // outputs, the library's C entry points), cuda_weights.cpp, cuda_device_kv.cpp,
 // cuda_plan.cpp, cuda_graphs.cpp, cuda_forward_pass.cpp, cuda_profile.cpp.
 #pragma once
@@ -48,15 +49,24 @@
 #include <string>
 #include <vector>
 
+#include "cuda_abi.h"
 #include "cuda_profile.h"
 #include "kernels/kernels.h"
-#include "phaselab/backend.h"
+#include "phaselab/status.h"
 
 namespace phaselab {
 
 Status cuda_status(cudaError_t e, const char* what, const char* file, int line);
 #define CUDA_TRY(expr) PHASELAB_TRY(cuda_status((expr), #expr, __FILE__, __LINE__))
 
+// PhlCudaChunk::logits_mode (phaselab::LogitsMode's numbers).
+constexpr int kLogitsNone = 0, kLogitsLast = 1, kLogitsAll = 2;
+
+// What the passes read of the model's config.
+struct DevConfig : PhlCudaConfig {
+  int n_embd_kv() const { return n_head_kv * head_dim; }
+  int n_embd_q() const { return n_head * head_dim; }
+};
 
 struct DevWeight {
   uint8_t* data = nullptr;
@@ -71,21 +81,24 @@ struct DevLayer {
   DevWeight wq, wk, wv, wo, w_gate, w_up, w_down;
 };
 
-class CudaBackend final : public Backend {
+// The library's side of cuda_abi.h (PhlCudaDevice): the device, driven by
+// the engine's CudaHostBackend (cuda_loader.cpp), which keeps the books.
+class CudaDevice {
  public:
-  // sw: the switches make_cuda_backend's caller chose (the backend reads no
-  // environment; backend_options_from_environment() is where the
+  // model: valid until init() returns (the weights are copied to the
+  // device). sw: the switches make_cuda_backend's caller chose (the backend
+  // reads no environment; backend_options_from_environment() is where the
   // PHASELAB_CUDA_* variables become them).
-  CudaBackend(std::shared_ptr<const Model> model, int max_batch, const CudaSwitches& sw)
-      : model_(std::move(model)),
-        c_(model_->config()),
+  CudaDevice(const PhlCudaModel& model, int max_batch, const PhlCudaSwitches& sw)
+      : model_(&model),
+        c_{model.config},
         max_batch_(max_batch),
         prof_(sw.profile),
         gemm_min_tokens_(std::max(2, sw.gemm_min_rows)),
-        use_tiled_attention_(sw.tiled_attention),
-        use_graph_(sw.graphs) {}
+        use_tiled_attention_(sw.tiled_attention != 0),
+        use_graph_(sw.graphs != 0) {}
 
-  ~CudaBackend() override {
+  ~CudaDevice() {
     if (prof_.on()) {
       cudaStreamSynchronize(stream_);
       prof_.print();
@@ -99,34 +112,27 @@ class CudaBackend final : public Backend {
     if (stream_) cudaStreamDestroy(stream_);
   }
 
-  // cuda_backend.cpp: set-up, the pass over a batch and its outputs.
+  // cuda_backend.cpp: set-up, the pass over a batch and its outputs. The
+  // table's calls, in the order cuda_abi.h gives: mirror_pool (in
+  // cuda_device_kv.cpp, with restore and reserved), forward.
   Status init();
+  Status forward(const PhlCudaChunk* chunks, int n_chunks);
+  Status copy_outputs(const PhlCudaChunk* chunks, int n_chunks);
 
-  std::string name() const override { return "cuda"; }
-  int max_batch() const override { return max_batch_; }
-  bool batched_forward() const override { return true; }
-  // The device holds K/V; the host pools made for this backend keep the books.
-  KvStorage kv_storage() const override { return KvStorage::device; }
-  uint64_t device_kv_bytes(const KvPool& pool) const override { return layout_of(pool).bytes(); }
-
-  Status forward(const int32_t* tokens, int T, KvCache& kv, float* logits, LogitsMode mode) override {
-    const SeqChunk chunk{&kv, tokens, T, mode, logits};
-    return forward_batch(&chunk, 1);
-  }
-
-  Status forward_batch(const SeqChunk* chunks, int n_chunks) override;
-  Status copy_outputs(const SeqChunk* chunks, int n_chunks);
-
-  bool has_device_greedy() const override { return true; }
-  uint64_t positions_computed() const override { return computed_; }
+  Status mirror_pool(const PhlCudaPool& pool);
+  Status restore(const PhlCudaSeq& seq);
+  Status reserved(const PhlCudaSeq& seq, const PhlCudaReserve& r);
+  // Bytes of K/V the device holds (or will hold) for the pool.
+  uint64_t kv_bytes(const PhlCudaPool& pool) const { return layout_of(pool).bytes(); }
+  uint64_t positions_computed() const { return computed_; }
 
  private:
   // One sequence's rows in a pass: tokens at positions p0 .. p0 + n.
   struct Part {
-    const KvCache* kv = nullptr;
+    const PhlCudaSeq* seq = nullptr;  // its books (block table and all)
     const int32_t* tokens = nullptr;
     int p0 = 0, n = 0;
-    LogitsMode mode = LogitsMode::none;
+    int mode = kLogitsNone;
   };
   // A chunk whose attention takes the tiled kernel: rows [row, row + n),
   // whose last query sees n_keys keys.
@@ -148,21 +154,23 @@ class CudaBackend final : public Backend {
   };
 
   // cuda_device_kv.cpp: the device's K/V, mirroring the host pool (recomputation, ring, copy on write).
-  Status prepare(const KvCache& kv);
   Status copy_ring_slots(int w, int r, int s0, int s1);
   void free_ring();
   Status make_ring();
-  Status reserve(KvCache& kv, int T);
   Status copy_part(uint8_t* dk, uint8_t* dv, const uint8_t* sk, const uint8_t* sv, size_t bytes, int dst, int src);
 
   // How many leading slots of block b hold K/V the device computed in the
   // block's present life (0 after the host handed it out again).
-  int filled(const KvCache& kv, int b) const {
-    return filled_[b].generation == kv.pool().generation(b) ? filled_[b].slots : 0;
+  // (generation: the block's present one, PhlCudaSeq::generation.)
+  int filled(int b, uint32_t generation) const {
+    return filled_[b].generation == generation ? filled_[b].slots : 0;
   }
-  void set_filled(const KvCache& kv, int b, int slots) {
-    filled_[b] = BlockFill{kv.pool().generation(b), static_cast<uint8_t>(slots)};
+  void set_filled(int b, uint32_t generation, int slots) {
+    filled_[b] = BlockFill{generation, static_cast<uint8_t>(slots)};
   }
+  // The block of the first key that the query at position n sees in a
+  // sliding-window layer (KvCache::first_window_block).
+  int first_window_block(int n) const { return pool_window_ > 0 ? std::max(0, n - pool_window_ + 1) / kBlock : 0; }
 
   // A failed step's status, once the stream has finished what it had (the
   // staged copies must be done before the staging buffers are reused).
@@ -197,15 +205,15 @@ class CudaBackend final : public Backend {
   uint64_t work_bytes() const;
   Status alloc(float** p, size_t n);
   void free_device(void* p);
-  Status upload(const WeightView& w, DevWeight* d);
-  Status upload_vec(const std::vector<float>& v, float** d);
+  Status upload(const PhlCudaWeight& w, DevWeight* d);
+  Status upload_vec(const PhlCudaVector& v, float** d);
 
   size_t partials_floats(int n_ctx) const;  // (cuda_device_kv.cpp)
 
   static constexpr int kBlock = cuda::kKvBlockTokens;
-  static_assert(kBlock == KvPool::kBlockTokens, "the device pool mirrors the host's blocks");
+  static_assert(kBlock == PHASELAB_CUDA_KV_BLOCK_TOKENS, "the device pool mirrors the host's blocks");
 
-  // The positions of each pass with which prepare() recomputes through the
+  // The positions of each pass with which restore() recomputes through the
   // ring (which holds the window and one such pass).
   int ring_chunk() const { return std::min(max_batch_, 64); }
 
@@ -214,7 +222,7 @@ class CudaBackend final : public Backend {
   // (n_blocks + 1, n_full, kBlock, n_embd_kv), the last for padding rows;
   // and the sliding-window layers' window parts, (n_window + 1, n_local,
   // kBlock, n_embd_kv): the pool's window parts by their slots
-  // (KvPool::window_slot), then one for padding rows. While prepare()
+  // (KvPool::window_slot), then one for padding rows. While restore()
   // recomputes positions in blocks whose parts the pool gave back, a ring of
   // `ring` parts more (as many as one of its passes reads: a window and a
   // chunk) holds the local layers' K/V.
@@ -222,7 +230,7 @@ class CudaBackend final : public Backend {
     cuda::KvElem elem = cuda::KvElem::f32;
     int n_full = 0, n_local = 0;  // layers in each store
     int n_blocks = 0;             // the pool's blocks
-    int n_window = 0, ring = 0;   // the pool's window parts; prepare()'s ring's
+    int n_window = 0, ring = 0;   // the pool's window parts; restore()'s ring's
     size_t n_embd_kv = 0;
     size_t full_block_bytes() const { return cuda::kv_values_bytes(elem, n_full * kBlock * n_embd_kv); }
     size_t window_block_bytes() const { return cuda::kv_values_bytes(elem, n_local * kBlock * n_embd_kv); }
@@ -234,16 +242,16 @@ class CudaBackend final : public Backend {
     }
     uint64_t bytes() const { return 2 * (store_bytes(false) + store_bytes(true)); }  // K and V
   };
-  KvLayout layout_of(const KvPool& pool) const;
-  static cuda::KvElem elem_of(KvType t) {
-    return t == KvType::f16    ? cuda::KvElem::f16
-           : t == KvType::bf16 ? cuda::KvElem::bf16
-           : t == KvType::q8_0 ? cuda::KvElem::q8_0
-                               : cuda::KvElem::f32;
+  KvLayout layout_of(const PhlCudaPool& pool) const;
+  // PhlCudaPool::kv_type (phaselab::KvType's numbers) as the kernels name it.
+  static cuda::KvElem elem_of(int kv_type) {
+    return kv_type == 1   ? cuda::KvElem::f16
+           : kv_type == 2 ? cuda::KvElem::bf16
+           : kv_type == 3 ? cuda::KvElem::q8_0
+                          : cuda::KvElem::f32;
   }
 
   // (cuda_device_kv.cpp)
-  Status ensure_pool(const KvCache& kv);
   Status ensure_slots(int n);
   cuda::KvPages pages(int il) const;
   // Rows [r, ...) of the pass.
@@ -254,8 +262,10 @@ class CudaBackend final : public Backend {
   Status attention(int il, const Pass& ps);
   Status enqueue(const Pass& ps);
 
-  std::shared_ptr<const Model> model_;
-  const ModelConfig& c_;
+  const PhlCudaModel* model_;  // until init() returns
+  DevConfig c_;
+  std::vector<int> layer_window_;       // (n_layer) ModelConfig::window_of
+  std::vector<float> layer_rope_base_;  // (n_layer) ModelConfig::rope_base_of
   int max_batch_;
   StepProfile prof_;  // CudaSwitches::profile
   cudaStream_t stream_ = nullptr;
@@ -303,7 +313,7 @@ class CudaBackend final : public Backend {
   // each block the device computed. scratch_: attention's partial results.
   uint8_t *pool_k_ = nullptr, *pool_v_ = nullptr, *pool_wk_ = nullptr, *pool_wv_ = nullptr;
   KvLayout layout_;
-  // prepare()'s ring (ring_mode_: the local layers' K/V go there).
+  // restore()'s ring (ring_mode_: the local layers' K/V go there).
   uint8_t *ring_k_ = nullptr, *ring_v_ = nullptr;
   int32_t* ring_table_ = nullptr;
   bool ring_mode_ = false;
@@ -318,6 +328,7 @@ class CudaBackend final : public Backend {
   std::vector<std::vector<int>> slot_uploaded_, wslot_uploaded_;
   int n_slots_ = 0, table_cap_ = 0;
   uint64_t pool_id_ = 0;  // the host pool mirrored (KvPool::id)
+  int pool_window_ = 0;   // its window (KvPool::window; 0: none)
   struct BlockFill {
     uint32_t generation = 0;  // the KvPool::generation the slots were computed in
     uint8_t slots = 0;        // leading slots computed

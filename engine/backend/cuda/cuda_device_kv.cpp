@@ -1,18 +1,18 @@
 // The CUDA backend's K/V on the device: the paged pool mirroring the host's
 // KvPool (cuda_backend_impl.h says how), its block tables, the recomputation
-// of positions the device lacks (prepare) and the copy on write of reserve.
+// of positions the device lacks (restore) and the copy on write of a
+// reserve (reserved). The host's books come as cuda_abi.h's views.
 
 #include "cuda_backend_impl.h"
 
 namespace phaselab {
 
-// The device pool mirroring kv's host pool (as many blocks, its value
+// The device pool mirroring the host pool (as many blocks, its value
 // type, one more block that only padding rows write), and attention
 // scratch for its positions; made anew (all blocks empty) when the pool
 // changes.
-Status CudaBackend::ensure_pool(const KvCache& kv) {
-  const KvPool& pool = kv.pool();
-  if (pool.id() == pool_id_ && pool.n_blocks() == layout_.n_blocks) return Status::ok();
+Status CudaDevice::mirror_pool(const PhlCudaPool& pool) {
+  if (pool.id == pool_id_ && pool.n_blocks == layout_.n_blocks) return Status::ok();
   drop_graphs();                              // the graphs hold the old buffers' addresses
   CUDA_TRY(cudaStreamSynchronize(stream_));  // nothing in flight may still use the old buffers
   for (void* p : {static_cast<void*>(pool_k_), static_cast<void*>(pool_v_), static_cast<void*>(pool_wk_),
@@ -22,14 +22,14 @@ Status CudaBackend::ensure_pool(const KvCache& kv) {
   scratch_ = nullptr;
   pool_id_ = 0;  // until the new buffers exist
   // A sequence's table has at most as many entries as the pool has blocks.
-  const int table_cap = pool.n_blocks();
+  const int table_cap = pool.n_blocks;
   const KvLayout layout = layout_of(pool);
   size_t free_b = 0, total_b = 0;
   CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
   const size_t scratch_n = std::max<size_t>(partials_floats(table_cap * kBlock), 1);
   const size_t need = layout.bytes() + scratch_n * sizeof(float) + 4 * static_cast<size_t>(table_cap) * sizeof(int32_t);
   if (need > free_b)
-    return out_of_memory("the KV cache for " + std::to_string(pool.n_blocks() * kBlock) + " positions needs " +
+    return out_of_memory("the KV cache for " + std::to_string(pool.n_blocks * kBlock) + " positions needs " +
                          std::to_string(need >> 20) + " MiB of GPU memory, " + std::to_string(free_b >> 20) +
                          " MiB are free: lower the context size");
   for (const auto& [store, window] : {std::pair{&pool_k_, false}, std::pair{&pool_v_, false},
@@ -43,12 +43,13 @@ Status CudaBackend::ensure_pool(const KvCache& kv) {
   layer_local_.assign(c_.n_layer, 0);
   layer_index_.assign(c_.n_layer, 0);
   for (int il = 0; il < c_.n_layer; il++) {
-    layer_local_[il] = pool.is_local(il) ? 1 : 0;
-    layer_index_[il] = pool.layer_index(il);
+    layer_local_[il] = pool.layer_local[il] ? 1 : 0;
+    layer_index_[il] = pool.layer_index[il];
   }
   PHASELAB_TRY(alloc(&scratch_, scratch_n));
-  filled_.assign(pool.n_blocks(), BlockFill{});
-  pool_id_ = pool.id();
+  filled_.assign(pool.n_blocks, BlockFill{});
+  pool_id_ = pool.id;
+  pool_window_ = pool.window;
   table_cap_ = table_cap;
   n_slots_ = 0;  // the tables are made for the new capacity
   return ensure_slots(1);
@@ -56,7 +57,7 @@ Status CudaBackend::ensure_pool(const KvCache& kv) {
 
 // Block tables for n sequences per pass (slots 0 .. n - 1) and the pad
 // slot after them; grown by doubling (which drops the graphs).
-Status CudaBackend::ensure_slots(int n) {
+Status CudaDevice::ensure_slots(int n) {
   if (n <= n_slots_) return Status::ok();
   const int slots = std::max(n, std::min(2 * n_slots_, max_batch_));
   drop_graphs();
@@ -93,22 +94,22 @@ Status CudaBackend::ensure_slots(int n) {
   return Status::ok();
 }
 
-CudaBackend::KvLayout CudaBackend::layout_of(const KvPool& pool) const {
+CudaDevice::KvLayout CudaDevice::layout_of(const PhlCudaPool& pool) const {
   KvLayout l;
-  l.elem = elem_of(pool.type());
-  l.n_local = pool.n_local_layers();
+  l.elem = elem_of(pool.kv_type);
+  l.n_local = pool.n_local_layers;
   l.n_full = c_.n_layer - l.n_local;
-  l.n_blocks = pool.n_blocks();
+  l.n_blocks = pool.n_blocks;
   l.n_embd_kv = static_cast<size_t>(c_.n_embd_kv());
   if (l.n_local > 0) {
-    l.n_window = pool.n_window_blocks();
-    l.ring = (pool.window() + ring_chunk() - 2) / kBlock + 2;
+    l.n_window = pool.n_window_blocks;
+    l.ring = (pool.window + ring_chunk() - 2) / kBlock + 2;
   }
   return l;
 }
 
 // The most partial-result floats any batch size needs for n_ctx keys.
-size_t CudaBackend::partials_floats(int n_ctx) const {
+size_t CudaDevice::partials_floats(int n_ctx) const {
   size_t most = 0;
   for (int T = 1; T <= max_batch_; T++) {
     most = std::max(most, cuda::attention_partials_floats(T, c_.n_head, c_.head_dim,
@@ -124,7 +125,7 @@ size_t CudaBackend::partials_floats(int n_ctx) const {
 // Layer il of the paged cache, for the kernels: the full layers' store
 // through the block tables, or the window parts' through the window-slot
 // tables.
-cuda::KvPages CudaBackend::pages(int il) const {
+cuda::KvPages CudaDevice::pages(int il) const {
   const size_t rows = kBlock * layout_.n_embd_kv;  // values of one layer's part of a block
   const size_t layer = cuda::kv_values_bytes(layout_.elem, layer_index_[il] * rows);
   if (layer_local_[il] && ring_mode_)  // (one sequence: its table_at is 0)
@@ -134,7 +135,7 @@ cuda::KvPages CudaBackend::pages(int il) const {
   return cuda::KvPages{pool_k_ + layer, pool_v_ + layer, tables_, layout_.n_full * rows, layout_.elem};
 }
 
-// Makes the device hold what the host holds for kv: recomputes, from the
+// Makes the device hold what the host holds for seq: recomputes, from the
 // host's tokens, the positions of its blocks the device has not computed
 // (from the first block whose slots it lacks). Where a block of those
 // positions, or of their window, has no window part (the pool gave it
@@ -144,13 +145,12 @@ cuda::KvPages CudaBackend::pages(int il) const {
 // starts from the beginning (the ring holds no earlier window). (The device
 // lacks positions when its pool was made for another cache since; it
 // then lacks them all.)
-Status CudaBackend::prepare(const KvCache& kv) {
-  const int n = kv.n_past();
-  const std::vector<int>& table = kv.block_table();
-  const KvPool& pool = kv.pool();
+Status CudaDevice::restore(const PhlCudaSeq& seq) {
+  const int n = seq.n_past;
+  const int32_t* table = seq.table;
   int p = n;
   for (int i = 0; i * kBlock < n; i++) {
-    const int have = filled(kv, table[i]);
+    const int have = filled(table[i], seq.generation[i]);
     const int need = std::min(kBlock, n - i * kBlock);
     if (have < need) {
       p = i * kBlock + have;
@@ -161,7 +161,7 @@ Status CudaBackend::prepare(const KvCache& kv) {
   const int n_table = (n + kBlock - 1) / kBlock;
   bool ring = false;
   if (layout_.n_local > 0)
-    for (int i = kv.first_window_block(p); i < n_table && !ring; i++) ring = pool.window_slot(table[i]) < 0;
+    for (int i = first_window_block(p); i < n_table && !ring; i++) ring = seq.window_slot[i] < 0;
   if (ring) {
     p = 0;
     if (Status st = make_ring(); !st) {
@@ -174,13 +174,13 @@ Status CudaBackend::prepare(const KvCache& kv) {
   while (p < n && st.is_ok()) {
     const int c = std::min(ring ? ring_chunk() : max_batch_, n - p);
     parts_.clear();
-    parts_.push_back(Part{&kv, kv.tokens().data() + p, p, c, LogitsMode::none});
+    parts_.push_back(Part{&seq, seq.tokens + p, p, c, kLogitsNone});
     st = run_pass();
     // The slots this pass wrote, into the window parts of blocks that
     // have one (only those: the rest of a shared block's part is another
     // sequence's).
     for (int i = p / kBlock; ring && st.is_ok() && i * kBlock < p + c; i++)
-      if (const int w = pool.window_slot(table[i]); w >= 0)
+      if (const int w = seq.window_slot[i]; w >= 0)
         st = copy_ring_slots(w, i % layout_.ring, std::max(p, i * kBlock) - i * kBlock,
                              std::min(p + c, (i + 1) * kBlock) - i * kBlock);
     if (st.is_ok()) st = cuda_status(cudaStreamSynchronize(stream_), "cudaStreamSynchronize", __FILE__, __LINE__);
@@ -191,13 +191,13 @@ Status CudaBackend::prepare(const KvCache& kv) {
   if (ring) free_ring();
   if (!st) {  // what the failed passes marked computed may not have reached the window parts
     cudaStreamSynchronize(stream_);
-    for (int i = 0; i < n_table; i++) set_filled(kv, table[i], 0);
+    for (int i = 0; i < n_table; i++) set_filled(table[i], seq.generation[i], 0);
   }
   return st;
 }
 
 // Slots [s0, s1) of every local layer, from ring part r to window part w.
-Status CudaBackend::copy_ring_slots(int w, int r, int s0, int s1) {
+Status CudaDevice::copy_ring_slots(int w, int r, int s0, int s1) {
   const size_t part = layout_.window_block_bytes();
   if (s0 == 0 && s1 == kBlock) return copy_part(pool_wk_, pool_wv_, ring_k_, ring_v_, part, w, r);
   const size_t row = cuda::kv_values_bytes(layout_.elem, layout_.n_embd_kv), layer = kBlock * row;
@@ -209,7 +209,7 @@ Status CudaBackend::copy_ring_slots(int w, int r, int s0, int s1) {
   return Status::ok();
 }
 
-void CudaBackend::free_ring() {
+void CudaDevice::free_ring() {
   cudaStreamSynchronize(stream_);  // nothing queued may still use it
   for (void* r : {static_cast<void*>(ring_k_), static_cast<void*>(ring_v_), static_cast<void*>(ring_table_)})
     free_device(r);
@@ -217,9 +217,9 @@ void CudaBackend::free_ring() {
   ring_table_ = nullptr;
 }
 
-// The ring of window parts for a recomputation (prepare()), and its
+// The ring of window parts for a recomputation (restore()), and its
 // table: position p's rows in part (p / kBlock) % ring.
-Status CudaBackend::make_ring() {
+Status CudaDevice::make_ring() {
   free_ring();  // one a failed make_ring left
   const size_t bytes = layout_.window_block_bytes() * layout_.ring;
   size_t free_b = 0, total_b = 0;
@@ -242,41 +242,39 @@ Status CudaBackend::make_ring() {
   return Status::ok();
 }
 
-// kv.reserve(T), mirrored: blocks new to the table hold nothing the device
-// computed, except the host's copy of a shared or published, partly filled
-// last block (copy on write), whose filled slots the device copies too.
-Status CudaBackend::reserve(KvCache& kv, int T) {
-  const int n = kv.n_past(), first = n / kBlock;
-  const int old_tail = n % kBlock ? kv.block_table()[first] : -1;
-  // (Read before the host's reserve, which may give the old block's part to
-  // a new block; its K/V stay there until the pass writes.)
-  const int old_wslot = old_tail >= 0 ? kv.pool().window_slot(old_tail) : -1;
-  // Mirrored even when the reserve fails part way: the host may have made
-  // its copy of the last block already.
-  const Status reserved = kv.reserve(T);
-  const std::vector<int>& table = kv.block_table();
-  const int last = std::min((n + T - 1) / kBlock, static_cast<int>(table.size()) - 1);
+// KvCache::reserve(n_tokens), mirrored (the engine calls this after every
+// reserve, even one that failed part way: the host may have made its copy
+// of the last block already): blocks new to the table hold nothing the
+// device computed, except the host's copy of a shared or published, partly
+// filled last block (copy on write), whose filled slots the device copies
+// too. (r's old tail and its window part were read before the host's
+// reserve, which may give the old block's part to a new block; its K/V stay
+// there until the pass writes.)
+Status CudaDevice::reserved(const PhlCudaSeq& seq, const PhlCudaReserve& r) {
+  const int n = r.n_past, T = r.n_tokens, first = n / kBlock;
+  const int old_tail = r.old_tail, old_wslot = r.old_window_slot;
+  const int last = std::min((n + T - 1) / kBlock, seq.n_table - 1);
   for (int i = first; i <= last; i++) {
-    const int b = table[i];
+    const int b = seq.table[i];
     if (i == first && old_tail >= 0) {
       if (b != old_tail) {
         PHASELAB_TRY(copy_part(pool_k_, pool_v_, pool_k_, pool_v_, layout_.full_block_bytes(), b, old_tail));
-        const int wslot = kv.pool().window_slot(b);
+        const int wslot = seq.window_slot[i];
         if (wslot >= 0 && old_wslot >= 0)
           PHASELAB_TRY(copy_part(pool_wk_, pool_wv_, pool_wk_, pool_wv_, layout_.window_block_bytes(), wslot,
                                  old_wslot));
-        set_filled(kv, b, n % kBlock);
+        set_filled(b, seq.generation[i], n % kBlock);
       }
       continue;
     }
-    set_filled(kv, b, 0);
+    set_filled(b, seq.generation[i], 0);
   }
-  return reserved;
+  return Status::ok();
 }
 
 // K and V of part src of one store (the blocks', the window parts' or the
 // ring's: parts of `bytes` each) copied to part dst of another, or the same.
-Status CudaBackend::copy_part(uint8_t* dk, uint8_t* dv, const uint8_t* sk, const uint8_t* sv, size_t bytes, int dst, int src) {
+Status CudaDevice::copy_part(uint8_t* dk, uint8_t* dv, const uint8_t* sk, const uint8_t* sv, size_t bytes, int dst, int src) {
   if (bytes == 0) return Status::ok();
   CUDA_TRY(cudaMemcpyAsync(dk + dst * bytes, sk + src * bytes, bytes, cudaMemcpyDeviceToDevice, stream_));
   CUDA_TRY(cudaMemcpyAsync(dv + dst * bytes, sv + src * bytes, bytes, cudaMemcpyDeviceToDevice, stream_));

@@ -7,7 +7,7 @@ namespace phaselab {
 
 // out (T, n_out) = x (T, n_in) . W^T: cuBLAS where the pass says so
 // (Pass::gemm), else the matrix-vector kernel.
-Status CudaBackend::matvec(const DevWeight& w, const float* x, int T, float* out, bool gemm) {
+Status CudaDevice::matvec(const DevWeight& w, const float* x, int T, float* out, bool gemm) {
   if (gemm) {
     CUDA_TRY(cuda::launch_gemm_bf16(cublas_, w.data, w.type, w.row_bytes, w.n_in, w.n_out, x, T, out, w16_, w16_elems_,
                                    x16_, stream_));
@@ -19,8 +19,8 @@ Status CudaBackend::matvec(const DevWeight& w, const float* x, int T, float* out
 
 // Attention of layer il for the pass's rows: one launch of the per-query
 // kernel for rows [0, n_small), the tiled kernel for each prefill part.
-Status CudaBackend::attention(int il, const Pass& ps) {
-  const int NQ = c_.n_embd_q(), HD = c_.head_dim, window = c_.window_of(il);
+Status CudaDevice::attention(int il, const Pass& ps) {
+  const int NQ = c_.n_embd_q(), HD = c_.head_dim, window = layer_window_[il];
   if (ps.n_small > 0)
     CUDA_TRY(cuda::launch_attention(q_, pages(il), row_map(), xb_, scratch_, ps.n_small, c_.n_head, c_.n_head_kv, HD,
                                     window, c_.attn_scale, c_.attn_logit_softcap,
@@ -37,7 +37,7 @@ Status CudaBackend::attention(int il, const Pass& ps) {
 
 // Every kernel of a forward pass over the rows plan() uploaded, with no
 // host synchronisation (so it can be captured).
-Status CudaBackend::enqueue(const Pass& ps) {
+Status CudaDevice::enqueue(const Pass& ps) {
   const int T = ps.T, D = c_.n_embd, NQ = c_.n_embd_q(), NKV = c_.n_embd_kv(), HD = c_.head_dim;
   PHASELAB_TRY(prof_.begin(stream_));
   CUDA_TRY(cuda::launch_embedding(tok_embd_.data, tok_embd_.type, tok_embd_.row_bytes, meta_, T, D, c_.embd_scale, x_,
@@ -46,7 +46,7 @@ Status CudaBackend::enqueue(const Pass& ps) {
   // the previous layer's closing add_rmsnorm.
   CUDA_TRY(cuda::launch_rmsnorm(x_, layers_[0].attn_norm, xb_, T, D, c_.rms_eps, stream_));
   PHASELAB_TRY(prof_.mark("embedding + first norm", stream_));
-  const bool gelu = c_.act == Activation::gelu_tanh;
+  const bool gelu = c_.gelu != 0;
   for (int il = 0; il < c_.n_layer; il++) {
     const DevLayer& L = layers_[il];
     if (ps.gemm) {
@@ -67,7 +67,7 @@ Status CudaBackend::enqueue(const Pass& ps) {
       PHASELAB_TRY(prof_.mark("Q, K, V biases", stream_));
     }
     // QK-norm, RoPE and the K/V cache writes in one kernel.
-    const float base = c_.rope_base_of(il);
+    const float base = layer_rope_base_[il];
     CUDA_TRY(cuda::launch_qk_norm_rope_store(q_, k_, v_, c_.qk_norm ? L.q_norm : nullptr, c_.qk_norm ? L.k_norm : nullptr,
                                              pages(il), row_map(), T, c_.n_head, c_.n_head_kv, HD, c_.n_rot, base,
                                              rope_ff_, c_.rope_neox, c_.rms_eps, stream_));

@@ -7,7 +7,7 @@ namespace phaselab {
 
 // parts_ as one pass of plain launches (no synchronisation: the caller
 // copies the logits and waits).
-Status CudaBackend::run_pass() {
+Status CudaDevice::run_pass() {
   if (Status st = plan(0); !st.is_ok()) return after_sync(st);
   if (Status st = enqueue(pass_); !st.is_ok()) return after_sync(st);
   mark_written();
@@ -19,7 +19,7 @@ Status CudaBackend::run_pass() {
 // tables are reallocated); rows beyond the parts are padding. If capture
 // fails, decoding continues with plain launches from then on, and the
 // reason is logged.
-Status CudaBackend::run_decode_graph() {
+Status CudaDevice::run_decode_graph() {
   const int bucket = bucket_for(static_cast<int>(parts_.size()));
   if (Status st = plan(bucket); !st.is_ok()) return after_sync(st);
   cudaGraphExec_t& exec = graphs_[bucket];
@@ -47,7 +47,7 @@ Status CudaBackend::run_decode_graph() {
   return Status::ok();
 }
 
-void CudaBackend::drop_graphs() {
+void CudaDevice::drop_graphs() {
   for (auto& [bucket, exec] : graphs_)
     if (exec) cudaGraphExecDestroy(exec);
   graphs_.clear();

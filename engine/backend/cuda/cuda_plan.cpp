@@ -15,7 +15,7 @@ namespace phaselab {
 // changed since the slot's last upload travel. pad_to > T: rows T .. pad_to are padding (token 0 at
 // position 0 of the pad slot, whose one block no sequence has) for a
 // captured graph's fixed batch size.
-Status CudaBackend::plan(int pad_to) {
+Status CudaDevice::plan(int pad_to) {
   const int n_parts = static_cast<int>(parts_.size());
   PHASELAB_TRY(ensure_slots(n_parts));
   const int B = max_batch_;
@@ -39,7 +39,7 @@ Status CudaBackend::plan(int pad_to) {
         at[T] = i * table_cap_;
       }
       if (!wants_tiled) pass_.n_small = T;
-      pass_.split_ctx = std::max(pass_.split_ctx, std::min(p.kv->n_ctx(), table_cap_ * kBlock));
+      pass_.split_ctx = std::max(pass_.split_ctx, std::min(p.seq->n_ctx, table_cap_ * kBlock));
     }
   for (; T < pad_to; T++) {
     tok[T] = 0;
@@ -54,8 +54,8 @@ Status CudaBackend::plan(int pad_to) {
   bool contiguous = true;
   for (int i = 0; i < n_parts; i++) {
     const Part& p = parts_[i];
-    const int first = p.mode == LogitsMode::last ? p.n - 1 : 0;
-    const int n = p.mode == LogitsMode::last ? 1 : p.mode == LogitsMode::all ? p.n : 0;
+    const int first = p.mode == kLogitsLast ? p.n - 1 : 0;
+    const int n = p.mode == kLogitsLast ? 1 : p.mode == kLogitsAll ? p.n : 0;
     for (int j = first; j < first + n; j++) {
       lrows[pass_.n_logits] = row_of_[i] + j;
       contiguous = contiguous && lrows[pass_.n_logits] == lrows[0] + pass_.n_logits;
@@ -66,19 +66,19 @@ Status CudaBackend::plan(int pad_to) {
   pass_.logits_first = pad_to > 0 ? 0 : pass_.n_logits > 0 && contiguous ? lrows[0] : -1;
   CUDA_TRY(cudaMemcpyAsync(meta_, meta_stage_, kUploadFields * B * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
   for (int i = 0; i < n_parts; i++) {
-    const std::vector<int>& table = parts_[i].kv->block_table();
+    const int32_t* table = parts_[i].seq->table;
     std::vector<int>& up = slot_uploaded_[i];
     const int used = (parts_[i].p0 + parts_[i].n + kBlock - 1) / kBlock;
-    if (used > table_cap_ || used > static_cast<int>(table.size()))
+    if (used > table_cap_ || used > parts_[i].seq->n_table)
       return internal_error("a block table longer than its pool (" + std::to_string(used) + " entries)");
     int from = 0;
     while (from < used && from < static_cast<int>(up.size()) && up[from] == table[from]) from++;
     if (from == used) continue;
     int32_t* stage = tables_stage_ + static_cast<size_t>(i) * table_cap_;
-    std::memcpy(stage + from, table.data() + from, (used - from) * sizeof(int32_t));
+    std::memcpy(stage + from, table + from, (used - from) * sizeof(int32_t));
     CUDA_TRY(cudaMemcpyAsync(tables_ + static_cast<size_t>(i) * table_cap_ + from, stage + from,
                              (used - from) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
-    up.assign(table.begin(), table.begin() + used);
+    up.assign(table, table + used);
   }
   if (layout_.n_local > 0 && !ring_mode_)
     for (int i = 0; i < n_parts; i++) PHASELAB_TRY(upload_window_table(i));
@@ -87,18 +87,16 @@ Status CudaBackend::plan(int pad_to) {
 
 // Part i's window-slot table, for the blocks the pass reads or writes in
 // the local layers ([first_window_block(p0), the last one written]): the
-// slot of each block's window part (outside prepare()'s ring mode, each of
+// slot of each block's window part (outside restore()'s ring mode, each of
 // them has one). Entries before are stale and never read.
-Status CudaBackend::upload_window_table(int i) {
+Status CudaDevice::upload_window_table(int i) {
   const Part& p = parts_[i];
-  const std::vector<int>& table = p.kv->block_table();
-  const KvPool& pool = p.kv->pool();
   std::vector<int>& up = wslot_uploaded_[i];
   int32_t* stage = wtables_stage_ + static_cast<size_t>(i) * table_cap_;
   const int used = (p.p0 + p.n + kBlock - 1) / kBlock;
   int lo = -1, hi = -1;
-  for (int e = p.kv->first_window_block(p.p0); e < used; e++) {
-    const int w = pool.window_slot(table[e]);
+  for (int e = first_window_block(p.p0); e < used; e++) {
+    const int w = p.seq->window_slot[e];
     const int slot = w >= 0 ? w : layout_.pad_window_part();  // (never: the host holds them)
     if (up[e] == slot) continue;
     stage[e] = up[e] = slot;
@@ -113,11 +111,11 @@ Status CudaBackend::upload_window_table(int i) {
 
 // After a pass over parts_: the blocks hold the positions it wrote, and
 // nothing after them.
-void CudaBackend::mark_written() {
+void CudaDevice::mark_written() {
   for (const Part& p : parts_) {
-    const std::vector<int>& table = p.kv->block_table();
+    const int32_t* table = p.seq->table;
     for (int i = p.p0 / kBlock; i * kBlock < p.p0 + p.n; i++)
-      set_filled(*p.kv, table[i], std::min(kBlock, p.p0 + p.n - i * kBlock));
+      set_filled(table[i], p.seq->generation[i], std::min(kBlock, p.p0 + p.n - i * kBlock));
     computed_ += static_cast<uint64_t>(p.n);
   }
 }

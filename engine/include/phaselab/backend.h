@@ -132,16 +132,11 @@ struct CudaProbe {
 // installed one.
 CudaProbe probe_cuda(const std::string& library = "");
 
-// The version of the Backend interface libphaselab_cuda.so is built for
-// (its phaselab_cuda_abi()); a library of another version is not loaded.
-// 3: kv_storage and device_kv_bytes. 4: the device lays out K/V by the
-// pool's window parts (KvPool::window_slot, n_local_layers, layer_index).
-// 5: the switches come with phaselab_cuda_create (CudaSwitches).
-constexpr int kCudaLibraryAbi = 5;
-
-// The CUDA backend, loaded at run time from libphaselab_cuda.so. Fails with
-// the reason (no library, no device, too little memory) so that callers can
-// report it and use the CPU backend instead. sw: its switches, the library
+// The CUDA backend, loaded at run time from libphaselab_cuda.so, whose plain
+// C interface (engine/backend/cuda/cuda_abi.h, versioned, checked at load)
+// the engine side wraps as a Backend. Fails with the reason (no library, a
+// library of another interface version, no device, too little memory) so
+// that callers can report it and use the CPU backend instead. sw: its switches, the library
 // to load among them (the backend reads no environment).
 Result<std::unique_ptr<Backend>> make_cuda_backend(std::shared_ptr<const Model> model, int max_batch = 64,
                                                    const CudaSwitches& sw = {});
