@@ -145,6 +145,16 @@ cuda::KvPages CudaDevice::pages(int il) const {
 // starts from the beginning (the ring holds no earlier window). (The device
 // lacks positions when its pool was made for another cache since; it
 // then lacks them all.)
+//
+// Why this loop over positions is not one more generation loop, and does
+// not go through the engine's (issue 30: generation exists once): it
+// restores K/V inside one backend call. It samples nothing, appends nothing
+// and asks for no logits; it runs positions whose tokens the host already
+// holds and counts as computed, only because this device's copy of their
+// K/V is missing; and it must be done before the pass that reads them, in
+// the same forward_batch. The engine could not schedule it either: which
+// positions the device lacks is this side's knowledge (filled_), and to the
+// host's books they need no pass at all.
 Status CudaDevice::restore(const PhlCudaSeq& seq) {
   const int n = seq.n_past;
   const int32_t* table = seq.table;
