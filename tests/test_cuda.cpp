@@ -60,6 +60,31 @@ class TestCuda : public QObject {
     QVERIFY(!b.is_ok());
     QVERIFY(b.status().message().find("CUDA") != std::string::npos);
   }
+  // The loader checks the library's C table (cuda_abi.h) before it calls
+  // anything: a library built from another interface version, with
+  // another layout of a struct, or lacking a function is refused, and the
+  // reason names what differs.
+  void loader_refuses_a_library_of_another_interface() {
+    const struct {
+      const char* path;
+      const char* reason;
+    } cases[] = {{PHASELAB_FAKE_CUDA_LIBRARY_1, "speaks version 999"},
+                 {PHASELAB_FAKE_CUDA_LIBRARY_2, "its PhlCudaSeq has"},
+                 {PHASELAB_FAKE_CUDA_LIBRARY_3, "lacks a function"}};
+    for (const auto& c : cases) {
+      const CudaProbe p = probe_cuda(c.path);
+      QVERIFY(!p.available);
+      QVERIFY2(p.reason.find(c.reason) != std::string::npos, p.reason.c_str());
+      QVERIFY2(p.reason.find("not a compatible PhaseLab CUDA library") != std::string::npos, p.reason.c_str());
+      auto m = Model::load(test_data("stories260K.gguf"));
+      QVERIFY(m.is_ok());
+      CudaSwitches sw;
+      sw.library = c.path;
+      auto b = make_cuda_backend(*m, 8, sw);
+      QVERIFY(!b.is_ok());
+      QVERIFY2(b.status().message().find(c.reason) != std::string::npos, b.status().message().c_str());
+    }
+  }
 
   // Too little device memory is a clear error, found before any upload.
   // Only the emulator's memory can be shrunk on purpose (PHASELAB_EMU_DEVICE_MIB).
