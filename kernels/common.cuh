@@ -1,6 +1,6 @@
 // Shared device helpers of PhaseLab's CUDA kernels: error checks, reductions
 // and the dequantization of one 32-value sub-block of every GGUF block
-// format (the layouts of engine/include/phaselab/quant.h).
+// format (the layouts of formats/include/phaselab/formats/quant_blocks.h).
 #pragma once
 
 #include <cuda_fp16.h>
@@ -9,8 +9,8 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "kernels/kernels.h"
-#include "phaselab/quant.h"
+#include "kernels.h"
+#include "phaselab/formats/quant_blocks.h"
 
 // Launches and dynamic shared memory go through these two macros so that the
 // same sources also build for the CPU emulator (tests/cuda_emu), which has

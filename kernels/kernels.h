@@ -12,7 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "phaselab/tensor_type.h"
+#include "phaselab/formats/tensor_type_id.h"
 
 namespace phaselab::cuda {
 

@@ -113,13 +113,6 @@ class DeviceGreedyLike final : public Backend {
     return Status::ok();
   }
   bool has_device_greedy() const override { return true; }
-  Status forward_greedy(int32_t token, KvCache& kv, int32_t* next) override {
-    std::vector<float> logits(n_vocab_);
-    PHASELAB_TRY(inner_->forward(&token, 1, kv, logits.data(), LogitsMode::last));
-    *next = argmax(logits.data(), n_vocab_);
-    picks++;
-    return Status::ok();
-  }
   int picks = 0;
 
  private:

@@ -30,6 +30,15 @@ using namespace phaselab::testing;
     }                                                                                                \
   } while (0)
 
+// The CUDA switches this run's environment asks for: the library to load
+// (PHASELAB_CUDA_LIB; the emulator's run of this test sets it), passed to
+// make_cuda_backend and probe_cuda, which read no environment themselves.
+CudaSwitches env_switches() {
+  CudaSwitches sw;
+  if (const char* lib = std::getenv("PHASELAB_CUDA_LIB")) sw.library = lib;
+  return sw;
+}
+
 // Whether the backend runs on the CUDA emulator (tests/cuda_emu), whose
 // device memory a test may shrink.
 bool on_emulator(const CudaProbe& p) { return p.description.find("emulator") != std::string::npos; }
@@ -38,7 +47,7 @@ class TestCuda : public QObject {
   Q_OBJECT
  private slots:
   void unavailable_cuda_gives_a_reason() {
-    const CudaProbe p = probe_cuda();
+    const CudaProbe p = probe_cuda(env_switches().library);
     if (p.available) {
       QVERIFY(!p.description.empty());
       QVERIFY(p.peak_gbps > 0);
@@ -47,21 +56,46 @@ class TestCuda : public QObject {
     QVERIFY2(!p.reason.empty(), "an unavailable CUDA backend must say why");
     auto m = Model::load(test_data("stories260K.gguf"));
     QVERIFY(m.is_ok());
-    auto b = make_cuda_backend(*m, 8);
+    auto b = make_cuda_backend(*m, 8, env_switches());
     QVERIFY(!b.is_ok());
     QVERIFY(b.status().message().find("CUDA") != std::string::npos);
+  }
+  // The loader checks the library's C table (cuda_abi.h) before it calls
+  // anything: a library built from another interface version, with
+  // another layout of a struct, or lacking a function is refused, and the
+  // reason names what differs.
+  void loader_refuses_a_library_of_another_interface() {
+    const struct {
+      const char* path;
+      const char* reason;
+    } cases[] = {{PHASELAB_FAKE_CUDA_LIBRARY_1, "speaks version 999"},
+                 {PHASELAB_FAKE_CUDA_LIBRARY_2, "its PhlCudaSeq has"},
+                 {PHASELAB_FAKE_CUDA_LIBRARY_3, "lacks a function"}};
+    for (const auto& c : cases) {
+      const CudaProbe p = probe_cuda(c.path);
+      QVERIFY(!p.available);
+      QVERIFY2(p.reason.find(c.reason) != std::string::npos, p.reason.c_str());
+      QVERIFY2(p.reason.find("not a compatible PhaseLab CUDA library") != std::string::npos, p.reason.c_str());
+      auto m = Model::load(test_data("stories260K.gguf"));
+      QVERIFY(m.is_ok());
+      CudaSwitches sw;
+      sw.library = c.path;
+      auto b = make_cuda_backend(*m, 8, sw);
+      QVERIFY(!b.is_ok());
+      QVERIFY2(b.status().message().find(c.reason) != std::string::npos, b.status().message().c_str());
+    }
   }
 
   // Too little device memory is a clear error, found before any upload.
   // Only the emulator's memory can be shrunk on purpose (PHASELAB_EMU_DEVICE_MIB).
   void too_little_device_memory_is_a_clear_error() {
-    const CudaProbe p = probe_cuda();
+    const CudaProbe p = probe_cuda(env_switches().library);
     REQUIRE_CUDA(p);
     if (!on_emulator(p)) QSKIP("only the emulator's device memory can be shrunk (PHASELAB_EMU_DEVICE_MIB)");
     auto m = Model::load(test_data("stories260K.gguf"));
     QVERIFY(m.is_ok());
     qputenv("PHASELAB_EMU_DEVICE_MIB", "16");
-    auto b = make_cuda_backend(*m, 8);
+    auto b = make_cuda_backend(*m, 8, env_switches());
     qunsetenv("PHASELAB_EMU_DEVICE_MIB");
     QVERIFY(!b.is_ok());
     const std::string msg = b.status().message();
@@ -70,7 +104,7 @@ class TestCuda : public QObject {
                  msg.find("CPU backend") != std::string::npos,
              msg.c_str());
     // With the memory back, the same model loads.
-    QVERIFY(make_cuda_backend(*m, 8).is_ok());
+    QVERIFY(make_cuda_backend(*m, 8, env_switches()).is_ok());
   }
 
   // The engine's exact invariants with the CUDA backend (stories260K):
@@ -79,11 +113,11 @@ class TestCuda : public QObject {
   // and a conversation resumed after another one (the host reuses cached
   // blocks the device no longer holds) equals the CPU reference's.
   void invariants_hold_on_cuda() {
-    const CudaProbe p = probe_cuda();
+    const CudaProbe p = probe_cuda(env_switches().library);
     REQUIRE_CUDA(p);
     auto m = Model::load(test_data("stories260K.gguf"));
     QVERIFY(m.is_ok());
-    auto gb = make_cuda_backend(*m, 64);
+    auto gb = make_cuda_backend(*m, 64, env_switches());
     QVERIFY2(gb.is_ok(), gb.status().message().c_str());
     auto gpu = Session::create(*m, std::move(*gb), 256);
     auto cpu = Session::create(*m, std::move(*make_cpu_reference_backend(*m, 2, 64)), 256);
@@ -146,11 +180,11 @@ class TestCuda : public QObject {
   // mirrors one pool at a time, and a cache it comes back to is recomputed
   // from the host's tokens where the device lost them.
   void one_backend_serves_several_caches() {
-    const CudaProbe p = probe_cuda();
+    const CudaProbe p = probe_cuda(env_switches().library);
     REQUIRE_CUDA(p);
     auto m = Model::load(test_data("stories260K.gguf"));
     QVERIFY(m.is_ok());
-    auto gb = make_cuda_backend(*m, 64);
+    auto gb = make_cuda_backend(*m, 64, env_switches());
     auto cb = make_cpu_reference_backend(*m, 2, 64);
     QVERIFY2(gb.is_ok(), gb.status().message().c_str());
     const Tokenizer& tok = (*m)->tokenizer();
@@ -185,7 +219,7 @@ class TestCuda : public QObject {
     QTest::newRow("gemma3-270m") << "default";
   }
   void cuda_matches_cpu_reference() {
-    const CudaProbe p = probe_cuda();
+    const CudaProbe p = probe_cuda(env_switches().library);
     REQUIRE_CUDA(p);
     QFETCH(QString, model);
     std::string path;
@@ -201,7 +235,7 @@ class TestCuda : public QObject {
     auto m = Model::load(path);
     QVERIFY2(m.is_ok(), m.status().message().c_str());
     auto cpu = Session::create(*m, std::move(*make_cpu_reference_backend(*m, 2, 64)), 256);
-    auto gb = make_cuda_backend(*m, 64);
+    auto gb = make_cuda_backend(*m, 64, env_switches());
     QVERIFY2(gb.is_ok(), gb.status().message().c_str());
     auto gpu = Session::create(*m, std::move(*gb), 256);
     QVERIFY(cpu.is_ok() && gpu.is_ok());
@@ -246,14 +280,14 @@ class TestCuda : public QObject {
     for (const char* a : {"qwen2", "gemma3"}) QTest::newRow(a) << a;
   }
   void q8_0_cache_matches_the_cpu() {
-    const CudaProbe p = probe_cuda();
+    const CudaProbe p = probe_cuda(env_switches().library);
     REQUIRE_CUDA(p);
     QFETCH(QString, model);
     const TinySpec spec = tiny_spec(model.toStdString());
     auto m = Model::load(write_tiny_model(spec, "cuda_tiny_" + spec.arch + ".gguf"));
     QVERIFY2(m.is_ok(), m.status().message().c_str());
     auto cpu = Session::create(*m, std::move(*make_cpu_reference_backend(*m, 2, 64)), 128, KvType::q8_0);
-    auto gb = make_cuda_backend(*m, 64);
+    auto gb = make_cuda_backend(*m, 64, env_switches());
     QVERIFY2(gb.is_ok(), gb.status().message().c_str());
     auto gpu = Session::create(*m, std::move(*gb), 128, KvType::q8_0);
     QVERIFY2(cpu.is_ok() && gpu.is_ok(), cpu.is_ok() ? gpu.status().message().c_str() : cpu.status().message().c_str());
@@ -282,7 +316,7 @@ class TestCuda : public QObject {
   // others leave, and one sequence takes the device's argmax instead of
   // its logits on every other pass. Every sequence's logits equal its solo
   // run's; with the
-  // cuBLAS prefill off (PHASELAB_CUDA_GEMM_MIN) both sides take the same
+  // cuBLAS prefill off (CudaSwitches::gemm_min_rows) both sides take the same
   // FP32 kernels per row, so the bound is tight.
   // On the tiny Gemma 3 (a 4-position window in every other layer) the
   // sequences outgrow their window and the pool has window parts for only
@@ -294,7 +328,7 @@ class TestCuda : public QObject {
     QTest::newRow("gemma3") << "gemma3";
   }
   void forward_batch_equals_solo_forward() {
-    const CudaProbe p = probe_cuda();
+    const CudaProbe p = probe_cuda(env_switches().library);
     REQUIRE_CUDA(p);
     QFETCH(QString, model);
     const bool windowed = model == "gemma3";
@@ -302,10 +336,10 @@ class TestCuda : public QObject {
                                   : test_data("stories260K.gguf"));
     QVERIFY(m.is_ok());
     const int V = (*m)->config().n_vocab;
-    qputenv("PHASELAB_CUDA_GEMM_MIN", "1000");
-    auto solo_b = make_cuda_backend(*m, 64);
-    auto batch_b = make_cuda_backend(*m, 64);
-    qunsetenv("PHASELAB_CUDA_GEMM_MIN");
+    CudaSwitches no_gemm = env_switches();
+    no_gemm.gemm_min_rows = 1000;
+    auto solo_b = make_cuda_backend(*m, 64, no_gemm);
+    auto batch_b = make_cuda_backend(*m, 64, no_gemm);
     QVERIFY(solo_b.is_ok() && batch_b.is_ok());
     Backend& solo = **solo_b;
     Backend& be = **batch_b;
@@ -435,14 +469,14 @@ class TestCuda : public QObject {
   // passes that start mid-block, and a ring of 3 parts, as few as such a
   // pass and its window need, which goes round many times.
   void device_keeps_only_the_window() {
-    const CudaProbe p = probe_cuda();
+    const CudaProbe p = probe_cuda(env_switches().library);
     REQUIRE_CUDA(p);
     {
       const std::string path = default_model_path();
       if (path.empty()) QFAIL("default model missing: scripts/fetch-model.sh fetches it");
       auto m = Model::load(path);
       QVERIFY2(m.is_ok(), m.status().message().c_str());
-      auto gb = make_cuda_backend(*m, 64);
+      auto gb = make_cuda_backend(*m, 64, env_switches());
       QVERIFY2(gb.is_ok(), gb.status().message().c_str());
       auto s = Session::create(*m, std::move(*gb), 4096);
       QVERIFY2(s.is_ok(), s.status().message().c_str());
@@ -462,7 +496,7 @@ class TestCuda : public QObject {
     const ModelConfig& c = (*m)->config();
     const int V = c.n_vocab;
     const int B = 24;
-    auto gb = make_cuda_backend(*m, B);
+    auto gb = make_cuda_backend(*m, B, env_switches());
     auto cb = make_cpu_reference_backend(*m, 2, B);
     QVERIFY2(gb.is_ok() && cb.is_ok(), gb.is_ok() ? cb.status().message().c_str() : gb.status().message().c_str());
     Backend& gpu = **gb;
@@ -524,13 +558,13 @@ class TestCuda : public QObject {
   // one pass for B and A recomputes B plainly and A through the ring, and
   // B's window in block 3 must still be B's.
   void ring_recompute_keeps_a_shared_block_whole() {
-    const CudaProbe p = probe_cuda();
+    const CudaProbe p = probe_cuda(env_switches().library);
     REQUIRE_CUDA(p);
     auto m = Model::load(write_tiny_model(tiny_spec("gemma3"), "cuda_tiny_gemma3.gguf"));
     QVERIFY(m.is_ok());
     const ModelConfig& c = (*m)->config();
     const int V = c.n_vocab;
-    auto gb = make_cuda_backend(*m, 64);
+    auto gb = make_cuda_backend(*m, 64, env_switches());
     auto cb = make_cpu_reference_backend(*m, 2, 64);
     QVERIFY(gb.is_ok() && cb.is_ok());
     auto tokens = [&](int n, int salt) {
@@ -579,12 +613,12 @@ class TestCuda : public QObject {
   // matrix-vector kernels (which a sequence's solo decode runs), not BF16
   // GEMMs, so each sequence's logits stay its solo run's.
   void padded_decode_keeps_the_matrix_vector_kernels() {
-    const CudaProbe p = probe_cuda();
+    const CudaProbe p = probe_cuda(env_switches().library);
     REQUIRE_CUDA(p);
     auto m = Model::load(test_data("stories260K.gguf"));
     QVERIFY(m.is_ok());
     const int V = (*m)->config().n_vocab, n_seqs = 10;
-    auto solo_b = make_cuda_backend(*m, 64), batch_b = make_cuda_backend(*m, 64);
+    auto solo_b = make_cuda_backend(*m, 64, env_switches()), batch_b = make_cuda_backend(*m, 64, env_switches());
     QVERIFY(solo_b.is_ok() && batch_b.is_ok());
     // Solo: each sequence whole (its own pool) before the next, so that the
     // solo backend never recomputes a sequence after switching pools.
@@ -629,11 +663,11 @@ class TestCuda : public QObject {
   // Continuous batching on the CUDA backend: every request's greedy tokens
   // equal its solo run on the same backend, sequences in one pool.
   void scheduler_on_cuda_equals_solo() {
-    const CudaProbe p = probe_cuda();
+    const CudaProbe p = probe_cuda(env_switches().library);
     REQUIRE_CUDA(p);
     auto m = Model::load(test_data("stories260K.gguf"));
     QVERIFY(m.is_ok());
-    auto gb = make_cuda_backend(*m, 64);
+    auto gb = make_cuda_backend(*m, 64, env_switches());
     QVERIFY2(gb.is_ok(), gb.status().message().c_str());
     SchedulerOptions so;
     so.n_ctx = 128;
@@ -657,7 +691,7 @@ class TestCuda : public QObject {
     QVERIFY((*s)->run());
     auto out = (*s)->take_finished();
     QCOMPARE(out.size(), size_t(4));
-    auto solo_b = make_cuda_backend(*m, 64);
+    auto solo_b = make_cuda_backend(*m, 64, env_switches());
     QVERIFY(solo_b.is_ok());
     auto solo = Session::create(*m, std::move(*solo_b), 128);
     QVERIFY(solo.is_ok());

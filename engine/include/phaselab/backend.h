@@ -75,9 +75,10 @@ class Backend {
     return Status::ok();
   }
   // Greedy decoding where the logits need not leave the backend (the CUDA
-  // backend picks the argmax on the device and copies back one int): like
-  // forward(&token, 1, kv, ..., LogitsMode::last), with *next = the argmax
-  // of the logits. Only when has_device_greedy() says so.
+  // backend picks the argmax on the device and copies back one int): a
+  // forward_batch chunk of mode last with SeqChunk::argmax set. (A pass of
+  // one token per sequence is the CUDA backend's decode pass, replayed from
+  // its graph.)
   virtual bool has_device_greedy() const { return false; }
   // Positions run through the model so far: every token of every pass,
   // recomputation included (what prefix reuse saves shows here; tests check
@@ -94,10 +95,6 @@ class Backend {
   virtual uint64_t device_kv_bytes(const KvPool& pool) const {
     (void)pool;
     return 0;
-  }
-  virtual Status forward_greedy(int32_t token, KvCache& kv, int32_t* next) {
-    (void)token, (void)kv, (void)next;
-    return unsupported(name() + " backend: no device-side greedy decoding");
   }
 };
 
@@ -131,18 +128,18 @@ struct CudaProbe {
   double peak_gbps = 0, peak_tflops = 0;
   size_t total_mem = 0, free_mem = 0;
 };
-CudaProbe probe_cuda();
+// library: the libphaselab_cuda.so to load (CudaSwitches::library); "" the
+// installed one.
+CudaProbe probe_cuda(const std::string& library = "");
 
-// The version of the Backend interface libphaselab_cuda.so is built for
-// (its phaselab_cuda_abi()); a library of another version is not loaded.
-// 3: kv_storage and device_kv_bytes. 4: the device lays out K/V by the
-// pool's window parts (KvPool::window_slot, n_local_layers, layer_index).
-constexpr int kCudaLibraryAbi = 4;
-
-// The CUDA backend, loaded at run time from libphaselab_cuda.so. Fails with
-// the reason (no library, no device, too little memory) so that callers can
-// report it and use the CPU backend instead.
-Result<std::unique_ptr<Backend>> make_cuda_backend(std::shared_ptr<const Model> model, int max_batch = 64);
+// The CUDA backend, loaded at run time from libphaselab_cuda.so, whose plain
+// C interface (engine/backend/cuda/cuda_abi.h, versioned, checked at load)
+// the engine side wraps as a Backend. Fails with the reason (no library, a
+// library of another interface version, no device, too little memory) so
+// that callers can report it and use the CPU backend instead. sw: its switches, the library
+// to load among them (the backend reads no environment).
+Result<std::unique_ptr<Backend>> make_cuda_backend(std::shared_ptr<const Model> model, int max_batch = 64,
+                                                   const CudaSwitches& sw = {});
 
 // The instruction set of the CPU kernels make_cpu_backend uses here
 // ("avx-vnni", "avx2" or "portable").

@@ -31,7 +31,7 @@ struct SamplingParams {
 
   bool greedy() const { return temperature <= 0.f; }
   // Greedy on unmodified logits: their argmax, which a backend can pick
-  // where they are (SeqChunk::argmax, Backend::forward_greedy).
+  // where they are (SeqChunk::argmax).
   bool plain_greedy() const {
     return greedy() && repeat_penalty == 1.f && frequency_penalty == 0.f && presence_penalty == 0.f &&
            logit_bias.empty();

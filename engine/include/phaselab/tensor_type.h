@@ -1,6 +1,6 @@
-// GGUF tensor types (the ggml type ids as stored in the file) and their block
-// geometry. A row of n values of a block type takes n / block_size blocks of
-// type_size bytes each.
+// GGUF tensor types (the ids: phaselab/formats/tensor_type_id.h, shared with
+// the CUDA kernels) and their block geometry. A row of n values of a block
+// type takes n / block_size blocks of type_size bytes each.
 #pragma once
 
 #include <cstddef>
@@ -8,30 +8,9 @@
 #include <optional>
 #include <string_view>
 
-namespace phaselab {
+#include "phaselab/formats/tensor_type_id.h"
 
-enum class TensorType : uint32_t {
-  F32 = 0,
-  F16 = 1,
-  Q4_0 = 2,
-  Q4_1 = 3,
-  Q5_0 = 6,
-  Q5_1 = 7,
-  Q8_0 = 8,
-  Q8_1 = 9,
-  Q2_K = 10,
-  Q3_K = 11,
-  Q4_K = 12,
-  Q5_K = 13,
-  Q6_K = 14,
-  Q8_K = 15,
-  I8 = 24,
-  I16 = 25,
-  I32 = 26,
-  I64 = 27,
-  F64 = 28,
-  BF16 = 30,
-};
+namespace phaselab {
 
 struct TensorTypeTraits {
   TensorType type;

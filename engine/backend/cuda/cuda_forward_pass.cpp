@@ -1,0 +1,117 @@
+// The CUDA backend's forward pass: every kernel of a pass over the rows
+// plan() uploaded, in the order of the CPU reference.
+
+#include "cuda_backend_impl.h"
+
+namespace phaselab {
+
+// out (T, n_out) = x (T, n_in) . W^T: cuBLAS where the pass says so
+// (Pass::gemm), else the matrix-vector kernel.
+Status CudaDevice::matvec(const DevWeight& w, const float* x, int T, float* out, bool gemm) {
+  if (gemm) {
+    CUDA_TRY(cuda::launch_gemm_bf16(cublas_, w.data, w.type, w.row_bytes, w.n_in, w.n_out, x, T, out, w16_, w16_elems_,
+                                   x16_, stream_));
+    return Status::ok();
+  }
+  CUDA_TRY(cuda::launch_matvec(w.data, w.type, w.row_bytes, w.n_in, w.n_out, x, T, out, stream_));
+  return Status::ok();
+}
+
+// Attention of layer il for the pass's rows: one launch of the per-query
+// kernel for rows [0, n_small), the tiled kernel for each prefill part.
+Status CudaDevice::attention(int il, const Pass& ps) {
+  const int NQ = c_.n_embd_q(), HD = c_.head_dim, window = layer_window_[il];
+  if (ps.n_small > 0)
+    CUDA_TRY(cuda::launch_attention(q_, pages(il), row_map(), xb_, scratch_, ps.n_small, c_.n_head, c_.n_head_kv, HD,
+                                    window, c_.attn_scale, c_.attn_logit_softcap,
+                                    cuda::attention_splits(ps.n_small, c_.n_head, ps.split_ctx), stream_));
+  for (const TiledChunk& t : tiled_) {
+    const size_t off = static_cast<size_t>(t.row) * NQ;
+    CUDA_TRY(cuda::launch_attention_tiled(
+        q_ + off, pages(il), row_map(t.row), xb_ + off, scratch_, t.n, c_.n_head, c_.n_head_kv, HD, window,
+        c_.attn_scale, c_.attn_logit_softcap,
+        cuda::attention_tiled_splits(t.n, c_.n_head, c_.n_head_kv, t.n_keys, sm_count_), stream_));
+  }
+  return Status::ok();
+}
+
+// Every kernel of a forward pass over the rows plan() uploaded, with no
+// host synchronisation (so it can be captured).
+Status CudaDevice::enqueue(const Pass& ps) {
+  const int T = ps.T, D = c_.n_embd, NQ = c_.n_embd_q(), NKV = c_.n_embd_kv(), HD = c_.head_dim;
+  PHASELAB_TRY(prof_.begin(stream_));
+  CUDA_TRY(cuda::launch_embedding(tok_embd_.data, tok_embd_.type, tok_embd_.row_bytes, meta_, T, D, c_.embd_scale, x_,
+                                  stream_));
+  // xb = the first layer's attention input; later layers get theirs from
+  // the previous layer's closing add_rmsnorm.
+  CUDA_TRY(cuda::launch_rmsnorm(x_, layers_[0].attn_norm, xb_, T, D, c_.rms_eps, stream_));
+  PHASELAB_TRY(prof_.mark("embedding + first norm", stream_));
+  const bool gelu = c_.gelu != 0;
+  for (int il = 0; il < c_.n_layer; il++) {
+    const DevLayer& L = layers_[il];
+    if (ps.gemm) {
+      PHASELAB_TRY(matvec(L.wq, xb_, T, q_, true));
+      PHASELAB_TRY(matvec(L.wk, xb_, T, k_, true));
+      PHASELAB_TRY(matvec(L.wv, xb_, T, v_, true));
+    } else {  // Q, K and V in one launch
+      auto part = [](const DevWeight& w, float* out) {
+        return cuda::MatvecOut{w.data, w.type, w.row_bytes, w.n_out, out};
+      };
+      CUDA_TRY(cuda::launch_matvec3(part(L.wq, q_), part(L.wk, k_), part(L.wv, v_), D, xb_, T, stream_));
+    }
+    PHASELAB_TRY(prof_.mark("Q, K, V products", stream_));
+    if (c_.attn_bias) {
+      CUDA_TRY(cuda::launch_add_bias(q_, L.bq, T, NQ, stream_));
+      CUDA_TRY(cuda::launch_add_bias(k_, L.bk, T, NKV, stream_));
+      CUDA_TRY(cuda::launch_add_bias(v_, L.bv, T, NKV, stream_));
+      PHASELAB_TRY(prof_.mark("Q, K, V biases", stream_));
+    }
+    // QK-norm, RoPE and the K/V cache writes in one kernel.
+    const float base = layer_rope_base_[il];
+    CUDA_TRY(cuda::launch_qk_norm_rope_store(q_, k_, v_, c_.qk_norm ? L.q_norm : nullptr, c_.qk_norm ? L.k_norm : nullptr,
+                                             pages(il), row_map(), T, c_.n_head, c_.n_head_kv, HD, c_.n_rot, base,
+                                             rope_ff_, c_.rope_neox, c_.rms_eps, stream_));
+    PHASELAB_TRY(prof_.mark("QK-norm + RoPE + K/V store", stream_));
+    PHASELAB_TRY(attention(il, ps));
+    PHASELAB_TRY(prof_.mark("attention", stream_));
+    PHASELAB_TRY(matvec(L.wo, xb_, T, xb2_, ps.gemm));
+    PHASELAB_TRY(prof_.mark("output projection", stream_));
+    // Post-attention norm, residual add and the feed-forward's norm in one pass.
+    CUDA_TRY(cuda::launch_add_rmsnorm(x_, xb2_, c_.post_norms ? L.post_attn_norm : nullptr, L.ffn_norm, xb_, T, D,
+                                      c_.rms_eps, stream_));
+    PHASELAB_TRY(prof_.mark("norms + residual adds", stream_));
+    if (ps.gemm) {
+      PHASELAB_TRY(matvec(L.w_gate, xb_, T, hb_, true));
+      PHASELAB_TRY(matvec(L.w_up, xb_, T, hb2_, true));
+      CUDA_TRY(cuda::launch_gated_act(hb_, hb2_, static_cast<size_t>(T) * c_.n_ff, gelu, stream_));
+    } else {  // both products and the activation in one kernel
+      CUDA_TRY(cuda::launch_matvec_gated(L.w_gate.data, L.w_gate.type, L.w_gate.row_bytes, L.w_up.data, L.w_up.type,
+                                         L.w_up.row_bytes, L.w_gate.n_in, L.w_gate.n_out, xb_, T, gelu, hb_, stream_));
+    }
+    PHASELAB_TRY(prof_.mark("FFN gate + up + activation", stream_));
+    PHASELAB_TRY(matvec(L.w_down, hb_, T, xb2_, ps.gemm));
+    PHASELAB_TRY(prof_.mark("FFN down", stream_));
+    // Post-FFN norm, residual add and the next layer's attention norm (the
+    // output norm after the last layer) in one pass.
+    const float* next_norm = il + 1 < c_.n_layer ? layers_[il + 1].attn_norm : output_norm_;
+    CUDA_TRY(cuda::launch_add_rmsnorm(x_, xb2_, c_.post_norms ? L.post_ffw_norm : nullptr, next_norm, xb_, T, D,
+                                      c_.rms_eps, stream_));
+    PHASELAB_TRY(prof_.mark("norms + residual adds", stream_));
+  }
+  if (ps.n_logits > 0) {
+    // The rows that want logits, gathered where they are not one run of rows.
+    const float* rows = xb_ + static_cast<size_t>(std::max(ps.logits_first, 0)) * D;
+    if (ps.logits_first < 0) {
+      CUDA_TRY(cuda::launch_gather_rows(xb_, meta_ + 3 * max_batch_, ps.n_logits, D, xb2_, stream_));
+      rows = xb2_;
+    }
+    PHASELAB_TRY(matvec(output_, rows, ps.n_logits, logits_, ps.gemm && ps.n_logits >= gemm_min_tokens_));
+    if (c_.final_logit_softcap > 0)
+      CUDA_TRY(cuda::launch_softcap(logits_, static_cast<size_t>(ps.n_logits) * c_.n_vocab, c_.final_logit_softcap,
+                                    stream_));
+    PHASELAB_TRY(prof_.mark("logits", stream_));
+  }
+  return Status::ok();
+}
+
+}  // namespace phaselab
