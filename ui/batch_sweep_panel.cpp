@@ -332,6 +332,7 @@ bool BatchSweepPanel::start() {
 
   SweepJob job;
   job.model = model().toStdString();
+  job.backend = backend_options_from_environment();
   job.backend.kind = m_backend->currentText().toStdString();
   job.backend.n_threads = m_threads->value();
   job.backend.max_batch = std::max(64, sizes->back());  // one decode pass takes a token of every sequence

@@ -91,7 +91,7 @@ void EngineWorker::loadModelImpl(const QString& path, const EngineConfig& config
   }
   const int threads = config.threads > 0 ? config.threads : defaultThreads();
   std::shared_ptr<Model> m = std::move(*model);
-  BackendOptions bo;
+  BackendOptions bo = backend_options_from_environment();
   bo.kind = config.backend.toStdString();
   bo.n_threads = threads;
   auto backend = make_backend(m, bo);
@@ -259,7 +259,7 @@ void EngineWorker::startServerImpl(int port) {
   };
   // A second backend over the same weights, made the way the chat's was: the
   // server's threads step its own scheduler, never the chat's session.
-  BackendOptions bo;
+  BackendOptions bo = backend_options_from_environment();
   bo.kind = m_config.backend.toStdString();
   bo.n_threads = m_threads;
   bo.max_batch = 64;
@@ -512,7 +512,7 @@ DraftSource* EngineWorker::draftSource(const GenerationSettings& settings) {
     emit errorOccurred(tr("Draft model: %1; answering without speculation.").arg(QString::fromStdString(dm.status().message())));
     return nullptr;
   }
-  auto db = make_cpu_backend(*dm, defaultThreads(), 64);
+  auto db = make_cpu_backend(*dm, defaultThreads(), 64, false, backend_options_from_environment().cpu);
   if (!db) {
     emit errorOccurred(QString::fromStdString(db.status().message()));
     return nullptr;

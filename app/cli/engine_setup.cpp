@@ -53,7 +53,7 @@ Result<ModelAndBackend> open_model_and_backend(const Args& args, int default_max
   warn_if_oversubscribed(*threads);
   auto batch = args.get_int("--batch-size", default_max_batch, 1, 4096);
   if (!batch) return batch.status();
-  BackendOptions bo;
+  BackendOptions bo = backend_options_from_environment();
   bo.kind = args.get_or("--backend", "cpu");
   bo.n_threads = *threads;
   bo.max_batch = *batch;
@@ -94,7 +94,8 @@ Result<EngineSetup> open_session(const Args& args, int default_ctx, bool chat) {
     if (!draft_path) return invalid_argument("--spec draft needs --draft MODEL (a smaller model with the same vocabulary)");
     auto dm = Model::load(*draft_path);
     if (!dm) return dm.status().with_context("draft model");
-    auto db = make_cpu_backend(*dm, mb->threads, s.session->backend().max_batch());
+    auto db = make_cpu_backend(*dm, mb->threads, s.session->backend().max_batch(), false,
+                               backend_options_from_environment().cpu);
     if (!db) return db.status();
     auto src = make_draft_model_source(*dm, std::move(*db), s.session->n_ctx(), *s.model);
     if (!src) return src.status();

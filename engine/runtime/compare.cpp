@@ -37,7 +37,7 @@ bool known_backend(const std::string& b) {
 }
 
 Result<std::unique_ptr<Backend>> open_backend(const std::string& kind, std::shared_ptr<const Model> model, int threads) {
-  BackendOptions bo;
+  BackendOptions bo = backend_options_from_environment();
   bo.kind = kind;
   bo.n_threads = threads;
   bo.fallback = false;  // a comparison names what it measured: no silent substitute

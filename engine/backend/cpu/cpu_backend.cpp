@@ -31,9 +31,11 @@ namespace {
 class CpuBackend final : public Backend {
  public:
   static constexpr int kMaxGroup = 64;  // query heads per KV head
-  CpuBackend(std::shared_ptr<const Model> model, int n_threads, int max_batch, const cpu::Kernels* kernels)
+  // repack: rewrite the matrices for the grouped kernels at load
+  // (CpuSwitches::repack; off keeps the file's layout, for comparisons).
+  CpuBackend(std::shared_ptr<const Model> model, int n_threads, int max_batch, const cpu::Kernels* kernels, bool repack)
       : model_(std::move(model)), c_(model_->config()), w_(model_->weights()), pool_(n_threads), max_batch_(max_batch),
-        k_fast_(kernels) {}
+        k_fast_(kernels), repack_(repack) {}
 
   Status init() {
     const int B = max_batch_;
@@ -67,8 +69,7 @@ class CpuBackend final : public Backend {
         // Sized for any input, so that any product may be refined.
         act_lo_.resize(static_cast<size_t>(B) * (max_in / 32));
         resid_.resize(static_cast<size_t>(B) * max_in);
-        const char* repack = std::getenv("PHASELAB_CPU_REPACK");  // "0": keep the file's layout (comparisons)
-        if (k_fast_->dot_q4_k_r8_x1 && !(repack && std::string(repack) == "0")) {
+        if (k_fast_->dot_q4_k_r8_x1 && repack_) {
           act_g_.resize(static_cast<size_t>(B) * (max_in / 256 + 1));
           act_lo_g_.resize(static_cast<size_t>(B) * (max_in / 256 + 1));
           repack_weights();
@@ -802,6 +803,7 @@ class CpuBackend final : public Backend {
   std::vector<float> rope_cs_;  // (2 bases, T, n_rot) cos/sin pairs of this forward's positions
   int rope_ready_ = 0;          // bit b: rope_cs_ of base b filled for this forward
   const cpu::Kernels* k_fast_;                   // null: the reference path
+  bool repack_;                                  // repack the matrices at load (fast path)
   std::vector<cpu::ActQ8> act_;                  // (T, n_in / 32) quantized input of the last matmul
   const float* act_of_ = nullptr;                // which input act_ holds (null: none)
   std::vector<cpu::ActQ8> act_lo_;               // (T, n_in / 32) residual quantization (precise products)
@@ -818,27 +820,27 @@ class CpuBackend final : public Backend {
 namespace {
 
 Result<std::unique_ptr<Backend>> make_cpu(std::shared_ptr<const Model> model, int n_threads, int max_batch,
-                                         const cpu::Kernels* kernels) {
+                                         const cpu::Kernels* kernels, bool repack) {
   if (!model) return invalid_argument("no model");
   if (n_threads < 1 || n_threads > 256) return invalid_argument("threads must be from 1 to 256");
   if (max_batch < 1) return invalid_argument("batch size must be at least 1");
-  auto b = std::make_unique<CpuBackend>(std::move(model), n_threads, max_batch, kernels);
+  auto b = std::make_unique<CpuBackend>(std::move(model), n_threads, max_batch, kernels, repack);
   PHASELAB_TRY(b->init());
   return std::unique_ptr<Backend>(std::move(b));
 }
 
 }  // namespace
 
-std::string cpu_kernels_isa() { return cpu::best_kernels().isa; }
+std::string cpu_kernels_isa(const std::string& isa_cap) { return cpu::best_kernels(isa_cap).isa; }
 
 Result<std::unique_ptr<Backend>> make_cpu_reference_backend(std::shared_ptr<const Model> model, int n_threads, int max_batch) {
-  return make_cpu(std::move(model), n_threads, max_batch, nullptr);
+  return make_cpu(std::move(model), n_threads, max_batch, nullptr, false);
 }
 
 Result<std::unique_ptr<Backend>> make_cpu_backend(std::shared_ptr<const Model> model, int n_threads, int max_batch,
-                                                  bool portable_only) {
+                                                  bool portable_only, const CpuSwitches& sw) {
   return make_cpu(std::move(model), n_threads, max_batch,
-                  portable_only ? &cpu::portable_kernels() : &cpu::best_kernels());
+                  portable_only ? &cpu::portable_kernels() : &cpu::best_kernels(sw.isa_cap), sw.repack);
 }
 
 }  // namespace phaselab

@@ -117,10 +117,12 @@ struct CudaSwitches {
 };
 
 // The fast CPU backend (the default): 8-bit quantized activations, integer
-// SIMD dot products (AVX2 when the CPU has it, else portable C++; with
-// portable_only always the latter), a persistent thread pool.
+// SIMD dot products (the best instruction set the CPU has, at most
+// sw.isa_cap; with portable_only always portable C++), a persistent thread
+// pool.
 Result<std::unique_ptr<Backend>> make_cpu_backend(std::shared_ptr<const Model> model, int n_threads,
-                                                  int max_batch = 64, bool portable_only = false);
+                                                  int max_batch = 64, bool portable_only = false,
+                                                  const CpuSwitches& sw = {});
 
 // What the CUDA backend can do on this machine: a usable device (with its
 // peaks, for the phase meter) or the reason there is none.
@@ -144,9 +146,10 @@ constexpr int kCudaLibraryAbi = 4;
 // report it and use the CPU backend instead.
 Result<std::unique_ptr<Backend>> make_cuda_backend(std::shared_ptr<const Model> model, int max_batch = 64);
 
-// The instruction set of the CPU kernels make_cpu_backend uses here
-// ("avx-vnni", "avx2" or "portable").
-std::string cpu_kernels_isa();
+// The instruction set of the CPU kernels make_cpu_backend uses here under
+// isa_cap (CpuSwitches::isa_cap): "avx512-vnni", "avx-vnni", "avx2" or
+// "portable".
+std::string cpu_kernels_isa(const std::string& isa_cap = "");
 
 // The plain reference path: dequantizes weight rows on the fly, float math,
 // no SIMD beyond what the compiler does. The oracle for every other backend.
@@ -160,7 +163,13 @@ struct BackendOptions {
   int n_threads = 0;         // CPU threads; <= 0: default_thread_count()
   int max_batch = 64;        // tokens per forward pass at most
   bool fallback = true;      // cuda unavailable: use the fast CPU backend (and say why) instead of failing
+  CpuSwitches cpu;           // the CPU backends' switches
+  CudaSwitches cuda;         // the CUDA backend's switches
 };
+// Default options whose switches (cpu, cuda) are those the PHASELAB_CPU_* and
+// PHASELAB_CUDA_* variables set: the one place that reads them, so that the
+// CLI, the GUI and the comparison honour the same documented variables.
+BackendOptions backend_options_from_environment();
 struct BackendChoice {
   std::unique_ptr<Backend> backend;
   std::string fallback_reason;  // non-empty when the kind asked for could not be used, and why
