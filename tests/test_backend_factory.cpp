@@ -90,7 +90,7 @@ class TestBackendFactory : public QObject {
   void cuda_unavailable_falls_back_to_the_cpu_with_its_switches_and_the_reason() {
     if (probe_cuda().available) QSKIP("a CUDA device is available here");
     BackendOptions o;
-    o.kind = "cuda";
+    o.kind = BackendKind::cuda;
     o.n_threads = 1;
     o.max_batch = 8;
     o.cpu.isa_cap = "portable";
@@ -102,12 +102,42 @@ class TestBackendFactory : public QObject {
     QVERIFY(!make_backend(testing::shared_stories(), o).is_ok());
   }
 
+  void every_kind_has_one_name_that_parses_back() {
+    QCOMPARE(backend_kinds().size(), std::size(kBackendKinds));
+    for (size_t i = 0; i < std::size(kBackendKinds); i++) {
+      const BackendKind k = kBackendKinds[i];
+      QCOMPARE(std::string(to_string(k)), backend_kinds()[i]);
+      auto parsed = parse_backend_kind(to_string(k));
+      QVERIFY(parsed.is_ok());
+      QVERIFY(*parsed == k);
+    }
+    QCOMPARE(std::string(to_string(BackendKind::cpu_portable)), std::string("cpu-portable"));
+    QCOMPARE(std::string(to_string(BackendKind::cpu_reference)), std::string("cpu-reference"));
+  }
+
   void an_unknown_kind_is_refused_with_the_kinds() {
+    auto k = parse_backend_kind("tpu");
+    QVERIFY(!k.is_ok());
+    QVERIFY(k.status().message().find("unknown backend 'tpu'") != std::string::npos);
+    for (const std::string& name : backend_kinds()) QVERIFY(k.status().message().find(name) != std::string::npos);
+  }
+
+  void each_cpu_kind_makes_its_backend() {
     BackendOptions o;
-    o.kind = "tpu";
-    auto c = make_backend(testing::shared_stories(), o);
-    QVERIFY(!c.is_ok());
-    for (const std::string& k : backend_kinds()) QVERIFY(c.status().message().find(k) != std::string::npos);
+    o.n_threads = 1;
+    o.max_batch = 8;
+    o.kind = BackendKind::cpu_portable;
+    auto portable = make_backend(testing::shared_stories(), o);
+    QVERIFY2(portable.is_ok(), portable.status().message().c_str());
+    QCOMPARE(portable->backend->name(), std::string("cpu-portable"));
+    o.kind = BackendKind::cpu_reference;
+    auto reference = make_backend(testing::shared_stories(), o);
+    QVERIFY2(reference.is_ok(), reference.status().message().c_str());
+    QCOMPARE(reference->backend->name(), std::string("cpu-reference"));
+    o.kind = BackendKind::cpu;
+    auto fast = make_backend(testing::shared_stories(), o);
+    QVERIFY2(fast.is_ok(), fast.status().message().c_str());
+    QCOMPARE(fast->backend->name(), "cpu-" + cpu_kernels_isa());
   }
 };
 

@@ -91,8 +91,13 @@ void EngineWorker::loadModelImpl(const QString& path, const EngineConfig& config
   }
   const int threads = config.threads > 0 ? config.threads : defaultThreads();
   std::shared_ptr<Model> m = std::move(*model);
+  auto kind = parse_backend_kind(config.backend.toStdString());
+  if (!kind) {
+    emit modelLoadFailed(QString::fromStdString(kind.status().message()));
+    return;
+  }
   BackendOptions bo = backend_options_from_environment();
-  bo.kind = config.backend.toStdString();
+  bo.kind = *kind;
   bo.n_threads = threads;
   auto backend = make_backend(m, bo);
   if (!backend) {
@@ -259,8 +264,13 @@ void EngineWorker::startServerImpl(int port) {
   };
   // A second backend over the same weights, made the way the chat's was: the
   // server's threads step its own scheduler, never the chat's session.
+  auto kind = parse_backend_kind(m_config.backend.toStdString());  // the chat's, so known
+  if (!kind) {
+    emit serverFailed(QString::fromStdString(kind.status().message()));
+    return;
+  }
   BackendOptions bo = backend_options_from_environment();
-  bo.kind = m_config.backend.toStdString();
+  bo.kind = *kind;
   bo.n_threads = m_threads;
   bo.max_batch = 64;
   auto backend = make_backend(m_model, bo);

@@ -53,12 +53,12 @@ Result<ModelAndBackend> open_model_and_backend(const Args& args, int default_max
   warn_if_oversubscribed(*threads);
   auto batch = args.get_int("--batch-size", default_max_batch, 1, 4096);
   if (!batch) return batch.status();
+  auto kind = parse_backend_kind(args.get_or("--backend", "cpu"));  // before the (long) load
+  if (!kind) return kind.status();
   BackendOptions bo = backend_options_from_environment();
-  bo.kind = args.get_or("--backend", "cpu");
+  bo.kind = *kind;
   bo.n_threads = *threads;
   bo.max_batch = *batch;
-  if (const auto& kinds = backend_kinds(); std::find(kinds.begin(), kinds.end(), bo.kind) == kinds.end())
-    return invalid_argument("unknown backend '" + bo.kind + "' (available: cpu, cpu-portable, cpu-reference, cuda)");
   auto model = Model::load(*path);
   if (!model) return model.status();
   auto b = make_backend(*model, bo);

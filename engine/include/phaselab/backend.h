@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "phaselab/kv_cache.h"
@@ -156,10 +157,25 @@ std::string cpu_kernels_isa(const std::string& isa_cap = "");
 Result<std::unique_ptr<Backend>> make_cpu_reference_backend(std::shared_ptr<const Model> model, int n_threads,
                                                             int max_batch = 64);
 
+// The backends make_backend makes.
+enum class BackendKind {
+  cpu,            // the fast CPU backend (the default): SIMD kernels
+  cpu_portable,   // the fast CPU backend's arithmetic in portable C++ (no SIMD)
+  cpu_reference,  // the plain reference path, the oracle
+  cuda,           // the CUDA backend; unless told not to, the fast CPU one when it cannot run
+};
+inline constexpr BackendKind kBackendKinds[] = {BackendKind::cpu, BackendKind::cpu_portable, BackendKind::cpu_reference,
+                                                BackendKind::cuda};
+// "cpu", "cpu-portable", "cpu-reference", "cuda": the names the CLI's
+// --backend, the GUI's settings and the comparison's variants use.
+std::string_view to_string(BackendKind kind);
+// The kind of a name; an unknown name is an error that lists the kinds.
+Result<BackendKind> parse_backend_kind(std::string_view name);
+
 // One way to make a backend from a kind, for the CLI, the GUI and the
 // comparison alike.
 struct BackendOptions {
-  std::string kind = "cpu";  // cpu | cpu-portable | cpu-reference | cuda
+  BackendKind kind = BackendKind::cpu;
   int n_threads = 0;         // CPU threads; <= 0: default_thread_count()
   int max_batch = 64;        // tokens per forward pass at most
   bool fallback = true;      // cuda unavailable: use the fast CPU backend (and say why) instead of failing
@@ -174,7 +190,7 @@ struct BackendChoice {
   std::unique_ptr<Backend> backend;
   std::string fallback_reason;  // non-empty when the kind asked for could not be used, and why
 };
-// The kinds make_backend accepts, for help texts and menus.
+// The names of the kinds (kBackendKinds' order), for help texts and menus.
 const std::vector<std::string>& backend_kinds();
 Result<BackendChoice> make_backend(std::shared_ptr<const Model> model, const BackendOptions& opt);
 
