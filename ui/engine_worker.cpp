@@ -522,12 +522,16 @@ DraftSource* EngineWorker::draftSource(const GenerationSettings& settings) {
     emit errorOccurred(tr("Draft model: %1; answering without speculation.").arg(QString::fromStdString(dm.status().message())));
     return nullptr;
   }
-  auto db = make_cpu_backend(*dm, defaultThreads(), 64, false, backend_options_from_environment().cpu);
+  // The draft runs on the fast CPU backend whatever the chat's.
+  BackendOptions dbo = backend_options_from_environment();
+  dbo.n_threads = defaultThreads();
+  dbo.max_batch = 64;
+  auto db = make_backend(*dm, dbo);
   if (!db) {
     emit errorOccurred(QString::fromStdString(db.status().message()));
     return nullptr;
   }
-  auto src = make_draft_model_source(*dm, std::move(*db), m_session->n_ctx(), m_session->model());
+  auto src = make_draft_model_source(*dm, std::move(db->backend), m_session->n_ctx(), m_session->model());
   if (!src) {
     emit errorOccurred(tr("Draft model: %1; answering without speculation.").arg(QString::fromStdString(src.status().message())));
     return nullptr;

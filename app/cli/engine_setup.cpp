@@ -94,10 +94,13 @@ Result<EngineSetup> open_session(const Args& args, int default_ctx, bool chat) {
     if (!draft_path) return invalid_argument("--spec draft needs --draft MODEL (a smaller model with the same vocabulary)");
     auto dm = Model::load(*draft_path);
     if (!dm) return dm.status().with_context("draft model");
-    auto db = make_cpu_backend(*dm, mb->threads, s.session->backend().max_batch(), false,
-                               backend_options_from_environment().cpu);
+    // The draft runs on the fast CPU backend whatever the target's.
+    BackendOptions dbo = backend_options_from_environment();
+    dbo.n_threads = mb->threads;
+    dbo.max_batch = s.session->backend().max_batch();
+    auto db = make_backend(*dm, dbo);
     if (!db) return db.status();
-    auto src = make_draft_model_source(*dm, std::move(*db), s.session->n_ctx(), *s.model);
+    auto src = make_draft_model_source(*dm, std::move(db->backend), s.session->n_ctx(), *s.model);
     if (!src) return src.status();
     s.draft = std::move(*src);
   } else if (spec != "none") {
