@@ -329,10 +329,13 @@ bool BatchSweepPanel::start() {
   if (!sizes) return refuse(error);
   if (model().isEmpty()) return refuse(tr("No model: add one in the Models tab or Choose… one here."));
   if (!QFileInfo(model()).isFile()) return refuse(tr("No such model file %1: choose another.").arg(model()));
+  auto kind = parse_backend_kind(m_backend->currentText().toStdString());  // the menu's, so known
+  if (!kind) return refuse(QString::fromStdString(kind.status().message()));
 
   SweepJob job;
   job.model = model().toStdString();
-  job.backend.kind = m_backend->currentText().toStdString();
+  job.backend = backend_options_from_environment();
+  job.backend.kind = *kind;
   job.backend.n_threads = m_threads->value();
   job.backend.max_batch = std::max(64, sizes->back());  // one decode pass takes a token of every sequence
   job.sizes = *sizes;
@@ -407,7 +410,7 @@ void BatchSweepPanel::onDone(const QString& error, bool cancelled) {
     QString hint;
     if (error.contains(QLatin1String("context")))
       hint = tr(" Lower the prompt or generated tokens.");
-    else if (m_backend->currentText() == QLatin1String("cuda"))
+    else if (m_backend->currentText().toStdString() == to_string(BackendKind::cuda))
       hint = tr(" Choose a CPU backend to measure without the GPU.");
     showError(tr("The sweep stopped: %1.%2").arg(error, hint));
     emit finished(false, m_lastError);

@@ -40,6 +40,7 @@
 #include "chart_scale.h"
 #include "compare_charts.h"
 #include "conversation_store.h"
+#include "phaselab/backend.h"
 #include "phaselab/log.h"
 
 namespace phaselab::ui {
@@ -324,7 +325,7 @@ void CompareWindow::addVariantRow(const CompareVariant& v) {
   src->setFlags(src->flags() & ~Qt::ItemIsEditable);
   m_variants->setItem(r, kColSource, src);
   auto* backend = new QComboBox;
-  backend->addItems({QStringLiteral("cpu"), QStringLiteral("cpu-portable"), QStringLiteral("cpu-reference"), QStringLiteral("cuda")});
+  for (const std::string& k : backend_kinds()) backend->addItem(QString::fromStdString(k));
   backend->setCurrentText(QString::fromStdString(v.backend));
   backend->setAccessibleName(tr("Backend"));
   m_variants->setCellWidget(r, kColBackend, backend);

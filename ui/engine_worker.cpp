@@ -93,8 +93,13 @@ void EngineWorker::loadModelImpl(const QString& path, const EngineConfig& config
   }
   const int threads = config.threads > 0 ? config.threads : defaultThreads();
   std::shared_ptr<Model> m = std::move(*model);
-  BackendOptions bo;
-  bo.kind = config.backend.toStdString();
+  auto kind = parse_backend_kind(config.backend.toStdString());
+  if (!kind) {
+    emit modelLoadFailed(QString::fromStdString(kind.status().message()));
+    return;
+  }
+  BackendOptions bo = backend_options_from_environment();
+  bo.kind = *kind;
   bo.n_threads = threads;
   auto backend = make_backend(m, bo);
   if (!backend) {
@@ -259,8 +264,13 @@ void EngineWorker::startServerImpl(int port) {
   };
   // A second backend over the same weights, made the way the chat's was: the
   // server's threads step its own scheduler, never the chat's session.
-  BackendOptions bo;
-  bo.kind = m_config.backend.toStdString();
+  auto kind = parse_backend_kind(m_config.backend.toStdString());  // the chat's, so known
+  if (!kind) {
+    emit serverFailed(QString::fromStdString(kind.status().message()));
+    return;
+  }
+  BackendOptions bo = backend_options_from_environment();
+  bo.kind = *kind;
   bo.n_threads = m_threads;
   bo.max_batch = 64;
   auto backend = make_backend(m_model, bo);
@@ -545,12 +555,16 @@ DraftSource* EngineWorker::draftSource(const GenerationSettings& settings) {
     emit errorOccurred(tr("Draft model: %1; answering without speculation.").arg(QString::fromStdString(dm.status().message())));
     return nullptr;
   }
-  auto db = make_cpu_backend(*dm, defaultThreads(), 64);
+  // The draft runs on the fast CPU backend whatever the chat's.
+  BackendOptions dbo = backend_options_from_environment();
+  dbo.n_threads = defaultThreads();
+  dbo.max_batch = 64;
+  auto db = make_backend(*dm, dbo);
   if (!db) {
     emit errorOccurred(QString::fromStdString(db.status().message()));
     return nullptr;
   }
-  auto src = make_draft_model_source(*dm, std::move(*db), m_session->n_ctx(), m_session->model());
+  auto src = make_draft_model_source(*dm, std::move(db->backend), m_session->n_ctx(), m_session->model());
   if (!src) {
     emit errorOccurred(tr("Draft model: %1; answering without speculation.").arg(QString::fromStdString(src.status().message())));
     return nullptr;

@@ -64,14 +64,20 @@ QGroupBox* SettingsDialog::buildEngineBox(const EngineConfig& engine) {
   auto* engineBox = new QGroupBox(tr("Engine (changes need a model reload)"));
   auto* ef = new QFormLayout(engineBox);
   m_backend = new QComboBox;
-  m_backend->addItem(tr("CPU (fast, SIMD)"), QStringLiteral("cpu"));
-  m_backend->addItem(tr("CPU portable (no SIMD)"), QStringLiteral("cpu-portable"));
-  m_backend->addItem(tr("CPU reference (the oracle, slow)"), QStringLiteral("cpu-reference"));
+  // The item's data: the kind's name, as the settings keep it.
+  auto kindName = [](BackendKind k) {
+    const std::string_view n = to_string(k);
+    return QString::fromUtf8(n.data(), static_cast<qsizetype>(n.size()));
+  };
+  m_backend->addItem(tr("CPU (fast, SIMD)"), kindName(BackendKind::cpu));
+  m_backend->addItem(tr("CPU portable (no SIMD)"), kindName(BackendKind::cpu_portable));
+  m_backend->addItem(tr("CPU reference (the oracle, slow)"), kindName(BackendKind::cpu_reference));
   m_backend->setCurrentIndex(std::max(0, m_backend->findData(engine.backend)));
   ef->addRow(tr("Backend:"), m_backend);
   // CUDA is offered when its library loads and finds a device; else why not.
-  const CudaProbe cudaProbe = probe_cuda();
-  if (cudaProbe.available) m_backend->addItem(tr("CUDA: %1").arg(QString::fromStdString(cudaProbe.description)), QStringLiteral("cuda"));
+  const CudaProbe cudaProbe = probe_cuda(backend_options_from_environment().cuda.library);
+  if (cudaProbe.available)
+    m_backend->addItem(tr("CUDA: %1").arg(QString::fromStdString(cudaProbe.description)), kindName(BackendKind::cuda));
   m_backend->setCurrentIndex(std::max(0, m_backend->findData(engine.backend)));
   auto* cuda = new QLabel(cudaProbe.available ? tr("CUDA available: %1").arg(QString::fromStdString(cudaProbe.description))
                                               : tr("CUDA not available: %1").arg(QString::fromStdString(cudaProbe.reason)));

@@ -20,7 +20,7 @@ int cmd_devices(int argc, char** argv) {
                 "             physical core, FP32 FMA and int8 multiply-add throughput\n");
     return kExitOk;
   }
-  const std::string isa = cpu_kernels_isa();
+  const std::string isa = cpu_kernels_isa(backend_options_from_environment().cpu.isa_cap);  // PHASELAB_CPU_ISA caps it
   const int cores = physical_core_count();
   const std::size_t llc = last_level_cache_bytes();
   const bool measure = args->has("--measure");

@@ -53,12 +53,12 @@ Result<ModelAndBackend> open_model_and_backend(const Args& args, int default_max
   warn_if_oversubscribed(*threads);
   auto batch = args.get_int("--batch-size", default_max_batch, 1, 4096);
   if (!batch) return batch.status();
-  BackendOptions bo;
-  bo.kind = args.get_or("--backend", "cpu");
+  auto kind = parse_backend_kind(args.get_or("--backend", "cpu"));  // before the (long) load
+  if (!kind) return kind.status();
+  BackendOptions bo = backend_options_from_environment();
+  bo.kind = *kind;
   bo.n_threads = *threads;
   bo.max_batch = *batch;
-  if (const auto& kinds = backend_kinds(); std::find(kinds.begin(), kinds.end(), bo.kind) == kinds.end())
-    return invalid_argument("unknown backend '" + bo.kind + "' (available: cpu, cpu-portable, cpu-reference, cuda)");
   auto model = Model::load(*path);
   if (!model) return model.status();
   auto b = make_backend(*model, bo);
@@ -97,9 +97,13 @@ Result<EngineSetup> open_session(const Args& args, int default_ctx, bool chat) {
     if (!draft_path) return invalid_argument("--spec draft needs --draft MODEL (a smaller model with the same vocabulary)");
     auto dm = Model::load(*draft_path);
     if (!dm) return dm.status().with_context("draft model");
-    auto db = make_cpu_backend(*dm, mb->threads, s.session->backend().max_batch());
+    // The draft runs on the fast CPU backend whatever the target's.
+    BackendOptions dbo = backend_options_from_environment();
+    dbo.n_threads = mb->threads;
+    dbo.max_batch = s.session->backend().max_batch();
+    auto db = make_backend(*dm, dbo);
     if (!db) return db.status();
-    auto src = make_draft_model_source(*dm, std::move(*db), s.session->n_ctx(), *s.model);
+    auto src = make_draft_model_source(*dm, std::move(db->backend), s.session->n_ctx(), *s.model);
     if (!src) return src.status();
     s.draft = std::move(*src);
   }

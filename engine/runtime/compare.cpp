@@ -29,14 +29,11 @@ namespace {
 
 double vm_hwm_mib() { return peak_resident_memory_bytes() / 1048576.0; }
 
-bool known_backend(const std::string& b) {
-  const auto& kinds = backend_kinds();
-  return std::find(kinds.begin(), kinds.end(), b) != kinds.end();
-}
-
 Result<std::unique_ptr<Backend>> open_backend(const std::string& kind, std::shared_ptr<const Model> model, int threads) {
-  BackendOptions bo;
-  bo.kind = kind;
+  auto k = parse_backend_kind(kind);
+  if (!k) return k.status();
+  BackendOptions bo = backend_options_from_environment();
+  bo.kind = *k;
   bo.n_threads = threads;
   bo.fallback = false;  // a comparison names what it measured: no silent substitute
   auto c = make_backend(std::move(model), bo);
@@ -84,8 +81,7 @@ Status validate_compare(const std::vector<CompareVariant>& variants, const Compa
     std::error_code ec;
     if (!fs::is_regular_file(v.file, ec))
       return invalid_argument(which + ": no such model file (give the path of a .gguf file)");
-    if (!known_backend(v.backend))
-      return invalid_argument(which + ": unknown backend '" + v.backend + "' (cpu, cpu-portable, cpu-reference, cuda)");
+    if (auto k = parse_backend_kind(v.backend); !k) return invalid_argument(which + ": " + k.status().message());
     const auto spec = speculative_mode_from_string(v.speculative);
     if (!spec || *spec == SpeculativeMode::draft_model)
       return invalid_argument(which + ": speculative must be none or lookup, not '" + v.speculative + "'");

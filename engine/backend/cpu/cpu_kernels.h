@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "phaselab/tensor_type.h"
@@ -208,9 +209,10 @@ const Kernels* avxvnni_kernels();
 const Kernels* avx512_kernels();
 // Every SIMD kernel set this CPU runs, best last (for tests).
 std::vector<const Kernels*> simd_kernels();
-// The best kernels this CPU runs. PHASELAB_CPU_ISA=portable, =avx2 or
-// =avx-vnni caps the choice (for comparisons).
-const Kernels& best_kernels();
+// The best kernels this CPU runs, at most cap (CpuSwitches::isa_cap:
+// "portable", "avx2" or "avx-vnni"; "" or another value: no cap), for
+// comparisons.
+const Kernels& best_kernels(const std::string& cap = "");
 
 inline bool uses_q8_activations(TensorType t) {
   return t != TensorType::F32 && t != TensorType::F16 && t != TensorType::BF16;

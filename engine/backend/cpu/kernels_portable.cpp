@@ -544,18 +544,14 @@ std::vector<const Kernels*> simd_kernels() {
   return out;
 }
 
-const Kernels& best_kernels() {
-  static const Kernels* best = [] {
-    const char* force = std::getenv("PHASELAB_CPU_ISA");
-    if (force && std::strcmp(force, "portable") == 0) return &portable_kernels();
-    const bool no_vnni = force && std::strcmp(force, "avx2") == 0;
-    const bool no_avx512 = no_vnni || (force && std::strcmp(force, "avx-vnni") == 0);
-    if (const Kernels* k = avx512_kernels(); k && !no_avx512) return k;
-    if (const Kernels* k = avxvnni_kernels(); k && !no_vnni) return k;
-    if (const Kernels* k = avx2_kernels()) return k;
-    return &portable_kernels();
-  }();
-  return *best;
+const Kernels& best_kernels(const std::string& cap) {
+  if (cap == "portable") return portable_kernels();
+  const bool no_vnni = cap == "avx2";
+  const bool no_avx512 = no_vnni || cap == "avx-vnni";
+  if (const Kernels* k = avx512_kernels(); k && !no_avx512) return *k;
+  if (const Kernels* k = avxvnni_kernels(); k && !no_vnni) return *k;
+  if (const Kernels* k = avx2_kernels()) return *k;
+  return portable_kernels();
 }
 
 }  // namespace phaselab::cpu

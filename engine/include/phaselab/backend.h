@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "phaselab/kv_cache.h"
@@ -114,10 +115,12 @@ struct CudaSwitches {
 };
 
 // The fast CPU backend (the default): 8-bit quantized activations, integer
-// SIMD dot products (AVX2 when the CPU has it, else portable C++; with
-// portable_only always the latter), a persistent thread pool.
+// SIMD dot products (the best instruction set the CPU has, at most
+// sw.isa_cap; with portable_only always portable C++), a persistent thread
+// pool.
 Result<std::unique_ptr<Backend>> make_cpu_backend(std::shared_ptr<const Model> model, int n_threads,
-                                                  int max_batch = 64, bool portable_only = false);
+                                                  int max_batch = 64, bool portable_only = false,
+                                                  const CpuSwitches& sw = {});
 
 // What the CUDA backend can do on this machine: a usable device (with its
 // peaks, for the phase meter) or the reason there is none.
@@ -141,28 +144,50 @@ CudaProbe probe_cuda(const std::string& library = "");
 Result<std::unique_ptr<Backend>> make_cuda_backend(std::shared_ptr<const Model> model, int max_batch = 64,
                                                    const CudaSwitches& sw = {});
 
-// The instruction set of the CPU kernels make_cpu_backend uses here
-// ("avx-vnni", "avx2" or "portable").
-std::string cpu_kernels_isa();
+// The instruction set of the CPU kernels make_cpu_backend uses here under
+// isa_cap (CpuSwitches::isa_cap): "avx512-vnni", "avx-vnni", "avx2" or
+// "portable".
+std::string cpu_kernels_isa(const std::string& isa_cap = "");
 
 // The plain reference path: dequantizes weight rows on the fly, float math,
 // no SIMD beyond what the compiler does. The oracle for every other backend.
 Result<std::unique_ptr<Backend>> make_cpu_reference_backend(std::shared_ptr<const Model> model, int n_threads,
                                                             int max_batch = 64);
 
+// The backends make_backend makes.
+enum class BackendKind {
+  cpu,            // the fast CPU backend (the default): SIMD kernels
+  cpu_portable,   // the fast CPU backend's arithmetic in portable C++ (no SIMD)
+  cpu_reference,  // the plain reference path, the oracle
+  cuda,           // the CUDA backend; unless told not to, the fast CPU one when it cannot run
+};
+inline constexpr BackendKind kBackendKinds[] = {BackendKind::cpu, BackendKind::cpu_portable, BackendKind::cpu_reference,
+                                                BackendKind::cuda};
+// "cpu", "cpu-portable", "cpu-reference", "cuda": the names the CLI's
+// --backend, the GUI's settings and the comparison's variants use.
+std::string_view to_string(BackendKind kind);
+// The kind of a name; an unknown name is an error that lists the kinds.
+Result<BackendKind> parse_backend_kind(std::string_view name);
+
 // One way to make a backend from a kind, for the CLI, the GUI and the
 // comparison alike.
 struct BackendOptions {
-  std::string kind = "cpu";  // cpu | cpu-portable | cpu-reference | cuda
+  BackendKind kind = BackendKind::cpu;
   int n_threads = 0;         // CPU threads; <= 0: default_thread_count()
   int max_batch = 64;        // tokens per forward pass at most
   bool fallback = true;      // cuda unavailable: use the fast CPU backend (and say why) instead of failing
+  CpuSwitches cpu;           // the CPU backends' switches
+  CudaSwitches cuda;         // the CUDA backend's switches
 };
+// Default options whose switches (cpu, cuda) are those the PHASELAB_CPU_* and
+// PHASELAB_CUDA_* variables set: the one place that reads them, so that the
+// CLI, the GUI and the comparison honour the same documented variables.
+BackendOptions backend_options_from_environment();
 struct BackendChoice {
   std::unique_ptr<Backend> backend;
   std::string fallback_reason;  // non-empty when the kind asked for could not be used, and why
 };
-// The kinds make_backend accepts, for help texts and menus.
+// The names of the kinds (kBackendKinds' order), for help texts and menus.
 const std::vector<std::string>& backend_kinds();
 Result<BackendChoice> make_backend(std::shared_ptr<const Model> model, const BackendOptions& opt);
 

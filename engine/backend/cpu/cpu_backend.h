@@ -1,0 +1,185 @@
+// The CPU backend's class, shared by the files of its forward pass (internal
+// to engine/backend/cpu):
+//   cpu_backend.cpp    set-up, the forward pass step by step, the factories
+//   cpu_matmul.cpp     matrix products: reference, 8-bit activations, repacked rows
+//   cpu_attention.cpp  attention over each sequence's paged K/V cache
+// Two flavours share everything but the innermost arithmetic:
+//  - reference: weights dequantized a row at a time to F32, float dot
+//    products in plain C++. The oracle.
+//  - fast (the default "cpu" backend): activations quantized once per matrix
+//    product to 8 bits per block of 32, integer dot products against the
+//    weights' own block formats with SIMD kernels chosen for the CPU.
+// Every buffer is allocated once. Batched prefill and token-by-token decode do
+// the same arithmetic in the same order for every token, so their results are
+// bitwise equal in both flavours.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "cpu_kernels.h"
+#include "phaselab/backend.h"
+#include "phaselab/thread_pool.h"
+#include "ref_ops.h"
+
+namespace phaselab {
+
+class CpuBackend final : public Backend {
+ public:
+  static constexpr int kMaxGroup = 64;  // query heads per KV head
+  // kernels: null for the reference path. repack: rewrite the matrices for
+  // the grouped kernels at load (CpuSwitches::repack; off keeps the file's
+  // layout, for comparisons).
+  CpuBackend(std::shared_ptr<const Model> model, int n_threads, int max_batch, const cpu::Kernels* kernels, bool repack)
+      : model_(std::move(model)), c_(model_->config()), w_(model_->weights()), pool_(n_threads), max_batch_(max_batch),
+        k_fast_(kernels), repack_(repack) {}
+
+  // Allocates the work buffers (and repacks the weights): once.
+  Status init();
+
+  std::string name() const override { return k_fast_ ? std::string("cpu-") + k_fast_->isa : "cpu-reference"; }
+  int max_batch() const override { return max_batch_; }
+  uint64_t positions_computed() const override { return computed_; }
+
+  Status forward(const int32_t* tokens, int T, KvCache& kv, float* logits, LogitsMode mode) override {
+    const SeqChunk chunk{&kv, tokens, T, mode, logits};
+    return forward_batch(&chunk, 1);
+  }
+
+  bool batched_forward() const override { return true; }
+
+  // The tokens of every chunk, one after another, are the rows t = 0..T-1 of
+  // every buffer below; tok_kv_[t] and tok_pos_[t] say whose and where.
+  Status forward_batch(const SeqChunk* chunks, int n_chunks) override;
+
+ private:
+  // ---- the forward pass, step by step (cpu_backend.cpp) ----
+  // Checks the batch, reserves its positions and lays its tokens out as rows
+  // (tok_kv_, tok_pos_, tok_id_); grows the attention buffers to the longest
+  // context. T: the rows; n_ctx_max: the largest n_ctx; n_logit_rows: the
+  // rows that want logits.
+  Status begin_batch(const SeqChunk* chunks, int n_chunks, int* T, int* n_ctx_max, int* n_logit_rows);
+  Status embed(int T);  // x_ = the tokens' embeddings (T, n_embd)
+  // Layer il's attention: x_ += attention(norm(x_)) with this batch's K/V
+  // stored; then xb_ = the FFN's norm of x_ (in the same pass over the tokens).
+  void attention_block(int il, int T, int n_ctx_max);
+  // Layer il's feed-forward: x_ += ffn(xb_).
+  void ffn_block(int il, int T);
+  // The rows that want logits through the output matrix, into the chunks'
+  // logits (and argmax).
+  void output_logits(const SeqChunk* chunks, int n_chunks, int n_logit_rows);
+  // One K or V row into the cache, in its type (half, bfloat16: rounded to
+  // nearest even; Q8_0: quantized as a weight row is).
+  void store_kv(const KvCache& kv, void* dst, const float* src, int n) const;
+
+  // body(t) for each token t < T: on the pool for a prefill batch (the
+  // per-token element-wise work would otherwise leave the other threads
+  // idle), inline for a decode step.
+  template <typename F>
+  void per_token(int T, F&& body) {
+    if (T < kPerTokenParallelMin) {
+      for (int t = 0; t < T; t++) body(t);
+      return;
+    }
+    pool_.parallel_for(T, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; t++) body(static_cast<int>(t));
+    });
+  }
+  static constexpr int kPerTokenParallelMin = 8;
+
+  // Splits rows [0, n) into chunks claimed by the pool's threads:
+  // body(r0, r1, thread). Several chunks per thread, so that a thread the OS
+  // has not scheduled leaves little behind.
+  template <typename F>
+  void for_rows(int64_t n, F&& body) {
+    const int64_t n_chunks = std::clamp<int64_t>(n / 16, 1, 2 * pool_.size());
+    const int64_t per = (n + n_chunks - 1) / n_chunks;
+    pool_.for_chunks(static_cast<int>(n_chunks), [&](int c, int thread) {
+      const int64_t r0 = c * per, r1 = std::min(n, r0 + per);
+      if (r0 < r1) body(r0, r1, thread);
+    });
+  }
+
+  // ---- matrix products (cpu_matmul.cpp) ----
+  // Q4_0, Q5_0, Q8_0, Q4_K, Q5_K and Q6_K rows rewritten for the grouped
+  // kernels (cpu_kernels.h).
+  struct Repacked {
+    std::vector<uint8_t> data;
+    cpu::RepackedFormat f;
+  };
+  // out[t, r] = W.row(r) · in[t, :] for T tokens. same_input: in is what the
+  // previous matmul read (its quantized form is still in act_). precise: twice
+  // the activation precision (matmul_fast).
+  void matmul(const WeightView& W, const float* in, float* out, int T, bool same_input = false, bool precise = false);
+  void matmul_fast(const WeightView& W, const float* in, float* out, int T, bool same_input, bool precise = false);
+  void quantize_input(const float* in, int T, int64_t n_in, bool precise);
+  void repack_weights();
+  static void release_pages(const uint8_t* p, size_t n);
+  void build_groups(const std::vector<cpu::ActQ8>& act, std::vector<cpu::ActGroup>& groups, int64_t nb, int64_t gs,
+                    int T);
+  void matmul_repacked(const WeightView& W, const Repacked& rp, const float* in, float* out, int T, bool precise);
+
+  // ---- attention (cpu_attention.cpp) ----
+  // A row that sees more than kAttnPartKeys keys is attended in parts of
+  // that many keys (see attention()).
+  static constexpr int kAttnPartKeys = 1024;
+  static constexpr int kAttnTileTokens = 4;  // rows of one sequence that share each part's K/V (prefill)
+  void attention(int il, int T, int score_stride);  // -> xb_: (T, n_head*head_dim)
+  void scores_of(const KvCache& kv, int il, int a, int b, int kvh, const float* q, int G, float* s, int ss, int thread);
+  void weighted_sum_of(const KvCache& kv, int il, int a, int b, int kvh, const float* p, int ps, int G, float* out,
+                       int os, int thread);
+  void attend_part(int il, int t, int kvh, int a, int b, float* out, int thread, int n_ctx);
+  void merge_parts(int wi, const float* parts, int P);
+  void attend_row(int il, int wi, int thread, int n_ctx);
+  float dot(const float* a, const float* b, int64_t n) const { return k_fast_ ? k_fast_->dot(a, b, n) : ref::dot(a, b, n); }
+
+  std::shared_ptr<const Model> model_;
+  const ModelConfig& c_;
+  const ModelWeights& w_;
+  ThreadPool pool_;
+  int max_batch_;
+  uint64_t computed_ = 0;  // positions_computed()
+  // Scratch, allocated once (shapes for a batch of T <= max_batch tokens):
+  std::vector<float> x_;    // (T, n_embd) residual stream
+  std::vector<float> xb_;   // (T, max(n_embd, n_head*head_dim)) normed input / attention output
+  std::vector<float> xb2_;  // (T, n_embd) branch output
+  std::vector<float> q_;    // (T, n_head*head_dim)
+  std::vector<float> k_;    // (T, n_head_kv*head_dim)
+  std::vector<float> v_;    // (T, n_head_kv*head_dim)
+  std::vector<float> hb_;   // (T, n_ff) gate, then gated hidden
+  std::vector<float> hb2_;  // (T, n_ff) up
+  std::vector<std::vector<float>> row_buf_;      // per thread: one dequantized weight row
+  std::vector<std::vector<float>> score_buf_;    // per thread: (group, n_ctx) attention scores
+  std::vector<std::vector<const float*>> vrow_buf_;  // per thread: (n_ctx) K or V rows of one KV head (F32 cache)
+  std::vector<std::vector<const uint16_t*>> hrow_buf_;  // per thread: the same for an F16 cache
+  std::vector<std::vector<const uint8_t*>> qrow_buf_;   // and for a Q8_0 cache
+  std::vector<std::vector<float>> part_buf_;  // per thread: (tile tokens, parts, group, head_dim + 2) a tile's key parts
+  std::vector<int> tile_first_, tile_len_;   // (max_batch) attention's tiles of tokens: first row, rows
+  const uint8_t* embd_repacked_ = nullptr;  // a tied Q8_0 embedding's repacked rows (null: read the file's)
+  size_t embd_row_bytes_ = 0;
+  std::vector<float> split_buf_;  // (rows < pool size, parts, group, head_dim + 2) parts split among threads
+  std::vector<std::vector<float>> kv_row_buf_;        // per thread: (head_dim) one widened row (reference path)
+  std::vector<KvCache*> tok_kv_;  // (T) the sequence of each token of the batch
+  std::vector<int> tok_pos_;      // (T) its position in that sequence
+  std::vector<int32_t> tok_id_;   // (T) the token
+  std::vector<float> logits_buf_;  // (rows, n_vocab) logits of a batch of several sequences
+  std::vector<float> rope_cs_;  // (2 bases, T, n_rot) cos/sin pairs of this forward's positions
+  int rope_ready_ = 0;          // bit b: rope_cs_ of base b filled for this forward
+  const cpu::Kernels* k_fast_;                   // null: the reference path
+  bool repack_;                                  // repack the matrices at load (fast path)
+  std::vector<cpu::ActQ8> act_;                  // (T, n_in / 32) quantized input of the last matmul
+  const float* act_of_ = nullptr;                // which input act_ holds (null: none)
+  std::vector<cpu::ActQ8> act_lo_;               // (T, n_in / 32) residual quantization (precise products)
+  const float* lo_of_ = nullptr;                 // which input act_lo_ holds
+  std::unordered_map<const uint8_t*, Repacked> repacked_;  // original data -> repacked rows
+  std::vector<cpu::ActGroup> act_g_, act_lo_g_;  // (T, groups) of act_ and act_lo_ for repacked rows
+  const float* groups_of_ = nullptr;             // which input act_g_ holds
+  const float* lo_groups_of_ = nullptr;
+  std::vector<float> resid_;                     // (T, n_in) the residual itself
+};
+
+}  // namespace phaselab

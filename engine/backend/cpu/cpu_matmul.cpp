@@ -1,0 +1,240 @@
+// Matrix products of the CPU backend (cpu_backend.h): the reference path's
+// float rows, the fast path's 8-bit activations against the weights' block
+// formats, and against rows repacked at load for the grouped kernels.
+#include <algorithm>
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "cpu_backend.h"
+#include "phaselab/quant.h"
+
+namespace phaselab {
+
+namespace {
+
+// Prefill takes the tokens in tiles whose quantized activations stay in L1
+// while every row of a thread's chunk passes over them (a row is a few
+// hundred bytes; 512 tokens of activations are hundreds of KiB, which
+// would otherwise come from L2 for every row): 1.3x on pp512.
+constexpr int kMaxRows = 4;  // bound on Kernels::repacked_rows
+constexpr int64_t kL1TileBytes = 16 * 1024;  // half of a 32 KiB L1d (48 KiB on recent cores)
+// Tokens per tile for tok_bytes of activations per token: a multiple of 4.
+int token_tile(int64_t tok_bytes) {
+  return static_cast<int>(std::max<int64_t>(4, kL1TileBytes / tok_bytes / 4 * 4));
+}
+
+// The rows a decode batch (of at most kPrefetchMaxTokens tokens, so one
+// tile) needs next, asked for ahead of time: with 4 to 32 tokens per row
+// the kernels dwell on each row long enough that the hardware prefetcher
+// lets the weight stream stall (perf put 20% of the output matrix's time
+// at batch 16 on one weight load); Gemma 3 270M batch 16 decode +12%
+// (median of 4 alternating runs). Prefill (rows reused by every tile)
+// was 6% slower with it.
+constexpr int kPrefetchRows = 8;
+constexpr int kPrefetchMaxTokens = 32;
+void prefetch_rows(const uint8_t* p, size_t n, const uint8_t* end) {
+  for (size_t i = 0; i < n && p + i < end; i += 64) __builtin_prefetch(p + i, 0, 0);
+}
+
+}  // namespace
+
+// out[t, r] = W.row(r) · in[t, :] for T tokens. Each weight row is read
+// once per tile of tokens (token_tile) and used for every token of the
+// tile while it is in L1.
+// same_input: in is what the previous matmul read (its quantized form is
+// still in act_).
+void CpuBackend::matmul(const WeightView& W, const float* in, float* out, int T, bool same_input, bool precise) {
+  if (k_fast_) return matmul_fast(W, in, out, T, same_input, precise);
+  const int64_t n_in = W.n_in, n_out = W.n_out;
+  for_rows(n_out, [&](int64_t r0, int64_t r1, int thread) {
+    float* row = row_buf_[thread].data();
+    for (int64_t r = r0; r < r1; r++) {
+      (void)dequantize_row(W.type, W.row(r), row, n_in);  // types were checked at load
+      for (int t = 0; t < T; t++) out[t * n_out + r] = ref::dot(row, in + t * n_in, n_in);
+    }
+  });
+}
+
+// precise: the activations are quantized twice, x ~= d1*q1 + d2*q2 with q2
+// the 8-bit quantization of the residual x - d1*q1 (about 15 bits in all),
+// at the cost of a second integer dot product per row. The dot is linear in
+// the activations, so the two parts simply add.
+void CpuBackend::matmul_fast(const WeightView& W, const float* in, float* out, int T, bool same_input, bool precise) {
+  const int64_t n_in = W.n_in, n_out = W.n_out;
+  const int type = static_cast<int>(W.type);
+  if (!same_input) act_of_ = lo_of_ = nullptr;
+  if (auto rp = repacked_.find(W.data); rp != repacked_.end()) return matmul_repacked(W, rp->second, in, out, T, precise);
+  if (!cpu::uses_q8_activations(W.type)) {
+    const cpu::DotF32Fn dot = k_fast_->dot_f32[type];
+    for_rows(n_out, [&](int64_t r0, int64_t r1, int) {
+      for (int64_t r = r0; r < r1; r++)
+        for (int t = 0; t < T; t++) out[t * n_out + r] = dot(W.row(r), in + t * n_in, n_in);
+    });
+    return;
+  }
+  const int64_t nb = n_in / 32;  // activation blocks per token
+  quantize_input(in, T, n_in, precise);
+  const cpu::DotQ8Fn dot = k_fast_->dot_q8[type];
+  const cpu::DotQ8x4Fn dot4 = k_fast_->dot_q8_x4[type];
+  const int tile = token_tile(nb * static_cast<int64_t>(sizeof(cpu::ActQ8)) * (precise ? 2 : 1));
+  for_rows(n_out, [&](int64_t r0, int64_t r1, int) {
+    float v4[4], lo4[4];
+    for (int t0 = 0; t0 < T; t0 += tile) {
+      const int t1 = std::min(T, t0 + tile);
+      for (int64_t r = r0; r < r1; r++) {
+        const uint8_t* row = W.row(r);
+        int t = t0;
+        // Four tokens per pass over the row: its blocks are unpacked once.
+        for (; dot4 && t + 4 <= t1; t += 4) {
+          dot4(row, &act_[t * nb], nb, n_in, v4);
+          if (precise) dot4(row, &act_lo_[t * nb], nb, n_in, lo4);
+          for (int j = 0; j < 4; j++) out[(t + j) * n_out + r] = precise ? v4[j] + lo4[j] : v4[j];
+        }
+        for (; t < t1; t++) {
+          float v = dot(row, &act_[t * nb], n_in);
+          if (precise) v += dot(row, &act_lo_[t * nb], n_in);
+          out[t * n_out + r] = v;
+        }
+      }
+    }
+  });
+}
+
+// Quantizes in (T, n_in) into act_ (and its residual into act_lo_ when
+// precise), unless they already hold it.
+void CpuBackend::quantize_input(const float* in, int T, int64_t n_in, bool precise) {
+  if (act_of_ == in && (!precise || lo_of_ == in)) return;
+  const int64_t nb = n_in / 32;
+  pool_.parallel_for(T, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; t++) {
+      cpu::ActQ8* a = &act_[t * nb];
+      k_fast_->quantize_act(in + t * n_in, a, n_in);
+      if (!precise) continue;
+      float* r = &resid_[t * n_in];
+      for (int64_t i = 0; i < n_in; i++) r[i] = in[t * n_in + i] - a[i / 32].d * a[i / 32].qs[i % 32];
+      k_fast_->quantize_act(r, &act_lo_[t * nb], n_in);
+    }
+  });
+  act_of_ = in;
+  lo_of_ = precise ? in : nullptr;
+  groups_of_ = lo_groups_of_ = nullptr;
+}
+
+// Every layer's matrices and the output matrix rewritten for the grouped
+// kernels (Repacked), at load. The original pages are released: this
+// backend never reads them again.
+void CpuBackend::repack_weights() {
+  auto repack = [&](const WeightView& W) {
+    if (repacked_.count(W.data)) return;
+    Repacked rp;
+    rp.f = cpu::repacked_format(*k_fast_, W.type, W.n_in);
+    if (!rp.f.repack) return;
+    const size_t rb = rp.f.row_bytes;
+    rp.data.resize(rb * static_cast<size_t>(W.n_out));
+    // The file's pages are released slab by slab as they are rewritten,
+    // so that a large matrix is not resident twice: Gemma 3 270M's tied
+    // output matrix (178 MB) took peak RSS from ~320 to ~490 MiB. Each
+    // release starts at the matrix's start, so no page at a slab's edge is kept.
+    constexpr int64_t kSlabRows = 4096;
+    for (int64_t r0 = 0; r0 < W.n_out; r0 += kSlabRows) {
+      const int64_t r1 = std::min(W.n_out, r0 + kSlabRows);
+      for (int64_t r = r0; r < r1; r++) rp.f.repack(W.row(r), rp.data.data() + r * rb, W.n_in);
+      release_pages(W.data, W.row_bytes * static_cast<size_t>(r1));
+    }
+    repacked_.emplace(W.data, std::move(rp));
+  };
+  for (const LayerWeights& L : w_.layers)
+    for (const WeightView* W : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) repack(*W);
+  // The output matrix too: with a large vocabulary it is the largest
+  // product of a decode pass over many sequences. Tied to the token
+  // embedding, its original rows are still read for the embedding lookup;
+  // the lookup then reads the repacked rows (a tied Q8_0 matrix: Gemma 3),
+  // so that the file's copy, released, is never read again (from the
+  // file's pages, 8000 random tokens had brought 160 MiB of it back).
+  repack(w_.output);
+  if (auto rp = repacked_.find(w_.output.data);
+      rp != repacked_.end() && w_.output.data == w_.tok_embd.data && w_.tok_embd.type == TensorType::Q8_0) {
+    embd_repacked_ = rp->second.data.data();
+    embd_row_bytes_ = rp->second.f.row_bytes;
+  }
+}
+
+void CpuBackend::release_pages(const uint8_t* p, size_t n) {
+  const long page = sysconf(_SC_PAGESIZE);
+  const uintptr_t a = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+  const uintptr_t b = (reinterpret_cast<uintptr_t>(p) + n) / page * page;
+  if (b > a) madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
+}
+
+// The activations' groups for repacked rows, built once per input.
+void CpuBackend::build_groups(const std::vector<cpu::ActQ8>& act, std::vector<cpu::ActGroup>& groups, int64_t nb,
+                              int64_t gs, int T) {
+  for (int t = 0; t < T; t++) cpu::group_act(&act[t * nb], &groups[t * gs], nb);
+}
+
+void CpuBackend::matmul_repacked(const WeightView& W, const Repacked& rp, const float* in, float* out, int T,
+                                 bool precise) {
+  const int64_t n_in = W.n_in, n_out = W.n_out, nb = n_in / 32;
+  const int64_t gs = std::max<int64_t>(cpu::act_groups(nb), 1);
+  quantize_input(in, T, n_in, precise);
+  if (groups_of_ != in) {
+    build_groups(act_, act_g_, nb, gs, T);
+    groups_of_ = in;
+  }
+  if (precise && lo_groups_of_ != in) {
+    build_groups(act_lo_, act_lo_g_, nb, gs, T);
+    lo_groups_of_ = in;
+  }
+  const cpu::DotR8Fn dot1 = rp.f.dot1, dot4 = rp.f.dot4;
+  const cpu::DotR8RowsFn dot_rows4 = rp.f.dot_rows4;
+  const size_t row_bytes = rp.f.row_bytes;
+  const int tile = token_tile(gs * static_cast<int64_t>(sizeof(cpu::ActGroup)) * (precise ? 2 : 1));
+  for_rows(n_out, [&](int64_t r0, int64_t r1, int) {
+    float v4[4], lo4[4];
+    for (int t0 = 0; t0 < T; t0 += tile) {
+      const int t1 = std::min(T, t0 + tile);
+      int64_t r = r0;
+      // Several rows at once where the kernels take them: each token's
+      // activations are loaded once for all of them.
+      const int R = k_fast_->repacked_rows;
+      if (R > 1 && dot_rows4 && (t1 - t0) >= 4)
+        for (; r + R <= r1; r += R) {
+          const uint8_t* row = rp.data.data() + r * row_bytes;
+          if (T <= kPrefetchMaxTokens)
+            prefetch_rows(row + kPrefetchRows * row_bytes, R * row_bytes, rp.data.data() + r1 * row_bytes);
+          float vr[4 * kMaxRows], lor[4 * kMaxRows];
+          int t = t0;
+          for (; t + 4 <= t1; t += 4) {
+            dot_rows4(row, row_bytes, &act_g_[t * gs], gs, &act_[t * nb], nb, n_in, vr);
+            if (precise) dot_rows4(row, row_bytes, &act_lo_g_[t * gs], gs, &act_lo_[t * nb], nb, n_in, lor);
+            for (int i = 0; i < R; i++)
+              for (int j = 0; j < 4; j++)
+                out[(t + j) * n_out + r + i] = precise ? vr[i * 4 + j] + lor[i * 4 + j] : vr[i * 4 + j];
+          }
+          for (; t < t1; t++)
+            for (int i = 0; i < R; i++) {
+              dot1(row + i * row_bytes, &act_g_[t * gs], 0, &act_[t * nb], 0, n_in, v4);
+              if (precise) dot1(row + i * row_bytes, &act_lo_g_[t * gs], 0, &act_lo_[t * nb], 0, n_in, lo4);
+              out[t * n_out + r + i] = precise ? v4[0] + lo4[0] : v4[0];
+            }
+        }
+      for (; r < r1; r++) {
+        const uint8_t* row = rp.data.data() + r * row_bytes;
+        int t = t0;
+        for (; t + 4 <= t1; t += 4) {
+          dot4(row, &act_g_[t * gs], gs, &act_[t * nb], nb, n_in, v4);
+          if (precise) dot4(row, &act_lo_g_[t * gs], gs, &act_lo_[t * nb], nb, n_in, lo4);
+          for (int j = 0; j < 4; j++) out[(t + j) * n_out + r] = precise ? v4[j] + lo4[j] : v4[j];
+        }
+        for (; t < t1; t++) {
+          dot1(row, &act_g_[t * gs], 0, &act_[t * nb], 0, n_in, v4);
+          if (precise) dot1(row, &act_lo_g_[t * gs], 0, &act_lo_[t * nb], 0, n_in, lo4);
+          out[t * n_out + r] = precise ? v4[0] + lo4[0] : v4[0];
+        }
+      }
+    }
+  });
+}
+
+}  // namespace phaselab

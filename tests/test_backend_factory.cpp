@@ -1,0 +1,145 @@
+// make_backend and its options: the environment's switches, the kinds, the
+// CUDA-to-CPU fallback (decided there for every front end).
+#include <QtTest>
+#include <cstdlib>
+
+#include "backend/cpu/cpu_kernels.h"
+#include "phaselab/backend.h"
+#include "tiny_model.h"
+
+using namespace phaselab;
+
+namespace {
+
+constexpr const char* kSwitchVars[] = {"PHASELAB_CPU_ISA",         "PHASELAB_CPU_REPACK",    "PHASELAB_CUDA_GRAPHS",
+                                       "PHASELAB_CUDA_ATTN_TILED", "PHASELAB_CUDA_GEMM_MIN", "PHASELAB_CUDA_PROFILE",
+                                       "PHASELAB_CUDA_LIB"};
+
+void clear_switch_vars() {
+  for (const char* v : kSwitchVars) unsetenv(v);
+}
+
+}  // namespace
+
+class TestBackendFactory : public QObject {
+  Q_OBJECT
+ private slots:
+  void init() { clear_switch_vars(); }
+  void cleanup() { clear_switch_vars(); }
+
+  void unset_variables_leave_the_defaults() {
+    const BackendOptions o = backend_options_from_environment();
+    const CpuSwitches cpu;
+    const CudaSwitches cuda;
+    QCOMPARE(o.cpu.isa_cap, cpu.isa_cap);
+    QCOMPARE(o.cpu.repack, cpu.repack);
+    QCOMPARE(o.cuda.graphs, cuda.graphs);
+    QCOMPARE(o.cuda.tiled_attention, cuda.tiled_attention);
+    QCOMPARE(o.cuda.gemm_min_rows, cuda.gemm_min_rows);
+    QCOMPARE(o.cuda.profile, cuda.profile);
+    QCOMPARE(o.cuda.library, cuda.library);
+  }
+
+  void the_documented_variables_set_the_switches() {
+    setenv("PHASELAB_CPU_ISA", "avx2", 1);
+    setenv("PHASELAB_CPU_REPACK", "0", 1);
+    setenv("PHASELAB_CUDA_GRAPHS", "0", 1);
+    setenv("PHASELAB_CUDA_ATTN_TILED", "0", 1);
+    setenv("PHASELAB_CUDA_GEMM_MIN", "100000", 1);
+    setenv("PHASELAB_CUDA_PROFILE", "1", 1);
+    setenv("PHASELAB_CUDA_LIB", "/tmp/libphaselab_cuda_emu.so", 1);
+    const BackendOptions o = backend_options_from_environment();
+    QCOMPARE(o.cpu.isa_cap, std::string("avx2"));
+    QVERIFY(!o.cpu.repack);
+    QVERIFY(!o.cuda.graphs);
+    QVERIFY(!o.cuda.tiled_attention);
+    QCOMPARE(o.cuda.gemm_min_rows, 100000);
+    QVERIFY(o.cuda.profile);
+    QCOMPARE(o.cuda.library, std::string("/tmp/libphaselab_cuda_emu.so"));
+  }
+
+  void only_zero_turns_a_flag_off_and_a_bad_row_count_keeps_the_default() {
+    setenv("PHASELAB_CPU_REPACK", "1", 1);
+    setenv("PHASELAB_CUDA_GRAPHS", "", 1);
+    setenv("PHASELAB_CUDA_PROFILE", "0", 1);
+    setenv("PHASELAB_CUDA_GEMM_MIN", "-3", 1);
+    const BackendOptions o = backend_options_from_environment();
+    QVERIFY(o.cpu.repack);
+    QVERIFY(o.cuda.graphs);
+    QVERIFY(!o.cuda.profile);
+    QCOMPARE(o.cuda.gemm_min_rows, CudaSwitches{}.gemm_min_rows);
+  }
+
+  void the_isa_cap_caps_the_cpu_kernels() {
+    QCOMPARE(cpu_kernels_isa("portable"), std::string("portable"));
+    QCOMPARE(cpu_kernels_isa(), std::string(cpu::best_kernels().isa));
+    if (cpu::avx2_kernels()) {
+      QCOMPARE(cpu_kernels_isa("avx2"), std::string("avx2"));
+      QVERIFY(cpu_kernels_isa("avx-vnni") != "avx512-vnni");
+    }
+    BackendOptions o;
+    o.n_threads = 1;
+    o.max_batch = 8;
+    o.cpu.isa_cap = "portable";
+    auto c = make_backend(testing::shared_stories(), o);
+    QVERIFY2(c.is_ok(), c.status().message().c_str());
+    QCOMPARE(c->backend->name(), std::string("cpu-portable"));
+    QVERIFY(c->fallback_reason.empty());
+  }
+
+  void cuda_unavailable_falls_back_to_the_cpu_with_its_switches_and_the_reason() {
+    if (probe_cuda().available) QSKIP("a CUDA device is available here");
+    BackendOptions o;
+    o.kind = BackendKind::cuda;
+    o.n_threads = 1;
+    o.max_batch = 8;
+    o.cpu.isa_cap = "portable";
+    auto c = make_backend(testing::shared_stories(), o);
+    QVERIFY2(c.is_ok(), c.status().message().c_str());
+    QCOMPARE(c->backend->name(), std::string("cpu-portable"));
+    QVERIFY(!c->fallback_reason.empty());
+    o.fallback = false;  // a comparison: no substitute
+    QVERIFY(!make_backend(testing::shared_stories(), o).is_ok());
+  }
+
+  void every_kind_has_one_name_that_parses_back() {
+    QCOMPARE(backend_kinds().size(), std::size(kBackendKinds));
+    for (size_t i = 0; i < std::size(kBackendKinds); i++) {
+      const BackendKind k = kBackendKinds[i];
+      QCOMPARE(std::string(to_string(k)), backend_kinds()[i]);
+      auto parsed = parse_backend_kind(to_string(k));
+      QVERIFY(parsed.is_ok());
+      QVERIFY(*parsed == k);
+    }
+    QCOMPARE(std::string(to_string(BackendKind::cpu_portable)), std::string("cpu-portable"));
+    QCOMPARE(std::string(to_string(BackendKind::cpu_reference)), std::string("cpu-reference"));
+  }
+
+  void an_unknown_kind_is_refused_with_the_kinds() {
+    auto k = parse_backend_kind("tpu");
+    QVERIFY(!k.is_ok());
+    QVERIFY(k.status().message().find("unknown backend 'tpu'") != std::string::npos);
+    for (const std::string& name : backend_kinds()) QVERIFY(k.status().message().find(name) != std::string::npos);
+  }
+
+  void each_cpu_kind_makes_its_backend() {
+    BackendOptions o;
+    o.n_threads = 1;
+    o.max_batch = 8;
+    o.kind = BackendKind::cpu_portable;
+    auto portable = make_backend(testing::shared_stories(), o);
+    QVERIFY2(portable.is_ok(), portable.status().message().c_str());
+    QCOMPARE(portable->backend->name(), std::string("cpu-portable"));
+    o.kind = BackendKind::cpu_reference;
+    auto reference = make_backend(testing::shared_stories(), o);
+    QVERIFY2(reference.is_ok(), reference.status().message().c_str());
+    QCOMPARE(reference->backend->name(), std::string("cpu-reference"));
+    o.kind = BackendKind::cpu;
+    auto fast = make_backend(testing::shared_stories(), o);
+    QVERIFY2(fast.is_ok(), fast.status().message().c_str());
+    QCOMPARE(fast->backend->name(), "cpu-" + cpu_kernels_isa());
+  }
+};
+
+QTEST_APPLESS_MAIN(TestBackendFactory)
+#include "test_backend_factory.moc"
