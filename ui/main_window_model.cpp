@@ -93,7 +93,7 @@ void MainWindow::onModelLoaded(const ModelInfo& info) {
   // The phase meter divides by the peaks of the device doing the work: the
   // GPU's from its properties, else this machine's measured CPU peaks.
   if (info.backend == QLatin1String("cuda")) {
-    const CudaProbe gpu = probe_cuda();
+    const CudaProbe gpu = probe_cuda(backend_options_from_environment().cuda.library);
     HardwarePeaks peaks;
     peaks.memoryBandwidth = gpu.peak_gbps * 1e9;
     peaks.peakFlops = gpu.peak_tflops * 1e12;

@@ -231,7 +231,7 @@ struct BenchReport {
     rss = peak_rss_mib();
     size_mib = m.file().file_size() / 1048576.0;
     weight_gb = m.weight_bytes() / 1e9;
-    peak_gbps = backend == "cuda" ? probe_cuda().peak_gbps : 0.0;
+    peak_gbps = backend == "cuda" ? probe_cuda(backend_options_from_environment().cuda.library).peak_gbps : 0.0;
     machine_gbps = peaks.read_bandwidth / 1e9;
     ops_per_token = prefill_ops_per_token(m);
     compute = compute_peak(backend, peaks.int8_ops, peaks.fp32_flops);

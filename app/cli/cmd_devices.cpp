@@ -25,7 +25,7 @@ int cmd_devices(int argc, char** argv) {
   const std::size_t llc = last_level_cache_bytes();
   const bool measure = args->has("--measure");
   const MachinePeaks peaks = measure ? measure_machine_peaks() : MachinePeaks{};
-  const CudaProbe cuda = probe_cuda();
+  const CudaProbe cuda = probe_cuda(backend_options_from_environment().cuda.library);
   if (args->has("--json")) {
     nlohmann::json j;
     j["cpu"] = {{"kernels", isa},

@@ -277,8 +277,14 @@ class CudaHostBackend final : public Backend {
   Status reserve(KvCache& kv, int T, SeqView& view) {
     const int n = kv.n_past();
     const int old_tail = n % KvPool::kBlockTokens ? kv.block_table()[n / KvPool::kBlockTokens] : -1;
-    const PhlCudaReserve r{n, T, old_tail, old_tail >= 0 ? kv.pool().window_slot(old_tail) : -1};
+    PhlCudaReserve r{n, T, old_tail, old_tail >= 0 ? kv.pool().window_slot(old_tail) : -1};
     const Status reserved = kv.reserve(T);
+    // When the engine loop reserved while planning, the block copied on
+    // write is in the books already: the copy's source comes from them.
+    if (const KvCache::TailCopy c = kv.take_tail_copy(); c.index >= 0 && c.index == n / KvPool::kBlockTokens) {
+      r.old_tail = c.src;
+      r.old_window_slot = c.src_window_slot;
+    }
     view.fill(kv);
     ErrorBuffer err;
     PHASELAB_TRY(err.status(t_->reserved(dev_, &view.seq, &r, err.text, sizeof err.text)));

@@ -412,6 +412,7 @@ Status KvCache::reserve(int n) {
       const int nb = pool_->allocate();
       if (nb < 0) return out_of_memory("the KV cache pool is exhausted (every block is in use): raise the context size");
       pool_->copy_prefix(nb, b, p0 % B);
+      tail_copy_ = TailCopy{bi, b, pool_->window_slot(b), p0 % B};
       release_block(bi);
       table_[bi] = nb;
       held_[bi] = pool_->windowed() ? 1 : 0;
@@ -439,6 +440,7 @@ void KvCache::append(const int32_t* tokens, int n) {
 }
 
 int KvCache::truncate(int n) {
+  tail_copy_ = TailCopy{};
   n = std::clamp(n, 0, n_past());
   // The query at n must find its window: held, or still in the pool.
   n = windowed_prefix(n, [&](int i) { return held_[i] || pool_->has_window_part(table_[i]); });

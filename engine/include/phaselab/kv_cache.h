@@ -27,6 +27,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "phaselab/model_config.h"
@@ -255,6 +256,16 @@ class KvCache {
   // copies a shared or published block before it is written (copy on
   // write).
   Status reserve(int n);
+  // The copy on write the last reserve() made of the partly filled block it
+  // continues: table entry `index` now holds a copy of block `src`'s first n
+  // positions (src's window part was src_window_slot). A backend that keeps
+  // K/V elsewhere (the CUDA device) mirrors it, and may meet the reservation
+  // only after the fact: the engine loop reserves while it plans the pass.
+  // take_tail_copy() returns it once (index -1: none); truncate() drops it.
+  struct TailCopy {
+    int index = -1, src = -1, src_window_slot = -1, n = 0;
+  };
+  TailCopy take_tail_copy() { return std::exchange(tail_copy_, TailCopy{}); }
   // Backends call this after writing K/V for the new tokens; blocks that
   // became full are published (when the prefix cache is on).
   void append(const int32_t* tokens, int n);
@@ -320,6 +331,7 @@ class KvCache {
   std::shared_ptr<KvPool> pool_;
   int n_ctx_ = 0;
   bool prefix_cache_ = true;
+  TailCopy tail_copy_;
   bool pin_room_ = false;          // create() made room for pin_window()
   std::vector<int> table_;         // block of each kBlockTokens positions
   std::vector<uint8_t> held_;      // per table entry: 1 while its window part is held
