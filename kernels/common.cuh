@@ -1,6 +1,6 @@
 // Shared device helpers of PhaseLab's CUDA kernels: error checks, reductions
 // and the dequantization of one 32-value sub-block of every GGUF block
-// format (the layouts of formats/include/phaselab/formats/quant_blocks.h).
+// format (the layouts of kernels/formats/include/phaselab/formats/quant_blocks.h).
 #pragma once
 
 #include <cuda_fp16.h>

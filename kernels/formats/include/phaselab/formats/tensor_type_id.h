@@ -1,6 +1,6 @@
 // The GGUF tensor type ids (the ggml type ids as stored in the file).
 //
-// Why this lives in formats/ rather than in engine/: the CUDA kernels
+// Why this lives in kernels/formats/ rather than in engine/: the CUDA kernels
 // (kernels/) dispatch on these ids and read these bytes, yet must not depend
 // on the engine (kernels/ is built into its own library and cannot see
 // engine/include). Both include this header-only directory instead:

@@ -1,6 +1,6 @@
 // Block layouts of the GGUF quantized types, byte-exact with the file format.
 //
-// Why this lives in formats/ rather than in engine/: the CPU reference
+// Why this lives in kernels/formats/ rather than in engine/: the CPU reference
 // (engine/quant/quant.cpp, through engine/include/phaselab/quant.h) and the
 // CUDA kernels (kernels/common.cuh) both read these blocks, and kernels/ must
 // not depend on the engine. Plain structs and constants only: nothing here
