@@ -253,6 +253,7 @@ class CudaHostBackend final : public Backend {
     PHASELAB_TRY(err.status(t_->mirror_pool(dev_, &pool.pool, err.text, sizeof err.text)));
     views_.resize(std::max<size_t>(views_.size(), n_chunks));
     for (int i = 0; i < n_chunks; i++) {
+      PHASELAB_TRY(mirror_planned_copy(*chunks[i].kv, views_[i]));
       views_[i].fill(*chunks[i].kv);
       PHASELAB_TRY(err.status(t_->restore(dev_, &views_[i].seq, err.text, sizeof err.text)));
     }
@@ -274,17 +275,25 @@ class CudaHostBackend final : public Backend {
   // host may have made its copy of the last block already). What the device
   // needs of the books before it (the partly filled last block and its
   // window part) is read first: the reserve may give that part away.
+  // A copy on write the engine loop's planning made (its KvCache::reserve,
+  // before this pass), mirrored before restore(), which would otherwise
+  // compute the copied positions again: n_tokens 0, the copy alone.
+  Status mirror_planned_copy(KvCache& kv, SeqView& view) {
+    const KvCache::TailCopy c = kv.take_tail_copy();
+    if (c.index < 0 || c.index != kv.n_past() / KvPool::kBlockTokens) return Status::ok();
+    const PhlCudaReserve r{kv.n_past(), 0, c.src, c.src_window_slot, c.src_generation};
+    view.fill(kv);
+    ErrorBuffer err;
+    return err.status(t_->reserved(dev_, &view.seq, &r, err.text, sizeof err.text));
+  }
+
   Status reserve(KvCache& kv, int T, SeqView& view) {
     const int n = kv.n_past();
     const int old_tail = n % KvPool::kBlockTokens ? kv.block_table()[n / KvPool::kBlockTokens] : -1;
-    PhlCudaReserve r{n, T, old_tail, old_tail >= 0 ? kv.pool().window_slot(old_tail) : -1};
+    const PhlCudaReserve r{n, T, old_tail, old_tail >= 0 ? kv.pool().window_slot(old_tail) : -1,
+                           old_tail >= 0 ? kv.pool().generation(old_tail) : 0u};
     const Status reserved = kv.reserve(T);
-    // When the engine loop reserved while planning, the block copied on
-    // write is in the books already: the copy's source comes from them.
-    if (const KvCache::TailCopy c = kv.take_tail_copy(); c.index >= 0 && c.index == n / KvPool::kBlockTokens) {
-      r.old_tail = c.src;
-      r.old_window_slot = c.src_window_slot;
-    }
+    kv.take_tail_copy();  // (a copy this reserve made: r names its source)
     view.fill(kv);
     ErrorBuffer err;
     PHASELAB_TRY(err.status(t_->reserved(dev_, &view.seq, &r, err.text, sizeof err.text)));

@@ -412,7 +412,7 @@ Status KvCache::reserve(int n) {
       const int nb = pool_->allocate();
       if (nb < 0) return out_of_memory("the KV cache pool is exhausted (every block is in use): raise the context size");
       pool_->copy_prefix(nb, b, p0 % B);
-      tail_copy_ = TailCopy{bi, b, pool_->window_slot(b), p0 % B};
+      tail_copy_ = TailCopy{bi, b, pool_->window_slot(b), p0 % B, pool_->generation(b)};
       release_block(bi);
       table_[bi] = nb;
       held_[bi] = pool_->windowed() ? 1 : 0;

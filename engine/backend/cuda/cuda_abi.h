@@ -34,8 +34,9 @@ extern "C" {
 #endif
 
 /* Bump on any change of a struct or a function below. 6: the C table (5 and
- * before: C++ objects crossed, with phaselab_cuda_abi()). */
-#define PHASELAB_CUDA_ABI_VERSION 6
+ * before: C++ objects crossed, with phaselab_cuda_abi()). 7: the reserve
+ * carries old_tail's generation (a copy only from what the device holds). */
+#define PHASELAB_CUDA_ABI_VERSION 7
 /* Positions per K/V block: the host pool's (KvPool::kBlockTokens) and the
  * kernels' (cuda::kKvBlockTokens); both sides assert it. */
 #define PHASELAB_CUDA_KV_BLOCK_TOKENS 16
@@ -113,12 +114,15 @@ typedef struct PhlCudaSeq {
 } PhlCudaSeq;
 
 /* What KvCache::reserve changed, for the device to mirror: the sequence had
- * n_past positions and a partly filled last block old_tail (-1: none) with
- * window part old_window_slot, read before the reserve; seq is the books
- * after it (the tail block may be a copy now: copy on write). */
+ * n_past positions and a partly filled last block old_tail (-1: none, of
+ * generation old_tail_generation) with window part old_window_slot, read
+ * before the reserve; seq is the books after it (the tail block may be a
+ * copy now: copy on write). n_tokens 0: only the copy, which the engine
+ * loop's planning made before the pass. */
 typedef struct PhlCudaReserve {
   int32_t n_past, n_tokens;
   int32_t old_tail, old_window_slot;
+  uint32_t old_tail_generation;
 } PhlCudaReserve;
 
 /* One sequence's share of a pass (phaselab::SeqChunk): tokens at positions

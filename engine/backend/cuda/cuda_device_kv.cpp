@@ -267,7 +267,9 @@ Status CudaDevice::reserved(const PhlCudaSeq& seq, const PhlCudaReserve& r) {
   for (int i = first; i <= last; i++) {
     const int b = seq.table[i];
     if (i == first && old_tail >= 0) {
-      if (b != old_tail) {
+      if (b != old_tail && filled(old_tail, r.old_tail_generation) < n % kBlock) {
+        set_filled(b, seq.generation[i], 0);  // the device lacks the source too: restore() computes them
+      } else if (b != old_tail) {
         PHASELAB_TRY(copy_part(pool_k_, pool_v_, pool_k_, pool_v_, layout_.full_block_bytes(), b, old_tail));
         const int wslot = seq.window_slot[i];
         if (wslot >= 0 && old_wslot >= 0)

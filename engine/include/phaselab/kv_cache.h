@@ -258,12 +258,14 @@ class KvCache {
   Status reserve(int n);
   // The copy on write the last reserve() made of the partly filled block it
   // continues: table entry `index` now holds a copy of block `src`'s first n
-  // positions (src's window part was src_window_slot). A backend that keeps
+  // positions (src's window part was src_window_slot, its generation
+  // src_generation). A backend that keeps
   // K/V elsewhere (the CUDA device) mirrors it, and may meet the reservation
   // only after the fact: the engine loop reserves while it plans the pass.
   // take_tail_copy() returns it once (index -1: none); truncate() drops it.
   struct TailCopy {
     int index = -1, src = -1, src_window_slot = -1, n = 0;
+    uint32_t src_generation = 0;
   };
   TailCopy take_tail_copy() { return std::exchange(tail_copy_, TailCopy{}); }
   // Backends call this after writing K/V for the new tokens; blocks that
