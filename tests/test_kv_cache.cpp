@@ -437,6 +437,25 @@ class TestKvCache : public QObject {
     QCOMPARE(static_cast<const float*>(rows_of(*a).k(0, 12))[0], k_of(0, 3));
   }
 
+  // The copy on write a reservation makes is kept when the reservation then
+  // fails and the sequence gives back what it took (the engine loop does
+  // that while it plans): the copy holds the rows before the rollback point.
+  void copy_on_write_survives_a_failed_reservation() {
+    auto pool = KvPool::create(small_config(), 3, KvType::f32);
+    QVERIFY(pool.is_ok());
+    auto a = KvCache::create_in(*pool, 64);
+    QVERIFY(write_tokens(*a, std::vector<int32_t>(16, 5)));  // one full, published block
+    const int first = a->block_table()[0];
+    a->truncate(10);
+    QVERIFY(!a->reserve(40));  // copies the block, then runs out of blocks
+    QCOMPARE(a->truncate(a->n_past()), 10);
+    QVERIFY(a->block_table()[0] != first);
+    QVERIFY(write_tokens(*a, {1, 2}));
+    std::vector<std::unique_ptr<KvCache>> seqs;
+    seqs.push_back(std::move(a));
+    check_invariants(**pool, seqs);
+  }
+
   void unreferenced_blocks_are_evicted_least_recently_used_first() {
     auto pool = KvPool::create(small_config(), 3, KvType::f32);
     QVERIFY(pool.is_ok());
