@@ -11,6 +11,7 @@
 #include <numeric>
 #include <random>
 
+#include "backend/cpu/host_kv_store.h"
 #include "phaselab/backend.h"
 #include "phaselab/scheduler.h"
 #include "phaselab/session.h"
@@ -201,10 +202,12 @@ class TestBatch : public QObject {
     QVERIFY(be->forward(all.data(), static_cast<int>(all.size()), **solo_kv, nullptr, LogitsMode::none));
     QCOMPARE(kv[2]->n_past(), (*solo_kv)->n_past());
     const int NKV = m->config().n_embd_kv();
+    HostKvStore* store = host_kv_store(*be);  // where the CPU backend keeps K/V
+    QVERIFY(store);
     for (int il = 0; il < m->config().n_layer; il++)
       for (int p = 0; p < kv[2]->n_past(); p++)
-        QVERIFY(std::memcmp(kv[2]->k(il, p), (*solo_kv)->k(il, p), kv_row_bytes(kv[2]->type(), NKV)) == 0 &&
-                std::memcmp(kv[2]->v(il, p), (*solo_kv)->v(il, p), kv_row_bytes(kv[2]->type(), NKV)) == 0);
+        QVERIFY(std::memcmp(store->of(*kv[2]).k(il, p), store->of(**solo_kv).k(il, p), kv_row_bytes(kv[2]->type(), NKV)) == 0 &&
+                std::memcmp(store->of(*kv[2]).v(il, p), store->of(**solo_kv).v(il, p), kv_row_bytes(kv[2]->type(), NKV)) == 0);
   }
 
   void forward_batch_rejects_bad_chunks() {
@@ -226,7 +229,7 @@ class TestBatch : public QObject {
     // A pool made for a GPU backend keeps no K/V in host memory: refused, with why.
     auto device_pool = KvPool::create(m->config(), 8, KvType::f16, 0, KvStorage::device);
     QVERIFY(device_pool.is_ok());
-    QCOMPARE((*device_pool)->bytes(), uint64_t{0});
+    QCOMPARE(be->kv_bytes(**device_pool), uint64_t{0});
     auto d = KvCache::create_in(*device_pool, 64);
     SeqChunk on_device = {d.get(), t.data(), 2, LogitsMode::none, nullptr};
     st = be->forward_batch(&on_device, 1);
@@ -646,16 +649,16 @@ class TestBatch : public QObject {
     auto b = KvCache::create(m->config(), 64, KvType::bf16);
     auto f = KvCache::create(m->config(), 64, KvType::f32);
     QVERIFY(h.is_ok() && b.is_ok() && f.is_ok());
-    QCOMPARE((*f)->bytes(), 2 * (*h)->bytes());
-    QCOMPARE((*b)->bytes(), (*h)->bytes());
-    QCOMPARE(KvCache::bytes_for(m->config(), 64, KvType::f16), (*h)->bytes());
+    QCOMPARE(be->kv_bytes((*f)->pool()), 2 * be->kv_bytes((*h)->pool()));
+    QCOMPARE(be->kv_bytes((*b)->pool()), be->kv_bytes((*h)->pool()));
+    QCOMPARE(KvCache::bytes_for(m->config(), 64, KvType::f16), be->kv_bytes((*h)->pool()));
     // Q8_0: 34 bytes per 32 values where every head is whole blocks; a
     // model with smaller heads is refused with what to use instead.
     auto q = KvCache::create(m->config(), 64, KvType::q8_0);
     const bool q8 = m->config().head_dim % 32 == 0;
     QCOMPARE(q.is_ok(), q8);
     if (!q8) QVERIFY2(q.status().message().find("f16") != std::string::npos, q.status().message().c_str());
-    if (q8) QCOMPARE((*q)->bytes() * 64, (*h)->bytes() * 34);
+    if (q8) QCOMPARE(be->kv_bytes((*q)->pool()) * 64, be->kv_bytes((*h)->pool()) * 34);
     const auto prompt = prompt_of(29, 5, V);
     std::vector<float> lh(V), lb(V), lf(V), lq(V);
     QVERIFY(be->forward(prompt.data(), 29, **h, lh.data(), LogitsMode::last));

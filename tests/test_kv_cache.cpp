@@ -10,6 +10,7 @@
 #include <map>
 #include <random>
 
+#include "backend/cpu/host_kv_store.h"
 #include "phaselab/backend.h"
 #include "phaselab/kv_cache.h"
 #include "phaselab/sampler.h"
@@ -30,6 +31,22 @@ ModelConfig small_config() {
   return c;
 }
 
+// The K/V bytes of the pools of these tests, held as a CPU backend holds
+// them; rows_of(kv) applies the pool's copies on write first, as a pass does.
+HostKvStore& store() {
+  static HostKvStore s;
+  return s;
+}
+HostKv& bytes_of(KvPool& pool) {
+  auto h = store().prepare(pool);
+  if (!h) qFatal("%s", h.status().message().c_str());
+  return **h;
+}
+SeqKv rows_of(const KvCache& kv) {
+  bytes_of(const_cast<KvPool&>(kv.pool()));
+  return store().of(kv);
+}
+
 // Plays a backend: writes K = 1000 * layer + token id and V = -K for the
 // new positions of n_layer layers (so that a row read from another layer's
 // storage shows).
@@ -37,10 +54,11 @@ float k_of(int il, int32_t token) { return 1000.f * il + static_cast<float>(toke
 Status write_tokens(KvCache& kv, const std::vector<int32_t>& toks, int n_layer = 2) {
   PHASELAB_TRY(kv.reserve(static_cast<int>(toks.size())));
   const int p0 = kv.n_past();
+  const SeqKv rows = rows_of(kv);
   for (size_t i = 0; i < toks.size(); i++)
     for (int il = 0; il < n_layer; il++) {
-      static_cast<float*>(kv.k(il, p0 + static_cast<int>(i)))[0] = k_of(il, toks[i]);
-      static_cast<float*>(kv.v(il, p0 + static_cast<int>(i)))[0] = -k_of(il, toks[i]);
+      static_cast<float*>(rows.k(il, p0 + static_cast<int>(i)))[0] = k_of(il, toks[i]);
+      static_cast<float*>(rows.v(il, p0 + static_cast<int>(i)))[0] = -k_of(il, toks[i]);
     }
   kv.append(toks.data(), static_cast<int>(toks.size()));
   return Status::ok();
@@ -54,8 +72,8 @@ void check_invariants(const KvPool& pool, const std::vector<std::unique_ptr<KvCa
     // Contents: every position holds what was written for its token.
     for (int p = 0; p < s->n_past(); p++)
       for (int il = 0; il < 2; il++) {
-        QCOMPARE(static_cast<const float*>(s->k(il, p))[0], k_of(il, s->tokens()[p]));
-        QCOMPARE(static_cast<const float*>(s->v(il, p))[0], -k_of(il, s->tokens()[p]));
+        QCOMPARE(static_cast<const float*>(rows_of(*s).k(il, p))[0], k_of(il, s->tokens()[p]));
+        QCOMPARE(static_cast<const float*>(rows_of(*s).v(il, p))[0], -k_of(il, s->tokens()[p]));
       }
   }
   int free_blocks = 0, cached = 0;
@@ -95,8 +113,8 @@ void check_windowed_invariants(const KvPool& pool, const std::vector<std::unique
       for (int il = 0; il < 3; il++) {
         if (il != 1 && p < first) continue;
         QVERIFY(s->has_row(il, p));
-        QCOMPARE(static_cast<const float*>(s->k(il, p))[0], k_of(il, s->tokens()[p]));
-        QCOMPARE(static_cast<const float*>(s->v(il, p))[0], -k_of(il, s->tokens()[p]));
+        QCOMPARE(static_cast<const float*>(rows_of(*s).k(il, p))[0], k_of(il, s->tokens()[p]));
+        QCOMPARE(static_cast<const float*>(rows_of(*s).v(il, p))[0], -k_of(il, s->tokens()[p]));
       }
   }
   int free_blocks = 0, cached = 0, with_part = 0, held_parts = 0;
@@ -199,8 +217,8 @@ class TestKvCache : public QObject {
     QVERIFY((*pool)->windowed());
     QCOMPARE((*pool)->n_window_blocks(), 10);
     // 24 blocks of the global layer and 10 of each local one.
-    QCOMPARE((*pool)->bytes(), uint64_t(2) * 4 * KvPool::kBlockTokens * 2 * (24 + 2 * 10));
-    QCOMPARE(KvPool::bytes_for(windowed_config(), 24, KvType::f32, 10), (*pool)->bytes());
+    QCOMPARE(bytes_of(**pool).bytes(), uint64_t(2) * 4 * KvPool::kBlockTokens * 2 * (24 + 2 * 10));
+    QCOMPARE(KvPool::bytes_for(windowed_config(), 24, KvType::f32, 10), bytes_of(**pool).bytes());
     std::mt19937 rng(11);
     std::vector<std::unique_ptr<KvCache>> seqs;
     for (int i = 0; i < 3; i++) seqs.push_back(KvCache::create_in(*pool, 200));
@@ -303,8 +321,8 @@ class TestKvCache : public QObject {
     QVERIFY((*small)->pool().windowed());
     QCOMPARE((*full)->pool().n_window_blocks(), (*full)->pool().n_blocks());
     QVERIFY((*small)->pool().n_window_blocks() <= (*full)->pool().n_blocks() / 2);
-    QVERIFY((*small)->bytes() <= (*full)->bytes() * 3 / 4);
-    QCOMPARE(KvCache::bytes_for(c, n_ctx, KvType::f16, chunk), (*small)->bytes());
+    QVERIFY((*be)->kv_bytes((*small)->pool()) <= (*be)->kv_bytes((*full)->pool()) * 3 / 4);
+    QCOMPARE(KvCache::bytes_for(c, n_ctx, KvType::f16, chunk), (*be)->kv_bytes((*small)->pool()));
     std::vector<int32_t> prompt;
     for (int i = 0; i < 50; i++) prompt.push_back(3 + (i * 29) % (V - 3));
     std::vector<float> ls(static_cast<size_t>(chunk) * V), lf(static_cast<size_t>(chunk) * V);
@@ -371,7 +389,7 @@ class TestKvCache : public QObject {
     // a smaller pool, and the same next turn finds the prompt's window gone
     // (it recomputes, and answers the same).
     auto one = std::move(*Session::create(m, std::move(*make_cpu_backend(m, 2, 8)), 256, KvType::f16, false));
-    QVERIFY(one->kv().bytes() < s->kv().bytes());
+    QVERIFY(one->kv_bytes() < s->kv_bytes());
     QCOMPARE(one->kv().pool().n_window_blocks() + (spec.sliding_window - 1) / KvPool::kBlockTokens + 2,
              s->kv().pool().n_window_blocks());
     QVERIFY(one->generate(prompt, opt).is_ok());
@@ -415,8 +433,27 @@ class TestKvCache : public QObject {
     a->truncate(10);                              // rollback inside it
     QVERIFY(write_tokens(*a, {1, 2, 3, 4, 5, 6}));  // must not change the published block
     QVERIFY(a->block_table()[0] != first);
-    QCOMPARE(static_cast<const float*>((*pool)->k(first, 0, 12))[0], k_of(0, 5));
-    QCOMPARE(static_cast<const float*>(a->k(0, 12))[0], k_of(0, 3));
+    QCOMPARE(static_cast<const float*>(bytes_of(**pool).k(first, 0, 12))[0], k_of(0, 5));
+    QCOMPARE(static_cast<const float*>(rows_of(*a).k(0, 12))[0], k_of(0, 3));
+  }
+
+  // The copy on write a reservation makes is kept when the reservation then
+  // fails and the sequence gives back what it took (the engine loop does
+  // that while it plans): the copy holds the rows before the rollback point.
+  void copy_on_write_survives_a_failed_reservation() {
+    auto pool = KvPool::create(small_config(), 3, KvType::f32);
+    QVERIFY(pool.is_ok());
+    auto a = KvCache::create_in(*pool, 64);
+    QVERIFY(write_tokens(*a, std::vector<int32_t>(16, 5)));  // one full, published block
+    const int first = a->block_table()[0];
+    a->truncate(10);
+    QVERIFY(!a->reserve(40));  // copies the block, then runs out of blocks
+    QCOMPARE(a->truncate(a->n_past()), 10);
+    QVERIFY(a->block_table()[0] != first);
+    QVERIFY(write_tokens(*a, {1, 2}));
+    std::vector<std::unique_ptr<KvCache>> seqs;
+    seqs.push_back(std::move(a));
+    check_invariants(**pool, seqs);
   }
 
   void unreferenced_blocks_are_evicted_least_recently_used_first() {

@@ -228,7 +228,7 @@ class CudaHostBackend final : public Backend {
   uint64_t positions_computed() const override { return t_->positions_computed(dev_); }
   // The device holds K/V; the host pools made for this backend keep the books.
   KvStorage kv_storage() const override { return KvStorage::device; }
-  uint64_t device_kv_bytes(const KvPool& pool) const override {
+  uint64_t kv_bytes(const KvPool& pool) const override {
     const PoolView v(pool, model_->config().n_layer);
     return t_->kv_bytes(dev_, &v.pool);
   }

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstring>
 #include <new>
 
 namespace phaselab {
@@ -42,12 +41,11 @@ int window_slots(const ModelConfig& c, int n_blocks, int n_window_blocks) {
 uint64_t KvPool::bytes_for(const ModelConfig& c, int n_blocks, KvType type, int n_window_blocks, KvStorage storage) {
   if (storage != KvStorage::host) return 0;
   // K and V: (block, layer, position in block, n_embd_kv) values each, the
-  // local layers' for the window parts alone.
+  // local layers' for the window parts alone (store_bytes).
   const int n_local = local_layers(c);
-  const uint64_t per_layer_block = kBlockTokens * kv_row_bytes(type, c.n_embd_kv());
-  return 2 * per_layer_block *
-         (static_cast<uint64_t>(n_blocks) * (c.n_layer - n_local) +
-          static_cast<uint64_t>(window_slots(c, n_blocks, n_window_blocks)) * n_local);
+  const size_t row = kv_row_bytes(type, c.n_embd_kv());
+  return 2 * (layout_bytes(n_blocks, c.n_layer - n_local, row) +
+              layout_bytes(window_slots(c, n_blocks, n_window_blocks), n_local, row));
 }
 
 int KvPool::window_blocks_for(const ModelConfig& c, int n_seqs, int tokens_per_pass) {
@@ -90,21 +88,12 @@ Result<std::shared_ptr<KvPool>> KvPool::create(const ModelConfig& c, int n_block
     p->layer_local_.push_back(local ? 1 : 0);
     p->layer_index_.push_back(local ? nl++ : nf++);
   }
-  const size_t per_layer_block = kBlockTokens * p->row_bytes_;
-  // Device storage: the backend's device holds K/V; the pool keeps the books.
-  const size_t on_host = storage == KvStorage::host ? 1 : 0;
-  const size_t n = on_host * n_blocks * p->n_full_ * per_layer_block;
-  const size_t nw = on_host * p->n_wslots_ * p->n_local_ * per_layer_block;
+  // The books only: the backend that runs the pool holds its K/V.
   try {
-    p->k_.assign(n, 0);
-    p->v_.assign(n, 0);
-    p->wk_.assign(nw, 0);
-    p->wv_.assign(nw, 0);
     p->block_tokens_.assign(static_cast<size_t>(n_blocks) * kBlockTokens, -1);
   } catch (const std::bad_alloc&) {
-    return out_of_memory("the KV cache of " + std::to_string(n_blocks * kBlockTokens) + " positions needs " +
-                         std::to_string((2 * (n + nw)) >> 20) +
-                         " MiB, which could not be allocated: lower the context size");
+    return out_of_memory("the KV cache's books for " + std::to_string(n_blocks * kBlockTokens) +
+                         " positions could not be allocated: lower the context size");
   }
   static std::atomic<uint64_t> next_id{1};
   p->id_ = next_id++;
@@ -261,11 +250,7 @@ int KvPool::lookup(uint64_t hash, uint64_t prev_hash, const int32_t* tokens) con
 
 void KvPool::copy_prefix(int dst, int src, int n) {
   if (storage_ != KvStorage::host) return;
-  for (int il = 0; il < n_layer_; il++) {
-    if (layer_local_[il] && (wslot_[dst] < 0 || wslot_[src] < 0)) continue;
-    std::memcpy(k(dst, il, 0), k(src, il, 0), row_bytes_ * n);
-    std::memcpy(v(dst, il, 0), v(src, il, 0), row_bytes_ * n);
-  }
+  pending_.push_back(PendingCopy{dst, window_slot(dst), src, window_slot(src), n});
 }
 
 // ---- KvCache ------------------------------------------------------------------

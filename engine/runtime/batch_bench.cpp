@@ -82,7 +82,7 @@ Result<BatchBenchPoint> bench_batch(Backend& backend, const Model& model, int ba
   p.pp_tps = batch * n_prompt / std::max(p.prefill_ms / 1000.0, 1e-9);
   p.tg_tps = batch * n_gen / std::max(p.decode_ms / 1000.0, 1e-9);
   p.tpot_ms = p.decode_ms / n_gen;
-  p.kv_mib = ((*pool)->bytes() + backend.device_kv_bytes(**pool)) / 1048576.0;
+  p.kv_mib = backend.kv_bytes(**pool) / 1048576.0;
   return p;
 }
 

@@ -21,7 +21,7 @@ constexpr int kMaxSplitRows = 64;  // rows split among threads at most
 // the value rows [a, b] weighted by p[g * ps + j - a], added to out[g *
 // os ..]. The fast kernels of the cache's type, the key and value rows by
 // pointer (the cache is paged).
-void CpuBackend::scores_of(const KvCache& kv, int il, int a, int b, int kvh, const float* q, int G, float* s, int ss,
+void CpuBackend::scores_of(const SeqKv& kv, int il, int a, int b, int kvh, const float* q, int G, float* s, int ss,
                            int thread) {
   const int HD = c_.head_dim, n = b - a + 1;
   switch (kv.type()) {
@@ -44,7 +44,7 @@ void CpuBackend::scores_of(const KvCache& kv, int il, int a, int b, int kvh, con
   }
 }
 
-void CpuBackend::weighted_sum_of(const KvCache& kv, int il, int a, int b, int kvh, const float* p, int ps, int G,
+void CpuBackend::weighted_sum_of(const SeqKv& kv, int il, int a, int b, int kvh, const float* p, int ps, int G,
                                  float* out, int os, int thread) {
   const int HD = c_.head_dim, n = b - a + 1;
   switch (kv.type()) {
@@ -157,7 +157,7 @@ void CpuBackend::attention(int il, int T, int score_stride) {
 // head_dim), then its maxima (group) and sums of exponentials (group).
 void CpuBackend::attend_part(int il, int t, int kvh, int a, int b, float* out, int thread, int n_ctx) {
   const int HD = c_.head_dim, NQ = c_.n_embd_q(), group = c_.n_head / c_.n_head_kv, h0 = kvh * group, n = b - a + 1;
-  const KvCache& kv = *tok_kv_[t];
+  const SeqKv kv = seq_kv(t);
   float* scores = score_buf_[thread].data();  // (group, n_ctx)
   const float* q = &q_[t * NQ + h0 * HD];
   scores_of(kv, il, a, b, kvh, q, group, scores + a, n_ctx, thread);
@@ -199,7 +199,7 @@ void CpuBackend::attend_row(int il, int wi, int thread, int n_ctx) {
   const int window = c_.window_of(il);
   float* scores = score_buf_[thread].data();  // (group, n_ctx)
   const int t = wi / c_.n_head_kv, kvh = wi % c_.n_head_kv;
-  const KvCache& kv = *tok_kv_[t];
+  const SeqKv kv = seq_kv(t);
   const int pos = tok_pos_[t];
   const int h0 = kvh * group;
   // Keys in [j0, pos]: a local layer sees only the last sliding_window.

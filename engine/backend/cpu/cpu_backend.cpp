@@ -30,6 +30,7 @@ Status CpuBackend::init() {
     row_buf_.assign(pool_.size(), std::vector<float>(max_in));
     rope_cs_.resize(static_cast<size_t>(2) * B * c_.n_rot);
     tok_kv_.resize(B);
+    tok_bytes_.resize(B);
     tok_pos_.resize(B);
     tok_id_.resize(B);
     tile_first_.resize(B);
@@ -83,12 +84,19 @@ Status CpuBackend::begin_batch(const SeqChunk* chunks, int n_chunks, int* T, int
     *n_logit_rows += ch.mode == LogitsMode::last ? 1 : ch.mode == LogitsMode::all ? ch.n_tokens : 0;
   }
   for (int i = 0; i < n_chunks; i++) PHASELAB_TRY(chunks[i].kv->reserve(chunks[i].n_tokens));  // copy on write
-  for (int i = 0, t = 0; i < n_chunks; i++)
+  for (int i = 0, t = 0; i < n_chunks; i++) {
+    // The pool's K/V, with the reserves' copies on write (this pass's and
+    // the engine loop's, which reserves while it plans) made before any
+    // row is written.
+    auto bytes = kv_store_.prepare(chunks[i].kv->pool());
+    if (!bytes) return bytes.status();
     for (int j = 0; j < chunks[i].n_tokens; j++, t++) {
       tok_kv_[t] = chunks[i].kv;
+      tok_bytes_[t] = *bytes;
       tok_pos_[t] = chunks[i].kv->n_past() + j;
       tok_id_[t] = chunks[i].tokens[j];
     }
+  }
   const int n_ctx = *n_ctx_max;
   const size_t score_size = static_cast<size_t>(c_.n_head / c_.n_head_kv) * n_ctx;
   for (auto& s : score_buf_)
@@ -164,8 +172,9 @@ void CpuBackend::attention_block(int il, int T, int n_ctx_max) {
       if (c_.qk_norm) ref::rmsnorm(kh, kh, L.k_norm.data(), HD, c_.rms_eps);
       ref::rope_apply(kh, c_.n_rot, cs, c_.rope_neox);
     }
-    store_kv(*tok_kv_[t], tok_kv_[t]->k(il, tok_pos_[t]), &k_[t * NKV], NKV);
-    store_kv(*tok_kv_[t], tok_kv_[t]->v(il, tok_pos_[t]), &v_[t * NKV], NKV);
+    const SeqKv kv = seq_kv(t);
+    store_kv(*tok_kv_[t], kv.k(il, tok_pos_[t]), &k_[t * NKV], NKV);
+    store_kv(*tok_kv_[t], kv.v(il, tok_pos_[t]), &v_[t * NKV], NKV);
   });
   attention(il, T, n_ctx_max);  // -> xb: (T, n_head*head_dim)
   matmul(L.wo, xb_.data(), xb2_.data(), T);
@@ -265,6 +274,11 @@ Result<std::unique_ptr<Backend>> make_cpu(std::shared_ptr<const Model> model, in
 }
 
 }  // namespace
+
+HostKvStore* host_kv_store(Backend& backend) {
+  auto* cpu = dynamic_cast<CpuBackend*>(&backend);
+  return cpu ? &cpu->kv_store() : nullptr;
+}
 
 std::string cpu_kernels_isa(const std::string& isa_cap) { return cpu::best_kernels(isa_cap).isa; }
 

@@ -3,6 +3,7 @@
 //   cpu_backend.cpp    set-up, the forward pass step by step, the factories
 //   cpu_matmul.cpp     matrix products: reference, 8-bit activations, repacked rows
 //   cpu_attention.cpp  attention over each sequence's paged K/V cache
+//   host_kv_store.h    the K/V bytes of the pools it runs
 // Two flavours share everything but the innermost arithmetic:
 //  - reference: weights dequantized a row at a time to F32, float dot
 //    products in plain C++. The oracle.
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "cpu_kernels.h"
+#include "host_kv_store.h"
 #include "phaselab/backend.h"
 #include "phaselab/thread_pool.h"
 #include "ref_ops.h"
@@ -44,6 +46,11 @@ class CpuBackend final : public Backend {
   std::string name() const override { return k_fast_ ? std::string("cpu-") + k_fast_->isa : "cpu-reference"; }
   int max_batch() const override { return max_batch_; }
   uint64_t positions_computed() const override { return computed_; }
+  // K/V of a host pool live in kv_store_ from its first pass (all of it).
+  uint64_t kv_bytes(const KvPool& pool) const override {
+    return pool.storage() == KvStorage::host ? pool.copy_bytes() : 0;
+  }
+  HostKvStore& kv_store() { return kv_store_; }
 
   Status forward(const int32_t* tokens, int T, KvCache& kv, float* logits, LogitsMode mode) override {
     const SeqChunk chunk{&kv, tokens, T, mode, logits};
@@ -75,6 +82,7 @@ class CpuBackend final : public Backend {
   // One K or V row into the cache, in its type (half, bfloat16: rounded to
   // nearest even; Q8_0: quantized as a weight row is).
   void store_kv(const KvCache& kv, void* dst, const float* src, int n) const;
+  SeqKv seq_kv(int t) const { return SeqKv(*tok_kv_[t], *tok_bytes_[t]); }  // token t's sequence's K/V
 
   // body(t) for each token t < T: on the pool for a prefill batch (the
   // per-token element-wise work would otherwise leave the other threads
@@ -129,8 +137,8 @@ class CpuBackend final : public Backend {
   static constexpr int kAttnPartKeys = 1024;
   static constexpr int kAttnTileTokens = 4;  // rows of one sequence that share each part's K/V (prefill)
   void attention(int il, int T, int score_stride);  // -> xb_: (T, n_head*head_dim)
-  void scores_of(const KvCache& kv, int il, int a, int b, int kvh, const float* q, int G, float* s, int ss, int thread);
-  void weighted_sum_of(const KvCache& kv, int il, int a, int b, int kvh, const float* p, int ps, int G, float* out,
+  void scores_of(const SeqKv& kv, int il, int a, int b, int kvh, const float* q, int G, float* s, int ss, int thread);
+  void weighted_sum_of(const SeqKv& kv, int il, int a, int b, int kvh, const float* p, int ps, int G, float* out,
                        int os, int thread);
   void attend_part(int il, int t, int kvh, int a, int b, float* out, int thread, int n_ctx);
   void merge_parts(int wi, const float* parts, int P);
@@ -163,7 +171,9 @@ class CpuBackend final : public Backend {
   size_t embd_row_bytes_ = 0;
   std::vector<float> split_buf_;  // (rows < pool size, parts, group, head_dim + 2) parts split among threads
   std::vector<std::vector<float>> kv_row_buf_;        // per thread: (head_dim) one widened row (reference path)
+  HostKvStore kv_store_;          // K/V of the pools run here
   std::vector<KvCache*> tok_kv_;  // (T) the sequence of each token of the batch
+  std::vector<HostKv*> tok_bytes_;  // (T) its pool's K/V
   std::vector<int> tok_pos_;      // (T) its position in that sequence
   std::vector<int32_t> tok_id_;   // (T) the token
   std::vector<float> logits_buf_;  // (rows, n_vocab) logits of a batch of several sequences

@@ -85,15 +85,14 @@ class Backend {
   // recomputation included (what prefix reuse saves shows here; tests check
   // that a backend recomputes nothing behind the cache's back).
   virtual uint64_t positions_computed() const { return 0; }
-  // Where this backend keeps K/V: host (in the KvPool's memory, the CPU
-  // backends) or device (on a GPU that mirrors the pool's blocks, so the
-  // pools made for it allocate no host K/V). A host backend refuses a
-  // device-storage pool.
+  // Where this backend keeps K/V: host (in host memory, the CPU backends'
+  // store) or device (on a GPU). Either way the backend holds the bytes,
+  // laid out by the pool's blocks (the pool keeps the books only). A host
+  // backend refuses a device-storage pool.
   virtual KvStorage kv_storage() const { return KvStorage::host; }
   // Bytes of K/V the backend holds (or will hold, from its first pass) for
-  // the sequences of pool: its device's copy; 0 for host storage, whose
-  // bytes the pool reports.
-  virtual uint64_t device_kv_bytes(const KvPool& pool) const {
+  // the sequences of pool; 0 for a backend that keeps none of it.
+  virtual uint64_t kv_bytes(const KvPool& pool) const {
     (void)pool;
     return 0;
   }

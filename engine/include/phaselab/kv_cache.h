@@ -17,6 +17,11 @@
 // KvCache: one sequence: a block table into a pool, the window parts it
 // holds, and the token at every position. Attention reads K/V through the
 // table.
+//
+// These are the books only: the K/V bytes live with the backend that owns
+// them, laid out by the pool's blocks and window slots (the CPU backends'
+// HostKvStore, engine/backend/cpu/host_kv_store.h; the CUDA backend's device
+// pool), keyed by KvPool::id().
 #pragma once
 
 #include <algorithm>
@@ -50,14 +55,16 @@ inline size_t kv_row_bytes(KvType t, size_t n) {
   return t == KvType::f32 ? 4 * n : t == KvType::q8_0 ? n / 32 * 34 : 2 * n;
 }
 
-// Where K and V live. host: in the pool's own memory, which the CPU
-// backends read and write. device: on the backend's device, which mirrors
-// the pool's blocks and window parts (the CUDA backend,
-// Backend::kv_storage()); the pool is then bookkeeping only (blocks, tables, hashes, reference counts, window
-// parts, copy-on-write decisions) and allocates no K/V.
+// Where K and V live (the pool itself allocates none: it keeps the books,
+// i.e. blocks, tables, hashes, reference counts, window parts and
+// copy-on-write decisions). host: in host memory, in the store of the CPU
+// backend that runs the pool (HostKvStore), which applies the copies on
+// write the pool records (pending_copies). device: on the backend's device,
+// which mirrors the pool's blocks and window parts and its copies on write
+// (the CUDA backend, Backend::kv_storage(); KvCache::take_tail_copy).
 enum class KvStorage { host, device };
 
-class KvPool {
+class KvPool : public std::enable_shared_from_this<KvPool> {
  public:
   static constexpr int kBlockTokens = 16;
 
@@ -66,7 +73,8 @@ class KvPool {
   // sliding-window layers there are no window parts.
   static Result<std::shared_ptr<KvPool>> create(const ModelConfig& c, int n_blocks, KvType type = KvType::f16,
                                                 int n_window_blocks = 0, KvStorage storage = KvStorage::host);
-  // The bytes create() allocates (K and V of both parts; 0 for device storage).
+  // Host memory that K/V of such a pool take (K and V of both parts, laid
+  // out as copy_bytes() says; 0 for device storage, which is on the device).
   static uint64_t bytes_for(const ModelConfig& c, int n_blocks, KvType type, int n_window_blocks = 0,
                             KvStorage storage = KvStorage::host);
   // Window parts that n_seqs sequences need at most when each pass computes
@@ -81,8 +89,16 @@ class KvPool {
   int n_cached() const { return static_cast<int>(lru_.size()); }   // unreferenced, kept for reuse
   int n_used() const { return n_blocks_ - n_free() - n_cached(); }  // referenced by a sequence
   int n_shared() const;                                             // referenced more than once
-  // Host memory of K and V (0 with device storage).
-  uint64_t bytes() const { return k_.size() + v_.size() + wk_.size() + wv_.size(); }
+  // Bytes of one full copy of the pool's K or V, as a backend lays it out:
+  // (n_blocks, full-attention layers, kBlockTokens, n_embd_kv) values of
+  // type() for the blocks (window = false), (n_window_blocks, local layers,
+  // kBlockTokens, n_embd_kv) for the window parts (window = true). The one
+  // formula of the K/V size (bytes_for and the host store use it).
+  uint64_t store_bytes(bool window) const { return layout_bytes(window ? n_wslots_ : n_blocks_, window ? n_local_ : n_full_, row_bytes_); }
+  // K and V of both parts: what a backend holding the pool's K/V allocates.
+  uint64_t copy_bytes() const { return 2 * (store_bytes(false) + store_bytes(true)); }
+  // Bytes of one row of n_embd_kv values of type().
+  size_t row_bytes() const { return row_bytes_; }
   KvType type() const { return type_; }
   KvStorage storage() const { return storage_; }
   int refcount(int b) const { return ref_[b]; }
@@ -104,6 +120,7 @@ class KvPool {
   int n_window_used() const { return n_wslots_ - static_cast<int>(wfree_.size()) - static_cast<int>(wlru_.size()); }
   bool is_local(int il) const { return layer_local_[il] != 0; }
   int n_embd_kv() const { return n_embd_kv_; }
+  int n_layer() const { return n_layer_; }
   bool has_window_part(int b) const { return !windowed() || wslot_[b] >= 0; }
   int window_refcount(int b) const { return wref_[b]; }
   // Where block b's window part is in the window store (-1: none, or no
@@ -120,14 +137,6 @@ class KvPool {
   // has window parts, else "" (host or device storage alike: the CUDA
   // backend lays out its device K/V by the same window parts).
   std::string window_note() const;
-
-  // K/V of one block, layer and slot: [n_embd_kv] values of type() (float,
-  // IEEE half or bfloat16 as uint16_t, or Q8_0 blocks: kv_row_bytes). A local layer's rows exist while the block
-  // has its window part. Host storage only (null with device storage).
-  void* k(int b, int il, int slot) { return const_cast<uint8_t*>(row(k_, wk_, b, il, slot)); }
-  void* v(int b, int il, int slot) { return const_cast<uint8_t*>(row(v_, wv_, b, il, slot)); }
-  const void* k(int b, int il, int slot) const { return row(k_, wk_, b, il, slot); }
-  const void* v(int b, int il, int slot) const { return row(v_, wv_, b, il, slot); }
 
   // A block with reference count 1 and its window part held once: a free
   // block, else the least recently used cached one (unpublished first); its
@@ -146,20 +155,26 @@ class KvPool {
   bool publish(int b, uint64_t hash, uint64_t prev_hash, const int32_t* tokens);
   // A published block with this hash, previous hash and token ids, or -1.
   int lookup(uint64_t hash, uint64_t prev_hash, const int32_t* tokens) const;
-  // Copies slots [0, n) of every layer from block src to dst (both with
-  // their window parts); nothing with device storage (the device mirrors it).
+  // Copy on write: slots [0, n) of every layer of block src are to be
+  // copied to dst (the local layers' where both have their window parts).
+  // With host storage it is recorded, with the window slots of that moment,
+  // for the host store to apply before the next pass writes K/V (no K/V is
+  // written between, so applying the copies in order then gives what copying
+  // now would); with device storage nothing (the device mirrors the copy:
+  // KvCache::take_tail_copy).
   void copy_prefix(int dst, int src, int n);
+  struct PendingCopy {
+    int dst = -1, dst_window_slot = -1, src = -1, src_window_slot = -1, n = 0;
+  };
+  const std::vector<PendingCopy>& pending_copies() const { return pending_; }
+  void clear_pending_copies() { pending_.clear(); }
 
   static uint64_t chain_hash(uint64_t prev, const int32_t* tokens);
 
  private:
   KvPool() = default;
-  const uint8_t* row(const std::vector<uint8_t>& full, const std::vector<uint8_t>& win, int b, int il, int slot) const {
-    if (storage_ != KvStorage::host) return nullptr;
-    const size_t r = row_bytes_;
-    const int li = layer_index_[il];
-    if (layer_local_[il]) return win.data() + ((static_cast<size_t>(wslot_[b]) * n_local_ + li) * kBlockTokens + slot) * r;
-    return full.data() + ((static_cast<size_t>(b) * n_full_ + li) * kBlockTokens + slot) * r;
+  static uint64_t layout_bytes(int n_blocks, int n_layers, size_t row_bytes) {
+    return static_cast<uint64_t>(n_blocks) * n_layers * kBlockTokens * row_bytes;
   }
   void unpublish(int b);
   void drop_window_part(int b);  // gives the block's window part back to the free store
@@ -176,8 +191,7 @@ class KvPool {
   std::vector<uint8_t> layer_local_;  // (n_layer) 1: a sliding-window layer
   std::vector<int> layer_index_;      // (n_layer) its index among the full or the local layers
   std::vector<uint32_t> generation_;
-  std::vector<uint8_t> k_, v_;    // (n_blocks, n_full, kBlockTokens, n_embd_kv) values of type_
-  std::vector<uint8_t> wk_, wv_;  // (n_wslots, n_local, kBlockTokens, n_embd_kv) values of type_
+  std::vector<PendingCopy> pending_;  // copies on write not yet applied (host storage)
   std::vector<int> ref_;
   std::vector<uint8_t> published_;
   std::vector<uint64_t> hash_, prev_hash_;
@@ -218,7 +232,6 @@ class KvCache {
   int n_ctx() const { return n_ctx_; }
   int n_past() const { return static_cast<int>(tokens_.size()); }
   const std::vector<int32_t>& tokens() const { return tokens_; }
-  uint64_t bytes() const { return pool_->bytes(); }  // host memory of the pool's K/V
   KvPool& pool() { return *pool_; }
   const KvPool& pool() const { return *pool_; }
   const std::vector<int>& block_table() const { return table_; }
@@ -233,23 +246,6 @@ class KvCache {
   bool has_row(int il, int pos) const;
 
   KvType type() const { return pool_->type(); }
-  // K/V rows of one layer and position: [n_embd_kv] values of type().
-  // Writable positions are those made ready by reserve(); a sliding-window
-  // layer's rows exist for the positions its next query can see.
-  const void* k(int il, int pos) const { return pool_->k(table_[pos / KvPool::kBlockTokens], il, pos % KvPool::kBlockTokens); }
-  const void* v(int il, int pos) const { return pool_->v(table_[pos / KvPool::kBlockTokens], il, pos % KvPool::kBlockTokens); }
-  void* k(int il, int pos) { return pool_->k(table_[pos / KvPool::kBlockTokens], il, pos % KvPool::kBlockTokens); }
-  void* v(int il, int pos) { return pool_->v(table_[pos / KvPool::kBlockTokens], il, pos % KvPool::kBlockTokens); }
-
-  // Layer il's K (or V) rows of positions [a, b], each advanced by offset
-  // values: out[j - a], as the attention kernels take them (the cache is
-  // paged). T is the storage type: uint16_t for 16-bit rows, float for F32,
-  // uint8_t for Q8_0 (offset a multiple of 32). One block lookup per block,
-  // not per position.
-  template <class T>
-  void k_rows(int il, int a, int b, int offset, const T** out) const { rows(true, il, a, b, offset, out); }
-  template <class T>
-  void v_rows(int il, int a, int b, int offset, const T** out) const { rows(false, il, a, b, offset, out); }
 
   // Makes positions [n_past, n_past + n) writable: gives back the window
   // parts the query at n_past can no longer see, allocates blocks, and
@@ -318,18 +314,6 @@ class KvCache {
   void release_windows_before(int first);  // of the held blocks before block `first`
   void release_block(int i);               // the table's i-th block, and its window part if held
   void drop_blocks_from(int keep);         // the table's blocks [keep, size)
-  template <class T>
-  void rows(bool key, int il, int a, int b, int offset, const T** out) const {
-    const int B = KvPool::kBlockTokens;
-    const size_t stride = kv_row_bytes(type(), pool_->n_embd_kv()), skip = kv_row_bytes(type(), offset);
-    for (int j = a; j <= b;) {
-      const int s0 = j % B, s1 = std::min(B - 1, s0 + (b - j));
-      const int blk = table_[j / B];
-      const uint8_t* base = static_cast<const uint8_t*>(key ? pool_->k(blk, il, s0) : pool_->v(blk, il, s0)) + skip;
-      for (int s = s0; s <= s1; s++, j++) out[j - a] = reinterpret_cast<const T*>(base + (s - s0) * stride);
-    }
-  }
-
   std::shared_ptr<KvPool> pool_;
   int n_ctx_ = 0;
   bool prefix_cache_ = true;

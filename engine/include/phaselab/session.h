@@ -133,8 +133,9 @@ class Session {
   const Model& model() const { return *model_; }
   Backend& backend() { return *backend_; }
   KvCache& kv() { return *kv_; }
-  // K/V memory wherever it lives: the host pool's, or the backend device's copy.
-  uint64_t kv_bytes() const { return kv_->bytes() + backend_->device_kv_bytes(kv_->pool()); }
+  // K/V memory wherever it lives: what the backend holds for the cache's pool
+  // (host memory or its device's).
+  uint64_t kv_bytes() const { return backend_->kv_bytes(kv_->pool()); }
   int n_ctx() const { return kv_->n_ctx(); }
 
  private:
