@@ -425,8 +425,10 @@ void KvCache::append(const int32_t* tokens, int n) {
 }
 
 int KvCache::truncate(int n) {
-  tail_copy_ = TailCopy{};
   n = std::clamp(n, 0, n_past());
+  // A copy on write stays to be mirrored while its block stays in the table
+  // (a failed reservation truncates to n_past and keeps the copy).
+  if (tail_copy_.index >= 0 && n <= tail_copy_.index * KvPool::kBlockTokens) tail_copy_ = TailCopy{};
   // The query at n must find its window: held, or still in the pool.
   n = windowed_prefix(n, [&](int i) { return held_[i] || pool_->has_window_part(table_[i]); });
   tokens_.resize(n);

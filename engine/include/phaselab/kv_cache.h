@@ -258,7 +258,8 @@ class KvCache {
   // src_generation). A backend that keeps
   // K/V elsewhere (the CUDA device) mirrors it, and may meet the reservation
   // only after the fact: the engine loop reserves while it plans the pass.
-  // take_tail_copy() returns it once (index -1: none); truncate() drops it.
+  // take_tail_copy() returns it once (index -1: none); a truncate() that drops
+  // its block drops it.
   struct TailCopy {
     int index = -1, src = -1, src_window_slot = -1, n = 0;
     uint32_t src_generation = 0;
