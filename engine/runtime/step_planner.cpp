@@ -212,24 +212,20 @@ void EngineLoop::end_for_kv_full(std::unique_ptr<Sequence> s, const std::string&
 }
 
 void EngineLoop::cancel_marked() {
-  for (size_t i = 0; i < running_.size();) {
-    if (!running_[i]->cancelled) {
-      i++;
-      continue;
+  // Running and waiting sequences alike (a running one frees its blocks).
+  auto end_cancelled = [this](auto& list) {
+    for (auto it = list.begin(); it != list.end();) {
+      if (!(*it)->cancelled) {
+        ++it;
+        continue;
+      }
+      auto s = std::move(*it);
+      it = list.erase(it);
+      finish(std::move(s), StopReason::cancelled);
     }
-    auto s = std::move(running_[i]);
-    running_.erase(running_.begin() + static_cast<long>(i));
-    finish(std::move(s), StopReason::cancelled);
-  }
-  for (size_t i = 0; i < waiting_.size();) {
-    if (!waiting_[i]->cancelled) {
-      i++;
-      continue;
-    }
-    auto s = std::move(waiting_[i]);
-    waiting_.erase(waiting_.begin() + static_cast<long>(i));
-    finish(std::move(s), StopReason::cancelled);
-  }
+  };
+  end_cancelled(running_);
+  end_cancelled(waiting_);
 }
 
 }  // namespace phaselab
