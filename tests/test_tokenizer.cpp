@@ -477,6 +477,26 @@ class TestTokenizer : public QObject {
     // Without parse_special the markers are ordinary text.
     const auto plain = l.tok->encode("<start_of_turn>user", false, false);
     QVERIFY(std::find(plain.begin(), plain.end(), sot) == plain.end());
+
+    // Tokens a model may emit that are not text: never in an answer's text
+    // (a notebook continuation once saved "<start_of_image>"), while the
+    // user-defined tokens that are text (HTML tags, whitespace runs) stay.
+    for (const char* marker : {"<start_of_image>", "<end_of_image>", "<start_of_turn>", "<pad>"}) {
+      const TokenId id = l.tok->find_token(marker).value_or(-1);
+      QVERIFY2(id >= 0, marker);
+      QVERIFY2(l.tok->is_special(id), marker);
+      QCOMPARE(l.tok->token_to_piece(id), std::string());
+      QCOMPARE(l.tok->token_to_piece(id, true), std::string(marker));
+      IncrementalDetokenizer d(*l.tok);
+      QCOMPARE(d.push(id) + d.flush(), std::string());
+    }
+    for (const char* text : {"<table>", "</div>", "\n\n", "   "}) {
+      const TokenId id = l.tok->find_token(text).value_or(-1);
+      QVERIFY2(id >= 0, text);
+      QCOMPARE(l.tok->token_attr(id), TokenAttr::user_defined);
+      QVERIFY2(!l.tok->is_special(id), text);
+      QCOMPARE(l.tok->token_to_piece(id), std::string(text));
+    }
   }
 };
 

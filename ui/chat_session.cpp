@@ -82,6 +82,15 @@ bool ChatSession::send(const QString& text) {
   return startAnswer();
 }
 
+bool ChatSession::continueText() {
+  if (m_conversationSettings.mode != QLatin1String("notebook") || m_messages.isEmpty() || isStreaming()) return false;
+  if (!m_engine->hasModel()) {
+    emit errorOccurred(tr("No model is loaded: open one with File > Open Model (Ctrl+O)."));
+    return false;
+  }
+  return startAnswer();
+}
+
 bool ChatSession::startAnswer() {
   QList<ChatTurn> turns;
   for (const MessageRecord& m : m_messages) {
@@ -150,8 +159,18 @@ void ChatSession::stop() {
 
 void ChatSession::onTokens(int requestId, const QString& delta) {
   if (requestId != m_requestId || m_streamingId == 0) return;
-  m_streamingText += delta;
-  emit answerDelta(m_streamingId, delta);
+  QString d = delta;
+  // A chat answer starts at its first visible character: SentencePiece
+  // models begin it with a word-start space (" Hello"). A notebook's
+  // continuation keeps it: it joins the text before it.
+  if (m_streamingText.isEmpty() && m_conversationSettings.mode != QLatin1String("notebook")) {
+    qsizetype i = 0;
+    while (i < d.size() && d[i].isSpace()) i++;
+    d.remove(0, i);
+    if (d.isEmpty()) return;
+  }
+  m_streamingText += d;
+  emit answerDelta(m_streamingId, d);
   if (!m_saveTimer.isActive()) m_saveTimer.start();
 }
 

@@ -41,6 +41,9 @@ class ChatSession : public QObject {
   void openConversation(qint64 id);
   void newConversation();  // the row is created with the first message
   bool send(const QString& text);
+  // Notebook mode: the model continues the text so far with nothing added
+  // (Continue with an empty box). False when there is no text yet.
+  bool continueText();
   bool regenerate();
   bool editAndResend(qint64 messageId, const QString& text);
   void stop();

@@ -46,10 +46,14 @@ ConversationList::ConversationList(ConversationStore* store, QWidget* parent) : 
   });
   connect(m_rename, &QPushButton::clicked, this, [this] {
     if (!m_list->currentItem()) return;
-    bool ok = false;
-    const QString title = QInputDialog::getText(this, tr("Rename conversation"), tr("Title:"), QLineEdit::Normal,
-                                                m_list->currentItem()->text(), &ok);
-    if (ok) renameCurrent(title);
+    // Wide enough for its title: without a minimum the dialog took the
+    // width of its label and elided the title ("Renam… ation").
+    QInputDialog dlg(this);
+    dlg.setWindowTitle(tr("Rename conversation"));
+    dlg.setLabelText(tr("Title:"));
+    dlg.setTextValue(m_list->currentItem()->text());
+    dlg.setMinimumWidth(dlg.fontMetrics().horizontalAdvance(dlg.windowTitle()) + 200);
+    if (dlg.exec() == QDialog::Accepted) renameCurrent(dlg.textValue());
   });
   connect(m_delete, &QPushButton::clicked, this, &ConversationList::deleteCurrent);
   refresh();

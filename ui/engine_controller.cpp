@@ -47,15 +47,20 @@ EngineController::EngineController(QObject* parent) : QObject(parent), m_shared(
   }, Q);
 
   connect(m_worker, &EngineWorker::modelLoaded, this, &EngineController::onModelLoaded, Q);
-  connect(m_worker, &EngineWorker::modelLoadFailed, this, [this](const QString& e) {
+  // A failed or cancelled load leaves what was loaded before it (kept).
+  auto keep = [this](const ModelInfo& kept) {
     m_loading = false;
-    m_hasModel = false;
+    m_hasModel = !kept.path.isEmpty();
+    m_modelInfo = kept;
+  };
+  connect(m_worker, &EngineWorker::modelLoadFailed, this, [this, keep](const QString& e, const ModelInfo& kept) {
+    keep(kept);
     emit modelLoadFailed(e);
-    emit errorOccurred(QStringLiteral("Could not load the model: %1").arg(e));
+    emit errorOccurred(m_hasModel ? QStringLiteral("Could not load the model: %1. %2 is still loaded.").arg(e, kept.name)
+                                  : QStringLiteral("Could not load the model: %1").arg(e));
   }, Q);
-  connect(m_worker, &EngineWorker::modelLoadCancelled, this, [this] {
-    m_loading = false;
-    m_hasModel = false;
+  connect(m_worker, &EngineWorker::modelLoadCancelled, this, [this, keep](const ModelInfo& kept) {
+    keep(kept);
     emit modelLoadCancelled();
   }, Q);
   connect(m_worker, &EngineWorker::modelUnloaded, this, [this] {

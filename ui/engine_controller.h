@@ -48,6 +48,8 @@ class EngineController : public QObject {
 
   bool isBusy() const { return m_activeRequest != 0; }
   bool isLoading() const { return m_loading; }
+  // False while a load runs; after a failed or cancelled one, true again
+  // when the model that was working is still loaded (modelInfo() is its).
   bool hasModel() const { return m_hasModel; }
   int activeRequest() const { return m_activeRequest; }
   const ModelInfo& modelInfo() const { return m_modelInfo; }

@@ -46,6 +46,12 @@ RequestStats RequestStats::fromJson(const QJsonObject& o) {
   return s;
 }
 
+QString unbrokenName(const QString& name) {
+  QString s = name;
+  s.replace(QLatin1Char('-'), QChar(0x2011));  // NON-BREAKING HYPHEN
+  return s;
+}
+
 QString RequestStats::summary() const {
   if (!error.isEmpty()) return QStringLiteral("failed: %1").arg(error);
   QString s = QStringLiteral("TTFT %1 ms · %2 tok/s · %3 in / %4 out · %5")
@@ -53,7 +59,7 @@ QString RequestStats::summary() const {
                   .arg(decodeTps, 0, 'f', 1)
                   .arg(nPrompt)
                   .arg(nGenerated)
-                  .arg(backend);
+                  .arg(unbrokenName(backend));
   if (nReused > 0) s += QStringLiteral(" · %1 reused").arg(nReused);
   if (specDrafted > 0)
     s += QStringLiteral(" · spec %1% accepted, %2 tok/pass")

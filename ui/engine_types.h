@@ -20,6 +20,7 @@ struct EngineConfig {
   int threads = 0;                           // 0: one per physical core (phaselab::default_thread_count)
   int contextSize = 0;                       // 0: the model's, at most 4096
   QString kvType = QStringLiteral("f16");    // how K and V are stored: f16 | bf16 | f32 | q8_0 (phaselab::kv_type_name)
+  bool operator==(const EngineConfig&) const = default;
 };
 
 // A remote OpenAI-compatible server to chat with instead of a local model
@@ -79,6 +80,7 @@ struct ModelInfo {
   bool hasChatTemplate = false;  // false: a base model, best used in notebook mode
   QString backend;
   int threads = 0;
+  EngineConfig config;  // what it was loaded with (Settings tells a reload by it)
   // A remote server (RemoteConfig): path is its URL, name its model; what
   // only the server knows (parameters, context, KV, weights) stays 0 / empty,
   // and architecture, typeMix and backend say "remote".
@@ -116,6 +118,11 @@ struct LiveMetrics {
   // (TTFT includes the network; no prefill, KV or device figures exist).
   bool remote = false;
 };
+
+// A name shown in wrapped text that must stay on one line: its hyphens
+// become non-breaking ones ("cpu-avx512-vnni" was wrapped as "cpu-" /
+// "avx512-vnni").
+QString unbrokenName(const QString& name);
 
 // Final numbers of one answer, shown under it and stored with it.
 struct RequestStats {

@@ -70,83 +70,115 @@ void EngineWorker::loadModel(const QString& path, const EngineConfig& config) {
   try {
     loadModelImpl(path, config);
   } catch (const std::exception& e) {
-    emit modelLoadFailed(QStringLiteral("loading %1: %2").arg(path, QString::fromUtf8(e.what())));
+    emit modelLoadFailed(QStringLiteral("loading %1: %2").arg(path, QString::fromUtf8(e.what())), current());
   } catch (...) {
-    emit modelLoadFailed(QStringLiteral("loading %1: unknown error").arg(path));
+    emit modelLoadFailed(QStringLiteral("loading %1: unknown error").arg(path), current());
   }
 }
 
-void EngineWorker::loadModelImpl(const QString& path, const EngineConfig& config) {
-  // The previous model goes first so two models never sit in memory at once
-  // (and the server with it: it serves the model it was started with).
-  releaseModel();
+// A model and the session over it, built but not yet installed.
+struct EngineWorker::Built {
+  std::shared_ptr<Model> model;
+  std::unique_ptr<Session> session;
+  int threads = 0;
+  std::string fallbackReason;  // why the device asked for is not used (the CPU runs the model)
+};
+
+Result<EngineWorker::Built> EngineWorker::build(const QString& path, const EngineConfig& config) const {
   auto model = Model::load(path.toStdString());
-  if (!model) {
-    emit modelLoadFailed(QString::fromStdString(model.status().message()));
-    return;
-  }
-  // Model::load is not interruptible (it is an mmap and a validation pass);
-  // Cancel drops the result instead.
-  if (m_shared->loadCancel.load()) {
-    emit modelLoadCancelled();
-    return;
-  }
-  const int threads = config.threads > 0 ? config.threads : defaultThreads();
-  std::shared_ptr<Model> m = std::move(*model);
+  if (!model) return model.status();
+  if (m_shared->loadCancel.load()) return Status(StatusCode::cancelled, "the load was cancelled");
+  Built b;
+  b.threads = config.threads > 0 ? config.threads : defaultThreads();
+  b.model = std::move(*model);
   auto kind = parse_backend_kind(config.backend.toStdString());
-  if (!kind) {
-    emit modelLoadFailed(QString::fromStdString(kind.status().message()));
-    return;
-  }
+  if (!kind) return kind.status();
   BackendOptions bo = backend_options_from_environment();
   bo.kind = *kind;
-  bo.n_threads = threads;
-  auto backend = make_backend(m, bo);
-  if (!backend) {
-    emit modelLoadFailed(QString::fromStdString(backend.status().message()));
-    return;
-  }
-  // Say why the device asked for is not used; the CPU runs the model.
-  if (!backend->fallback_reason.empty())
-    emit errorOccurred(QString::fromStdString(backend->fallback_reason) + QStringLiteral("; using the CPU backend"));
+  bo.n_threads = b.threads;
+  auto backend = make_backend(b.model, bo);
+  if (!backend) return backend.status();
+  b.fallbackReason = backend->fallback_reason;
   // An unknown stored value (a settings file from elsewhere) takes the default.
   const KvType kvType = kv_type_from_name(config.kvType.toStdString()).value_or(KvType::f16);
-  auto session = Session::create(m, std::move(backend->backend), config.contextSize, kvType);
-  if (!session) {
-    emit modelLoadFailed(QString::fromStdString(session.status().message()));
+  auto session = Session::create(b.model, std::move(backend->backend), config.contextSize, kvType);
+  if (!session) return session.status();
+  if (m_shared->loadCancel.load()) return Status(StatusCode::cancelled, "the load was cancelled");
+  b.session = std::move(*session);
+  return b;
+}
+
+void EngineWorker::loadModelImpl(const QString& path, const EngineConfig& config) {
+  // Load first, swap after: a file that is not a model, an architecture
+  // PhaseLab does not run or a setting the model refuses leaves the working
+  // model where it was. The new one is built beside it; only when memory
+  // cannot hold both does the old one go first, and it is loaded again (with
+  // its own settings) if the new one fails after all.
+  const bool hadModel = m_session != nullptr;
+  auto built = build(path, config);
+  if (!built && built.status().code() == StatusCode::out_of_memory && hadModel) {
+    const QString oldPath = m_path;
+    const EngineConfig oldConfig = m_config;
+    releaseModel();
+    built = build(path, config);
+    if (!built && !m_shared->loadCancel.load()) {
+      auto again = build(oldPath, oldConfig);
+      if (again) install(oldPath, oldConfig, std::move(*again));
+    }
+  }
+  if (!built) {
+    // What is loaded now (the previous model, or nothing) goes with the
+    // failure, so the window keeps showing it.
+    const ModelInfo kept = current();
+    if (built.status().code() == StatusCode::cancelled)
+      emit modelLoadCancelled(kept);
+    else
+      emit modelLoadFailed(QString::fromStdString(built.status().message()), kept);
     return;
   }
-  if (m_shared->loadCancel.load()) {
-    emit modelLoadCancelled();
-    return;
-  }
-  m_model = m;
-  m_session = std::move(*session);
+  // The server serves the session it was started with: it stops before the
+  // swap (the window starts it again for the new model).
+  stopServerImpl();
+  m_remote.reset();
+  const std::string fallback = built->fallbackReason;
+  install(path, config, std::move(*built));
+  if (!fallback.empty()) emit errorOccurred(QString::fromStdString(fallback) + QStringLiteral("; using the CPU backend"));
+  emit modelLoaded(describe());
+}
+
+void EngineWorker::install(const QString& path, const EngineConfig& config, Built built) {
+  m_session = std::move(built.session);  // the old session goes before its model
+  m_model = std::move(built.model);
+  m_path = path;
   m_config = config;
-  m_threads = threads;
+  m_threads = built.threads;
   m_draft.reset();  // a draft model's session is sized for the old target
   m_draftPath.clear();
+}
 
+ModelInfo EngineWorker::describe() const {
+  const Model& m = *m_model;
   ModelInfo info;
-  const ModelConfig& c = m->config();
-  info.path = path;
-  info.name = c.name.empty() ? QFileInfo(path).completeBaseName() : QString::fromStdString(c.name);
+  const ModelConfig& c = m.config();
+  info.path = m_path;
+  info.name = c.name.empty() ? QFileInfo(m_path).completeBaseName() : QString::fromStdString(c.name);
   info.architecture = QString::fromStdString(c.arch_str);
-  info.nParams = static_cast<qint64>(parameter_count(*m));
-  info.prefillOpsPerToken = prefill_ops_per_token(*m);
-  info.typeMix = QString::fromStdString(m->type_mix());
+  info.nParams = static_cast<qint64>(parameter_count(m));
+  info.prefillOpsPerToken = prefill_ops_per_token(m);
+  info.typeMix = QString::fromStdString(m.type_mix());
   info.contextTrained = c.n_ctx_train;
   info.contextSize = m_session->n_ctx();
   info.kvType = QString::fromLatin1(kv_type_name(m_session->kv().type()));
   info.kvBytes = m_session->kv_bytes();
   info.kvWindowNote = QString::fromStdString(m_session->kv().pool().window_note());
-  info.fileSize = static_cast<qint64>(m->file().file_size());
-  info.weightBytes = m->weight_bytes();
-  info.chatTemplate = QString::fromUtf8(chat_template_family_name(m->chat_template()));
-  info.hasChatTemplate = m->has_chat_template();
+  info.fileSize = static_cast<qint64>(m.file().file_size());
+  info.weightBytes = m.weight_bytes();
+  info.chatTemplate = QString::fromUtf8(chat_template_family_name(m.chat_template()));
+  info.hasChatTemplate = m.has_chat_template();
   info.backend = QString::fromStdString(m_session->backend().name());
-  info.threads = threads;
-  emit modelLoaded(info);
+  info.threads = m_threads;
+  info.config = m_config;
+  return info;
 }
 
 void EngineWorker::releaseModel() {
@@ -154,6 +186,7 @@ void EngineWorker::releaseModel() {
   m_remote.reset();
   m_session.reset();
   m_model.reset();
+  m_path.clear();
 }
 
 void EngineWorker::unloadModel() {
@@ -169,16 +202,17 @@ void EngineWorker::connectRemote(const RemoteConfig& remote) {
   try {
     connectRemoteImpl(remote);
   } catch (const std::exception& e) {
-    emit modelLoadFailed(QStringLiteral("connecting to %1: %2").arg(remote.url, QString::fromUtf8(e.what())));
+    emit modelLoadFailed(QStringLiteral("connecting to %1: %2").arg(remote.url, QString::fromUtf8(e.what())), current());
   } catch (...) {
-    emit modelLoadFailed(QStringLiteral("connecting to %1: unknown error").arg(remote.url));
+    emit modelLoadFailed(QStringLiteral("connecting to %1: unknown error").arg(remote.url), current());
   }
 }
 
 void EngineWorker::connectRemoteImpl(const RemoteConfig& remote) {
-  releaseModel();
+  // As a load: what is loaded stays until the server has answered.
   if (remote.url.trimmed().isEmpty()) {
-    emit modelLoadFailed(tr("No remote server URL: enter the API's base in Settings (e.g. http://127.0.0.1:8080/v1)"));
+    emit modelLoadFailed(tr("No remote server URL: enter the API's base in Settings (e.g. http://127.0.0.1:8080/v1)"),
+                         current());
     return;
   }
   RemoteEndpoint ep;
@@ -190,17 +224,23 @@ void EngineWorker::connectRemoteImpl(const RemoteConfig& remote) {
   // the connection timeout); Cancel drops the result.
   auto client = RemoteClient::connect(ep);
   if (!client) {
-    emit modelLoadFailed(QString::fromStdString(client.status().message()));
+    emit modelLoadFailed(QString::fromStdString(client.status().message()), current());
     return;
   }
   if (m_shared->loadCancel.load()) {
-    emit modelLoadCancelled();
+    emit modelLoadCancelled(current());
     return;
   }
+  releaseModel();
   m_remote = std::move(*client);
   m_draft.reset();
   m_draftPath.clear();
+  emit modelLoaded(current());
+}
 
+ModelInfo EngineWorker::current() const {
+  if (m_session) return describe();
+  if (!m_remote) return {};
   // What only the server knows stays empty: the GUI shows "—" or "remote".
   ModelInfo info;
   info.remote = true;
@@ -214,7 +254,7 @@ void EngineWorker::connectRemoteImpl(const RemoteConfig& remote) {
   // The server applies its own chat template to the messages.
   info.chatTemplate = QStringLiteral("the server's");
   info.hasChatTemplate = true;
-  emit modelLoaded(info);
+  return info;
 }
 
 void EngineWorker::startServer(int port) {

@@ -15,6 +15,7 @@
 #include <memory>
 
 #include "engine_types.h"
+#include "phaselab/status.h"
 
 namespace phaselab {
 class Model;
@@ -52,8 +53,10 @@ class EngineWorker : public QObject {
 
  signals:
   void modelLoaded(const phaselab::ui::ModelInfo& info);
-  void modelLoadFailed(const QString& error);
-  void modelLoadCancelled();
+  // kept: what is loaded after the failure (the model that was working: a
+  // load builds the new one before it lets the old one go); empty path: none.
+  void modelLoadFailed(const QString& error, const phaselab::ui::ModelInfo& kept);
+  void modelLoadCancelled(const phaselab::ui::ModelInfo& kept);
   void modelUnloaded();
   // delta: the text released since the previous delta (whole UTF-8 characters);
   // nTokens: tokens generated so far in this request.
@@ -67,6 +70,13 @@ class EngineWorker : public QObject {
 
  private:
   void loadModelImpl(const QString& path, const EngineConfig& config);
+  struct Built;
+  // Loads the model and makes its backend and session, touching nothing
+  // installed: cancelled when the load is, every failure as a Status.
+  Result<Built> build(const QString& path, const EngineConfig& config) const;
+  void install(const QString& path, const EngineConfig& config, Built built);
+  ModelInfo describe() const;  // of the installed model and session
+  ModelInfo current() const;   // the installed model, the remote server, or empty
   void connectRemoteImpl(const RemoteConfig& remote);
   void generateImpl(int requestId, const QList<ChatTurn>& turns, const GenerationSettings& settings);
   class StreamRelay;  // the engine's token events -> tokensReady / metricsUpdated, coalesced
@@ -79,6 +89,7 @@ class EngineWorker : public QObject {
   std::shared_ptr<EngineShared> m_shared;
   std::shared_ptr<Model> m_model;
   std::unique_ptr<Session> m_session;
+  QString m_path;          // the loaded model's file
   EngineConfig m_config;  // the loaded model's (the server's backend is made the same way)
   int m_threads = 0;
   std::unique_ptr<RemoteClient> m_remote;  // set instead of m_model/m_session in remote mode

@@ -142,20 +142,8 @@ void MainWindow::connectEngine() {
   connect(m_engine, &EngineController::serverStopped, this, &MainWindow::onServerStopped);
   connect(m_engine, &EngineController::serverFailed, this, &MainWindow::onServerFailed);
   connect(m_engine, &EngineController::modelLoadStarted, this, &MainWindow::onModelLoadStarted);
-  auto endLoad = [this] {
-    if (m_loadProgress) m_loadProgress->cancel();
-  };
-  connect(m_engine, &EngineController::modelLoadFailed, this, [this, endLoad](const QString&) {
-    endLoad();
-    m_statusLabels->setModelText(tr("No model"));
-    syncChatToolbar();
-    updateWelcome();
-  });
-  connect(m_engine, &EngineController::modelLoadCancelled, this, [this, endLoad] {
-    endLoad();
-    m_statusLabels->setModelText(tr("No model (load cancelled)"));
-    updateWelcome();
-  });
+  connect(m_engine, &EngineController::modelLoadFailed, this, [this](const QString&) { onModelLoadEnded(false); });
+  connect(m_engine, &EngineController::modelLoadCancelled, this, [this] { onModelLoadEnded(true); });
   connect(m_engine, &EngineController::modelUnloaded, this, [this] {
     m_statusLabels->setModelText(tr("No model"));
     setWindowTitle(QStringLiteral("PhaseLab"));

@@ -51,6 +51,7 @@ class MainWindow : public QMainWindow {
   // Overrides for this run only (screenshot mode, tests); not saved.
   void setGenerationSettings(const GenerationSettings& g);
   void setEngineConfig(const EngineConfig& e);
+  const EngineConfig& engineConfig() const { return m_settings.engine; }
   // "chat" or "notebook" for the open conversation (and the next new one).
   void setConversationMode(const QString& mode);
   const AppSettings& settings() const { return m_settings; }
@@ -130,6 +131,9 @@ class MainWindow : public QMainWindow {
   // (main_window_model.cpp).
   void onModelLoadStarted(const QString& path);
   void onModelLoaded(const ModelInfo& info);
+  // A load failed or was cancelled: the model still loaded (if any) is shown.
+  void onModelLoadEnded(bool cancelled);
+  void showModelHeader(const ModelInfo& info);  // the status bar's model and the title
   void onServerStarted(const QString& url);
   void onServerStopped();
   void onServerFailed(const QString& error);
@@ -158,7 +162,7 @@ class MainWindow : public QMainWindow {
 
   Options m_options;
   AppSettings m_settings;
-  EngineConfig m_loadedConfig;
+  EngineConfig m_loadedConfig;  // the loaded model's (ModelInfo::config), to tell what a change reloads
   ConversationStore m_store;
   EngineController* m_engine = nullptr;
   ChatSession* m_chat = nullptr;

@@ -22,7 +22,21 @@
 namespace phaselab::ui {
 
 bool MainWindow::sendMessage(const QString& text) {
-  if (text.trimmed().isEmpty()) return false;
+  if (text.trimmed().isEmpty()) {
+    // An empty box: a notebook continues its text; otherwise say what to do.
+    const bool notebook = m_chat->conversationSettings().mode == QLatin1String("notebook");
+    if (notebook && m_chat->continueText()) {
+      clearError();
+      return true;
+    }
+    if (!m_chat->isStreaming())
+      statusBar()->showMessage(notebook && !m_chat->messages().isEmpty()
+                                   ? tr("The model cannot continue now.")
+                                   : notebook ? tr("Write the start of a text in the box, then press Continue.")
+                                              : tr("Type a message in the box, then press Send."),
+                               6000);
+    return false;
+  }
   clearError();
   if (!m_chat->send(text)) return false;
   m_composer->clear();

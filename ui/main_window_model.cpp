@@ -34,7 +34,6 @@ void MainWindow::loadModel(const QString& path) {
     m_settings.useRemote = false;
     m_settings.save();
   }
-  m_loadedConfig = m_settings.engine;
   m_engine->loadModel(path, m_settings.engine);
 }
 
@@ -72,8 +71,7 @@ void MainWindow::onModelLoaded(const ModelInfo& info) {
   if (m_loadProgress) m_loadProgress->cancel();
   if (info.remote) {
     spdlog::info("gui: connected to {} ({})", info.remoteUrl.toStdString(), info.remoteModel.toStdString());
-    m_statusLabels->setModelText(tr("%1 · remote at %2").arg(info.name, info.remoteUrl));
-    setWindowTitle(QStringLiteral("PhaseLab — %1 (remote)").arg(info.name));
+    showModelHeader(info);
     m_metrics->setModel(info);
     updateBaseModelNote();
     syncChatToolbar();
@@ -85,8 +83,8 @@ void MainWindow::onModelLoaded(const ModelInfo& info) {
   }
   spdlog::info("gui: loaded model {} ({}, {} backend)", info.path.toStdString(), info.name.toStdString(),
                info.backend.toStdString());
-  m_statusLabels->setModelText(tr("%1 · %2 · %3").arg(info.name, info.backend, info.typeMix));
-  setWindowTitle(QStringLiteral("PhaseLab — %1").arg(info.name));
+  m_loadedConfig = info.config;
+  showModelHeader(info);
   m_metrics->setModel(info);
   updateBaseModelNote();
   syncChatToolbar();
@@ -112,6 +110,40 @@ void MainWindow::onModelLoaded(const ModelInfo& info) {
   applyServeSettings();
   updateWelcome();
   emit modelReady();
+}
+
+void MainWindow::showModelHeader(const ModelInfo& info) {
+  if (info.remote) {
+    m_statusLabels->setModelText(tr("%1 · remote at %2").arg(info.name, info.remoteUrl));
+    setWindowTitle(QStringLiteral("PhaseLab — %1 (remote)").arg(info.name));
+  } else {
+    m_statusLabels->setModelText(tr("%1 · %2 · %3").arg(info.name, info.backend, info.typeMix));
+    setWindowTitle(QStringLiteral("PhaseLab — %1").arg(info.name));
+  }
+}
+
+void MainWindow::onModelLoadEnded(bool cancelled) {
+  if (m_loadProgress) m_loadProgress->cancel();
+  if (m_engine->hasModel()) {
+    // The model that was working is still loaded (a load builds the new one
+    // before it lets the old one go): the window goes on showing it, and
+    // settings that did not load are not kept.
+    const ModelInfo& kept = m_engine->modelInfo();
+    showModelHeader(kept);
+    if (!kept.remote && m_settings.engine != kept.config) {
+      m_settings.engine = kept.config;
+      m_settings.save();
+      statusBar()->showMessage(tr("The new engine settings were not applied: %1 keeps its own.").arg(kept.name), 8000);
+    }
+    syncChatToolbar();
+    applyServeSettings();  // a model reloaded after a failed one is served again
+  } else {
+    m_statusLabels->setModelText(cancelled ? tr("No model (load cancelled)") : tr("No model"));
+    setWindowTitle(QStringLiteral("PhaseLab"));
+    syncChatToolbar();
+  }
+  updateWelcome();
+  updateBaseModelNote();
 }
 
 void MainWindow::onServerStarted(const QString& url) {
@@ -176,7 +208,9 @@ void MainWindow::openModelManager() {
 void MainWindow::openSettings(bool serversPage) {
   // A remote server has no engine settings to reload for.
   const bool remoteLoaded = m_engine->hasModel() && m_engine->modelInfo().remote;
-  SettingsDialog dlg(m_settings, m_loadedConfig, m_engine->hasModel() && !remoteLoaded, this);
+  const bool localLoaded = m_engine->hasModel() && !remoteLoaded;
+  SettingsDialog dlg(m_settings, m_loadedConfig, localLoaded, this);
+  if (localLoaded) dlg.setTrainedContext(m_engine->modelInfo().contextTrained);
   // The server's state, kept current while the dialog is open.
   dlg.setServeStatus(m_serveStatus);
   if (serversPage) dlg.showServersPage();
@@ -210,6 +244,13 @@ void MainWindow::openSettings(bool serversPage) {
   }
   if (reload) {
     loadModel(m_engine->modelInfo().path);  // serving resumes once it is loaded
+    return;
+  }
+  if (!m_engine->hasModel() && !m_engine->isLoading() && m_settings.engine != before.engine &&
+      !m_settings.lastModel.isEmpty() && QFileInfo::exists(m_settings.lastModel)) {
+    // No model is loaded (an earlier load failed): new engine settings are
+    // tried on the last model at once.
+    loadModel(m_settings.lastModel);
     return;
   }
   if (m_settings.serve != before.serve || m_settings.servePort != before.servePort ||

@@ -1,8 +1,11 @@
 #include "model_manager.h"
 
 #include <QApplication>
+#include <algorithm>
 #include <QDialogButtonBox>
 #include <QDir>
+#include <QGuiApplication>
+#include <QScreen>
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QHBoxLayout>
@@ -59,7 +62,10 @@ QString ModelManager::formatBytes(qint64 n) {
 ModelManager::ModelManager(const QString& modelDir, const ModelInfo& loaded, bool hasModel, QWidget* parent)
     : QDialog(parent), m_modelDir(modelDir) {
   setWindowTitle(tr("Models"));
-  resize(900, 360);
+  // 900 px wide where the screen has room: on an 800 px screen the table's
+  // last column ("Chat format") was cut at the screen's edge.
+  const QRect avail = (parent ? parent->screen() : QGuiApplication::primaryScreen())->availableGeometry();
+  resize(std::min(900, avail.width() - 40), std::min(360, avail.height() - 80));
   auto* layout = new QVBoxLayout(this);
   auto* current = new QLabel(hasModel ? tr("Loaded: <b>%1</b> (%2, %3)")
                                             .arg(loaded.name.toHtmlEscaped(), loaded.backend, loaded.typeMix)

@@ -60,6 +60,16 @@ SettingsDialog::SettingsDialog(const AppSettings& current, const EngineConfig& l
   updateReloadNote();
 }
 
+namespace {
+// The probe's reason is a clause ("the CUDA backend is not available (...)"):
+// shown alone, as a sentence (it was "CUDA not available: the CUDA backend is
+// not available").
+QString capitalized(QString s) {
+  if (!s.isEmpty()) s[0] = s[0].toUpper();
+  return s;
+}
+}  // namespace
+
 QGroupBox* SettingsDialog::buildEngineBox(const EngineConfig& engine) {
   auto* engineBox = new QGroupBox(tr("Engine (changes need a model reload)"));
   auto* ef = new QFormLayout(engineBox);
@@ -80,7 +90,7 @@ QGroupBox* SettingsDialog::buildEngineBox(const EngineConfig& engine) {
     m_backend->addItem(tr("CUDA: %1").arg(QString::fromStdString(cudaProbe.description)), kindName(BackendKind::cuda));
   m_backend->setCurrentIndex(std::max(0, m_backend->findData(engine.backend)));
   auto* cuda = new QLabel(cudaProbe.available ? tr("CUDA available: %1").arg(QString::fromStdString(cudaProbe.description))
-                                              : tr("CUDA not available: %1").arg(QString::fromStdString(cudaProbe.reason)));
+                                              : capitalized(QString::fromStdString(cudaProbe.reason)));
   cuda->setWordWrap(true);
   cuda->setEnabled(cudaProbe.available);
   ef->addRow(QString(), cuda);
@@ -90,11 +100,18 @@ QGroupBox* SettingsDialog::buildEngineBox(const EngineConfig& engine) {
   m_threads->setValue(engine.threads);
   ef->addRow(tr("Threads:"), m_threads);
   m_context = new QSpinBox;
+  m_context->setObjectName(QStringLiteral("contextSpin"));
   m_context->setRange(0, 1 << 20);
   m_context->setSingleStep(512);
   m_context->setSpecialValueText(tr("the model's (at most 4096)"));
   m_context->setValue(engine.contextSize);
   ef->addRow(tr("Context size:"), m_context);
+  m_engineError = new QLabel;
+  m_engineError->setObjectName(QStringLiteral("engineError"));
+  m_engineError->setWordWrap(true);
+  m_engineError->setStyleSheet(QStringLiteral("color: #c0392b;"));
+  m_engineError->hide();
+  ef->addRow(QString(), m_engineError);
   m_kvType = new QComboBox;
   m_kvType->setObjectName(QStringLiteral("kvTypeCombo"));
   m_kvType->addItem(tr("F16 (half the memory, as llama.cpp)"), QStringLiteral("f16"));
@@ -262,6 +279,38 @@ QString SettingsDialog::serveStatus() const { return m_serveStatus->text(); }
 
 void SettingsDialog::showServersPage() { m_tabs->setCurrentIndex(2); }
 
+void SettingsDialog::setTrainedContext(int tokens) {
+  m_trainedContext = tokens;
+  if (tokens > 0) m_context->setToolTip(tr("0: the model's own, at most 4096; at most %1 (what the model was trained "
+                                           "for)").arg(tokens));
+  updateReloadNote();
+}
+
+QString SettingsDialog::engineError() const {
+  const int ctx = m_context->value();
+  if (ctx == 0) return {};
+  if (ctx < kMinContext)
+    return tr("A context of %1 tokens is too small: at least %2 (the chat template and an answer need room), or 0 for "
+              "the model's.").arg(ctx).arg(kMinContext);
+  if (m_trainedContext > 0 && ctx > m_trainedContext)
+    return tr("The loaded model was trained for %1 tokens of context; %2 is more than it can use. Choose at most %1, "
+              "or 0 for the model's.").arg(m_trainedContext).arg(ctx);
+  return {};
+}
+
+void SettingsDialog::accept() {
+  const QString error = engineError();
+  if (!error.isEmpty()) {
+    // Nothing is applied or saved: the loaded model stays as it is.
+    m_tabs->setCurrentIndex(0);
+    m_engineError->setText(error);
+    m_engineError->show();
+    m_context->setFocus();
+    return;
+  }
+  QDialog::accept();
+}
+
 bool SettingsDialog::needsReload() const {
   if (!m_hasModel) return false;
   const EngineConfig e = settings().engine;
@@ -270,6 +319,9 @@ bool SettingsDialog::needsReload() const {
 }
 
 void SettingsDialog::updateReloadNote() {
+  const QString error = engineError();
+  m_engineError->setText(error);
+  m_engineError->setVisible(!error.isEmpty());
   m_reloadNote->setText(needsReload() ? tr("The backend, thread, context or KV storage change takes effect when the model is "
                                            "reloaded: PhaseLab reloads it when you press OK.")
                                       : QString());

@@ -28,6 +28,15 @@ class SettingsDialog : public QDialog {
 
   AppSettings settings() const;
   bool needsReload() const;
+  // The loaded model's trained context (0: none loaded): the context size is
+  // checked against it before the dialog closes.
+  void setTrainedContext(int tokens);
+  // Why the engine settings cannot be applied ("" when they can): a context
+  // below kMinContext or beyond the model's trained context.
+  QString engineError() const;
+  static constexpr int kMinContext = 128;  // a chat template and a short answer need room
+
+  void accept() override;  // refuses (and says why) while engineError() is not empty
   // The server's state now: "Serving at URL", why it failed, or not serving.
   // MainWindow keeps it current while the dialog is open.
   void setServeStatus(const QString& text);
@@ -71,6 +80,8 @@ class SettingsDialog : public QDialog {
   QSpinBox* m_servePort = nullptr;
   QLabel* m_serveStatus = nullptr;
   QLabel* m_reloadNote = nullptr;
+  QLabel* m_engineError = nullptr;
+  int m_trainedContext = 0;
   QTabWidget* m_tabs = nullptr;
 };
 

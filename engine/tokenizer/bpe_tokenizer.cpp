@@ -201,7 +201,7 @@ std::string BpeTokenizer::token_to_piece(TokenId id, bool render_special) const 
     case TokenAttr::unknown:
       return render_special ? t : std::string();
     case TokenAttr::user_defined:
-      return t;
+      return render_special || !is_special(id) ? t : std::string();
     case TokenAttr::normal:
     case TokenAttr::byte: {
       std::string piece;

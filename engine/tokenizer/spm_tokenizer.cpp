@@ -161,7 +161,7 @@ std::string SpmTokenizer::token_to_piece(TokenId id, bool render_special) const 
     case TokenAttr::unknown:
       return render_special ? t : std::string();
     case TokenAttr::user_defined:
-      return t;
+      return render_special || !is_special(id) ? t : std::string();
     case TokenAttr::normal: {
       std::string piece = t;
       unicode::unescape_spaces(piece);

@@ -121,6 +121,35 @@ TokenAttr Tokenizer::token_attr(TokenId id) const {
   return attrs_[id];
 }
 
+namespace {
+// <name> where name is letters, digits, '_' and '|' and holds a '_' or a
+// '|': the way models write their markers, and never an HTML tag.
+bool looks_like_marker(std::string_view t) {
+  if (t.size() < 3 || t.front() != '<' || t.back() != '>') return false;
+  bool separator = false;
+  for (char c : t.substr(1, t.size() - 2)) {
+    const bool word = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+    if (c == '_' || c == '|')
+      separator = true;
+    else if (!word)
+      return false;
+  }
+  return separator;
+}
+}  // namespace
+
+bool Tokenizer::is_special(TokenId id) const {
+  switch (token_attr(id)) {
+    case TokenAttr::control:
+    case TokenAttr::unknown:
+      return true;
+    case TokenAttr::user_defined:
+      return looks_like_marker(texts_[id]);
+    default:
+      return false;
+  }
+}
+
 std::optional<TokenId> Tokenizer::find_token(std::string_view text) const {
   auto it = token_to_id_.find(text);
   if (it == token_to_id_.end()) return std::nullopt;

@@ -61,6 +61,15 @@ class Tokenizer {
   int32_t n_vocab() const { return static_cast<int32_t>(texts_.size()); }
   std::string_view token_text(TokenId id) const;  // raw vocabulary string
   TokenAttr token_attr(TokenId id) const;
+  // Not text: a control or unknown token, or a user-defined one written as a
+  // marker (<start_of_image>, <|im_start|>: angle brackets around a name with
+  // '_' or '|'). GGUF keeps only "user-defined" for a model's added tokens,
+  // losing which of them Hugging Face marks special: Gemma 3's
+  // <start_of_image> is user-defined like its HTML tags (<table>) and its
+  // whitespace runs, which are text. A special token renders as "" unless
+  // render_special, so one that a model emits never reaches an answer's text
+  // (where it would be saved and read back as that token).
+  bool is_special(TokenId id) const;
   std::optional<TokenId> find_token(std::string_view text) const;
 
   TokenId bos() const { return bos_; }   // -1 when none
