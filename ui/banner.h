@@ -4,10 +4,10 @@
 // shown.
 #pragma once
 
+#include <QColor>
 #include <QFrame>
 
 class QAbstractButton;
-class QColor;
 class QLabel;
 class QToolButton;
 
@@ -16,8 +16,12 @@ namespace phaselab::ui {
 class Banner : public QFrame {
   Q_OBJECT
  public:
-  // The text is black on background, in either theme.
-  explicit Banner(const QColor& background, QWidget* parent = nullptr);
+  // tint: the banner's hue (red for an error, blue for a note). Its
+  // background is the window's colour tinted with it and its text the
+  // window's text colour, so it reads in a light and a dark theme alike;
+  // both follow a theme change.
+  explicit Banner(const QColor& tint, QWidget* parent = nullptr);
+  static QColor background(const QColor& tint, const QPalette& palette);
 
   void setText(const QString& text);  // rich text allowed
   QString text() const;
@@ -28,6 +32,9 @@ class Banner : public QFrame {
   QToolButton* addDismissButton(const QString& accessibleName = QString());
 
  private:
+  void applyColors();
+
+  QColor m_tint;
   QLabel* m_text = nullptr;
 };
 

@@ -1,5 +1,6 @@
 #include "chat_view.h"
 
+#include <QPainter>
 #include <QResizeEvent>
 #include <QScrollBar>
 #include <QToolButton>
@@ -13,6 +14,28 @@ namespace {
 // Within this many pixels of the bottom counts as "at the bottom": a wheel
 // step is ~60 px, so one notch up is a deliberate move away.
 constexpr int kBottomSlackPx = 24;
+
+// The focused view's frame, drawn over its edges (the viewport and the
+// scroll bar fill the rest, and no style draws a focus frame around a
+// scroll area). It reads the palette when it paints, so it follows the theme.
+class FocusFrame : public QWidget {
+ public:
+  explicit FocusFrame(QWidget* parent) : QWidget(parent) {
+    setAttribute(Qt::WA_TransparentForMouseEvents);
+    setFocusPolicy(Qt::NoFocus);
+    hide();
+  }
+
+ protected:
+  void paintEvent(QPaintEvent*) override {
+    QPainter p(this);
+    QPen pen(palette().color(QPalette::Highlight), 2);
+    pen.setJoinStyle(Qt::MiterJoin);
+    p.setPen(pen);
+    p.drawRect(QRectF(rect()).adjusted(1, 1, -1, -1));
+  }
+};
+
 }  // namespace
 
 ChatView::ChatView(QWidget* parent) : QScrollArea(parent) {
@@ -38,6 +61,7 @@ ChatView::ChatView(QWidget* parent) : QScrollArea(parent) {
   m_jump->setToolButtonStyle(Qt::ToolButtonTextOnly);
   m_jump->hide();
   connect(m_jump, &QToolButton::clicked, this, &ChatView::jumpToLatest);
+  m_focusFrame = new FocusFrame(this);
 
   connect(verticalScrollBar(), &QScrollBar::valueChanged, this, &ChatView::onScrolled);
   connect(verticalScrollBar(), &QScrollBar::rangeChanged, this, &ChatView::onRangeChanged);
@@ -110,6 +134,20 @@ void ChatView::setBusy(bool busy) {
 
 bool ChatView::isJumpButtonShown() const { return m_jump->isVisibleTo(this); }
 
+bool ChatView::isFocusFrameShown() const { return m_focusFrame->isVisibleTo(this); }
+
+void ChatView::focusInEvent(QFocusEvent* e) {
+  QScrollArea::focusInEvent(e);
+  m_focusFrame->setGeometry(rect());
+  m_focusFrame->raise();
+  m_focusFrame->show();
+}
+
+void ChatView::focusOutEvent(QFocusEvent* e) {
+  QScrollArea::focusOutEvent(e);
+  m_focusFrame->hide();
+}
+
 void ChatView::jumpToLatest() {
   m_follow = true;
   m_jump->hide();
@@ -139,6 +177,7 @@ void ChatView::placeJumpButton() {
 
 void ChatView::resizeEvent(QResizeEvent* e) {
   QScrollArea::resizeEvent(e);
+  m_focusFrame->setGeometry(rect());
   placeJumpButton();
   if (m_follow) verticalScrollBar()->setValue(verticalScrollBar()->maximum());
 }

@@ -5,6 +5,8 @@
 // changes, the view moves with it). Scrolling up to read stops following and
 // shows a "Jump to latest" button; scrolling back down, the button, or sending
 // a message resumes it. Cards are as wide as the viewport, never wider.
+// It takes the keyboard focus (the arrow and page keys scroll it) and then
+// shows a frame in the palette's highlight colour, as a focused field does.
 #pragma once
 
 #include <QScrollArea>
@@ -38,6 +40,7 @@ class ChatView : public QScrollArea {
   QList<MessageWidget*> messageWidgets() const;
   bool isFollowing() const { return m_follow; }
   bool isJumpButtonShown() const;
+  bool isFocusFrameShown() const;
   // Scrolls to the end and follows the answer again.
   void jumpToLatest();
 
@@ -47,6 +50,8 @@ class ChatView : public QScrollArea {
 
  protected:
   void resizeEvent(QResizeEvent* e) override;
+  void focusInEvent(QFocusEvent* e) override;
+  void focusOutEvent(QFocusEvent* e) override;
 
  private:
   void onScrolled(int value);
@@ -57,6 +62,7 @@ class ChatView : public QScrollArea {
   QWidget* m_content = nullptr;
   QVBoxLayout* m_layout = nullptr;
   QToolButton* m_jump = nullptr;
+  QWidget* m_focusFrame = nullptr;
   QString m_userLabel, m_assistantLabel;
   bool m_busy = false;
   bool m_follow = true;  // keep the view at the bottom as content grows

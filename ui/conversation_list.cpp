@@ -12,6 +12,28 @@
 
 namespace phaselab::ui {
 
+namespace {
+
+// Tabbing into a list with no current item makes its first item current
+// (QAbstractItemView::focusInEvent). That is where the keyboard focus
+// lands, not a choice: the list knows it is only focus moving.
+class ConversationListView : public QListWidget {
+ public:
+  bool isTakingFocus() const { return m_takingFocus; }
+
+ protected:
+  void focusInEvent(QFocusEvent* e) override {
+    m_takingFocus = true;
+    QListWidget::focusInEvent(e);
+    m_takingFocus = false;
+  }
+
+ private:
+  bool m_takingFocus = false;
+};
+
+}  // namespace
+
 ConversationList::ConversationList(ConversationStore* store, QWidget* parent) : QWidget(parent), m_store(store) {
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(4, 4, 4, 4);
@@ -23,7 +45,8 @@ ConversationList::ConversationList(ConversationStore* store, QWidget* parent) : 
   m_search->setPlaceholderText(tr("Search conversations"));
   m_search->setClearButtonEnabled(true);
   layout->addWidget(m_search);
-  m_list = new QListWidget;
+  auto* view = new ConversationListView;
+  m_list = view;
   m_list->setObjectName(QStringLiteral("conversationList"));
   m_list->setAccessibleName(tr("Conversations"));
   layout->addWidget(m_list, 1);
@@ -41,9 +64,14 @@ ConversationList::ConversationList(ConversationStore* store, QWidget* parent) : 
   };
   connect(newButton, &QPushButton::clicked, this, &ConversationList::newConversationRequested);
   connect(m_search, &QLineEdit::textChanged, this, &ConversationList::refresh);
-  connect(m_list, &QListWidget::currentItemChanged, this, [this](QListWidgetItem* item) {
-    if (!m_refreshing && item) emit conversationSelected(item->data(Qt::UserRole).toLongLong());
+  // The arrow keys and a click open the conversation they move to; Tab only
+  // moves the focus. Enter (or a click) opens the item that focus made
+  // current.
+  connect(m_list, &QListWidget::currentItemChanged, this, [this, view](QListWidgetItem* item) {
+    if (!m_refreshing && !view->isTakingFocus() && item) open(item);
   });
+  connect(m_list, &QListWidget::itemActivated, this, &ConversationList::open);
+  connect(m_list, &QListWidget::itemClicked, this, &ConversationList::open);
   connect(m_rename, &QPushButton::clicked, this, [this] {
     if (!m_list->currentItem()) return;
     // Wide enough for its title: without a minimum the dialog took the
@@ -57,6 +85,11 @@ ConversationList::ConversationList(ConversationStore* store, QWidget* parent) : 
   });
   connect(m_delete, &QPushButton::clicked, this, &ConversationList::deleteCurrent);
   refresh();
+}
+
+void ConversationList::open(QListWidgetItem* item) {
+  const qint64 id = item->data(Qt::UserRole).toLongLong();
+  if (id != m_openId) emit conversationSelected(id);
 }
 
 void ConversationList::refresh() {
@@ -76,6 +109,7 @@ void ConversationList::refresh() {
 }
 
 void ConversationList::setCurrent(qint64 id) {
+  m_openId = id;
   m_refreshing = true;
   m_list->setCurrentItem(nullptr);
   for (int i = 0; i < m_list->count(); i++)

@@ -6,6 +6,7 @@
 
 class QLineEdit;
 class QListWidget;
+class QListWidgetItem;
 class QPushButton;
 
 namespace phaselab::ui {
@@ -18,6 +19,7 @@ class ConversationList : public QWidget {
   explicit ConversationList(ConversationStore* store, QWidget* parent = nullptr);
 
   void refresh();
+  // The conversation open in the chat (0: a new one), shown as current.
   void setCurrent(qint64 id);
   qint64 currentId() const;
   int count() const;
@@ -34,7 +36,10 @@ class ConversationList : public QWidget {
   void conversationDeleted(qint64 id);
 
  private:
+  void open(QListWidgetItem* item);  // emits conversationSelected unless it is open already
+
   ConversationStore* m_store;
+  qint64 m_openId = -1;
   QLineEdit* m_search = nullptr;
   QListWidget* m_list = nullptr;
   QPushButton* m_rename = nullptr;

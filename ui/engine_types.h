@@ -69,6 +69,7 @@ struct ModelInfo {
   int contextSize = 0;  // of the session actually created
   QString kvType;       // its KV cache's storage: f16 | f32
   quint64 kvBytes = 0;  // the KV pool's K and V
+  int kvBlocks = 0;     // the KV pool's blocks (of KvPool::kBlockTokens positions), all free after a load
   QString kvWindowNote;  // "15 of 18 layers keep only their 512-position window", or empty
   qint64 fileSize = 0;
   quint64 weightBytes = 0;  // read per decoded token

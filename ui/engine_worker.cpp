@@ -170,6 +170,7 @@ ModelInfo EngineWorker::describe() const {
   info.contextSize = m_session->n_ctx();
   info.kvType = QString::fromLatin1(kv_type_name(m_session->kv().type()));
   info.kvBytes = m_session->kv_bytes();
+  info.kvBlocks = m_session->kv().pool().n_blocks();
   info.kvWindowNote = QString::fromStdString(m_session->kv().pool().window_note());
   info.fileSize = static_cast<qint64>(m.file().file_size());
   info.weightBytes = m.weight_bytes();

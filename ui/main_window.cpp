@@ -100,6 +100,7 @@ void MainWindow::createDocks() {
   addDockWidget(Qt::LeftDockWidgetArea, m_listDock);
   m_metrics = new MetricsDock(this);
   addDockWidget(Qt::RightDockWidgetArea, m_metrics);
+  syncChatToolbar();  // the dock's speculative panel shows the restored setting as the toolbar does
 }
 
 // All of these are GUI-thread objects; the thread hop happens inside
@@ -115,6 +116,7 @@ void MainWindow::connectChat() {
   connect(m_chat, &ChatSession::conversationSettingsChanged, this, &MainWindow::applyConversationSettings);
   connect(m_chat, &ChatSession::conversationOpened, this, [this](qint64 id, const QList<MessageRecord>& messages) {
     m_chatView->setMessages(messages);
+    m_metrics->showConversation(id, messages);  // the charts are this conversation's
     m_conversations->setCurrent(id);
     updateWelcome();
     m_composer->focusEditor();

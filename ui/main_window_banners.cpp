@@ -18,13 +18,14 @@ namespace phaselab::ui {
 
 // The error banner, and the base model note below it.
 void MainWindow::createBanners(QVBoxLayout* column) {
-  m_errorBanner = new Banner(QColor(255, 214, 214));
+  // Tints: the banners' colours are the window's, tinted (Banner::background).
+  m_errorBanner = new Banner(QColor(230, 40, 40));
   m_errorBanner->setObjectName(QStringLiteral("errorBanner"));
   connect(m_errorBanner->addDismissButton(), &QToolButton::clicked, this, &MainWindow::clearError);
   column->addWidget(m_errorBanner);
   // A base model (no chat template) is said to be one, with the way to use
   // it well one click away.
-  m_baseModelNote = new Banner(QColor(214, 232, 255));
+  m_baseModelNote = new Banner(QColor(40, 120, 240));
   m_baseModelNote->setObjectName(QStringLiteral("baseModelNote"));
   auto* notebook = new QPushButton(tr("Use Notebook Mode"));
   notebook->setObjectName(QStringLiteral("useNotebookMode"));
@@ -42,7 +43,7 @@ void MainWindow::createBanners(QVBoxLayout* column) {
 // live in memory, the file is left as it was, and the window says so until
 // it is fixed.
 void MainWindow::openStore(const QString& dbPath, QVBoxLayout* column) {
-  m_storeWarning = new Banner(QColor(255, 236, 200));
+  m_storeWarning = new Banner(QColor(240, 160, 20));
   m_storeWarning->setObjectName(QStringLiteral("storeWarning"));
   auto* moveAside = new QPushButton(tr("Move It Aside and Start Fresh"));
   moveAside->setObjectName(QStringLiteral("moveDatabaseAside"));

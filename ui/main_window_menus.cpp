@@ -16,6 +16,7 @@
 #include "compare_window.h"
 #include "engine_controller.h"
 #include "main_window.h"
+#include "metrics_dock.h"
 #include "phaselab/log.h"
 
 namespace phaselab::ui {
@@ -168,6 +169,8 @@ void MainWindow::syncChatToolbar() {
   // A remote server keeps its own KV cache and decides how it decodes.
   const bool remote = m_engine->hasModel() && m_engine->modelInfo().remote;
   m_chatToolbar->showGeneration(m_settings.generation, remote);
+  // The metrics dock's speculative panel follows the same setting.
+  if (m_metrics) m_metrics->setSpeculativeMode(m_settings.generation.speculative);
 }
 
 }  // namespace phaselab::ui

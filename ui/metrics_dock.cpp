@@ -29,6 +29,7 @@
 #include "chart_scale.h"
 #include "phase_meter.h"
 #include "phaselab/metrics.h"
+#include "phaselab/speculative.h"
 
 namespace phaselab::ui {
 
@@ -44,18 +45,14 @@ int tickBudget(double pixels, double perTick, int most) {
   return std::clamp(static_cast<int>(pixels / perTick) + 1, 3, most);
 }
 
+// Colours are not set here: restyleChart() sets them all, at construction
+// and after every theme change, so a chart made in a dark window looks the
+// same as one switched to dark later.
 QChartView* makeChartView(QChart* chart, int minimumHeight) {
   chart->legend()->hide();
   chart->setMargins(QMargins(2, 2, 2, 2));
   chart->setBackgroundRoundness(0);
   chart->layout()->setContentsMargins(0, 0, 0, 0);  // fill the view
-  // Follow the window's palette so the charts are readable in dark mode too.
-  const QPalette pal;
-  chart->setBackgroundBrush(pal.color(QPalette::Base));
-  chart->setTitleBrush(pal.color(QPalette::Text));
-  QFont title = chart->titleFont();
-  title.setBold(true);
-  chart->setTitleFont(title);
   auto* view = new QChartView(chart);
   view->setAccessibleName(chart->title());
   view->setRenderHint(QPainter::Antialiasing);
@@ -63,45 +60,61 @@ QChartView* makeChartView(QChart* chart, int minimumHeight) {
   return view;
 }
 
-void styleAxis(QAbstractAxis* axis) {
-  const QPalette pal;
-  axis->setLabelsBrush(pal.color(QPalette::Text));
-  axis->setTitleBrush(pal.color(QPalette::Text));
-  QFont f = axis->labelsFont();
-  f.setPointSizeF(std::max(6.0, f.pointSizeF() * 0.8));
-  axis->setLabelsFont(f);
-  axis->setTitleFont(f);
+QColor mix(const QColor& a, const QColor& b, double towardB) {
+  return QColor::fromRgbF(static_cast<float>(a.redF() + (b.redF() - a.redF()) * towardB),
+                          static_cast<float>(a.greenF() + (b.greenF() - a.greenF()) * towardB),
+                          static_cast<float>(a.blueF() + (b.blueF() - a.blueF()) * towardB));
 }
 
-// Colours and fonts again from the application's palette and font: after a
-// theme or text-size change (View menu) the charts follow the window.
+// The one place the charts take colours and fonts from the application's
+// palette and font: at construction and after a theme or text-size change
+// (View menu). The grid is a sixth of the way from the plot's background to
+// its text, a thin guide in either theme; the axis lines a little stronger.
 void restyleChart(QChart* chart) {
   const QPalette pal = QApplication::palette();
-  chart->setBackgroundBrush(pal.color(QPalette::Base));
-  chart->setTitleBrush(pal.color(QPalette::Text));
+  const QColor base = pal.color(QPalette::Base), text = pal.color(QPalette::Text);
+  chart->setBackgroundBrush(base);
+  chart->setTitleBrush(text);
   QFont title = QApplication::font();
   title.setBold(true);
   chart->setTitleFont(title);
-  chart->legend()->setLabelColor(pal.color(QPalette::Text));
+  chart->legend()->setLabelColor(text);
   QFont small = QApplication::font();
   small.setPointSizeF(std::max(6.0, small.pointSizeF() * 0.8));
   chart->legend()->setFont(small);
+  QPen grid(mix(base, text, 0.17), 1);
+  grid.setCosmetic(true);
+  QPen line(mix(base, text, 0.45), 1);
+  line.setCosmetic(true);
   for (QAbstractAxis* axis : chart->axes()) {
-    axis->setLabelsBrush(pal.color(QPalette::Text));
-    axis->setTitleBrush(pal.color(QPalette::Text));
+    axis->setLabelsBrush(text);
+    axis->setTitleBrush(text);
     axis->setLabelsFont(small);
     axis->setTitleFont(small);
-    axis->setGridLineColor(pal.color(QPalette::Mid));
+    axis->setGridLinePen(grid);
+    axis->setMinorGridLinePen(grid);
+    axis->setLinePen(line);
   }
   for (QGraphicsItem* item : chart->childItems())
-    if (auto* text = dynamic_cast<QGraphicsSimpleTextItem*>(item)) text->setBrush(pal.color(QPalette::PlaceholderText));
+    if (auto* placeholder = dynamic_cast<QGraphicsSimpleTextItem*>(item))
+      placeholder->setBrush(pal.color(QPalette::PlaceholderText));
+}
+
+// "Prompt lookup" for the setting and the draft source's name "lookup".
+QString speculativeName(const QString& mode) {
+  if (mode == QLatin1String(to_string(SpeculativeMode::prompt_lookup))) return QObject::tr("Prompt lookup");
+  if (mode == QLatin1String(to_string(SpeculativeMode::draft_model))) return QObject::tr("Draft model");
+  return mode;
+}
+
+bool isSpeculativeOff(const QString& mode) {
+  return mode.isEmpty() || mode == QLatin1String(to_string(SpeculativeMode::off));
 }
 
 // A grey "No answers yet" in the middle of the plot area while a chart is
 // empty, so that an empty chart reads as empty and not as zero.
 QGraphicsSimpleTextItem* addPlaceholder(QChart* chart, const QString& text) {
   auto* item = new QGraphicsSimpleTextItem(text, chart);
-  item->setBrush(QPalette().color(QPalette::PlaceholderText));
   item->setZValue(10);
   auto center = [chart, item] { item->setPos(chart->plotArea().center() - item->boundingRect().center()); };
   QObject::connect(chart, &QChart::plotAreaChanged, chart, center);
@@ -165,6 +178,8 @@ MetricsDock::MetricsDock(QWidget* parent) : QDockWidget(tr("Metrics"), parent) {
   connect(m_phaseMeter, &PhaseMeter::remeasureRequested, this, &MetricsDock::remeasureRequested);
 
   setWidget(content);
+  restyleCharts();
+  setSpeculativeMode(QString::fromLatin1(to_string(SpeculativeMode::off)));
   // Fits beside the chat in an 800x600 window.
   setMinimumWidth(240);
   rescale();
@@ -197,7 +212,6 @@ QChartView* MetricsDock::buildDecodeChart() {
   m_decodeX = new QValueAxis;
   m_decodeX->setTitleText(tr("token"));
   m_decodeY = new QValueAxis;
-  for (QValueAxis* a : {m_decodeX, m_decodeY}) styleAxis(a);
   m_decodeChart->addAxis(m_decodeX, Qt::AlignBottom);
   m_decodeChart->addAxis(m_decodeY, Qt::AlignLeft);
   m_decodeSeries->attachAxis(m_decodeX);
@@ -215,7 +229,6 @@ QChartView* MetricsDock::buildTtftChart() {
   m_ttftX = new QValueAxis;
   m_ttftX->setTitleText(tr("turn"));
   m_ttftY = new QValueAxis;
-  for (QValueAxis* a : {m_ttftX, m_ttftY}) styleAxis(a);
   ttftChart->addAxis(m_ttftX, Qt::AlignBottom);
   ttftChart->addAxis(m_ttftY, Qt::AlignLeft);
   m_ttftSeries->attachAxis(m_ttftX);
@@ -239,8 +252,6 @@ QChartView* MetricsDock::buildTimelineChart() {
   // generous padding; the rows are never shorter than the label itself.
   m_timelineCategories->setTruncateLabels(false);
   m_timelineX = new QValueAxis;
-  styleAxis(m_timelineCategories);
-  styleAxis(m_timelineX);
   timelineChart->addAxis(m_timelineCategories, Qt::AlignLeft);
   timelineChart->addAxis(m_timelineX, Qt::AlignBottom);
   m_timeline->attachAxis(m_timelineCategories);
@@ -249,7 +260,6 @@ QChartView* MetricsDock::buildTimelineChart() {
   // Room for kTimelineRequests rows whose labels are never elided.
   auto* timelineView = makeChartView(timelineChart, 210);
   timelineChart->legend()->show();
-  timelineChart->legend()->setLabelColor(QPalette().color(QPalette::Text));
   timelineChart->legend()->setAlignment(Qt::AlignBottom);
   return timelineView;
 }
@@ -257,9 +267,7 @@ QChartView* MetricsDock::buildTimelineChart() {
 // The charts follow the theme, rescale to their size, and explain a point
 // under the mouse.
 void MetricsDock::connectCharts() {
-  connect(Appearance::instance(), &Appearance::changed, this, [this] {
-    for (QChart* chart : {m_decodeChart, m_ttftChart, m_timelineChart}) restyleChart(chart);
-  });
+  connect(Appearance::instance(), &Appearance::changed, this, &MetricsDock::restyleCharts);
   for (QChart* chart : {m_decodeChart, m_ttftChart, m_timelineChart})
     connect(chart, &QChart::plotAreaChanged, this, [this] {
       if (m_rescalePending || tickBudgets() == m_budgets) return;
@@ -307,18 +315,22 @@ void MetricsDock::buildMeterPage() {
   meterCol->addStretch(1);
 }
 
+void MetricsDock::restyleCharts() {
+  for (QChart* chart : {m_decodeChart, m_ttftChart, m_timelineChart}) restyleChart(chart);
+}
+
 void MetricsDock::showPhaseMeter() { m_tabs->setCurrentIndex(1); }
 
 void MetricsDock::setModel(const ModelInfo& info) {
-  const bool wasRemote = m_remote;
   m_remote = info.remote;
   m_remoteNote->setVisible(m_remote);
+  m_phaseMeter->setRemote(m_remote);
   if (m_remote) {
     m_modelText = tr("%1 · remote server at %2").arg(info.name, info.remoteUrl);
     m_header->setText(m_modelText);
     m_kvStorage = QStringLiteral("—");
+    m_contextSize = m_kvPoolBlocks = 0;
     m_phaseMeter->setModel(0, 0, false);
-    m_phaseMeter->setRemote(true);
     m_kvBar->setRange(0, 1);
     m_kvBar->setValue(0);
     // A dash in the bar (a sentence there is clipped in a narrow dock), the
@@ -333,25 +345,90 @@ void MetricsDock::setModel(const ModelInfo& info) {
     m_spec->setText(tr("— (the server's speculative decoding, if any, is not visible from here)"));
     return;
   }
-  m_phaseMeter->setRemote(false);
-  if (wasRemote) {
-    m_kvBar->setEnabled(true);
-    m_kvBar->setFormat(tr("no request yet"));
-    m_kvBlocks->setText(tr("paged in blocks of 16 positions"));
-    m_prefillSet->setLabel(tr("prefill"));
-    m_spec->setText(tr("Speculative decoding is off (Settings, or the chat toolbar)."));
-  }
+  m_prefillSet->setLabel(tr("prefill"));
   m_modelText = tr("%1 · %2 · %n thread(s) · context %3", "", info.threads).arg(info.name, info.backend).arg(info.contextSize);
   m_header->setText(m_modelText);
   m_kvStorage = tr("%1 storage, %2 MiB").arg(info.kvType.toUpper()).arg(info.kvBytes / 1048576.0, 0, 'f', 1);
   if (!info.kvWindowNote.isEmpty()) m_kvStorage += tr(" (%1)").arg(info.kvWindowNote);
+  m_contextSize = info.contextSize;
+  m_kvPoolBlocks = info.kvBlocks;
+  // A new session has a new, empty pool: the previous model's figures
+  // describe nothing now.
+  showKvPoolEmpty();
+  showSpeculativeSelected();  // measured with the previous model: not this one's
   // The fast CPU backend ("cpu-avx512-vnni", "cpu-avx2", ...) multiplies 8-bit
   // activations by the quantized weights in integers; the reference path
   // and the GPU work in floats.
   m_phaseMeter->setModel(info.weightBytes, info.prefillOpsPerToken, multiplies_in_int8(info.backend.toStdString()));
 }
 
+void MetricsDock::showKvPoolEmpty() {
+  m_kvBar->setEnabled(true);
+  m_kvBar->setRange(0, std::max(1, m_contextSize));
+  m_kvBar->setValue(0);
+  m_kvBar->setFormat(tr("0 / %1 (0%)").arg(m_contextSize));
+  m_kvBlocks->setText(m_kvPoolBlocks > 0 ? tr("No request yet: 0 of %1 blocks of 16 positions in use, none cached; %2")
+                                               .arg(m_kvPoolBlocks)
+                                               .arg(m_kvStorage)
+                                         : tr("No request yet; paged in blocks of 16 positions; %1").arg(m_kvStorage));
+}
+
+void MetricsDock::setSpeculativeMode(const QString& mode) {
+  if (mode == m_specMode) return;  // what a request measured with it stays
+  m_specMode = mode;
+  showSpeculativeSelected();
+}
+
+void MetricsDock::showSpeculativeSelected() {
+  if (m_remote) return;  // the remote text stays: the setting is not sent to a server
+  if (isSpeculativeOff(m_specMode)) {
+    m_spec->setEnabled(false);
+    m_spec->setText(tr("Speculative decoding is off (Settings, or the chat toolbar)."));
+    return;
+  }
+  m_spec->setEnabled(true);
+  m_spec->setText(tr("%1 is selected; no request has measured it yet.").arg(speculativeName(m_specMode)));
+}
+
 void MetricsDock::setPeaks(const HardwarePeaks& peaks) { m_phaseMeter->setPeaks(peaks); }
+
+void MetricsDock::showConversation(qint64 id, const QList<MessageRecord>& messages) {
+  if (id != 0 && id == m_conversationId) return;  // the same one again (a mode change relabels it)
+  m_conversationId = id;
+  clearCharts();
+  // Each answer was one request: the turns count as they did live.
+  for (const MessageRecord& msg : messages) {
+    if (msg.role != QLatin1String("assistant")) continue;
+    m_requests++;
+    const RequestStats& st = msg.stats;
+    if (!msg.hasStats || !st.error.isEmpty()) continue;
+    if (m_rows.size() >= kTimelineRequests) m_rows.removeFirst();
+    m_rows.append({m_requests, st.ttftMs, st.decodeMs, st.nGenerated});
+    if (st.nGenerated > 0 && st.ttftMs > 0) {  // as live: no TTFT without a first token
+      m_ttftSeries->append(m_requests, st.ttftMs);
+      m_maxTtft = std::max(m_maxTtft, st.ttftMs);
+      m_maxTurn = m_requests;
+    }
+  }
+  setTimelineCategories();
+  refreshTimeline();
+  rescale();
+}
+
+void MetricsDock::clearCharts() {
+  m_otherConversationRequest = m_requestId;  // if it still runs, it is the other conversation's
+  m_requestId = 0;
+  m_requests = 0;
+  m_decodeSeries->clear();
+  m_ttftSeries->clear();
+  m_rows.clear();
+  m_maxTps = m_maxTtft = 0;
+  m_maxTurn = m_maxTokens = 0;
+  m_header->setText(m_modelText.isEmpty() ? tr("No model loaded") : m_modelText);
+  setTimelineCategories();
+  refreshTimeline();
+  rescale();
+}
 
 void MetricsDock::startRequest(const LiveMetrics& m) {
   m_requestId = m.requestId;
@@ -361,14 +438,18 @@ void MetricsDock::startRequest(const LiveMetrics& m) {
   m_maxTokens = 0;
   if (m_rows.size() >= kTimelineRequests) m_rows.removeFirst();
   m_rows.append({m_requests, 0, 0, 0});
-  // Always kTimelineRequests slots, so a bar keeps its thickness from the
-  // first request to the eighth: the newest on top, blank slots (distinct
-  // runs of spaces; the axis needs unique names) at the bottom.
+  setTimelineCategories();
+  refreshTimeline();
+}
+
+// Always kTimelineRequests slots, so a bar keeps its thickness from the
+// first request to the eighth: the newest on top, blank slots (distinct
+// runs of spaces; the axis needs unique names) at the bottom.
+void MetricsDock::setTimelineCategories() {
   QStringList cats;
   for (int i = m_rows.size(); i < kTimelineRequests; i++) cats << QString(i + 1, QLatin1Char(' '));
   for (const TimelineRow& r : m_rows) cats << QStringLiteral("#%1").arg(r.number);
   m_timelineCategories->setCategories(cats);
-  refreshTimeline();
 }
 
 void MetricsDock::refreshTimeline() {
@@ -407,6 +488,15 @@ void MetricsDock::rescale() {
 }
 
 void MetricsDock::updateMetrics(const LiveMetrics& m) {
+  // The rest of a request of the conversation shown before (stopped when
+  // another was opened) stays out of this conversation's charts.
+  if (m.requestId != m_otherConversationRequest) updateCharts(m);
+  updateKvPanel(m);
+  updateSpecPanel(m);
+  m_phaseMeter->update(m);
+}
+
+void MetricsDock::updateCharts(const LiveMetrics& m) {
   if (m.requestId != m_requestId) startRequest(m);
   const int last = m_rows.size() - 1;
   if (m.phase == Phase::prefill) {
@@ -448,22 +538,57 @@ void MetricsDock::updateMetrics(const LiveMetrics& m) {
     m_maxTurn = m_requests;
   }
   rescale();
+}
+
+void MetricsDock::updateKvPanel(const LiveMetrics& m) {
+  if (m.remote) return;  // the server's cache is not visible (setModel said so)
+  if (!m.kvCache) {
+    // Every step recomputes all positions: no blocks, nothing reused. The
+    // previous request's figures would describe a cache this one never used.
+    m_kvBar->setEnabled(false);
+    m_kvBar->setRange(0, 1);
+    m_kvBar->setValue(0);
+    m_kvBar->setFormat(tr("off for this request"));
+    m_kvBlocks->setText(tr("The KV cache is off for this request: every token recomputes all positions, so no "
+                           "blocks are used and no prompt tokens are reused."));
+    return;
+  }
+  m_kvBar->setEnabled(true);
   if (m.kvCapacity > 0) {
     m_kvBar->setRange(0, static_cast<int>(m.kvCapacity));
     m_kvBar->setValue(static_cast<int>(std::min(m.kvUsed, m.kvCapacity)));
     m_kvBar->setFormat(tr("%1 / %2 (%p%)").arg(m.kvUsed).arg(m.kvCapacity));
   }
+  if (m.phase == Phase::done && m.kvBlocksTotal > 0) {
+    m_kvBlocks->setText(tr("%1 of %2 blocks in use, %3 cached for reuse, %4 shared; %5 prompt tokens reused; %6")
+                            .arg(m.kvBlocksUsed)
+                            .arg(m.kvBlocksTotal)
+                            .arg(m.kvBlocksCached)
+                            .arg(m.kvBlocksShared)
+                            .arg(m.nReused)
+                            .arg(m_kvStorage));
+  } else if (m.phase == Phase::prefill) {
+    // The pool's blocks are counted at the end; the previous request's count
+    // is not this one's.
+    m_kvBlocks->setText(tr("This request reuses %1 prompt tokens; its blocks are counted when it ends; %2")
+                            .arg(m.nReused)
+                            .arg(m_kvStorage));
+  }
+}
+
+void MetricsDock::updateSpecPanel(const LiveMetrics& m) {
   if (!m.speculative.isEmpty()) {
     m_spec->setEnabled(true);
+    const QString name = speculativeName(m.speculative);
     const QString why = tr(" Verification checks all drafted tokens in one pass, so accepted drafts are tokens "
                            "that cost no pass of their own.");
     if (m.specDrafted <= 0) {
       // Nothing to verify yet (a lookup finds no match in the context): each
       // target pass made its one token, as without speculation.
-      m_spec->setText(tr("%1: no drafts yet, so 1.00 token per target pass.").arg(m.speculative) + why);
+      m_spec->setText(tr("%1: no drafts yet, so 1.00 token per target pass.").arg(name) + why);
     } else {
       QString text = tr("%1: %2 drafted, %3 accepted (%4%)")
-                         .arg(m.speculative)
+                         .arg(name)
                          .arg(m.specDrafted)
                          .arg(m.specAccepted)
                          .arg(100.0 * m.specAcceptance, 0, 'f', 0);
@@ -473,17 +598,13 @@ void MetricsDock::updateMetrics(const LiveMetrics& m) {
     }
   } else if (m.phase == Phase::done && !m.remote) {
     m_spec->setEnabled(false);
-    m_spec->setText(tr("Speculative decoding is off (Settings, or the chat toolbar)."));
+    // Selected but not used: the draft model could not be loaded (the error
+    // banner says why).
+    m_spec->setText(isSpeculativeOff(m_specMode)
+                        ? tr("Speculative decoding is off (Settings, or the chat toolbar).")
+                        : tr("%1 is selected, but this request ran without speculative decoding.")
+                              .arg(speculativeName(m_specMode)));
   }
-  if (m.phase == Phase::done && m.kvBlocksTotal > 0)
-    m_kvBlocks->setText(tr("%1 of %2 blocks in use, %3 cached for reuse, %4 shared; %5 prompt tokens reused; %6")
-                            .arg(m.kvBlocksUsed)
-                            .arg(m.kvBlocksTotal)
-                            .arg(m.kvBlocksCached)
-                            .arg(m.kvBlocksShared)
-                            .arg(m.nReused)
-                            .arg(m_kvStorage));
-  m_phaseMeter->update(m);
 }
 
 // The exact value of the data point nearest the hovered spot of the line.
@@ -540,6 +661,7 @@ QStringList MetricsDock::timelineLabels() const {
   return out;
 }
 QString MetricsDock::kvText() const { return m_kvBar->text(); }
+QString MetricsDock::kvBlocksText() const { return m_kvBlocks->text(); }
 
 QStringList MetricsDock::placeholders() const {
   QStringList out;
