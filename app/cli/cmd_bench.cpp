@@ -373,9 +373,11 @@ void BenchReport::print_prefill(const BenchResult& r) const {
     std::printf("\n%s: memory-bound, passes of %.0f tokens each read the %.3f GB of weights: %.1f GB/s, %.1f%% of the "
                 "machine's read bandwidth %.1f GB/s",
                 r.test.c_str(), p.tokens_per_pass, weight_gb, p.achieved / 1e9, 100 * p.fraction, p.peak / 1e9);
-  if (p.balance_tokens > 0)
+  if (p.balance_tokens > 0 && p.compute)
     std::printf(" (passes of %.0f tokens; compute-bound from ~%.0f tokens per pass)", p.tokens_per_pass,
                 p.balance_tokens);
+  else if (p.balance_tokens > 0)
+    std::printf(" (compute-bound from ~%.0f tokens per pass)", p.balance_tokens);
   std::printf("\n");
 }
 
