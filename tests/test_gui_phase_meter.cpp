@@ -243,7 +243,7 @@ class TestGuiPhaseMeter : public QObject {
     QVERIFY(qAbs(m.prefillFraction() - weights * 300 / 11 / 16.4e9) < 1e-9);
     QVERIFY(m.prefillFraction() > 0.4);
     QString t = m.prefillText();
-    QVERIFY2(t.contains(QLatin1String("The 11-token prompt is memory-bound here: it reads all 241 MiB of weights for 11 "
+    QVERIFY2(t.contains(QLatin1String("The 11-token prompt is memory-bound here: it reads all 241.0 MiB of weights for 11 "
                                       "tokens (6.9 GB/s of 16.4 GB/s).")),
              qPrintable(t));
     QVERIFY2(t.contains(QStringLiteral("Prompts longer than ~%1 tokens are compute-bound.").arg(std::lround(balance))),

@@ -282,11 +282,11 @@ QString PhaseMeter::prefillDescription(const PhaseLoad& prefill) const {
                            "%3 MiB of weights (%4 GB/s of %5 GB/s).")
                             .arg(n)
                             .arg(prefill.tokens_per_pass, 0, 'f', 0)
-                            .arg(mib(static_cast<double>(m_weightBytes)), 0, 'f', 0)
+                            .arg(mib(static_cast<double>(m_weightBytes)), 0, 'f', 1)
                       : tr("The %1-token prompt is memory-bound here: it reads all %2 MiB of weights for %1 tokens "
                            "(%3 GB/s of %4 GB/s).")
                             .arg(n)
-                            .arg(mib(static_cast<double>(m_weightBytes)), 0, 'f', 0);
+                            .arg(mib(static_cast<double>(m_weightBytes)), 0, 'f', 1);
     pre = pre.arg(prefill.achieved / 1e9, 0, 'f', 1).arg(prefill.peak / 1e9, 0, 'f', 1);
     pre += balanceReachable ? tr(" Prompts longer than ~%1 tokens are compute-bound.").arg(balance)
                             : tr(" A pass turns compute-bound at ~%1 tokens, more than the %2 a pass takes here.")
