@@ -238,7 +238,7 @@ void MainWindow::setMachinePeaks(const HardwarePeaks& peaks) {
   // A GPU model keeps the GPU's peaks; the CPU's are stored for later.
   if (!m_engine->hasModel() || m_engine->modelInfo().backend != QLatin1String("cuda")) {
     m_metrics->setPeaks(peaks);
-    if (m_probing) m_metrics->phaseMeter()->setMeasuring(true);  // the window's own probe still runs
+    if (m_probing || m_probeWaiting) m_metrics->phaseMeter()->setMeasuring(true);  // the window's own probe is still to come
   }
 }
 
