@@ -634,6 +634,63 @@ class TestEngine : public QObject {
     QCOMPARE(seen, size_t{4});
   }
 
+  // Speculative decoding reads the weights once per target pass, not once
+  // per token: a run of 3.67 tokens per pass used 1/3.67 of the bandwidth
+  // the same tokens/s would take one pass each (issue 31: "25.6 GB/s of 6.2").
+  void decode_bandwidth_counts_target_passes() {
+    const double weights = 241.0 * (1 << 20);
+    const PhaseLoad one = decode_load(weights, 106, 1, 16.4e9);
+    const PhaseLoad spec = decode_load(weights, 106, 3.67, 16.4e9);
+    QVERIFY(qAbs(spec.fraction - one.fraction / 3.67) < 1e-12);
+    QVERIFY(qAbs(spec.achieved - weights * 106 / 3.67) < 1);
+    QCOMPARE(spec.tokens_per_pass, 3.67);
+    QCOMPARE(target_passes_per_s(106, 3.67), 106 / 3.67);
+    // Not counted yet (0) or below 1: a pass is at least one token.
+    QCOMPARE(decode_load(weights, 106, 0, 16.4e9).fraction, one.fraction);
+    QCOMPARE(target_passes_per_s(106, 0.5), 106.0);
+  }
+
+  // Prefill's roofline: a pass reads every weight once, so a short prompt is
+  // memory-bound and its fraction is of the bandwidth, not of a compute peak
+  // it could never reach (issue 31: "Prefill: compute 1%" after 11 tokens).
+  void prefill_is_held_against_the_bound_that_applies() {
+    const double weights = 241.0 * (1 << 20), ops = 2 * 100e6, bandwidth = 16.4e9;
+    const ComputePeak peak = int8_or_fp32_peak(true, 400e9, 100e9);
+    const double balance = prefill_balance_tokens(weights, ops, bandwidth, peak);
+    // Reading the weights takes as long as `balance` tokens of work.
+    QVERIFY(qAbs(weights / bandwidth - balance * ops / peak.ops_per_s) < 1e-12);
+    QVERIFY(balance > 11 && balance < 64);
+    PrefillRun run;
+    run.ops_per_token = ops;
+    run.weight_bytes = weights;
+    run.max_pass_tokens = 64;
+    // 11 tokens in one pass at 400 tokens/s: 36 passes/s reading 241 MiB each.
+    run.n_tokens = 11;
+    run.tokens_per_s = 400;
+    const PhaseLoad shortPrompt = prefill_load(run, peak, bandwidth);
+    QVERIFY(!shortPrompt.compute);
+    QCOMPARE(shortPrompt.peak, bandwidth);
+    QVERIFY(qAbs(shortPrompt.achieved - weights * 400 / 11) < 1);
+    QVERIFY(qAbs(shortPrompt.fraction - weights * 400 / 11 / bandwidth) < 1e-12);
+    QVERIFY(shortPrompt.fraction > 0.4 && shortPrompt.fraction < 1);  // not the compute peak's 20%
+    QCOMPARE(shortPrompt.tokens_per_pass, 11.0);
+    QCOMPARE(shortPrompt.balance_tokens, balance);
+    // 512 tokens in passes of 64: each pass is past the balance.
+    run.n_tokens = 512;
+    run.tokens_per_s = 1000;
+    const PhaseLoad longPrompt = prefill_load(run, peak, bandwidth);
+    QVERIFY(longPrompt.compute && longPrompt.int8);
+    QCOMPARE(longPrompt.tokens_per_pass, 64.0);
+    QVERIFY(qAbs(longPrompt.fraction - ops * 1000 / 400e9) < 1e-12);
+    // A prompt of two unequal passes counts them at their mean length.
+    run.n_tokens = 100;
+    QCOMPARE(prefill_tokens_per_pass(run), 50.0);
+    run.max_pass_tokens = 0;  // one pass, whatever the length
+    QCOMPARE(prefill_tokens_per_pass(run), 100.0);
+    // A peak unknown: no balance.
+    QCOMPARE(prefill_balance_tokens(weights, ops, 0, peak), 0.0);
+  }
+
   // The engine decides what a rate means: which peak, and the fraction.
   void metrics_choose_the_peak_and_divide() {
     QVERIFY(multiplies_in_int8("cpu-avx2"));
@@ -647,12 +704,18 @@ class TestEngine : public QObject {
     QCOMPARE(compute_peak("cuda", 800e9, 100e9).ops_per_s, 100e9);
     QCOMPARE(compute_peak(std::string("cpu-reference"), 800e9, 100e9).ops_per_s, 100e9);
     QVERIFY(!int8_or_fp32_peak(false, 800e9, 100e9).int8);
-    const PhaseLoad d = decode_load(1e9, 20, 40e9);
+    const PhaseLoad d = decode_load(1e9, 20, 1, 40e9);
     QCOMPARE(d.achieved, 20e9);
     QCOMPARE(d.fraction, 0.5);
     QVERIFY(!d.compute);
-    QCOMPARE(decode_load(1e9, 20, 0).fraction, 0.0);  // no peak: no fraction
-    const PhaseLoad p = prefill_load(2e6, 1000, int8_or_fp32_peak(true, 8e9, 1e9));
+    QCOMPARE(decode_load(1e9, 20, 1, 0).fraction, 0.0);  // no peak: no fraction
+    // Without a bandwidth the prefill is held against the compute peak.
+    PrefillRun run;
+    run.ops_per_token = 2e6;
+    run.weight_bytes = 1e6;
+    run.n_tokens = 512;
+    run.tokens_per_s = 1000;
+    const PhaseLoad p = prefill_load(run, int8_or_fp32_peak(true, 8e9, 1e9), 0);
     QCOMPARE(p.fraction, 0.25);
     QVERIFY(p.compute && p.int8);
     QCOMPARE(recomputed_positions(100, 10, false), 110.0);

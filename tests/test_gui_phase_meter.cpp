@@ -2,17 +2,25 @@
 // cache decode is compute-bound; weights larger than the last-level cache
 // never "fit in the caches" (above 100% then means the measured peak was
 // low, and the meter offers to measure again); the probe's cache is discarded
-// when the method changes.
+// when the method changes. With speculative decoding the bandwidth is counted
+// per target pass; a short prompt's prefill is memory-bound; the batch sweep
+// and the meter divide by one figure (issue 31, items 1, 2 and 5).
 #include <QApplication>
+#include <QLabel>
 #include <QProgressBar>
 #include <QPushButton>
 #include <QSettings>
 #include <QSignalSpy>
 #include <QTemporaryDir>
 #include <QTest>
+#include <cmath>
 
+#include "batch_sweep_panel.h"
+#include "compare_window.h"
 #include "gui_test_util.h"
+#include "metrics_dock.h"
 #include "phase_meter.h"
+#include "phaselab/machine.h"
 
 using namespace phaselab::ui;
 
@@ -182,6 +190,150 @@ class TestGuiPhaseMeter : public QObject {
     m.setModel(600 * kMiB, 2 * 268e6, true);
     m.update(decoding(30));
     QVERIFY2(!m.decodeText().contains(QLatin1String("which reads")), qPrintable(m.decodeText()));
+  }
+
+  // Issue 31, item 1: prompt lookup made 3.67 tokens per target pass and the
+  // meter said "25.6 GB/s of 6.2 GB/s" with the last-level cache to blame.
+  // The weights are read once per pass: the same tokens/s in passes of 3.67
+  // tokens read 1/3.67 of the bytes.
+  void speculative_decode_is_counted_per_target_pass() {
+    PhaseMeter m;
+    m.setPeaks(peaks(16.4, 480 * kMiB));
+    m.setModel(241 * kMiB, 2 * 100e6, true, 64);
+    LiveMetrics plain = decoding(106);
+    m.update(plain);
+    const double onePerPass = m.decodeFraction();
+    QVERIFY(onePerPass > 1);  // 25.6 GB/s: what counting tokens would show
+    LiveMetrics spec = decoding(106);
+    spec.speculative = QStringLiteral("prompt lookup");
+    spec.specDrafted = 300;
+    spec.specAccepted = 260;
+    spec.tokensPerPass = 3.67;
+    m.update(spec);
+    QVERIFY2(qAbs(m.decodeFraction() - onePerPass / 3.67) < 1e-9, qPrintable(QString::number(m.decodeFraction())));
+    const QString t = m.decodeText();
+    QVERIFY2(t.contains(QLatin1String("Per target pass: 3.67 tokens per pass (prompt lookup)")), qPrintable(t));
+    QVERIFY2(t.contains(QLatin1String("7.3 GB/s of 16.4 GB/s")), qPrintable(t));
+    QVERIFY2(t.contains(QLatin1String("28.9 times a second")), qPrintable(t));  // 106 / 3.67 passes/s
+    // Below 100% once passes are counted: no cache is blamed.
+    QVERIFY2(!t.contains(QLatin1String("Above 100%")), qPrintable(t));
+    QVERIFY2(!t.contains(QLatin1String("fit in the 480 MiB last-level cache, which serves")), qPrintable(t));
+  }
+
+  // Issue 31, item 5: "Prefill: compute 1%" after an 11-token prompt. A pass
+  // reads every weight once, so a prompt shorter than the machine balance is
+  // held against the bandwidth, and the meter says from where on prompts are
+  // compute-bound.
+  void a_short_prompt_is_memory_bound() {
+    PhaseMeter m;
+    HardwarePeaks p = peaks(16.4);
+    p.peakInt8Ops = 600e9;
+    m.setPeaks(p);
+    const double weights = 241.0 * kMiB, ops = 2 * 100e6;
+    m.setModel(241 * kMiB, ops, true, 64);
+    // Reading the weights takes as long as ~46 tokens of int8 work.
+    const double balance = weights / 16.4e9 * 600e9 / ops;
+    LiveMetrics shortPrompt = decoding(40);
+    shortPrompt.phase = Phase::done;
+    shortPrompt.nPrompt = 11;
+    shortPrompt.prefillTps = 300;  // 37 ms
+    m.update(shortPrompt);
+    QVERIFY(!m.prefillComputeBound());
+    // 300 / 11 passes/s x 241 MiB over 16.4 GB/s; against the int8 peak it would be 10%.
+    QVERIFY(qAbs(m.prefillFraction() - weights * 300 / 11 / 16.4e9) < 1e-9);
+    QVERIFY(m.prefillFraction() > 0.4);
+    QString t = m.prefillText();
+    QVERIFY2(t.contains(QLatin1String("The 11-token prompt is memory-bound here: it reads all 241.0 MiB of weights for 11 "
+                                      "tokens (6.9 GB/s of 16.4 GB/s).")),
+             qPrintable(t));
+    QVERIFY2(t.contains(QStringLiteral("Prompts longer than ~%1 tokens are compute-bound.").arg(std::lround(balance))),
+             qPrintable(t));
+    QVERIFY2(!t.contains(QLatin1String("Prefill is compute-bound")), qPrintable(t));
+    // 512 tokens in passes of 64: past the balance, compute-bound.
+    LiveMetrics longPrompt = shortPrompt;
+    longPrompt.nPrompt = 512;
+    longPrompt.prefillTps = 2000;
+    m.update(longPrompt);
+    QVERIFY(m.prefillComputeBound());
+    QVERIFY(qAbs(m.prefillFraction() - ops * 2000 / 600e9) < 1e-9);
+    t = m.prefillText();
+    QVERIFY2(t.contains(QLatin1String("Prefill is compute-bound here: each pass of ~64 tokens")), qPrintable(t));
+    // Where the balance is past the longest pass, no prompt reaches the compute peak, and the text says so.
+    p.peakInt8Ops = 2000e9;
+    m.setPeaks(p);
+    m.update(longPrompt);
+    QVERIFY(!m.prefillComputeBound());
+    QVERIFY2(m.prefillText().contains(QLatin1String("more than the 64 a pass takes here")), qPrintable(m.prefillText()));
+  }
+
+  // Issue 31, item 5: with the KV cache off, decode is divided by the compute
+  // peak, and a note about the bandwidth measurement has no place beside it.
+  void a_bandwidth_note_only_beside_the_bandwidth() {
+    PhaseMeter m;
+    HardwarePeaks p = peaks(20);
+    p.pastCache = false;
+    p.note = QStringLiteral("only 256 MiB of memory could be read: the bandwidth may include some cache hits");
+    m.setPeaks(p);
+    m.setModel(235 * kMiB, 2 * 268e6, true, 64);
+    LiveMetrics m1 = decoding(4, false);
+    m1.nPrompt = 512;
+    m1.prefillTps = 2000;  // compute-bound
+    m.update(m1);
+    QVERIFY(m.decodeComputeBound() && m.prefillComputeBound());
+    QVERIFY2(!m.decodeText().contains(p.note), qPrintable(m.decodeText()));
+    QVERIFY2(!m.prefillText().contains(p.note), qPrintable(m.prefillText()));
+    m.update(decoding(40));  // KV cache on: decode is divided by the bandwidth the note is about
+    QVERIFY2(m.decodeText().contains(p.note), qPrintable(m.decodeText()));
+  }
+
+  // Issue 31, item 2: the meter divided by a cached (doubtful) 6.2 GB/s while
+  // the batch sweep measured its own 16.4. Now the window has one figure: a
+  // sweep with no usable window figure measures, and its figure becomes the
+  // window's (stored, and the meter's); a later sweep uses the window's.
+  void the_batch_sweep_and_the_meter_share_one_peak() {
+    HardwarePeaks doubtful = peaks(6.2, 480 * kMiB);
+    doubtful.threads = phaselab::physical_core_count();
+    doubtful.plausible = false;
+    doubtful.note = QStringLiteral("the 512 MiB buffer is mostly cache hits");
+    HardwareProbe::store(doubtful);
+    MainWindow w(testing::windowOptions(m_dir.filePath(QStringLiteral("share.sqlite"))));
+    PhaseMeter* meter = w.metricsDock()->phaseMeter();
+    QCOMPARE(meter->peaks().memoryBandwidth, 6.2e9);
+    QCOMPARE(meter->decodeFraction(), 0.0);  // never divided by
+    CompareWindow* cw = w.compareWindow();
+    cw->addModel(testing::stories());
+    cw->setThreads(0);  // one per physical core, as the window's probe
+    cw->setBatchSweep(QStringLiteral("1"), 8, 4);
+    auto sweep = [&] {
+      QSignalSpy done(cw, &CompareWindow::batchSweepFinished);
+      if (!cw->startBatchSweep()) return false;
+      return done.wait(120000) && done.first().at(0).toBool();
+    };
+    QVERIFY2(sweep(), qPrintable(cw->batchSweep()->lastError()));
+    const SweepSetup& measured = cw->batchSweep()->setup();
+    QVERIFY(!measured.peaksFromWindow);  // a doubtful figure is not used: measured anew
+    QVERIFY(measured.peaksForWindow);
+    QVERIFY(measured.peaks.memoryBandwidth > 0 && measured.peaks.memoryBandwidth != 6.2e9);
+    QCOMPARE(meter->peaks().memoryBandwidth, measured.peaks.memoryBandwidth);
+    QCOMPARE(meter->peaks().peakInt8Ops, measured.peaks.peakInt8Ops);
+    QCOMPARE(HardwareProbe::cached().memoryBandwidth, measured.peaks.memoryBandwidth);
+    if (measured.peaks.usable()) QCOMPARE(measured.roof.read_bytes_per_s, measured.peaks.memoryBandwidth);
+
+    // The window's usable figure (a probe's, or "Measure again") is the sweep's.
+    HardwarePeaks known = peaks(23.4);
+    known.threads = phaselab::physical_core_count();
+    w.setMachinePeaks(known);
+    QCOMPARE(meter->peaks().memoryBandwidth, 23.4e9);
+    QVERIFY2(sweep(), qPrintable(cw->batchSweep()->lastError()));
+    const SweepSetup& shared = cw->batchSweep()->setup();
+    QVERIFY(shared.peaksFromWindow);
+    QCOMPARE(shared.roof.read_bytes_per_s, 23.4e9);
+    const QString summary = cw->batchSweep()->findChild<QLabel*>(QStringLiteral("batchSweepSummary"))->text();
+    QVERIFY2(summary.contains(QLatin1String("read 23.4 GB/s")) && summary.contains(QLatin1String("phase meter")),
+             qPrintable(summary));
+    meter->setModel(241 * kMiB, 2 * 100e6, true, 64);
+    meter->update(decoding(40));
+    QVERIFY2(meter->decodeText().contains(QLatin1String("of 23.4 GB/s")), qPrintable(meter->decodeText()));
   }
 
   // Probes cached by the first method (no version key) are not trusted.

@@ -50,7 +50,11 @@ struct SweepJob {
   BackendOptions backend;
   std::vector<int> sizes;  // ascending
   int nPrompt = 0, nGen = 0;
+  std::optional<HardwarePeaks> windowPeaks;  // usable, with the sweep's thread count: not measured again
 };
+
+// The threads a probe with `threads` runs on (0: one per physical core).
+int probeThreads(int threads) { return threads > 0 ? threads : physical_core_count(); }
 
 // What the worker reports as it goes; each callback posts to the GUI thread.
 struct SweepSink {
@@ -74,14 +78,23 @@ Status runSweep(const SweepJob& job, const std::atomic<bool>& cancel, const Swee
   setup.fallbackReason = QString::fromStdString(be->fallback_reason);
   setup.batchedForward = backend.batched_forward();
   if (setup.backend.startsWith(QLatin1String("cpu"))) {
-    sink.stage(BatchSweepPanel::tr("Measuring the machine's read bandwidth and compute peaks…"), 0);
-    const MachinePeaks peaks = measure_machine_peaks(job.backend.n_threads);
-    setup.peaksNote = QString::fromStdString(peaks.note);
+    // One figure per window: the phase meter's, where it applies.
+    setup.peaksFromWindow = job.windowPeaks.has_value();
+    if (setup.peaksFromWindow) {
+      setup.peaks = *job.windowPeaks;
+    } else {
+      sink.stage(BatchSweepPanel::tr("Measuring the machine's read bandwidth and compute peaks…"), 0);
+      setup.peaks = HardwareProbe::measure(job.backend.n_threads);
+      setup.peaksForWindow = probeThreads(job.backend.n_threads) == physical_core_count();
+    }
+    const HardwarePeaks& peaks = setup.peaks;
+    setup.peaksNote = peaks.note;
     // Doubtful peaks are not divided by here either (as in the phase meter):
     // a roofline from them would look measured and be wrong.
-    setup.peaksDoubtful = !peaks.plausible;
-    setup.roof = peaks.plausible ? decode_roofline(m, backend.name(), peaks.read_bandwidth, peaks.int8_ops, peaks.fp32_flops)
-                                 : decode_roofline(m, backend.name(), 0, 0, 0);
+    setup.peaksDoubtful = !peaks.usable();
+    setup.roof = peaks.usable()
+                     ? decode_roofline(m, backend.name(), peaks.memoryBandwidth, peaks.peakInt8Ops, peaks.peakFlops)
+                     : decode_roofline(m, backend.name(), 0, 0, 0);
   } else {
     setup.roof.weight_bytes = static_cast<double>(m.weight_bytes());
   }
@@ -341,6 +354,10 @@ bool BatchSweepPanel::start() {
   job.sizes = *sizes;
   job.nPrompt = m_nPrompt->value();
   job.nGen = m_nGen->value();
+  // The window's peaks (those the phase meter divides by), where usable and
+  // measured with as many threads as this sweep runs.
+  const HardwarePeaks windowPeaks = HardwareProbe::cached();
+  if (windowPeaks.usable() && windowPeaks.threads == probeThreads(job.backend.n_threads)) job.windowPeaks = windowPeaks;
 
   m_points.clear();
   m_setup = SweepSetup{};
@@ -389,6 +406,7 @@ void BatchSweepPanel::onStage(const QString& text, double fraction) {
 void BatchSweepPanel::onSetup(const SweepSetup& setup) {
   m_setup = setup;
   showSummary();
+  if (setup.peaksForWindow) emit machinePeaksMeasured(setup.peaks);
 }
 
 void BatchSweepPanel::onPoint(const BatchBenchPoint& p) {
@@ -445,6 +463,15 @@ void BatchSweepPanel::showSummary() {
   } else {
     lines << tr("%1 backend · the roofline is drawn for CPU backends (their peaks are measured here).").arg(s.backend);
   }
+  if (s.peaksFromWindow)
+    lines << tr("Machine peaks: the window's, which the phase meter divides by (\"Measure again\" there measures "
+                "them anew).");
+  else if (s.peaksForWindow)
+    lines << tr("Machine peaks: measured for this sweep, and now the window's: the phase meter divides by them too.");
+  else if (s.peaks.valid())
+    lines << (s.peaks.threads == 1 ? tr("Machine peaks: measured for this sweep with 1 thread")
+                                   : tr("Machine peaks: measured for this sweep with %1 threads").arg(s.peaks.threads)) +
+                 tr("; the phase meter's are measured with one per physical core.");
   if (!s.peaksNote.isEmpty() && !s.peaksDoubtful) lines << tr("Machine peaks: %1").arg(s.peaksNote);
   m_summary->setText(lines.join(QLatin1Char('\n')));
   m_summary->show();

@@ -1,7 +1,7 @@
 // BatchSweepPanel: the Compare window's "Batch sweep" tab. One model on one
 // backend at several batch sizes (phaselab/batch_bench.h, what phaselab-cli
-// bench --batch runs) on a worker thread, the machine's peaks measured first
-// on CPU backends; a table of the points and a chart of aggregate decode
+// bench --batch runs) on a worker thread, on CPU backends with the window's
+// machine peaks (measured first where there are none usable); a table of the points and a chart of aggregate decode
 // tokens/s and per-sequence TPOT against batch size, with the roofline: the
 // bandwidth-bound ceiling and the batch where decode turns compute-bound.
 #pragma once
@@ -13,6 +13,7 @@
 #include <optional>
 #include <vector>
 
+#include "hardware_probe.h"
 #include "phaselab/batch_bench.h"
 
 class QChart;
@@ -38,7 +39,15 @@ struct SweepSetup {
   QString backend;         // Backend::name(): "cpu-avx2", "cuda", ...
   QString fallbackReason;  // non-empty when the kind asked for could not be used
   bool batchedForward = true;
-  QString peaksNote;       // measure_machine_peaks()'s doubts, if any
+  // CPU backends: the machine's peaks the roofline divides by. The window's
+  // (the cached figure the phase meter divides by) where they are usable and
+  // were measured with this sweep's thread count; else measured here, and
+  // then, when measured the window's way (one thread per physical core),
+  // handed to the window as its new figure (machinePeaksMeasured).
+  HardwarePeaks peaks;
+  bool peaksFromWindow = false;
+  bool peaksForWindow = false;  // measured here the window's way
+  QString peaksNote;       // the measurement's doubts, if any
   bool peaksDoubtful = false;  // the peaks looked wrong: no roofline is drawn from them
   DecodeRoof roof;
 };
@@ -80,6 +89,9 @@ class BatchSweepPanel : public QWidget {
  signals:
   void runningChanged(bool running);
   void finished(bool ok, const QString& error);
+  // The sweep measured the machine with one thread per physical core, as the
+  // window's probe does: the window stores and shows the new figure.
+  void machinePeaksMeasured(const HardwarePeaks& peaks);
 
  private:
   void chooseModel();

@@ -77,6 +77,7 @@ struct ModelInfo {
   // layers' weight matrices (the token embedding is a lookup, and the output
   // projection runs for the last token only).
   double prefillOpsPerToken = 0;
+  int maxBatch = 0;  // tokens per forward pass at most: a longer prompt is prefilled in several passes
   QString chatTemplate;      // the family chat uses (plain-fewshot for a base model)
   bool hasChatTemplate = false;  // false: a base model, best used in notebook mode
   QString backend;

@@ -165,6 +165,7 @@ ModelInfo EngineWorker::describe() const {
   info.architecture = QString::fromStdString(c.arch_str);
   info.nParams = static_cast<qint64>(parameter_count(m));
   info.prefillOpsPerToken = prefill_ops_per_token(m);
+  info.maxBatch = m_session->backend().max_batch();
   info.typeMix = QString::fromStdString(m.type_mix());
   info.contextTrained = c.n_ctx_train;
   info.contextSize = m_session->n_ctx();

@@ -14,6 +14,7 @@
 #include <QStatusBar>
 #include <QVBoxLayout>
 
+#include "batch_sweep_panel.h"
 #include "chat_composer.h"
 #include "chat_session.h"
 #include "chat_view.h"
@@ -186,7 +187,11 @@ void MainWindow::updateDockLayout() {
 }
 
 CompareWindow* MainWindow::compareWindow() {
-  if (!m_compare) m_compare = new CompareWindow(&m_store, this);
+  if (!m_compare) {
+    m_compare = new CompareWindow(&m_store, this);
+    // A sweep that measured the machine the window's way updates the window's peaks.
+    connect(m_compare->batchSweep(), &BatchSweepPanel::machinePeaksMeasured, this, &MainWindow::setMachinePeaks);
+  }
   // A model is loaded: offer it as the first variant.
   if (m_compare->variantCount() == 0 && m_engine->hasModel() && !m_engine->modelInfo().remote)
     m_compare->addModel(m_engine->modelInfo().path);

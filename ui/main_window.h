@@ -82,6 +82,11 @@ class MainWindow : public QMainWindow {
   bool isNarrowLayout() const { return m_narrow; }
   // The Compare window (File > Compare Models), made on first use.
   CompareWindow* compareWindow();
+  // The machine's CPU peaks, newly measured (the probe, or a batch sweep
+  // with one thread per physical core): stored as the one cached figure the
+  // batch sweep also uses, and shown by the phase meter (unless it shows a
+  // GPU model's peaks).
+  void setMachinePeaks(const HardwarePeaks& peaks);
   // File > Export / Import without the file dialogs (tests, scripts).
   bool exportConversation(const QString& path);  // .md: Markdown, else JSON
   bool importConversations(const QString& path);

@@ -98,6 +98,8 @@ void MainWindow::onModelLoaded(const ModelInfo& info) {
     if (peaks.valid()) m_metrics->setPeaks(peaks);
   } else {
     m_metrics->setPeaks(HardwareProbe::cached());
+    // A probe under way (or waiting for this load to end) is still what the meter awaits.
+    if (m_probing || m_probeWaiting) m_metrics->phaseMeter()->setMeasuring(true);
   }
   if (m_options.rememberModel) {
     m_settings.lastModel = info.path;
@@ -270,6 +272,17 @@ void MainWindow::setUpHardwarePeaks(bool measureHardware) {
   if (!cachedPeaks.usable() && measureHardware) QTimer::singleShot(1000, this, &MainWindow::startHardwareProbe);
 }
 
+void MainWindow::setMachinePeaks(const HardwarePeaks& peaks) {
+  // One figure for the whole window: the meter, the next batch sweep (it
+  // reads the cache) and the next start all divide by what was measured last.
+  HardwareProbe::store(peaks);
+  // A GPU model keeps the GPU's peaks; the CPU's are stored for later.
+  if (!m_engine->hasModel() || m_engine->modelInfo().backend != QLatin1String("cuda")) {
+    m_metrics->setPeaks(peaks);
+    if (m_probing || m_probeWaiting) m_metrics->phaseMeter()->setMeasuring(true);  // the window's own probe is still to come
+  }
+}
+
 void MainWindow::startHardwareProbe() {
   if (m_probing) return;
   if (m_engine->isBusy() || m_engine->isLoading()) {
@@ -299,13 +312,13 @@ void MainWindow::startHardwareProbe() {
   QThread* t = QThread::create([self] {
     const HardwarePeaks peaks = HardwareProbe::measure();
     QMetaObject::invokeMethod(qApp, [self, peaks] {
-      HardwareProbe::store(peaks);
-      if (!self) return;
+      if (!self) {
+        HardwareProbe::store(peaks);
+        return;
+      }
       self->m_probing = false;
       self->m_metrics->phaseMeter()->setMeasuring(false);
-      // A GPU model keeps the GPU's peaks; the CPU's are stored for later.
-      if (!self->m_engine->hasModel() || self->m_engine->modelInfo().backend != QLatin1String("cuda"))
-        self->m_metrics->setPeaks(peaks);
+      self->setMachinePeaks(peaks);
       self->statusBar()->showMessage(
           tr("Measured: memory reads %1 GB/s on %n thread(s)", "", peaks.threads).arg(peaks.memoryBandwidth / 1e9, 0, 'f', 1),
           8000);

@@ -359,7 +359,8 @@ void MetricsDock::setModel(const ModelInfo& info) {
   // The fast CPU backend ("cpu-avx512-vnni", "cpu-avx2", ...) multiplies 8-bit
   // activations by the quantized weights in integers; the reference path
   // and the GPU work in floats.
-  m_phaseMeter->setModel(info.weightBytes, info.prefillOpsPerToken, multiplies_in_int8(info.backend.toStdString()));
+  m_phaseMeter->setModel(info.weightBytes, info.prefillOpsPerToken, multiplies_in_int8(info.backend.toStdString()),
+                         info.maxBatch);
 }
 
 void MetricsDock::showKvPoolEmpty() {

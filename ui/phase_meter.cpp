@@ -6,6 +6,7 @@
 #include <QPushButton>
 
 #include <algorithm>
+#include <cmath>
 
 #include "phaselab/metrics.h"
 
@@ -74,21 +75,32 @@ void PhaseMeter::setRemote(bool remote) {
   refresh();
 }
 
-void PhaseMeter::setModel(quint64 weightBytes, double prefillOpsPerToken, bool int8Compute) {
+void PhaseMeter::setModel(quint64 weightBytes, double prefillOpsPerToken, bool int8Compute, int maxPassTokens) {
   m_weightBytes = weightBytes;
   m_prefillOpsPerToken = prefillOpsPerToken;
   m_int8 = int8Compute;
+  m_maxPassTokens = maxPassTokens;
   m_decodeTps = m_prefillTps = 0;
+  m_tokensPerPass = 1;
+  m_speculative.clear();
+  m_prefillTokens = 0;
   m_kvCache = true;
   m_positions = 0;
   refresh();
 }
 
 void PhaseMeter::update(const LiveMetrics& m) {
-  if (m.prefillTps > 0) m_prefillTps = m.prefillTps;
+  if (m.prefillTps > 0) {
+    m_prefillTps = m.prefillTps;
+    m_prefillTokens = std::max(0, m.nPrompt - m.nReused);  // the engine's rate counts these
+  }
   const bool done = m.phase == Phase::done;
   const double tps = done ? m.decodeTps : (m.windowTps > 0 ? m.windowTps : m.decodeTps);
   if (tps > 0) m_decodeTps = tps;
+  // The weights are read once per target pass: with speculative decoding a
+  // pass yields several tokens (the engine counts them).
+  m_tokensPerPass = std::max(1.0, m.tokensPerPass);
+  m_speculative = m.speculative;
   m_kvCache = m.kvCache;
   // Without the cache each step recomputes the sequence (the engine counts them).
   m_positions = recomputed_positions(m.nPrompt, m.nGenerated, done);
@@ -112,32 +124,49 @@ void PhaseMeter::refreshToolTips() {
                           : tr("all physical cores reading a large buffer with SIMD loads, best of several passes");
   const QString compute = tr("%1 running independent FMA chains, best of 5 short runs").arg(cores);
   if (m_kvCache)
-    m_decodeBar->setToolTip(tr("Achieved bandwidth = weight bytes per token x decode tokens/s, over the measured "
-                               "memory read bandwidth (%1).").arg(how));
+    m_decodeBar->setToolTip(tr("Achieved bandwidth = weight bytes x target passes/s (decode tokens/s over the tokens "
+                               "each pass yields: 1, or more with speculative decoding), over the measured memory "
+                               "read bandwidth (%1).").arg(how));
   else
     m_decodeBar->setToolTip(tr("The KV cache is off: each token recomputes every position, so achieved compute = "
                                "2 x parameters ops per position x positions x tokens/s, over the measured compute "
                                "peak (%1).").arg(compute));
   m_prefillBar->setToolTip(
-      tr("Achieved compute = 2 x parameters ops per token x prefill tokens/s, over the measured peak: 8-bit integer "
-         "multiply-adds where the backend multiplies in int8, else FP32 FMAs (%1).").arg(compute));
+      tr("A prefill pass reads every weight once and computes all its tokens, so it takes at least the longer of "
+         "weight bytes / read bandwidth and tokens x 2 x parameters ops / compute peak. Passes with fewer tokens "
+         "than the machine balance are held against the read bandwidth (weight bytes x passes/s), longer ones "
+         "against the compute peak: 8-bit integer multiply-adds where the backend multiplies in int8, else FP32 "
+         "FMAs (%1; bandwidth: %2).").arg(compute, how));
+}
+
+// Shown only beside a figure divided by the read bandwidth.
+QString PhaseMeter::bandwidthNote() const {
+  return !m_peaks.pastCache && !m_peaks.note.isEmpty() ? tr(" (%1.)").arg(m_peaks.note) : QString();
 }
 
 void PhaseMeter::refresh() {
   // The engine divides (phaselab/metrics.h); the meter shows the results.
   const ComputePeak compute = int8_or_fp32_peak(m_int8, m_peaks.peakInt8Ops, m_peaks.peakFlops);
-  const bool int8 = compute.int8;
-  const double computePeak = compute.ops_per_s;
-  const QString opsUnit = int8 ? tr("GOP/s") : tr("GFLOP/s");
-  const PhaseLoad decode = m_kvCache ? decode_load(static_cast<double>(m_weightBytes), m_decodeTps, m_peaks.memoryBandwidth)
-                                     : recompute_load(m_prefillOpsPerToken, m_positions, m_decodeTps, compute);
-  const PhaseLoad prefill = prefill_load(m_prefillOpsPerToken, m_prefillTps, compute);
+  const PhaseLoad decode =
+      m_kvCache ? decode_load(static_cast<double>(m_weightBytes), m_decodeTps, m_tokensPerPass, m_peaks.memoryBandwidth)
+                : recompute_load(m_prefillOpsPerToken, m_positions, m_decodeTps, compute);
+  PrefillRun run;
+  run.ops_per_token = m_prefillOpsPerToken;
+  run.weight_bytes = static_cast<double>(m_weightBytes);
+  run.n_tokens = m_prefillTokens;
+  run.max_pass_tokens = m_maxPassTokens;
+  run.tokens_per_s = m_prefillTps;
+  const PhaseLoad prefill = prefill_load(run, compute, m_peaks.memoryBandwidth);
   m_decodeFraction = decode.fraction;
   m_prefillFraction = prefill.fraction;
+  m_prefillCompute = prefill.compute;
   m_decodeBar->setValue(std::min(100, static_cast<int>(m_decodeFraction * 100 + 0.5)));
   m_prefillBar->setValue(std::min(100, static_cast<int>(m_prefillFraction * 100 + 0.5)));
   m_decodeTitle->setText(m_remote ? tr("Decode") : m_kvCache ? tr("Decode: memory") : tr("Decode: compute"));
-  m_prefillTitle->setText(m_remote ? tr("Prefill") : tr("Prefill: compute"));
+  // Which bound applies is known once a prefill was measured.
+  m_prefillTitle->setText(m_remote || m_prefillTps <= 0 ? tr("Prefill")
+                          : prefill.compute         ? tr("Prefill: compute")
+                                                    : tr("Prefill: memory"));
   m_remeasure->setEnabled(!m_measuring);
   refreshToolTips();
   m_decodeBar->setEnabled(!m_remote);
@@ -180,57 +209,104 @@ void PhaseMeter::refresh() {
     m_prefillText->clear();
     return;
   }
+  m_decodeText->setText(decodeDescription(decode));
+  m_prefillText->setText(prefillDescription(prefill));
+}
 
+QString PhaseMeter::decodeDescription(const PhaseLoad& decode) const {
+  if (!m_kvCache) {
+    const ComputePeak compute = int8_or_fp32_peak(m_int8, m_peaks.peakInt8Ops, m_peaks.peakFlops);
+    // Divided by the compute peak: a note about the bandwidth test has no place here.
+    return tr("Without the KV cache every token recomputes all %1 positions: decode is compute-bound. %2 %4 of %3 %4.")
+        .arg(static_cast<int>(m_positions + 0.5))
+        .arg(decode.achieved / 1e9, 0, 'f', 1)
+        .arg(compute.ops_per_s / 1e9, 0, 'f', 0)
+        .arg(compute.int8 ? tr("GOP/s") : tr("GFLOP/s"));
+  }
   const double weightMiB = mib(static_cast<double>(m_weightBytes));
   const double llcMiB = mib(static_cast<double>(m_peaks.llcBytes));
   const bool fitsInCache = m_peaks.llcBytes > 0 && m_weightBytes <= m_peaks.llcBytes;
-  QString dec;
-  if (m_kvCache) {
-    // The meter divides by the memory (DRAM) figure: weights are read once
-    // per token, and what a cache keeps of them between tokens depends on
-    // everything else the machine runs. The cache's figure is shown beside
-    // it where the weights fit.
-    dec = tr("%1 GB/s of %2 GB/s read from memory. Decode is memory-bound: every token reads all %3 MiB of weights "
-             "once and does only ~2 FLOPs per weight.")
-              .arg(decode.achieved / 1e9, 0, 'f', 1)
-              .arg(m_peaks.memoryBandwidth / 1e9, 0, 'f', 1)
-              .arg(weightMiB, 0, 'f', 1);
-    if (fitsInCache && m_peaks.llcBandwidth > 0)
-      dec += tr(" The weights fit in the %1 MiB last-level cache, which reads %2 GB/s: decode is %3% of that.")
-                 .arg(llcMiB, 0, 'f', 0)
-                 .arg(m_peaks.llcBandwidth / 1e9, 0, 'f', 1)
-                 .arg(100 * decode_load(static_cast<double>(m_weightBytes), m_decodeTps, m_peaks.llcBandwidth).fraction, 0, 'f', 0);
-    if (m_decodeFraction > 1) {
-      // Weights larger than the last-level cache come from DRAM every token:
-      // more than the measured bandwidth then means the measurement was low.
-      if (fitsInCache)
-        dec += tr(" Above 100%: the weights fit in the %1 MiB last-level cache, which serves part of them.").arg(llcMiB, 0, 'f', 0);
-      else if (m_peaks.llcBytes > 0)
-        dec += tr(" Above 100%, yet the %1 MiB of weights are larger than the %2 MiB last-level cache and are read "
-                  "from memory: the measured peak looks too low (the machine was probably busy while it was "
-                  "measured). Press \"Measure again\" while no model is generating.")
-                   .arg(weightMiB, 0, 'f', 1)
-                   .arg(llcMiB, 0, 'f', 0);
-      else
-        dec += tr(" Above 100%: the measured peak looks too low (the machine was probably busy while it was "
-                  "measured). Press \"Measure again\" while no model is generating.");
-    }
-  } else {
-    dec = tr("Without the KV cache every token recomputes all %1 positions: decode is compute-bound. %2 %4 of %3 %4.")
-              .arg(static_cast<int>(m_positions + 0.5))
-              .arg(decode.achieved / 1e9, 0, 'f', 1)
-              .arg(computePeak / 1e9, 0, 'f', 0)
-              .arg(opsUnit);
+  // The meter divides by the memory (DRAM) figure: weights are read once
+  // per target pass, and what a cache keeps of them between passes depends
+  // on everything else the machine runs. The cache's figure is shown beside
+  // it where the weights fit.
+  QString dec = tr("%1 GB/s of %2 GB/s read from memory. ")
+                    .arg(decode.achieved / 1e9, 0, 'f', 1)
+                    .arg(m_peaks.memoryBandwidth / 1e9, 0, 'f', 1);
+  if (decode.tokens_per_pass > 1.005)
+    dec += tr("Per target pass: %1 tokens per pass (%2), so %3 tokens/s read the weights %4 times a second. Decode is "
+              "memory-bound: every pass reads all %5 MiB of weights once, whatever it yields.")
+               .arg(decode.tokens_per_pass, 0, 'f', 2)
+               .arg(m_speculative.isEmpty() ? tr("speculative decoding") : m_speculative)
+               .arg(m_decodeTps, 0, 'f', 1)
+               .arg(target_passes_per_s(m_decodeTps, decode.tokens_per_pass), 0, 'f', 1)
+               .arg(weightMiB, 0, 'f', 1);
+  else
+    dec += tr("Decode is memory-bound: every token reads all %1 MiB of weights once and does only ~2 FLOPs per weight.")
+               .arg(weightMiB, 0, 'f', 1);
+  if (fitsInCache && m_peaks.llcBandwidth > 0)
+    dec += tr(" The weights fit in the %1 MiB last-level cache, which reads %2 GB/s: decode is %3% of that.")
+               .arg(llcMiB, 0, 'f', 0)
+               .arg(m_peaks.llcBandwidth / 1e9, 0, 'f', 1)
+               .arg(100 * decode_load(static_cast<double>(m_weightBytes), m_decodeTps, m_tokensPerPass,
+                                      m_peaks.llcBandwidth).fraction,
+                    0, 'f', 0);
+  if (decode.fraction > 1) {
+    // Counted per target pass, more than the measured bandwidth is either
+    // the cache serving weights that fit in it, or a peak measured low.
+    if (fitsInCache)
+      dec += tr(" Above 100%: the weights fit in the %1 MiB last-level cache, which serves part of them.").arg(llcMiB, 0, 'f', 0);
+    else if (m_peaks.llcBytes > 0)
+      dec += tr(" Above 100%, yet the %1 MiB of weights are larger than the %2 MiB last-level cache and are read "
+                "from memory: the measured peak looks too low (the machine was probably busy while it was "
+                "measured). Press \"Measure again\" while no model is generating.")
+                 .arg(weightMiB, 0, 'f', 1)
+                 .arg(llcMiB, 0, 'f', 0);
+    else
+      dec += tr(" Above 100%: the measured peak looks too low (the machine was probably busy while it was "
+                "measured). Press \"Measure again\" while no model is generating.");
   }
-  if (!m_peaks.pastCache && !m_peaks.note.isEmpty()) dec += tr(" (%1.)").arg(m_peaks.note);
-  m_decodeText->setText(dec);
+  return dec + bandwidthNote();
+}
 
-  QString pre = int8 ? tr("%1 GOP/s of %2 GOP/s (8-bit integer multiply-adds, 2 ops each). ")
-                     : tr("%1 GFLOP/s of %2 GFLOP/s. ");
-  pre = pre.arg(prefill.achieved / 1e9, 0, 'f', 1).arg(computePeak / 1e9, 0, 'f', 0);
-  pre += tr("Prefill is compute-bound: each weight row loaded serves a whole batch of prompt tokens.");
-  if (m_prefillFraction > 1) pre += tr(" (Above 100%: the kernels do more per instruction than this peak counts.)");
-  m_prefillText->setText(pre);
+QString PhaseMeter::prefillDescription(const PhaseLoad& prefill) const {
+  if (m_prefillTps <= 0) return tr("No prompt has been prefilled yet.");
+  const int n = m_prefillTokens;
+  const long balance = std::lround(prefill.balance_tokens);
+  const bool severalPasses = m_maxPassTokens > 0 && n > m_maxPassTokens;
+  // Where the balance is past the longest pass, no prompt reaches the compute peak.
+  const bool balanceReachable = m_maxPassTokens <= 0 || prefill.balance_tokens <= m_maxPassTokens;
+  if (!prefill.compute) {
+    QString pre = severalPasses
+                      ? tr("The %1-token prompt is memory-bound here: it ran in passes of ~%2 tokens, each reading all "
+                           "%3 MiB of weights (%4 GB/s of %5 GB/s).")
+                            .arg(n)
+                            .arg(prefill.tokens_per_pass, 0, 'f', 0)
+                            .arg(mib(static_cast<double>(m_weightBytes)), 0, 'f', 1)
+                      : tr("The %1-token prompt is memory-bound here: it reads all %2 MiB of weights for %1 tokens "
+                           "(%3 GB/s of %4 GB/s).")
+                            .arg(n)
+                            .arg(mib(static_cast<double>(m_weightBytes)), 0, 'f', 1);
+    pre = pre.arg(prefill.achieved / 1e9, 0, 'f', 1).arg(prefill.peak / 1e9, 0, 'f', 1);
+    pre += balanceReachable ? tr(" Prompts longer than ~%1 tokens are compute-bound.").arg(balance)
+                            : tr(" A pass turns compute-bound at ~%1 tokens, more than the %2 a pass takes here.")
+                                  .arg(balance)
+                                  .arg(m_maxPassTokens);
+    return pre + bandwidthNote();
+  }
+  const ComputePeak compute = int8_or_fp32_peak(m_int8, m_peaks.peakInt8Ops, m_peaks.peakFlops);
+  QString pre = compute.int8 ? tr("%1 GOP/s of %2 GOP/s (8-bit integer multiply-adds, 2 ops each). ")
+                             : tr("%1 GFLOP/s of %2 GFLOP/s. ");
+  pre = pre.arg(prefill.achieved / 1e9, 0, 'f', 1).arg(prefill.peak / 1e9, 0, 'f', 0);
+  if (balance > 0)
+    pre += tr("Prefill is compute-bound here: each pass of ~%1 tokens reuses every weight row it loads for all of "
+              "them (passes under ~%2 tokens are memory-bound).")
+               .arg(prefill.tokens_per_pass, 0, 'f', 0)
+               .arg(balance);
+  else
+    pre += tr("Prefill is compute-bound: each weight row loaded serves a whole batch of prompt tokens.");
+  if (prefill.fraction > 1) pre += tr(" (Above 100%: the kernels do more per instruction than this peak counts.)");
+  return pre;
 }
 
 }  // namespace phaselab::ui

@@ -1,14 +1,18 @@
 // PhaseMeter: how close each phase runs to the machine's limit. Decode reads
-// every weight once per token, so its limit is memory bandwidth; prefill
-// reuses each weight row for a whole batch of tokens, so its limit is compute.
+// every weight once per target pass (one token, or several with speculative
+// decoding), so its limit is memory bandwidth; prefill reuses each weight row
+// for all the tokens of a pass, so its limit is compute once a pass has more
+// tokens than the machine balance, and bandwidth below it (a short prompt).
 // Without the KV cache every decode step is a prefill of the whole sequence,
-// so decode is then compute-bound too, and the meter says so.
+// so decode is then compute-bound too, and the meter says so. The engine
+// divides (phaselab/metrics.h); the meter shows what it divided by.
 #pragma once
 
 #include <QWidget>
 
 #include "engine_types.h"
 #include "hardware_probe.h"
+#include "phaselab/metrics.h"
 
 class QLabel;
 class QProgressBar;
@@ -26,7 +30,9 @@ class PhaseMeter : public QWidget {
   // prefillOpsPerToken: 2 x the multiply-adds of one prompt token.
   // int8Compute: the backend multiplies in 8-bit integers (the fast CPU
   // backend), so its compute limit is the integer peak, not the FP32 one.
-  void setModel(quint64 weightBytes, double prefillOpsPerToken, bool int8Compute);
+  // maxPassTokens: the backend's tokens per pass at most (ModelInfo::maxBatch):
+  // a longer prompt is prefilled in several passes; 0: one pass.
+  void setModel(quint64 weightBytes, double prefillOpsPerToken, bool int8Compute, int maxPassTokens = 0);
   void update(const LiveMetrics& m);
   // A remote server answers: there are no device figures to hold against
   // this machine's peaks, and the meter says so instead of showing 0%.
@@ -43,6 +49,11 @@ class PhaseMeter : public QWidget {
   double prefillFraction() const { return m_prefillFraction; }
   // True when decode is shown against the compute peak (the KV cache is off).
   bool decodeComputeBound() const { return !m_kvCache; }
+  // True when the last prefill was shown against the compute peak; false
+  // when its passes were too short to reach it (memory-bound, phaselab/metrics.h).
+  bool prefillComputeBound() const { return m_prefillCompute; }
+  // What the bars divide by: the window's current peaks.
+  const HardwarePeaks& peaks() const { return m_peaks; }
   QString decodeText() const;
   QString prefillText() const;
 
@@ -54,6 +65,9 @@ class PhaseMeter : public QWidget {
  private:
   void refresh();
   void refreshToolTips();
+  QString decodeDescription(const PhaseLoad& decode) const;
+  QString prefillDescription(const PhaseLoad& prefill) const;
+  QString bandwidthNote() const;
 
   HardwarePeaks m_peaks;
   quint64 m_weightBytes = 0;
@@ -64,7 +78,12 @@ class PhaseMeter : public QWidget {
   bool m_remote = false;
   double m_positions = 0;  // tokens each decode step recomputes without the KV cache
   double m_decodeTps = 0, m_prefillTps = 0;
+  double m_tokensPerPass = 1;  // decode tokens per target pass (above 1 with speculative decoding)
+  QString m_speculative;       // the draft source's name, empty when off
+  int m_prefillTokens = 0;     // prompt tokens the last prefill computed (reuse excluded)
+  int m_maxPassTokens = 0;
   double m_decodeFraction = 0, m_prefillFraction = 0;
+  bool m_prefillCompute = true;
   QLabel* m_decodeTitle = nullptr;
   QLabel* m_prefillTitle = nullptr;
   QProgressBar* m_decodeBar = nullptr;

@@ -256,21 +256,36 @@ struct BenchReport {
       }
     return positions * row_bytes / r.n_gen / 1e9;
   }
-  // Decode reads every weight (and the K/V it attends to) once per token.
+  // Decode reads every weight (and the K/V it attends to) once per pass: tg
+  // makes one token a pass.
   PhaseLoad decode(const BenchResult& r, double peak_bytes_per_s) const {
-    return decode_load((weight_gb + kv_read_gb(r)) * 1e9, r.n_gen > 0 ? r.mean : 0.0, peak_bytes_per_s);
+    return decode_load((weight_gb + kv_read_gb(r)) * 1e9, r.n_gen > 0 ? r.mean : 0.0, 1.0, peak_bytes_per_s);
+  }
+  double read_peak_bytes_per_s() const { return (peak_gbps > 0 ? peak_gbps : machine_gbps) * 1e9; }
+  // Speculative: the weights are read once per target pass, which yields
+  // tokens_per_pass tokens (the K/V reads are left out: sg starts from an
+  // empty cache and its prompt is short).
+  PhaseLoad spec_decode(double peak_bytes_per_s) const {
+    return decode_load(weight_gb * 1e9, spec->spec_tps, spec->tokens_per_pass, peak_bytes_per_s);
   }
   double decode_gbps(const BenchResult& r) const { return decode(r, 0).achieved / 1e9; }
   // Against the device's peak on a GPU, else the machine's read bandwidth.
-  double bandwidth_fraction(const BenchResult& r) const {
-    return decode(r, (peak_gbps > 0 ? peak_gbps : machine_gbps) * 1e9).fraction;
-  }
+  double bandwidth_fraction(const BenchResult& r) const { return decode(r, read_peak_bytes_per_s()).fraction; }
+  // Prefill against its roofline: passes of max_batch tokens at most, each
+  // reading the weights once; compute-bound from the machine balance on.
   PhaseLoad prefill(const BenchResult& r) const {
-    return prefill_load(ops_per_token, r.n_prompt > 0 ? r.mean : 0.0, compute);
+    PrefillRun run;
+    run.ops_per_token = ops_per_token;
+    run.weight_bytes = weight_gb * 1e9;
+    run.n_tokens = r.n_prompt;
+    run.max_pass_tokens = s.backend().max_batch();
+    run.tokens_per_s = r.n_prompt > 0 ? r.mean : 0.0;
+    return prefill_load(run, compute, read_peak_bytes_per_s());
   }
 
   void print_json() const;
   void print_table() const;
+  void print_prefill(const BenchResult& r) const;
 };
 
 void BenchReport::print_json() const {
@@ -298,8 +313,12 @@ void BenchReport::print_json() const {
                    {"decode_gbps", decode_gbps(r)},
                    {"device_peak_gbps", peak_gbps},
                    {"decode_bandwidth_fraction", bandwidth_fraction(r)},
-                   {"prefill_gops", prefill(r).achieved / 1e9},
-                   {"prefill_compute_fraction", prefill(r).fraction},
+                   {"prefill_gops", r.n_prompt > 0 ? ops_per_token * r.mean / 1e9 : 0.0},
+                   {"prefill_bound", r.n_prompt > 0 ? (prefill(r).compute ? "compute" : "memory") : ""},
+                   {"prefill_fraction", prefill(r).fraction},
+                   {"prefill_compute_fraction", compute.ops_per_s > 0 && r.n_prompt > 0 ? ops_per_token * r.mean / compute.ops_per_s : 0.0},
+                   {"prefill_tokens_per_pass", prefill(r).tokens_per_pass},
+                   {"prefill_balance_tokens", prefill(r).balance_tokens},
                    {"machine_read_gbps", machine_gbps},
                    {"machine_fp32_gflops", peaks.fp32_flops / 1e9},
                    {"machine_int8_gops", peaks.int8_ops / 1e9},
@@ -323,6 +342,8 @@ void BenchReport::print_json() const {
                    {"spec_accepted", spec->accepted},
                    {"spec_acceptance", spec->acceptance},
                    {"tokens_per_pass", spec->tokens_per_pass},
+                   {"decode_gbps", spec_decode(0).achieved / 1e9},
+                   {"decode_bandwidth_fraction", spec_decode(read_peak_bytes_per_s()).fraction},
                    {"same_output_as_plain", spec->same_output},
                    {"backend", backend},
                    {"threads", threads},
@@ -341,6 +362,25 @@ void BenchReport::print_json() const {
   std::printf("%s\n", arr.dump(2).c_str());
 }
 
+// A pass shorter than the machine balance cannot reach the compute peak: it
+// is shown against the read bandwidth, and the balance is named either way.
+void BenchReport::print_prefill(const BenchResult& r) const {
+  const PhaseLoad p = prefill(r);
+  if (p.compute)
+    std::printf("\n%s: %.1f %s, %.1f%% of the machine's %s peak %.0f %s", r.test.c_str(), p.achieved / 1e9,
+                compute.unit(), 100 * p.fraction, compute.name(), compute.ops_per_s / 1e9, compute.unit());
+  else
+    std::printf("\n%s: memory-bound, passes of %.0f tokens each read the %.3f GB of weights: %.1f GB/s, %.1f%% of the "
+                "machine's read bandwidth %.1f GB/s",
+                r.test.c_str(), p.tokens_per_pass, weight_gb, p.achieved / 1e9, 100 * p.fraction, p.peak / 1e9);
+  if (p.balance_tokens > 0 && p.compute)
+    std::printf(" (passes of %.0f tokens; compute-bound from ~%.0f tokens per pass)", p.tokens_per_pass,
+                p.balance_tokens);
+  else if (p.balance_tokens > 0)
+    std::printf(" (compute-bound from ~%.0f tokens per pass)", p.balance_tokens);
+  std::printf("\n");
+}
+
 void BenchReport::print_table() const {
   const Model& m = s.model();
   std::printf("| model | size | type mix | backend | threads | test | t/s |\n");
@@ -354,10 +394,7 @@ void BenchReport::print_table() const {
                 spec->plain_tps, spec->spec_tps / spec->plain_tps);
   if (peaks.read_bandwidth > 0) std::printf("\nmachine: %s\n", describe_machine_peaks(peaks).c_str());
   for (const auto& r : results) {
-    if (r.n_prompt > 0 && compute.ops_per_s > 0)
-      std::printf("\n%s: %.1f %s, %.1f%% of the machine's %s peak %.0f %s\n", r.test.c_str(),
-                  prefill(r).achieved / 1e9, compute.unit(), 100 * prefill(r).fraction, compute.name(),
-                  compute.ops_per_s / 1e9, compute.unit());
+    if (r.n_prompt > 0 && compute.ops_per_s > 0) print_prefill(r);
     if (r.n_gen > 0) {
       if (r.n_depth > 0)
         std::printf("\n%s: %.1f GB/s of weights and K/V (%.3f + %.3f GB per token)", r.test.c_str(), decode_gbps(r),
@@ -374,10 +411,20 @@ void BenchReport::print_table() const {
       std::printf("\n");
     }
   }
-  if (spec)
+  if (spec) {
     std::printf("\nspeculative: drafted %d, accepted %d (%.0f%%), %.2f tokens per target pass, output %s plain greedy\n",
                 spec->drafted, spec->accepted, 100 * spec->acceptance, spec->tokens_per_pass,
                 spec->same_output ? "identical to" : "DIFFERENT from");
+    // The weights are read once per target pass, not once per token.
+    const PhaseLoad d = spec_decode(read_peak_bytes_per_s());
+    std::printf("sg%d: %.1f target passes/s (%.2f tokens/s / %.2f tokens per pass), %.1f GB/s of weights", o.n_gen,
+                target_passes_per_s(spec->spec_tps, spec->tokens_per_pass), spec->spec_tps, d.tokens_per_pass,
+                d.achieved / 1e9);
+    if (d.peak > 0)
+      std::printf(", %.1f%% of the %s %.1f GB/s", 100 * d.fraction,
+                  peak_gbps > 0 ? "device's peak" : "machine's read bandwidth", d.peak / 1e9);
+    std::printf("\n");
+  }
   if (chat)
     std::printf("\nchat turn %d: prompt %d tokens; TTFT %.1f ms with the prefix cache (%d tokens reused), %.1f ms "
                 "without\n",

@@ -1,5 +1,7 @@
 #include "phaselab/metrics.h"
 
+#include <algorithm>
+
 namespace phaselab {
 
 const char* to_string(Phase p) {
@@ -46,12 +48,24 @@ ComputePeak compute_peak(std::string_view backend_name, double int8_ops_per_s, d
 
 namespace {
 PhaseLoad divided(double achieved, double peak, bool compute, bool int8) {
-  return {achieved, peak, peak > 0 ? achieved / peak : 0.0, compute, int8};
+  PhaseLoad l;
+  l.achieved = achieved;
+  l.peak = peak;
+  l.fraction = peak > 0 ? achieved / peak : 0.0;
+  l.compute = compute;
+  l.int8 = int8;
+  return l;
 }
 }  // namespace
 
-PhaseLoad decode_load(double bytes_per_token, double tokens_per_s, double read_bytes_per_s) {
-  return divided(bytes_per_token * tokens_per_s, read_bytes_per_s, false, false);
+double target_passes_per_s(double tokens_per_s, double tokens_per_pass) {
+  return tokens_per_s / std::max(tokens_per_pass, 1.0);
+}
+
+PhaseLoad decode_load(double bytes_per_pass, double tokens_per_s, double tokens_per_pass, double read_bytes_per_s) {
+  PhaseLoad l = divided(bytes_per_pass * target_passes_per_s(tokens_per_s, tokens_per_pass), read_bytes_per_s, false, false);
+  l.tokens_per_pass = std::max(tokens_per_pass, 1.0);
+  return l;
 }
 
 PhaseLoad recompute_load(double ops_per_token, double positions, double tokens_per_s, const ComputePeak& peak) {
@@ -62,8 +76,33 @@ double recomputed_positions(int n_prompt, int n_generated, bool finished) {
   return n_prompt + (finished ? n_generated / 2.0 : n_generated);
 }
 
-PhaseLoad prefill_load(double ops_per_token, double tokens_per_s, const ComputePeak& peak) {
-  return divided(ops_per_token * tokens_per_s, peak.ops_per_s, true, peak.int8);
+double prefill_balance_tokens(double weight_bytes, double ops_per_token, double read_bytes_per_s,
+                              const ComputePeak& peak) {
+  if (weight_bytes <= 0 || ops_per_token <= 0 || read_bytes_per_s <= 0 || peak.ops_per_s <= 0) return 0;
+  // weight_bytes / bandwidth = n x ops_per_token / compute peak
+  return weight_bytes / read_bytes_per_s * peak.ops_per_s / ops_per_token;
+}
+
+double prefill_tokens_per_pass(const PrefillRun& run) {
+  if (run.n_tokens <= 0) return 0;
+  if (run.max_pass_tokens <= 0 || run.n_tokens <= run.max_pass_tokens) return run.n_tokens;
+  const int passes = (run.n_tokens + run.max_pass_tokens - 1) / run.max_pass_tokens;
+  return static_cast<double>(run.n_tokens) / passes;
+}
+
+PhaseLoad prefill_load(const PrefillRun& run, const ComputePeak& peak, double read_bytes_per_s) {
+  const double balance = prefill_balance_tokens(run.weight_bytes, run.ops_per_token, read_bytes_per_s, peak);
+  const double per_pass = prefill_tokens_per_pass(run);
+  // Passes of equal length are exact; unequal ones (a shorter last pass) are
+  // held to passes of the mean length, which bounds their time from below
+  // all the same (the maximum of two costs is convex in the tokens).
+  const bool memory_bound = balance > 0 && per_pass > 0 && per_pass < balance;
+  PhaseLoad l = memory_bound
+                    ? divided(run.weight_bytes * run.tokens_per_s / per_pass, read_bytes_per_s, false, false)
+                    : divided(run.ops_per_token * run.tokens_per_s, peak.ops_per_s, true, peak.int8);
+  l.tokens_per_pass = per_pass;
+  l.balance_tokens = balance;
+  return l;
 }
 
 }  // namespace phaselab

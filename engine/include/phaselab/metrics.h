@@ -58,10 +58,26 @@ struct PhaseLoad {
   double fraction = 0;   // achieved / peak, 0 when the peak is unknown; above 1 means cache hits or a low peak
   bool compute = false;  // divided by a compute peak (else by read bandwidth)
   bool int8 = false;     // that compute peak is the int8 one
+  // The tokens of one pass the rate was counted in: for decode the tokens a
+  // target pass yields (1 without speculation), for prefill the prompt
+  // tokens of a pass (on average, where the prompt took several).
+  double tokens_per_pass = 1;
+  // Prefill: the tokens per pass from which a pass is compute-bound on this
+  // machine (the machine balance, prefill_balance_tokens); 0: a peak is unknown.
+  double balance_tokens = 0;
 };
+
+// Target passes per second: tokens/s over the tokens each pass yields
+// (RequestMetrics::tokens_per_pass). Below 1 (not counted yet, or no
+// speculation) a pass is one token: every pass yields at least one.
+double target_passes_per_s(double tokens_per_s, double tokens_per_pass);
 // Decode with the KV cache reads every weight (and the K/V it attends to)
-// once per token: bytes_per_token x tokens/s over the read bandwidth.
-PhaseLoad decode_load(double bytes_per_token, double tokens_per_s, double read_bytes_per_s);
+// once per target pass, whatever the pass yields: bytes_per_pass x passes/s
+// over the read bandwidth. Without speculation a pass yields one token; with
+// speculative decoding (prompt lookup, a draft model) one pass verifies the
+// drafts and yields tokens_per_pass tokens, so counting tokens instead would
+// put a run of 3.67 tokens per pass at 3.67 times the bandwidth it used.
+PhaseLoad decode_load(double bytes_per_pass, double tokens_per_s, double tokens_per_pass, double read_bytes_per_s);
 // Decode without the KV cache recomputes every position at each step:
 // ops_per_token x positions x tokens/s over the compute peak.
 PhaseLoad recompute_load(double ops_per_token, double positions, double tokens_per_s, const ComputePeak& peak);
@@ -69,8 +85,36 @@ PhaseLoad recompute_load(double ops_per_token, double positions, double tokens_p
 // n_prompt + k, so the latest step's count for a recent rate, and the
 // average over the answer (n_prompt + n_generated / 2) for a finished one.
 double recomputed_positions(int n_prompt, int n_generated, bool finished);
-// Prefill reuses each weight row for a batch of tokens, so it is
-// compute-bound: ops_per_token x tokens/s over the compute peak.
-PhaseLoad prefill_load(double ops_per_token, double tokens_per_s, const ComputePeak& peak);
+
+// ---- Prefill's roofline ----
+
+// A pass of n prompt tokens reads every weight once and does n x
+// ops_per_token of work, so it takes at least
+//   max(weight_bytes / read bandwidth, n x ops_per_token / compute peak).
+// The two are equal at the machine balance: passes of fewer tokens are
+// memory-bound (a short prompt cannot reach the compute peak), longer ones
+// compute-bound. 0 when a figure is unknown.
+double prefill_balance_tokens(double weight_bytes, double ops_per_token, double read_bytes_per_s,
+                              const ComputePeak& peak);
+
+// One prefill as measured.
+struct PrefillRun {
+  double ops_per_token = 0;  // prefill_ops_per_token()
+  double weight_bytes = 0;   // Model::weight_bytes(): read once by every pass
+  int n_tokens = 0;          // prompt tokens computed (reused ones excluded); 0: unknown
+  int max_pass_tokens = 0;   // the backend's max_batch(): a longer prompt takes several passes; 0: one pass
+  double tokens_per_s = 0;   // the measured rate (RequestMetrics::prefill_tps)
+};
+// The tokens of each pass, on average: n_tokens over ceil(n_tokens / max_pass_tokens).
+double prefill_tokens_per_pass(const PrefillRun& run);
+// The prefill against the bound that applies to its passes: below the
+// balance the weights read per second (weight_bytes x passes/s) over the
+// read bandwidth, from it on ops_per_token x tokens/s over the compute peak.
+// So the fraction is of the rate this machine can reach for passes of this
+// length, not of a compute peak an 11-token prompt never could. Without a
+// bandwidth (or a token count) it is held against the compute peak, as
+// before the roofline was known. tokens_per_pass and balance_tokens say
+// what was divided.
+PhaseLoad prefill_load(const PrefillRun& run, const ComputePeak& peak, double read_bytes_per_s);
 
 }  // namespace phaselab
