@@ -229,6 +229,11 @@ class TestGuiCompare : public QObject {
   void fits_800x600() {
     CompareWindow w(&m_store);
     w.addModel(testing::stories());
+    // It opens no larger than the screen (offscreen: 800x600) ...
+    const QSize screen = w.screen()->availableGeometry().size();
+    QVERIFY2(w.width() <= screen.width() && w.height() <= screen.height(),
+             qPrintable(QStringLiteral("%1x%2 on %3x%4").arg(w.width()).arg(w.height()).arg(screen.width()).arg(screen.height())));
+    // ... and can be smaller still.
     const QSize min = w.minimumSizeHint();
     qInfo("minimum size %dx%d", min.width(), min.height());
     QVERIFY2(min.width() <= 800 && min.height() <= 560,

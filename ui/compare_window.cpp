@@ -22,6 +22,7 @@
 #include <QProgressBar>
 #include <QPushButton>
 #include <QSaveFile>
+#include <QScreen>
 #include <QScrollArea>
 #include <QSpinBox>
 #include <QSplitter>
@@ -62,7 +63,11 @@ CompareWindow::CompareWindow(ConversationStore* store, QWidget* parent) : QMainW
   setWindowTitle(tr("Compare models — PhaseLab"));
   setObjectName(QStringLiteral("compareWindow"));
   setAttribute(Qt::WA_DeleteOnClose, false);
-  resize(1100, 760);
+  // 1100x760 where the screen has room; on a smaller one (800x600) the
+  // screen's available area less a window frame, so nothing starts off-screen.
+  QSize size(1100, 760);
+  if (const QScreen* s = screen()) size = size.boundedTo(s->availableGeometry().size() - QSize(16, 48));
+  resize(size);
   m_process = new CompareProcess(this);
   connect(m_process, &CompareProcess::progress, this, &CompareWindow::onProgress);
   connect(m_process, &CompareProcess::rowMeasured, this, &CompareWindow::onRowMeasured);
@@ -136,6 +141,9 @@ QWidget* CompareWindow::buildVariantsPanel() {
   m_variants->verticalHeader()->setVisible(false);
   m_variants->setSelectionBehavior(QAbstractItemView::SelectRows);
   m_variants->setMinimumHeight(80);
+  // As tall as its rows (the splitter gives the rest to the results), not
+  // a fixed 192 pixels of mostly empty table.
+  m_variants->setSizeAdjustPolicy(QAbstractScrollArea::AdjustToContents);
   QHBoxLayout* variantButtons = buildVariantButtons();
   QFormLayout* form = buildMeasurementForm();
   QHBoxLayout* runRow = buildRunRow();
