@@ -1,11 +1,14 @@
 // phaselab/compare.h and `phaselab-cli compare`: the rows' contract (the
 // reference has KL 0 and top-1 agreement 1; a quantization of it is close
-// but not equal), the cache of quantized variants, refusals before anything
-// runs, and the CLI's JSON.
+// but not equal), each speed's spread over the repetitions, the cache of
+// quantized variants, refusals before anything runs, the rows' and variants'
+// JSON both ways, and the CLI's JSON, progress lines, per-variant settings
+// and stop on SIGTERM (what the desktop window's child process relies on).
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QProcess>
+#include <QSignalSpy>
 #include <QTemporaryDir>
 #include <QTest>
 #include <filesystem>
@@ -108,6 +111,148 @@ class TestCompare : public QObject {
     QCOMPARE(rows.status().code(), StatusCode::cancelled);
   }
 
+  // Each speed is measured opts.repetitions times and keeps its spread, as
+  // bench -r does; the "done" report carries the finished row.
+  void speeds_keep_their_spread() {
+    CompareVariant v;
+    v.file = stories();
+    CompareOptions o = small(m_dir.path().toStdString());
+    o.repetitions = 3;
+    std::vector<CompareRow> reported;
+    auto rows = run_compare({v}, o, [&](const CompareProgress& p) {
+      if (p.row) reported.push_back(*p.row);
+      QCOMPARE(p.row != nullptr, p.stage == "done");
+    });
+    QVERIFY2(rows.is_ok(), rows.status().message().c_str());
+    const CompareRow& r = rows->front();
+    QCOMPARE(r.repetitions, 3);
+    QCOMPARE(r.n_prompt, 32);
+    QCOMPARE(r.n_gen, 16);
+    for (double sd : {r.pp_sd, r.tg_sd, r.ttft_sd_ms}) QVERIFY(std::isfinite(sd) && sd >= 0);
+    // Three timed runs never take the same nanoseconds: a spread of exactly 0
+    // everywhere would mean it is not computed.
+    QVERIFY(r.pp_sd > 0 || r.tg_sd > 0 || r.ttft_sd_ms > 0);
+    QCOMPARE(reported.size(), size_t(1));
+    QCOMPARE(compare_row_json(reported[0]), compare_row_json(r));
+    // The table prints "mean ± sd".
+    const std::string table = compare_rows_table(*rows, 32, 16);
+    QVERIFY2(table.find("\u00b1") != std::string::npos, table.c_str());
+  }
+
+  void rows_and_variants_json_both_ways() {
+    CompareRow r;
+    r.name = "Q8_0";
+    r.file = "/m/a, \"b\".gguf";
+    r.pp = 1234.5, r.pp_sd = 12.25, r.tg = 45.5, r.tg_sd = 0.75, r.ttft_ms = 20.5, r.ttft_sd_ms = 1.5;
+    r.repetitions = 3, r.n_prompt = 512, r.n_gen = 128, r.kld = 0.0125, r.kv_cache = false, r.peak_rss_mib = 300;
+    const std::string line = compare_row_json(r);
+    QVERIFY(line.find('\n') == std::string::npos);  // one line of the progress stream
+    auto one = compare_row_from_json(line);
+    QVERIFY2(one.is_ok(), one.status().message().c_str());
+    QCOMPARE(compare_row_json(*one), line);
+    auto all = compare_rows_from_json(compare_rows_json({r, r}));
+    QVERIFY(all.is_ok());
+    QCOMPARE(all->size(), size_t(2));
+    QCOMPARE((*all)[1].tg_sd, 0.75);
+    QCOMPARE((*all)[1].kv_cache, false);
+    // A row saved before the spread was kept: no repetitions, no spread.
+    auto old = compare_rows_from_json(R"([{"name": "a", "tg128": 40, "pp512": 900, "ttft_ms": 12}])");
+    QVERIFY(old.is_ok());
+    QCOMPARE((*old)[0].repetitions, 0);
+    QCOMPARE((*old)[0].top1_agree, 1.0);
+    QVERIFY(compare_rows_from_json("[{\"name\": \"a\"}]").status().message().find("row 1") != std::string::npos);
+    QVERIFY(compare_rows_from_json("[{\"name\": 5, \"tg128\": 1}]").status().message().find("'name'") != std::string::npos);
+    QVERIFY(!compare_rows_from_json("not json"));
+
+    CompareProgress p{1, 3, "tg", 0.5, "Q8_0: decode 16"};
+    const QJsonObject progress = QJsonDocument::fromJson(QByteArray::fromStdString(compare_progress_json(p))).object();
+    QCOMPARE(progress["progress"].toObject()["message"].toString(), QStringLiteral("Q8_0: decode 16"));
+    p.row = &r;
+    QVERIFY(QJsonDocument::fromJson(QByteArray::fromStdString(compare_progress_json(p))).object().contains("row"));
+
+    std::vector<CompareVariant> vs(2);
+    vs[0].file = "/m/a.gguf";
+    vs[1].file = "/m/a.gguf";
+    vs[1].quantize_to = FileType::Q4_K_M;
+    vs[1].backend = "cpu-portable";
+    vs[1].kv_cache = false;
+    auto back = compare_variants_from_json(compare_variants_json(vs));
+    QVERIFY2(back.is_ok(), back.status().message().c_str());
+    QCOMPARE(back->size(), size_t(2));
+    QVERIFY(!(*back)[0].quantize_to);
+    QCOMPARE(*(*back)[1].quantize_to, FileType::Q4_K_M);
+    QCOMPARE((*back)[1].backend, std::string("cpu-portable"));
+    QCOMPARE((*back)[1].kv_cache, false);
+    QVERIFY(compare_variants_from_json(R"([{"file": "a", "quantize_to": "Q9"}])").status().message().find("Q9") !=
+            std::string::npos);
+    QVERIFY(compare_variants_from_json(R"([{"quantize_to": "Q8_0"}])").status().message().find("variant 1") !=
+            std::string::npos);
+  }
+
+  // --progress-json: progress and each row as JSON lines on stderr, before
+  // the final array on stdout, which holds the same rows; --variants-json
+  // gives each variant its own settings.
+  void cli_progress_lines_and_variants() {
+    std::vector<CompareVariant> vs(2);
+    vs[0].file = vs[1].file = stories();
+    vs[1].quantize_to = FileType::Q8_0;
+    vs[1].kv_cache = false;
+    QProcess p;
+    p.start(QStringLiteral(PHASELAB_CLI_PATH),
+            {"compare", "--variants-json", QString::fromStdString(compare_variants_json(vs)), "-c", "64", "--chunks",
+             "2", "-p", "32", "-n", "16", "-r", "2", "-t", "1", "--cache", m_dir.filePath("cli-cache"), "--json",
+             "--progress-json"});
+    QVERIFY(p.waitForFinished(120000));
+    const QByteArray err = p.readAllStandardError();
+    QVERIFY2(p.exitCode() == 0, err.constData());
+    auto rows = compare_rows_from_json(p.readAllStandardOutput().toStdString());
+    QVERIFY2(rows.is_ok(), rows.status().message().c_str());
+    QCOMPARE(rows->size(), size_t(2));
+    QCOMPARE((*rows)[1].kv_cache, false);
+    QCOMPARE((*rows)[1].file_type, std::string("Q8_0"));
+    QCOMPARE((*rows)[0].repetitions, 2);
+    std::vector<std::string> streamed;
+    int progress = 0;
+    for (const QByteArray& line : err.split('\n')) {
+      const QJsonObject o = QJsonDocument::fromJson(line).object();
+      if (o.contains("row"))
+        streamed.push_back(QJsonDocument(o["row"].toObject()).toJson(QJsonDocument::Compact).toStdString());
+      if (o.contains("progress")) progress++;
+    }
+    QVERIFY(progress > 5);
+    QCOMPARE(streamed.size(), size_t(2));
+    for (size_t i = 0; i < 2; i++) {
+      auto row = compare_row_from_json(streamed[i]);
+      QVERIFY(row.is_ok());
+      QCOMPARE(compare_row_json(*row), compare_row_json((*rows)[i]));
+    }
+    // One way of naming the variants at a time.
+    QProcess both;
+    both.start(QStringLiteral(PHASELAB_CLI_PATH), {"compare", "-m", QString::fromStdString(stories()), "--variants-json",
+                                                   QString::fromStdString(compare_variants_json(vs))});
+    QVERIFY(both.waitForFinished(30000));
+    QCOMPARE(both.exitCode(), 2);
+    QVERIFY(both.readAllStandardError().contains("--variants-json"));
+  }
+
+  // SIGTERM (the window's Cancel) stops the run at its next step with an
+  // error line, instead of killing the process mid-write.
+  void cli_stops_on_sigterm() {
+    QProcess p;
+    p.start(QStringLiteral(PHASELAB_CLI_PATH),
+            {"compare", "-m", QString::fromStdString(stories()), "-c", "64", "--chunks", "-1", "-p", "32", "-n", "256",
+             "-r", "100", "-t", "1", "--json", "--progress-json"});
+    QVERIFY(p.waitForStarted(10000));
+    QSignalSpy said(&p, &QProcess::readyReadStandardError);
+    QVERIFY(said.wait(60000));  // measuring
+    p.terminate();
+    QVERIFY(p.waitForFinished(60000));
+    QCOMPARE(p.exitStatus(), QProcess::NormalExit);
+    QVERIFY(p.exitCode() != 0);
+    QVERIFY(p.readAllStandardError().contains("cancelled"));
+    QVERIFY(p.readAllStandardOutput().isEmpty());
+  }
+
   void cli_json_contract() {
     QProcess p;
     p.start(QStringLiteral(PHASELAB_CLI_PATH),
@@ -119,8 +264,8 @@ class TestCompare : public QObject {
     QCOMPARE(rows.size(), 2);
     for (const auto& r : rows) {
       const QJsonObject o = r.toObject();
-      for (const char* key : {"name", "file", "type_mix", "size_mib", "pp512", "tg128", "ttft_ms", "peak_rss_mib",
-                              "ppl", "kld", "top1_agree"})
+      for (const char* key : {"name", "file", "type_mix", "size_mib", "pp512", "pp512_sd", "tg128", "tg128_sd",
+                              "ttft_ms", "ttft_ms_sd", "repetitions", "peak_rss_mib", "ppl", "kld", "top1_agree"})
         QVERIFY2(o.contains(QLatin1String(key)), key);
     }
     QCOMPARE(rows[0].toObject()["kld"].toDouble(), 0.0);

@@ -1,7 +1,11 @@
 // The Compare window (offscreen) with stories260K and a quantization of it:
-// a run on its worker thread while the event loop keeps running, the table
-// and charts, the run saved and reopened, CSV and JSON export, Cancel, and
-// the refusals before anything runs; the main window's Compare action.
+// a run in a phaselab-cli child process while the event loop keeps running
+// (the variant's peak memory its own, not this process's), rows filling the
+// table as each variant finishes with mean ± sd, the charts (prefill and
+// decode on their own axes, the KL 0 point inside the plot), the layout at
+// 800x600, the run saved and reopened with its inputs, CSV and JSON export,
+// Cancel, and the refusals before anything runs; the main window's Compare
+// action.
 #include <QAction>
 #include <QChart>
 #include <QChartView>
@@ -10,8 +14,15 @@
 #include <QProcess>
 #include <QJsonArray>
 #include <QJsonDocument>
+#include <QScrollArea>
+#include <QScrollBar>
 #include <QSignalSpy>
 #include <QTableWidget>
+#include <QValueAxis>
+#include <cerrno>
+#include <cmath>
+#include <csignal>
+#include <cstring>
 #include <QTemporaryDir>
 #include <QTest>
 #include <QTimer>
@@ -28,6 +39,7 @@ using namespace phaselab::ui;
 
 class TestGuiCompare : public QObject {
   Q_OBJECT
+  static constexpr size_t kBallastMiB = 384;
   QTemporaryDir m_dir;
   ConversationStore m_store;
 
@@ -35,7 +47,17 @@ class TestGuiCompare : public QObject {
     w.setTextFile(QString::fromStdString(bundled_text_path("eval-en.txt")));
     w.setChunks(2);
     w.setThreads(1);
-    w.setSpeedTests(32, 16, 1);
+    w.setSpeedTests(32, 16, 2);
+    w.setCliPath(QStringLiteral(PHASELAB_CLI_PATH));
+  }
+
+  // The value axis of the chart titled title (among the window's charts).
+  static QValueAxis* valueAxis(CompareWindow& w, const QString& title, Qt::Orientation o) {
+    for (QChartView* v : w.chartViews())
+      if (v->chart()->title() == title)
+        for (QAbstractAxis* a : v->chart()->axes(o))
+          if (auto* va = qobject_cast<QValueAxis*>(a)) return va;
+    return nullptr;
   }
 
  private slots:
@@ -58,18 +80,48 @@ class TestGuiCompare : public QObject {
     QTimer tick;
     connect(&tick, &QTimer::timeout, [&] { ticks++; });
     tick.start(5);
+    // Rows that reach the table while the run goes on (not all at its end).
+    int rowsWhileRunning = 0;
+    connect(w.resultsTable()->model(), &QAbstractItemModel::rowsInserted, [&] { rowsWhileRunning += w.isRunning(); });
+    // This process's high-water mark goes far above what stories260K needs:
+    // a variant measured here would report it as its peak.
+    std::vector<char> ballast(kBallastMiB << 20);
+    std::memset(ballast.data(), 1, ballast.size());
     QVERIFY(w.startRun());
     QVERIFY(w.isRunning());
     QVERIFY(!w.startRun());  // one run at a time
     QVERIFY(done.wait(180000));
     QVERIFY2(done.first().at(0).toBool(), qPrintable(done.first().at(1).toString()));
-    QVERIFY2(ticks > 3, "the event loop stopped while the comparison ran");  // it ran on the worker thread
+    QVERIFY(ballast[ballast.size() / 2] == 1);  // held through the run
+    QVERIFY2(ticks > 3, "the event loop stopped while the comparison ran");
     QCOMPARE(w.rows().size(), size_t(2));
     QCOMPARE(w.rows()[0].kld, 0.0);
     QVERIFY(w.rows()[1].kld > 0);
     QCOMPARE(w.resultsTable()->rowCount(), 2);
     QVERIFY(w.resultsTable()->item(0, 0)->text().contains(QStringLiteral("reference")));
     for (QChartView* v : w.chartViews()) QVERIFY2(!v->chart()->series().isEmpty(), qPrintable(v->chart()->title()));
+
+    // Measured by phaselab-cli in a process of its own: each peak is that
+    // process's, far below this one's.
+    QVERIFY(w.childProcessId() > 0 && w.childProcessId() != QCoreApplication::applicationPid());
+    QVERIFY(w.childArguments().startsWith(QStringLiteral("compare")));
+    QVERIFY(w.childArguments().contains(QStringLiteral("--json")));
+    for (const CompareRow& r : w.rows()) qInfo("%s: peak RSS %.0f MiB (child)", r.name.c_str(), r.peak_rss_mib);
+    for (const CompareRow& r : w.rows())
+      QVERIFY2(r.peak_rss_mib > 0 && r.peak_rss_mib < kBallastMiB / 2,
+               qPrintable(QStringLiteral("%1: peak %2 MiB").arg(QString::fromStdString(r.name)).arg(r.peak_rss_mib)));
+    // Each speed with its spread, in the table as "mean ± sd".
+    for (const CompareRow& r : w.rows()) {
+      QCOMPARE(r.repetitions, 2);
+      for (double sd : {r.pp_sd, r.tg_sd, r.ttft_sd_ms}) QVERIFY(std::isfinite(sd) && sd >= 0);
+    }
+    for (int c : {3, 4, 5}) {
+      const QString cell = w.resultsTable()->item(1, c)->text();
+      QVERIFY2(cell.contains(QStringLiteral(" ± ")), qPrintable(cell));
+      QCOMPARE(cell.section(QStringLiteral(" ± "), 0, 0).toDouble(),
+               QString::number(c == 3 ? w.rows()[1].pp : c == 4 ? w.rows()[1].tg : w.rows()[1].ttft_ms, 'f', 1).toDouble());
+    }
+    QVERIFY2(rowsWhileRunning >= 1, "the table filled only when the run had ended");
 
     // Saved, and reopened as it was.
     const auto runs = m_store.compareRuns();
@@ -83,6 +135,19 @@ class TestGuiCompare : public QObject {
     QVERIFY(reopened.openSavedRun(runs.first().id));
     QCOMPARE(reopened.resultsTable()->rowCount(), 2);
     QVERIFY(!reopened.openSavedRun(-5));
+    // ... with its inputs, so that Run repeats it: the same child command.
+    QCOMPARE(reopened.variantCount(), 2);
+    QCOMPARE(reopened.chunks(), 2);
+    QCOMPARE(reopened.threads(), 1);
+    QCOMPARE(reopened.repetitions(), 2);
+    QCOMPARE(reopened.textFile(), w.textFile());
+    QVERIFY(reopened.variants()[1].quantize_to == FileType::Q8_0);
+    reopened.setCliPath(QStringLiteral(PHASELAB_CLI_PATH));
+    QSignalSpy again(&reopened, &CompareWindow::runFinished);
+    QVERIFY(reopened.startRun());
+    QCOMPARE(reopened.childArguments(), w.childArguments());
+    reopened.cancelRun();
+    QVERIFY(again.wait(60000));
 
     // Export.
     const QString csv = m_dir.filePath(QStringLiteral("c.csv")), json = m_dir.filePath(QStringLiteral("c.json"));
@@ -93,6 +158,7 @@ class TestGuiCompare : public QObject {
     const QList<QByteArray> lines = c.readAll().trimmed().split('\n');
     QCOMPARE(lines.size(), 3);
     QVERIFY(lines[0].startsWith("name,file,"));
+    QVERIFY(lines[0].contains(",tg128_sd,"));
     QFile j(json);
     QVERIFY(j.open(QIODevice::ReadOnly));
     QCOMPARE(QJsonDocument::fromJson(j.readAll()).array().size(), 2);
@@ -114,6 +180,72 @@ class TestGuiCompare : public QObject {
     QCOMPARE(done.first().at(0).toBool(), false);
     QCOMPARE(m_store.compareRuns().size(), before);
     QVERIFY(!w.isRunning());
+    // The child is gone, not measuring on for no one.
+    QVERIFY(w.childProcessId() > 0);
+    QVERIFY(::kill(static_cast<pid_t>(w.childProcessId()), 0) == -1 && errno == ESRCH);
+  }
+
+  // No phaselab-cli to run: a clear error, nothing measured in this process.
+  void missing_cli_is_named() {
+    CompareWindow w(&m_store);
+    w.addModel(testing::stories());
+    small(w);
+    w.setCliPath(m_dir.filePath(QStringLiteral("no-such-phaselab-cli")));
+    QVERIFY(!w.startRun());
+    QVERIFY2(w.lastError().contains(QStringLiteral("no-such-phaselab-cli")), qPrintable(w.lastError()));
+    QVERIFY(!w.isRunning());
+  }
+
+  // Prefill and decode each on an axis of their own, the scatter's axes
+  // reaching past the reference's KL 0 so its point is drawn whole (rows of
+  // a saved run: no measuring needed).
+  void charts_scale_each_figure() {
+    CompareRow ref, q4;
+    ref.name = "F16", q4.name = "Q4_0";
+    ref.reference = true;
+    ref.pp = 2400, ref.tg = 38, ref.peak_rss_mib = 800;
+    q4.pp = 1900, q4.tg = 61, q4.kld = 0.031, q4.peak_rss_mib = 300;
+    const qint64 id = m_store.saveCompareRun(QStringLiteral("synthetic"), QByteArray("{}"),
+                                             QByteArray::fromStdString(compare_rows_json({ref, q4})));
+    QVERIFY(id > 0);
+    CompareWindow w(&m_store);
+    QVERIFY(w.openSavedRun(id));
+    QValueAxis* decode = valueAxis(w, QStringLiteral("Decode tokens/s"), Qt::Vertical);
+    QValueAxis* prefill = valueAxis(w, QStringLiteral("Prefill tokens/s"), Qt::Vertical);
+    QVERIFY2(decode && prefill, "no separate prefill and decode charts");
+    QVERIFY(decode->max() >= 61 && decode->max() < 2 * 61);  // decode's bars fill their chart
+    QVERIFY(prefill->max() >= 2400 && prefill->max() < 2 * 2400);
+    const QString scatter = QStringLiteral("Decode speed against KL divergence (point size: peak memory)");
+    QValueAxis* kl = valueAxis(w, scatter, Qt::Horizontal);
+    QValueAxis* speed = valueAxis(w, scatter, Qt::Vertical);
+    QVERIFY(kl && speed);
+    QVERIFY2(kl->min() < 0 && -kl->min() >= 0.05 * (kl->max() - kl->min()), "the KL 0 point sits on the plot's edge");
+    QVERIFY(kl->max() > 0.031);
+    QVERIFY(speed->max() > 61 && speed->min() < 38);
+  }
+
+  // At 800x600 (less a title bar) the Models page shows everything without
+  // scrolling: table, buttons, form, Run, and the charts with their legends.
+  void fits_800x600() {
+    CompareWindow w(&m_store);
+    w.addModel(testing::stories());
+    // It opens no larger than the screen (offscreen: 800x600) ...
+    const QSize screen = w.screen()->availableGeometry().size();
+    QVERIFY2(w.width() <= screen.width() && w.height() <= screen.height(),
+             qPrintable(QStringLiteral("%1x%2 on %3x%4").arg(w.width()).arg(w.height()).arg(screen.width()).arg(screen.height())));
+    // ... and can be smaller still.
+    const QSize min = w.minimumSizeHint();
+    qInfo("minimum size %dx%d", min.width(), min.height());
+    QVERIFY2(min.width() <= 800 && min.height() <= 560,
+             qPrintable(QStringLiteral("minimum %1x%2").arg(min.width()).arg(min.height())));
+    w.resize(800, 560);
+    w.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&w));
+    auto* scroll = w.findChild<QScrollArea*>();
+    QVERIFY(scroll);
+    QCOMPARE(scroll->verticalScrollBar()->maximum(), 0);
+    QCOMPARE(scroll->horizontalScrollBar()->maximum(), 0);
+    for (QChartView* v : w.chartViews()) QVERIFY(v->minimumHeight() <= 160);
   }
 
   void refusals_before_running() {

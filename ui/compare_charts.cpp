@@ -1,9 +1,33 @@
 #include "compare_charts.h"
 
+#include <QBarCategoryAxis>
+#include <QBarSeries>
+#include <QBarSet>
 #include <QChart>
 #include <QChartView>
+#include <QScatterSeries>
+#include <QValueAxis>
+#include <algorithm>
+
+#include "chart_scale.h"
 
 namespace phaselab::ui {
+
+namespace {
+
+// The ticks of s on an axis whose range reaches pad x the span beyond them:
+// dynamic ticks anchored at s.min, so that the padding gets no tick label.
+void applyPaddedScale(QValueAxis* axis, const NiceScale& s, double pad) {
+  const double extra = (s.max - s.min) * pad;
+  axis->setMinorTickCount(0);
+  axis->setTickType(QValueAxis::TicksDynamic);
+  axis->setTickAnchor(s.min);
+  axis->setTickInterval(s.step);
+  axis->setLabelFormat(labelFormat(s));
+  axis->setRange(s.min - extra, s.max + extra);
+}
+
+}  // namespace
 
 QChartView* compareChartView(QChart* chart, const QString& title) {
   chart->setTitle(title);
@@ -12,7 +36,7 @@ QChartView* compareChartView(QChart* chart, const QString& title) {
   auto* view = new QChartView(chart);
   view->setRenderHint(QPainter::Antialiasing);
   view->setAccessibleName(title);
-  view->setMinimumHeight(200);
+  view->setMinimumHeight(150);  // with the window's other parts, it fits a 800x600 screen
   return view;
 }
 
@@ -22,6 +46,65 @@ void clearChart(QChart* chart) {
     chart->removeAxis(a);
     delete a;
   }
+}
+
+void fillBars(QChart* chart, const QStringList& categories, const QList<QPair<QString, QList<double>>>& sets,
+              const QString& unit) {
+  clearChart(chart);
+  auto* series = new QBarSeries;
+  double max = 0;
+  for (const auto& [name, values] : sets) {
+    auto* set = new QBarSet(name);
+    for (double v : values) {
+      *set << v;
+      max = std::max(max, v);
+    }
+    series->append(set);
+  }
+  series->setLabelsVisible(true);
+  series->setLabelsFormat(QStringLiteral("@value"));
+  series->setLabelsPrecision(4);
+  chart->addSeries(series);
+  auto* x = new QBarCategoryAxis;
+  x->append(categories);
+  auto* y = new QValueAxis;
+  y->setTitleText(unit);
+  applyScale(y, niceScale(0, max > 0 ? max * 1.15 : 1, 6));
+  chart->addAxis(x, Qt::AlignBottom);
+  chart->addAxis(y, Qt::AlignLeft);
+  series->attachAxis(x);
+  series->attachAxis(y);
+  chart->legend()->setVisible(sets.size() > 1);
+}
+
+void fillSpeedQuality(QChart* chart, const std::vector<CompareRow>& rows) {
+  // One series per variant, so each point can have its own size (peak
+  // memory) and a legend entry with its name.
+  clearChart(chart);
+  auto* x = new QValueAxis;
+  x->setTitleText(QObject::tr("KL divergence from the reference (nats)"));
+  auto* y = new QValueAxis;
+  y->setTitleText(QObject::tr("decode tokens/s"));
+  chart->addAxis(x, Qt::AlignBottom);
+  chart->addAxis(y, Qt::AlignLeft);
+  double maxK = 0, maxT = 0, maxR = 1;
+  for (const CompareRow& r : rows) {
+    maxK = std::max(maxK, r.kld);
+    maxT = std::max(maxT, r.tg);
+    maxR = std::max(maxR, r.peak_rss_mib);
+  }
+  for (const CompareRow& r : rows) {
+    auto* s = new QScatterSeries;
+    s->setName(QString::fromStdString(r.name));
+    s->setMarkerSize(10 + 20 * r.peak_rss_mib / maxR);
+    s->append(r.kld, r.tg);
+    chart->addSeries(s);
+    s->attachAxis(x);
+    s->attachAxis(y);
+  }
+  applyPaddedScale(x, niceScale(0, maxK > 0 ? maxK * 1.05 : 0.01, 6), kScatterPadding);
+  applyPaddedScale(y, niceScale(0, maxT > 0 ? maxT * 1.05 : 1, 6), kScatterPadding);
+  chart->legend()->setVisible(true);
 }
 
 }  // namespace phaselab::ui

@@ -1,9 +1,5 @@
 #include "compare_window.h"
 
-#include <QApplication>
-#include <QBarCategoryAxis>
-#include <QBarSeries>
-#include <QBarSet>
 #include <QChart>
 #include <QChartView>
 #include <QCheckBox>
@@ -26,19 +22,18 @@
 #include <QProgressBar>
 #include <QPushButton>
 #include <QSaveFile>
-#include <QScatterSeries>
+#include <QScreen>
+#include <QScrollArea>
 #include <QSpinBox>
 #include <QSplitter>
 #include <QTabWidget>
 #include <QTableWidget>
-#include <QThread>
-#include <QToolBar>
 #include <QVBoxLayout>
-#include <QValueAxis>
 
 #include "batch_sweep_panel.h"
 #include "chart_scale.h"
 #include "compare_charts.h"
+#include "compare_process.h"
 #include "conversation_store.h"
 #include "phaselab/backend.h"
 #include "phaselab/log.h"
@@ -55,34 +50,11 @@ QString typeLabel(const CompareVariant& v) {
                        : QObject::tr("as is");
 }
 
-// Bars of one or more value sets per variant, on a 1-2-5 value axis.
-void fillBars(QChart* chart, const QStringList& categories, const QList<QPair<QString, QList<double>>>& sets,
-              const QString& unit) {
-  clearChart(chart);
-  auto* series = new QBarSeries;
-  double max = 0;
-  for (const auto& [name, values] : sets) {
-    auto* set = new QBarSet(name);
-    for (double v : values) {
-      *set << v;
-      max = std::max(max, v);
-    }
-    series->append(set);
-  }
-  series->setLabelsVisible(true);
-  series->setLabelsFormat(QStringLiteral("@value"));
-  series->setLabelsPrecision(4);
-  chart->addSeries(series);
-  auto* x = new QBarCategoryAxis;
-  x->append(categories);
-  auto* y = new QValueAxis;
-  y->setTitleText(unit);
-  applyScale(y, niceScale(0, max > 0 ? max * 1.15 : 1, 6));
-  chart->addAxis(x, Qt::AlignBottom);
-  chart->addAxis(y, Qt::AlignLeft);
-  series->attachAxis(x);
-  series->attachAxis(y);
-  chart->legend()->setVisible(sets.size() > 1);
+// "12.3 ± 0.4": a mean and its sample standard deviation, or the mean alone
+// when there is no spread to show (one run, or a row saved without it).
+QString meanSd(double mean, double sd, int repetitions, int decimals = 1) {
+  if (repetitions < 2) return QString::number(mean, 'f', decimals);
+  return QStringLiteral("%1 ± %2").arg(mean, 0, 'f', decimals).arg(sd, 0, 'f', decimals);
 }
 
 }  // namespace
@@ -91,19 +63,35 @@ CompareWindow::CompareWindow(ConversationStore* store, QWidget* parent) : QMainW
   setWindowTitle(tr("Compare models — PhaseLab"));
   setObjectName(QStringLiteral("compareWindow"));
   setAttribute(Qt::WA_DeleteOnClose, false);
-  resize(1100, 760);
+  // 1100x760 where the screen has room; on a smaller one (800x600) the
+  // screen's available area less a window frame, so nothing starts off-screen.
+  QSize size(1100, 760);
+  if (const QScreen* s = screen()) size = size.boundedTo(s->availableGeometry().size() - QSize(16, 48));
+  resize(size);
+  m_process = new CompareProcess(this);
+  connect(m_process, &CompareProcess::progress, this, &CompareWindow::onProgress);
+  connect(m_process, &CompareProcess::rowMeasured, this, &CompareWindow::onRowMeasured);
+  connect(m_process, &CompareProcess::finished, this, &CompareWindow::onDone);
 
   auto* central = new QWidget;
   auto* col = new QVBoxLayout(central);
+  col->setContentsMargins(6, 6, 6, 6);
   col->addLayout(buildSavedRunsRow());
   // The variants and how they are measured above, the results below.
   auto* split = new QSplitter(Qt::Vertical);
+  split->setChildrenCollapsible(false);
   split->addWidget(buildVariantsPanel());
   split->addWidget(buildResultTabs());
   split->setStretchFactor(1, 2);
   col->addWidget(split, 1);
-  buildModes(central);
-  buildToolbar();
+  // Sized to fit 800x600; on a smaller screen (or a larger font) the page
+  // scrolls instead of cutting off its buttons and legends.
+  m_scroll = new QScrollArea;
+  m_scroll->setObjectName(QStringLiteral("compareModelsScroll"));
+  m_scroll->setWidgetResizable(true);
+  m_scroll->setFrameShape(QFrame::NoFrame);
+  m_scroll->setWidget(central);
+  buildModes(m_scroll);
   refreshSavedRuns();
 }
 
@@ -113,14 +101,33 @@ QHBoxLayout* CompareWindow::buildSavedRunsRow() {
   m_saved = new QComboBox;
   m_saved->setObjectName(QStringLiteral("savedRuns"));
   m_saved->setAccessibleName(tr("Saved runs"));
-  m_saved->setMinimumContentsLength(40);
+  m_saved->setMinimumContentsLength(24);
+  m_saved->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
   savedRow->addWidget(m_saved, 1);
   auto* openSaved = new QPushButton(tr("Open"));
   openSaved->setAccessibleName(tr("Open the saved run"));
+  openSaved->setToolTip(tr("Its results, and its variants and settings, so that Run repeats it"));
   savedRow->addWidget(openSaved);
   connect(openSaved, &QPushButton::clicked, this, [this] {
     if (m_saved->currentData().isValid()) openSavedRun(m_saved->currentData().toLongLong());
   });
+  // Export CSV / JSON: here rather than in a toolbar, which took a row of
+  // the 600 pixels an 800x600 screen has.
+  auto* csv = new QPushButton(tr("Export CSV…"));
+  connect(csv, &QPushButton::clicked, this, [this] {
+    const QString p = QFileDialog::getSaveFileName(this, tr("Export CSV"), QDir::home().filePath(QStringLiteral("compare.csv")),
+                                                   tr("CSV (*.csv)"));
+    if (!p.isEmpty()) exportCsv(p);
+  });
+  auto* json = new QPushButton(tr("Export JSON…"));
+  connect(json, &QPushButton::clicked, this, [this] {
+    const QString p = QFileDialog::getSaveFileName(this, tr("Export JSON"), QDir::home().filePath(QStringLiteral("compare.json")),
+                                                   tr("JSON (*.json)"));
+    if (!p.isEmpty()) exportJson(p);
+  });
+  savedRow->addSpacing(12);
+  savedRow->addWidget(csv);
+  savedRow->addWidget(json);
   return savedRow;
 }
 
@@ -133,7 +140,10 @@ QWidget* CompareWindow::buildVariantsPanel() {
   m_variants->horizontalHeader()->setSectionResizeMode(kColName, QHeaderView::Stretch);
   m_variants->verticalHeader()->setVisible(false);
   m_variants->setSelectionBehavior(QAbstractItemView::SelectRows);
-  m_variants->setMinimumHeight(120);
+  m_variants->setMinimumHeight(80);
+  // As tall as its rows (the splitter gives the rest to the results), not
+  // a fixed 192 pixels of mostly empty table.
+  m_variants->setSizeAdjustPolicy(QAbstractScrollArea::AdjustToContents);
   QHBoxLayout* variantButtons = buildVariantButtons();
   QFormLayout* form = buildMeasurementForm();
   QHBoxLayout* runRow = buildRunRow();
@@ -141,6 +151,7 @@ QWidget* CompareWindow::buildVariantsPanel() {
   auto* top = new QWidget;
   auto* topCol = new QVBoxLayout(top);
   topCol->setContentsMargins(0, 0, 0, 0);
+  topCol->setSpacing(4);
   topCol->addWidget(m_variants, 1);
   topCol->addLayout(variantButtons);
   topCol->addLayout(form);
@@ -190,12 +201,19 @@ QFormLayout* CompareWindow::buildMeasurementForm() {
   m_chunks->setValue(8);
   m_chunks->setAccessibleName(tr("Perplexity chunks"));
   m_chunks->setToolTip(tr("Chunks of 512 tokens scored (their second halves), as llama-perplexity does"));
-  form->addRow(tr("Chunks of 512 tokens:"), m_chunks);
   m_threads = new QSpinBox;
   m_threads->setRange(0, 256);
   m_threads->setSpecialValueText(tr("one per physical core"));
   m_threads->setAccessibleName(tr("Threads"));
-  form->addRow(tr("Threads:"), m_threads);
+  // Chunks and threads share a row: the window fits 800x600.
+  auto* sizesRow = new QHBoxLayout;
+  sizesRow->addWidget(m_chunks);
+  sizesRow->addSpacing(12);
+  sizesRow->addWidget(new QLabel(tr("Threads:")));
+  sizesRow->addWidget(m_threads);
+  sizesRow->addStretch(1);
+  form->addRow(tr("Chunks of 512 tokens:"), sizesRow);
+  form->setVerticalSpacing(4);
   return form;
 }
 
@@ -215,8 +233,11 @@ QHBoxLayout* CompareWindow::buildRunRow() {
   m_progress->setValue(0);
   m_progress->setTextVisible(false);
   m_progress->setAccessibleName(tr("Progress"));
-  m_status = new QLabel(tr("Add models and quantizations, then Run."));
+  m_status = new QLabel(tr("Add models and quantizations, then Run. Each run is measured by phaselab-cli "
+                           "in a process of its own."));
   m_status->setObjectName(QStringLiteral("compareStatus"));
+  m_status->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  m_status->setMinimumWidth(1);  // a long message is cut, not widening the window
   runRow->addWidget(m_run);
   runRow->addWidget(m_cancel);
   runRow->addWidget(m_progress, 1);
@@ -233,14 +254,24 @@ QTabWidget* CompareWindow::buildResultTabs() {
   m_results->setHorizontalHeaderLabels({tr("Variant"), tr("Types"), tr("Size MiB"), tr("Prefill tok/s"),
                                         tr("Decode tok/s"), tr("TTFT ms"), tr("Peak RSS MiB"), tr("Perplexity"),
                                         tr("KL divergence"), tr("Top-1 agree"), tr("RMS Δp")});
+  const QString spread = tr("mean ± sample standard deviation of the runs after a warm-up (phaselab-cli compare -r)");
+  for (int c : {3, 4, 5}) m_results->horizontalHeaderItem(c)->setToolTip(spread);
+  m_results->horizontalHeaderItem(6)->setToolTip(
+      tr("The kernel's high-water mark of the phaselab-cli process that measured the variant, reset before it: "
+         "the variant's own, not this window's"));
   m_results->verticalHeader()->setVisible(false);
   m_results->setEditTriggers(QAbstractItemView::NoEditTriggers);
   m_results->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
   m_tabs->addTab(m_results, tr("Table"));
+  // Prefill and decode each on an axis of their own: decode's tens of
+  // tokens/s were bars a few pixels tall under prefill's thousands.
   auto* speed = new QWidget;
   auto* speedRow = new QHBoxLayout(speed);
-  m_speedChart = new QChart;
-  speedRow->addWidget(compareChartView(m_speedChart, tr("Prefill and decode tokens/s")));
+  speedRow->setContentsMargins(0, 0, 0, 0);
+  m_prefillChart = new QChart;
+  speedRow->addWidget(compareChartView(m_prefillChart, tr("Prefill tokens/s")));
+  m_decodeChart = new QChart;
+  speedRow->addWidget(compareChartView(m_decodeChart, tr("Decode tokens/s")));
   m_tabs->addTab(speed, tr("Speed"));
   m_qualityChart = new QChart;
   m_tabs->addTab(compareChartView(m_qualityChart, tr("Decode speed against KL divergence (point size: peak memory)")),
@@ -255,7 +286,7 @@ void CompareWindow::buildModes(QWidget* models) {
   m_sweep = new BatchSweepPanel;
   connect(m_sweep, &BatchSweepPanel::finished, this, &CompareWindow::batchSweepFinished);
   connect(m_sweep, &BatchSweepPanel::runningChanged, this, [this](bool running) {
-    m_run->setEnabled(!running && !m_thread);
+    m_run->setEnabled(!running && !isRunning());
     m_run->setToolTip(running ? tr("A batch sweep is running: wait for it or cancel it.") : QString());
   });
   m_modes = new QTabWidget;
@@ -266,30 +297,11 @@ void CompareWindow::buildModes(QWidget* models) {
   setCentralWidget(m_modes);
 }
 
-// Export CSV / JSON.
-void CompareWindow::buildToolbar() {
-  auto* bar = addToolBar(tr("Compare"));
-  bar->setObjectName(QStringLiteral("compareToolbar"));
-  bar->addAction(tr("Export CSV…"), this, [this] {
-    const QString p = QFileDialog::getSaveFileName(this, tr("Export CSV"), QDir::home().filePath(QStringLiteral("compare.csv")),
-                                                   tr("CSV (*.csv)"));
-    if (!p.isEmpty()) exportCsv(p);
-  });
-  bar->addAction(tr("Export JSON…"), this, [this] {
-    const QString p = QFileDialog::getSaveFileName(this, tr("Export JSON"), QDir::home().filePath(QStringLiteral("compare.json")),
-                                                   tr("JSON (*.json)"));
-    if (!p.isEmpty()) exportJson(p);
-  });
-  // The exports are the model comparison's: hidden on the batch sweep, which
-  // needs the height at 800x600.
-  connect(m_modes, &QTabWidget::currentChanged, this, [this, bar](int i) { bar->setVisible(m_modes->widget(i) != m_sweep); });
-}
-
+// A running child is stopped (and waited for) by CompareProcess's
+// destructor, first, while this window can still take its signals.
 CompareWindow::~CompareWindow() {
-  if (m_thread) {
-    m_cancelFlag->store(true);
-    m_thread->wait();
-  }
+  delete m_process;
+  m_process = nullptr;
 }
 
 // The model comparison's charts (the batch sweep's is batchSweep()->chartView()).
@@ -366,6 +378,9 @@ bool CompareWindow::addQuantization(const QString& type) {
 }
 
 int CompareWindow::variantCount() const { return m_variants->rowCount(); }
+QString CompareWindow::textFile() const { return m_text->text(); }
+int CompareWindow::chunks() const { return m_chunks->value(); }
+int CompareWindow::threads() const { return m_threads->value(); }
 void CompareWindow::setTextFile(const QString& path) { m_text->setText(path); }
 void CompareWindow::setChunks(int chunks) { m_chunks->setValue(chunks); }
 void CompareWindow::setThreads(int threads) {
@@ -429,80 +444,85 @@ void CompareWindow::setRunning(bool running) {
   m_sweep->setBlockedReason(running ? tr("A model comparison is running: wait for it or cancel it.") : QString());
 }
 
+bool CompareWindow::isRunning() const { return m_process && m_process->isRunning(); }
+qint64 CompareWindow::childProcessId() const { return m_process->processId(); }
+QStringList CompareWindow::childArguments() const { return m_process->lastArguments(); }
+QString CompareWindow::childCommand() const {
+  return m_process->program().isEmpty() ? QString()
+                                        : CompareProcess::commandLine(m_process->program(), m_process->lastArguments());
+}
+
 bool CompareWindow::startRun() {
-  if (m_thread) return false;
+  if (isRunning()) return false;
   m_lastError.clear();
-  if (m_sweep->isRunning()) {
-    showError(tr("A batch sweep is running: wait for it or cancel it."));
+  auto refuse = [this](const QString& message) {
+    showError(message);
     emit runFinished(false, m_lastError);
     return false;
-  }
+  };
+  if (m_sweep->isRunning()) return refuse(tr("A batch sweep is running: wait for it or cancel it."));
   const std::vector<CompareVariant> vs = variants();
+  // The inputs are checked here too, so that a mistake is named before a
+  // process starts (the child checks them again).
   CompareOptions opts;
   QFile text(m_text->text());
-  if (m_text->text().isEmpty() || !text.open(QIODevice::ReadOnly)) {
-    showError(tr("Cannot read the evaluation text %1: choose a text file.").arg(m_text->text()));
-    emit runFinished(false, m_lastError);
-    return false;
-  }
-  if (text.size() > (64 << 20)) {
-    showError(tr("The evaluation text is larger than 64 MiB: choose a smaller one."));
-    emit runFinished(false, m_lastError);
-    return false;
-  }
+  if (m_text->text().isEmpty() || !text.open(QIODevice::ReadOnly))
+    return refuse(tr("Cannot read the evaluation text %1: choose a text file.").arg(m_text->text()));
+  if (text.size() > (64 << 20)) return refuse(tr("The evaluation text is larger than 64 MiB: choose a smaller one."));
   opts.text = text.readAll().toStdString();
   opts.n_chunks = m_chunks->value();
   opts.n_threads = m_threads->value();
   opts.n_prompt = m_nPrompt;
   opts.n_gen = m_nGen;
   opts.repetitions = m_repetitions;
-  if (Status st = validate_compare(vs, opts); !st) {
-    showError(QString::fromStdString(st.message()));
-    emit runFinished(false, m_lastError);
-    return false;
-  }
+  if (Status st = validate_compare(vs, opts); !st) return refuse(QString::fromStdString(st.message()));
+
+  CompareRequest request;
+  request.variants = vs;
+  request.textPath = m_text->text();
+  request.chunks = opts.n_chunks;
+  request.threads = opts.n_threads;
+  request.nPrompt = m_nPrompt;
+  request.nGen = m_nGen;
+  request.repetitions = m_repetitions;
+  QString error;
+  const QString cli = m_cliPath.isEmpty() ? CompareProcess::findCli() : m_cliPath;
+  if (!m_process->start(cli, request, &error)) return refuse(error);
+  // The results shown are the run's from here on.
+  m_rows.clear();
+  showRows();
   setRunning(true);
   m_progress->setValue(0);
-  m_status->setText(tr("Starting…"));
-  m_cancelFlag = std::make_shared<std::atomic<bool>>(false);
-  QPointer<CompareWindow> self(this);
-  auto flag = m_cancelFlag;
-  m_thread = QThread::create([self, vs, opts, flag] {
-    auto result = run_compare(
-        vs, opts,
-        [self](const CompareProgress& p) {
-          QMetaObject::invokeMethod(qApp, [self, p] { if (self) self->onProgress(p); }, Qt::QueuedConnection);
-        },
-        flag.get());
-    std::vector<CompareRow> rows;
-    QString error;
-    const bool cancelled = !result && result.status().code() == StatusCode::cancelled;
-    if (result) rows = std::move(*result);
-    else error = QString::fromStdString(result.status().message());
-    QMetaObject::invokeMethod(qApp, [self, rows, error, cancelled] { if (self) self->onDone(rows, error, cancelled); },
-                              Qt::QueuedConnection);
-  });
-  connect(m_thread, &QThread::finished, m_thread, &QObject::deleteLater);
-  m_thread->start(QThread::LowPriority);
+  m_status->setText(tr("Starting phaselab-cli (pid %1)…").arg(m_process->processId()));
+  m_status->setToolTip(childCommand());
   return true;
 }
 
 void CompareWindow::cancelRun() {
-  if (m_cancelFlag) m_cancelFlag->store(true);
+  if (!isRunning()) return;
+  m_process->cancel();
   m_status->setText(tr("Cancelling…"));
 }
 
 void CompareWindow::onProgress(const CompareProgress& p) {
   m_progress->setValue(static_cast<int>(p.fraction * 1000));
-  m_status->setText(tr("Variant %1 of %2 — %3").arg(p.variant + 1).arg(p.n_variants).arg(QString::fromStdString(p.message)));
+  m_status->setText(tr("Variant %1 of %2 — %3 (phaselab-cli, pid %4)")
+                        .arg(p.variant + 1)
+                        .arg(p.n_variants)
+                        .arg(QString::fromStdString(p.message))
+                        .arg(m_process->processId()));
+}
+
+// A variant's row as soon as the child has measured it.
+void CompareWindow::onRowMeasured(const CompareRow& row) {
+  m_rows.push_back(row);
+  showRows();
 }
 
 void CompareWindow::onDone(const std::vector<CompareRow>& rows, const QString& error, bool cancelled) {
-  if (m_thread) m_thread->wait();
-  m_thread = nullptr;
   setRunning(false);
   if (cancelled) {
-    m_status->setText(tr("Cancelled."));
+    m_status->setText(tr("Cancelled: %1 variants measured, not saved.").arg(m_rows.size()));
     m_progress->setValue(0);
     emit runFinished(false, tr("cancelled"));
     return;
@@ -512,34 +532,50 @@ void CompareWindow::onDone(const std::vector<CompareRow>& rows, const QString& e
     emit runFinished(false, error);
     return;
   }
-  m_rows = rows;
+  m_rows = rows;  // the child's final JSON: the same rows it printed one by one
   m_progress->setValue(1000);
   showRows();
   const QString title = tr("%1 variants, %2").arg(rows.size()).arg(QDateTime::currentDateTime().toString(Qt::ISODate));
   if (m_store && m_store->isOpen() && m_store->saveCompareRun(title, optionsJson(), QByteArray::fromStdString(compare_rows_json(rows))) == 0)
     showError(tr("The run finished but could not be saved: %1").arg(m_store->lastError()));
   else
-    m_status->setText(tr("Done: %1 variants measured and saved.").arg(rows.size()));
+    m_status->setText(tr("Done: %1 variants measured by phaselab-cli and saved.").arg(rows.size()));
   refreshSavedRuns();
   emit runFinished(true, QString());
 }
 
+// What the run measured, saved with it so that reopening it can run it again.
 QByteArray CompareWindow::optionsJson() const {
-  QJsonArray vs;
-  for (const CompareVariant& v : variants())
-    vs.append(QJsonObject{{"file", QString::fromStdString(v.file)},
-                          {"quantize_to", v.quantize_to ? QString::fromLatin1(file_type_name(*v.quantize_to).data())
-                                                        : QString()},
-                          {"backend", QString::fromStdString(v.backend)},
-                          {"kv_cache", v.kv_cache},
-                          {"speculative", QString::fromStdString(v.speculative)}});
+  const QJsonArray vs = QJsonDocument::fromJson(QByteArray::fromStdString(compare_variants_json(variants()))).array();
   return QJsonDocument(QJsonObject{{"variants", vs},
                                    {"text", m_text->text()},
                                    {"chunks", m_chunks->value()},
                                    {"threads", m_threads->value()},
                                    {"n_prompt", m_nPrompt},
-                                   {"n_gen", m_nGen}})
+                                   {"n_gen", m_nGen},
+                                   {"repetitions", m_repetitions},
+                                   {"command", childCommand()}})
       .toJson(QJsonDocument::Compact);
+}
+
+// The inputs of a saved run back in the window (saved runs from before the
+// inputs were restored lack repetitions: the current value stays).
+void CompareWindow::restoreOptions(const QByteArray& options) {
+  const QJsonObject o = QJsonDocument::fromJson(options).object();
+  const QByteArray vs = QJsonDocument(o.value(QStringLiteral("variants")).toArray()).toJson(QJsonDocument::Compact);
+  auto variants = compare_variants_from_json(vs.toStdString());
+  if (!variants) {
+    showError(tr("The saved run's variants cannot be read: %1").arg(QString::fromStdString(variants.status().message())));
+    return;
+  }
+  m_variants->setRowCount(0);
+  for (const CompareVariant& v : *variants) addVariantRow(v);
+  if (o.contains(QStringLiteral("text"))) m_text->setText(o.value(QStringLiteral("text")).toString());
+  if (o.contains(QStringLiteral("chunks"))) m_chunks->setValue(o.value(QStringLiteral("chunks")).toInt());
+  if (o.contains(QStringLiteral("threads"))) m_threads->setValue(o.value(QStringLiteral("threads")).toInt());
+  m_nPrompt = o.value(QStringLiteral("n_prompt")).toInt(m_nPrompt);
+  m_nGen = o.value(QStringLiteral("n_gen")).toInt(m_nGen);
+  m_repetitions = o.value(QStringLiteral("repetitions")).toInt(m_repetitions);
 }
 
 void CompareWindow::showRows() {
@@ -557,14 +593,18 @@ void CompareWindow::showRows() {
       if (!tip.isEmpty()) item->setToolTip(tip);
       m_results->setItem(i, c, item);
     };
+    const QString runs = r.repetitions > 0 ? tr("mean ± sd of %n run(s)", nullptr, r.repetitions) : QString();
     cell(0, name, QString::fromStdString(r.file));
     cell(1, QString::fromStdString(r.file_type.empty() ? r.type_mix : r.file_type), QString::fromStdString(r.type_mix));
     cell(2, QString::number(r.size_mib, 'f', 1));
-    cell(3, QString::number(r.pp, 'f', 1));
-    cell(4, QString::number(r.tg, 'f', 1), r.kv_cache ? QString() : tr("without the KV cache"));
-    cell(5, QString::number(r.ttft_ms, 'f', 1));
-    cell(6, QString::number(r.peak_rss_mib, 'f', 0));
-    cell(7, QStringLiteral("%1 ± %2").arg(r.ppl, 0, 'f', 3).arg(r.ppl_err, 0, 'f', 3));
+    cell(3, meanSd(r.pp, r.pp_sd, r.repetitions), r.n_prompt > 0 ? tr("pp%1, %2").arg(r.n_prompt).arg(runs) : runs);
+    cell(4, meanSd(r.tg, r.tg_sd, r.repetitions),
+         (r.n_gen > 0 ? tr("tg%1, %2").arg(r.n_gen).arg(runs) : runs) + (r.kv_cache ? QString() : tr(", without the KV cache")));
+    cell(5, meanSd(r.ttft_ms, r.ttft_sd_ms, r.repetitions),
+         r.ttft_prompt_tokens > 0 ? tr("a chat prompt of %1 tokens, %2").arg(r.ttft_prompt_tokens).arg(runs) : runs);
+    cell(6, QString::number(r.peak_rss_mib, 'f', 0),
+         r.rss_per_variant ? QString() : tr("The peak could not be reset before this variant: at least the rows' above"));
+    cell(7, QStringLiteral("%1 ± %2").arg(r.ppl, 0, 'f', 3).arg(r.ppl_err, 0, 'f', 3), tr("± its standard error"));
     cell(8, QString::number(r.kld, 'f', 5));
     cell(9, QStringLiteral("%1%").arg(100 * r.top1_agree, 0, 'f', 2));
     cell(10, QStringLiteral("%1%").arg(r.rms_dp, 0, 'f', 2));
@@ -573,71 +613,19 @@ void CompareWindow::showRows() {
     size << r.size_mib;
     rss << r.peak_rss_mib;
   }
-  fillBars(m_speedChart, names, {{tr("prefill"), pp}, {tr("decode"), tg}}, tr("tokens/s"));
+  fillBars(m_prefillChart, names, {{tr("prefill"), pp}}, tr("tokens/s"));
+  fillBars(m_decodeChart, names, {{tr("decode"), tg}}, tr("tokens/s"));
   fillBars(m_memoryChart, names, {{tr("file"), size}, {tr("peak RSS"), rss}}, tr("MiB"));
-
-  // Speed against quality: one series per variant, so each point can have
-  // its own size (peak memory) and a legend entry with its name.
-  clearChart(m_qualityChart);
-  auto* x = new QValueAxis;
-  x->setTitleText(tr("KL divergence from the reference (nats)"));
-  auto* y = new QValueAxis;
-  y->setTitleText(tr("decode tokens/s"));
-  m_qualityChart->addAxis(x, Qt::AlignBottom);
-  m_qualityChart->addAxis(y, Qt::AlignLeft);
-  double maxK = 0, maxT = 0, maxR = 1;
-  for (const CompareRow& r : m_rows) maxK = std::max(maxK, r.kld), maxT = std::max(maxT, r.tg), maxR = std::max(maxR, r.peak_rss_mib);
-  for (const CompareRow& r : m_rows) {
-    auto* s = new QScatterSeries;
-    s->setName(QString::fromStdString(r.name));
-    s->setMarkerSize(10 + 30 * r.peak_rss_mib / maxR);
-    s->append(r.kld, r.tg);
-    m_qualityChart->addSeries(s);
-    s->attachAxis(x);
-    s->attachAxis(y);
-  }
-  applyScale(x, niceScale(0, maxK > 0 ? maxK * 1.15 : 0.01, 6));
-  applyScale(y, niceScale(0, maxT > 0 ? maxT * 1.15 : 1, 6));
-  m_qualityChart->legend()->setVisible(true);
+  fillSpeedQuality(m_qualityChart, m_rows);
 }
 
 std::vector<CompareRow> CompareWindow::rowsFromJson(const QByteArray& json, QString* error) {
-  std::vector<CompareRow> rows;
-  QJsonParseError pe{};
-  const QJsonDocument doc = QJsonDocument::fromJson(json, &pe);
-  if (pe.error != QJsonParseError::NoError || !doc.isArray()) {
-    if (error) *error = tr("not a list of comparison rows: %1").arg(pe.errorString());
+  auto rows = compare_rows_from_json(json.toStdString());
+  if (!rows) {
+    if (error) *error = QString::fromStdString(rows.status().message());
     return {};
   }
-  for (const QJsonValue& v : doc.array()) {
-    const QJsonObject o = v.toObject();
-    if (!o.value(QStringLiteral("name")).isString() || !o.value(QStringLiteral("tg128")).isDouble()) {
-      if (error) *error = tr("a row without name or tg128");
-      return {};
-    }
-    CompareRow r;
-    r.name = o.value(QStringLiteral("name")).toString().toStdString();
-    r.file = o.value(QStringLiteral("file")).toString().toStdString();
-    r.file_type = o.value(QStringLiteral("file_type")).toString().toStdString();
-    r.type_mix = o.value(QStringLiteral("type_mix")).toString().toStdString();
-    r.backend = o.value(QStringLiteral("backend")).toString().toStdString();
-    r.kv_cache = o.value(QStringLiteral("kv_cache")).toBool(true);
-    r.speculative = o.value(QStringLiteral("speculative")).toString().toStdString();
-    r.size_mib = o.value(QStringLiteral("size_mib")).toDouble();
-    r.pp = o.value(QStringLiteral("pp512")).toDouble();
-    r.tg = o.value(QStringLiteral("tg128")).toDouble();
-    r.ttft_ms = o.value(QStringLiteral("ttft_ms")).toDouble();
-    r.peak_rss_mib = o.value(QStringLiteral("peak_rss_mib")).toDouble();
-    r.ppl = o.value(QStringLiteral("ppl")).toDouble();
-    r.ppl_err = o.value(QStringLiteral("ppl_err")).toDouble();
-    r.kld = o.value(QStringLiteral("kld")).toDouble();
-    r.kld_p99 = o.value(QStringLiteral("kld_p99")).toDouble();
-    r.top1_agree = o.value(QStringLiteral("top1_agree")).toDouble();
-    r.rms_dp = o.value(QStringLiteral("rms_dp")).toDouble();
-    r.reference = o.value(QStringLiteral("reference")).toBool();
-    rows.push_back(r);
-  }
-  return rows;
+  return std::move(*rows);
 }
 
 void CompareWindow::refreshSavedRuns() {
@@ -656,9 +644,15 @@ bool CompareWindow::openSavedRun(qint64 id) {
       showError(tr("The saved run %1 cannot be read: %2").arg(r.title, error));
       return false;
     }
+    if (isRunning()) {
+      showError(tr("A comparison is running: open the saved run when it has finished or been cancelled."));
+      return false;
+    }
     m_rows = std::move(rows);
     showRows();
-    m_status->setText(tr("Saved run: %1").arg(r.title));
+    restoreOptions(r.options);
+    m_status->setText(tr("Saved run: %1 (Run measures its variants again)").arg(r.title));
+    m_status->setToolTip(QJsonDocument::fromJson(r.options).object().value(QStringLiteral("command")).toString());
     return true;
   }
   showError(tr("No saved run %1").arg(id));
@@ -692,7 +686,7 @@ bool CompareWindow::exportJson(const QString& path) {
 }
 
 void CompareWindow::closeEvent(QCloseEvent* e) {
-  if (m_thread) cancelRun();  // the worker stops at its next step; the destructor waits for it
+  cancelRun();  // the child stops at its next step (or is killed after a grace period)
   m_sweep->cancel();
   QMainWindow::closeEvent(e);
 }

@@ -1,18 +1,17 @@
 // CompareWindow: models and quantizations side by side. Variants (model
 // files, and quantizations of the first made on the fly and cached), each
-// with its backend, KV cache and speculative setting, run through
-// phaselab/compare.h on a worker thread (the chat stays usable) with a
-// progress bar and Cancel; the results as a table and charts (tokens/s of
-// prefill and decode, speed against quality, memory); every run saved in the
-// conversation database and reopenable; CSV and JSON export. A second tab,
-// the batch sweep (batch_sweep_panel.h), measures one model's throughput
-// against batch size.
+// with its backend, KV cache and speculative setting, measured by
+// `phaselab-cli compare` in a child process (compare_process.h: each
+// variant's peak memory is its own, the figures are the CLI's) with a
+// progress bar and Cancel; the results, each speed as mean ± sd, fill a
+// table as each variant finishes, and charts (prefill and decode tokens/s
+// each on its own axis, speed against quality, memory); every run saved in
+// the conversation database with its inputs and reopenable (Run repeats it);
+// CSV and JSON export. A second tab, the batch sweep (batch_sweep_panel.h),
+// measures one model's throughput against batch size.
 #pragma once
 
 #include <QMainWindow>
-#include <QPointer>
-#include <atomic>
-#include <memory>
 #include <vector>
 
 #include "phaselab/batch_bench.h"
@@ -29,12 +28,13 @@ class QProgressBar;
 class QPushButton;
 class QSpinBox;
 class QTableWidget;
+class QScrollArea;
 class QTabWidget;
-class QThread;
 
 namespace phaselab::ui {
 
 class BatchSweepPanel;
+class CompareProcess;
 class ConversationStore;
 
 class CompareWindow : public QMainWindow {
@@ -52,15 +52,32 @@ class CompareWindow : public QMainWindow {
   // Smaller speed tests (tests and quick looks): prefill and decode lengths.
   void setSpeedTests(int nPrompt, int nGen, int repetitions);
   int variantCount() const;
+  std::vector<CompareVariant> variants() const;
+  QString textFile() const;
+  int chunks() const;
+  int threads() const;
+  int repetitions() const { return m_repetitions; }
+  // The phaselab-cli that measures (tests point it at the build's); empty:
+  // CompareProcess::findCli() at each run.
+  void setCliPath(const QString& path) { m_cliPath = path; }
 
   bool startRun();  // false (and an error shown) when the variants are not valid
   void cancelRun();
-  bool isRunning() const { return m_thread != nullptr; }
+  bool isRunning() const;
+  // The child process of the current or last run: its pid (0 before the
+  // first) and its command line (what a person can run to get the same).
+  qint64 childProcessId() const;
+  QStringList childArguments() const;
+  QString childCommand() const;
   const std::vector<CompareRow>& rows() const { return m_rows; }
   QString lastError() const { return m_lastError; }
   QTableWidget* resultsTable() const { return m_results; }
   QTabWidget* resultTabs() const { return m_tabs; }
   QList<QChartView*> chartViews() const;
+  QChart* prefillChart() const { return m_prefillChart; }
+  QChart* decodeChart() const { return m_decodeChart; }
+  QChart* qualityChart() const { return m_qualityChart; }
+  QScrollArea* modelsScrollArea() const { return m_scroll; }
 
   bool exportCsv(const QString& path);
   bool exportJson(const QString& path);
@@ -99,15 +116,15 @@ class CompareWindow : public QMainWindow {
   QHBoxLayout* buildRunRow();
   QTabWidget* buildResultTabs();
   void buildModes(QWidget* models);  // models: the Models tab's page
-  void buildToolbar();
 
   void addVariantRow(const CompareVariant& v);
-  std::vector<CompareVariant> variants() const;
+  void restoreOptions(const QByteArray& options);
   void chooseModel();
   void chooseText();
   void removeSelected();
   void offerVariantModels();
   void onProgress(const CompareProgress& p);
+  void onRowMeasured(const CompareRow& row);
   void onDone(const std::vector<CompareRow>& rows, const QString& error, bool cancelled);
   void showRows();
   void showError(const QString& message);
@@ -132,11 +149,13 @@ class CompareWindow : public QMainWindow {
   BatchSweepPanel* m_sweep = nullptr;
   QTabWidget* m_tabs = nullptr;
   QTableWidget* m_results = nullptr;
-  QChart* m_speedChart = nullptr;
+  QChart* m_prefillChart = nullptr;
+  QChart* m_decodeChart = nullptr;
   QChart* m_qualityChart = nullptr;
   QChart* m_memoryChart = nullptr;
-  QThread* m_thread = nullptr;
-  std::shared_ptr<std::atomic<bool>> m_cancelFlag;
+  QScrollArea* m_scroll = nullptr;  // the Models page: scrolls rather than cut below its minimum
+  CompareProcess* m_process = nullptr;
+  QString m_cliPath;
   std::vector<CompareRow> m_rows;
   int m_nPrompt = 512, m_nGen = 128, m_repetitions = 3;
   QString m_lastError;

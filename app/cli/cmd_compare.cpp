@@ -3,6 +3,8 @@
 // phaselab/compare.h, the same runner the desktop Compare window uses.
 #include <unistd.h>
 
+#include <atomic>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -37,7 +39,54 @@ const char* const kHelp =
     "      --backend NAME     cpu (default), cpu-portable, cpu-reference, cuda\n"
     "      --no-kv-cache      decode without the KV cache (every variant)\n"
     "      --spec lookup      decode with prompt-lookup speculation (every variant)\n"
-    "      --json             print a JSON array of rows instead of the table\n";
+    "      --variants-json J  the variants as a JSON array instead of -m/--quant, each\n"
+    "                         {\"file\", \"quantize_to\", \"backend\", \"kv_cache\", \"speculative\"}\n"
+    "                         (what the desktop Compare window runs)\n"
+    "      --json             print a JSON array of rows instead of the table\n"
+    "      --progress-json    progress on stderr as JSON lines, {\"progress\": {...}}, and each\n"
+    "                         variant's row as {\"row\": {...}} once it is measured\n"
+    "  Speeds are the mean \u00b1 sample standard deviation of the -r runs. SIGINT or SIGTERM\n"
+    "  stops the run at its next step (a quantization in progress is removed).\n";
+
+// Set by SIGINT / SIGTERM, read by run_compare between and inside its steps
+// (a lock-free atomic store is safe in a signal handler).
+std::atomic<bool> g_stop{false};
+void on_stop_signal(int) { g_stop.store(true); }
+
+// The variants: --variants-json, or the models (-m, positional) and the
+// quantizations of the first (--quant) with the shared settings.
+Result<std::vector<CompareVariant>> variants_from_args(const Args& args, const std::vector<std::string>& models) {
+  if (auto j = args.get("--variants-json")) {
+    if (!models.empty() || args.has("--quant"))
+      return invalid_argument("--variants-json replaces -m and --quant: give one or the other");
+    return compare_variants_from_json(*j);
+  }
+  if (models.empty()) return invalid_argument("give at least one model: compare -m MODEL.gguf (run compare --help)");
+  const std::string backend = args.get_or("--backend", "cpu");
+  const bool kv = !args.has("--no-kv-cache");
+  const std::string spec = args.get_or("--spec", to_string(SpeculativeMode::off));
+  std::vector<CompareVariant> variants;
+  for (const std::string& m : models) {
+    CompareVariant v;
+    v.file = m;
+    v.backend = backend;
+    v.kv_cache = kv;
+    v.speculative = spec;
+    variants.push_back(v);
+  }
+  if (auto q = args.get("--quant")) {
+    for (const std::string& name : split_commas(*q)) {
+      const auto ft = parse_file_type(name);
+      if (!ft)
+        return invalid_argument("unknown quantization type '" + name +
+                                "' (run phaselab-cli quantize --help for the list)");
+      CompareVariant v = variants.front();
+      v.quantize_to = *ft;
+      variants.push_back(v);
+    }
+  }
+  return variants;
+}
 
 }  // namespace
 
@@ -62,7 +111,8 @@ int cmd_compare(int argc, char** argv) {
       {"--ctx-size", "-c", true},  {"--chunks", "", true},       {"--n-prompt", "-p", true},
       {"--n-gen", "-n", true},     {"--repetitions", "-r", true}, {"--threads", "-t", true},
       {"--backend", "", true},     {"--no-kv-cache", "", false}, {"--spec", "", true},
-      {"--json", "", false},       {"--help", "-h", false}};
+      {"--json", "", false},       {"--help", "-h", false},      {"--variants-json", "", true},
+      {"--progress-json", "", false}};
   auto args = Args::parse(static_cast<int>(rest.size()), rest.data(), specs);
   if (!args) return report(args.status());
   if (args->has("--help")) {
@@ -70,7 +120,6 @@ int cmd_compare(int argc, char** argv) {
     return kExitOk;
   }
   for (const std::string& p : args->positional()) models.push_back(p);
-  if (models.empty()) return usage_error("give at least one model: compare -m MODEL.gguf (run compare --help)");
 
   CompareOptions opts;
   auto ctx = args->get_int("--ctx-size", 512, 16, 32768);
@@ -96,39 +145,36 @@ int cmd_compare(int argc, char** argv) {
   if (!text) return report(text.status());
   opts.text = std::move(*text);
 
-  const std::string backend = args->get_or("--backend", "cpu");
-  const bool kv = !args->has("--no-kv-cache");
-  const std::string spec = args->get_or("--spec", to_string(SpeculativeMode::off));
-  std::vector<CompareVariant> variants;
-  for (const std::string& m : models) {
-    CompareVariant v;
-    v.file = m;
-    v.backend = backend;
-    v.kv_cache = kv;
-    v.speculative = spec;
-    variants.push_back(v);
-  }
-  if (auto q = args->get("--quant")) {
-    for (const std::string& name : split_commas(*q)) {
-      const auto ft = parse_file_type(name);
-      if (!ft) return usage_error("unknown quantization type '" + name + "' (run phaselab-cli quantize --help for the list)");
-      CompareVariant v = variants.front();
-      v.quantize_to = *ft;
-      variants.push_back(v);
-    }
-  }
-  if (Status st = validate_compare(variants, opts); !st) return report(st);
+  auto variants = variants_from_args(*args, models);
+  if (!variants) return report(variants.status());
+  if (Status st = validate_compare(*variants, opts); !st) return report(st);
 
-  const bool tty = isatty(STDERR_FILENO);
+  const bool progress_json = args->has("--progress-json");
+  const bool tty = !progress_json && isatty(STDERR_FILENO);
   std::string last_message;
-  auto rows = run_compare(variants, opts, [&](const CompareProgress& p) {
+  double last_fraction = -1;
+  g_stop.store(false);
+  std::signal(SIGINT, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);
+  auto rows = run_compare(*variants, opts, [&](const CompareProgress& p) {
+    if (progress_json) {
+      // Every row; progress when its message changes or it moves by 0.2%.
+      if (!p.row && p.message == last_message && p.fraction - last_fraction < 0.002) return;
+      last_message = p.message;
+      last_fraction = p.fraction;
+      std::fprintf(stderr, "%s\n", compare_progress_json(p).c_str());
+      std::fflush(stderr);
+      return;
+    }
     if (p.message == last_message) return;
     last_message = p.message;
     if (tty)
       std::fprintf(stderr, "\r\033[K[%3.0f%%] %s", 100 * p.fraction, p.message.c_str());
     else if (p.stage != "pp" && p.stage != "tg" && p.stage != "ttft" && p.message.find("chunk") == std::string::npos)
       std::fprintf(stderr, "[%3.0f%%] %s\n", 100 * p.fraction, p.message.c_str());
-  });
+  }, &g_stop);
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
   if (tty) std::fputs("\r\033[K", stderr);
   if (!rows) return report(rows.status());
   if (args->has("--json")) {
@@ -137,6 +183,8 @@ int cmd_compare(int argc, char** argv) {
     std::printf("%s", compare_rows_table(*rows, opts.n_prompt, opts.n_gen).c_str());
     std::printf("\nKL divergence, top-1 agreement and RMS dp are against %s; perplexity on %s, %d chunks of %d tokens.\n",
                 rows->front().name.c_str(), text_path.c_str(), opts.n_chunks, opts.n_ctx);
+    if (opts.repetitions > 1)
+      std::printf("tok/s and TTFT: mean \u00b1 sample standard deviation of %d runs after a warm-up.\n", opts.repetitions);
     for (const CompareRow& r : *rows)
       if (!r.rss_per_variant) {
         std::printf("Peak memory could not be reset between variants here: each row's is at least the rows' before it.\n");

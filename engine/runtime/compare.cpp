@@ -8,6 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <type_traits>
 
 #include "phaselab/backend.h"
 #include "phaselab/chat_template.h"
@@ -113,6 +114,23 @@ struct VariantProgress {
   void finish_stage(int stage) { done += kShare[stage]; }
 };
 
+struct MeanSd {
+  double mean = 0, sd = 0;
+};
+
+// The mean and sample standard deviation (sd 0 for one value), as
+// measure_pp_tg reports pp and tg.
+MeanSd mean_and_sd(const std::vector<double>& v) {
+  MeanSd out;
+  if (v.empty()) return out;
+  for (double x : v) out.mean += x;
+  out.mean /= static_cast<double>(v.size());
+  double sq = 0;
+  for (double x : v) sq += (x - out.mean) * (x - out.mean);
+  out.sd = v.size() > 1 ? std::sqrt(sq / static_cast<double>(v.size() - 1)) : 0;
+  return out;
+}
+
 // The pp, tg and TTFT tests of one variant (stages 2-4). pp and tg go through
 // the engine's measure_pp_tg (phaselab/throughput.h), as bench's do; tg
 // decodes as the variant would (KV cache on or off, speculative or not).
@@ -136,6 +154,7 @@ Status measure_speed(Session& s, const CompareVariant& v, const CompareOptions& 
     auto pp = measure_pp_tg(s, run);
     if (!pp) return failed(pp.status());
     row->pp = pp->mean;
+    row->pp_sd = pp->sd;
   }
   vp.finish_stage(2);
 
@@ -159,10 +178,11 @@ Status measure_speed(Session& s, const CompareVariant& v, const CompareOptions& 
     auto tg = measure_pp_tg(s, run);
     if (!tg) return failed(tg.status());
     row->tg = tg->mean;
+    row->tg_sd = tg->sd;
   }
   vp.finish_stage(3);
 
-  // TTFT of the fixed chat prompt (median).
+  // TTFT of the fixed chat prompt: a warm-up, then the mean and sd of the runs.
   std::vector<double> ttft;
   for (int r = 0; r <= opts.repetitions; r++) {
     if (stop_asked()) return cancelled("comparison cancelled");
@@ -177,8 +197,10 @@ Status measure_speed(Session& s, const CompareVariant& v, const CompareOptions& 
     if (!res) return res.status();
     if (r > 0) ttft.push_back(res->metrics.ttft_ms);
   }
-  std::sort(ttft.begin(), ttft.end());
-  row->ttft_ms = ttft[ttft.size() / 2];
+  const MeanSd t = mean_and_sd(ttft);
+  row->ttft_prompt_tokens = static_cast<int>(ttft_prompt.size());
+  row->ttft_ms = t.mean;
+  row->ttft_sd_ms = t.sd;
   vp.finish_stage(4);
   return Status::ok();
 }
@@ -242,6 +264,9 @@ Result<std::vector<CompareRow>> run_compare(const std::vector<CompareVariant>& v
     row.kv_cache = v.kv_cache;
     row.speculative = v.speculative;
     row.reference = vi == 0;
+    row.n_prompt = opts.n_prompt;
+    row.n_gen = opts.n_gen;
+    row.repetitions = opts.repetitions;
     row.rss_per_variant = reset_peak_resident_memory();
     std::string file = v.file;
     const std::string label = variant_label(v);
@@ -301,43 +326,199 @@ Result<std::vector<CompareRow>> run_compare(const std::vector<CompareVariant>& v
     }
     row.peak_rss_mib = vm_hwm_mib();
     rows.push_back(row);
-    vp.report("done", 0, label + ": done");
+    if (progress) progress({vi, n, "done", static_cast<double>(vi + 1) / n, label + ": done", &rows.back()});
   }
   return rows;
 }
 
+namespace {
+
+nlohmann::json row_to_json(const CompareRow& r) {
+  return {{"name", r.name},
+          {"file", r.file},
+          {"file_type", r.file_type},
+          {"type_mix", r.type_mix},
+          {"backend", r.backend},
+          {"kv_cache", r.kv_cache},
+          {"speculative", r.speculative},
+          {"size_mib", r.size_mib},
+          {"n_prompt", r.n_prompt},
+          {"n_gen", r.n_gen},
+          {"repetitions", r.repetitions},
+          {"pp512", r.pp},
+          {"pp512_sd", r.pp_sd},
+          {"tg128", r.tg},
+          {"tg128_sd", r.tg_sd},
+          {"ttft_ms", r.ttft_ms},
+          {"ttft_ms_sd", r.ttft_sd_ms},
+          {"ttft_prompt_tokens", r.ttft_prompt_tokens},
+          {"peak_rss_mib", r.peak_rss_mib},
+          {"peak_rss_per_variant", r.rss_per_variant},
+          {"ppl", r.ppl},
+          {"ppl_err", r.ppl_err},
+          {"kld", r.kld},
+          {"kld_p99", r.kld_p99},
+          {"top1_agree", r.top1_agree},
+          {"rms_dp", r.rms_dp},
+          {"reference", r.reference}};
+}
+
+// A field of the expected JSON type, or the default when absent; a field of
+// another type is an error naming it.
+template <typename T>
+Status read_field(const nlohmann::json& o, const char* key, T* out, const std::string& where) {
+  auto it = o.find(key);
+  if (it == o.end() || it->is_null()) return Status::ok();
+  const bool fits = std::is_same_v<T, bool>          ? it->is_boolean()
+                    : std::is_same_v<T, std::string> ? it->is_string()
+                                                     : it->is_number();
+  if (!fits) return invalid_argument(where + ": field '" + key + "' has the wrong type");
+  *out = it->get<T>();
+  return Status::ok();
+}
+
+Result<CompareRow> row_from_json(const nlohmann::json& o, const std::string& where) {
+  if (!o.is_object()) return invalid_argument(where + " is not an object");
+  if (!o.contains("name") || !o.contains("tg128")) return invalid_argument(where + " has no name or tg128");
+  CompareRow r;
+  r.top1_agree = 1;
+  for (const auto& [key, field] : std::initializer_list<std::pair<const char*, std::string*>>{
+           {"name", &r.name}, {"file", &r.file}, {"file_type", &r.file_type}, {"type_mix", &r.type_mix},
+           {"backend", &r.backend}, {"speculative", &r.speculative}})
+    PHASELAB_TRY(read_field(o, key, field, where));
+  for (const auto& [key, field] : std::initializer_list<std::pair<const char*, double*>>{
+           {"size_mib", &r.size_mib}, {"pp512", &r.pp}, {"pp512_sd", &r.pp_sd}, {"tg128", &r.tg},
+           {"tg128_sd", &r.tg_sd}, {"ttft_ms", &r.ttft_ms}, {"ttft_ms_sd", &r.ttft_sd_ms},
+           {"peak_rss_mib", &r.peak_rss_mib}, {"ppl", &r.ppl}, {"ppl_err", &r.ppl_err}, {"kld", &r.kld},
+           {"kld_p99", &r.kld_p99}, {"top1_agree", &r.top1_agree}, {"rms_dp", &r.rms_dp}})
+    PHASELAB_TRY(read_field(o, key, field, where));
+  for (const auto& [key, field] : std::initializer_list<std::pair<const char*, int*>>{
+           {"n_prompt", &r.n_prompt}, {"n_gen", &r.n_gen}, {"repetitions", &r.repetitions},
+           {"ttft_prompt_tokens", &r.ttft_prompt_tokens}})
+    PHASELAB_TRY(read_field(o, key, field, where));
+  for (const auto& [key, field] : std::initializer_list<std::pair<const char*, bool*>>{
+           {"kv_cache", &r.kv_cache}, {"peak_rss_per_variant", &r.rss_per_variant}, {"reference", &r.reference}})
+    PHASELAB_TRY(read_field(o, key, field, where));
+  return r;
+}
+
+Result<nlohmann::json> parse_json(std::string_view text, const char* what) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return invalid_argument(std::string(what) + " is not valid JSON");
+  return j;
+}
+
+}  // namespace
+
 std::string compare_rows_json(const std::vector<CompareRow>& rows) {
   nlohmann::json a = nlohmann::json::array();
-  for (const CompareRow& r : rows)
-    a.push_back({{"name", r.name},         {"file", r.file},
-                 {"file_type", r.file_type}, {"type_mix", r.type_mix},
-                 {"backend", r.backend},   {"kv_cache", r.kv_cache},
-                 {"speculative", r.speculative}, {"size_mib", r.size_mib},
-                 {"pp512", r.pp},          {"tg128", r.tg},
-                 {"ttft_ms", r.ttft_ms},   {"peak_rss_mib", r.peak_rss_mib},
-                 {"peak_rss_per_variant", r.rss_per_variant},
-                 {"ppl", r.ppl},           {"ppl_err", r.ppl_err},
-                 {"kld", r.kld},           {"kld_p99", r.kld_p99},
-                 {"top1_agree", r.top1_agree}, {"rms_dp", r.rms_dp},
-                 {"reference", r.reference}});
+  for (const CompareRow& r : rows) a.push_back(row_to_json(r));
   return a.dump(2);
 }
+
+std::string compare_row_json(const CompareRow& row) { return row_to_json(row).dump(); }
+
+Result<std::vector<CompareRow>> compare_rows_from_json(std::string_view json) {
+  auto j = parse_json(json, "the comparison rows");
+  if (!j) return j.status();
+  if (!j->is_array()) return invalid_argument("the comparison rows are not a JSON array");
+  std::vector<CompareRow> rows;
+  for (size_t i = 0; i < j->size(); i++) {
+    auto r = row_from_json((*j)[i], "row " + std::to_string(i + 1));
+    if (!r) return r.status();
+    rows.push_back(std::move(*r));
+  }
+  return rows;
+}
+
+Result<CompareRow> compare_row_from_json(std::string_view json) {
+  auto j = parse_json(json, "the comparison row");
+  if (!j) return j.status();
+  return row_from_json(*j, "the row");
+}
+
+std::string compare_progress_json(const CompareProgress& p) {
+  if (p.row) return nlohmann::json{{"row", row_to_json(*p.row)}}.dump();
+  return nlohmann::json{{"progress",
+                         {{"variant", p.variant},
+                          {"n_variants", p.n_variants},
+                          {"stage", p.stage},
+                          {"fraction", p.fraction},
+                          {"message", p.message}}}}
+      .dump();
+}
+
+std::string compare_variants_json(const std::vector<CompareVariant>& variants) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const CompareVariant& v : variants)
+    a.push_back({{"name", v.name},
+                 {"file", v.file},
+                 {"quantize_to", v.quantize_to ? std::string(file_type_name(*v.quantize_to)) : std::string()},
+                 {"backend", v.backend},
+                 {"kv_cache", v.kv_cache},
+                 {"speculative", v.speculative}});
+  return a.dump();
+}
+
+Result<std::vector<CompareVariant>> compare_variants_from_json(std::string_view json) {
+  auto j = parse_json(json, "the variants");
+  if (!j) return j.status();
+  if (!j->is_array()) return invalid_argument("the variants are not a JSON array of {file, quantize_to, ...}");
+  std::vector<CompareVariant> out;
+  for (size_t i = 0; i < j->size(); i++) {
+    const nlohmann::json& o = (*j)[i];
+    const std::string where = "variant " + std::to_string(i + 1);
+    if (!o.is_object() || !o.contains("file")) return invalid_argument(where + " has no file");
+    CompareVariant v;
+    std::string quant;
+    for (const auto& [key, field] : std::initializer_list<std::pair<const char*, std::string*>>{
+             {"name", &v.name}, {"file", &v.file}, {"quantize_to", &quant}, {"backend", &v.backend},
+             {"speculative", &v.speculative}})
+      PHASELAB_TRY(read_field(o, key, field, where));
+    PHASELAB_TRY(read_field(o, "kv_cache", &v.kv_cache, where));
+    if (!quant.empty()) {
+      v.quantize_to = parse_file_type(quant);
+      if (!v.quantize_to) return invalid_argument(where + ": unknown quantization type '" + quant + "'");
+    }
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+namespace {
+
+// "12.3 ± 0.4" right-aligned in width columns (the ± is two bytes in UTF-8,
+// one column on screen).
+std::string mean_sd_cell(double mean, double sd, int width, int repetitions) {
+  char buf[64];
+  if (repetitions > 1) std::snprintf(buf, sizeof buf, "%.1f \u00b1 %.1f", mean, sd);
+  else std::snprintf(buf, sizeof buf, "%.1f", mean);
+  std::string s = buf;
+  const int columns = static_cast<int>(s.size()) - (repetitions > 1 ? 1 : 0);
+  return std::string(std::max(0, width - columns), ' ') + s;
+}
+
+}  // namespace
 
 std::string compare_rows_table(const std::vector<CompareRow>& rows, int n_prompt, int n_gen) {
   std::ostringstream o;
   char buf[512];
-  std::snprintf(buf, sizeof buf, "| %-22s | %8s | %9s | %9s | %8s | %8s | %20s | %8s | %7s | %7s |\n", "variant", "MiB",
-                ("pp" + std::to_string(n_prompt)).c_str(), ("tg" + std::to_string(n_gen)).c_str(), "TTFT ms",
-                "RSS MiB", "PPL", "KLD", "top-1", "RMS dp");
+  std::snprintf(buf, sizeof buf, "| %-22s | %8s | %15s | %15s | %15s | %8s | %20s | %8s | %7s | %7s |\n", "variant",
+                "MiB", ("pp" + std::to_string(n_prompt) + " tok/s").c_str(),
+                ("tg" + std::to_string(n_gen) + " tok/s").c_str(), "TTFT ms", "RSS MiB", "PPL", "KLD", "top-1",
+                "RMS dp");
   o << buf;
-  o << "|------------------------|----------|-----------|-----------|----------|----------|----------------------|----------|---------|---------|\n";
+  o << "|------------------------|----------|-----------------|-----------------|-----------------|----------|"
+       "----------------------|----------|---------|---------|\n";
   for (const CompareRow& r : rows) {
     std::string name = r.name.size() > 22 ? r.name.substr(0, 21) + "~" : r.name;
     char ppl[64];
     std::snprintf(ppl, sizeof ppl, "%.3f +/- %.3f", r.ppl, r.ppl_err);
-    std::snprintf(buf, sizeof buf, "| %-22s | %8.1f | %9.1f | %9.1f | %8.1f | %8.0f | %20s | %8.5f | %6.2f%% | %6.2f%% |\n",
-                  name.c_str(), r.size_mib, r.pp, r.tg, r.ttft_ms, r.peak_rss_mib, ppl, r.kld, 100 * r.top1_agree,
-                  r.rms_dp);
+    std::snprintf(buf, sizeof buf, "| %-22s | %8.1f | %s | %s | %s | %8.0f | %20s | %8.5f | %6.2f%% | %6.2f%% |\n",
+                  name.c_str(), r.size_mib, mean_sd_cell(r.pp, r.pp_sd, 15, r.repetitions).c_str(),
+                  mean_sd_cell(r.tg, r.tg_sd, 15, r.repetitions).c_str(),
+                  mean_sd_cell(r.ttft_ms, r.ttft_sd_ms, 15, r.repetitions).c_str(), r.peak_rss_mib, ppl, r.kld,
+                  100 * r.top1_agree, r.rms_dp);
     o << buf;
   }
   return o.str();
@@ -351,12 +532,15 @@ std::string compare_rows_csv(const std::vector<CompareRow>& rows) {
     return q + "\"";
   };
   std::ostringstream o;
-  o << "name,file,file_type,type_mix,backend,kv_cache,speculative,size_mib,pp512,tg128,ttft_ms,peak_rss_mib,ppl,ppl_err,"
-       "kld,kld_p99,top1_agree,rms_dp,reference\n";
+  o << "name,file,file_type,type_mix,backend,kv_cache,speculative,size_mib,n_prompt,n_gen,repetitions,pp512,pp512_sd,"
+       "tg128,tg128_sd,ttft_ms,ttft_ms_sd,ttft_prompt_tokens,peak_rss_mib,ppl,ppl_err,kld,kld_p99,top1_agree,rms_dp,"
+       "reference\n";
   for (const CompareRow& r : rows) {
     o << field(r.name) << ',' << field(r.file) << ',' << field(r.file_type) << ',' << field(r.type_mix) << ','
       << field(r.backend) << ',' << (r.kv_cache ? "true" : "false") << ',' << field(r.speculative) << ',' << r.size_mib
-      << ',' << r.pp << ',' << r.tg << ',' << r.ttft_ms << ',' << r.peak_rss_mib << ',' << r.ppl << ',' << r.ppl_err
+      << ',' << r.n_prompt << ',' << r.n_gen << ',' << r.repetitions << ',' << r.pp << ',' << r.pp_sd << ',' << r.tg
+      << ',' << r.tg_sd << ',' << r.ttft_ms << ',' << r.ttft_sd_ms << ',' << r.ttft_prompt_tokens << ','
+      << r.peak_rss_mib << ',' << r.ppl << ',' << r.ppl_err
       << ',' << r.kld << ',' << r.kld_p99 << ',' << r.top1_agree << ',' << r.rms_dp << ','
       << (r.reference ? "true" : "false") << '\n';
   }

@@ -4,12 +4,13 @@
 //
 // Per variant, in order, each from a fresh session:
 //   pp512     prefill tokens/s of opts.n_prompt tokens from an empty cache
-//             (one warm-up, then the mean of opts.repetitions runs);
+//             (one warm-up, then the mean and sample standard deviation of
+//             opts.repetitions runs, as bench -r);
 //   tg128     decode tokens/s of opts.n_gen tokens after a 16-token prompt,
 //             greedy, with the variant's KV cache and speculative settings
-//             (mean of the runs);
+//             (mean and sd of the runs);
 //   ttft_ms   time to first token of a fixed chat prompt rendered with the
-//             model's template, prefix cache off (median of the runs);
+//             model's template, prefix cache off (mean and sd of the runs);
 //   ppl       perplexity on the text (phaselab/perplexity.h, llama-perplexity's
 //             conventions), opts.n_ctx tokens per chunk, opts.n_chunks chunks;
 //   kld, kld_p99, top1_agree, rms_dp
@@ -17,7 +18,9 @@
 //   peak_rss_mib
 //             the process's peak resident memory while the variant loaded and
 //             ran: the kernel's high-water mark is reset before each variant
-//             (/proc/self/clear_refs), so each row is its own.
+//             (/proc/self/clear_refs), so each row is its own; it counts
+//             everything else the process holds, which is why the desktop
+//             window runs `phaselab-cli compare` in a child process.
 // A --quant variant is written by quantize_model() into opts.cache_dir as
 // <stem>-<TYPE>.gguf and reused while it is newer than its source.
 #pragma once
@@ -26,6 +29,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "phaselab/quantize.h"
@@ -59,8 +63,12 @@ struct CompareRow {
   std::string name, file, type_mix, backend;
   std::string file_type;   // "Q4_K_M", from general.file_type ("" when absent)
   double size_mib = 0;
-  double pp = 0, tg = 0;   // tokens/s (pp512, tg128 with the default sizes)
-  double ttft_ms = 0;
+  double pp = 0, tg = 0;   // tokens/s (pp512, tg128 with the default sizes): the mean of the runs
+  double pp_sd = 0, tg_sd = 0;  // their sample standard deviation (0 for one run)
+  double ttft_ms = 0, ttft_sd_ms = 0;  // mean and sample standard deviation
+  int ttft_prompt_tokens = 0;          // the TTFT prompt's length in this model's template and tokens
+  int n_prompt = 0, n_gen = 0;  // the pp and tg lengths measured
+  int repetitions = 0;          // timed runs behind each mean; 0: unknown (a row saved before the spread was kept)
   double peak_rss_mib = 0;
   bool rss_per_variant = true;  // false: the kernel could not reset the peak (a lower bound of earlier rows')
   double ppl = 0, ppl_err = 0;
@@ -75,6 +83,7 @@ struct CompareProgress {
   std::string stage;                // quantize | load | pp | tg | ttft | perplexity | done
   double fraction = 0;              // of the whole run, 0..1
   std::string message;              // "Q5_K_M: perplexity chunk 3 of 8"
+  const CompareRow* row = nullptr;  // stage "done": the variant's finished row (valid during the call)
 };
 using CompareProgressFn = std::function<void(const CompareProgress&)>;
 
@@ -92,10 +101,33 @@ Result<std::vector<CompareRow>> run_compare(const std::vector<CompareVariant>& v
                                             const CompareProgressFn& progress = {},
                                             const std::atomic<bool>* cancel = nullptr);
 
-// The rows as a JSON array / a Markdown-style table (what the CLI prints) /
-// CSV (what the GUI exports). Field names as in CompareRow.
+// The rows as a JSON array / a Markdown-style table (what the CLI prints;
+// speeds as "mean ± sd") / CSV (what the GUI exports). JSON field names:
+// pp512, tg128 and ttft_ms hold the means whatever the lengths (n_prompt,
+// n_gen), pp512_sd, tg128_sd and ttft_ms_sd their spread, repetitions the
+// runs behind them; the rest as in CompareRow.
 std::string compare_rows_json(const std::vector<CompareRow>& rows);
+std::string compare_row_json(const CompareRow& row);  // one row on one line
 std::string compare_rows_table(const std::vector<CompareRow>& rows, int n_prompt = 512, int n_gen = 128);
 std::string compare_rows_csv(const std::vector<CompareRow>& rows);
+
+// Back from compare_rows_json / compare_row_json text (a child process's
+// output, a saved run, an exported file). name and tg128 are required; a
+// field missing elsewhere keeps CompareRow's default (repetitions 0: no
+// spread known). invalid_argument naming what is wrong.
+Result<std::vector<CompareRow>> compare_rows_from_json(std::string_view json);
+Result<CompareRow> compare_row_from_json(std::string_view json);
+
+// One progress report as one JSON line, {"progress": {...}}, and a finished
+// row as {"row": {...}}: what `phaselab-cli compare --progress-json` writes
+// to stderr, so that a parent process follows the run and fills its table.
+std::string compare_progress_json(const CompareProgress& p);
+
+// The variants as a JSON array of {file, quantize_to ("" or a type name),
+// backend, kv_cache, speculative, name} (what `compare --variants-json`
+// reads and the desktop window saves with a run) and back; the parser
+// names the variant and field that is wrong.
+std::string compare_variants_json(const std::vector<CompareVariant>& variants);
+Result<std::vector<CompareVariant>> compare_variants_from_json(std::string_view json);
 
 }  // namespace phaselab
