@@ -15,6 +15,7 @@
 #include <QSignalSpy>
 #include <QTemporaryDir>
 #include <QTest>
+#include <QTextBrowser>
 #include <QValueAxis>
 
 #include "app_settings.h"
@@ -25,6 +26,7 @@
 #include "conversation_list.h"
 #include "gui_test_util.h"
 #include "main_window.h"
+#include "message_widget.h"
 #include "metrics_dock.h"
 
 using namespace phaselab::ui;
@@ -390,6 +392,28 @@ class TestGuiDock : public QObject {
     QCOMPARE(note->palette().color(QPalette::Window), dark);
     applyTheme(Theme::Light);
     QCOMPARE(note->palette().color(QPalette::Window), light);
+  }
+
+  // Item 14: a card shown while the theme switches to dark paints its text
+  // in the dark theme's text colour (its body kept black text on the dark
+  // card: the body's style sheet had fixed its palette at creation).
+  void message_text_follows_a_live_theme_switch() {
+    applyTheme(Theme::Light);
+    MessageRecord m;
+    m.role = QStringLiteral("assistant");
+    m.content = QStringLiteral("Some **answer** text");
+    m.state = QStringLiteral("done");
+    MessageWidget card(m);
+    card.show();
+    auto* body = card.findChild<QTextBrowser*>(QStringLiteral("messageBody"));
+    QVERIFY(body);
+    QVERIFY(body->palette().color(QPalette::Text).lightness() < 110);
+    applyTheme(Theme::Dark);
+    QVERIFY2(body->palette().color(QPalette::Text).lightness() > 150,
+             qPrintable(body->palette().color(QPalette::Text).name()));
+    QVERIFY(body->viewport()->palette().color(QPalette::Text).lightness() > 150);
+    applyTheme(Theme::Light);
+    QVERIFY(body->palette().color(QPalette::Text).lightness() < 110);
   }
 };
 

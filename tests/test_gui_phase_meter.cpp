@@ -71,6 +71,21 @@ class TestGuiPhaseMeter : public QObject {
     QVERIFY(qAbs(m.decodeFraction() - 235.0 * kMiB * 40 / 20e9) < 1e-9);
   }
 
+  // A model just loaded has measured nothing: no "0.0 GB/s", no 0%.
+  void a_new_model_shows_no_figures_until_a_request() {
+    PhaseMeter m;
+    m.setPeaks(peaks(20));
+    m.setModel(235 * kMiB, 2 * 268e6, true);
+    QVERIFY2(!m.decodeText().contains(QLatin1String("GB/s")), qPrintable(m.decodeText()));
+    QVERIFY2(m.decodeText().contains(QLatin1String("No request")), qPrintable(m.decodeText()));
+    QVERIFY2(m.prefillText().contains(QLatin1String("No request")), qPrintable(m.prefillText()));
+    auto* bar = m.findChildren<QProgressBar*>().first();
+    QCOMPARE(bar->format(), QStringLiteral("—"));
+    m.update(decoding(40));
+    QVERIFY(m.decodeText().contains(QLatin1String("GB/s")));
+    QCOMPARE(bar->format(), QStringLiteral("%p%"));
+  }
+
   void decode_without_the_kv_cache_is_compute_bound() {
     PhaseMeter m;
     m.setPeaks(peaks(20));

@@ -96,6 +96,12 @@ void MessageWidget::applyAppearance() {
   QPalette pal = QApplication::palette();
   pal.setColor(QPalette::Window, isUser ? pal.color(QPalette::AlternateBase) : pal.color(QPalette::Base));
   setPalette(pal);
+  // The body's style sheet (a transparent background) fixed its palette when
+  // it was polished: set it again, or a card shown across a switch to dark
+  // keeps black text on the dark card.
+  m_body->setPalette(pal);
+  m_body->viewport()->setPalette(pal);
+  m_body->setStyleSheet(m_body->styleSheet());
   QFont small = QApplication::font();
   small.setPointSizeF(small.pointSizeF() * 0.9);
   m_stats->setFont(small);

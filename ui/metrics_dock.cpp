@@ -346,7 +346,7 @@ void MetricsDock::setModel(const ModelInfo& info) {
     return;
   }
   m_prefillSet->setLabel(tr("prefill"));
-  m_modelText = tr("%1 · %2 · %n thread(s) · context %3", "", info.threads).arg(info.name, info.backend).arg(info.contextSize);
+  m_modelText = tr("%1 · %2 · %n thread(s) · context %3", "", info.threads).arg(info.name, unbrokenName(info.backend)).arg(info.contextSize);
   m_header->setText(m_modelText);
   m_kvStorage = tr("%1 storage, %2 MiB").arg(info.kvType.toUpper()).arg(info.kvBytes / 1048576.0, 0, 'f', 1);
   if (!info.kvWindowNote.isEmpty()) m_kvStorage += tr(" (%1)").arg(info.kvWindowNote);

@@ -209,8 +209,13 @@ void PhaseMeter::refresh() {
     m_prefillText->clear();
     return;
   }
-  m_decodeText->setText(decodeDescription(decode));
-  m_prefillText->setText(prefillDescription(prefill));
+  // A model just loaded has run nothing: "0.0 GB/s" and 0% would read as
+  // measured. Each phase says so until a request has measured it.
+  const QString waiting = tr("No request has run on this model yet: the figure comes with the first answer.");
+  m_decodeBar->setFormat(m_decodeTps > 0 ? QStringLiteral("%p%") : QStringLiteral("—"));
+  m_prefillBar->setFormat(m_prefillTps > 0 ? QStringLiteral("%p%") : QStringLiteral("—"));
+  m_decodeText->setText(m_decodeTps > 0 ? decodeDescription(decode) : waiting);
+  m_prefillText->setText(m_prefillTps > 0 ? prefillDescription(prefill) : waiting);
 }
 
 QString PhaseMeter::decodeDescription(const PhaseLoad& decode) const {
