@@ -211,11 +211,18 @@ void PhaseMeter::refresh() {
   }
   // A model just loaded has run nothing: "0.0 GB/s" and 0% would read as
   // measured. Each phase says so until a request has measured it.
+  // The peak it will be held against is shown meanwhile.
   const QString waiting = tr("No request has run on this model yet: the figure comes with the first answer.");
+  const ComputePeak peak = int8_or_fp32_peak(m_int8, m_peaks.peakInt8Ops, m_peaks.peakFlops);
   m_decodeBar->setFormat(m_decodeTps > 0 ? QStringLiteral("%p%") : QStringLiteral("—"));
   m_prefillBar->setFormat(m_prefillTps > 0 ? QStringLiteral("%p%") : QStringLiteral("—"));
-  m_decodeText->setText(m_decodeTps > 0 ? decodeDescription(decode) : waiting);
-  m_prefillText->setText(m_prefillTps > 0 ? prefillDescription(prefill) : waiting);
+  m_decodeText->setText(m_decodeTps > 0 ? decodeDescription(decode)
+                                        : waiting + tr(" This machine reads %1 GB/s from memory.")
+                                                        .arg(m_peaks.memoryBandwidth / 1e9, 0, 'f', 1));
+  m_prefillText->setText(m_prefillTps > 0 ? prefillDescription(prefill)
+                                          : waiting + tr(" Its compute peak: %1 %2.")
+                                                          .arg(peak.ops_per_s / 1e9, 0, 'f', 0)
+                                                          .arg(peak.int8 ? tr("GOP/s") : tr("GFLOP/s")));
 }
 
 QString PhaseMeter::decodeDescription(const PhaseLoad& decode) const {
