@@ -39,6 +39,7 @@ class AnswerBuilder {
     }
     t_last_ = t_ms;
     res_.tokens.push_back(id);
+    res_.token_ms.push_back(t_ms);
     if (logprob) res_.logprobs.push_back(*logprob);
     history_.push_back(id);
     m.n_generated = i + 1;

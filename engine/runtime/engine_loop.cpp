@@ -28,6 +28,7 @@ Sequence::Sequence(uint64_t id_, std::vector<int32_t> prompt, const GenerateOpti
   res.metrics.n_prompt = n_prompt;
   res.metrics.kv_capacity = static_cast<uint64_t>(n_ctx);
   res.tokens.reserve(options.n_predict);
+  res.token_ms.reserve(options.n_predict);
   if (wants_logprobs()) {
     res.logprobs.reserve(options.n_predict);
     logprob.top.reserve(static_cast<size_t>(options.logprobs));
@@ -52,6 +53,7 @@ EngineLoop::EngineLoop(Backend& backend, const Model& model, std::shared_ptr<KvP
 
 EngineLoop::~EngineLoop() {
   // Sequences hold blocks of the pool: free them before it goes.
+  handoffs_.clear();
   running_.clear();
   waiting_.clear();
 }
@@ -85,6 +87,7 @@ Status EngineLoop::step(StepReport* report) {
   }
   postprocess();
   retire_finished();
+  if (opt_.hand_off_first_token) hand_off_started();
   if (report) *report = r;
   return Status::ok();
 }
@@ -199,6 +202,24 @@ void EngineLoop::retire_finished() {
     const StopReason reason = done->res.metrics.stop_reason;
     finish(std::move(done), reason);
   }
+}
+
+void EngineLoop::hand_off_started() {
+  for (size_t i = 0; i < running_.size();) {
+    if (running_[i]->res.metrics.n_generated == 0) {
+      i++;
+      continue;
+    }
+    handoffs_.push_back(std::move(running_[i]));
+    running_.erase(running_.begin() + static_cast<long>(i));
+  }
+}
+
+bool EngineLoop::adopt(std::unique_ptr<Sequence>& s) {
+  if (!has_room()) return false;
+  s->status = s->remaining() == 1 ? SeqStatus::decoding : SeqStatus::prefilling;
+  running_.push_back(std::move(s));
+  return true;
 }
 
 void EngineLoop::finish(std::unique_ptr<Sequence> s, StopReason reason, Status st) {

@@ -97,6 +97,10 @@ struct LoopOptions {
   // (the batch benchmark, which times the phases apart); otherwise decodes go
   // first and prompts take what the budget leaves (no stalled decodes).
   bool prefill_before_decode = false;
+  // The disaggregated policy's prefill worker: a sequence leaves the loop
+  // after its first token (take_handoffs), its K/V still in the pool, for
+  // the decode worker's loop to adopt.
+  bool hand_off_first_token = false;
 };
 
 // What one step did.
@@ -139,6 +143,14 @@ class EngineLoop {
     Status status;
   };
   std::vector<Finished> take_finished() { return std::exchange(finished_, {}); }
+  // hand_off_first_token: the sequences that got their first token since
+  // the last call, still running (their KvCache holds the prompt's K/V).
+  std::vector<std::unique_ptr<Sequence>> take_handoffs() { return std::exchange(handoffs_, {}); }
+  // Takes a decoding sequence whose K/V are already in its own KvCache in
+  // this loop's pool (a hand-off, imported): it runs from the next pass.
+  // False (s untouched) when the loop runs max_seqs sequences already.
+  bool adopt(std::unique_ptr<Sequence>& s);
+  bool has_room() const { return n_running() < opt_.max_seqs; }
   // Tests: block reference counts match the running sequences' tables.
   Status check_invariants() const;
 
@@ -158,6 +170,7 @@ class EngineLoop {
   bool append(Sequence& s, int32_t id);  // true: the sequence is done
   void after_tokens(Sequence& s);
   void retire_finished();
+  void hand_off_started();  // hand_off_first_token: running sequences with a token -> handoffs_
   void finish(std::unique_ptr<Sequence> s, StopReason reason, Status st = Status::ok());
   void cancel_marked();
 
@@ -171,6 +184,7 @@ class EngineLoop {
   std::vector<std::unique_ptr<Sequence>> running_;  // admission order, oldest first
   std::deque<std::unique_ptr<Sequence>> waiting_;   // preempted ones at the front
   std::vector<Finished> finished_;
+  std::vector<std::unique_ptr<Sequence>> handoffs_;
   uint64_t preemptions_ = 0;
 
   // This pass.

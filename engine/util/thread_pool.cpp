@@ -2,6 +2,11 @@
 
 #include <algorithm>
 
+#if defined(__linux__)
+#include <pthread.h>
+#include <sched.h>
+#endif
+
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
 #define PHASELAB_PAUSE() _mm_pause()
@@ -17,6 +22,51 @@ constexpr int kSpinPauses = 20000;
 constexpr int kSpinYields = 200;
 constexpr int kMaxChunks = 0xffff;
 }  // namespace
+
+std::vector<int> allowed_cpus() {
+  std::vector<int> cpus;
+#if defined(__linux__)
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return cpus;
+  for (int c = 0; c < CPU_SETSIZE; c++)
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+#endif
+  return cpus;
+}
+
+namespace {
+#if defined(__linux__)
+bool pin_thread(pthread_t t, int cpu) {
+  if (cpu < 0 || cpu >= CPU_SETSIZE) return false;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  return pthread_setaffinity_np(t, sizeof(set), &set) == 0;
+}
+#endif
+}  // namespace
+
+bool pin_this_thread(int cpu) {
+#if defined(__linux__)
+  return pin_thread(pthread_self(), cpu);
+#else
+  (void)cpu;
+  return false;
+#endif
+}
+
+bool ThreadPool::pin(const std::vector<int>& cpus) {
+  if (cpus.empty()) return false;
+  bool ok = true;
+#if defined(__linux__)
+  for (size_t i = 0; i < threads_.size(); i++)
+    ok = pin_thread(threads_[i].native_handle(), cpus[(i + 1) % cpus.size()]) && ok;
+#else
+  ok = false;
+#endif
+  return ok;
+}
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
   for (int i = 1; i < n_threads_; i++) threads_.emplace_back([this, i] { worker(i); });

@@ -51,6 +51,7 @@ class CpuBackend final : public Backend {
     return pool.storage() == KvStorage::host ? pool.copy_bytes() : 0;
   }
   HostKvStore& kv_store() { return kv_store_; }
+  bool pin_threads(const std::vector<int>& cpus) override { return pool_.pin(cpus); }
 
   Status forward(const int32_t* tokens, int T, KvCache& kv, float* logits, LogitsMode mode) override {
     const SeqChunk chunk{&kv, tokens, T, mode, logits};

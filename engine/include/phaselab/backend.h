@@ -96,7 +96,37 @@ class Backend {
     (void)pool;
     return 0;
   }
+  // Pins the backend's worker threads to cpus (the thread that calls
+  // forward pins itself: pin_this_thread, thread_pool.h); false for a
+  // backend without host threads, or where the platform refuses.
+  virtual bool pin_threads(const std::vector<int>& cpus) {
+    (void)cpus;
+    return false;
+  }
 };
+
+// A sequence's K/V as plain bytes, to hand it from one backend's pool to
+// another's: the disaggregated policy's "KV transfer" (schedule_policy.h).
+// Per layer il, rows of positions [first[il], n): K rows, then V rows, each
+// KvPool::row_bytes() long. first[il] is 0 for a full-attention layer and,
+// for a sliding-window layer, the first position the next query sees (the
+// earlier rows are not needed to go on).
+struct KvBlob {
+  std::vector<int32_t> tokens;  // (n) the sequence's tokens
+  std::vector<int> first;       // (n_layer)
+  std::vector<uint8_t> bytes;
+  KvType type = KvType::f16;
+  size_t row_bytes = 0;
+};
+// Reads kv's K/V from the backend that computed them (a CPU backend:
+// host storage); blob's buffers are reused.
+Status export_kv(Backend& backend, const KvCache& kv, KvBlob* blob);
+// Writes blob into kv (empty, in a pool of the same model and K/V type) as
+// the backend that will run it lays K/V out: positions are reserved and
+// appended in steps of at most chunk_tokens, as a prefill of that many
+// tokens per pass would (the pool's window parts are sized for that). An
+// out_of_memory error when the pool is out of blocks (kv is then empty).
+Status import_kv(Backend& backend, KvCache& kv, const KvBlob& blob, int chunk_tokens);
 
 // The switches of each backend, as option fields. make_backend's caller
 // fills them (backend_options_from_environment() reads the PHASELAB_*

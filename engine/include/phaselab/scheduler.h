@@ -15,17 +15,20 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "phaselab/backend.h"
 #include "phaselab/kv_cache.h"
 #include "phaselab/model.h"
+#include "phaselab/schedule_policy.h"
 #include "phaselab/session.h"
 #include "phaselab/status.h"
 
@@ -42,12 +45,19 @@ struct SchedulerOptions {
   int token_budget = 0;  // tokens per pass; <= 0: the backend's max_batch()
   bool prefix_cache = true;  // reuse published blocks across sequences
   KvType kv_type = KvType::f16;
+  // How passes are shared between prompts and decodes (schedule_policy.h).
+  // chunked:N caps token_budget at N; disaggregated needs a prefill backend
+  // (create's prefill_backend, or create_scheduler below).
+  SchedulePolicy policy;
 };
 
 struct BatchRequest {
   std::vector<int32_t> prompt;  // the whole sequence to continue (a rendered chat, or plain text)
   GenerateOptions options;      // n_predict, sampling, stop, ignore_eos, logprobs (draft, use_kv_cache: not used)
-  TokenCallback on_token;       // called on the stepping thread; TokenEvent::t_ms since submit
+  // Called on the stepping thread (disaggregated: the first token on the
+  // prefill worker's thread, the others on the stepping thread; never two at
+  // once for one request); TokenEvent::t_ms since submit.
+  TokenCallback on_token;
 };
 
 struct BatchOutcome {
@@ -59,8 +69,12 @@ struct BatchOutcome {
 
 class Scheduler {
  public:
+  // prefill_backend: the disaggregated policy's prefill worker (backend is
+  // then the decode worker); both must keep K/V in host memory (the CPU
+  // backends). Null for the other policies.
   static Result<std::unique_ptr<Scheduler>> create(std::shared_ptr<const Model> model, std::unique_ptr<Backend> backend,
-                                                   const SchedulerOptions& opt);
+                                                   const SchedulerOptions& opt,
+                                                   std::unique_ptr<Backend> prefill_backend = nullptr);
   ~Scheduler();
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -90,6 +104,7 @@ class Scheduler {
     uint64_t steps = 0, preemptions = 0, finished = 0;
     uint64_t tokens_computed = 0;   // rows of every pass (recomputation included)
     int last_batch_tokens = 0, last_batch_seqs = 0;
+    KvTransferStats kv_transfer;    // disaggregated: what the prefill worker handed over
   };
   Stats stats() const;  // thread-safe
   // Tests: every block's reference count equals the number of running
@@ -102,12 +117,24 @@ class Scheduler {
   const KvPool& pool() const { return *pool_; }
   int n_ctx() const { return n_ctx_; }
   int max_seqs() const { return opt_.max_seqs; }
+  const SchedulePolicy& policy() const { return opt_.policy; }
+  // Where the disaggregated policy's workers run: "prefill on CPU 0, decode
+  // on CPU 1", or why they are not pinned; "" for the other policies.
+  const std::string& placement() const { return placement_; }
 
  private:
   Scheduler() = default;
   void drain_incoming();
-  void collect_finished();
+  void collect_finished(EngineLoop& loop);
   void update_stats(const StepReport* pass);
+  // The disaggregated policy (scheduler_disaggregated.cpp).
+  struct Handoff;
+  Status start_prefill_worker(std::unique_ptr<Backend> prefill_backend, const SchedulerOptions& opt, int budget);
+  void prefill_worker();
+  void prefill_step();
+  Status import_handoffs();
+  Status step_disaggregated();
+  bool disaggregated() const { return prefill_loop_ != nullptr; }
 
   std::shared_ptr<const Model> model_;
   std::unique_ptr<Backend> backend_;
@@ -115,14 +142,41 @@ class Scheduler {
   std::unique_ptr<EngineLoop> loop_;  // stepping thread only
   SchedulerOptions opt_;
   int n_ctx_ = 0;
+  int budget_ = 0;  // tokens per pass of the (decode) loop
+
+  // Disaggregated: the prefill worker's backend, pool and loop (its thread
+  // only), and the hand-offs the stepping thread has taken but not yet
+  // imported (no room yet).
+  std::unique_ptr<Backend> prefill_backend_;
+  std::shared_ptr<KvPool> prefill_pool_;
+  std::unique_ptr<EngineLoop> prefill_loop_;
+  std::thread prefill_thread_;
+  std::vector<std::unique_ptr<Handoff>> to_import_;
+  std::vector<int> decode_cpus_;  // pinned on the first step
+  bool decode_pinned_ = false;
+  std::string placement_;
 
   mutable std::mutex mu_;  // guards what follows
+  std::condition_variable wake_;  // incoming work for the prefill worker; hand-offs and ends for the stepper
   std::vector<std::unique_ptr<Sequence>> incoming_;
   std::vector<uint64_t> cancels_;
+  std::vector<uint64_t> prefill_cancels_;          // disaggregated: the prefill worker's copy
+  std::vector<std::unique_ptr<Handoff>> handoffs_;  // prefill worker -> stepping thread
   std::vector<BatchOutcome> finished_;
+  Status prefill_error_;  // the prefill worker's last backend error, reported by the next step()
+  bool stopping_ = false;
+  int prefill_running_ = 0, prefill_waiting_ = 0;
   uint64_t next_id_ = 1;
   int active_ = 0;  // submitted and not finished
   Stats stats_;
 };
+
+// A scheduler with the backend(s) its policy runs on, made from bo (the
+// kind, the switches, the batch size): for disaggregated:P+D a prefill
+// backend of P threads and a decode backend of D threads (CPU kinds only:
+// the KV transfer copies host K/V), else one backend of bo.n_threads.
+// *fallback_reason (when given) says why a CUDA kind fell back to the CPU.
+Result<std::unique_ptr<Scheduler>> create_scheduler(std::shared_ptr<const Model> model, BackendOptions bo,
+                                                    const SchedulerOptions& opt, std::string* fallback_reason = nullptr);
 
 }  // namespace phaselab

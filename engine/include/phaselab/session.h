@@ -97,6 +97,10 @@ struct GenerateResult {
   std::string text;             // generated text (stop string excluded)
   RequestMetrics metrics;
   std::vector<TokenLogprob> logprobs;  // one per token of tokens when GenerateOptions::logprobs >= 0, else empty
+  // When each token of tokens was chosen, in ms since the request was
+  // submitted: token_ms[0] is the TTFT, the differences are the inter-token
+  // gaps (ITL) the serving statistics are made of.
+  std::vector<double> token_ms;
 };
 
 class EngineLoop;

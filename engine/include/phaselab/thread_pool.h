@@ -23,6 +23,12 @@ namespace phaselab {
 // machine has hardware threads (they then slow each other down), else empty.
 std::string thread_count_warning(int threads);
 
+// The CPUs this process may run on (its affinity mask), in order; empty
+// where the platform does not say.
+std::vector<int> allowed_cpus();
+// Pins the calling thread to one CPU; false where the platform refuses.
+bool pin_this_thread(int cpu);
+
 class ThreadPool {
  public:
   explicit ThreadPool(int n_threads);
@@ -31,6 +37,10 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return n_threads_; }
+  // Pins worker thread i (1 .. size()-1) to cpus[i % cpus.size()]; the
+  // calling thread, which does chunks too, pins itself (pin_this_thread to
+  // cpus[0]). False where the platform refuses.
+  bool pin(const std::vector<int>& cpus);
 
   // Runs fn(chunk, thread) once for every chunk in [0, n_chunks) and waits.
   // thread (< size()) identifies the executing thread, for its scratch
