@@ -13,6 +13,7 @@
 
 #include "backend/cpu/host_kv_store.h"
 #include "phaselab/backend.h"
+#include "phaselab/schedule_policy.h"
 #include "phaselab/scheduler.h"
 #include "phaselab/session.h"
 #include "test_util.h"
@@ -771,6 +772,252 @@ class TestBatch : public QObject {
 
   // Decodes go first: while a long prompt is prefilled in chunks, every
   // running sequence still gets its token in every pass.
+  // ---- Scheduling policies (schedule_policy.h) ----------------------------
+
+  void policies_read_back_their_names() {
+    for (const char* name : {"prefill-first", "chunked", "chunked:256", "disaggregated:1+1", "disaggregated:3+5"}) {
+      auto p = parse_schedule_policy(name);
+      QVERIFY2(p.is_ok(), name);
+      QCOMPARE(QString::fromStdString(p->name()), QString(name));
+    }
+    QCOMPARE(parse_schedule_policy("chunked:64")->chunk_tokens, 64);
+    QCOMPARE(parse_schedule_policy("disaggregated:2+3")->decode_threads, 3);
+    for (const char* bad : {"", "chunked:", "chunked:0", "chunked:-4", "chunked:12x", "disaggregated", "disaggregated:1",
+                            "disaggregated:0+1", "disaggregated:1+", "round-robin"}) {
+      auto p = parse_schedule_policy(bad);
+      QVERIFY2(!p.is_ok(), bad);
+      // The error lists the forms.
+      QVERIFY2(p.status().message().find("disaggregated:P+D") != std::string::npos, p.status().message().c_str());
+    }
+  }
+
+  // Greedy output is the same under every policy (and the same as alone):
+  // sequences joining and leaving, prompts longer than gemma3's window,
+  // prefix reuse, one seeded sampler.
+  void every_policy_gives_the_tokens_of_solo_data() {
+    QTest::addColumn<QString>("model");
+    QTest::addColumn<QString>("policy");
+    for (const char* m : {"stories260K", "gemma3"})
+      for (const char* p : {"prefill-first", "chunked:8", "disaggregated:1+1"})
+        QTest::newRow((std::string(m) + "/" + p).c_str()) << m << p;
+  }
+  void every_policy_gives_the_tokens_of_solo() {
+    QFETCH(QString, model);
+    QFETCH(QString, policy);
+    auto m = load(model_path(model.toStdString()));
+    const int V = m->config().n_vocab;
+    std::vector<Req> reqs;
+    const int lens[] = {5, 40, 12, 23, 3, 31, 17};
+    const int preds[] = {12, 5, 20, 9, 15, 1, 11};
+    const int at[] = {0, 0, 0, 2, 5, 6, 19};
+    for (int i = 0; i < 7; i++) reqs.push_back({prompt_of(lens[i], i, V), greedy(preds[i]), at[i]});
+    reqs[3].opt.sampling.temperature = 0.9f;
+    reqs[3].opt.sampling.seed = 42;
+    reqs[6].prompt = reqs[1].prompt;
+    reqs[6].prompt.resize(35);
+    SchedulerOptions so;
+    so.n_ctx = 128;
+    so.kv_positions = 1024;
+    so.max_seqs = 4;
+    so.token_budget = 16;
+    so.policy = *parse_schedule_policy(policy.toStdString());
+    BackendOptions bo;
+    bo.kind = BackendKind::cpu;
+    bo.n_threads = 1;
+    bo.max_batch = 16;
+    auto s = create_scheduler(m, bo, so);
+    QVERIFY2(s.is_ok(), s.status().message().c_str());
+    const auto out = run_scheduler(**s, reqs);
+    auto solo = Session::create(m, backend(m, Kind::fast), 128);
+    QVERIFY(solo.is_ok());
+    int handed_over = 0;
+    for (size_t i = 0; i < reqs.size(); i++) {
+      QVERIFY2(out[i].status, out[i].status.message().c_str());
+      auto r = (*solo)->generate(reqs[i].prompt, reqs[i].opt);
+      QVERIFY(r.is_ok());
+      QCOMPARE(out[i].result.tokens, r->tokens);
+      QCOMPARE(QString::fromStdString(out[i].result.text), QString::fromStdString(r->text));
+      // Every token has its time, in order, the first one the TTFT.
+      const auto& t = out[i].result.token_ms;
+      QCOMPARE(t.size(), out[i].result.tokens.size());
+      QVERIFY(std::is_sorted(t.begin(), t.end()));
+      QCOMPARE(t.front(), out[i].result.metrics.ttft_ms);
+      handed_over += out[i].result.tokens.size() > 1 ? 1 : 0;
+    }
+    const Scheduler::Stats st = (*s)->stats();
+    if (so.policy.kind == SchedulePolicy::Kind::disaggregated) {
+      // Every request that went on after its first token crossed over.
+      QCOMPARE(st.kv_transfer.transfers, uint64_t(handed_over));
+      QVERIFY(st.kv_transfer.bytes > 0);
+      QVERIFY(!(*s)->placement().empty());
+    } else {
+      QCOMPARE(st.kv_transfer.transfers, uint64_t(0));
+      QVERIFY((*s)->placement().empty());
+    }
+    QCOMPARE((*s)->pool().n_used(), 0);
+    QVERIFY((*s)->idle());
+  }
+
+  // A sequence whose prompt one backend computed, handed to another as
+  // bytes, decodes exactly as one prefilled in place; the K/V it needs are
+  // the same bytes (gemma3: the sliding-window layers hand over only the
+  // window the next query sees).
+  void a_handed_over_sequence_decodes_as_one_prefilled_in_place_data() {
+    QTest::addColumn<QString>("model");
+    QTest::addColumn<int>("kv_type");
+    for (const char* m : {"stories260K", "gemma3"})
+      for (KvType t : {KvType::f16, KvType::f32}) QTest::newRow((std::string(m) + "/" + kv_type_name(t)).c_str()) << m << int(t);
+  }
+  void a_handed_over_sequence_decodes_as_one_prefilled_in_place() {
+    QFETCH(QString, model);
+    QFETCH(int, kv_type);
+    auto m = load(model_path(model.toStdString()));
+    const ModelConfig& c = m->config();
+    const KvType type = KvType(kv_type);
+    auto from = backend(m, Kind::fast), to = backend(m, Kind::fast);
+    auto pool_from = KvPool::create(c, 16, type), pool_to = KvPool::create(c, 16, type);
+    QVERIFY(pool_from.is_ok() && pool_to.is_ok());
+    const auto prompt = prompt_of(37, 5, c.n_vocab);
+    std::vector<float> logits(c.n_vocab);
+    // Prefilled in place, on the decoding backend, in passes of 8.
+    auto here = KvCache::create_in(*pool_to, 128);
+    for (int p = 0; p < 37; p += 8) {
+      const int n = std::min(8, 37 - p);
+      QVERIFY(to->forward(prompt.data() + p, n, *here, logits.data(), p + n == 37 ? LogitsMode::last : LogitsMode::none));
+    }
+    // Prefilled on the other backend in one pass, exported and imported in
+    // steps of 8.
+    std::vector<float> logits2(c.n_vocab);
+    auto there = KvCache::create_in(*pool_from, 128);
+    QVERIFY(from->forward(prompt.data(), 37, *there, logits2.data(), LogitsMode::last));
+    QCOMPARE(logits2, logits);
+    KvBlob blob;
+    QVERIFY(export_kv(*from, *there, &blob));
+    QVERIFY(blob.bytes.size() > 0);
+    auto moved = KvCache::create_in(*pool_to, 128);
+    QVERIFY(import_kv(*to, *moved, blob, 8));
+    QCOMPARE(moved->n_past(), 37);
+    QCOMPARE(moved->tokens(), here->tokens());
+    // The rows the next query sees are the same bytes.
+    HostKvStore* store = host_kv_store(*to);
+    SeqKv a = store->of(*here), b = store->of(*moved);
+    int compared = 0;
+    for (int il = 0; il < c.n_layer; il++)
+      for (int pos = blob.first[il]; pos < 37; pos++, compared++) {
+        QVERIFY(std::memcmp(a.k(il, pos), b.k(il, pos), pool_to->get()->row_bytes()) == 0);
+        QVERIFY(std::memcmp(a.v(il, pos), b.v(il, pos), pool_to->get()->row_bytes()) == 0);
+      }
+    QVERIFY(compared >= 37);
+    if (c.sliding_window > 0) QVERIFY2(blob.first[0] > 0, "a sliding-window layer handed over its whole history");
+    // And the two decode the same 20 greedy tokens.
+    auto argmax = [](const std::vector<float>& v) {
+      return int32_t(std::max_element(v.begin(), v.end()) - v.begin());
+    };
+    int32_t t1 = argmax(logits), t2 = argmax(logits);
+    for (int i = 0; i < 20; i++) {
+      QVERIFY(to->forward(&t1, 1, *here, logits.data(), LogitsMode::last));
+      QVERIFY(to->forward(&t2, 1, *moved, logits2.data(), LogitsMode::last));
+      QCOMPARE(logits2, logits);
+      t1 = argmax(logits);
+      t2 = argmax(logits2);
+    }
+    // A pool of another K/V type refuses the blob, with the reason.
+    auto other = KvPool::create(c, 16, type == KvType::f16 ? KvType::f32 : KvType::f16);
+    auto wrong = KvCache::create_in(*other, 128);
+    Status st = import_kv(*to, *wrong, blob, 8);
+    QVERIFY(!st.is_ok());
+    QVERIFY2(st.message().find("K/V type") != std::string::npos, st.message().c_str());
+    // A pool with too few blocks says it is out of memory, and keeps nothing.
+    auto tiny = KvPool::create(c, 1, type);
+    auto cramped = KvCache::create_in(*tiny, 128);
+    st = import_kv(*to, *cramped, blob, 8);
+    QCOMPARE(int(st.code()), int(StatusCode::out_of_memory));
+    QCOMPARE(cramped->n_past(), 0);
+    QCOMPARE(tiny->get()->n_used(), 0);
+  }
+
+  // prefill-first: a waiting prompt is computed whole while the running
+  // stream waits (the stall the other policies remove).
+  void prefill_first_holds_the_decodes_back() {
+    auto m = load(model_path("stories260K"));
+    const int V = m->config().n_vocab;
+    SchedulerOptions so;
+    so.n_ctx = 256;
+    so.kv_positions = 1024;
+    so.token_budget = 16;
+    so.policy = *parse_schedule_policy("prefill-first");
+    auto s = Scheduler::create(m, backend(m, Kind::fast), so);
+    QVERIFY(s.is_ok());
+    Scheduler& sch = **s;
+    int a_tokens = 0;
+    BatchRequest a;
+    a.prompt = prompt_of(4, 1, V);
+    a.options = greedy(60);
+    a.on_token = [&](const TokenEvent&) { a_tokens++; };
+    QVERIFY(sch.submit(std::move(a)).is_ok());
+    for (int i = 0; i < 3; i++) QVERIFY(sch.step());
+    QCOMPARE(a_tokens, 3);
+    BatchRequest b;
+    b.prompt = prompt_of(150, 2, V);  // ten passes of 16 (the last one 6)
+    b.options = greedy(4);
+    QVERIFY(sch.submit(std::move(b)).is_ok());
+    for (int i = 0; i < 9; i++) {
+      QVERIFY(sch.step());
+      QCOMPARE(a_tokens, 3);  // held
+      QCOMPARE(sch.stats().last_batch_tokens, 16);
+    }
+    QVERIFY(sch.step());  // the prompt's last chunk
+    QVERIFY(sch.step());
+    QCOMPARE(a_tokens, 4);  // and the stream goes on
+    QVERIFY(sch.run());
+  }
+
+  // The disaggregated policy under random arrivals and cancellations: every
+  // request ends (none lost between the workers), the decode pool's books
+  // hold after every step, and at the end both workers hold no block.
+  void disaggregated_loses_no_request_under_cancellations() {
+    auto m = load(model_path("stories260K"));
+    const int V = m->config().n_vocab;
+    SchedulerOptions so;
+    so.n_ctx = 96;
+    so.kv_positions = 320;
+    so.max_seqs = 3;
+    so.policy = *parse_schedule_policy("disaggregated:1+1");
+    BackendOptions bo;
+    bo.n_threads = 1;
+    bo.max_batch = 24;
+    auto s = create_scheduler(m, bo, so);
+    QVERIFY2(s.is_ok(), s.status().message().c_str());
+    std::mt19937 rng(7);
+    std::vector<uint64_t> ids;
+    std::map<uint64_t, BatchOutcome> done;
+    for (int step = 0; step < 20000 && (done.size() < 40 || !(*s)->idle()); step++) {
+      if (ids.size() < 40 && rng() % 3 == 0) {
+        BatchRequest r;
+        r.prompt = prompt_of(1 + int(rng() % 60), int(ids.size()), V);
+        r.options = greedy(1 + int(rng() % 30));
+        auto id = (*s)->submit(std::move(r));
+        QVERIFY(id.is_ok());
+        ids.push_back(*id);
+      }
+      if (!ids.empty() && rng() % 7 == 0) (*s)->cancel(ids[rng() % ids.size()]);
+      QVERIFY((*s)->step());
+      QVERIFY2((*s)->check_invariants(), (*s)->check_invariants().message().c_str());
+      for (auto& o : (*s)->take_finished()) {
+        QVERIFY(!done.count(o.id));
+        done[o.id] = std::move(o);
+      }
+    }
+    QCOMPARE(done.size(), ids.size());
+    QCOMPARE(ids.size(), size_t(40));
+    for (auto& [id, o] : done) {
+      const StopReason r = o.result.metrics.stop_reason;
+      QVERIFY2(r == StopReason::length || r == StopReason::cancelled || r == StopReason::eos,
+               to_string(r));
+    }
+    QCOMPARE((*s)->pool().n_used(), 0);
+  }
+
   void a_long_prompt_does_not_stall_running_decodes() {
     auto m = load(model_path("stories260K"));
     const int V = m->config().n_vocab;
