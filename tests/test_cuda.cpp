@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "backend/cpu/host_kv_store.h"
+#include "phaselab/schedule_policy.h"
 #include "phaselab/scheduler.h"
 #include "phaselab/session.h"
 #include "phaselab/speculative.h"
@@ -663,6 +664,99 @@ class TestCuda : public QObject {
 
   // Continuous batching on the CUDA backend: every request's greedy tokens
   // equal its solo run on the same backend, sequences in one pool.
+  // The KV transfer on the device: a sequence prefilled by one CUDA backend
+  // (or the CPU), handed over as bytes, decodes on another as one prefilled
+  // there; the K/V read back out are the same bytes. Then the
+  // disaggregated policy on two CUDA backends (two streams) gives solo's
+  // tokens.
+  void a_handed_over_sequence_decodes_on_cuda_as_one_prefilled_there() {
+    const CudaProbe p = probe_cuda(env_switches().library);
+    REQUIRE_CUDA(p);
+    for (const char* name : {"stories260K", "gemma3"}) {
+      const std::string path = std::string(name) == "stories260K" ? test_data("stories260K.gguf")
+                                                                  : write_tiny_model(tiny_spec(name), "tiny_cuda_kv_" + std::string(name) + ".gguf");
+      auto m = Model::load(path);
+      QVERIFY(m.is_ok());
+      const ModelConfig& c = (*m)->config();
+      auto from = make_cuda_backend(*m, 64, env_switches()), to = make_cuda_backend(*m, 64, env_switches());
+      auto cpu = make_cpu_backend(*m, 2, 64);
+      QVERIFY(from.is_ok() && to.is_ok() && cpu.is_ok());
+      auto pool_from = KvPool::create(c, 16, KvType::f16, 0, KvStorage::device);
+      auto pool_to = KvPool::create(c, 16, KvType::f16, 0, KvStorage::device);
+      auto pool_cpu = KvPool::create(c, 16, KvType::f16);
+      QVERIFY(pool_from.is_ok() && pool_to.is_ok() && pool_cpu.is_ok());
+      std::vector<int32_t> prompt;
+      for (int i = 0; i < 37; i++) prompt.push_back(1 + (i * 37 + 11) % (c.n_vocab - 1));
+      std::vector<float> l_here(c.n_vocab), l_moved(c.n_vocab), l_other(c.n_vocab);
+      auto here = KvCache::create_in(*pool_to, 128);
+      QVERIFY((*to)->forward(prompt.data(), 37, *here, l_here.data(), LogitsMode::last));
+      // From the other CUDA backend, and from the CPU.
+      auto there = KvCache::create_in(*pool_from, 128);
+      QVERIFY((*from)->forward(prompt.data(), 37, *there, l_other.data(), LogitsMode::last));
+      auto on_cpu = KvCache::create_in(*pool_cpu, 128);
+      QVERIFY((*cpu)->forward(prompt.data(), 37, *on_cpu, l_other.data(), LogitsMode::last));
+      KvBlob blob, blob_cpu, blob_here;
+      QVERIFY((export_kv(**from, *there, &blob)));
+      QVERIFY((export_kv(**cpu, *on_cpu, &blob_cpu)));
+      QVERIFY((export_kv(**to, *here, &blob_here)));
+      QVERIFY(blob.bytes == blob_here.bytes);  // one kernel, one result
+      auto moved = KvCache::create_in(*pool_to, 128);
+      auto moved_cpu = KvCache::create_in(*pool_to, 128);
+      QVERIFY((import_kv(**to, *moved, blob, 8)));
+      QVERIFY((import_kv(**to, *moved_cpu, blob_cpu, 8)));
+      KvBlob again;
+      QVERIFY((export_kv(**to, *moved, &again)));
+      QVERIFY(again.bytes == blob.bytes);
+      if (c.sliding_window > 0) QVERIFY(blob.first[0] > 0);
+      int32_t t = int32_t(std::max_element(l_here.begin(), l_here.end()) - l_here.begin());
+      for (int i = 0; i < 16; i++) {  // teacher-forced: the in-place sequence's tokens
+        QVERIFY((*to)->forward(&t, 1, *here, l_here.data(), LogitsMode::last));
+        QVERIFY((*to)->forward(&t, 1, *moved, l_moved.data(), LogitsMode::last));
+        QVERIFY((*to)->forward(&t, 1, *moved_cpu, l_other.data(), LogitsMode::last));
+        QVERIFY2(nmse(l_here, l_moved) <= 1e-9, name);
+        QVERIFY2(nmse(l_here, l_other) <= 5e-4, name);  // the CPU's K/V: within the backends' bound
+        t = int32_t(std::max_element(l_here.begin(), l_here.end()) - l_here.begin());
+      }
+    }
+    // The disaggregated policy on two CUDA backends.
+    auto m = Model::load(test_data("stories260K.gguf"));
+    QVERIFY(m.is_ok());
+    SchedulerOptions so;
+    so.n_ctx = 128;
+    so.max_seqs = 4;
+    so.policy = *parse_schedule_policy("disaggregated:1+1");
+    BackendOptions bo;
+    bo.kind = BackendKind::cuda;
+    bo.fallback = false;
+    bo.cuda = env_switches();
+    auto s = create_scheduler(*m, bo, so);
+    QVERIFY2(s.is_ok(), s.status().message().c_str());
+    const Tokenizer& tok = (*m)->tokenizer();
+    std::map<uint64_t, std::vector<int32_t>> prompts;
+    for (const char* text : {"Once upon a time", "The dog ran to the park and", "Lily"}) {
+      BatchRequest r;
+      r.prompt = tok.encode(text, true, false);
+      r.options = greedy(12);
+      auto prompt = r.prompt;
+      auto id = (*s)->submit(std::move(r));
+      QVERIFY(id.is_ok());
+      prompts[*id] = prompt;
+    }
+    QVERIFY((*s)->run());
+    auto out = (*s)->take_finished();
+    QCOMPARE(out.size(), size_t(3));
+    QCOMPARE((*s)->stats().kv_transfer.transfers, uint64_t(3));
+    auto solo_b = make_cuda_backend(*m, 64, env_switches());
+    QVERIFY(solo_b.is_ok());
+    auto solo = Session::create(*m, std::move(*solo_b), 128);
+    QVERIFY(solo.is_ok());
+    for (const auto& o : out) {
+      auto r = (*solo)->generate(prompts.at(o.id), greedy(12));
+      QVERIFY(r.is_ok());
+      QCOMPARE(o.result.tokens, r->tokens);
+    }
+  }
+
   void scheduler_on_cuda_equals_solo() {
     const CudaProbe p = probe_cuda(env_switches().library);
     REQUIRE_CUDA(p);

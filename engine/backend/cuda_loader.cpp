@@ -73,7 +73,7 @@ std::string table_mismatch(const PhlCudaTable* t) {
       return std::string("its ") + s.name + " has " + std::to_string(s.theirs) + " bytes, PhaseLab's " +
              std::to_string(s.ours) + " (built from another cuda_abi.h)";
   if (!t->probe || !t->create || !t->destroy || !t->kv_bytes || !t->positions_computed || !t->mirror_pool ||
-      !t->restore || !t->reserved || !t->forward)
+      !t->restore || !t->reserved || !t->forward || !t->kv_rows)
     return "its table lacks a function";
   return "";
 }
@@ -267,6 +267,35 @@ class CudaHostBackend final : public Backend {
     }
     PHASELAB_TRY(err.status(t_->forward(dev_, pass_.data(), n_chunks, err.text, sizeof err.text)));
     for (int i = 0; i < n_chunks; i++) chunks[i].kv->append(chunks[i].tokens, chunks[i].n_tokens);
+    return Status::ok();
+  }
+
+  // The KV transfer: the device's rows, after restoring what it lacks.
+  bool can_transfer_kv() const override { return true; }
+  Status read_kv_rows(const KvCache& kv, int pos0, int n, const KvRows& rows) override {
+    ErrorBuffer err;
+    const PoolView pool(kv.pool(), model_->config().n_layer);
+    PHASELAB_TRY(err.status(t_->mirror_pool(dev_, &pool.pool, err.text, sizeof err.text)));
+    SeqView view;
+    view.fill(kv);
+    PHASELAB_TRY(err.status(t_->restore(dev_, &view.seq, err.text, sizeof err.text)));
+    return err.status(t_->kv_rows(dev_, &view.seq, pos0, n, rows.first, rows.k, rows.v, 0, err.text, sizeof err.text));
+  }
+  Status append_kv_rows(KvCache& kv, const int32_t* tokens, int n, const KvRows& rows) override {
+    ErrorBuffer err;
+    const PoolView pool(kv.pool(), model_->config().n_layer);
+    PHASELAB_TRY(err.status(t_->mirror_pool(dev_, &pool.pool, err.text, sizeof err.text)));
+    SeqView view;
+    PHASELAB_TRY(mirror_planned_copy(kv, view));
+    view.fill(kv);
+    PHASELAB_TRY(err.status(t_->restore(dev_, &view.seq, err.text, sizeof err.text)));
+    const int p = kv.n_past();
+    if (Status st = reserve(kv, n, view); !st) {
+      kv.truncate(p);
+      return st;
+    }
+    PHASELAB_TRY(err.status(t_->kv_rows(dev_, &view.seq, p, n, rows.first, rows.k, rows.v, 1, err.text, sizeof err.text)));
+    kv.append(tokens, n);
     return Status::ok();
   }
 

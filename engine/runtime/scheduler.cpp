@@ -54,7 +54,8 @@ Result<std::unique_ptr<Scheduler>> Scheduler::create(std::shared_ptr<const Model
   uint64_t kv_bytes = KvPool::bytes_for(c, n_blocks, opt.kv_type, window_blocks, backend->kv_storage());
   if (disaggregated)  // the prefill worker's pool, as large
     kv_bytes += KvPool::bytes_for(c, n_blocks, opt.kv_type,
-                                  KvPool::window_blocks_for(c, opt.max_seqs, prefill_backend->max_batch()));
+                                  KvPool::window_blocks_for(c, opt.max_seqs, prefill_backend->max_batch()),
+                                  prefill_backend->kv_storage());
   PHASELAB_TRY(check_engine_memory(*model, *backend, kv_bytes, opt.max_seqs));
   auto pool = KvPool::create(c, n_blocks, opt.kv_type, window_blocks, backend->kv_storage());
   if (!pool) return pool.status();
@@ -217,12 +218,14 @@ Status Scheduler::check_invariants() const { return loop_->check_invariants(); }
 
 Status Scheduler::start_prefill_worker(std::unique_ptr<Backend> prefill_backend, const SchedulerOptions& opt,
                                        int n_blocks) {
-  if (prefill_backend->kv_storage() != KvStorage::host || backend_->kv_storage() != KvStorage::host)
-    return unsupported("the disaggregated policy runs on the CPU backends (its KV transfer copies host K/V); use "
-                       "--backend cpu, or chunked:N on the GPU");
+  if (!prefill_backend->can_transfer_kv() || !backend_->can_transfer_kv())
+    return unsupported(prefill_backend->name() + " and " + backend_->name() +
+                       " backends: the disaggregated policy needs backends that can hand K/V over (cpu, cuda); use "
+                       "chunked:N with this one");
   const ModelConfig& c = model_->config();
   const int budget = prefill_backend->max_batch();
-  auto pool = KvPool::create(c, n_blocks, opt.kv_type, KvPool::window_blocks_for(c, opt.max_seqs, budget));
+  auto pool = KvPool::create(c, n_blocks, opt.kv_type, KvPool::window_blocks_for(c, opt.max_seqs, budget),
+                             prefill_backend->kv_storage());
   if (!pool) return pool.status();
   prefill_pool_ = std::move(*pool);
   prefill_backend_ = std::move(prefill_backend);
@@ -250,6 +253,8 @@ Status Scheduler::start_prefill_worker(std::unique_ptr<Backend> prefill_backend,
     const bool pinned = prefill_backend_->pin_threads(prefill_cpus) & backend_->pin_threads(decode_cpus_);
     placement_ = "prefill on CPU " + list(prefill_cpus) + ", decode on CPU " + list(decode_cpus_) +
                  (pinned || P + D == 2 ? "" : " (the worker threads could not be pinned)");
+    if (backend_->kv_storage() == KvStorage::device)
+      placement_ = "prefill and decode on two streams of the GPU (their host threads: " + placement_ + ")";
   } else {
     placement_ = "not pinned: " + std::to_string(P + D) + " threads asked for, " + std::to_string(cpus.size()) +
                  " CPUs allowed (the workers share them)";
@@ -407,9 +412,6 @@ Result<std::unique_ptr<Scheduler>> create_scheduler(std::shared_ptr<const Model>
     if (!b) return b.status();
     return Scheduler::create(std::move(model), std::move(*b), opt);
   }
-  if (bo.kind == BackendKind::cuda)
-    return unsupported(p.name() + " runs on the CPU backends for now (its KV transfer copies host K/V): use --backend "
-                       "cpu, or chunked:N on the GPU");
   auto decode = make(p.decode_threads);
   if (!decode) return decode.status();
   auto prefill = make(p.prefill_threads);

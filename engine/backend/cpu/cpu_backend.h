@@ -52,6 +52,10 @@ class CpuBackend final : public Backend {
   }
   HostKvStore& kv_store() { return kv_store_; }
   bool pin_threads(const std::vector<int>& cpus) override { return pool_.pin(cpus); }
+  // The KV transfer (cpu_kv_rows.cpp).
+  bool can_transfer_kv() const override { return true; }
+  Status read_kv_rows(const KvCache& kv, int pos0, int n, const KvRows& rows) override;
+  Status append_kv_rows(KvCache& kv, const int32_t* tokens, int n, const KvRows& rows) override;
 
   Status forward(const int32_t* tokens, int T, KvCache& kv, float* logits, LogitsMode mode) override {
     const SeqChunk chunk{&kv, tokens, T, mode, logits};

@@ -36,7 +36,7 @@ extern "C" {
 /* Bump on any change of a struct or a function below. 6: the C table (5 and
  * before: C++ objects crossed, with phaselab_cuda_abi()). 7: the reserve
  * carries old_tail's generation (a copy only from what the device holds). */
-#define PHASELAB_CUDA_ABI_VERSION 7
+#define PHASELAB_CUDA_ABI_VERSION 8
 /* Positions per K/V block: the host pool's (KvPool::kBlockTokens) and the
  * kernels' (cuda::kKvBlockTokens); both sides assert it. */
 #define PHASELAB_CUDA_KV_BLOCK_TOKENS 16
@@ -175,6 +175,14 @@ typedef struct PhlCudaTable {
   /* One pass over the chunks (checked by the engine: phaselab::check_batch);
    * their logits or argmaxes are written when it returns. */
   int32_t (*forward)(PhlCudaDevice* dev, const PhlCudaChunk* chunks, int32_t n_chunks, char* err, size_t err_size);
+  /* The KV transfer (version 8): rows of seq (of the mirrored pool) of
+   * positions [pos0, pos0 + n), per layer il those from first[il] on, at
+   * k[il] and v[il], contiguous, of the pool's row size. write 0: device to
+   * host (the device must hold them: restore first); write 1: host to
+   * device, after the host's reserve (mirrored: reserved), and the positions
+   * count as computed. */
+  int32_t (*kv_rows)(PhlCudaDevice* dev, const PhlCudaSeq* seq, int32_t pos0, int32_t n, const int32_t* first,
+                     uint8_t* const* k, uint8_t* const* v, int32_t write, char* err, size_t err_size);
 } PhlCudaTable;
 
 /* The library's one export. */

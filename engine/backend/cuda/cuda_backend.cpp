@@ -208,13 +208,18 @@ int32_t forward(PhlCudaDevice* d, const PhlCudaChunk* chunks, int32_t n_chunks, 
   return guarded(err, n, [&] { return device(d)->forward(chunks, n_chunks); });
 }
 
+int32_t kv_rows(PhlCudaDevice* d, const PhlCudaSeq* seq, int32_t pos0, int32_t n_pos, const int32_t* first,
+                uint8_t* const* k, uint8_t* const* v, int32_t write, char* err, size_t n) {
+  return guarded(err, n, [&] { return device(d)->kv_rows(*seq, pos0, n_pos, first, k, v, write != 0); });
+}
+
 const PhlCudaTable kTable = {
     sizeof(PhlCudaTable),   PHASELAB_CUDA_ABI_VERSION, sizeof(PhlCudaWeight),   sizeof(PhlCudaVector),
     sizeof(PhlCudaLayer),   sizeof(PhlCudaConfig),     sizeof(PhlCudaModel),    sizeof(PhlCudaSwitches),
     sizeof(PhlCudaPool),    sizeof(PhlCudaSeq),        sizeof(PhlCudaReserve),  sizeof(PhlCudaChunk),
     sizeof(PhlCudaProbe),   &probe,                    &create,                 &destroy,
     &kv_bytes,              &positions_computed,       &mirror_pool,            &restore,
-    &reserved,              &forward,
+    &reserved,              &forward,                  &kv_rows,
 };
 
 }  // namespace

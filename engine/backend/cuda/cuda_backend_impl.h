@@ -122,6 +122,9 @@ class CudaDevice {
   Status mirror_pool(const PhlCudaPool& pool);
   Status restore(const PhlCudaSeq& seq);
   Status reserved(const PhlCudaSeq& seq, const PhlCudaReserve& r);
+  // The KV transfer: rows of seq copied out (write false) or in (cuda_abi.h).
+  Status kv_rows(const PhlCudaSeq& seq, int pos0, int n, const int32_t* first, uint8_t* const* k, uint8_t* const* v,
+                 bool write);
   // Bytes of K/V the device holds (or will hold) for the pool.
   uint64_t kv_bytes(const PhlCudaPool& pool) const { return layout_of(pool).bytes(); }
   uint64_t positions_computed() const { return computed_; }

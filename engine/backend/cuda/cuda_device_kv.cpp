@@ -284,6 +284,54 @@ Status CudaDevice::reserved(const PhlCudaSeq& seq, const PhlCudaReserve& r) {
   return Status::ok();
 }
 
+// The KV transfer's rows (cuda_abi.h: kv_rows). Within a block's part of a
+// store, layer li's rows are kBlock consecutive rows (pages()), so each
+// block gives one copy per layer for K and one for V.
+Status CudaDevice::kv_rows(const PhlCudaSeq& seq, int pos0, int n, const int32_t* first, uint8_t* const* k,
+                           uint8_t* const* v, bool write) {
+  if (pool_id_ == 0) return invalid_argument("KV transfer: no pool is mirrored");
+  if (pos0 < 0 || n < 0 || pos0 + n > (write ? seq.n_table * kBlock : seq.n_past))
+    return invalid_argument("KV transfer: positions beyond the sequence");
+  const size_t row = cuda::kv_values_bytes(layout_.elem, layout_.n_embd_kv);
+  const auto kind = write ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
+  for (int il = 0; il < c_.n_layer; il++) {
+    const bool local = layer_local_[il] != 0;
+    const size_t layer_at = layer_index_[il] * kBlock * row;
+    const int from = std::max(pos0, first[il]);
+    for (int pos = from; pos < pos0 + n;) {
+      const int i = pos / kBlock, s0 = pos % kBlock, s1 = std::min(kBlock, s0 + (pos0 + n - pos));
+      if (!write && filled(seq.table[i], seq.generation[i]) < s1)
+        return internal_error("KV transfer: the device lacks position " + std::to_string(pos) + "'s K/V");
+      uint8_t *dk, *dv;
+      if (local) {
+        const int w = seq.window_slot[i];
+        if (w < 0) return internal_error("KV transfer: block " + std::to_string(i) + " has no window part");
+        dk = pool_wk_ + w * layout_.window_block_bytes() + layer_at;
+        dv = pool_wv_ + w * layout_.window_block_bytes() + layer_at;
+      } else {
+        dk = pool_k_ + seq.table[i] * layout_.full_block_bytes() + layer_at;
+        dv = pool_v_ + seq.table[i] * layout_.full_block_bytes() + layer_at;
+      }
+      const size_t host_at = static_cast<size_t>(pos - from) * row, bytes = (s1 - s0) * row;
+      uint8_t* hk = k[il] + host_at;
+      uint8_t* hv = v[il] + host_at;
+      dk += s0 * row;
+      dv += s0 * row;
+      CUDA_TRY(cudaMemcpyAsync(write ? dk : hk, write ? hk : dk, bytes, kind, stream_));
+      CUDA_TRY(cudaMemcpyAsync(write ? dv : hv, write ? hv : dv, bytes, kind, stream_));
+      pos += s1 - s0;
+    }
+  }
+  CUDA_TRY(cudaStreamSynchronize(stream_));
+  if (write)  // the blocks' slots up to the last position written now hold K/V
+    for (int pos = pos0; pos < pos0 + n;) {
+      const int i = pos / kBlock, s1 = std::min(kBlock, pos % kBlock + (pos0 + n - pos));
+      if (filled(seq.table[i], seq.generation[i]) >= pos % kBlock) set_filled(seq.table[i], seq.generation[i], s1);
+      pos = i * kBlock + s1;
+    }
+  return Status::ok();
+}
+
 // K and V of part src of one store (the blocks', the window parts' or the
 // ring's: parts of `bytes` each) copied to part dst of another, or the same.
 Status CudaDevice::copy_part(uint8_t* dk, uint8_t* dv, const uint8_t* sk, const uint8_t* sv, size_t bytes, int dst, int src) {

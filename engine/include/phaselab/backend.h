@@ -43,6 +43,15 @@ struct SeqChunk {
 Status check_batch(const SeqChunk* chunks, int n_chunks, int n_vocab, int max_batch, bool argmax_may_replace_logits,
                    int* n_tokens);
 
+// Where one pass of the KV transfer reads or writes rows, per layer il:
+// k[il] and v[il] hold layer il's K and V rows of positions
+// [max(pos0, first[il]), pos0 + n), contiguous, KvPool::row_bytes() each.
+struct KvRows {
+  const int* first = nullptr;  // (n_layer)
+  uint8_t* const* k = nullptr; // (n_layer)
+  uint8_t* const* v = nullptr; // (n_layer)
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -103,7 +112,17 @@ class Backend {
     (void)cpus;
     return false;
   }
+  // The KV transfer (export_kv, import_kv below): whether the backend can
+  // read a sequence's K/V rows out and take rows in.
+  virtual bool can_transfer_kv() const { return false; }
+  // Copies kv's rows of positions [pos0, pos0 + n) into rows.
+  virtual Status read_kv_rows(const KvCache& kv, int pos0, int n, const KvRows& rows);
+  // Appends n positions of tokens to kv with the given rows as their K/V
+  // (reserve, write, append) instead of computing them. Fails as
+  // KvCache::reserve does (positions it had reserved given back).
+  virtual Status append_kv_rows(KvCache& kv, const int32_t* tokens, int n, const KvRows& rows);
 };
+
 
 // A sequence's K/V as plain bytes, to hand it from one backend's pool to
 // another's: the disaggregated policy's "KV transfer" (schedule_policy.h).
@@ -118,8 +137,8 @@ struct KvBlob {
   KvType type = KvType::f16;
   size_t row_bytes = 0;
 };
-// Reads kv's K/V from the backend that computed them (a CPU backend:
-// host storage); blob's buffers are reused.
+// Reads kv's K/V from the backend that computed them (can_transfer_kv);
+// blob's buffers are reused.
 Status export_kv(Backend& backend, const KvCache& kv, KvBlob* blob);
 // Writes blob into kv (empty, in a pool of the same model and K/V type) as
 // the backend that will run it lays K/V out: positions are reserved and

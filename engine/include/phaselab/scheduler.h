@@ -70,8 +70,9 @@ struct BatchOutcome {
 class Scheduler {
  public:
   // prefill_backend: the disaggregated policy's prefill worker (backend is
-  // then the decode worker); both must keep K/V in host memory (the CPU
-  // backends). Null for the other policies.
+  // then the decode worker); both must hand K/V over
+  // (Backend::can_transfer_kv: the CPU and CUDA backends). Null for the
+  // other policies.
   static Result<std::unique_ptr<Scheduler>> create(std::shared_ptr<const Model> model, std::unique_ptr<Backend> backend,
                                                    const SchedulerOptions& opt,
                                                    std::unique_ptr<Backend> prefill_backend = nullptr);
@@ -173,8 +174,9 @@ class Scheduler {
 
 // A scheduler with the backend(s) its policy runs on, made from bo (the
 // kind, the switches, the batch size): for disaggregated:P+D a prefill
-// backend of P threads and a decode backend of D threads (CPU kinds only:
-// the KV transfer copies host K/V), else one backend of bo.n_threads.
+// backend of P threads and a decode backend of D threads (with the CUDA
+// kind, two CUDA backends: two streams of the GPU), else one backend of
+// bo.n_threads.
 // *fallback_reason (when given) says why a CUDA kind fell back to the CPU.
 Result<std::unique_ptr<Scheduler>> create_scheduler(std::shared_ptr<const Model> model, BackendOptions bo,
                                                     const SchedulerOptions& opt, std::string* fallback_reason = nullptr);
