@@ -21,7 +21,8 @@
 //                      prefill; the cost is the copy and the cores the
 //                      prefill worker holds. On the CPU each worker's threads
 //                      are pinned to cores of their own (P, then D) where the
-//                      machine allows it.
+//                      machine allows it; with the CUDA backend the workers
+//                      are two backends on two streams of the GPU.
 #pragma once
 
 #include <string>
