@@ -66,9 +66,7 @@ Status InProcessDriver::submit(ServingKind kind, int stream) {
   const int index = chat ? stream_next_[stream]++ : stream - w_.streams;
   ServingPrompt p = prompts_.prompt(kind, stream, index);
   BatchRequest req;
-  req.options.n_predict = chat ? w_.chat_answer : w_.long_answer;
-  req.options.ignore_eos = true;
-  req.options.sampling.temperature = 0;
+  req.options = serving_generate_options(w_, kind);
   req.prompt = std::move(p.tokens);
   RequestTrace tr;
   tr.stream = stream;

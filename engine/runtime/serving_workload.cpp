@@ -50,6 +50,15 @@ uint64_t request_seed(uint64_t seed, ServingKind kind, int stream, int index) {
 
 const char* to_string(ServingKind k) { return k == ServingKind::chat ? "chat" : "long"; }
 
+GenerateOptions serving_generate_options(const ServingWorkload& w, ServingKind kind) {
+  GenerateOptions o;
+  o.n_predict = kind == ServingKind::chat ? w.chat_answer : w.long_answer;
+  o.ignore_eos = true;
+  o.sampling.temperature = 0;
+  o.sampling.seed = 0;
+  return o;
+}
+
 Status validate_workload(const ServingWorkload& w) {
   const auto bad = [](const std::string& what) { return invalid_argument("serving workload: " + what); };
   if (w.streams < 0 || w.streams > 256) return bad("--streams must be 0 to 256");

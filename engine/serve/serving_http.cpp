@@ -36,11 +36,7 @@ void send_request(HttpRunState& st, RemoteClient* client, const Status& connect_
                   int index) {
   const bool chat = kind == ServingKind::chat;
   const ServingPrompt p = st.prompts.prompt(kind, stream, index);
-  GenerateOptions opt;
-  opt.n_predict = chat ? st.w.chat_answer : st.w.long_answer;
-  opt.ignore_eos = true;
-  opt.sampling.temperature = 0;
-  opt.sampling.seed = 0;
+  const GenerateOptions opt = serving_generate_options(st.w, kind);
   RequestTrace tr;
   tr.stream = stream;
   tr.kind = kind;

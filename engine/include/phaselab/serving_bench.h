@@ -36,6 +36,7 @@
 #include "phaselab/kv_cache.h"
 #include "phaselab/model.h"
 #include "phaselab/schedule_policy.h"
+#include "phaselab/session.h"
 #include "phaselab/status.h"
 
 namespace phaselab {
@@ -101,6 +102,10 @@ class PromptSource {
   ServingWorkload w_;
   std::vector<FilePrompt> chat_file_, long_file_;
 };
+
+// A request's options: its answer length (chat_answer or long_answer), run
+// to the end whatever the model says (ignore_eos), greedy.
+GenerateOptions serving_generate_options(const ServingWorkload& w, ServingKind kind);
 
 // One request as the benchmark saw it; times in ms since the run started.
 struct RequestTrace {
