@@ -5,6 +5,7 @@
 // No test asserts a time.
 #include <QTemporaryDir>
 #include <QtTest>
+#include <sched.h>
 
 #include <nlohmann/json.hpp>
 #include <set>
@@ -64,6 +65,14 @@ void check_contract_keys(const json& j) {
       for (const char* k : {"stream", "kind", "arrive_ms", "n_prompt", "first_token_ms", "token_ms", "ok"})
         QVERIFY2(e.contains(k), k);
   }
+}
+
+// The CPUs this thread may run on.
+int allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) qFatal("sched_getaffinity failed");
+  return CPU_COUNT(&set);
 }
 
 }  // namespace
@@ -259,13 +268,20 @@ class TestServing : public QObject {
     const PromptSource prompts(&target.model->tokenizer(), w);
     ServingReport rep;
     rep.workload = w;
+    const int cpus_before = allowed_cpus();
     for (const char* name : {"prefill-first", "chunked:32", "disaggregated:1+1"}) {
       ServingRun run{*parse_schedule_policy(name), name, w};
-      int progress_calls = 0;
-      auto row = run_serving_in_process(target, run, prompts, [&](const ServingProgress&) { progress_calls++; });
+      int progress_calls = 0, last_done = 0;
+      auto row = run_serving_in_process(target, run, prompts, [&](const ServingProgress& p) {
+        progress_calls++;
+        QVERIFY(p.requests_done >= last_done);
+        last_done = p.requests_done;
+      });
       QVERIFY2(row.is_ok(), row.is_ok() ? "" : row.status().message().c_str());
       QVERIFY(row->requests.size() >= size_t(w.streams + 1));
-      QCOMPARE(progress_calls, static_cast<int>(row->requests.size()));
+      // One call per finished request at least (more while a prefill runs long).
+      QVERIFY(progress_calls >= static_cast<int>(row->requests.size()));
+      QCOMPARE(last_done, static_cast<int>(row->requests.size()));
       int longs = 0;
       for (const RequestTrace& r : row->requests) {
         QVERIFY2(r.ok, r.error.c_str());
@@ -284,6 +300,9 @@ class TestServing : public QObject {
       QCOMPARE(row->target, std::string("in-process"));
       rep.rows.push_back(std::move(*row));
     }
+    // The disaggregated run pinned its stepping thread, not this one (whose
+    // CPU mask the next run's backend threads would inherit).
+    QCOMPARE(allowed_cpus(), cpus_before);
     const json j = json::parse(serving_report_json(rep));
     check_contract_keys(j);
     QCOMPARE(j["rows"].size(), size_t{3});

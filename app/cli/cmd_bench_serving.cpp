@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <atomic>
 #include <csignal>
+#include <fstream>
+#include <thread>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <cstdio>
@@ -152,6 +154,17 @@ Result<ServingTarget> open_target(const Args& a, ServingReport* rep) {
   return t;
 }
 
+// /proc/cpuinfo's "model name" (the CPU the figures belong to), or "CPU".
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) {
+      const size_t v = line.find_first_not_of(" \t", line.find(':') + 1);
+      return v == std::string::npos ? "CPU" : line.substr(v);
+    }
+  return "CPU";
+}
+
 void print_table(const ServingReport& rep, bool url) {
   const ServingWorkload& w = rep.workload;
   std::printf("serving benchmark: %s, %s, %d threads\n", rep.model.c_str(), rep.backend.c_str(), rep.threads);
@@ -171,7 +184,8 @@ void print_table(const ServingReport& rep, bool url) {
               "with TTFT <= %.0f ms and every gap <= %.0f ms, per second of the run and as a share of its requests.\n",
               rep.targets.ttft_ms, rep.targets.itl_ms);
   if (!url) {
-    std::printf("machine: %d physical cores, %zu MiB last-level cache, kernels %s\n", physical_core_count(),
+    std::printf("machine: %s, %d physical cores (%u logical), %zu MiB last-level cache, kernels %s\n",
+                cpu_model_name().c_str(), physical_core_count(), std::thread::hardware_concurrency(),
                 last_level_cache_bytes() >> 20, cpu_kernels_isa().c_str());
   }
 }

@@ -14,6 +14,7 @@ namespace phaselab {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+constexpr double kProgressEveryMs = 250;  // besides every finished request
 
 // The scheduler's shape for a workload: a sequence for every stream and every
 // long request that may overlap, and a pool that holds them (at most four
@@ -59,6 +60,11 @@ class InProcessDriver {
   std::vector<int> stream_done_, stream_next_;
   size_t next_long_ = 0;
   int long_done_ = 0, done_ = 0;
+  double last_progress_ms_ = -1e9;
+  void report_progress(double t_ms) {
+    last_progress_ms_ = t_ms;
+    if (progress_) progress_({0, 0, "", t_ms / 1000.0, done_});
+  }
 };
 
 Status InProcessDriver::submit(ServingKind kind, int stream) {
@@ -102,7 +108,7 @@ void InProcessDriver::collect() {
       long_done_++;
     }
     done_++;
-    if (progress_) progress_({0, 0, "", now_ms() / 1000.0, done_});
+    report_progress(now_ms());
   }
 }
 
@@ -136,6 +142,8 @@ Result<std::vector<RequestTrace>> InProcessDriver::run(const std::atomic<bool>* 
     }
     PHASELAB_TRY(s_.step());
     collect();
+    // A long prefill finishes nothing for seconds: the time goes on showing.
+    if (now_ms() - last_progress_ms_ >= kProgressEveryMs) report_progress(now_ms());
   }
   *duration_s = now_ms() / 1000.0;
   return std::move(traces_);
@@ -162,7 +170,13 @@ Result<ServingRow> run_serving_in_process(const InProcessTarget& target, const S
   if (!sched) return sched.status().with_context(run.policy.name());
   InProcessDriver driver(**sched, run, prompts, progress);
   ServingRow row;
-  auto traces = driver.run(cancel, &row.duration_s);
+  // The disaggregated scheduler pins the thread that steps it to the decode
+  // worker's cores: a thread of its own, so that the caller (and the
+  // backends of the runs after this one, whose threads inherit its CPU mask)
+  // stay free to use every core.
+  Result<std::vector<RequestTrace>> traces = internal_error("the driver did not run");
+  std::thread stepper([&] { traces = driver.run(cancel, &row.duration_s); });
+  stepper.join();
   if (!traces) return traces.status();
   row.policy = run.policy.name();
   row.label = run.label;

@@ -106,10 +106,15 @@ Result<ServingRow> run_serving_http(const RemoteEndpoint& ep, const ServingRun& 
         }
       });
     });
-  // The end of the run: as run_serving_in_process's.
-  for (;;) {
+  // The end of the run: as run_serving_in_process's. Progress every 250 ms
+  // besides every finished request.
+  for (auto last = Clock::now();;) {
     {
       std::lock_guard lock(st.mu);
+      if (progress && Clock::now() - last >= std::chrono::milliseconds(250)) {
+        last = Clock::now();
+        progress({0, 0, "", st.now_ms() / 1000.0, st.done});
+      }
       const bool streams_ran = std::all_of(st.stream_done.begin(), st.stream_done.end(), [](int n) { return n > 0; });
       if (st.cancelled() || (st.long_done >= w.long_count && streams_ran && st.now_ms() >= w.duration_s * 1000.0)) break;
     }
