@@ -798,6 +798,80 @@ class TestCli : public QObject {
     QCOMPARE(QJsonDocument::fromJson(got[3]).object()["tokens"].toInt(), 3);
     QCOMPARE(QJsonDocument::fromJson(got[4]).object()["tokens"].toInt(), 2);
   }
+
+  // bench --serving: one JSON object with a row per run (the baseline first),
+  // progress lines on stderr ending with {"done": true}; every request ok.
+  void bench_serving_json_has_the_rows() {
+    const Run r = cli({"bench", "--serving", "-m", stories(), "-t", "1", "--streams", "2", "--chat-prompt", "8",
+                       "--chat-answer", "8", "--long-prompt", "100", "--long-answer", "4", "--long-start", "0.01",
+                       "--policy", "prefill-first,chunked:32", "--json", "--progress-json"});
+    QVERIFY2(r.code == 0, qPrintable(r.err));
+    const QJsonObject j = QJsonDocument::fromJson(r.out.toUtf8()).object();
+    QCOMPARE(j["workload"].toObject()["streams"].toInt(), 2);
+    const QJsonArray rows = j["rows"].toArray();
+    QCOMPARE(rows.size(), 3);
+    QVERIFY(rows[0].toObject()["label"].toString().startsWith("baseline"));
+    QCOMPARE(rows[1].toObject()["policy"].toString(), QString("prefill-first"));
+    QCOMPARE(rows[2].toObject()["policy"].toString(), QString("chunked:32"));
+    for (const auto& row : rows) {
+      const QJsonObject o = row.toObject();
+      QVERIFY(o["requests"].toInt() >= 2);
+      QCOMPARE(o["ok"].toInt(), o["requests"].toInt());
+      QCOMPARE(o["timeline"].toArray().size(), o["requests"].toInt());
+    }
+    const QStringList lines = r.err.trimmed().split('\n');
+    QVERIFY(lines.size() >= 2);
+    QCOMPARE(QJsonDocument::fromJson(lines.last().toUtf8()).object()["done"].toBool(), true);
+    QCOMPARE(QJsonDocument::fromJson(lines.first().toUtf8()).object()["progress"].toObject()["of"].toInt(), 3);
+    // Without --json: the table, one line per run.
+    const Run t = cli({"bench", "--serving", "-m", stories(), "-t", "1", "--streams", "1", "--chat-answer", "4",
+                       "--long-prompt", "50", "--long-answer", "2", "--long-start", "0", "--policy", "chunked:16",
+                       "--no-baseline"});
+    QVERIFY2(t.code == 0, qPrintable(t.err));
+    QVERIFY2(t.out.contains("| chunked:16 |") && t.out.contains("machine:"), qPrintable(t.out));
+    // Bad input: a one-line error, exit code 2.
+    expect_bad_input(cli({"bench", "--serving", "-m", stories(), "--policy", "fastest"}));
+    expect_bad_input(cli({"bench", "--serving", "-m", stories(), "--streams", "0", "--long-count", "0"}));
+    const Run pj = cli({"bench", "--serving", "-m", stories(), "--long-rate", "-1", "--progress-json"});
+    QCOMPARE(pj.code, 2);
+    QVERIFY2(QJsonDocument::fromJson(pj.err.split('\n').first().toUtf8()).object().contains("error"), qPrintable(pj.err));
+  }
+
+  // serve --policy names its policy; bench --serving --url sends the same
+  // workload to it (a PhaseLab server on a free port).
+  void bench_serving_against_serve_with_a_policy() {
+    QProcess srv;
+    srv.start(PHASELAB_CLI_PATH, {"serve", "-m", stories(), "--port", "0", "-t", "2", "--policy", "disaggregated:1+1"});
+    QVERIFY(srv.waitForStarted());
+    QString url;
+    for (int i = 0; i < 300 && url.isEmpty(); i++) {
+      srv.waitForReadyRead(100);
+      url = QString::fromUtf8(srv.readLine()).trimmed();
+    }
+    QVERIFY2(url.startsWith("http://127.0.0.1:"), qPrintable(url));
+    const Run r = cli({"bench", "--serving", "--url", url, "-m", stories(), "--streams", "2", "--chat-prompt", "8",
+                       "--chat-answer", "8", "--long-prompt", "100", "--long-answer", "4", "--long-start", "0.01",
+                       "--json"});
+    srv.terminate();
+    QVERIFY(srv.waitForFinished(30000));
+    const QString banner = QString::fromUtf8(srv.readAllStandardError());
+    QVERIFY2(banner.contains("policy disaggregated:1+1"), qPrintable(banner));
+    QVERIFY2(r.code == 0, qPrintable(r.err));
+    const QJsonArray rows = QJsonDocument::fromJson(r.out.toUtf8()).object()["rows"].toArray();
+    QCOMPARE(rows.size(), 2);  // the baseline and the URL
+    QCOMPARE(rows[1].toObject()["target"].toString(), url);
+    for (const auto& row : rows) {
+      const QJsonObject o = row.toObject();
+      QVERIFY(o["requests"].toInt() >= 2);
+      QCOMPARE(o["ok"].toInt(), o["requests"].toInt());
+      QCOMPARE(o["tokens"].toInt(), [&] {  // every answer whole: ignore_eos reached the server
+        int n = 0;
+        for (const auto& e : o["timeline"].toArray())
+          n += e.toObject()["kind"].toString() == "chat" ? 8 : 4;
+        return n;
+      }());
+    }
+  }
 };
 
 QTEST_GUILESS_MAIN(TestCli)

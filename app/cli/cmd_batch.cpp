@@ -71,8 +71,9 @@ void print_help() {
       "  Progress goes to stderr.\n"
       "      --parallel N         sequences in one pass at most (default 8)\n"
       "      --kv-size N          positions in the KV pool all sequences share (default: the context)\n"
-      "%s%s",
-      kEngineHelp, kSamplingHelp);
+      "      --policy P           how passes are shared between prompts and decodes (default chunked):\n"
+      "%s%s%s",
+      kSchedulePolicyHelp, kEngineHelp, kSamplingHelp);
 }
 
 struct ParseContext {
@@ -224,20 +225,31 @@ void BatchRun::print_summary(int parallel) const {
 
 // The model and a scheduler for it, as the engine options say.
 Result<std::unique_ptr<Scheduler>> make_scheduler(const Args& args, int parallel, int ctx, int kv_size) {
-  auto opened = open_model_and_backend(args, std::max(64, parallel));
-  if (!opened) return opened.status();
-  if (parallel > opened->backend->max_batch())
+  auto policy = parse_schedule_policy(args.get_or("--policy", "chunked"));
+  if (!policy) return policy.status().with_context("--policy");
+  auto bo = backend_options_from_args(args, std::max(64, parallel));
+  if (!bo) return bo.status();
+  if (parallel > bo->max_batch)
     return invalid_argument("--parallel " + std::to_string(parallel) +
                             " needs --batch-size of at least as many tokens");
+  const auto path = args.get("--model");
+  if (!path) return invalid_argument("no model given: pass -m MODEL.gguf (scripts/fetch-model.sh gets the default one)");
+  auto model = Model::load(*path);
+  if (!model) return model.status();
   SchedulerOptions so;
   so.n_ctx = ctx;
   so.kv_positions = kv_size;
   so.max_seqs = parallel;
   so.prefix_cache = !args.has("--no-prefix-cache");
+  so.policy = *policy;
   auto kv_type = cache_type(args);
   if (!kv_type) return kv_type.status();
   so.kv_type = *kv_type;
-  return Scheduler::create(opened->model, std::move(opened->backend), so);
+  // The policy's backend(s) (disaggregated:P+D: a prefill and a decode worker).
+  std::string fallback;
+  auto sched = create_scheduler(std::move(*model), *bo, so, &fallback);
+  if (!fallback.empty()) std::fprintf(stderr, "phaselab-cli: %s; using the CPU backend\n", fallback.c_str());
+  return sched;
 }
 
 // Opens IN and OUT before the model loads, so that a refusal comes at once.
@@ -279,6 +291,7 @@ int cmd_batch(int argc, char** argv) {
   opts.insert(opts.end(), {{"--input", "-i", true},
                            {"--output", "-o", true},
                            {"--parallel", "", true},
+                           {"--policy", "", true},
                            {"--kv-size", "", true},
                            {"--resume", "", false},
                            {"--force", "", false},

@@ -23,6 +23,7 @@
 #include "phaselab/memory.h"
 #include "phaselab/metrics.h"
 #include "phaselab/prompt.h"
+#include "phaselab/schedule_policy.h"
 #include "phaselab/session.h"
 #include "phaselab/throughput.h"
 
@@ -447,6 +448,7 @@ int cmd_bench(int argc, char** argv) {
                            {"--no-peaks", "", false},
                            {"--batch", "", true},
                            {"--help", "-h", false}});
+  for (const OptionSpec& o : serving_bench_options()) opts.push_back(o);
   auto args = Args::parse(argc, argv, opts);
   if (!args) return report(args.status());
   if (args->has("--help")) {
@@ -464,8 +466,12 @@ int cmd_bench(int argc, char** argv) {
                 "  together, then -n decode steps (default 32) for all B at once: aggregate tokens/s, each\n"
                 "  sequence's TPOT, and the batch where decode turns compute-bound (-r defaults to 1).\n%s",
                 kEngineHelp);
+    std::printf("\nusage: phaselab-cli bench --serving -m MODEL [--policy LIST] [--streams 4] [--long-prompt 2000] [--json]\n"
+                "       phaselab-cli bench --serving --url URL [-m MODEL] [workload flags] [--json]\n%s%s%s",
+                kServingBenchHelp[0], kSchedulePolicyHelp, kServingBenchHelp[1]);
     return kExitOk;
   }
+  if (args->has("--serving")) return bench_serving(*args);
   if (args->has("--batch")) return bench_batch_sweep(*args);
   auto bo = read_bench_options(*args);
   if (!bo) return report(bo.status());

@@ -40,6 +40,7 @@ int cmd_serve(int argc, char** argv) {
                            {"--max-body", "", true},
                            {"--kv-size", "", true},
                            {"--model-id", "", true},
+                           {"--policy", "", true},
                            {"--help", "-h", false}});
   auto args = Args::parse(argc, argv, opts);
   if (!args) return report(args.status());
@@ -59,8 +60,9 @@ int cmd_serve(int argc, char** argv) {
         "      --max-body BYTES     largest request body (default 4194304)\n"
         "      --kv-size N          positions in the KV pool all sequences share (default: the context x 2)\n"
         "      --model-id NAME      the model's name in /v1/models (default: the file's name)\n"
-        "%s",
-        kEngineHelp);
+        "      --policy P           how passes are shared between prompts and decodes (default chunked):\n"
+        "%s%s",
+        kSchedulePolicyHelp, kEngineHelp);
     return kExitOk;
   }
   if (!args->positional().empty()) return usage_error("unexpected argument '" + args->positional()[0] + "'");
@@ -84,15 +86,21 @@ int cmd_serve(int argc, char** argv) {
   so.model_id = args->get_or("--model-id", "");
   if (auto c = args->get("--cors")) so.cors_origins = split_commas(*c);
 
-  auto opened = open_model_and_backend(*args, std::max(64, *parallel));
-  if (!opened) return report(opened.status());
-  if (*parallel > opened->backend->max_batch())
+  auto policy = parse_schedule_policy(args->get_or("--policy", "chunked"));
+  if (!policy) return report(policy.status().with_context("--policy"));
+  auto bo = backend_options_from_args(*args, std::max(64, *parallel));
+  if (!bo) return report(bo.status());
+  if (*parallel > bo->max_batch)
     return usage_error("--parallel " + std::to_string(*parallel) + " needs --batch-size of at least as many tokens");
-  const std::string backend_name = opened->backend->name();
+  const auto model_path = args->get("--model");
+  if (!model_path) return usage_error("no model given: pass -m MODEL.gguf (scripts/fetch-model.sh gets the default one)");
+  auto model = Model::load(*model_path);
+  if (!model) return report(model.status());
   SchedulerOptions sched_opt;
   sched_opt.n_ctx = *ctx;
   sched_opt.max_seqs = *parallel;
   sched_opt.prefix_cache = !args->has("--no-prefix-cache");
+  sched_opt.policy = *policy;
   auto kv_type = cache_type(*args);
   if (!kv_type) return report(kv_type.status());
   sched_opt.kv_type = *kv_type;
@@ -100,11 +108,16 @@ int cmd_serve(int argc, char** argv) {
   if (*kv_size > 0) {
     sched_opt.kv_positions = *kv_size;
   } else {
-    const int n_ctx = *ctx > 0 ? *ctx : std::min(4096, opened->model->config().n_ctx_train);
+    const int n_ctx = *ctx > 0 ? *ctx : std::min(4096, (*model)->config().n_ctx_train);
     sched_opt.kv_positions = 2 * n_ctx;
   }
-  auto sched = Scheduler::create(opened->model, std::move(opened->backend), sched_opt);
+  // The policy's backend(s): disaggregated:P+D makes a prefill and a decode worker.
+  std::string fallback;
+  auto sched = create_scheduler(std::move(*model), *bo, sched_opt, &fallback);
+  if (!fallback.empty()) std::fprintf(stderr, "phaselab-cli: %s; using the CPU backend\n", fallback.c_str());
   if (!sched) return report(sched.status());
+  const std::string backend_name = (*sched)->backend().name();
+  const std::string placement = (*sched)->placement();
   const int n_ctx = (*sched)->n_ctx();
   const int kv_blocks = (*sched)->pool().n_blocks();
   auto server = OpenAiServer::create(std::move(*sched), so);
@@ -117,10 +130,12 @@ int cmd_serve(int argc, char** argv) {
 
   std::fprintf(stderr,
                "PhaseLab is serving %s at %s\n"
-               "  %s backend, up to %d sequences per pass, context %d, KV pool %d blocks of %d%s\n"
+               "  %s backend, policy %s%s%s, up to %d sequences per pass, context %d, KV pool %d blocks of %d%s\n"
                "  try: curl %s/chat/completions -H 'Content-Type: application/json'%s -d '{\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}]}'\n"
                "  Ctrl+C stops.\n",
-               (*server)->model_id().c_str(), (*server)->base_url().c_str(), backend_name.c_str(), *parallel, n_ctx,
+               (*server)->model_id().c_str(), (*server)->base_url().c_str(), backend_name.c_str(),
+               policy->name().c_str(), placement.empty() ? "" : " (", placement.empty() ? "" : (placement + ")").c_str(),
+               *parallel, n_ctx,
                kv_blocks, KvPool::kBlockTokens, so.api_key.empty() ? "" : ", API key required",
                (*server)->base_url().c_str(), so.api_key.empty() ? "" : " -H 'Authorization: Bearer KEY'");
   // The address on stdout alone, for scripts (with --port 0 it is the only way to learn the port).

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <vector>
+
 namespace phaselab::cli {
 // Each takes the arguments after the command name and returns the exit code.
 int cmd_info(int argc, char** argv);
@@ -16,5 +18,9 @@ int cmd_batch(int argc, char** argv);
 int cmd_serve(int argc, char** argv);
 int cmd_loadtest(int argc, char** argv);
 class Args;
+struct OptionSpec;
 int bench_batch_sweep(const Args& args);  // bench --batch
+int bench_serving(const Args& args);      // bench --serving (cmd_bench_serving.cpp)
+const std::vector<OptionSpec>& serving_bench_options();
+extern const char* const kServingBenchHelp[2];  // before and after kSchedulePolicyHelp
 }  // namespace phaselab::cli

@@ -45,9 +45,7 @@ Result<KvType> cache_type(const Args& args) {
 // of memory bandwidth: they make decode slower, not faster).
 int default_threads() { return phaselab::default_thread_count(); }
 
-Result<ModelAndBackend> open_model_and_backend(const Args& args, int default_max_batch) {
-  const auto path = args.get("--model");
-  if (!path) return invalid_argument("no model given: pass -m MODEL.gguf (scripts/fetch-model.sh gets the default one)");
+Result<BackendOptions> backend_options_from_args(const Args& args, int default_max_batch) {
   auto threads = args.get_int("--threads", default_threads(), 1, 256);
   if (!threads) return threads.status();
   warn_if_oversubscribed(*threads);
@@ -59,14 +57,22 @@ Result<ModelAndBackend> open_model_and_backend(const Args& args, int default_max
   bo.kind = *kind;
   bo.n_threads = *threads;
   bo.max_batch = *batch;
+  return bo;
+}
+
+Result<ModelAndBackend> open_model_and_backend(const Args& args, int default_max_batch) {
+  const auto path = args.get("--model");
+  if (!path) return invalid_argument("no model given: pass -m MODEL.gguf (scripts/fetch-model.sh gets the default one)");
+  auto bo = backend_options_from_args(args, default_max_batch);
+  if (!bo) return bo.status();
   auto model = Model::load(*path);
   if (!model) return model.status();
-  auto b = make_backend(*model, bo);
+  auto b = make_backend(*model, *bo);
   if (!b) return b.status();
   // The reason is shown and the CPU does the work.
   if (!b->fallback_reason.empty())
     std::fprintf(stderr, "phaselab-cli: %s; using the CPU backend\n", b->fallback_reason.c_str());
-  return ModelAndBackend{std::move(*model), std::move(b->backend), *threads};
+  return ModelAndBackend{std::move(*model), std::move(b->backend), bo->n_threads};
 }
 
 Result<EngineSetup> open_session(const Args& args, int default_ctx, bool chat) {

@@ -26,6 +26,9 @@ struct ModelAndBackend {
   int threads = 0;
 };
 Result<ModelAndBackend> open_model_and_backend(const Args& args, int default_max_batch = 64);
+// The backend options alone (--backend, --threads, --batch-size): for
+// create_scheduler, which makes the backends a scheduling policy needs.
+Result<BackendOptions> backend_options_from_args(const Args& args, int default_max_batch = 64);
 
 // Reads --model, --threads, --ctx-size, --backend, --batch-size, and the
 // speculative options --spec none|lookup|draft, --draft MODEL, --spec-k K.

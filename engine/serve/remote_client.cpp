@@ -62,6 +62,8 @@ json remote_sampling_fields(const GenerateOptions& opt) {
   if (s.repeat_penalty != 1.0f) j["repeat_penalty"] = s.repeat_penalty;
   j["seed"] = static_cast<int64_t>(s.seed & 0x7fffffffffffffffULL);
   if (!opt.stop.empty()) j["stop"] = opt.stop;
+  // Fixed-length answers for benchmarks (PhaseLab, llama-server and vLLM read it).
+  if (opt.ignore_eos) j["ignore_eos"] = true;
   return j;
 }
 
