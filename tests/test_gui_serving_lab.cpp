@@ -242,24 +242,36 @@ class TestGuiServingLab : public QObject {
     QVERIFY(QTest::qWaitForWindowExposed(&w));
     const ServingResult r = fixture();
     w.showResult(r);
-    QCOMPARE(w.policySelector()->count(), 4);
-    QCOMPARE(w.policySelector()->currentText(), QStringLiteral("prefill-first"));  // the first with a long prompt
+    // Every run one above the other first, on one time axis; then each alone.
+    QCOMPARE(w.policySelector()->count(), 5);
+    QCOMPARE(w.timeline()->groupCount(), 4);
+    QCOMPARE(w.timeline()->group(1).title, QStringLiteral("prefill-first"));
+    QCOMPARE(w.timeline()->group(0).model.lanes.size(), size_t(4));  // the baseline has no long lane
+    QCOMPARE(w.timeline()->group(1).model.lanes.size(), size_t(5));
+    for (int g = 1; g < 4; g++) {
+      QVERIFY(w.timeline()->groupRect(g).top() >= w.timeline()->groupRect(g - 1).bottom());
+      QVERIFY(w.timeline()->plotRect().contains(w.timeline()->groupRect(g)));
+    }
+    w.policySelector()->setCurrentIndex(2);
+    QCOMPARE(w.timeline()->groupCount(), 1);
     QCOMPARE(w.timeline()->model().lanes.size(), size_t(5));
-    w.policySelector()->setCurrentIndex(0);
-    QCOMPARE(w.timeline()->model().lanes.size(), size_t(4));  // the baseline has no long lane
+    QCOMPARE(w.timeline()->groupRect(0), w.timeline()->plotRect());
     QTableWidget* t = w.resultsTable();
     QCOMPARE(t->rowCount(), 4);
     auto cell = [t](int row, int col) { return t->item(row, col)->text(); };
     QCOMPARE(cell(1, 0), QStringLiteral("prefill-first"));
-    QCOMPARE(cell(1, 3), QStringLiteral("2345"));       // long TTFT p50, ms
-    QCOMPARE(cell(1, 7), QStringLiteral("2383"));       // max stall: 2383.34 ms
-    QCOMPARE(cell(1, 5), QStringLiteral("32.7"));       // ITL p50: 32.68 ms
-    QCOMPARE(cell(0, 3), QStringLiteral("—"));          // the baseline has no long request
-    QCOMPARE(cell(1, 9), QStringLiteral("0.46/s (56%)"));  // 5 of 9 requests in 10.8 s
-    QCOMPARE(cell(3, 10), QStringLiteral("35.2 MiB in 3.7 ms"));  // 36,864,000 bytes
-    QCOMPARE(cell(2, 10), QStringLiteral("—"));
-    QCOMPARE(cell(2, 8), QStringLiteral("100.7"));      // tokens/s
-    QVERIFY(t->item(1, 5)->toolTip().contains(QString::number(8 * 127)));  // what it divides by
+    QCOMPARE(cell(1, 1), QStringLiteral("68.1 / 2163"));  // TTFT p50 / p99 (ms): 68.07, 2163.2
+    QCOMPARE(cell(1, 2), QStringLiteral("2345 / 2345"));  // the long request's
+    QCOMPARE(cell(1, 3), QStringLiteral("32.7 / 38.3"));  // ITL p50 / p99: 32.68, 38.3
+    QCOMPARE(cell(1, 4), QStringLiteral("2383"));         // max stall: 2383.34 ms
+    QCOMPARE(cell(0, 2), QStringLiteral("—"));            // the baseline has no long request
+    QCOMPARE(cell(1, 6), QStringLiteral("0.46/s (56%)"));  // 5 of 9 requests in 10.8 s
+    QCOMPARE(cell(3, 7), QStringLiteral("35.2 MiB, 3.7 ms"));  // 36,864,000 bytes
+    QCOMPARE(cell(2, 7), QStringLiteral("—"));
+    QCOMPARE(cell(2, 5), QStringLiteral("100.7"));        // tokens/s
+    QVERIFY(t->item(1, 3)->toolTip().contains(QString::number(8 * 127)));  // what it divides by
+    // The table fits the window: no column cut off.
+    QVERIFY(t->horizontalScrollBar()->maximum() == 0);
     // A CDF per run, the ITL on a log axis (30 ms gaps beside a 2.4 s stall).
     QCOMPARE(w.itlChart()->series().size(), 4);
     QCOMPARE(w.ttftChart()->series().size(), 4);
@@ -269,6 +281,7 @@ class TestGuiServingLab : public QObject {
     QVERIFY(pfItl);
     QCOMPARE(pfItl->points().last().y(), 1.0);
     QVERIFY(pfItl->points().last().x() > 2000);
+    for (const ServingRow& row : r.rows) QVERIFY(w.cdfLegend()->text().contains(row.label.toHtmlEscaped()));
     QVERIFY(w.explanation()->text().contains(QStringLiteral("Goodput")));
   }
 

@@ -15,6 +15,7 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QLabel>
+#include <QLineSeries>
 #include <QProgressBar>
 #include <QPushButton>
 #include <QSaveFile>
@@ -40,11 +41,12 @@ namespace phaselab::ui {
 namespace {
 
 enum Column {
-  kColRun, kColTtftP50, kColTtftP99, kColLongP50, kColLongP99, kColItlP50, kColItlP99, kColStall,
-  kColTokensPerS, kColGoodput, kColKv, kColumns
+  kColRun, kColTtft, kColLongTtft, kColItl, kColStall, kColTokensPerS, kColGoodput, kColKv, kColumns
 };
 
 QString ms(double v) { return QString::number(v, 'f', v < 100 ? 1 : 0); }
+// "32.7 / 38.3": a p50 and a p99 in one cell, so that the table fits 800 pixels.
+QString p50p99(const ServingStats& s) { return ms(s.p50) + QStringLiteral(" / ") + ms(s.p99); }
 
 constexpr qint64 kMaxImportBytes = 256 << 20;
 
@@ -97,7 +99,7 @@ QLayout* ServingLabWindow::buildSavedRunsRow() {
   connect(open, &QPushButton::clicked, this, [this] {
     if (m_saved->currentData().isValid()) openSavedRun(m_saved->currentData().toLongLong());
   });
-  auto* import = new QPushButton(tr("Open results…"));
+  auto* import = new QPushButton(tr("&Open results…"));
   import->setToolTip(tr("A result exported from here, or printed by phaselab-cli bench --serving --json"));
   connect(import, &QPushButton::clicked, this, [this] {
     const QString p = QFileDialog::getOpenFileName(this, tr("Open serving results"), QDir::homePath(), tr("JSON (*.json);;All files (*)"));
@@ -169,9 +171,9 @@ QWidget* ServingLabWindow::buildResultsPanel() {
   m_table = new QTableWidget(0, kColumns);
   m_table->setObjectName(QStringLiteral("servingTable"));
   m_table->setAccessibleName(tr("Serving results"));
-  m_table->setHorizontalHeaderLabels({tr("Run"), tr("TTFT p50\n(ms)"), tr("TTFT p99\n(ms)"), tr("Long TTFT\np50 (ms)"),
-                                      tr("Long TTFT\np99 (ms)"), tr("ITL p50\n(ms)"), tr("ITL p99\n(ms)"),
-                                      tr("Max stall\n(ms)"), tr("Tokens/s"), tr("Goodput"), tr("KV moved")});
+  m_table->setHorizontalHeaderLabels({tr("Run"), tr("TTFT (ms)\np50 / p99"), tr("Long TTFT (ms)\np50 / p99"),
+                                      tr("ITL (ms)\np50 / p99"), tr("Max stall\n(ms)"), tr("Tokens/s"), tr("Goodput"),
+                                      tr("KV moved")});
   m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
   m_table->horizontalHeader()->setStretchLastSection(true);
   m_table->verticalHeader()->setVisible(false);
@@ -215,13 +217,22 @@ QWidget* ServingLabWindow::buildTimelineTab() {
 }
 
 QWidget* ServingLabWindow::buildDistributionsTab() {
+  auto* page = new QWidget;
+  auto* col = new QVBoxLayout(page);
+  col->setContentsMargins(4, 4, 4, 4);
+  col->setSpacing(2);
+  // One legend for both charts (theirs elided the runs' names at 800 pixels).
+  m_cdfLegend = new QLabel;
+  m_cdfLegend->setWordWrap(true);
+  col->addWidget(m_cdfLegend);
   auto* split = new QSplitter(Qt::Horizontal);
   split->setChildrenCollapsible(false);
   m_ttftChart = new QChart;
   m_itlChart = new QChart;
   split->addWidget(compareChartView(m_ttftChart, tr("Time to first token, every request")));
   split->addWidget(compareChartView(m_itlChart, tr("Gaps between tokens, chat streams")));
-  return split;
+  col->addWidget(split, 1);
+  return page;
 }
 
 bool ServingLabWindow::isRunning() const { return m_process->isRunning(); }
@@ -298,7 +309,10 @@ void ServingLabWindow::onDone(const ServingResult& result, const QString& error,
   }
   m_progress->setValue(1000);
   showResult(result);
-  const QString title = tr("%1 runs, %2").arg(result.rows.size()).arg(QDateTime::currentDateTime().toString(Qt::ISODate));
+  const QString title = tr("%1, %2 runs, %3")
+                            .arg(result.model)
+                            .arg(result.rows.size())
+                            .arg(QDateTime::currentDateTime().toString(QStringLiteral("yyyy-MM-dd HH:mm")));
   if (saveResult(result, title) == 0)
     showError(tr("The run finished but could not be saved: %1").arg(m_store ? m_store->lastError() : QString()));
   else
@@ -314,6 +328,7 @@ void ServingLabWindow::clearResult() {
   m_runInfo->clear();
   clearChart(m_ttftChart);
   clearChart(m_itlChart);
+  m_cdfLegend->clear();
 }
 
 void ServingLabWindow::showResult(const ServingResult& result) {
@@ -321,30 +336,31 @@ void ServingLabWindow::showResult(const ServingResult& result) {
   m_result = result;
   {
     const QSignalBlocker block(m_policy);
+    m_policy->addItem(tr("every run"));
     for (const ServingRow& r : result.rows) m_policy->addItem(r.label);
   }
-  // The first run with long prompts: the one that shows a stall, if any.
-  int first = 0;
-  for (size_t i = 0; i < result.rows.size(); i++)
-    if (!result.rows[i].isBaseline()) {
-      first = static_cast<int>(i);
-      break;
-    }
-  m_policy->setCurrentIndex(first);
-  showTimeline(first);
+  m_policy->setCurrentIndex(0);
+  showTimeline(0);
   fillTable();
   fillCharts();
 }
 
-void ServingLabWindow::showTimeline(int rowIndex) {
-  if (!m_result || rowIndex < 0 || rowIndex >= static_cast<int>(m_result->rows.size())) {
+// Item 0 of the selector: every run, one above the other; then each run alone.
+void ServingLabWindow::showTimeline(int index) {
+  if (!m_result || index < 0 || index > static_cast<int>(m_result->rows.size())) {
     m_timeline->clear();
     return;
   }
   // One time axis for every run, so that their gaps compare by eye.
   double span = 0;
   for (const ServingRow& r : m_result->rows) span = std::max(span, timelineModel(r).endMs);
-  m_timeline->setRow(m_result->rows[static_cast<size_t>(rowIndex)], span);
+  if (index > 0) {
+    m_timeline->setRow(m_result->rows[static_cast<size_t>(index - 1)], span);
+    return;
+  }
+  std::vector<std::pair<QString, const ServingRow*>> rows;
+  for (const ServingRow& r : m_result->rows) rows.emplace_back(r.label, &r);
+  m_timeline->setRows(rows, span);
 }
 
 void ServingLabWindow::fillTable() {
@@ -361,13 +377,10 @@ void ServingLabWindow::fillTable() {
       m_table->setItem(i, c, item);
     };
     cell(kColRun, r.label, tr("%1 on %2%3").arg(r.policy, r.target, r.placement.isEmpty() ? QString() : QStringLiteral(", ") + r.placement));
-    cell(kColTtftP50, ms(r.ttftMs.p50), tr("of %n request(s), chat and long", nullptr, r.ttftMs.n));
-    cell(kColTtftP99, ms(r.ttftMs.p99), tr("of %n request(s), chat and long", nullptr, r.ttftMs.n));
-    const bool hasLong = r.ttftLongMs.n > 0;
-    cell(kColLongP50, hasLong ? ms(r.ttftLongMs.p50) : tr("—"), tr("of the %n long request(s)", nullptr, r.ttftLongMs.n));
-    cell(kColLongP99, hasLong ? ms(r.ttftLongMs.p99) : tr("—"), tr("of the %n long request(s)", nullptr, r.ttftLongMs.n));
-    cell(kColItlP50, ms(r.itlMs.p50), tr("of %n gap(s) between two tokens of a chat stream", nullptr, r.itlMs.n));
-    cell(kColItlP99, ms(r.itlMs.p99), tr("of %n gap(s) between two tokens of a chat stream", nullptr, r.itlMs.n));
+    cell(kColTtft, p50p99(r.ttftMs), tr("of %n request(s), chat and long", nullptr, r.ttftMs.n));
+    cell(kColLongTtft, r.ttftLongMs.n > 0 ? p50p99(r.ttftLongMs) : tr("—"),
+         tr("of the %n long request(s)", nullptr, r.ttftLongMs.n));
+    cell(kColItl, p50p99(r.itlMs), tr("of %n gap(s) between two tokens of a chat stream", nullptr, r.itlMs.n));
     cell(kColStall, ms(r.maxStallMs), tr("the longest gap between two tokens of any chat stream"));
     cell(kColTokensPerS, QString::number(r.tokensPerS, 'f', 1),
          tr("%1 tokens generated in %2 s, all requests").arg(r.tokens).arg(r.durationS, 0, 'f', 1));
@@ -377,7 +390,7 @@ void ServingLabWindow::fillTable() {
              .arg(res.itlTargetMs)
              .arg(r.requests));
     cell(kColKv,
-         r.kvTransfers > 0 ? tr("%1 MiB in %2 ms").arg(r.kvTransferBytes / (1024.0 * 1024.0), 0, 'f', 1).arg(r.kvTransferMs, 0, 'f', 1)
+         r.kvTransfers > 0 ? tr("%1 MiB, %2 ms").arg(r.kvTransferBytes / (1024.0 * 1024.0), 0, 'f', 1).arg(r.kvTransferMs, 0, 'f', 1)
                            : tr("—"),
          tr("%n K/V hand-over(s) from the prefill worker to the decode worker", nullptr, r.kvTransfers));
   }
@@ -404,6 +417,17 @@ void ServingLabWindow::fillCharts() {
     }
   fillCdf(m_ttftChart, ttft, tr("TTFT (ms)"));
   fillCdf(m_itlChart, itl, tr("gap (ms)"));
+  // Both charts give the runs the same colors, in run order.
+  QStringList entries;
+  for (QAbstractSeries* s : m_itlChart->series()) {
+    m_itlChart->legend()->hide();
+    m_ttftChart->legend()->hide();
+    if (auto* line = qobject_cast<QLineSeries*>(s))
+      entries << QStringLiteral("<span style='color:%1'>■</span>&nbsp;%2").arg(line->color().name(), line->name().toHtmlEscaped());
+  }
+  m_cdfLegend->setText(entries.isEmpty() ? QString()
+                                         : entries.join(QStringLiteral(" &nbsp; ")) +
+                                               tr(" &nbsp;·&nbsp; each line: the share of values ≤ x"));
 }
 
 ServingRequest ServingLabWindow::requestFromResult(const ServingResult& r) {
@@ -524,7 +548,7 @@ bool ServingLabWindow::importResults(const QString& path) {
   const QString inModels = QDir(QString::fromStdString(user_model_dir())).filePath(r.model);
   r.model = QFileInfo(beside).isFile() ? beside : QFileInfo(inModels).isFile() ? inModels : m_inputs->model();
   m_inputs->setRequest(r);
-  const QString title = tr("%1 (opened %2)").arg(QFileInfo(path).fileName(), QDateTime::currentDateTime().toString(Qt::ISODate));
+  const QString title = tr("%1, opened %2").arg(QFileInfo(path).fileName(), QDateTime::currentDateTime().toString(QStringLiteral("yyyy-MM-dd HH:mm")));
   if (saveResult(*result, title) == 0 && m_store && m_store->isOpen())
     showError(tr("The results were opened but could not be saved: %1").arg(m_store->lastError()));
   else

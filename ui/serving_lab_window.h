@@ -71,6 +71,7 @@ class ServingLabWindow : public QMainWindow {
   QChart* itlChart() const { return m_itlChart; }
   QTabWidget* resultTabs() const { return m_tabs; }
   QLabel* explanation() const { return m_explanation; }
+  QLabel* cdfLegend() const { return m_cdfLegend; }
 
  signals:
   void runFinished(bool ok, const QString& error);
@@ -112,6 +113,7 @@ class ServingLabWindow : public QMainWindow {
   ServingTimelineWidget* m_timeline = nullptr;
   QChart* m_ttftChart = nullptr;
   QChart* m_itlChart = nullptr;
+  QLabel* m_cdfLegend = nullptr;
   QTableWidget* m_table = nullptr;
   QScrollArea* m_scroll = nullptr;
   std::optional<ServingResult> m_result;

@@ -65,8 +65,8 @@ std::vector<LaidOutLane> layoutTimeline(const TimelineModel& model, const QRectF
     for (const auto& [from, to] : lane.prefillMs)
       l.bands.emplace_back(QPointF(x(from), l.rect.top() + laneH * 0.15), QPointF(x(to), l.rect.bottom() - laneH * 0.15));
     if (lane.stallToMs > lane.stallFromMs)
-      l.stall = QRectF(QPointF(x(lane.stallFromMs), l.rect.top() + laneH * 0.35),
-                       QPointF(x(lane.stallToMs), l.rect.bottom() - laneH * 0.35));
+      l.stall = QRectF(QPointF(x(lane.stallFromMs), l.rect.top() + laneH * 0.42),
+                       QPointF(x(lane.stallToMs), l.rect.bottom() - laneH * 0.42));
     out.push_back(std::move(l));
   }
   return out;
@@ -77,18 +77,40 @@ ServingTimelineWidget::ServingTimelineWidget(QWidget* parent) : QWidget(parent) 
   setSizePolicy(QSizePolicy::Expanding, QSizePolicy::Expanding);
 }
 
-void ServingTimelineWidget::setRow(const ServingRow& row, double spanMs) {
-  m_model = timelineModel(row);
-  m_spanMs = spanMs > 0 ? spanMs : m_model.endMs;
+void ServingTimelineWidget::setRow(const ServingRow& row, double spanMs) { setRows({{QString(), &row}}, spanMs); }
+
+void ServingTimelineWidget::setRows(const std::vector<std::pair<QString, const ServingRow*>>& rows, double spanMs) {
+  m_groups.clear();
+  double end = 0;
+  for (const auto& [title, row] : rows) {
+    m_groups.push_back({title, timelineModel(*row)});
+    end = std::max(end, m_groups.back().model.endMs);
+  }
+  m_spanMs = spanMs > 0 ? spanMs : end;
   updateGeometry();
   update();
 }
 
 void ServingTimelineWidget::clear() {
-  m_model = {};
+  m_groups.clear();
   m_spanMs = 0;
   updateGeometry();
   update();
+}
+
+const TimelineModel& ServingTimelineWidget::model() const {
+  static const TimelineModel empty;
+  return m_groups.empty() ? empty : m_groups.front().model;
+}
+
+int ServingTimelineWidget::laneCount() const {
+  int n = 0;
+  for (const TimelineGroup& g : m_groups) n += static_cast<int>(g.model.lanes.size());
+  return std::max(1, n);
+}
+
+int ServingTimelineWidget::titledGroups() const {
+  return static_cast<int>(std::count_if(m_groups.begin(), m_groups.end(), [](const TimelineGroup& g) { return !g.title.isEmpty(); }));
 }
 
 QRectF ServingTimelineWidget::plotRect() const {
@@ -96,14 +118,43 @@ QRectF ServingTimelineWidget::plotRect() const {
                 std::max(1, height() - kTopMargin - kAxisHeight));
 }
 
+QRectF ServingTimelineWidget::groupRect(int i) const {
+  const QRectF plot = plotRect();
+  const double titleH = fontMetrics().height() + 2;
+  const double laneH = std::max(1.0, (plot.height() - titleH * titledGroups()) / laneCount());
+  double y = plot.top();
+  for (int g = 0; g < static_cast<int>(m_groups.size()); g++) {
+    if (!m_groups[static_cast<size_t>(g)].title.isEmpty()) y += titleH;
+    const double h = laneH * static_cast<double>(m_groups[static_cast<size_t>(g)].model.lanes.size());
+    if (g == i) return QRectF(plot.left(), y, plot.width(), h);
+    y += h;
+  }
+  return {};
+}
+
 QSize ServingTimelineWidget::minimumSizeHint() const {
-  const int lanes = std::max<int>(1, static_cast<int>(m_model.lanes.size()));
-  return {kLabelWidth + 200, kTopMargin + kAxisHeight + lanes * 10};
+  return {kLabelWidth + 200, kTopMargin + kAxisHeight + titledGroups() * (fontMetrics().height() + 2) + laneCount() * 6};
 }
 
 QSize ServingTimelineWidget::sizeHint() const {
-  const int lanes = std::max<int>(1, static_cast<int>(m_model.lanes.size()));
-  return {kLabelWidth + 700, kTopMargin + kAxisHeight + lanes * kLaneHeight};
+  return {kLabelWidth + 700, kTopMargin + kAxisHeight + titledGroups() * (fontMetrics().height() + 2) + laneCount() * kLaneHeight};
+}
+
+void ServingTimelineWidget::drawGroupLabels(QPainter& p, const TimelineModel& m, const std::vector<LaidOutLane>& lanes) const {
+  QRectF chat, longs;
+  int nChat = 0, nLong = 0;
+  for (size_t i = 0; i < lanes.size(); i++) {
+    (m.lanes[i].isLong ? longs : chat) |= lanes[i].rect;
+    (m.lanes[i].isLong ? nLong : nChat)++;
+  }
+  p.setPen(palette().text().color());
+  auto label = [&](const QRectF& r, const QString& text) {
+    if (r.isEmpty()) return;
+    const QRectF box(2, r.center().y() - fontMetrics().height() / 2.0, kLabelWidth - 6, fontMetrics().height());
+    p.drawText(box, Qt::AlignRight | Qt::AlignVCenter, text);
+  };
+  label(chat, nChat > 1 ? tr("chat 1–%1").arg(nChat) : tr("chat"));
+  label(longs, nLong > 1 ? tr("long 1–%1").arg(nLong) : tr("long"));
 }
 
 void ServingTimelineWidget::paintEvent(QPaintEvent*) {
@@ -111,32 +162,48 @@ void ServingTimelineWidget::paintEvent(QPaintEvent*) {
   const QPalette& pal = palette();
   p.fillRect(rect(), pal.base());
   const QRectF plot = plotRect();
-  if (m_model.lanes.empty()) {
+  if (m_groups.empty()) {
     p.setPen(pal.placeholderText().color());
     p.drawText(rect(), Qt::AlignCenter, tr("Run the benchmark or open a saved run to see its tokens."));
     return;
   }
-  const std::vector<LaidOutLane> lanes = layoutTimeline(m_model, plot, m_spanMs);
   const QColor band(230, 140, 30);
   const QColor stall(200, 30, 50);
-  // The long prefills, faintly across every lane: the chat gaps line up under them.
-  for (const LaidOutLane& l : lanes)
-    for (const QRectF& b : l.bands) p.fillRect(QRectF(b.left(), plot.top(), b.width(), plot.height()), QColor(230, 140, 30, 40));
-  QColor tick = pal.text().color();
-  for (size_t i = 0; i < lanes.size(); i++) {
-    const LaidOutLane& l = lanes[i];
-    const TimelineLane& lane = m_model.lanes[i];
-    if (i % 2 == 1) p.fillRect(l.rect, QColor(128, 128, 128, 18));
-    p.setPen(pal.text().color());
-    p.drawText(QRectF(2, l.rect.top(), kLabelWidth - 6, l.rect.height()), Qt::AlignRight | Qt::AlignVCenter, lane.label);
-    for (const QRectF& b : l.bands) p.fillRect(b, band);
-    if (l.stall.width() > 0) p.fillRect(l.stall, stall);
-    p.setPen(QPen(tick, 1));
-    const double top = l.rect.top() + l.rect.height() * 0.2, bottom = l.rect.bottom() - l.rect.height() * 0.2;
-    for (double x : l.tickX) p.drawLine(QPointF(x, top), QPointF(x, bottom));
+  const QColor tick = pal.text().color();
+  for (int g = 0; g < static_cast<int>(m_groups.size()); g++) {
+    const TimelineGroup& group = m_groups[static_cast<size_t>(g)];
+    const QRectF area = groupRect(g);
+    if (!group.title.isEmpty()) {
+      QFont bold = font();
+      bold.setBold(true);
+      p.setFont(bold);
+      p.setPen(pal.text().color());
+      p.drawText(QRectF(4, area.top() - fontMetrics().height() - 2, width() - 8, fontMetrics().height() + 2),
+                 Qt::AlignLeft | Qt::AlignVCenter, group.title);
+      p.setFont(font());
+    }
+    const std::vector<LaidOutLane> lanes = layoutTimeline(group.model, area, m_spanMs);
+    // The long prefills, faintly across the run's lanes: the chat gaps line up under them.
+    for (const LaidOutLane& l : lanes)
+      for (const QRectF& b : l.bands) p.fillRect(QRectF(b.left(), area.top(), b.width(), area.height()), QColor(230, 140, 30, 40));
+    // Lanes lower than a line of text: one label for the chat lanes, one for the long ones.
+    const bool labelsFit = lanes.empty() || lanes.front().rect.height() >= fontMetrics().height() - 1;
+    if (!labelsFit) drawGroupLabels(p, group.model, lanes);
+    for (size_t i = 0; i < lanes.size(); i++) {
+      const LaidOutLane& l = lanes[i];
+      const TimelineLane& lane = group.model.lanes[i];
+      if (i % 2 == 1) p.fillRect(l.rect, QColor(128, 128, 128, 18));
+      p.setPen(pal.text().color());
+      if (labelsFit) p.drawText(QRectF(2, l.rect.top(), kLabelWidth - 6, l.rect.height()), Qt::AlignRight | Qt::AlignVCenter, lane.label);
+      for (const QRectF& b : l.bands) p.fillRect(b, band);
+      if (l.stall.width() > 0) p.fillRect(l.stall, stall);
+      p.setPen(QPen(tick, 1));
+      const double top = l.rect.top() + l.rect.height() * 0.2, bottom = l.rect.bottom() - l.rect.height() * 0.2;
+      for (double x : l.tickX) p.drawLine(QPointF(x, top), QPointF(x, bottom));
+    }
   }
   // The time axis, in seconds on 1-2-5 steps.
-  const double span = m_spanMs > 0 ? m_spanMs : m_model.endMs;
+  const double span = std::max(m_spanMs, 1.0);
   const NiceScale s = niceScale(0, span / 1000.0, std::max(2, static_cast<int>(plot.width() / 70)));
   p.setPen(pal.text().color());
   p.drawLine(plot.bottomLeft(), plot.bottomRight());

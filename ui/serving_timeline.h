@@ -8,6 +8,8 @@
 #pragma once
 
 #include <QRectF>
+
+class QPainter;
 #include <QString>
 #include <QWidget>
 #include <utility>
@@ -46,16 +48,29 @@ struct LaidOutLane {
 // compare at one scale.
 std::vector<LaidOutLane> layoutTimeline(const TimelineModel& model, const QRectF& plot, double spanMs);
 
+// One run's lanes under its title (the window shows every run, one above
+// the other, or one of them).
+struct TimelineGroup {
+  QString title;  // empty: no title line
+  TimelineModel model;
+};
+
 class ServingTimelineWidget : public QWidget {
   Q_OBJECT
  public:
   explicit ServingTimelineWidget(QWidget* parent = nullptr);
   // spanMs: the time axis's end (the longest of the runs compared); 0: this row's end.
   void setRow(const ServingRow& row, double spanMs);
+  // Several runs one above the other, each under its title, on one time axis.
+  void setRows(const std::vector<std::pair<QString, const ServingRow*>>& rows, double spanMs);
   void clear();
-  const TimelineModel& model() const { return m_model; }
+  int groupCount() const { return static_cast<int>(m_groups.size()); }
+  const TimelineGroup& group(int i) const { return m_groups.at(static_cast<size_t>(i)); }
+  const TimelineModel& model() const;  // the first group's (empty when none)
   // The plot area inside the widget (after the lane labels and the axis).
   QRectF plotRect() const;
+  // Group i's lanes' area inside plotRect() (below its title line).
+  QRectF groupRect(int i) const;
   double spanMs() const { return m_spanMs; }
   QSize sizeHint() const override;
   QSize minimumSizeHint() const override;
@@ -64,7 +79,11 @@ class ServingTimelineWidget : public QWidget {
   void paintEvent(QPaintEvent* e) override;
 
  private:
-  TimelineModel m_model;
+  int laneCount() const;
+  void drawGroupLabels(QPainter& p, const TimelineModel& m, const std::vector<LaidOutLane>& lanes) const;
+  int titledGroups() const;
+
+  std::vector<TimelineGroup> m_groups;
   double m_spanMs = 0;
 };
 
