@@ -193,6 +193,9 @@ class TestGuiServingLab : public QObject {
     QCOMPARE(a[a.indexOf(QStringLiteral("--long-prompt")) + 1], QStringLiteral("1500"));
     QCOMPARE(a[a.indexOf(QStringLiteral("-t")) + 1], QStringLiteral("2"));
     QVERIFY(a.contains(QStringLiteral("--json")) && a.contains(QStringLiteral("--progress-json")));
+    QVERIFY(!a.contains(QStringLiteral("--no-baseline")));
+    r.baseline = false;
+    QVERIFY(ServingProcess::arguments(r).contains(QStringLiteral("--no-baseline")));
   }
 
   void timeline_lays_out_the_stall() {
@@ -224,6 +227,10 @@ class TestGuiServingLab : public QObject {
       QVERIFY(stall.width() > 0.8 * band.width());
       QVERIFY(stall.left() < band.right() && stall.right() > band.left());
     }
+    // Each chat lane marks its two requests' arrivals; the long lane its one.
+    QCOMPARE(pfLanes[0].arrivalX.size(), size_t(2));
+    QCOMPARE(pfLanes[4].arrivalX.size(), size_t(1));
+    QCOMPARE(pfLanes[4].arrivalX[0], pfLanes[4].bands[0].left());
     // Ticks are token times on that scale.
     QCOMPARE(pfLanes[0].tickX.front(), plot.left() + pf.lanes[0].ticksMs.front() / span * plot.width());
     // The widget draws that layout in its plot area.

@@ -204,7 +204,8 @@ QWidget* ServingLabWindow::buildTimelineTab() {
   connect(m_policy, &QComboBox::currentIndexChanged, this, &ServingLabWindow::showTimeline);
   top->addWidget(m_policy);
   auto* legend = new QLabel(tr("a tick per token · <span style='color:#e68c1e'>■</span> long prompt's prefill "
-                               "(arrival → first token) · <span style='color:#c81e32'>■</span> a chat stream's longest gap"));
+                               "(arrival → first token) · <span style='color:#c81e32'>■</span> a chat stream's longest gap · "
+                               "<span style='color:#286edc'>▮</span> a request arrives"));
   legend->setWordWrap(true);
   top->addWidget(legend, 1);
   col->addLayout(top);

@@ -50,7 +50,7 @@ QStringList ServingProcess::arguments(const ServingRequest& r) {
   if (r.durationS > 0) a << QStringLiteral("--duration") << number(r.durationS);
   a << QStringLiteral("--ttft-target") << number(r.ttftTargetMs);
   a << QStringLiteral("--itl-target") << number(r.itlTargetMs);
-  if (r.baseline) a << QStringLiteral("--baseline");
+  if (!r.baseline) a << QStringLiteral("--no-baseline");  // the CLI runs the baseline unless told not to
   a << QStringLiteral("--json") << QStringLiteral("--progress-json");
   return a;
 }

@@ -62,6 +62,7 @@ std::vector<LaidOutLane> layoutTimeline(const TimelineModel& model, const QRectF
     l.rect = QRectF(plot.left(), plot.top() + laneH * static_cast<double>(i), plot.width(), laneH);
     l.tickX.reserve(lane.ticksMs.size());
     for (double t : lane.ticksMs) l.tickX.push_back(x(t));
+    for (double t : lane.requestStartsMs) l.arrivalX.push_back(x(t));
     for (const auto& [from, to] : lane.prefillMs)
       l.bands.emplace_back(QPointF(x(from), l.rect.top() + laneH * 0.15), QPointF(x(to), l.rect.bottom() - laneH * 0.15));
     if (lane.stallToMs > lane.stallFromMs)
@@ -169,6 +170,7 @@ void ServingTimelineWidget::paintEvent(QPaintEvent*) {
   }
   const QColor band(230, 140, 30);
   const QColor stall(200, 30, 50);
+  const QColor arrival(40, 110, 220);
   const QColor tick = pal.text().color();
   for (int g = 0; g < static_cast<int>(m_groups.size()); g++) {
     const TimelineGroup& group = m_groups[static_cast<size_t>(g)];
@@ -200,6 +202,10 @@ void ServingTimelineWidget::paintEvent(QPaintEvent*) {
       p.setPen(QPen(tick, 1));
       const double top = l.rect.top() + l.rect.height() * 0.2, bottom = l.rect.bottom() - l.rect.height() * 0.2;
       for (double x : l.tickX) p.drawLine(QPointF(x, top), QPointF(x, bottom));
+      // A request's arrival: a small blue mark below its lane's ticks (the
+      // space to its first token is that request's TTFT, not a stall).
+      p.setPen(QPen(arrival, 2));
+      for (double x : l.arrivalX) p.drawLine(QPointF(x, bottom), QPointF(x, l.rect.bottom()));
     }
   }
   // The time axis, in seconds on 1-2-5 steps.

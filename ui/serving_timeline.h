@@ -39,6 +39,7 @@ TimelineModel timelineModel(const ServingRow& row);
 struct LaidOutLane {
   QRectF rect;                 // the lane's strip
   std::vector<double> tickX;   // a tick per token
+  std::vector<double> arrivalX;  // each request's arrival
   std::vector<QRectF> bands;   // prefill bands (long lanes)
   QRectF stall;                // the largest gap (chat lanes; empty when none)
 };
