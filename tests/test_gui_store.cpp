@@ -471,7 +471,7 @@ class TestGuiStore : public QObject {
     {
       ConversationStore s;
       QVERIFY(s.open(path));
-      QCOMPARE(s.schemaVersion(), 4);
+      QVERIFY(s.schemaVersion() >= 4);
       first = s.saveCompareRun(QStringLiteral("run one"), "{\"chunks\":8}", "[{\"name\":\"a\",\"tg128\":1}]");
       second = s.saveCompareRun(QStringLiteral("run two"), "{}", "[]");
       QVERIFY(first > 0 && second > first);
@@ -499,6 +499,58 @@ class TestGuiStore : public QObject {
     ConversationStore damaged;
     QVERIFY(!damaged.open(path));
     QVERIFY2(damaged.lastError().contains(QLatin1String("compare_runs")), qPrintable(damaged.lastError()));
+  }
+
+  // Serving lab runs (schema 5): saved apart from Compare's, listed newest
+  // first, deleted; a version-4 file gains the table and keeps its Compare
+  // runs; a version-5 file without it is damaged.
+  void serving_runs_round_trip() {
+    const QString path = freshPath();
+    {
+      ConversationStore s;
+      QVERIFY(s.open(path));
+      QCOMPARE(s.schemaVersion(), 5);
+      QVERIFY(s.saveCompareRun(QStringLiteral("compare"), "{}", "[]") > 0);
+      const qint64 a = s.saveServingRun(QStringLiteral("lab one"), "{\"streams\":4}", "{\"rows\":[]}");
+      const qint64 b = s.saveServingRun(QStringLiteral("lab two"), "{}", "{}");
+      QVERIFY(a > 0 && b > a);
+      QCOMPARE(s.servingRuns().size(), 2);
+      QCOMPARE(s.servingRuns()[0].id, b);
+      QCOMPARE(s.servingRuns()[1].options, QByteArray("{\"streams\":4}"));
+      QCOMPARE(s.compareRuns().size(), 1);  // apart
+      QVERIFY(s.deleteServingRun(a));
+      QVERIFY(!s.deleteServingRun(a));
+      QCOMPARE(s.servingRuns().size(), 1);
+    }
+    // Back to what PhaseLab with schema 4 wrote.
+    {
+      QSqlDatabase db = QSqlDatabase::addDatabase(QStringLiteral("QSQLITE"), QStringLiteral("to_v4"));
+      db.setDatabaseName(path);
+      QVERIFY(db.open());
+      QVERIFY(QSqlQuery(db).exec(QStringLiteral("DROP TABLE serving_runs")));
+      QVERIFY(QSqlQuery(db).exec(QStringLiteral("UPDATE schema_version SET version = 4")));
+      db.close();
+    }
+    QSqlDatabase::removeDatabase(QStringLiteral("to_v4"));
+    {
+      ConversationStore s;
+      QVERIFY2(s.open(path), qPrintable(s.lastError()));
+      QCOMPARE(s.schemaVersion(), 5);
+      QCOMPARE(s.compareRuns().size(), 1);
+      QCOMPARE(s.servingRuns().size(), 0);
+      QVERIFY(s.saveServingRun(QStringLiteral("after upgrade"), "{}", "{}") > 0);
+    }
+    {
+      QSqlDatabase db = QSqlDatabase::addDatabase(QStringLiteral("QSQLITE"), QStringLiteral("drop_serving"));
+      db.setDatabaseName(path);
+      QVERIFY(db.open());
+      QVERIFY(QSqlQuery(db).exec(QStringLiteral("DROP TABLE serving_runs")));
+      db.close();
+    }
+    QSqlDatabase::removeDatabase(QStringLiteral("drop_serving"));
+    ConversationStore damaged;
+    QVERIFY(!damaged.open(path));
+    QVERIFY2(damaged.lastError().contains(QLatin1String("serving_runs")), qPrintable(damaged.lastError()));
   }
 };
 

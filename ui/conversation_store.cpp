@@ -51,6 +51,14 @@ const char* const kMigrations[] = {
     "  title TEXT NOT NULL,"
     "  options TEXT NOT NULL,"
     "  rows TEXT NOT NULL);",
+    // 4 -> 5: saved runs of the Serving lab (rows: the result of
+    // phaselab-cli bench --serving --json, serving_result.h).
+    "CREATE TABLE serving_runs ("
+    "  id INTEGER PRIMARY KEY,"
+    "  created_at INTEGER NOT NULL,"
+    "  title TEXT NOT NULL,"
+    "  options TEXT NOT NULL,"
+    "  rows TEXT NOT NULL);",
 };
 static_assert(std::size(kMigrations) == ConversationStore::kSchemaVersion);
 
@@ -200,7 +208,8 @@ bool ConversationStore::checkBeforeWriting(bool existing) {
                       .arg(kSchemaVersion);
     return false;
   }
-  for (const auto& [since, table] : {std::pair{1, "conversations"}, std::pair{1, "messages"}, std::pair{4, "compare_runs"}})
+  for (const auto& [since, table] : {std::pair{1, "conversations"}, std::pair{1, "messages"}, std::pair{4, "compare_runs"},
+                                  std::pair{5, "serving_runs"}})
     if (version >= since && !hasTable(table)) {
       m_lastError = QStringLiteral("the database is damaged: its table '%1' is missing").arg(QString::fromLatin1(table));
       return false;
@@ -576,9 +585,12 @@ bool ConversationStore::deleteMessagesAfter(qint64 conversationId, qint64 id) {
   return q.exec();
 }
 
-qint64 ConversationStore::saveCompareRun(const QString& title, const QByteArray& options, const QByteArray& rows) {
+// The Compare window's and the Serving lab's saved runs share one shape:
+// title, options and rows as JSON, in a table of their own.
+qint64 ConversationStore::saveRun(const char* table, const QString& title, const QByteArray& options,
+                                  const QByteArray& rows) {
   QSqlQuery q(QSqlDatabase::database(m_connection));
-  q.prepare(QStringLiteral("INSERT INTO compare_runs (created_at, title, options, rows) VALUES (?, ?, ?, ?)"));
+  q.prepare(QStringLiteral("INSERT INTO %1 (created_at, title, options, rows) VALUES (?, ?, ?, ?)").arg(QLatin1String(table)));
   q.addBindValue(nowMs());
   q.addBindValue(title);
   q.addBindValue(QString::fromUtf8(options));
@@ -590,10 +602,11 @@ qint64 ConversationStore::saveCompareRun(const QString& title, const QByteArray&
   return q.lastInsertId().toLongLong();
 }
 
-QList<CompareRunRecord> ConversationStore::compareRuns() const {
+QList<CompareRunRecord> ConversationStore::runs(const char* table) const {
   QList<CompareRunRecord> out;
   QSqlQuery q(QSqlDatabase::database(m_connection));
-  if (!q.exec(QStringLiteral("SELECT id, created_at, title, options, rows FROM compare_runs ORDER BY id DESC"))) return out;
+  if (!q.exec(QStringLiteral("SELECT id, created_at, title, options, rows FROM %1 ORDER BY id DESC").arg(QLatin1String(table))))
+    return out;
   while (q.next()) {
     CompareRunRecord r;
     r.id = q.value(0).toLongLong();
@@ -606,9 +619,9 @@ QList<CompareRunRecord> ConversationStore::compareRuns() const {
   return out;
 }
 
-bool ConversationStore::deleteCompareRun(qint64 id) {
+bool ConversationStore::deleteRun(const char* table, qint64 id) {
   QSqlQuery q(QSqlDatabase::database(m_connection));
-  q.prepare(QStringLiteral("DELETE FROM compare_runs WHERE id = ?"));
+  q.prepare(QStringLiteral("DELETE FROM %1 WHERE id = ?").arg(QLatin1String(table)));
   q.addBindValue(id);
   if (!q.exec()) {
     m_lastError = q.lastError().text();
@@ -616,5 +629,17 @@ bool ConversationStore::deleteCompareRun(qint64 id) {
   }
   return q.numRowsAffected() > 0;
 }
+
+qint64 ConversationStore::saveCompareRun(const QString& title, const QByteArray& options, const QByteArray& rows) {
+  return saveRun("compare_runs", title, options, rows);
+}
+QList<CompareRunRecord> ConversationStore::compareRuns() const { return runs("compare_runs"); }
+bool ConversationStore::deleteCompareRun(qint64 id) { return deleteRun("compare_runs", id); }
+
+qint64 ConversationStore::saveServingRun(const QString& title, const QByteArray& options, const QByteArray& result) {
+  return saveRun("serving_runs", title, options, result);
+}
+QList<ServingRunRecord> ConversationStore::servingRuns() const { return runs("serving_runs"); }
+bool ConversationStore::deleteServingRun(qint64 id) { return deleteRun("serving_runs", id); }
 
 }  // namespace phaselab::ui

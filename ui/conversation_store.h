@@ -46,6 +46,10 @@ struct CompareRunRecord {
   QByteArray rows;     // phaselab::compare_rows_json()
 };
 
+// A saved run of the Serving lab: its inputs (options) and the result of
+// phaselab-cli bench --serving --json (rows).
+using ServingRunRecord = CompareRunRecord;
+
 struct MessageRecord {
   qint64 id = 0;
   qint64 conversationId = 0;
@@ -59,7 +63,7 @@ struct MessageRecord {
 class ConversationStore : public QObject {
   Q_OBJECT
  public:
-  static constexpr int kSchemaVersion = 4;
+  static constexpr int kSchemaVersion = 5;
 
   explicit ConversationStore(QObject* parent = nullptr);
   ~ConversationStore() override;
@@ -110,6 +114,10 @@ class ConversationStore : public QObject {
   qint64 saveCompareRun(const QString& title, const QByteArray& options, const QByteArray& rows);
   QList<CompareRunRecord> compareRuns() const;
   bool deleteCompareRun(qint64 id);
+  // Serving lab runs, newest first.
+  qint64 saveServingRun(const QString& title, const QByteArray& options, const QByteArray& result);
+  QList<ServingRunRecord> servingRuns() const;
+  bool deleteServingRun(qint64 id);
 
   // Whole conversations written at once (import): all of them or, on any
   // failure, none (one transaction). record.createdAt is kept when valid;
@@ -126,6 +134,10 @@ class ConversationStore : public QObject {
   bool openConnection(const QString& path);
   bool checkBeforeWriting(bool existing);
   bool exec(const QString& sql);
+  // table: compare_runs or serving_runs.
+  qint64 saveRun(const char* table, const QString& title, const QByteArray& options, const QByteArray& rows);
+  QList<CompareRunRecord> runs(const char* table) const;
+  bool deleteRun(const char* table, qint64 id);
   bool migrate();
   void touchConversation(qint64 id);
 

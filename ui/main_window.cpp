@@ -22,6 +22,8 @@
 #include "conversation_list.h"
 #include "engine_controller.h"
 #include "metrics_dock.h"
+#include "serving_inputs.h"
+#include "serving_lab_window.h"
 #include "status_bar_labels.h"
 #include "welcome_page.h"
 
@@ -196,6 +198,14 @@ CompareWindow* MainWindow::compareWindow() {
   if (m_compare->variantCount() == 0 && m_engine->hasModel() && !m_engine->modelInfo().remote)
     m_compare->addModel(m_engine->modelInfo().path);
   return m_compare;
+}
+
+ServingLabWindow* MainWindow::servingLabWindow() {
+  if (!m_servingLab) m_servingLab = new ServingLabWindow(&m_store, this);
+  // A model is loaded: the lab serves it unless another was chosen.
+  if (m_servingLab->inputs()->model().isEmpty() && m_engine->hasModel() && !m_engine->modelInfo().remote)
+    m_servingLab->inputs()->setModel(m_engine->modelInfo().path);
+  return m_servingLab;
 }
 
 void MainWindow::onBusyChanged(bool busy) {

@@ -26,6 +26,7 @@ class ConversationList;
 class MetricsDock;
 class WelcomePage;
 class CompareWindow;
+class ServingLabWindow;
 class Banner;
 class ChatToolbar;
 class StatusBarLabels;
@@ -82,6 +83,8 @@ class MainWindow : public QMainWindow {
   bool isNarrowLayout() const { return m_narrow; }
   // The Compare window (File > Compare Models), made on first use.
   CompareWindow* compareWindow();
+  // The Serving lab (File > Serving Lab), made on first use.
+  ServingLabWindow* servingLabWindow();
   // The machine's CPU peaks, newly measured (the probe, or a batch sweep
   // with one thread per physical core): stored as the one cached figure the
   // batch sweep also uses, and shown by the phase meter (unless it shows a
@@ -193,6 +196,7 @@ class MainWindow : public QMainWindow {
   bool m_probeWaiting = false;  // it waits for the engine to be idle
   bool m_probeRetryConnected = false;
   CompareWindow* m_compare = nullptr;
+  ServingLabWindow* m_servingLab = nullptr;
   bool m_baseModelNoteDismissed = false;
 };
 

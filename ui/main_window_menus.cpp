@@ -18,6 +18,7 @@
 #include "main_window.h"
 #include "metrics_dock.h"
 #include "phaselab/log.h"
+#include "serving_lab_window.h"
 
 namespace phaselab::ui {
 
@@ -56,6 +57,15 @@ void MainWindow::createFileMenu() {
   compare->setObjectName(QStringLiteral("compareAction"));
   compare->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_K));
   compare->setToolTip(tr("Models and quantizations side by side: speed, memory, perplexity, KL divergence"));
+  QAction* lab = file->addAction(tr("&Serving Lab…"), this, [this] {
+    servingLabWindow()->show();
+    servingLabWindow()->raise();
+    servingLabWindow()->activateWindow();
+  });
+  lab->setObjectName(QStringLiteral("servingLabAction"));
+  lab->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_L));
+  lab->setToolTip(tr("Chat streams and a long prompt served under prefill-first, chunked and disaggregated "
+                     "scheduling: the stall, TTFT, ITL and goodput"));
   file->addSeparator();
   QToolBar* mainBar = addToolBar(tr("Main"));
   mainBar->setObjectName(QStringLiteral("mainToolbar"));
@@ -64,6 +74,7 @@ void MainWindow::createFileMenu() {
   mainBar->addAction(open);
   mainBar->addAction(models);
   mainBar->addAction(compare);
+  mainBar->addAction(lab);
   QAction* quit = file->addAction(tr("&Quit"), this, &QWidget::close);
   quit->setShortcut(QKeySequence::Quit);
 }
