@@ -1018,6 +1018,39 @@ class TestBatch : public QObject {
     QCOMPARE((*s)->pool().n_used(), 0);
   }
 
+  // A short prompt that arrives while a long one is being prefilled is
+  // computed whole in the next pass (shortest work first), not after the
+  // long prompt's last chunk; the long one still progresses.
+  void a_short_prompt_goes_before_a_long_prefill() {
+    auto m = load(model_path("stories260K"));
+    const int V = m->config().n_vocab;
+    SchedulerOptions so;
+    so.n_ctx = 256;
+    so.kv_positions = 1024;
+    so.token_budget = 16;
+    auto s = Scheduler::create(m, backend(m, Kind::fast), so);
+    QVERIFY(s.is_ok());
+    Scheduler& sch = **s;
+    int long_tokens = 0, short_tokens = 0;
+    BatchRequest a;
+    a.prompt = prompt_of(150, 1, V);
+    a.options = greedy(4);
+    a.on_token = [&](const TokenEvent&) { long_tokens++; };
+    QVERIFY(sch.submit(std::move(a)).is_ok());
+    for (int i = 0; i < 2; i++) QVERIFY(sch.step());
+    BatchRequest b;
+    b.prompt = prompt_of(6, 2, V);
+    b.options = greedy(4);
+    b.on_token = [&](const TokenEvent&) { short_tokens++; };
+    QVERIFY(sch.submit(std::move(b)).is_ok());
+    QVERIFY(sch.step());
+    QCOMPARE(short_tokens, 1);                    // whole in this pass
+    QCOMPARE(sch.stats().last_batch_tokens, 16);  // and the long prompt took the rest
+    QCOMPARE(long_tokens, 0);
+    QVERIFY(sch.run());
+    QCOMPARE(long_tokens, 4);
+  }
+
   void a_long_prompt_does_not_stall_running_decodes() {
     auto m = load(model_path("stories260K"));
     const int V = m->config().n_vocab;

@@ -158,7 +158,7 @@ class EngineLoop {
   // step_planner.cpp: fills chunks_ for this pass.
   void plan();
   void plan_running(int pass, int* budget);
-  void admit(int* budget);
+  void admit(int* budget, bool whole_only);  // whole_only: only prompts this pass computes whole
   bool add_chunk(Sequence& s, int n, int* budget);
   bool add_verify_chunk(Sequence& s, int* budget);
   void preempt(std::unique_ptr<Sequence> s);

@@ -14,6 +14,10 @@
 // 3. Waiting sequences are admitted in arrival order while the budget, the
 //    sequence limit and the pool allow; each reuses what the pool has
 //    published of its tokens (a shared system prompt, an earlier turn).
+//    Before the chunks of step 2, waiting prompts that the pass can compute
+//    whole are admitted first (shortest remaining work first): a short chat
+//    prompt arriving while a long document is being prefilled gets its
+//    first token in the next pass instead of after the whole document.
 #include <algorithm>
 #include <string>
 
@@ -34,8 +38,9 @@ void EngineLoop::plan() {
     hold_decodes = hold_decodes || (!waiting_.empty() && n_running() < opt_.max_seqs);
   }
   if (!hold_decodes) plan_running(0, &budget);
+  admit(&budget, /*whole_only=*/true);
   plan_running(1, &budget);
-  admit(&budget);
+  admit(&budget, /*whole_only=*/false);
   // Held decodes run when no prompt could take the pass (the pool is out of
   // blocks for them): better than a pass of nothing.
   if (hold_decodes && chunks_.empty()) plan_running(0, &budget);
@@ -46,7 +51,9 @@ void EngineLoop::plan() {
 void EngineLoop::plan_running(int pass, int* budget) {
   for (size_t i = 0; i < running_.size() && *budget > 0;) {
     Sequence& s = *running_[i];
-    if ((s.remaining() == 1) != (pass == 0)) {
+    // Pass 1 skips the prompts admitted whole before it (already in the pass).
+    if ((s.remaining() == 1) != (pass == 0) ||
+        (pass == 1 && std::find(chunk_seq_.begin(), chunk_seq_.end(), &s) != chunk_seq_.end())) {
       i++;
       continue;
     }
@@ -80,9 +87,9 @@ void EngineLoop::plan_running(int pass, int* budget) {
   }
 }
 
-void EngineLoop::admit(int* budget) {
-  while (*budget > 0 && !waiting_.empty() && n_running() < opt_.max_seqs) {
-    Sequence& s = *waiting_.front();
+void EngineLoop::admit(int* budget, bool whole_only) {
+  for (size_t w = 0; *budget > 0 && w < waiting_.size() && n_running() < opt_.max_seqs;) {
+    Sequence& s = *waiting_[w];
     if (!s.kv) {
       s.own_kv = KvCache::create_in(pool_, opt_.n_ctx);
       s.kv = s.own_kv.get();
@@ -96,23 +103,31 @@ void EngineLoop::admit(int* budget) {
       reuse = s.kv->reuse_prefix(s.tokens.data(), static_cast<int>(s.tokens.size()) - 1);
     else
       s.kv->truncate(0);
-    if (s.preemptions == 0) s.res.metrics.n_reused = reuse;  // its first admission
-    const int n = std::min(s.remaining(), *budget);
-    if (!add_chunk(s, n, budget)) {
+    auto give_back = [&] {
       if (s.own_kv) {
         s.own_kv.reset();
         s.kv = nullptr;
       }
+    };
+    if (whole_only && s.remaining() > *budget) {  // not whole in this pass: after the running prompts' chunks
+      give_back();
+      w++;
+      continue;
+    }
+    if (s.preemptions == 0) s.res.metrics.n_reused = reuse;  // its first admission
+    const int n = std::min(s.remaining(), *budget);
+    if (!add_chunk(s, n, budget)) {
+      give_back();
       if (running_.empty() && chunks_.empty()) {
-        auto self = std::move(waiting_.front());
-        waiting_.pop_front();
+        auto self = std::move(waiting_[w]);
+        waiting_.erase(waiting_.begin() + static_cast<long>(w));
         end_for_kv_full(std::move(self), "this prompt: raise the KV pool size");
         continue;
       }
       break;  // room comes back as running sequences finish
     }
-    running_.push_back(std::move(waiting_.front()));
-    waiting_.pop_front();
+    running_.push_back(std::move(waiting_[w]));
+    waiting_.erase(waiting_.begin() + static_cast<long>(w));
   }
 }
 
