@@ -742,7 +742,10 @@ class TestCuda : public QObject {
       QVERIFY(id.is_ok());
       prompts[*id] = prompt;
     }
-    QVERIFY((*s)->run());
+    {
+      const Status ran = (*s)->run();
+      QVERIFY2(ran.is_ok(), ran.message().c_str());
+    }
     auto out = (*s)->take_finished();
     QCOMPARE(out.size(), size_t(3));
     QCOMPARE((*s)->stats().kv_transfer.transfers, uint64_t(3));

@@ -6,7 +6,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cmath>
+#include <thread>
 #include <vector>
 
 #include "cuda_emu/cuda_emu.h"
@@ -76,6 +78,10 @@ void misaligned_kernel(const float* x, float* out) {
 void add_from_device_kernel(float* x, const int* by) { x[0] += static_cast<float>(*by); }
 void add_value_kernel(float* x, int by) { x[0] += static_cast<float>(by); }
 void read_kernel(const float* x, float* out, int i) { out[0] = x[i]; }
+void index_kernel(int* out, int add) {
+  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  out[i] = i + add;
+}
 
 // Runs body in a child process (a fault is sticky, or kills the process)
 // and returns the child's wait status; body's return value is its exit code.
@@ -303,6 +309,83 @@ class TestCudaEmuChecks : public QObject {
     cudaFree(x);
     cudaFree(by);
     cudaStreamDestroy(s);
+  }
+
+  // Two host threads, each with a stream of its own (the disaggregated
+  // policy's prefill and decode workers on two CUDA backends): their grids
+  // take turns at the emulator's worker threads, and a thread-local capture
+  // on one stream forbids nothing to the other thread. (The emulator once
+  // let two grids share its workers and hung.)
+  void host_threads_launch_on_their_own_streams() {
+    constexpr int kBlocks = 64, kThreads = 64, kN = kBlocks * kThreads;
+    std::atomic<int> wrong{0};
+    auto worker = [&](bool capture, int rounds) {
+      cudaStream_t s = nullptr;
+      int* d = nullptr;
+      if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess ||
+          cudaMalloc(reinterpret_cast<void**>(&d), kN * sizeof(int)) != cudaSuccess) {
+        wrong++;
+        return;
+      }
+      std::vector<int> back(kN);
+      for (int r = 0; r < rounds; r++) {
+        if (capture) {  // a graph captured, replayed, then checked
+          cudaGraph_t g = nullptr;
+          cudaGraphExec_t exec = nullptr;
+          if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) != cudaSuccess) wrong++;
+          launcher("index_kernel", index_kernel, kBlocks, kThreads, 0, s)(d, r);
+          std::this_thread::yield();  // let the other thread synchronise during the capture
+          if (cudaStreamEndCapture(s, &g) != cudaSuccess || cudaGraphInstantiate(&exec, g, 0) != cudaSuccess ||
+              cudaGraphLaunch(exec, s) != cudaSuccess) {
+            wrong++;
+            break;
+          }
+          cudaGraphExecDestroy(exec);
+          cudaGraphDestroy(g);
+        } else {
+          launcher("index_kernel", index_kernel, kBlocks, kThreads, 0, s)(d, r);
+        }
+        if (cudaMemcpyAsync(back.data(), d, kN * sizeof(int), cudaMemcpyDeviceToHost, s) != cudaSuccess ||
+            cudaStreamSynchronize(s) != cudaSuccess)
+          wrong++;
+        for (int i = 0; i < kN; i++) wrong += back[i] != i + r;
+      }
+      cudaFree(d);
+      cudaStreamDestroy(s);
+    };
+    std::thread a(worker, false, 300), b(worker, true, 300);
+    a.join();
+    b.join();
+    QCOMPARE(wrong.load(), 0);
+    QCOMPARE(cudaGetLastError(), cudaSuccess);
+
+    // A global-mode capture forbids the other thread's synchronisation, and
+    // is invalidated by it; a thread-local one does not.
+    for (const cudaStreamCaptureMode mode : {cudaStreamCaptureModeGlobal, cudaStreamCaptureModeThreadLocal}) {
+      cudaStream_t s = nullptr, other = nullptr;
+      float* x = nullptr;
+      QCOMPARE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+      QCOMPARE(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking), cudaSuccess);
+      QCOMPARE(cudaMalloc(reinterpret_cast<void**>(&x), sizeof(float)), cudaSuccess);
+      QCOMPARE(cudaStreamBeginCapture(s, mode), cudaSuccess);
+      launcher("add_value_kernel", add_value_kernel, 1, 1, 0, s)(x, 1);
+      cudaError_t synced = cudaSuccess;
+      std::thread([&] { synced = cudaStreamSynchronize(other); }).join();
+      cudaGraph_t g = nullptr;
+      const cudaError_t ended = cudaStreamEndCapture(s, &g);
+      if (mode == cudaStreamCaptureModeGlobal) {
+        QCOMPARE(synced, cudaErrorStreamCaptureUnsupported);
+        QCOMPARE(ended, cudaErrorStreamCaptureInvalidated);
+      } else {
+        QCOMPARE(synced, cudaSuccess);
+        QCOMPARE(ended, cudaSuccess);
+        cudaGraphDestroy(g);
+      }
+      (void)cudaGetLastError();
+      cudaFree(x);
+      cudaStreamDestroy(s);
+      cudaStreamDestroy(other);
+    }
   }
 
   // cublasGemmEx against its column-major definition, for each transpose.

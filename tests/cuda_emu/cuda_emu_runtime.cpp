@@ -51,6 +51,8 @@ struct CUstream_st {
   bool non_blocking = false;
   bool capturing = false;
   bool capture_broken = false;
+  cudaStreamCaptureMode capture_mode = cudaStreamCaptureModeGlobal;
+  std::thread::id capture_thread;  // who began the capture
   std::vector<Op> captured;
 };
 struct CUgraph_st {
@@ -73,8 +75,16 @@ namespace {
 
 // ---- errors ------------------------------------------------------------------
 
-cudaError_t g_last = cudaSuccess;    // cleared by cudaGetLastError
+thread_local cudaError_t g_last = cudaSuccess;  // per host thread, as on a GPU; cleared by cudaGetLastError
 std::atomic<cudaError_t> g_sticky{cudaSuccess};  // a fault in device work: every later call reports it
+
+// One host thread in the emulated runtime at a time: its streams, allocations
+// and captures are plain containers, and a grid's blocks take all the worker
+// threads. Host threads of their own (a prefill worker beside the decode
+// loop, each with its backend and stream) take turns at every API call; the
+// blocks of a grid, run by the workers, never call the API.
+std::recursive_mutex g_api_mu;
+#define EMU_API_LOCK std::lock_guard<std::recursive_mutex> emu_api_lock(::phaselab::emu::g_api_mu)
 
 void say(const std::string& m) { std::fprintf(stderr, "phaselab CUDA emulator: %s\n", m.c_str()); }
 
@@ -202,14 +212,23 @@ void flush_all() {
   for (CUstream_st* s : g_streams) run_ops(*s);
 }
 
-bool capture_active() {
-  return std::any_of(g_streams.begin(), g_streams.end(), [](const CUstream_st* s) { return s->capturing; });
+// Whether s's capture forbids the calling thread the calls that could
+// synchronise with it: a global capture forbids every thread, a thread-local
+// one only the thread that began it, a relaxed one none.
+bool capture_forbids_me(const CUstream_st* s) {
+  if (!s->capturing) return false;
+  switch (s->capture_mode) {
+    case cudaStreamCaptureModeGlobal: return true;
+    case cudaStreamCaptureModeThreadLocal: return s->capture_thread == std::this_thread::get_id();
+    default: return false;
+  }
 }
+bool capture_active() { return std::any_of(g_streams.begin(), g_streams.end(), capture_forbids_me); }
 // A call that is not allowed while a stream captures: the capture is
 // invalidated (cudaStreamEndCapture fails), as on a GPU.
 cudaError_t refuse_during_capture(const char* api) {
   for (CUstream_st* s : g_streams)
-    if (s->capturing) s->capture_broken = true;
+    if (capture_forbids_me(s)) s->capture_broken = true;
   return api_error(cudaErrorStreamCaptureUnsupported, std::string(api) + " while a stream is being captured");
 }
 
@@ -474,7 +493,10 @@ class Workers {
   // 0 in a forked child, which has none of the threads.
   int count() const { return getpid() == pid_ ? static_cast<int>(threads_.size()) : 0; }
   // Runs job on every worker and on the calling thread; returns when all are done.
+  // One grid at a time: host threads that launch on streams of their own
+  // (two backends, say) take turns, as the workers hold one job.
   void run(const std::function<void()>& job) {
+    std::lock_guard<std::mutex> one_grid(run_mu_);
     {
       std::lock_guard<std::mutex> lock(mu_);
       job_ = &job;
@@ -511,6 +533,7 @@ class Workers {
   }
   const pid_t pid_ = getpid();
   std::vector<std::thread> threads_;
+  std::mutex run_mu_;  // held by the host thread whose grid the workers run
   std::mutex mu_;
   std::condition_variable cv_, done_cv_;
   const std::function<void()>* job_ = nullptr;
@@ -562,6 +585,7 @@ uint64_t shfl_xor_bits(unsigned mask, uint64_t bits, int lane_mask, int width) {
 void* dynamic_shared() { return t_block ? t_block->smem : nullptr; }
 
 bool device_accessible(const void* p, size_t bytes) {
+  EMU_API_LOCK;
   uintptr_t start = 0;
   const Allocation* a = find_alloc(p, &start);
   return a && reinterpret_cast<uintptr_t>(p) + bytes <= start + a->size;
@@ -575,6 +599,7 @@ void bad_pointer_argument(const char* name, int index, const void* p) {
 }
 
 void launch_grid(const char* name, dim3 grid, dim3 block, size_t smem, cudaStream_t s, std::function<void()> body) {
+  EMU_API_LOCK;
   const uint64_t threads = static_cast<uint64_t>(block.x) * block.y * block.z;
   if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.x > static_cast<unsigned>(INT_MAX) || grid.y > 65535 ||
       grid.z > 65535 || threads == 0 || threads > 1024 || block.z > 64) {
@@ -599,6 +624,7 @@ void launch_grid(const char* name, dim3 grid, dim3 block, size_t smem, cudaStrea
 using namespace phaselab::emu;
 
 cudaError_t cudaGetLastError() {
+  EMU_API_LOCK;
   const cudaError_t e = g_sticky != cudaSuccess ? g_sticky.load() : g_last;
   g_last = cudaSuccess;
   return e;
@@ -645,20 +671,24 @@ const char* cudaGetErrorString(cudaError_t e) {
 }
 
 cudaError_t cudaGetDeviceCount(int* count) {
+  EMU_API_LOCK;
   if (!count) return api_error(cudaErrorInvalidValue, "cudaGetDeviceCount: null pointer");
   *count = 1;
   return cudaSuccess;
 }
 cudaError_t cudaSetDevice(int device) {
+  EMU_API_LOCK;
   return device == 0 ? cudaSuccess : api_error(cudaErrorInvalidDevice, "cudaSetDevice: the emulator has device 0 only");
 }
 cudaError_t cudaGetDevice(int* device) {
+  EMU_API_LOCK;
   if (!device) return api_error(cudaErrorInvalidValue, "cudaGetDevice: null pointer");
   *device = 0;
   return cudaSuccess;
 }
 
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
+  EMU_API_LOCK;
   if (!p || device != 0) return api_error(cudaErrorInvalidValue, "cudaGetDeviceProperties: bad arguments");
   *p = cudaDeviceProp{};
   std::snprintf(p->name, sizeof p->name, "PhaseLab CUDA emulator (CPU)");
@@ -673,6 +703,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
 }
 
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+  EMU_API_LOCK;
   if (!value || device != 0) return api_error(cudaErrorInvalidValue, "cudaDeviceGetAttribute: bad arguments");
   switch (attr) {
     case cudaDevAttrMemoryClockRate: *value = 1000000; break;  // kHz: with 64 bits, "16 GB/s"
@@ -689,6 +720,7 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
 }
 
 cudaError_t cudaMemGetInfo(size_t* free_b, size_t* total_b) {
+  EMU_API_LOCK;
   if (!free_b || !total_b) return api_error(cudaErrorInvalidValue, "cudaMemGetInfo: null pointer");
   const size_t total = device_total();
   *total_b = total;
@@ -698,6 +730,7 @@ cudaError_t cudaMemGetInfo(size_t* free_b, size_t* total_b) {
 
 namespace {
 cudaError_t allocate(void** p, size_t size, bool pinned, const char* api) {
+  EMU_API_LOCK;
   if (!p) return api_error(cudaErrorInvalidValue, std::string(api) + ": null pointer");
   *p = nullptr;
   if (size == 0) return cudaSuccess;
@@ -718,6 +751,7 @@ cudaError_t allocate(void** p, size_t size, bool pinned, const char* api) {
   return cudaSuccess;
 }
 cudaError_t release(void* p, bool pinned, const char* api) {
+  EMU_API_LOCK;
   if (!p) return cudaSuccess;
   if (capture_active()) return refuse_during_capture(api);
   flush_all();  // freeing waits for the device, as on a GPU
@@ -732,6 +766,7 @@ cudaError_t release(void* p, bool pinned, const char* api) {
 }  // namespace
 
 cudaError_t cudaMalloc(void** p, size_t size) {
+  EMU_API_LOCK;
   if (capture_active()) return refuse_during_capture("cudaMalloc");
   return allocate(p, size, false, "cudaMalloc");
 }
@@ -746,6 +781,7 @@ cudaError_t cudaFreeHost(void* p) { return release(p, true, "cudaFreeHost"); }
 // sees the old contents, as it may on a GPU. Copies to the host wait for
 // the legacy stream and the blocking streams, and land at once.
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
+  EMU_API_LOCK;
   if (capture_active()) return refuse_during_capture("cudaMemcpy");
   if (cudaError_t e = check_copy(dst, src, count, kind, "cudaMemcpy"); e != cudaSuccess) return e;
   if (count == 0) return status();
@@ -763,6 +799,7 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind 
   return cudaSuccess;
 }
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t stream) {
+  EMU_API_LOCK;
   if (cudaError_t e = check_copy(dst, src, count, kind, "cudaMemcpyAsync"); e != cudaSuccess) return e;
   if (count == 0) return status();
   // The source is read when the stream gets to the copy, as a GPU reads
@@ -773,6 +810,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpy
   return status();
 }
 cudaError_t cudaMemset(void* p, int value, size_t count) {
+  EMU_API_LOCK;
   if (capture_active()) return refuse_during_capture("cudaMemset");
   if (count && where(p, count) != Where::device)
     return api_error(cudaErrorInvalidValue, "cudaMemset: not a device range of " + std::to_string(count) + " bytes");
@@ -782,6 +820,7 @@ cudaError_t cudaMemset(void* p, int value, size_t count) {
   return status();
 }
 cudaError_t cudaMemsetAsync(void* p, int value, size_t count, cudaStream_t stream) {
+  EMU_API_LOCK;
   if (count && where(p, count) != Where::device)
     return api_error(cudaErrorInvalidValue, "cudaMemsetAsync: not a device range of " + std::to_string(count) + " bytes");
   if (cudaError_t e = enqueue(stream, [p, value, count] { std::memset(p, value, count); }, "cudaMemsetAsync");
@@ -791,6 +830,7 @@ cudaError_t cudaMemsetAsync(void* p, int value, size_t count, cudaStream_t strea
 }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int flags) {
+  EMU_API_LOCK;
   if (!s) return api_error(cudaErrorInvalidValue, "cudaStreamCreateWithFlags: null pointer");
   auto* st = new CUstream_st;
   st->non_blocking = (flags & cudaStreamNonBlocking) != 0;
@@ -800,6 +840,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int flags) {
 }
 cudaError_t cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithFlags(s, cudaStreamDefault); }
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  EMU_API_LOCK;
   CUstream_st* st = resolve(s);
   if (!st || st == &g_legacy) return api_error(cudaErrorInvalidResourceHandle, "cudaStreamDestroy: not a created stream");
   if (st->capturing) return refuse_during_capture("cudaStreamDestroy");
@@ -809,9 +850,11 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
   return status();
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  EMU_API_LOCK;
   CUstream_st* st = resolve(s);
   if (!st) return api_error(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize: not a live stream");
-  if (capture_active()) return refuse_during_capture("cudaStreamSynchronize");
+  if (st->capturing) st->capture_broken = true;  // whoever asks: a capturing stream has no work to wait for
+  if (capture_active() || st->capturing) return refuse_during_capture("cudaStreamSynchronize");
   if (st == &g_legacy)
     flush_blocking();
   else
@@ -819,22 +862,27 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   return status();
 }
 cudaError_t cudaDeviceSynchronize() {
+  EMU_API_LOCK;
   if (capture_active()) return refuse_during_capture("cudaDeviceSynchronize");
   flush_all();
   return status();
 }
 
-cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode) {
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode) {
+  EMU_API_LOCK;
   CUstream_st* st = resolve(s);
   if (!st) return api_error(cudaErrorInvalidResourceHandle, "cudaStreamBeginCapture: not a live stream");
   if (st == &g_legacy) return api_error(cudaErrorStreamCaptureUnsupported, "cudaStreamBeginCapture: the legacy stream cannot be captured");
   if (st->capturing) return api_error(cudaErrorIllegalState, "cudaStreamBeginCapture: the stream is already capturing");
   st->capturing = true;
+  st->capture_mode = mode;
+  st->capture_thread = std::this_thread::get_id();
   st->capture_broken = false;
   st->captured.clear();
   return status();
 }
 cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* g) {
+  EMU_API_LOCK;
   CUstream_st* st = resolve(s);
   if (!st || !g) return api_error(cudaErrorInvalidValue, "cudaStreamEndCapture: bad arguments");
   *g = nullptr;
@@ -847,21 +895,25 @@ cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* g) {
   return status();
 }
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t g, unsigned long long) {
+  EMU_API_LOCK;
   if (!exec || !g) return api_error(cudaErrorInvalidValue, "cudaGraphInstantiate: bad arguments");
   *exec = new CUgraphExec_st{g->ops};
   return status();
 }
 cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
+  EMU_API_LOCK;
   if (!exec) return api_error(cudaErrorInvalidValue, "cudaGraphLaunch: null graph");
   for (const Op& op : exec->ops)
     if (cudaError_t e = enqueue(s, op, "cudaGraphLaunch"); e != cudaSuccess) return e;
   return status();
 }
 cudaError_t cudaGraphDestroy(cudaGraph_t g) {
+  EMU_API_LOCK;
   delete g;
   return cudaSuccess;
 }
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  EMU_API_LOCK;
   delete exec;
   return cudaSuccess;
 }
@@ -869,15 +921,18 @@ cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
 // Events: a timestamp taken when the stream reaches the record (host time:
 // the emulator's, which says nothing about a GPU's).
 cudaError_t cudaEventCreate(cudaEvent_t* e) {
+  EMU_API_LOCK;
   if (!e) return api_error(cudaErrorInvalidValue, "cudaEventCreate: null pointer");
   *e = new CUevent_st;
   return cudaSuccess;
 }
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  EMU_API_LOCK;
   delete e;
   return cudaSuccess;
 }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+  EMU_API_LOCK;
   if (!e) return api_error(cudaErrorInvalidResourceHandle, "cudaEventRecord: null event");
   e->recorded = true;
   e->done = false;
@@ -890,12 +945,14 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   return status();
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  EMU_API_LOCK;
   if (!e) return api_error(cudaErrorInvalidResourceHandle, "cudaEventSynchronize: null event");
   if (capture_active()) return refuse_during_capture("cudaEventSynchronize");
   flush_all();
   return status();
 }
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
+  EMU_API_LOCK;
   if (!ms || !a || !b) return api_error(cudaErrorInvalidValue, "cudaEventElapsedTime: bad arguments");
   if (!a->done || !b->done) return api_error(cudaErrorNotReady, "cudaEventElapsedTime: an event has not completed");
   *ms = std::chrono::duration<float, std::milli>(b->when - a->when).count();
@@ -905,21 +962,25 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
 // ---- cuBLAS ------------------------------------------------------------------------
 
 cublasStatus_t cublasCreate_v2(cublasHandle_t* h) {
+  EMU_API_LOCK;
   if (!h) return CUBLAS_STATUS_INVALID_VALUE;
   *h = new cublasContext;
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasDestroy_v2(cublasHandle_t h) {
+  EMU_API_LOCK;
   if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
   delete h;
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasSetStream_v2(cublasHandle_t h, cudaStream_t s) {
+  EMU_API_LOCK;
   if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
   h->stream = s;
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t) {
+  EMU_API_LOCK;
   return h ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_INITIALIZED;
 }
 
@@ -951,6 +1012,7 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t transa, cublasOp
                             const void* alpha, const void* A, cudaDataType Atype, int lda, const void* B,
                             cudaDataType Btype, int ldb, const void* beta, void* C, cudaDataType Ctype, int ldc,
                             cublasComputeType_t compute, cublasGemmAlgo_t) {
+  EMU_API_LOCK;
   if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
   const bool ta = transa != CUBLAS_OP_N, tb = transb != CUBLAS_OP_N;
   if (m < 0 || n < 0 || k < 0 || lda < std::max(1, ta ? k : m) || ldb < std::max(1, tb ? n : k) || ldc < std::max(1, m) ||
