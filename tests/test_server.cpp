@@ -607,19 +607,46 @@ class TestServer : public QObject {
     for (int fd : idle) ::close(fd);
   }
 
+  // Every generated token is an event of the stream, one without text of
+  // its own included (here the end-of-text token, forced by logit_bias and
+  // kept going by ignore_eos): a client timing the tokens sees them all.
+  void every_token_is_an_event() {
+    auto srv = start_server();
+    httplib::Client c("127.0.0.1", srv->port());
+    const std::string eos = std::to_string(stories()->tokenizer().eos());
+    Streamed s = stream(c, "/v1/completions",
+                        {{"prompt", "Once upon a time"}, {"temperature", 0}, {"max_tokens", 6}, {"ignore_eos", true},
+                         {"logit_bias", {{eos, 100}}}, {"stream_options", {{"include_usage", true}}}});
+    QCOMPARE(s.status, 200);
+    QVERIFY(s.done);
+    int tokens = 0, usage = -1;
+    for (const json& e : s.events) {
+      if (e.contains("usage") && e["usage"].is_object()) usage = e["usage"]["completion_tokens"].get<int>();
+      if (!e.contains("choices") || e["choices"].empty()) continue;
+      const json& ch = e["choices"][0];
+      if (ch["finish_reason"].is_null()) tokens++;
+    }
+    QCOMPARE(usage, 6);
+    QCOMPARE(tokens, 6);
+    QCOMPARE(QString::fromStdString(s.text), QString());
+    srv->stop();
+  }
+
   // A server whose event stream ends its lines with CRLF (allowed by the SSE
-  // format): every event is read, the last one (usage) included.
+  // format): every event is read, the last one (usage) included. A token
+  // without text of its own is an event with empty content, and counts; the
+  // role announcement and the closing chunk do not.
   void remoteClientReadsCrlfEvents() {
     httplib::Server fake;
     fake.Get("/v1/models", [](const httplib::Request&, httplib::Response& res) {
       res.set_content(R"({"object":"list","data":[{"id":"crlf-model","object":"model"}]})", "application/json");
     });
     fake.Post("/v1/chat/completions", [](const httplib::Request&, httplib::Response& res) {
-      std::string body;
-      for (const char* piece : {"Hello", ",", " world"})
+      std::string body = "data: " + json({{"choices", {{{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"finish_reason", nullptr}}}}}).dump() + "\r\n\r\n";
+      for (const char* piece : {"Hello", "", ",", " world"})
         body += "data: " + json({{"choices", {{{"index", 0}, {"delta", {{"content", piece}}}, {"finish_reason", nullptr}}}}}).dump() + "\r\n\r\n";
       body += "data: " + json({{"choices", {{{"index", 0}, {"delta", json::object()}, {"finish_reason", "length"}}}}}).dump() + "\r\n\r\n";
-      body += "data: " + json({{"choices", json::array()}, {"usage", {{"prompt_tokens", 7}, {"completion_tokens", 3}}}}).dump() + "\r\n\r\n";
+      body += "data: " + json({{"choices", json::array()}, {"usage", {{"prompt_tokens", 7}, {"completion_tokens", 4}}}}).dump() + "\r\n\r\n";
       body += "data: [DONE]\r\n\r\n";
       res.set_content(body, "text/event-stream");
     });
@@ -630,14 +657,16 @@ class TestServer : public QObject {
     QVERIFY2(rc, rc ? "" : rc.status().message().c_str());
     QCOMPARE(QString::fromStdString((*rc)->model()), QString("crlf-model"));
     GenerateOptions opt;
-    opt.n_predict = 3;
-    auto r = (*rc)->chat({{"user", "hi"}}, opt, nullptr);
+    opt.n_predict = 4;
+    std::vector<std::string> pieces;
+    auto r = (*rc)->chat({{"user", "hi"}}, opt, [&](const TokenEvent& e) { pieces.emplace_back(e.text); });
     fake.stop();
     t.join();
     QVERIFY2(r, r ? "" : r.status().message().c_str());
     QCOMPARE(QString::fromStdString(r->result.text), QString("Hello, world"));
     QCOMPARE(r->result.metrics.n_prompt, 7);
-    QCOMPARE(r->result.metrics.n_generated, 3);
+    QCOMPARE(r->result.metrics.n_generated, 4);
+    QCOMPARE(pieces, (std::vector<std::string>{"Hello", "", ",", " world"}));
     QCOMPARE(QString::fromLatin1(to_string(r->result.metrics.stop_reason)), QString("length"));
   }
 

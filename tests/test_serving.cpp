@@ -148,6 +148,16 @@ class TestServing : public QObject {
       QCOMPARE(runs[i + 1].label, std::string(order[i]));
       QCOMPARE(runs[i + 1].workload.long_count, 1);
     }
+    // Every run its own prompts (a server's prefix cache would otherwise
+    // answer a repeat's long prompt at once), the same arrivals and lengths.
+    std::set<std::string> texts;
+    for (const ServingRun& r : runs) {
+      if (!r.label.starts_with("baseline")) QCOMPARE(long_arrivals_s(r.workload), long_arrivals_s(runs[1].workload));
+      const PromptSource src(nullptr, r.workload);
+      texts.insert(src.prompt(ServingKind::long_doc, 0, 0).text);
+      texts.insert(src.prompt(ServingKind::chat, 0, 0).text);
+    }
+    QCOMPARE(texts.size(), 2 * runs.size());
     w.baseline = false;
     QCOMPARE(plan_serving_runs(w, ps, 1).size(), size_t{2});
   }
@@ -362,7 +372,9 @@ class TestServing : public QObject {
       longs += r.kind == ServingKind::long_doc ? 1 : 0;
       // ignore_eos reached the server: every answer has its whole length.
       QCOMPARE(r.tokens, r.kind == ServingKind::chat ? w.chat_answer : w.long_answer);
-      QVERIFY(!r.token_ms.empty());
+      // And every token's time (an event per token, text or not: a token
+      // missed would double the gap after it).
+      QCOMPARE(int(r.token_ms.size()), r.tokens);
     }
     QCOMPARE(longs, 1);
     QCOMPARE(row->target, ep.url);

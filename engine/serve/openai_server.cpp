@@ -478,7 +478,10 @@ std::string OpenAiServer::chunk_event(Call& call, int index, const std::string& 
 void OpenAiServer::on_token(Call& call, int index, const TokenEvent& e) {
   if (call.answered) return;
   if (call.logprobs && e.logprob) call.unsent_logprobs[index].push_back(*e.logprob);
-  if (e.text.empty()) return;
+  // One event per token, its text empty when it has none yet (a special
+  // token, the first bytes of a character, text a stop string may still
+  // take back): a client sees when every token came, which a benchmark's
+  // inter-token gaps need (a skipped token would double the next gap).
   start_event_stream(call);
   // A client that is gone is cancelled by the responder's on_gone.
   call.res->write_chunk(chunk_event(call, index, std::string(e.text)));

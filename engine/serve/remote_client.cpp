@@ -227,8 +227,15 @@ void AnswerStream::on_event(const std::string& data) {
     text = c["delta"]["content"].get<std::string>();
   else if (!chat_ && c.contains("text") && c["text"].is_string())
     text = c["text"].get<std::string>();
-  if (c.contains("finish_reason") && c["finish_reason"].is_string()) finish_ = c["finish_reason"].get<std::string>();
-  if (text.empty()) return;
+  const bool has_text = chat_ ? c.contains("delta") && c["delta"].is_object() && c["delta"].contains("content") &&
+                                    c["delta"]["content"].is_string() && !c["delta"].contains("role")
+                              : c.contains("text") && c["text"].is_string();
+  const bool final_chunk = c.contains("finish_reason") && c["finish_reason"].is_string();
+  if (final_chunk) finish_ = c["finish_reason"].get<std::string>();
+  // A token: a piece of text, or an empty one that is neither the role
+  // announcement nor the closing chunk (servers that send an event per token,
+  // PhaseLab among them, send "" for a token without text of its own yet).
+  if (text.empty() && (!has_text || final_chunk)) return;
   const double t = std::chrono::duration<double, std::milli>(Clock::now() - t0_).count();
   if (n_pieces_ == 0) {
     t_first_ = t;
