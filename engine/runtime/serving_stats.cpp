@@ -85,6 +85,7 @@ std::vector<ServingRun> plan_serving_runs(const ServingWorkload& w, const std::v
   }
   for (int r = 0; r < std::max(1, repeat); r++)
     for (const SchedulePolicy& p : policies) runs.push_back({p, p.name(), w});
+  for (size_t i = 0; i < runs.size(); i++) runs[i].workload.prompt_set = static_cast<int>(i);
   return runs;
 }
 

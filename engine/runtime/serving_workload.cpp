@@ -131,7 +131,8 @@ ServingPrompt PromptSource::prompt(ServingKind kind, int stream, int index) cons
 
 ServingPrompt PromptSource::generated(ServingKind kind, int stream, int index) const {
   const int n = kind == ServingKind::chat ? w_.chat_prompt : w_.long_prompt;
-  std::mt19937_64 rng(request_seed(w_.seed, kind, stream, index));
+  std::mt19937_64 rng(request_seed(w_.seed ^ (static_cast<uint64_t>(w_.prompt_set) * 0xD1B54A32D192ED03ull), kind,
+                                   stream, index));
   std::uniform_int_distribution<size_t> pick(0, kNumWords - 1);
   ServingPrompt p;
   const auto add_words = [&](int count) {

@@ -53,6 +53,10 @@ struct ServingWorkload {
   double duration_s = 0;  // the run lasts at least this long (0: until the long requests are done)
   uint64_t seed = 1;
   bool baseline = true;  // a first run without long requests
+  // Which set of generated prompts (the arrivals stay the seed's): the runs
+  // of one plan each have their own, so that a server's prefix cache never
+  // meets a prompt a former run sent (plan_serving_runs sets it).
+  int prompt_set = 0;
 };
 
 struct ServingTargets {
@@ -167,6 +171,8 @@ struct ServingRun {
 };
 // The runs in order: the baseline (the first policy, no long requests) when
 // the workload asks for it, then the policies `repeat` times, alternating.
+// Each run has prompts of its own (prompt_set: its index), the same lengths
+// and arrival times.
 std::vector<ServingRun> plan_serving_runs(const ServingWorkload& w, const std::vector<SchedulePolicy>& policies,
                                           int repeat);
 
