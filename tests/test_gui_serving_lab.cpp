@@ -7,9 +7,8 @@
 // lies under the long prompt's prefill band; the table's formatted figures;
 // the CDF charts; saving, reopening with the inputs, export and import;
 // the child-process path with a stand-in CLI (results, an error, Cancel);
-// the window at 800x600 and 1280x800; the main window's action. The run
-// with the real CLI is test_gui_serving_lab's companion once `bench
-// --serving` exists.
+// the window at 800x600 and 1280x800; the main window's action; and a run
+// of the real phaselab-cli on stories260K under the three policies.
 #include <QAction>
 #include <QChart>
 #include <QComboBox>
@@ -446,6 +445,60 @@ class TestGuiServingLab : public QObject {
     w.setCliPath(m_dir.filePath(QStringLiteral("no-such-cli")));
     QVERIFY(!w.startRun());
     QVERIFY(!w.lastError().isEmpty());
+  }
+
+  // The real phaselab-cli on stories260K: the window runs the three
+  // policies and the baseline in a child and shows what the CLI measured.
+  void real_cli_runs_every_policy() {
+    ServingLabWindow w(&m_store);
+    ServingRequest r;
+    r.model = testing::stories();
+    r.threads = 2;
+    r.policies = {QStringLiteral("prefill-first"), QStringLiteral("chunked:16"), QStringLiteral("disaggregated:1+1")};
+    r.streams = 2;
+    r.longPrompt = 300;
+    r.longCount = 2;
+    r.longRate = 4;
+    w.inputs()->setRequest(r);
+    w.setCliPath(QStringLiteral(PHASELAB_CLI_PATH));
+    const int before = m_store.servingRuns().size();
+    QSignalSpy done(&w, &ServingLabWindow::runFinished);
+    QVERIFY(w.startRun());
+    QVERIFY(w.childCommand().contains(QStringLiteral("--policy prefill-first,chunked:16,disaggregated:1+1")));
+    QVERIFY(done.wait(240000));
+    QVERIFY2(done.first().at(0).toBool(), qPrintable(done.first().at(1).toString()));
+    QCOMPARE(m_store.servingRuns().size(), before + 1);
+    const ServingResult& res = *w.result();
+    QCOMPARE(res.rows.size(), size_t(4));
+    QVERIFY(res.rows[0].isBaseline());
+    QCOMPARE(res.rows[1].policy, QStringLiteral("prefill-first"));
+    QCOMPARE(res.rows[2].policy, QStringLiteral("chunked:16"));
+    QCOMPARE(res.rows[3].policy, QStringLiteral("disaggregated:1+1"));
+    QCOMPARE(w.resultsTable()->rowCount(), 4);
+    for (const ServingRow& row : res.rows) {
+      const int longs = row.isBaseline() ? 0 : 2;
+      QCOMPARE(row.ok, row.requests);
+      QVERIFY2(row.requests >= 2 + longs, qPrintable(row.label));
+      QCOMPARE(int(row.timeline.size()), row.requests);
+      int longSeen = 0;
+      for (const ServingRequestTrace& t : row.timeline) {
+        longSeen += t.isLong;
+        QCOMPARE(int(t.tokenMs.size()), t.isLong ? res.workload.longAnswer : res.workload.chatAnswer);
+        QVERIFY(t.arriveMs <= t.firstTokenMs && t.firstTokenMs == t.tokenMs.front());
+        QVERIFY(std::is_sorted(t.tokenMs.begin(), t.tokenMs.end()));
+        if (t.isLong) QCOMPARE(t.nPrompt, 300);
+      }
+      QCOMPARE(longSeen, longs);
+      // The CLI's longest stall is the widest gap of the timeline drawn.
+      QVERIFY2(std::abs(largestChatGapMs(row) - row.maxStallMs) < 0.01, qPrintable(row.label));
+      // Every disaggregated request's K/V went from the prefill worker to the decode worker.
+      if (row.policy.startsWith(QStringLiteral("disaggregated"))) {
+        QCOMPARE(row.kvTransfers, row.requests);
+        QVERIFY(row.kvTransferBytes > 0 && !row.placement.isEmpty());
+      } else {
+        QCOMPARE(row.kvTransfers, 0);
+      }
+    }
   }
 
   void fits_800x600_and_1280x800() {
