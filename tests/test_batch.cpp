@@ -10,6 +10,7 @@
 #include <map>
 #include <numeric>
 #include <random>
+#include <thread>
 
 #include "backend/cpu/host_kv_store.h"
 #include "phaselab/backend.h"
@@ -120,6 +121,34 @@ class DeviceGreedyLike final : public Backend {
  private:
   std::unique_ptr<Backend> inner_;
   int n_vocab_;
+};
+
+// A CPU backend whose passes take a modelled time: base_ms when the pass
+// decodes, plus token_ms for each prompt token (chunked:auto's clock then
+// sees a machine where a prompt token costs token_ms / base_ms of a decode
+// pass, whatever the CPU running the test).
+class PacedBackend final : public Backend {
+ public:
+  PacedBackend(std::unique_ptr<Backend> inner, double base_ms, double token_ms)
+      : inner_(std::move(inner)), base_ms_(base_ms), token_ms_(token_ms) {}
+  std::string name() const override { return "paced " + inner_->name(); }
+  int max_batch() const override { return inner_->max_batch(); }
+  Status forward(const int32_t* tokens, int n_tokens, KvCache& kv, float* logits, LogitsMode mode) override {
+    return inner_->forward(tokens, n_tokens, kv, logits, mode);
+  }
+  bool batched_forward() const override { return inner_->batched_forward(); }
+  Status forward_batch(const SeqChunk* chunks, int n_chunks) override {
+    const auto t0 = std::chrono::steady_clock::now();
+    PHASELAB_TRY(inner_->forward_batch(chunks, n_chunks));
+    int prompt = 0;
+    for (int i = 0; i < n_chunks; i++) prompt += chunks[i].n_tokens > 1 || chunks[i].mode != LogitsMode::last ? chunks[i].n_tokens : 0;
+    std::this_thread::sleep_until(t0 + std::chrono::duration<double, std::milli>(base_ms_ + token_ms_ * prompt));
+    return Status::ok();
+  }
+
+ private:
+  std::unique_ptr<Backend> inner_;
+  double base_ms_, token_ms_;
 };
 
 }  // namespace
@@ -775,14 +804,15 @@ class TestBatch : public QObject {
   // ---- Scheduling policies (schedule_policy.h) ----------------------------
 
   void policies_read_back_their_names() {
-    for (const char* name : {"prefill-first", "chunked", "chunked:256", "disaggregated:1+1", "disaggregated:3+5"}) {
+    for (const char* name : {"prefill-first", "chunked", "chunked:256", "chunked:auto", "disaggregated:1+1", "disaggregated:3+5"}) {
       auto p = parse_schedule_policy(name);
       QVERIFY2(p.is_ok(), name);
       QCOMPARE(QString::fromStdString(p->name()), QString(name));
     }
     QCOMPARE(parse_schedule_policy("chunked:64")->chunk_tokens, 64);
+    QVERIFY(parse_schedule_policy("chunked:auto")->timed && !parse_schedule_policy("chunked")->timed);
     QCOMPARE(parse_schedule_policy("disaggregated:2+3")->decode_threads, 3);
-    for (const char* bad : {"", "chunked:", "chunked:0", "chunked:-4", "chunked:12x", "disaggregated", "disaggregated:1",
+    for (const char* bad : {"", "chunked:", "chunked:0", "chunked:-4", "chunked:12x", "chunked:automatic", "disaggregated", "disaggregated:1",
                             "disaggregated:0+1", "disaggregated:1+", "round-robin"}) {
       auto p = parse_schedule_policy(bad);
       QVERIFY2(!p.is_ok(), bad);
@@ -798,7 +828,7 @@ class TestBatch : public QObject {
     QTest::addColumn<QString>("model");
     QTest::addColumn<QString>("policy");
     for (const char* m : {"stories260K", "gemma3"})
-      for (const char* p : {"prefill-first", "chunked:8", "disaggregated:1+1"})
+      for (const char* p : {"prefill-first", "chunked:8", "chunked:auto", "disaggregated:1+1"})
         QTest::newRow((std::string(m) + "/" + p).c_str()) << m << p;
   }
   void every_policy_gives_the_tokens_of_solo() {
@@ -1021,6 +1051,58 @@ class TestBatch : public QObject {
   // A short prompt that arrives while a long one is being prefilled is
   // computed whole in the next pass (shortest work first), not after the
   // long prompt's last chunk; the long one still progresses.
+  // chunked:auto on a machine where a prompt token costs a fifth of a decode
+  // pass: beside a running decode, a long prompt goes in chunks of about
+  // 0.5 / (1/5) = 2 tokens (the pass stays near 1.5 decode passes), where
+  // chunked with the same budget puts 24 prompt tokens beside it; alone,
+  // the prompt takes the whole budget.
+  void chunked_auto_keeps_passes_near_a_decode_pass() {
+    auto m = load(model_path("stories260K"));
+    const int V = m->config().n_vocab;
+    for (const char* policy : {"chunked:auto", "chunked"}) {
+      SchedulerOptions so;
+      so.n_ctx = 256;
+      so.kv_positions = 1024;
+      so.token_budget = 25;
+      so.policy = *parse_schedule_policy(policy);
+      auto s = Scheduler::create(m, std::make_unique<PacedBackend>(backend(m, Kind::fast), 10.0, 2.0), so);
+      QVERIFY(s.is_ok());
+      Scheduler& sch = **s;
+      BatchRequest a;
+      a.prompt = prompt_of(8, 1, V);
+      a.options = greedy(200);
+      auto a_id = sch.submit(std::move(a));
+      QVERIFY(a_id.is_ok());
+      for (int i = 0; i < 8; i++) QVERIFY(sch.step());  // a's prompt, then decodes: the timer's two figures
+      BatchRequest b;
+      b.prompt = prompt_of(120, 2, V);
+      b.options = greedy(2);
+      QVERIFY(sch.submit(std::move(b)).is_ok());
+      int widest = 0, passes = 0;
+      while (sch.stats().finished == 0 && passes < 200) {
+        QVERIFY(sch.step());
+        widest = std::max(widest, sch.stats().last_batch_tokens);
+        passes++;
+      }
+      QCOMPARE(sch.stats().finished, uint64_t(1));  // b, while a decodes
+      if (std::string(policy) == "chunked:auto") {
+        QVERIFY2(widest >= 2 && widest <= 1 + 5, qPrintable(QString::number(widest)));
+        QVERIFY(passes >= 120 / 5);
+      } else {
+        QCOMPARE(widest, 25);
+      }
+      // Alone, a prompt has the whole budget.
+      sch.cancel(*a_id);
+      while (!sch.idle()) QVERIFY(sch.step());
+      BatchRequest c;
+      c.prompt = prompt_of(60, 3, V);
+      c.options = greedy(1);
+      QVERIFY(sch.submit(std::move(c)).is_ok());
+      QVERIFY(sch.step());
+      QCOMPARE(sch.stats().last_batch_tokens, 25);
+    }
+  }
+
   void a_short_prompt_goes_before_a_long_prefill() {
     auto m = load(model_path("stories260K"));
     const int V = m->config().n_vocab;

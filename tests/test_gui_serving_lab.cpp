@@ -307,7 +307,7 @@ class TestGuiServingLab : public QObject {
     ServingRequest in;
     in.model = testing::stories();
     in.threads = 1;
-    in.policies = {QStringLiteral("chunked:64"), QStringLiteral("disaggregated:2+3")};
+    in.policies = {QStringLiteral("chunked:64"), QStringLiteral("chunked:auto"), QStringLiteral("disaggregated:2+3")};
     in.streams = 6;
     in.longPrompt = 700;
     in.longCount = 3;
@@ -447,14 +447,15 @@ class TestGuiServingLab : public QObject {
     QVERIFY(!w.lastError().isEmpty());
   }
 
-  // The real phaselab-cli on stories260K: the window runs the three
-  // policies and the baseline in a child and shows what the CLI measured.
+  // The real phaselab-cli on stories260K: the window runs the policies and
+  // the baseline in a child and shows what the CLI measured.
   void real_cli_runs_every_policy() {
     ServingLabWindow w(&m_store);
     ServingRequest r;
     r.model = testing::stories();
     r.threads = 2;
-    r.policies = {QStringLiteral("prefill-first"), QStringLiteral("chunked:16"), QStringLiteral("disaggregated:1+1")};
+    r.policies = {QStringLiteral("prefill-first"), QStringLiteral("chunked:16"), QStringLiteral("chunked:auto"),
+                  QStringLiteral("disaggregated:1+1")};
     r.streams = 2;
     r.longPrompt = 300;
     r.longCount = 2;
@@ -464,17 +465,18 @@ class TestGuiServingLab : public QObject {
     const int before = m_store.servingRuns().size();
     QSignalSpy done(&w, &ServingLabWindow::runFinished);
     QVERIFY(w.startRun());
-    QVERIFY(w.childCommand().contains(QStringLiteral("--policy prefill-first,chunked:16,disaggregated:1+1")));
+    QVERIFY(w.childCommand().contains(QStringLiteral("--policy prefill-first,chunked:16,chunked:auto,disaggregated:1+1")));
     QVERIFY(done.wait(240000));
     QVERIFY2(done.first().at(0).toBool(), qPrintable(done.first().at(1).toString()));
     QCOMPARE(m_store.servingRuns().size(), before + 1);
     const ServingResult& res = *w.result();
-    QCOMPARE(res.rows.size(), size_t(4));
+    QCOMPARE(res.rows.size(), size_t(5));
     QVERIFY(res.rows[0].isBaseline());
     QCOMPARE(res.rows[1].policy, QStringLiteral("prefill-first"));
     QCOMPARE(res.rows[2].policy, QStringLiteral("chunked:16"));
-    QCOMPARE(res.rows[3].policy, QStringLiteral("disaggregated:1+1"));
-    QCOMPARE(w.resultsTable()->rowCount(), 4);
+    QCOMPARE(res.rows[3].policy, QStringLiteral("chunked:auto"));
+    QCOMPARE(res.rows[4].policy, QStringLiteral("disaggregated:1+1"));
+    QCOMPARE(w.resultsTable()->rowCount(), 5);
     for (const ServingRow& row : res.rows) {
       const int longs = row.isBaseline() ? 0 : 2;
       QCOMPARE(row.ok, row.requests);

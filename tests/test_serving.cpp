@@ -153,7 +153,7 @@ class TestServing : public QObject {
     std::set<std::string> texts;
     for (const ServingRun& r : runs) {
       if (!r.label.starts_with("baseline")) QCOMPARE(long_arrivals_s(r.workload), long_arrivals_s(runs[1].workload));
-      const PromptSource src(nullptr, r.workload);
+      const PromptSource src = PromptSource(nullptr, w).for_run(r.workload);
       texts.insert(src.prompt(ServingKind::long_doc, 0, 0).text);
       texts.insert(src.prompt(ServingKind::chat, 0, 0).text);
     }

@@ -326,6 +326,7 @@ void EngineWorker::startServerImpl(int port) {
   so.n_ctx = m_session->n_ctx();
   so.max_seqs = kServeMaxSeqs;
   so.kv_type = m_session->kv().type();  // the storage the settings chose for the local chat
+  so.policy.timed = true;               // chunked:auto, as `phaselab-cli serve`: short stalls for streaming clients
   auto scheduler = Scheduler::create(m_model, std::move(backend->backend), so);
   if (!scheduler) {
     emit serverFailed(QString::fromStdString(scheduler.status().message()));

@@ -100,6 +100,10 @@ ServingInputs::ServingInputs(QWidget* parent) : QWidget(parent) {
   m_chunked->setChecked(true);
   m_chunked->setToolTip(tr("A token budget per pass: prefill chunks mixed with the decodes"));
   m_chunk = spin(16, 65536, 256, QString(), tr("Chunk tokens"));
+  m_chunkedAuto = new QCheckBox(tr("chunked:auto"));
+  m_chunkedAuto->setChecked(true);
+  m_chunkedAuto->setToolTip(tr("Chunks sized by time: beside decodes, only the prompt tokens that add at most half a "
+                               "decode pass (the server's default)"));
   m_disaggregated = new QCheckBox(tr("disaggregated:"));
   m_disaggregated->setChecked(true);
   m_disaggregated->setToolTip(tr("A prefill worker on P cores and a decode worker on D cores; the prompt's K/V moves between them"));
@@ -112,6 +116,8 @@ ServingInputs::ServingInputs(QWidget* parent) : QWidget(parent) {
   policies->addSpacing(6);
   policies->addWidget(m_chunked);
   policies->addWidget(m_chunk);
+  policies->addSpacing(6);
+  policies->addWidget(m_chunkedAuto);
   policies->addSpacing(6);
   policies->addWidget(m_disaggregated);
   policies->addWidget(m_prefillCores);
@@ -138,6 +144,7 @@ ServingRequest ServingInputs::request() const {
   r.threads = m_threads->value();
   if (m_prefillFirst->isChecked()) r.policies << QStringLiteral("prefill-first");
   if (m_chunked->isChecked()) r.policies << QStringLiteral("chunked:%1").arg(m_chunk->value());
+  if (m_chunkedAuto->isChecked()) r.policies << QStringLiteral("chunked:auto");
   if (m_disaggregated->isChecked())
     r.policies << QStringLiteral("disaggregated:%1+%2").arg(m_prefillCores->value()).arg(m_decodeCores->value());
   r.streams = m_streams->value();
@@ -164,12 +171,15 @@ void ServingInputs::setRequest(const ServingRequest& r) {
   m_baseline->setChecked(r.baseline);
   m_prefillFirst->setChecked(false);
   m_chunked->setChecked(false);
+  m_chunkedAuto->setChecked(false);
   m_disaggregated->setChecked(false);
   static const QRegularExpression chunked(QStringLiteral("^chunked:(\\d+)$"));
   static const QRegularExpression disaggregated(QStringLiteral("^disaggregated:(\\d+)\\+(\\d+)$"));
   for (const QString& p : r.policies) {
     if (p == QLatin1String("prefill-first")) {
       m_prefillFirst->setChecked(true);
+    } else if (p == QLatin1String("chunked:auto")) {
+      m_chunkedAuto->setChecked(true);
     } else if (const auto m = chunked.match(p); m.hasMatch()) {
       m_chunked->setChecked(true);
       m_chunk->setValue(m.captured(1).toInt());
@@ -185,7 +195,8 @@ QString ServingInputs::validate() const {
   const QString m = m_model->text();
   if (m.isEmpty()) return tr("Choose a model (a GGUF file) to serve.");
   if (!QFileInfo(m).isFile()) return tr("The model %1 does not exist: choose a GGUF file.").arg(m);
-  if (!m_prefillFirst->isChecked() && !m_chunked->isChecked() && !m_disaggregated->isChecked())
+  if (!m_prefillFirst->isChecked() && !m_chunked->isChecked() && !m_chunkedAuto->isChecked() &&
+      !m_disaggregated->isChecked())
     return tr("Check at least one policy to run.");
   if (m_longCount->value() == 0 && m_duration->value() == 0)
     return tr("With no long requests, give a duration: the runs would have no end.");

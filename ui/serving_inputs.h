@@ -43,6 +43,7 @@ class ServingInputs : public QWidget {
   QCheckBox* m_prefillFirst = nullptr;
   QCheckBox* m_chunked = nullptr;
   QSpinBox* m_chunk = nullptr;
+  QCheckBox* m_chunkedAuto = nullptr;
   QCheckBox* m_disaggregated = nullptr;
   QSpinBox* m_prefillCores = nullptr;
   QSpinBox* m_decodeCores = nullptr;

@@ -60,7 +60,7 @@ int cmd_serve(int argc, char** argv) {
         "      --max-body BYTES     largest request body (default 4194304)\n"
         "      --kv-size N          positions in the KV pool all sequences share (default: the context x 2)\n"
         "      --model-id NAME      the model's name in /v1/models (default: the file's name)\n"
-        "      --policy P           how passes are shared between prompts and decodes (default chunked):\n"
+        "      --policy P           how passes are shared between prompts and decodes (default chunked:auto):\n"
         "%s%s",
         kSchedulePolicyHelp, kEngineHelp);
     return kExitOk;
@@ -86,7 +86,7 @@ int cmd_serve(int argc, char** argv) {
   so.model_id = args->get_or("--model-id", "");
   if (auto c = args->get("--cors")) so.cors_origins = split_commas(*c);
 
-  auto policy = parse_schedule_policy(args->get_or("--policy", "chunked"));
+  auto policy = parse_schedule_policy(args->get_or("--policy", "chunked:auto"));
   if (!policy) return report(policy.status().with_context("--policy"));
   auto bo = backend_options_from_args(*args, std::max(64, *parallel));
   if (!bo) return report(bo.status());

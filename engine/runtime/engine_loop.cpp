@@ -70,16 +70,53 @@ void EngineLoop::cancel(uint64_t id) {
     if (s->id == id) s->cancelled = true;
 }
 
+void PassTimer::record(int decode_rows, int prompt_tokens, double ms) {
+  constexpr double kWeight = 0.2;  // of the newest pass in the average
+  constexpr double kFade = 0.95;   // of the sums, per mixed pass: about the last 20 count
+  const auto average = [](double& avg, double v) { avg = avg > 0 ? avg + kWeight * (v - avg) : v; };
+  if (prompt_tokens == 0) {
+    if (decode_rows > 0) average(decode_pass_ms, ms);
+  } else if (decode_rows == 0) {
+    average(prefill_token_ms, ms / prompt_tokens);
+  } else if (decode_pass_ms > 0) {
+    excess_ms = kFade * excess_ms + (ms - decode_pass_ms);
+    excess_tokens = kFade * excess_tokens + prompt_tokens;
+  }
+}
+
+double PassTimer::prompt_token_ms() const {
+  // Enough mixed tokens seen: theirs (a floor against noise that sums
+  // below zero); else the prefill-only passes'.
+  if (excess_tokens >= 16) return std::max(excess_ms / excess_tokens, 0.01 * decode_pass_ms);
+  return prefill_token_ms;
+}
+
+int PassTimer::prompt_tokens_for(double share) const {
+  const double per_token = prompt_token_ms();
+  if (decode_pass_ms <= 0 || per_token <= 0) return -1;
+  return std::max(1, static_cast<int>(share * decode_pass_ms / per_token));
+}
+
 Status EngineLoop::step(StepReport* report) {
   plan();
   StepReport r;
+  int prompt_tokens = 0;
   for (size_t c = 0; c < chunks_.size(); c++) {
     r.n_tokens += chunks_[c].n_tokens;
     r.prefill = r.prefill || chunk_prompt_[c];
+    prompt_tokens += chunk_prompt_[c] ? chunks_[c].n_tokens : 0;
   }
   r.n_seqs = static_cast<int>(chunks_.size());
   Status st = plan_status_;
-  if (st.is_ok() && !chunks_.empty()) st = backend_.forward_batch(chunks_.data(), static_cast<int>(chunks_.size()));
+  if (st.is_ok() && !chunks_.empty()) {
+    const auto t0 = std::chrono::steady_clock::now();
+    st = backend_.forward_batch(chunks_.data(), static_cast<int>(chunks_.size()));
+    if (st.is_ok() && opt_.prefill_share > 0) {
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      timer_.record(r.n_seqs - static_cast<int>(std::count(chunk_prompt_.begin(), chunk_prompt_.end(), 1)),
+                    prompt_tokens, ms);
+    }
+  }
   if (!st) {
     for (const SeqChunk& ch : chunks_) ch.kv->truncate(ch.kv->n_past());  // the reservations of this pass
     if (report) *report = StepReport{};

@@ -101,6 +101,26 @@ struct LoopOptions {
   // after its first token (take_handoffs), its K/V still in the pool, for
   // the decode worker's loop to adopt.
   bool hand_off_first_token = false;
+  // chunked:auto. > 0: a pass that carries decodes takes prompt tokens worth
+  // at most this fraction of a decode-only pass, as the loop times its own
+  // passes (PassTimer); the token budget still caps it. 0: the budget alone.
+  double prefill_share = 0;
+};
+
+// What the loop has measured of its passes (chunked:auto): a decode-only
+// pass's time (a running average), and what a prompt token adds to a pass
+// that decodes too: the excess of such passes over the decode pass, summed,
+// over the prompt tokens they carried, summed (both fading), so that a pass
+// of one or two tokens, whose excess is mostly noise, weighs little.
+// Before any mixed pass, a prefill-only pass's time per token stands in.
+struct PassTimer {
+  double decode_pass_ms = 0;
+  double excess_ms = 0, excess_tokens = 0;  // mixed passes, fading sums
+  double prefill_token_ms = 0;              // prefill-only passes (the stand-in)
+  void record(int decode_rows, int prompt_tokens, double ms);
+  double prompt_token_ms() const;  // 0: not measured
+  // Prompt tokens for a pass that decodes too; -1: not measured yet.
+  int prompt_tokens_for(double share) const;
 };
 
 // What one step did.
@@ -151,6 +171,7 @@ class EngineLoop {
   // False (s untouched) when the loop runs max_seqs sequences already.
   bool adopt(std::unique_ptr<Sequence>& s);
   bool has_room() const { return n_running() < opt_.max_seqs; }
+  const PassTimer& pass_timer() const { return timer_; }
   // Tests: block reference counts match the running sequences' tables.
   Status check_invariants() const;
 
@@ -195,6 +216,7 @@ class EngineLoop {
   std::vector<int32_t> argmax_;        // (max_seqs) greedy picks made by the backend
   std::vector<float> raw_row_;         // (n_vocab) a row's logits before sampling, for logprobs
   Status plan_status_;                 // a draft source's error while planning
+  PassTimer timer_;                    // chunked:auto's measurements
 };
 
 }  // namespace phaselab

@@ -6,7 +6,9 @@ namespace phaselab {
 
 const char* const kSchedulePolicyHelp =
     "  prefill-first       a waiting prompt is prefilled whole before the decodes resume (they stall)\n"
-    "  chunked[:N]         at most N tokens per pass, decodes first, prompts in chunks (the default)\n"
+    "  chunked[:N]         at most N tokens per pass, decodes first, prompts in chunks\n"
+    "  chunked:auto        chunked, a pass with decodes taking the prompt tokens that add at most half a\n"
+    "                      decode pass's time (measured as it runs): stalls of ~1.5 gaps (serve's default)\n"
     "  disaggregated:P+D   a prefill worker of P threads hands each prompt's K/V to a decode worker of D threads\n";
 
 std::string SchedulePolicy::name() const {
@@ -14,6 +16,7 @@ std::string SchedulePolicy::name() const {
     case Kind::prefill_first:
       return "prefill-first";
     case Kind::chunked:
+      if (timed) return "chunked:auto";
       return chunk_tokens > 0 ? "chunked:" + std::to_string(chunk_tokens) : "chunked";
     case Kind::disaggregated:
       return "disaggregated:" + std::to_string(prefill_threads) + "+" + std::to_string(decode_threads);
@@ -45,8 +48,13 @@ Result<SchedulePolicy> parse_schedule_policy(std::string_view text) {
     return p;
   }
   if (text == "chunked") return p;
+  if (text == "chunked:auto") {
+    p.timed = true;
+    return p;
+  }
   if (text.starts_with("chunked:")) {
-    if (!read_count(text.substr(8), 1 << 16, &p.chunk_tokens)) return bad("N must be a token count from 1 to 65536");
+    if (!read_count(text.substr(8), 1 << 16, &p.chunk_tokens))
+      return bad("N must be a token count from 1 to 65536, or auto");
     return p;
   }
   if (text.starts_with("disaggregated:")) {

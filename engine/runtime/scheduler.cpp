@@ -72,6 +72,7 @@ Result<std::unique_ptr<Scheduler>> Scheduler::create(std::shared_ptr<const Model
   lo.token_budget = budget;
   lo.prefix_cache = opt.prefix_cache;
   lo.prefill_before_decode = policy.kind == SchedulePolicy::Kind::prefill_first;
+  if (policy.kind == SchedulePolicy::Kind::chunked && policy.timed) lo.prefill_share = SchedulePolicy::kAutoPrefillShare;
   s->loop_ = std::make_unique<EngineLoop>(*s->backend_, *s->model_, s->pool_, lo);
   s->stats_.kv_blocks_total = n_blocks;
   if (disaggregated) PHASELAB_TRY(s->start_prefill_worker(std::move(prefill_backend), opt, n_blocks));

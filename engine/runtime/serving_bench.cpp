@@ -37,7 +37,7 @@ SchedulerOptions scheduler_options(const InProcessTarget& t, const ServingRun& r
 class InProcessDriver {
  public:
   InProcessDriver(Scheduler& s, const ServingRun& run, const PromptSource& prompts, const ServingProgressFn& progress)
-      : s_(s), w_(run.workload), prompts_(prompts), progress_(progress), arrivals_(long_arrivals_s(run.workload)),
+      : s_(s), w_(run.workload), prompts_(prompts.for_run(run.workload)), progress_(progress), arrivals_(long_arrivals_s(run.workload)),
         stream_busy_(w_.streams, false), stream_done_(w_.streams, 0), stream_next_(w_.streams, 0) {}
 
   Result<std::vector<RequestTrace>> run(const std::atomic<bool>* cancel, double* duration_s);
@@ -50,7 +50,7 @@ class InProcessDriver {
 
   Scheduler& s_;
   const ServingWorkload w_;
-  const PromptSource& prompts_;
+  const PromptSource prompts_;  // this run's set
   const ServingProgressFn& progress_;
   const std::vector<double> arrivals_;
   Clock::time_point t0_;

@@ -117,6 +117,12 @@ PromptSource::PromptSource(const Tokenizer* tokenizer, ServingWorkload w, std::v
   for (FilePrompt& p : file) (p.kind == ServingKind::chat ? chat_file_ : long_file_).push_back(std::move(p));
 }
 
+PromptSource PromptSource::for_run(const ServingWorkload& run) const {
+  PromptSource p = *this;
+  p.w_.prompt_set = run.prompt_set;
+  return p;
+}
+
 ServingPrompt PromptSource::prompt(ServingKind kind, int stream, int index) const {
   const auto& file = kind == ServingKind::chat ? chat_file_ : long_file_;
   if (file.empty()) return generated(kind, stream, index);

@@ -18,6 +18,9 @@
 //    whole are admitted first (shortest remaining work first): a short chat
 //    prompt arriving while a long document is being prefilled gets its
 //    first token in the next pass instead of after the whole document.
+//    Under chunked:auto (LoopOptions::prefill_share) a pass with decodes
+//    takes only the prompt tokens that fit its share of a decode pass's
+//    time, as the loop has timed them (PassTimer).
 #include <algorithm>
 #include <string>
 
@@ -38,6 +41,12 @@ void EngineLoop::plan() {
     hold_decodes = hold_decodes || (!waiting_.empty() && n_running() < opt_.max_seqs);
   }
   if (!hold_decodes) plan_running(0, &budget);
+  // chunked:auto: beside decodes, only the prompt tokens that keep the pass
+  // within its share of a decode pass's time.
+  if (opt_.prefill_share > 0 && !chunks_.empty()) {
+    const int prompt = timer_.prompt_tokens_for(opt_.prefill_share);
+    if (prompt >= 0) budget = std::min(budget, prompt);
+  }
   admit(&budget, /*whole_only=*/true);
   plan_running(1, &budget);
   admit(&budget, /*whole_only=*/false);

@@ -15,9 +15,9 @@ using Clock = std::chrono::steady_clock;
 // end of the run depends on, and the clock.
 struct HttpRunState {
   HttpRunState(const ServingWorkload& w_, const PromptSource& p, const ServingProgressFn& f, const std::atomic<bool>* c)
-      : w(w_), prompts(p), progress(f), cancel(c), stream_done(w_.streams, 0) {}
+      : w(w_), prompts(p.for_run(w_)), progress(f), cancel(c), stream_done(w_.streams, 0) {}
   const ServingWorkload& w;
-  const PromptSource& prompts;
+  const PromptSource prompts;  // this run's set
   const ServingProgressFn& progress;
   const std::atomic<bool>* cancel;
   Clock::time_point t0 = Clock::now();

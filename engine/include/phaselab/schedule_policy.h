@@ -9,8 +9,15 @@
 //   chunked:N          at most N tokens per pass: every running stream's next
 //                      token first, then chunks of the prompts with what the
 //                      budget leaves (Sarathi-Serve, vLLM's chunked prefill).
-//                      A stall is bounded by one pass of N tokens. The default
-//                      ("chunked": N = the backend's batch size).
+//                      A stall is bounded by one pass of N tokens ("chunked":
+//                      N = the backend's batch size).
+//   chunked:auto       chunked, with the prompt tokens of a pass that also
+//                      decodes chosen by time: at most what adds half a
+//                      decode-only pass, as the loop measures its passes
+//                      (Sarathi-Serve's budget from a latency target, found
+//                      online instead of by profiling). A stall is then about
+//                      1.5 decode gaps on any machine; prompts take longer.
+//                      The server's default.
 //   disaggregated:P+D  a prefill worker (its own backend, P threads, its own
 //                      KV pool) computes each prompt and its first token, then
 //                      hands the sequence to the decode worker (D threads):
@@ -36,9 +43,14 @@ struct SchedulePolicy {
   enum class Kind { prefill_first, chunked, disaggregated };
   Kind kind = Kind::chunked;
   int chunk_tokens = 0;                        // chunked: tokens per pass; <= 0: the backend's batch size
+  bool timed = false;                          // chunked:auto (chunk_tokens 0)
   int prefill_threads = 1, decode_threads = 1;  // disaggregated: P and D
 
-  // "prefill-first", "chunked", "chunked:256", "disaggregated:1+1": what
+  // chunked:auto's share: prompt tokens beside decodes add at most this
+  // fraction of a decode-only pass's time.
+  static constexpr double kAutoPrefillShare = 0.5;
+
+  // "prefill-first", "chunked", "chunked:256", "chunked:auto", "disaggregated:1+1": what
   // parse_schedule_policy reads back.
   std::string name() const;
   bool operator==(const SchedulePolicy&) const = default;

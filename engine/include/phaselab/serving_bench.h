@@ -99,6 +99,9 @@ class PromptSource {
  public:
   PromptSource(const Tokenizer* tokenizer, ServingWorkload w, std::vector<FilePrompt> file = {});
   ServingPrompt prompt(ServingKind kind, int stream, int index) const;
+  // The same source for one run of a plan: its generated prompts are the
+  // set run.workload.prompt_set names (file prompts stay the file's).
+  PromptSource for_run(const ServingWorkload& run) const;
 
  private:
   ServingPrompt generated(ServingKind kind, int stream, int index) const;
