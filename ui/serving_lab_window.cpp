@@ -154,8 +154,9 @@ QWidget* ServingLabWindow::buildInputsPanel() {
       tr("<b>What this shows.</b> Prefill (reading a prompt) is compute-bound; decode (writing a token) is "
          "memory-bandwidth-bound. Under <i>prefill-first</i> a long prompt is prefilled whole while every chat stream "
          "waits: the stall is the gap in each chat lane under the orange band. <i>chunked:N</i> mixes at most N "
-         "prompt tokens into each pass, which bounds the stall and pays for it with the long prompt's TTFT. "
-         "<i>disaggregated:P+D</i> prefills on P cores of their own and decodes on D, so no decode waits, at the cost "
+         "tokens into each pass, which bounds the stall (to one pass of N tokens: long on a CPU, short on a GPU) and "
+         "pays for it with the long prompt's TTFT; <i>chunked:auto</i> sizes the chunks by time, so that a pass adds "
+         "at most half a decode pass. <i>disaggregated:P+D</i> prefills on P cores of their own and decodes on D, so no decode waits, at the cost "
          "of moving the prompt's K/V between them and of the cores given to prefill. Goodput counts the requests that "
          "meet both targets: TTFT within its target and no gap between two tokens longer than the ITL target."));
   m_explanation->setWordWrap(true);
