@@ -1103,6 +1103,9 @@ class TestBatch : public QObject {
     }
   }
 
+  // Shortest remaining prompt first: a short prompt arriving during a long
+  // prefill is computed whole in the next pass, and one that needs a few
+  // passes takes them before the long prompt's next chunks.
   void a_short_prompt_goes_before_a_long_prefill() {
     auto m = load(model_path("stories260K"));
     const int V = m->config().n_vocab;
@@ -1128,6 +1131,17 @@ class TestBatch : public QObject {
     QVERIFY(sch.step());
     QCOMPARE(short_tokens, 1);                    // whole in this pass
     QCOMPARE(sch.stats().last_batch_tokens, 16);  // and the long prompt took the rest
+    QCOMPARE(long_tokens, 0);
+    // A prompt that needs several passes also goes first: shortest
+    // remaining prompt first, whether it waits or runs.
+    int mid_tokens = 0;
+    BatchRequest c;
+    c.prompt = prompt_of(40, 3, V);
+    c.options = greedy(4);
+    c.on_token = [&](const TokenEvent&) { mid_tokens++; };
+    QVERIFY(sch.submit(std::move(c)).is_ok());
+    for (int i = 0; i < 3; i++) QVERIFY(sch.step());  // 40 tokens beside b's decode: 15 a pass
+    QCOMPARE(mid_tokens, 1);
     QCOMPARE(long_tokens, 0);
     QVERIFY(sch.run());
     QCOMPARE(long_tokens, 4);

@@ -179,7 +179,7 @@ class EngineLoop {
   // step_planner.cpp: fills chunks_ for this pass.
   void plan();
   void plan_running(int pass, int* budget);
-  void admit(int* budget, bool whole_only);  // whole_only: only prompts this pass computes whole
+  void admit(int* budget, int shorter_than);  // the waiting prompts with fewer tokens left than shorter_than
   bool add_chunk(Sequence& s, int n, int* budget);
   bool add_verify_chunk(Sequence& s, int* budget);
   void preempt(std::unique_ptr<Sequence> s);

@@ -14,14 +14,16 @@
 // 3. Waiting sequences are admitted in arrival order while the budget, the
 //    sequence limit and the pool allow; each reuses what the pool has
 //    published of its tokens (a shared system prompt, an earlier turn).
-//    Before the chunks of step 2, waiting prompts that the pass can compute
-//    whole are admitted first (shortest remaining work first): a short chat
-//    prompt arriving while a long document is being prefilled gets its
-//    first token in the next pass instead of after the whole document.
+//    Prompt work goes shortest remaining first: waiting prompts shorter
+//    than every running prefill are admitted before the running prefills'
+//    chunks, and those go shortest first, so a chat prompt arriving while
+//    a long document is being prefilled gets its first token within a few
+//    passes instead of after the whole document.
 //    Under chunked:auto (LoopOptions::prefill_share) a pass with decodes
 //    takes only the prompt tokens that fit its share of a decode pass's
 //    time, as the loop has timed them (PassTimer).
 #include <algorithm>
+#include <limits>
 #include <string>
 
 #include "engine_loop.h"
@@ -47,9 +49,16 @@ void EngineLoop::plan() {
     const int prompt = timer_.prompt_tokens_for(opt_.prefill_share);
     if (prompt >= 0) budget = std::min(budget, prompt);
   }
-  admit(&budget, /*whole_only=*/true);
+  // Prompt work, shortest remaining first: waiting prompts shorter than
+  // every running prefill, then the running prefills (shortest first), then
+  // whatever else waits.
+  int shortest_running = std::numeric_limits<int>::max();
+  for (const auto& s : running_)
+    if (s->remaining() > 1 && std::find(chunk_seq_.begin(), chunk_seq_.end(), s.get()) == chunk_seq_.end())
+      shortest_running = std::min(shortest_running, s->remaining());
+  admit(&budget, shortest_running);
   plan_running(1, &budget);
-  admit(&budget, /*whole_only=*/false);
+  admit(&budget, std::numeric_limits<int>::max());
   // Held decodes run when no prompt could take the pass (the pool is out of
   // blocks for them): better than a pass of nothing.
   if (hold_decodes && chunks_.empty()) plan_running(0, &budget);
@@ -58,6 +67,21 @@ void EngineLoop::plan() {
 // pass 0: the decoding sequences (one token, or a verification); pass 1: the
 // ones still prefilling.
 void EngineLoop::plan_running(int pass, int* budget) {
+  if (pass == 1) {
+    // The prefilling sequences by remaining prompt, shortest first (a chat
+    // turn's chunks before a long document's); one that finds no blocks
+    // waits, and the loop below deals with a pass that would be empty.
+    std::vector<Sequence*> order;
+    for (const auto& s : running_)
+      if (s->remaining() > 1 && std::find(chunk_seq_.begin(), chunk_seq_.end(), s.get()) == chunk_seq_.end())
+        order.push_back(s.get());
+    std::stable_sort(order.begin(), order.end(),
+                     [](const Sequence* a, const Sequence* b) { return a->remaining() < b->remaining(); });
+    for (Sequence* s : order) {
+      if (*budget <= 0) break;
+      if (!add_chunk(*s, std::min(s->remaining(), *budget), budget) && chunks_.empty()) break;
+    }
+  }
   for (size_t i = 0; i < running_.size() && *budget > 0;) {
     Sequence& s = *running_[i];
     // Pass 1 skips the prompts admitted whole before it (already in the pass).
@@ -96,7 +120,7 @@ void EngineLoop::plan_running(int pass, int* budget) {
   }
 }
 
-void EngineLoop::admit(int* budget, bool whole_only) {
+void EngineLoop::admit(int* budget, int shorter_than) {
   for (size_t w = 0; *budget > 0 && w < waiting_.size() && n_running() < opt_.max_seqs;) {
     Sequence& s = *waiting_[w];
     if (!s.kv) {
@@ -118,7 +142,7 @@ void EngineLoop::admit(int* budget, bool whole_only) {
         s.kv = nullptr;
       }
     };
-    if (whole_only && s.remaining() > *budget) {  // not whole in this pass: after the running prompts' chunks
+    if (s.remaining() >= shorter_than) {  // after the running prompts' chunks
       give_back();
       w++;
       continue;
