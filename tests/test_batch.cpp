@@ -51,6 +51,28 @@ std::vector<int32_t> prompt_of(int n, int salt, int n_vocab) {
   return p;
 }
 
+// The ordering tests' scheduler: stories260K, 256 positions a sequence,
+// passes of 16 tokens, under policy.
+std::unique_ptr<Scheduler> ordering_scheduler(const std::shared_ptr<const Model>& m, const char* policy = "chunked") {
+  SchedulerOptions so;
+  so.n_ctx = 256;
+  so.kv_positions = 1024;
+  so.token_budget = 16;
+  so.policy = *parse_schedule_policy(policy);
+  auto s = Scheduler::create(m, backend(m, Kind::fast), so);
+  if (!s) qFatal("%s", s.status().message().c_str());
+  return std::move(*s);
+}
+
+// Submits a greedy request of n tokens; *count (when given) counts its tokens as they come.
+void submit_greedy(Scheduler& s, std::vector<int32_t> prompt, int n, int* count = nullptr) {
+  BatchRequest r;
+  r.prompt = std::move(prompt);
+  r.options = greedy(n);
+  if (count) r.on_token = [count](const TokenEvent&) { ++*count; };
+  if (auto id = s.submit(std::move(r)); !id) qFatal("%s", id.status().message().c_str());
+}
+
 void add_model_rows() {
   QTest::addColumn<QString>("model");
   QTest::addColumn<int>("kind");
@@ -971,26 +993,13 @@ class TestBatch : public QObject {
   void prefill_first_holds_the_decodes_back() {
     auto m = load(model_path("stories260K"));
     const int V = m->config().n_vocab;
-    SchedulerOptions so;
-    so.n_ctx = 256;
-    so.kv_positions = 1024;
-    so.token_budget = 16;
-    so.policy = *parse_schedule_policy("prefill-first");
-    auto s = Scheduler::create(m, backend(m, Kind::fast), so);
-    QVERIFY(s.is_ok());
-    Scheduler& sch = **s;
+    auto s = ordering_scheduler(m, "prefill-first");
+    Scheduler& sch = *s;
     int a_tokens = 0;
-    BatchRequest a;
-    a.prompt = prompt_of(4, 1, V);
-    a.options = greedy(60);
-    a.on_token = [&](const TokenEvent&) { a_tokens++; };
-    QVERIFY(sch.submit(std::move(a)).is_ok());
+    submit_greedy(sch, prompt_of(4, 1, V), 60, &a_tokens);
     for (int i = 0; i < 3; i++) QVERIFY(sch.step());
     QCOMPARE(a_tokens, 3);
-    BatchRequest b;
-    b.prompt = prompt_of(150, 2, V);  // ten passes of 16 (the last one 6)
-    b.options = greedy(4);
-    QVERIFY(sch.submit(std::move(b)).is_ok());
+    submit_greedy(sch, prompt_of(150, 2, V), 4);  // ten passes of 16 (the last one 6)
     for (int i = 0; i < 9; i++) {
       QVERIFY(sch.step());
       QCOMPARE(a_tokens, 3);  // held
@@ -1109,25 +1118,12 @@ class TestBatch : public QObject {
   void a_short_prompt_goes_before_a_long_prefill() {
     auto m = load(model_path("stories260K"));
     const int V = m->config().n_vocab;
-    SchedulerOptions so;
-    so.n_ctx = 256;
-    so.kv_positions = 1024;
-    so.token_budget = 16;
-    auto s = Scheduler::create(m, backend(m, Kind::fast), so);
-    QVERIFY(s.is_ok());
-    Scheduler& sch = **s;
+    auto s = ordering_scheduler(m);
+    Scheduler& sch = *s;
     int long_tokens = 0, short_tokens = 0;
-    BatchRequest a;
-    a.prompt = prompt_of(150, 1, V);
-    a.options = greedy(4);
-    a.on_token = [&](const TokenEvent&) { long_tokens++; };
-    QVERIFY(sch.submit(std::move(a)).is_ok());
+    submit_greedy(sch, prompt_of(150, 1, V), 4, &long_tokens);
     for (int i = 0; i < 2; i++) QVERIFY(sch.step());
-    BatchRequest b;
-    b.prompt = prompt_of(6, 2, V);
-    b.options = greedy(4);
-    b.on_token = [&](const TokenEvent&) { short_tokens++; };
-    QVERIFY(sch.submit(std::move(b)).is_ok());
+    submit_greedy(sch, prompt_of(6, 2, V), 4, &short_tokens);
     QVERIFY(sch.step());
     QCOMPARE(short_tokens, 1);                    // whole in this pass
     QCOMPARE(sch.stats().last_batch_tokens, 16);  // and the long prompt took the rest
@@ -1135,11 +1131,7 @@ class TestBatch : public QObject {
     // A prompt that needs several passes also goes first: shortest
     // remaining prompt first, whether it waits or runs.
     int mid_tokens = 0;
-    BatchRequest c;
-    c.prompt = prompt_of(40, 3, V);
-    c.options = greedy(4);
-    c.on_token = [&](const TokenEvent&) { mid_tokens++; };
-    QVERIFY(sch.submit(std::move(c)).is_ok());
+    submit_greedy(sch, prompt_of(40, 3, V), 4, &mid_tokens);
     for (int i = 0; i < 3; i++) QVERIFY(sch.step());  // 40 tokens beside b's decode: 15 a pass
     QCOMPARE(mid_tokens, 1);
     QCOMPARE(long_tokens, 0);
@@ -1150,25 +1142,13 @@ class TestBatch : public QObject {
   void a_long_prompt_does_not_stall_running_decodes() {
     auto m = load(model_path("stories260K"));
     const int V = m->config().n_vocab;
-    SchedulerOptions so;
-    so.n_ctx = 256;
-    so.kv_positions = 1024;
-    so.token_budget = 16;
-    auto s = Scheduler::create(m, backend(m, Kind::fast), so);
-    QVERIFY(s.is_ok());
-    Scheduler& sch = **s;
+    auto s = ordering_scheduler(m);
+    Scheduler& sch = *s;
     int a_tokens = 0;
-    BatchRequest a;
-    a.prompt = prompt_of(4, 1, V);
-    a.options = greedy(60);
-    a.on_token = [&](const TokenEvent&) { a_tokens++; };
-    QVERIFY(sch.submit(std::move(a)).is_ok());
+    submit_greedy(sch, prompt_of(4, 1, V), 60, &a_tokens);
     for (int i = 0; i < 3; i++) QVERIFY(sch.step());
     QCOMPARE(a_tokens, 3);
-    BatchRequest b;
-    b.prompt = prompt_of(150, 2, V);  // ten passes of prefill at 15 tokens each
-    b.options = greedy(4);
-    QVERIFY(sch.submit(std::move(b)).is_ok());
+    submit_greedy(sch, prompt_of(150, 2, V), 4);  // ten passes of prefill at 15 tokens each
     for (int i = 0; i < 10; i++) {
       const int before = a_tokens;
       QVERIFY(sch.step());

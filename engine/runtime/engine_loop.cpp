@@ -100,11 +100,14 @@ int PassTimer::prompt_tokens_for(double share) const {
 Status EngineLoop::step(StepReport* report) {
   plan();
   StepReport r;
-  int prompt_tokens = 0;
+  int prompt_tokens = 0, decode_rows = 0;  // chunked:auto's timer: what the pass carried
   for (size_t c = 0; c < chunks_.size(); c++) {
     r.n_tokens += chunks_[c].n_tokens;
     r.prefill = r.prefill || chunk_prompt_[c];
-    prompt_tokens += chunk_prompt_[c] ? chunks_[c].n_tokens : 0;
+    if (chunk_prompt_[c])
+      prompt_tokens += chunks_[c].n_tokens;
+    else
+      decode_rows++;  // a decode or a verification
   }
   r.n_seqs = static_cast<int>(chunks_.size());
   Status st = plan_status_;
@@ -113,8 +116,7 @@ Status EngineLoop::step(StepReport* report) {
     st = backend_.forward_batch(chunks_.data(), static_cast<int>(chunks_.size()));
     if (st.is_ok() && opt_.prefill_share > 0) {
       const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      timer_.record(r.n_seqs - static_cast<int>(std::count(chunk_prompt_.begin(), chunk_prompt_.end(), 1)),
-                    prompt_tokens, ms);
+      timer_.record(decode_rows, prompt_tokens, ms);
     }
   }
   if (!st) {

@@ -171,7 +171,6 @@ class EngineLoop {
   // False (s untouched) when the loop runs max_seqs sequences already.
   bool adopt(std::unique_ptr<Sequence>& s);
   bool has_room() const { return n_running() < opt_.max_seqs; }
-  const PassTimer& pass_timer() const { return timer_; }
   // Tests: block reference counts match the running sequences' tables.
   Status check_invariants() const;
 
@@ -180,6 +179,7 @@ class EngineLoop {
   void plan();
   void plan_running(int pass, int* budget);
   void admit(int* budget, int shorter_than);  // the waiting prompts with fewer tokens left than shorter_than
+  bool in_pass(const Sequence& s) const;  // s has a chunk in this pass already
   bool add_chunk(Sequence& s, int n, int* budget);
   bool add_verify_chunk(Sequence& s, int* budget);
   void preempt(std::unique_ptr<Sequence> s);

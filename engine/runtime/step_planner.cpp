@@ -54,8 +54,7 @@ void EngineLoop::plan() {
   // whatever else waits.
   int shortest_running = std::numeric_limits<int>::max();
   for (const auto& s : running_)
-    if (s->remaining() > 1 && std::find(chunk_seq_.begin(), chunk_seq_.end(), s.get()) == chunk_seq_.end())
-      shortest_running = std::min(shortest_running, s->remaining());
+    if (s->remaining() > 1 && !in_pass(*s)) shortest_running = std::min(shortest_running, s->remaining());
   admit(&budget, shortest_running);
   plan_running(1, &budget);
   admit(&budget, std::numeric_limits<int>::max());
@@ -73,8 +72,7 @@ void EngineLoop::plan_running(int pass, int* budget) {
     // waits, and the loop below deals with a pass that would be empty.
     std::vector<Sequence*> order;
     for (const auto& s : running_)
-      if (s->remaining() > 1 && std::find(chunk_seq_.begin(), chunk_seq_.end(), s.get()) == chunk_seq_.end())
-        order.push_back(s.get());
+      if (s->remaining() > 1 && !in_pass(*s)) order.push_back(s.get());
     std::stable_sort(order.begin(), order.end(),
                      [](const Sequence* a, const Sequence* b) { return a->remaining() < b->remaining(); });
     for (Sequence* s : order) {
@@ -84,9 +82,8 @@ void EngineLoop::plan_running(int pass, int* budget) {
   }
   for (size_t i = 0; i < running_.size() && *budget > 0;) {
     Sequence& s = *running_[i];
-    // Pass 1 skips the prompts admitted whole before it (already in the pass).
-    if ((s.remaining() == 1) != (pass == 0) ||
-        (pass == 1 && std::find(chunk_seq_.begin(), chunk_seq_.end(), &s) != chunk_seq_.end())) {
+    // Pass 1 skips the prompts given a chunk above or admitted before it.
+    if ((s.remaining() == 1) != (pass == 0) || (pass == 1 && in_pass(s))) {
       i++;
       continue;
     }
@@ -118,6 +115,10 @@ void EngineLoop::plan_running(int pass, int* budget) {
     else
       preempt(std::move(self));
   }
+}
+
+bool EngineLoop::in_pass(const Sequence& s) const {
+  return std::find(chunk_seq_.begin(), chunk_seq_.end(), &s) != chunk_seq_.end();
 }
 
 void EngineLoop::admit(int* budget, int shorter_than) {
