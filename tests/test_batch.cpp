@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "backend/cpu/host_kv_store.h"
+#include "runtime/engine_loop.h"
 #include "phaselab/backend.h"
 #include "phaselab/schedule_policy.h"
 #include "phaselab/scheduler.h"
@@ -1110,6 +1111,24 @@ class TestBatch : public QObject {
       QVERIFY(sch.step());
       QCOMPARE(sch.stats().last_batch_tokens, 25);
     }
+  }
+
+  // chunked:auto's arithmetic: decode passes of 10 ms, prompt tokens that
+  // add 2 ms each -> half a decode pass is 2 tokens; a decode pass something
+  // stretched to 100 ms moves the average by a fifth at most, so the prompt
+  // tokens do not start to look free.
+  void pass_timer_measures_what_a_prompt_token_adds() {
+    PassTimer t;
+    QCOMPARE(t.prompt_tokens_for(0.5), -1);  // nothing measured yet
+    t.record(0, 8, 26);                      // a prompt alone: 3.25 ms a token stands in
+    for (int i = 0; i < 5; i++) t.record(4, 0, 10);
+    QCOMPARE(t.prompt_tokens_for(0.5), 1);  // 0.5 * 10 / 3.25
+    for (int i = 0; i < 10; i++) t.record(4, 3, 16);
+    QCOMPARE(t.prompt_tokens_for(0.5), 2);  // 0.5 * 10 / 2
+    t.record(4, 0, 100);
+    QVERIFY(t.decode_pass_ms <= 12.0 + 1e-9);
+    for (int i = 0; i < 10; i++) t.record(4, 3, 16);
+    QVERIFY(t.prompt_tokens_for(0.5) <= 4);
   }
 
   // Shortest remaining prompt first: a short prompt arriving during a long

@@ -75,7 +75,11 @@ void PassTimer::record(int decode_rows, int prompt_tokens, double ms) {
   constexpr double kFade = 0.95;   // of the sums, per mixed pass: about the last 20 count
   const auto average = [](double& avg, double v) { avg = avg > 0 ? avg + kWeight * (v - avg) : v; };
   if (prompt_tokens == 0) {
-    if (decode_rows > 0) average(decode_pass_ms, ms);
+    // A pass something else stretched (the OS, another process) moves the
+    // average by at most a fifth: while every pass also carries prompt
+    // tokens (a long prefill) nothing corrects it, and an inflated decode
+    // pass would make the prompt tokens look free.
+    if (decode_rows > 0) average(decode_pass_ms, decode_pass_ms > 0 ? std::min(ms, 2 * decode_pass_ms) : ms);
   } else if (decode_rows == 0) {
     average(prefill_token_ms, ms / prompt_tokens);
   } else if (decode_pass_ms > 0) {
