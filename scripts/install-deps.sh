@@ -7,11 +7,13 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git python3 python3-pip
-  qt6-base-dev qt6-charts-dev libqt6opengl6-dev libqt6sql6-sqlite qt6-svg-dev libgl-dev
+  qt6-base-dev qt6-charts-dev libqt6opengl6-dev libqt6sql6-sqlite qt6-svg-dev libgl-dev qtkeychain-qt6-dev
   libspdlog-dev libfmt-dev nlohmann-json3-dev libpcre2-dev
   libboost-context-dev
   # phaselab-cli serve / --remote: HTTP server and client; the server's tests use curl and python3-venv
   libcpp-httplib-dev curl python3-venv
+  # phaselab-cli pull / Get Models: HTTPS to Hugging Face and SHA-256 of the files (OpenSSL), its CA list
+  libssl-dev ca-certificates
   xvfb xauth
   # scripts/screenshots.sh: drive the real window in Xvfb and capture it
   xdotool imagemagick

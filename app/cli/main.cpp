@@ -24,6 +24,7 @@ void print_usage(FILE* out) {
                "  serve -m MODEL                an OpenAI-compatible HTTP server (--port, --parallel, --api-key)\n"
                "  loadtest --url URL            many concurrent clients against an OpenAI-compatible server\n"
                "  compare -m A [-m B] [--quant T,...]  models and quantizations side by side: speed, memory, quality\n"
+               "  pull REPO[:QUANT]             download a GGUF model from Hugging Face (--search TEXT, --list)\n"
                "  devices                       the compute devices PhaseLab can use here\n"
                "  twin export|build ...         a random-weight model of another's shapes (for benchmarks)\n\n"
                "options:\n"
@@ -61,6 +62,7 @@ int main(int argc, char** argv) {
     if (cmd == "batch") return cmd_batch(argc - 2, argv + 2);
     if (cmd == "serve") return cmd_serve(argc - 2, argv + 2);
     if (cmd == "loadtest") return cmd_loadtest(argc - 2, argv + 2);
+    if (cmd == "pull") return cmd_pull(argc - 2, argv + 2);
   } catch (const std::bad_alloc&) {
     return report(phaselab::out_of_memory("out of memory (try a smaller model or context size)"));
   } catch (const std::exception& e) {

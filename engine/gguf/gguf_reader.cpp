@@ -302,6 +302,21 @@ Result<std::shared_ptr<GgufFile>> GgufFile::from_bytes(std::vector<uint8_t> byte
   return f;
 }
 
+Result<std::shared_ptr<GgufFile>> GgufFile::header_from_bytes(std::vector<uint8_t> header, uint64_t file_size,
+                                                              const std::string& name) {
+  if (file_size < header.size()) return invalid_argument(name + ": the header is larger than the file");
+  std::shared_ptr<GgufFile> f(new GgufFile());
+  f->path_ = name;
+  f->owned_ = std::move(header);
+  f->base_ = f->owned_.data();
+  f->size_ = f->owned_.size();
+  f->declared_size_ = file_size;
+  PHASELAB_TRY(f->parse());
+  for (auto& t : f->tensors_) t.data = nullptr;
+  f->size_ = file_size;
+  return f;
+}
+
 GgufFile::~GgufFile() {
   if (map_) munmap(map_, size_);
 }
@@ -444,12 +459,13 @@ Status GgufFile::parse() {
     tensors_.push_back(std::move(t));
   }
 
+  const uint64_t file_size = declared_size_ ? declared_size_ : size_;
   data_offset_ = (c.pos() + alignment_ - 1) / alignment_ * alignment_;
-  if (data_offset_ > size_ && !tensors_.empty())
+  if (data_offset_ > file_size && !tensors_.empty())
     return c.error("data section", "starts past the end of the file (truncated?)", c.pos());
 
   // Every tensor inside the file, and no two overlapping.
-  return place_tensors(tensors_, base_, data_offset_, size_, path_);
+  return place_tensors(tensors_, base_, data_offset_, file_size, path_);
 }
 
 const GgufValue* GgufFile::find(std::string_view key) const {

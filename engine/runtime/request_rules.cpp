@@ -35,17 +35,22 @@ Status validate_request(const ModelConfig& c, int n_ctx, const std::vector<int32
   return Status::ok();
 }
 
-Status check_engine_memory(const Model& model, const Backend& backend, uint64_t kv_bytes, int max_seqs) {
-  const ModelConfig& c = model.config();
+MemoryNeed engine_memory_need(const ModelConfig& c, uint64_t weight_bytes, uint64_t kv_bytes, int max_batch,
+                              int max_seqs) {
   MemoryNeed need;
-  need.weights = model.weight_bytes();
+  need.weights = weight_bytes;
   need.kv = kv_bytes;
   // A pass's activations (hidden states, FFN, attention scratch, logits) for
   // max_batch rows, and one logits row per sequence for sampling.
-  need.work = static_cast<uint64_t>(backend.max_batch()) *
+  need.work = static_cast<uint64_t>(max_batch) *
                   (static_cast<uint64_t>(c.n_vocab) + 4ull * c.n_ff + 8ull * c.n_embd) * sizeof(float) +
               static_cast<uint64_t>(max_seqs) * c.n_vocab * sizeof(float);
-  return check_memory(need, available_memory_bytes());
+  return need;
+}
+
+Status check_engine_memory(const Model& model, const Backend& backend, uint64_t kv_bytes, int max_seqs) {
+  return check_memory(engine_memory_need(model.config(), model.weight_bytes(), kv_bytes, backend.max_batch(), max_seqs),
+                      available_memory_bytes());
 }
 
 }  // namespace phaselab

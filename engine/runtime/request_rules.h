@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "phaselab/backend.h"
+#include "phaselab/memory.h"
 #include "phaselab/model.h"
 #include "phaselab/session.h"
 #include "phaselab/status.h"
@@ -29,5 +30,10 @@ Status validate_request(const ModelConfig& c, int n_ctx, const std::vector<int32
 // KvPool::bytes_for or KvCache::bytes_for), and the work buffers of a pass
 // of backend.max_batch() tokens plus one logits row per sequence.
 Status check_engine_memory(const Model& model, const Backend& backend, uint64_t kv_bytes, int max_seqs);
+// What check_engine_memory counts, from the numbers alone (the Get Models
+// estimate has a model's header, not a loaded model): weight_bytes as
+// Model::weight_bytes(), passes of max_batch tokens.
+MemoryNeed engine_memory_need(const ModelConfig& c, uint64_t weight_bytes, uint64_t kv_bytes, int max_batch,
+                              int max_seqs);
 
 }  // namespace phaselab

@@ -80,6 +80,12 @@ class GgufFile {
   // The same validation on bytes in memory (kept alive by the object).
   static Result<std::shared_ptr<GgufFile>> from_bytes(std::vector<uint8_t> bytes,
                                                       const std::string& name = "<memory>");
+  // The metadata and tensor table alone, from the first bytes of a file of
+  // file_size bytes (a range request's answer): tensors are checked against
+  // file_size and have no data (data == nullptr). Fails like open() when the
+  // header runs past the bytes given (read more and try again).
+  static Result<std::shared_ptr<GgufFile>> header_from_bytes(std::vector<uint8_t> header, uint64_t file_size,
+                                                             const std::string& name = "<memory>");
   ~GgufFile();
   GgufFile(const GgufFile&) = delete;
   GgufFile& operator=(const GgufFile&) = delete;
@@ -112,6 +118,7 @@ class GgufFile {
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
   uint64_t data_offset_ = 0;
+  uint64_t declared_size_ = 0;  // header_from_bytes: the whole file's size (0: size_)
   std::vector<std::pair<std::string, GgufValue>> kv_;
   std::unordered_map<std::string, size_t> kv_index_;
   std::vector<GgufTensorInfo> tensors_;
