@@ -14,6 +14,8 @@ PACKAGES=(
   libcpp-httplib-dev curl python3-venv
   # phaselab-cli pull / Get Models: HTTPS to Hugging Face and SHA-256 of the files (OpenSSL), its CA list
   libssl-dev ca-certificates
+  # test_hub makes a self-signed certificate to check that HTTPS is verified
+  openssl
   xvfb xauth
   # scripts/screenshots.sh: drive the real window in Xvfb and capture it
   xdotool imagemagick

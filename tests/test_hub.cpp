@@ -15,6 +15,10 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 
+#include <httplib.h>
+
+#include <thread>
+
 #include "hub/fake_hub.h"
 #include "phaselab/gguf.h"
 #include "phaselab/hub.h"
@@ -407,6 +411,35 @@ class TestHub : public QObject {
     auto bad = options();
     bad.endpoint = "ftp://example.org";
     QVERIFY(!hub::search_models(bad, "x").is_ok());
+  }
+
+  // HTTPS is verified: a server with a certificate no CA signed is refused
+  // (a machine-in-the-middle), with a message that says so.
+  void https_with_an_untrusted_certificate_is_refused() {
+    const QString d = QString::fromStdString(fresh_dir("tls"));
+    QProcess gen;
+    gen.start("openssl", {"req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", d + "/key.pem", "-out",
+                          d + "/cert.pem", "-days", "1", "-subj", "/CN=127.0.0.1"});
+    QVERIFY2(gen.waitForFinished(60000) && gen.exitCode() == 0, gen.readAllStandardError().constData());
+    httplib::SSLServer server((d + "/cert.pem").toUtf8().constData(), (d + "/key.pem").toUtf8().constData());
+    QVERIFY(server.is_valid());
+    int hits = 0;
+    server.Get("/api/models", [&](const httplib::Request&, httplib::Response& res) {
+      hits++;
+      res.set_content("[]", "application/json");
+    });
+    const int port = server.bind_to_any_port("127.0.0.1");
+    std::thread t([&] { server.listen_after_bind(); });
+    while (!server.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    auto o = options();
+    o.endpoint = "https://127.0.0.1:" + std::to_string(port);
+    o.max_retries = 0;
+    auto r = hub::search_models(o, "x");
+    server.stop();
+    t.join();
+    QVERIFY(!r.is_ok());
+    QVERIFY2(contains(r.status().message(), "certificate"), r.status().message().c_str());
+    QCOMPARE(hits, 0);
   }
 
   // ---- phaselab-cli pull, the same client as a command ----
