@@ -362,6 +362,7 @@ class TestHub : public QObject {
     QVERIFY(!r.is_ok());
     QVERIFY2(contains(r.status().message(), "401") && contains(r.status().message(), "HF_TOKEN"),
              r.status().message().c_str());
+    QVERIFY(fs::is_empty(dir));  // no empty partial file left by a refusal
     o.token = "hf_wrong";
     r = hub::download_model(o, info, info.models[0], dir);
     QVERIFY(!r.is_ok());

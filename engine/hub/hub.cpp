@@ -532,6 +532,11 @@ Result<PartOutcome> download_part(const HubOptions& opt, const RepoInfo& info, c
   const std::string rev = info.commit.empty() ? info.revision : info.commit;
   const std::string url = base_of(opt) + "/" + info.id + "/resolve/" + encode(rev, false) + "/" + encode(f.path, true);
 
+  // A request refused before any byte (401, 403, 404, offline) leaves no empty part behind.
+  auto fail = [&](Status st) -> Result<PartOutcome> {
+    if (file_size_or_zero(part) == 0) std::remove(part.c_str());
+    return st;
+  };
   Sha256 sha;
   uint64_t have = file_size_or_zero(part);
   if (have > f.size) {  // not ours (or the listing changed): start again
@@ -636,17 +641,17 @@ Result<PartOutcome> download_part(const HubOptions& opt, const RepoInfo& info, c
     const bool progressed = have > start_have;
     if (!(short_body || transient(r)) ||
         (r.status == 429 && retry_after_s(r) > opt.max_retry_wait_s)) {
-      return failure(opt, r, what, info.id);
+      return fail(failure(opt, r, what, info.id));
     }
     // An interrupted transfer that moved forward does not use up a retry.
     if (progressed) attempt = -1;
     if (attempt >= opt.max_retries) {
       if (short_body)
-        return io_error(host_of(r.url) + " ended the transfer of " + what + " at " + format_bytes(have) + " of " +
-                        format_bytes(f.size) + ": run the same command again to resume");
-      return failure(opt, r, what, info.id).with_context("after " + std::to_string(opt.max_retries + 1) +
+        return fail(io_error(host_of(r.url) + " ended the transfer of " + what + " at " + format_bytes(have) + " of " +
+                        format_bytes(f.size) + ": run the same command again to resume"));
+      return fail(failure(opt, r, what, info.id).with_context("after " + std::to_string(opt.max_retries + 1) +
                                                           " attempts; " + format_bytes(have) + " of " +
-                                                          format_bytes(f.size) + " kept for a resume");
+                                                          format_bytes(f.size) + " kept for a resume"));
     }
     meter.stage("retrying: " + failure(opt, r, what, info.id).message());
     if (!progressed) wait_before_retry(opt, r, attempt);
