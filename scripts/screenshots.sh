@@ -9,15 +9,21 @@
 # model; the chat shots show "Serving at ..." in the status bar),
 # remote-<size>-{mid,after}.png and remote-phase-meter-<size>.png (the chat
 # through a remote server: phaselab-cli serve, started here) and
-# docs/screenshot.png (the README's, 1280x800 after the answer).
+# docs/screenshot.png (the README's, 1280x800 after the answer), and
+# issue-36/get-models-<size>-{search,downloading,done}.png (File > Get
+# Models… on the tests' stand-in for Hugging Face, phaselab-fake-hub, with a
+# slow CDN: a search with a repository's files, a download mid-way, done).
 #
 #   scripts/screenshots.sh [MODEL.gguf]     (default: the default model)
+#   scripts/screenshots.sh --get-models     (only the Get Models shots: no model needed)
 #
 # Needs a build (scripts/build.sh) and xvfb, xdotool and imagemagick
 # (scripts/install-deps.sh installs them). Settings and conversations go to a
 # temporary folder: yours are not touched.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ONLY_GET_MODELS=0
+if [[ "${1:-}" == "--get-models" ]]; then ONLY_GET_MODELS=1; shift; fi
 MODEL=${1:-${PHASELAB_MODEL:-$HOME/.local/share/PhaseLab/models/gemma-3-270m-q4_k_m.gguf}}
 APP=${PHASELAB_GUI:-$ROOT/build/app/gui/phaselab}
 OUT=${PHASELAB_SCREENSHOTS:-$ROOT/docs/screenshots}
@@ -25,15 +31,18 @@ for tool in Xvfb xdotool import; do
   command -v "$tool" >/dev/null || { echo "screenshots: $tool is missing: run scripts/install-deps.sh" >&2; exit 1; }
 done
 [[ -x "$APP" ]] || { echo "screenshots: $APP is missing: run scripts/build.sh" >&2; exit 1; }
-[[ -f "$MODEL" ]] || { echo "screenshots: no model at $MODEL: run scripts/fetch-model.sh" >&2; exit 1; }
+[[ $ONLY_GET_MODELS == 1 || -f "$MODEL" ]] || { echo "screenshots: no model at $MODEL: run scripts/fetch-model.sh" >&2; exit 1; }
 mkdir -p "$OUT"
 TMP=$(mktemp -d)
 CLI=${PHASELAB_CLI:-$ROOT/build/app/phaselab-cli}
-[[ -x "$CLI" ]] || { echo "screenshots: $CLI is missing: run scripts/build.sh" >&2; exit 1; }
-XPID=""; APID=""; SPID=""
+[[ $ONLY_GET_MODELS == 1 || -x "$CLI" ]] || { echo "screenshots: $CLI is missing: run scripts/build.sh" >&2; exit 1; }
+FAKE_HUB=${PHASELAB_FAKE_HUB:-$ROOT/build/tests/phaselab-fake-hub}
+[[ -x "$FAKE_HUB" ]] || { echo "screenshots: $FAKE_HUB is missing: cmake --build build --target phaselab-fake-hub" >&2; exit 1; }
+XPID=""; APID=""; SPID=""; HPID=""
 cleanup() {
   [[ -n "$APID" ]] && kill "$APID" 2>/dev/null || true
   [[ -n "$SPID" ]] && kill "$SPID" 2>/dev/null || true
+  [[ -n "$HPID" ]] && kill "$HPID" 2>/dev/null || true
   [[ -n "$XPID" ]] && kill "$XPID" 2>/dev/null || true
   rm -rf "$TMP"
 }
@@ -192,6 +201,71 @@ batch_shot() {
   stop_x
 }
 
+# get_models_shot SIZE ENDPOINT: File > Get Models… (Ctrl+Shift+G) on the
+# fake hub at ENDPOINT: a search for its repositories with the first one's
+# files and their fit (the fit reads each file's header from the slow CDN),
+# then the Q8_0 file's download mid-way and done. The clicks are at the
+# dialog's rows and buttons as it lays out at this size (900x640 on
+# 1280x800, 760x520 on 800x600).
+get_models_shot() {
+  local size=$1 endpoint=$2 win dlg x y h file_row X Y WIDTH HEIGHT SCREEN WINDOW
+  start_x "$size"
+  HF_ENDPOINT=$endpoint launch "$TMP/get-models-$size.log" -
+  win=$(window "$size" '^PhaseLab')
+  sleep 1
+  focus "$win"
+  xdotool key ctrl+shift+g
+  dlg=$(xdotool search --sync --onlyvisible --name '^Get Models$' | head -1)
+  focus "$dlg"
+  eval "$(xdotool getwindowgeometry --shell "$dlg")"
+  x=$X y=$Y h=$HEIGHT
+  xdotool mousemove "$((x + 200))" "$((y + 14))" click 1  # the search box
+  xdotool type --delay 15 "phaselab-test"
+  xdotool key Return
+  sleep 1.5
+  xdotool mousemove "$((x + 150))" "$((y + 91))" click 1  # the first repository
+  sleep 17  # both fits: each reads the file from the slow CDN
+  file_row=$((y + 378))  # the second file (Q8_0)
+  [[ $size == 800x600 ]] && file_row=$((y + 326))
+  xdotool mousemove "$((x + 150))" "$file_row" click 1
+  xdotool mousemove "$((x + 10))" "$((y + 10))"
+  sleep 0.5
+  import -window root "$OUT/issue-36/get-models-$size-search.png"
+  xdotool mousemove "$((x + 50))" "$((y + h - 23))" click 1  # Download
+  xdotool mousemove "$((x + 10))" "$((y + 10))"
+  sleep 4
+  import -window root "$OUT/issue-36/get-models-$size-downloading.png"
+  sleep 8
+  import -window root "$OUT/issue-36/get-models-$size-done.png"
+  xdotool key Escape
+  quit_app
+  stop_x
+}
+
+# The Get Models shots need no model: the fake hub serves stories260K,
+# 64 KiB every 400 ms (a download of about 8 s).
+get_models_shots() {
+  mkdir -p "$OUT/issue-36"
+  "$FAKE_HUB" --delay-ms 400 >"$TMP/hub.out" 2>"$TMP/hub.log" &
+  HPID=$!
+  local endpoint=""
+  for _ in $(seq 100); do
+    endpoint=$(sed -n 's/^HF_ENDPOINT=//p' "$TMP/hub.out" 2>/dev/null)
+    [[ -n "$endpoint" ]] && break
+    sleep 0.1
+  done
+  [[ -n "$endpoint" ]] || { cat "$TMP/hub.log" >&2; echo "screenshots: phaselab-fake-hub did not start" >&2; exit 1; }
+  get_models_shot 1280x800 "$endpoint"
+  get_models_shot 800x600 "$endpoint"
+  kill "$HPID" 2>/dev/null || true; wait "$HPID" 2>/dev/null || true; HPID=""
+}
+
+if [[ $ONLY_GET_MODELS == 1 ]]; then
+  get_models_shots
+  echo "screenshots: written to $OUT/issue-36"
+  exit 0
+fi
+
 shot 1280x800
 shot 800x600
 # The server the remote shots chat with: its base URL is stdout's first line.
@@ -211,5 +285,6 @@ remote_shot 800x600 "$URL"
 kill "$SPID" 2>/dev/null || true; wait "$SPID" 2>/dev/null || true; SPID=""
 batch_shot 1280x800
 batch_shot 800x600
+get_models_shots
 cp "$OUT/chat-1280x800-after.png" "$ROOT/docs/screenshot.png"
 echo "screenshots: written to $OUT (and docs/screenshot.png)"

@@ -15,6 +15,7 @@
 #include "chat_toolbar.h"
 #include "compare_window.h"
 #include "engine_controller.h"
+#include "get_models_dialog.h"
 #include "main_window.h"
 #include "metrics_dock.h"
 #include "phaselab/log.h"
@@ -38,6 +39,22 @@ void MainWindow::createFileMenu() {
   open->setShortcut(QKeySequence::Open);
   QAction* models = file->addAction(tr("&Models…"), this, &MainWindow::openModelManager);
   models->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_M));
+  // Non-modal, so that a download can run while the chat is used; closing
+  // it pauses the download (Download resumes it).
+  QAction* getModels = file->addAction(tr("&Get Models…"), this, [this] {
+    auto* dlg = findChild<GetModelsDialog*>(QString(), Qt::FindDirectChildrenOnly);
+    if (!dlg) {
+      dlg = new GetModelsDialog(QString::fromStdString(user_model_dir()), this);
+      dlg->setAttribute(Qt::WA_DeleteOnClose);
+      connect(dlg, &GetModelsDialog::modelDownloaded, this, &MainWindow::loadModel);
+    }
+    dlg->show();
+    dlg->raise();
+    dlg->activateWindow();
+  });
+  getModels->setObjectName(QStringLiteral("getModelsAction"));
+  getModels->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_G));
+  getModels->setToolTip(tr("Search Hugging Face for GGUF models and download one into the model folder"));
   QAction* remote = file->addAction(tr("&Remote Server…"), this, [this] { openSettings(true); });
   remote->setObjectName(QStringLiteral("remoteServerAction"));
   remote->setToolTip(tr("Chat with a remote OpenAI-compatible server instead of a local model, or serve the loaded "

@@ -17,6 +17,7 @@
 #include <QThread>
 #include <QVBoxLayout>
 
+#include "get_models_dialog.h"
 #include "phaselab/metrics.h"
 #include "phaselab/model.h"
 
@@ -87,12 +88,16 @@ ModelManager::ModelManager(const QString& modelDir, const ModelInfo& loaded, boo
 
   auto* row = new QHBoxLayout;
   auto* open = new QPushButton(tr("Open file…"));
+  auto* get = new QPushButton(tr("Get Models…"));
+  get->setObjectName(QStringLiteral("getModelsButton"));
+  get->setToolTip(tr("Search Hugging Face for GGUF models and download one into this folder"));
   m_load = new QPushButton(tr("Load"));
   m_load->setEnabled(false);
   auto* unload = new QPushButton(tr("Unload"));
   unload->setEnabled(hasModel);
   auto* close = new QPushButton(tr("Close"));
   row->addWidget(open);
+  row->addWidget(get);
   row->addStretch(1);
   row->addWidget(m_load);
   row->addWidget(unload);
@@ -104,6 +109,21 @@ ModelManager::ModelManager(const QString& modelDir, const ModelInfo& loaded, boo
     if (path.isEmpty()) return;
     emit loadRequested(path);
     accept();
+  });
+  // A model downloaded there is in the list once the dialog closes; its Load
+  // loads it right away.
+  connect(get, &QPushButton::clicked, this, [this] {
+    GetModelsDialog dlg(m_modelDir, this);
+    bool loaded = false;
+    connect(&dlg, &GetModelsDialog::modelDownloaded, this, [this, &loaded](const QString& path) {
+      loaded = true;
+      emit loadRequested(path);
+    });
+    dlg.exec();
+    if (loaded)
+      accept();
+    else
+      scan();
   });
   connect(m_load, &QPushButton::clicked, this, [this] {
     if (selectedPath().isEmpty()) return;
