@@ -227,11 +227,14 @@ int cmd_pull(int argc, char** argv) {
   }
   if (json) {
     nlohmann::json j = {{"repo", info->id}, {"model", model->name}, {"paths", r->paths},
-                        {"already_present", r->already_present}, {"bytes", r->bytes_transferred},
+                        {"already_present", r->already_present}, {"verified", r->verified},
+                        {"bytes", r->bytes_transferred},
                         {"seconds", r->seconds}};
     if (fit) j["fit"] = fit_json(*fit);
     std::printf("%s\n", j.dump(2).c_str());
   } else {
+    if (!r->verified)
+      std::fprintf(stderr, "note: the repository lists no SHA-256 for this file, so it was not verified\n");
     if (r->already_present) std::printf("already in the model folder: %s\n", r->paths.front().c_str());
     else
       std::printf("saved %s (%s in %.1f s) — run it: phaselab-cli chat -m %s\n", r->paths.front().c_str(),

@@ -1016,6 +1016,7 @@ Result<DownloadResult> download_model(const HubOptions& opt, const RepoInfo& inf
     meter.state().part = static_cast<int>(i) + 1;
     meter.state().file = base_name(f.path);
     if (exists(finals[i])) continue;  // noted as the same file above
+    if (f.sha256.empty()) res.verified = false;
     auto out = download_part(opt, info, f, finals[i], meter, control);
     if (!out) return out.status();
     res.bytes_transferred += out->transferred;

@@ -8,12 +8,15 @@
 //   the CDN  at http://localhost:<port2>  (another origin: the token must not
 //            follow), which serves the bytes with HTTP range requests.
 //
-// The JSON has the shapes of the documented API (huggingface.co/docs/hub/api
-// and the answers of https://huggingface.co/api/models?filter=gguf, noted in
-// December 2026): search entries {_id, id, modelId, likes, downloads, tags,
-// createdAt, lastModified?, gated?, private}; a repository {id, sha, gated,
-// cardData{license}, tags, siblings}; tree entries {type, oid, size, path,
-// lfs{oid, size, pointerSize}}. The GGUF bytes are real (stories260K).
+// The JSON has the shapes of the documented API (the Hub API reference at
+// huggingface.co/docs/hub/api, and the huggingface.js interfaces of the same
+// answers: ListFileEntry {type, oid, size, path, lfs{oid, size, pointerSize},
+// xetHash?}, ModelEntry): search entries {_id, id, modelId, likes,
+// downloads, tags, createdAt, lastModified?, gated?, private}; a repository
+// {id, sha, gated, cardData{license}, tags, siblings}; tree entries as above.
+// They were written from that documentation, not recorded from the live
+// service (the machines these tests run on cannot reach it). The GGUF bytes
+// are real (stories260K).
 //
 // Repositories (owner "phaselab-test"):
 //   stories260K-GGUF     stories260K-Q8_0.gguf and stories260K-F32.gguf (the

@@ -153,6 +153,7 @@ struct DownloadResult {
   bool paused = false;
   bool cancelled = false;
   bool already_present = false;  // the same file (size and checksum noted) was there
+  bool verified = true;          // every part had a SHA-256 listed and matched it (false: none was listed)
   uint64_t bytes_transferred = 0;
   double seconds = 0;
 };
