@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -335,6 +336,71 @@ class TestHub : public QObject {
     QVERIFY(r->cancelled);
     QCOMPARE(part_files(dir), 0);
     QVERIFY(fs::is_empty(dir));
+  }
+
+  // A split model's parts stay partial files until every one is verified:
+  // a pause in the second part leaves no model file under its own name, and
+  // Cancel removes the first part's verified bytes too.
+  void split_parts_appear_together_and_cancel_removes_them_all() {
+    auto info = info_of("phaselab-test/split-GGUF", options());
+    const std::string dir = fresh_dir("split-pause");
+    hub_->set_delay_ms(20);
+    hub::DownloadControl control;
+    auto r = hub::download_model(
+        options(), info, info.models[0], dir,
+        [&](const hub::DownloadProgress& p) {
+          if (p.part == 2 && p.stage == "downloading" && p.done > info.models[0].parts[0].size) control.pause();
+        },
+        &control);
+    QVERIFY2(r.is_ok(), r.status().message().c_str());
+    QVERIFY(r->paused);
+    QCOMPARE(part_files(dir), 2);  // the first part verified, the second partial
+    for (const auto& e : fs::directory_iterator(dir)) QVERIFY2(e.path().extension() == ".part", e.path().c_str());
+
+    control.reset();
+    control.cancel();
+    control.pause();  // a pause after a cancel does not undo it
+    QVERIFY(control.cancelled());
+    control.reset();
+    auto c = hub::download_model(
+        options(), info, info.models[0], dir,
+        [&](const hub::DownloadProgress& p) {
+          if (p.part == 2) control.cancel();
+        },
+        &control);
+    QVERIFY(c.is_ok());
+    QVERIFY(c->cancelled);
+    QVERIFY(fs::is_empty(dir));
+  }
+
+  // Two downloads of one model at once (two windows, or the window and the
+  // CLI): the second is refused while the first holds the partial file.
+  void a_second_download_of_the_same_model_is_refused() {
+    auto info = info_of(kStories, options());
+    const std::string dir = fresh_dir("twice");
+    hub_->set_delay_ms(50);
+    hub::DownloadControl control;
+    std::atomic<bool> started{false};
+    Result<hub::DownloadResult> first = hub::DownloadResult{};
+    std::thread t([&] {
+      first = hub::download_model(
+          options(), info, info.models[1], dir,
+          [&](const hub::DownloadProgress& p) {
+            if (p.done > 0) started = true;
+          },
+          &control);
+    });
+    while (!started) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    auto second = hub::download_model(options(), info, info.models[1], dir);
+    control.pause();
+    t.join();
+    QVERIFY(!second.is_ok());
+    QVERIFY2(contains(second.status().message(), "being downloaded already"), second.status().message().c_str());
+    QVERIFY(first.is_ok() && first->paused);
+    hub_->set_delay_ms(0);
+    auto done = hub::download_model(options(), info, info.models[1], dir);
+    QVERIFY2(done.is_ok(), done.status().message().c_str());
+    QVERIFY(read_all(done->paths[0]) == hub_->model_bytes());
   }
 
   void wrong_checksum_and_oversize_are_refused() {

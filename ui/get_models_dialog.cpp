@@ -1,5 +1,7 @@
 #include "get_models_dialog.h"
 
+#include <spdlog/spdlog.h>
+
 #include <QApplication>
 #include <QComboBox>
 #include <QDir>
@@ -301,6 +303,7 @@ QLayout* GetModelsDialog::buildDownloadRow() {
 
 GetModelsDialog::~GetModelsDialog() {
   if (m_control) m_control->pause();
+  m_fitGenShared->store(++m_fitGen);  // a fit worker still reading headers stops between files
   // The download stops at its next chunk: waited for a moment, so that the
   // partial file is complete on disk when the dialog is gone. A query (a
   // search, a file list, a fit's header) cannot be interrupted; it is left
@@ -339,7 +342,15 @@ void GetModelsDialog::spawn(std::function<void()> work, bool download) {
   reapWorkers();
   auto finished = std::make_shared<std::atomic<bool>>(false);
   std::thread t([work = std::move(work), finished] {
-    work();
+    // An exception must not end the application (std::terminate): the
+    // worker's answer is then simply missing, and the log says why.
+    try {
+      work();
+    } catch (const std::exception& e) {
+      spdlog::error("Get Models: a worker failed: {}", e.what());
+    } catch (...) {
+      spdlog::error("Get Models: a worker failed");
+    }
     finished->store(true);
   });
   m_workers.push_back({std::move(t), finished, download});
@@ -627,13 +638,9 @@ void GetModelsDialog::cancelDownload() {
     return;
   }
   if (m_dlState != DownloadState::paused) return;
-  // Nothing runs to remove the partial file: remove it here, by the name
-  // download_model gives it ("<name>.<sha>.part").
-  const QDir dir(m_modelDir);
-  for (const hub::RepoFile& f : m_dlModel.parts) {
-    const QString name = QFileInfo(qs(f.path)).fileName();
-    for (const QString& part : dir.entryList({name + QStringLiteral(".*.part")}, QDir::Files)) QFile::remove(dir.filePath(part));
-  }
+  // Nothing runs to remove the partial files: remove them here, by the
+  // names download_model gives them.
+  for (const hub::RepoFile& f : m_dlModel.parts) QFile::remove(qs(hub::partial_path(m_modelDir.toStdString(), f)));
   m_dlState = DownloadState::idle;
   m_progress->setValue(0);
   setStatus(tr("Cancelled: the partial download of %1 is removed.").arg(qs(m_dlModel.label())));
@@ -646,7 +653,7 @@ void GetModelsDialog::onProgress(int generation, const hub::DownloadProgress& p)
   QString stage = qs(p.stage.empty() ? std::string("downloading") : p.stage);
   if (!stage.isEmpty()) stage[0] = stage[0].toUpper();
   QString text = tr("%1 %2").arg(stage, qs(p.file));
-  if (p.n_parts > 1) text += QLatin1Char(' ') + tr("(part %1 of %2)").arg(p.part + 1).arg(p.n_parts);
+  if (p.n_parts > 1) text += QLatin1Char(' ') + tr("(part %1 of %2)").arg(p.part).arg(p.n_parts);
   text += QStringLiteral(": ") + tr("%1 of %2").arg(bytes(p.done), bytes(p.total));
   if (p.bytes_per_s > 0) {
     text += QStringLiteral(" · ") + tr("%1 MiB/s").arg(p.bytes_per_s / double(1 << 20), 0, 'f', 2);

@@ -17,8 +17,9 @@ namespace phaselab::cli {
 namespace {
 
 hub::DownloadControl* g_control = nullptr;
-void on_interrupt(int) {
-  if (g_control) g_control->pause();  // an atomic store: safe in a handler
+void on_interrupt(int sig) {
+  if (g_control) g_control->pause();  // an atomic operation: safe in a handler
+  std::signal(sig, SIG_DFL);          // a second Ctrl+C ends the program at once
 }
 
 // The network and the server are not bad input: exit 1, not 2.
@@ -47,10 +48,11 @@ const char* const kHelp =
 std::string fit_text(const hub::FitEstimate& f) {
   if (f.architecture.empty()) return "fit unknown (" + f.note + ")";
   if (!f.supported) return "PhaseLab cannot run it: " + f.note;
-  std::string s = (f.fits() ? "fits: needs " : "does NOT fit: needs ") + hub::format_bytes(f.need.total()) +
+  std::string s = (f.available == 0 ? "needs " : f.fits() ? "fits: needs " : "does NOT fit: needs ") +
+                  hub::format_bytes(f.need.total()) +
                   " (weights " + hub::format_bytes(f.need.weights) + ", KV cache " + hub::format_bytes(f.need.kv) +
                   " for " + std::to_string(f.n_ctx) + " tokens, work " + hub::format_bytes(f.need.work) + ")";
-  if (f.available) s += " of " + hub::format_bytes(f.available) + " available";
+  s += f.available ? " of " + hub::format_bytes(f.available) + " available" : " (available memory unknown)";
   if (!f.note.empty()) s += "; " + f.note;
   return s;
 }
@@ -135,7 +137,8 @@ int list(const Args& args, const hub::HubOptions& opt, const hub::RepoInfo& info
       const auto f = fit_of(m);
       fit = f.architecture.empty() ? "unknown"
             : !f.supported         ? "cannot run " + f.architecture
-                                   : std::string(f.fits() ? "fits, " : "too big, ") + hub::format_bytes(f.need.total());
+                                   : std::string(f.available == 0 ? "needs " : f.fits() ? "fits, " : "too big, ") +
+                                         hub::format_bytes(f.need.total());
     }
     std::printf("%-60s %-9s %11s  %s\n", m.label().c_str(), m.quant.empty() ? "-" : m.quant.c_str(),
                 hub::format_bytes(m.total_size()).c_str(), fit.c_str());

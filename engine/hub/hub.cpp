@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <openssl/evp.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -9,6 +10,7 @@
 #include <httplib.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -39,6 +41,8 @@ namespace {
 // Rows per pass the estimate assumes: what the CLI and the window prefill with.
 constexpr int kPassTokens = 512;
 constexpr int kMaxRedirects = 5;
+constexpr size_t kMaxFiles = 10000;            // GGUF files listed per repository
+constexpr uint64_t kMaxFileBytes = 1ull << 50;  // per file
 constexpr size_t kMaxErrorBody = 64 * 1024;
 constexpr uint64_t kHeaderFirstRead = 1ull << 20;  // then 4, 16, 64 MiB for large vocabularies
 constexpr uint64_t kHeaderMaxRead = 64ull << 20;
@@ -154,6 +158,8 @@ std::unique_ptr<httplib::Client> client_for(const HubOptions& opt, const Url& u)
   c->set_read_timeout(opt.stall_timeout_s, 0);
   c->set_write_timeout(opt.stall_timeout_s, 0);
   c->set_keep_alive(false);
+  c->set_url_encode(false);   // paths are encoded here; a CDN's signed query must stay byte for byte
+  c->set_decompress(false);   // the bytes and ranges are the file's, never a gzip of it
   return c;
 }
 
@@ -264,6 +270,11 @@ int retry_after_s(const Reply& r) {
 // Whether another attempt can help: the network, a rate limit, a server error.
 bool transient(const Reply& r) {
   if (r.stopped_by_us) return false;
+  // A certificate that does not verify, or an address that is not one, will
+  // not change on a retry.
+  if (r.error == httplib::Error::SSLServerVerification || r.error == httplib::Error::SSLConnection ||
+      (r.error == httplib::Error::Unknown && !r.error_body.empty()))
+    return false;
   if (r.error != httplib::Error::Success && r.error != httplib::Error::Canceled && r.status == 0) return true;
   if (r.error == httplib::Error::Read || r.error == httplib::Error::Write) return true;  // mid-body
   return r.status == 429 || r.status >= 500;
@@ -281,7 +292,7 @@ Status failure(const HubOptions& opt, const Reply& r, const std::string& what, c
                       "intercepting the connection?");
     if (r.error == httplib::Error::Read && r.status != 0)
       return io_error("the transfer of " + what + " from " + host + " was interrupted or stalled (no data for " +
-                      std::to_string(opt.stall_timeout_s) + " s): run the same command again to resume");
+                      std::to_string(opt.stall_timeout_s) + " s): try again to resume (the bytes so far are kept)");
     std::string err = r.error == httplib::Error::Unknown && !r.error_body.empty() ? r.error_body
                                                                                    : httplib::to_string(r.error);
     return io_error("cannot reach " + host + " (" + err +
@@ -289,6 +300,20 @@ Status failure(const HubOptions& opt, const Reply& r, const std::string& what, c
                     "into the model folder works without a download");
   }
   const std::string words = server_words(r);
+  // Hugging Face names the reason (X-Error-Code): a repository that does not
+  // exist answers 401 to a request without a token.
+  const std::string code = r.header("X-Error-Code");
+  if (code == "RepoNotFound" || code == "EntryNotFound" || code == "RevisionNotFound")
+    return io_error(what + " was not found at " + host + " (HTTP " + std::to_string(r.status) + words +
+                    "): check the name (phaselab-cli pull --search TEXT lists repositories; pull REPO --list its "
+                    "files); a private repository is not found without its token either");
+  // The CDN a download was redirected to gets no token: its refusal is about
+  // the signed link, not about the user's access.
+  auto home = parse_url(base);
+  auto at = parse_url(r.url);
+  if ((r.status == 401 || r.status == 403) && home && at && at->origin() != home->origin())
+    return io_error("the download server " + host + " refused the signed link for " + what + " (HTTP " +
+                    std::to_string(r.status) + words + "): try again (a new link is made each time)");
   switch (r.status) {
     case 401:
       if (!opt.token.empty())
@@ -322,10 +347,16 @@ Status failure(const HubOptions& opt, const Reply& r, const std::string& what, c
   return io_error(host + " answered HTTP " + std::to_string(r.status) + words + " for " + what);
 }
 
-void wait_before_retry(const HubOptions& opt, const Reply& r, int attempt) {
+// Sleeps before another attempt, in slices, so that a pause or cancel (or
+// the options' stop flag) ends the wait at once.
+void wait_before_retry(const HubOptions& opt, const Reply& r, int attempt, const DownloadControl* control = nullptr) {
   int s = r.status == 429 ? retry_after_s(r) : std::min(1 << attempt, 8) / 2;
   s = std::min(s, opt.max_retry_wait_s);
-  std::this_thread::sleep_for(std::chrono::milliseconds(s * 1000 + (r.status == 429 && s == 0 ? 50 : 0)));
+  const auto until = Clock::now() + std::chrono::milliseconds(s * 1000 + (r.status == 429 && s == 0 ? 50 : 0));
+  while (Clock::now() < until) {
+    if (control && control->stop_requested()) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
 }
 
 // GET a JSON document from the API, with retries; `next` receives the URL of
@@ -502,6 +533,7 @@ class ProgressMeter {
     const auto now = Clock::now();
     if (!force && now - last_emit_ < std::chrono::milliseconds(100)) return;
     last_emit_ = now;
+    if (!samples_.empty() && p_.done < samples_.back().second) samples_.clear();  // started over
     samples_.emplace_back(now, p_.done);
     while (samples_.size() > 2 && now - samples_.front().first > std::chrono::seconds(3)) samples_.pop_front();
     const double dt = std::chrono::duration<double>(now - samples_.front().first).count();
@@ -522,52 +554,59 @@ struct PartOutcome {
   uint64_t transferred = 0;
 };
 
-// One part: resume or start <dir>/<name>.<sha12>.part, verify, rename.
+// One part: resume or start its partial file, and verify it. The verified
+// bytes stay under the partial name; download_model renames the parts once
+// every one of them is verified. The partial file is locked (flock) while
+// this runs, so that two downloads of one model (two windows, the window and
+// the CLI) cannot write into the same file.
 Result<PartOutcome> download_part(const HubOptions& opt, const RepoInfo& info, const RepoFile& f,
-                                  const std::string& final_path, ProgressMeter& meter, DownloadControl* control) {
+                                  const std::string& part, ProgressMeter& meter, DownloadControl* control) {
   PartOutcome out;
-  const std::string tag = f.sha256.empty() ? std::to_string(f.size) : f.sha256.substr(0, 12);
-  const std::string part = final_path + "." + tag + ".part";
   const std::string what = "'" + f.path + "' of " + info.id;
   const std::string rev = info.commit.empty() ? info.revision : info.commit;
   const std::string url = base_of(opt) + "/" + info.id + "/resolve/" + encode(rev, false) + "/" + encode(f.path, true);
+  auto stop = [&] { return control && control->stop_requested(); };
 
-  // A request refused before any byte (401, 403, 404, offline) leaves no empty part behind.
+  const int fd = ::open(part.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return io_error("cannot write " + part + ": " + std::strerror(errno) + " (is the model folder writable?)");
+  std::unique_ptr<int, void (*)(int*)> guard(new int(fd), [](int* p) {
+    ::close(*p);
+    delete p;
+  });
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0)
+    return io_error(base_name(f.path) + " is being downloaded already (by another Get Models window or phaselab-cli "
+                    "pull): wait for that download, or stop it");
+  // A request refused before any byte (401, 403, 404, offline) leaves no
+  // empty partial file behind (we hold its lock, so it is ours).
   auto fail = [&](Status st) -> Result<PartOutcome> {
     if (file_size_or_zero(part) == 0) std::remove(part.c_str());
     return st;
   };
+
   Sha256 sha;
   uint64_t have = file_size_or_zero(part);
-  if (have > f.size) {  // not ours (or the listing changed): start again
-    std::remove(part.c_str());
-    have = 0;
-  }
+  if (have > f.size) have = 0;  // not this file (the listing changed): start again
   if (have > 0) {  // the bytes already here count toward the checksum
     meter.stage("checking the partial file");
-    std::ifstream in(part, std::ios::binary);
     std::vector<char> buf(1 << 20);
-    uint64_t left = have;
-    while (left > 0 && in) {
-      in.read(buf.data(), static_cast<std::streamsize>(std::min<uint64_t>(buf.size(), left)));
-      const auto n = static_cast<uint64_t>(in.gcount());
-      if (n == 0) break;
-      sha.update(buf.data(), n);
-      left -= n;
+    uint64_t off = 0;
+    while (off < have) {
+      if (stop()) {
+        out.stopped = true;
+        return out;
+      }
+      const ssize_t n = ::pread(fd, buf.data(), static_cast<size_t>(std::min<uint64_t>(buf.size(), have - off)),
+                                static_cast<off_t>(off));
+      if (n <= 0) return io_error("cannot read the partial file " + part + ": " + std::strerror(errno));
+      sha.update(buf.data(), static_cast<size_t>(n));
+      off += static_cast<uint64_t>(n);
     }
-    if (left != 0) return io_error("cannot read the partial file " + part);
   }
   meter.state().done += have;
   meter.restart_speed();
 
   for (int attempt = 0; have < f.size || (f.size == 0 && attempt == 0); attempt++) {
     meter.stage(have > 0 ? "resuming at " + format_bytes(have) : "downloading");
-    const int fd = ::open(part.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) return io_error("cannot write " + part + ": " + std::strerror(errno) + " (is the model folder writable?)");
-    std::unique_ptr<int, void (*)(int*)> guard(new int(fd), [](int* p) {
-      ::close(*p);
-      delete p;
-    });
     if (::ftruncate(fd, static_cast<off_t>(have)) != 0 || ::lseek(fd, static_cast<off_t>(have), SEEK_SET) < 0)
       return io_error("cannot write " + part + ": " + std::strerror(errno));
     httplib::Headers h;
@@ -578,25 +617,30 @@ Result<PartOutcome> download_part(const HubOptions& opt, const RepoInfo& info, c
     Reply r = http_get(
         opt, url, h,
         [&](const Reply& resp) {
+          if (stop()) return false;
           if (have > 0 && resp.status == 200) {  // the server ignored the range: start over
             if (::ftruncate(fd, 0) != 0 || ::lseek(fd, 0, SEEK_SET) < 0) return false;
             meter.state().done -= have;
             have = 0;
             sha.reset();
           } else if (resp.status == 206) {
-            static const std::regex cr(R"(bytes\s+([0-9]+)-)");
+            static const std::regex cr(R"(bytes\s+([0-9]{1,20})-)");
             std::smatch m;
             const std::string v = resp.header("Content-Range");
-            if (!std::regex_search(v, m, cr) || std::stoull(m[1]) != have) {
+            uint64_t start = 0;
+            const bool parsed = std::regex_search(v, m, cr) &&
+                                std::from_chars(v.data() + m.position(1), v.data() + m.position(1) + m.length(1), start)
+                                        .ec == std::errc();
+            if (!parsed || start != have) {
               bad_range = true;
               return false;
             }
           }
-          return !(control && control->stop_requested());
+          return true;
         },
         [&](const char* d, size_t n) {
-          if (control && control->stop_requested()) return false;
-          if (have + n > f.size) {
+          if (stop()) return false;
+          if (n > f.size - have) {
             too_much = true;
             return false;
           }
@@ -616,7 +660,7 @@ Result<PartOutcome> download_part(const HubOptions& opt, const RepoInfo& info, c
           meter.add(n);
           return true;
         });
-    out.transferred += have - start_have;
+    if (have >= start_have) out.transferred += have - start_have;
     if (write_failed)
       return io_error("cannot write " + part + ": " + std::strerror(write_errno) + " (disk full?)");
     if (too_much) {
@@ -628,59 +672,44 @@ Result<PartOutcome> download_part(const HubOptions& opt, const RepoInfo& info, c
       std::remove(part.c_str());
       return io_error(host_of(r.url) + " answered the range request for " + what +
                       " with other bytes (Content-Range '" + r.header("Content-Range") +
-                      "'): the partial file was removed; run again");
+                      "'): the partial file was removed; try again");
     }
-    if (control && control->stop_requested()) {
-      ::fsync(fd);
+    if (stop()) {
+      ::fdatasync(fd);
       out.stopped = true;
-      if (control->cancelled()) std::remove(part.c_str());
       return out;
     }
     if (r.status >= 200 && r.status < 300 && r.error == httplib::Error::Success && have == f.size) break;
     const bool short_body = r.status >= 200 && r.status < 300 && r.error == httplib::Error::Success && have < f.size;
     const bool progressed = have > start_have;
-    if (!(short_body || transient(r)) ||
-        (r.status == 429 && retry_after_s(r) > opt.max_retry_wait_s)) {
+    if (!(short_body || transient(r)) || (r.status == 429 && retry_after_s(r) > opt.max_retry_wait_s))
       return fail(failure(opt, r, what, info.id));
-    }
     // An interrupted transfer that moved forward does not use up a retry.
     if (progressed) attempt = -1;
     if (attempt >= opt.max_retries) {
       if (short_body)
         return fail(io_error(host_of(r.url) + " ended the transfer of " + what + " at " + format_bytes(have) + " of " +
-                        format_bytes(f.size) + ": run the same command again to resume"));
-      return fail(failure(opt, r, what, info.id).with_context("after " + std::to_string(opt.max_retries + 1) +
-                                                          " attempts; " + format_bytes(have) + " of " +
-                                                          format_bytes(f.size) + " kept for a resume"));
+                             format_bytes(f.size) + "; the bytes are kept: try again to resume"));
+      return fail(failure(opt, r, what, info.id)
+                      .with_context("after " + std::to_string(opt.max_retries + 1) + " attempts; " +
+                                    format_bytes(have) + " of " + format_bytes(f.size) + " kept for a resume"));
     }
-    meter.stage("retrying: " + failure(opt, r, what, info.id).message());
-    if (!progressed) wait_before_retry(opt, r, attempt);
+    meter.stage(short_body ? "the transfer ended early; resuming"
+                           : "retrying: " + failure(opt, r, what, info.id).message());
+    if (!progressed) wait_before_retry(opt, r, attempt, control);
   }
 
   meter.stage("verifying");
+  ::fdatasync(fd);
   if (!f.sha256.empty()) {
     const std::string got = sha.hex();
     if (lower(got) != lower(f.sha256)) {
       std::remove(part.c_str());
       return io_error("the checksum of " + what + " does not match: SHA-256 " + got + ", the repository lists " +
-                      f.sha256 + ". The download was corrupted or altered in transit and was removed; run again");
+                      f.sha256 + ". The bytes were damaged (in transit, or in a partial file an earlier run left "
+                      "after a crash) and were removed; download again");
     }
   }
-  if (exists(final_path))
-    return io_error(final_path + " appeared while downloading; the verified file is kept as " + part);
-  if (std::rename(part.c_str(), final_path.c_str()) != 0)
-    return io_error("cannot rename " + part + " to " + final_path + ": " + std::strerror(errno));
-  json note = {{"repo", info.id},
-               {"revision", info.revision},
-               {"commit", info.commit},
-               {"path", f.path},
-               {"url", base_of(opt) + "/" + info.id + "/blob/" + (info.commit.empty() ? info.revision : info.commit) +
-                           "/" + f.path},
-               {"size", f.size},
-               {"sha256", f.sha256},
-               {"license", info.license},
-               {"downloaded", now_iso8601()}};
-  PHASELAB_TRY(write_text_atomically(source_note_path(final_path), note.dump(2) + "\n"));
   return out;
 }
 
@@ -795,6 +824,11 @@ Result<RepoInfo> repo_info(const HubOptions& opt, const std::string& repo) {
         if (const int64_t s = json_int(*lfs, "size"); s > 0) f.size = static_cast<uint64_t>(s);
         if (!std::regex_match(f.sha256, std::regex("^[0-9a-f]{64}$"))) f.sha256.clear();
       }
+      // Sizes a disk can hold (a PiB): sums of at most kMaxFiles stay in 64 bits.
+      if (f.size > kMaxFileBytes) continue;
+      if (files.size() >= kMaxFiles)
+        return io_error("the file list of " + repo + " has more than " + std::to_string(kMaxFiles) +
+                        " GGUF files: refused (is HF_ENDPOINT a Hugging Face API?)");
       files.push_back(std::move(f));
     }
   }
@@ -960,6 +994,11 @@ Result<FitEstimate> estimate_fit(const HubOptions& opt, const RepoInfo& info, co
   }
 }
 
+std::string partial_path(const std::string& model_dir, const RepoFile& f) {
+  const std::string tag = f.sha256.empty() ? std::to_string(f.size) : f.sha256.substr(0, 12);
+  return model_dir + "/" + base_name(f.path) + "." + tag + ".part";
+}
+
 Result<DownloadResult> download_model(const HubOptions& opt, const RepoInfo& info, const GgufChoice& model,
                                       const std::string& model_dir,
                                       const std::function<void(const DownloadProgress&)>& on_progress,
@@ -972,15 +1011,21 @@ Result<DownloadResult> download_model(const HubOptions& opt, const RepoInfo& inf
   if (ec) return io_error("cannot make the model folder " + model_dir + ": " + ec.message());
 
   // What is already there, and what must come.
-  std::vector<std::string> finals;
+  std::vector<std::string> finals, parts;
   uint64_t needed = 0, present = 0;
   bool all_present = true;
   for (const auto& p : model.parts) {
     if (!safe_repo_path(p.path)) return invalid_argument("refusing the file name '" + p.path + "'");
     const std::string fin = model_dir + "/" + base_name(p.path);
     finals.push_back(fin);
+    parts.push_back(partial_path(model_dir, p));
     if (exists(fin)) {
-      if (!p.sha256.empty() && noted_sha256(fin) == p.sha256 && file_size_or_zero(fin) == p.size) {
+      // The same file from an earlier download: its note names this checksum
+      // (or, where none is listed, this repository path and size).
+      const std::string noted = noted_sha256(fin);
+      const bool same = file_size_or_zero(fin) == p.size &&
+                        (p.sha256.empty() ? exists(source_note_path(fin)) : noted == p.sha256);
+      if (same) {
         present += p.size;
         continue;
       }
@@ -988,9 +1033,7 @@ Result<DownloadResult> download_model(const HubOptions& opt, const RepoInfo& inf
                       "): move or rename it, then download again");
     }
     all_present = false;
-    const std::string tag = p.sha256.empty() ? std::to_string(p.size) : p.sha256.substr(0, 12);
-    const uint64_t partial = std::min(file_size_or_zero(fin + "." + tag + ".part"), p.size);
-    needed += p.size - partial;
+    needed += p.size - std::min(file_size_or_zero(parts.back()), p.size);
   }
   if (all_present) {
     res.paths = finals;
@@ -1017,16 +1060,39 @@ Result<DownloadResult> download_model(const HubOptions& opt, const RepoInfo& inf
     meter.state().file = base_name(f.path);
     if (exists(finals[i])) continue;  // noted as the same file above
     if (f.sha256.empty()) res.verified = false;
-    auto out = download_part(opt, info, f, finals[i], meter, control);
+    auto out = download_part(opt, info, f, parts[i], meter, control);
     if (!out) return out.status();
     res.bytes_transferred += out->transferred;
     if (out->stopped) {
-      res.paused = !control->cancelled();
       res.cancelled = control->cancelled();
+      res.paused = !res.cancelled;
+      if (res.cancelled)  // every partial file of the model, verified ones too
+        for (const auto& part : parts) std::remove(part.c_str());
       res.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
       meter.stage(res.cancelled ? "cancelled" : "paused");
       return res;
     }
+  }
+
+  // Every part verified: the notes first (a note without its file is
+  // harmless; a file without its note would look like someone else's), then
+  // the renames, the first part last, so that a model file's name appears
+  // only when the whole model is there.
+  for (size_t i = 0; i < model.parts.size(); i++) {
+    if (exists(finals[i])) continue;
+    const RepoFile& f = model.parts[i];
+    const std::string commit = info.commit.empty() ? info.revision : info.commit;
+    json note = {{"repo", info.id},        {"revision", info.revision},
+                 {"commit", info.commit},  {"path", f.path},
+                 {"url", base_of(opt) + "/" + info.id + "/blob/" + commit + "/" + f.path},
+                 {"size", f.size},         {"sha256", f.sha256},
+                 {"license", info.license}, {"downloaded", now_iso8601()}};
+    PHASELAB_TRY(write_text_atomically(source_note_path(finals[i]), note.dump(2) + "\n"));
+  }
+  for (size_t k = model.parts.size(); k-- > 0;) {
+    if (exists(finals[k])) continue;
+    if (std::rename(parts[k].c_str(), finals[k].c_str()) != 0)
+      return io_error("cannot rename " + parts[k] + " to " + finals[k] + ": " + std::strerror(errno));
   }
   meter.stage("done");
   res.paths = finals;

@@ -187,6 +187,7 @@ void FakeHub::route_api() {
     auto it = repos_.find(id);
     if (it == repos_.end()) {
       res.status = 404;
+      res.set_header("X-Error-Code", "RepoNotFound");
       res.set_header("X-Error-Message", "Repository not found");
       res.set_content(R"({"error":"Repository not found"})", "application/json");
       return;
@@ -213,6 +214,7 @@ void FakeHub::route_api() {
     auto it = repos_.find(id);
     if (it == repos_.end()) {
       res.status = 404;
+      res.set_header("X-Error-Code", "RepoNotFound");
       res.set_header("X-Error-Message", "Repository not found");
       res.set_content(R"({"error":"Repository not found"})", "application/json");
       return;
@@ -232,6 +234,7 @@ void FakeHub::route_api() {
     auto it = repos_.find(id);
     if (it == repos_.end() || !it->second.files.count(path)) {
       res.status = 404;
+      res.set_header("X-Error-Code", "EntryNotFound");
       res.set_header("X-Error-Message", "Entry not found");
       res.set_content(R"({"error":"Entry not found"})", "application/json");
       return;

@@ -138,7 +138,10 @@ struct DownloadProgress {
 // removes it.
 class DownloadControl {
  public:
-  void pause() { state_ = 1; }
+  void pause() {  // never turns a cancel back into a pause
+    int running = 0;
+    state_.compare_exchange_strong(running, 1);
+  }
   void cancel() { state_ = 2; }
   void reset() { state_ = 0; }
   bool stop_requested() const { return state_.load() != 0; }
@@ -158,15 +161,24 @@ struct DownloadResult {
   double seconds = 0;
 };
 
-// Downloads every part of `model` into model_dir. A part being downloaded
-// is "<name>.<sha>.part" until its checksum is verified; a partial file left
-// by a pause or a crash is resumed with a range request. A file already in
-// the folder under the same name is kept and the download refused, unless
-// its source note names the same checksum (then it is "already present").
+// Downloads every part of `model` into model_dir. Each part is written to
+// partial_path() and verified; when every part is, their source notes are
+// written and the parts renamed (the first part last), so a model's file
+// name appears only when the whole model is there. A partial file left by a
+// pause or a crash is resumed with a range request; one being written by
+// another download is refused (it is locked). A file already in the folder
+// under the same name is kept and the download refused, unless its source
+// note names the same checksum (then it is "already present"). Cancel
+// removes every partial file of the model.
 Result<DownloadResult> download_model(const HubOptions& opt, const RepoInfo& info, const GgufChoice& model,
                                       const std::string& model_dir,
                                       const std::function<void(const DownloadProgress&)>& on_progress = {},
                                       DownloadControl* control = nullptr);
+
+// Where download_model keeps a part until the whole model is verified:
+// <model_dir>/<file name>.<first 12 hex digits of its SHA-256>.part (its size
+// when no checksum is listed).
+std::string partial_path(const std::string& model_dir, const RepoFile& f);
 
 // "1.2 GiB", "640 MiB" for messages.
 std::string format_bytes(uint64_t n);
