@@ -57,6 +57,40 @@ std::vector<double> softmax(const std::vector<float>& logits, double T, const st
   return p;
 }
 
+// The chain as a full sort of the vocabulary computes it (what the sampler
+// did before it learnt to gather only the candidates above a cutoff): the
+// oracle for the fast chain. (prob, id), largest first.
+Dist sorted_chain(const SamplingParams& p, const std::vector<float>& logits) {
+  Dist c;
+  for (int i = 0; i < static_cast<int>(logits.size()); i++) c.emplace_back(logits[i], i);
+  auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  std::sort(c.begin(), c.end(), by_logit);
+  if (p.top_k > 0 && static_cast<size_t>(p.top_k) < c.size()) c.resize(p.top_k);
+  const double mx = c[0].first;
+  double sum = 0;
+  for (auto& x : c) sum += std::exp(x.first - mx);
+  if (p.top_p < 1.f) {
+    double cum = 0;
+    for (size_t i = 0; i < c.size(); i++) {
+      cum += std::exp(c[i].first - mx) / sum;
+      if (cum >= p.top_p) {
+        c.resize(i + 1);
+        break;
+      }
+    }
+  }
+  if (p.min_p > 0.f) {
+    const float threshold = static_cast<float>(mx) + std::log(p.min_p);
+    size_t keep = 1;
+    while (keep < c.size() && c[keep].first >= threshold) keep++;
+    c.resize(keep);
+  }
+  double total = 0;
+  for (auto& x : c) total += (x.first = static_cast<float>(std::exp((x.first - mx) / p.temperature)));
+  for (auto& x : c) x.first = static_cast<float>(x.first / total);
+  return c;
+}
+
 // The probabilities a distribution() call returns, by id (0 for absent ids).
 std::vector<double> dist_probs(Sampler& s, std::vector<float> logits, const std::vector<int32_t>& history = {}) {
   Dist d;
@@ -220,7 +254,8 @@ class TestSampler : public QObject {
     p.temperature = T;
     const std::vector<double> want = softmax(kLogits, T);
     Sampler s(p, static_cast<int>(kLogits.size()));
-    // distribution(): softmax(l / T), sorted, summing to 1.
+    // distribution(): softmax(l / T) summing to 1; nothing truncates, so
+    // every token, in id order (no sort of the vocabulary).
     Dist d;
     std::vector<float> c = kLogits;
     s.distribution(c.data(), {}, &d);
@@ -228,7 +263,7 @@ class TestSampler : public QObject {
     double sum = 0;
     for (size_t i = 0; i < d.size(); i++) {
       sum += d[i].first;
-      if (i) QVERIFY(d[i - 1].first >= d[i].first);
+      QCOMPARE(d[i].second, static_cast<int32_t>(i));
     }
     QVERIFY(std::fabs(sum - 1) < 1e-5);
     CHECK_PROBS(dist_probs(s, kLogits), want);
@@ -363,6 +398,85 @@ class TestSampler : public QObject {
     Sampler s(p, static_cast<int>(kLogits.size()));
     CHECK_PROBS(dist_probs(s, kLogits), want);
     CHECK_FREQUENCIES(draw_counts(p, kLogits, kDraws), want);
+  }
+
+  // The chain gathers only the tokens above a logit cutoff instead of
+  // sorting the vocabulary: the same tokens in the same order with the same
+  // probabilities as the full sort, for every combination of the rules, on
+  // a Gemma-sized vocabulary with peaked, flat and tied logits.
+  void chain_equals_a_full_sort() {
+    std::mt19937 rng(7);
+    const int n = 262144;
+    struct Case {
+      const char* shape;
+      float spread;
+    };
+    for (const Case shape : {Case{"peaked", 6.f}, Case{"flat", 0.5f}, Case{"ties", 0.f}}) {
+      std::vector<float> logits(n);
+      std::normal_distribution<float> g(0.f, std::max(shape.spread, 1e-3f));
+      for (auto& x : logits) x = shape.spread == 0.f ? static_cast<float>(rng() % 8) : g(rng);
+      if (shape.spread > 1.f) logits[12345] += 30.f;  // one clear favourite
+      for (int k : {0, 1, 40, 300000})
+        for (float top_p : {1.f, 0.95f, 0.5f})
+          for (float min_p : {0.f, 0.05f, 1e-6f})
+            for (float t : {0.7f}) {
+              SamplingParams p = plain();
+              p.top_k = k;
+              p.top_p = top_p;
+              p.min_p = min_p;
+              p.temperature = t;
+              Sampler s(p, n);
+              Dist got;
+              std::vector<float> copy = logits;
+              s.distribution(copy.data(), {}, &got);
+              const Dist want = sorted_chain(p, logits);
+              const QByteArray what = QByteArray(shape.shape) + " k=" + QByteArray::number(k) +
+                                      " p=" + QByteArray::number(top_p) + " min_p=" + QByteArray::number(min_p);
+              QVERIFY2(got.size() == want.size(), what + " sizes " + QByteArray::number(qulonglong(got.size())) +
+                                                      " vs " + QByteArray::number(qulonglong(want.size())));
+              const bool unsorted = (k == 0 || k >= n) && top_p >= 1.f && min_p == 0.f;  // every token, id order
+              std::vector<double> by_id(n, 0.0);
+              for (const auto& [prob, id] : want) by_id[id] = prob;
+              for (size_t i = 0; i < got.size(); i++) {
+                if (!unsorted) QVERIFY2(got[i].second == want[i].second, what + " order");
+                const double w = by_id[got[i].second];
+                QVERIFY2(std::fabs(got[i].first - w) <= 1e-5 * w + 1e-12, what + " probability");
+              }
+            }
+    }
+  }
+
+  // Without truncation sample() draws from the exponentials directly (block
+  // sums, then inside a block): the frequencies of its draws on a vocabulary
+  // of 5000 (several blocks and a tail) match softmax(l / T).
+  void untruncated_draws_follow_the_softmax() {
+    std::mt19937 rng(3);
+    std::normal_distribution<float> g(0.f, 1.f);
+    std::vector<float> logits(5000);
+    for (auto& x : logits) x = g(rng);
+    // A few likely tokens in the last block and the tail, so every part is hit.
+    logits[10] = logits[3000] = logits[4990] = 6.f;
+    SamplingParams p = plain(11);
+    p.temperature = 0.8f;
+    const auto want = softmax(logits, 0.8);
+    Sampler s(p, static_cast<int>(logits.size()));
+    std::vector<double> counts(logits.size(), 0.0);
+    const int draws = 200000;
+    for (int i = 0; i < draws; i++) {
+      std::vector<float> l = logits;
+      counts[s.sample(l.data(), {})] += 1;
+    }
+    double chi2 = 0;
+    int bins = 0;
+    for (size_t i = 0; i < logits.size(); i++) {
+      const double e = want[i] * draws;
+      if (e < 5) continue;
+      chi2 += (counts[i] - e) * (counts[i] - e) / e;
+      bins++;
+    }
+    // Mean bins - 1, sd sqrt(2 (bins - 1)): 6 standard deviations above is a failure.
+    QVERIFY2(chi2 < bins - 1 + 6 * std::sqrt(2.0 * (bins - 1)), qPrintable(QString("chi2 %1 over %2 bins").arg(chi2).arg(bins)));
+    QVERIFY(counts[10] > 0 && counts[3000] > 0 && counts[4990] > 0);
   }
 
   void draw_follows_the_distribution() {

@@ -11,6 +11,7 @@
 // speculative, chat turns), and the report (JSON or a table and notes).
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -167,6 +168,45 @@ Result<SpecResult> measure_speculative(Session& s, const EngineSetup& setup, con
   return spec;
 }
 
+// Sampled decode: the same request decoded greedily and with temperature 1
+// and top-p 0.95 (the OpenAI API's defaults plus the usual nucleus), both
+// through Session::generate, alternating; each run's sample is the request's
+// decode tokens/s, so the sampler's time per token is what separates them.
+Result<std::vector<BenchResult>> measure_sampled(Session& s, const EngineSetup& setup, const BenchOptions& bo) {
+  const auto prompt = render_prompt(s.model().tokenizer(), setup.chat_family,
+                                    PromptInput::text_of("Once upon a time, in a small town by the sea, there lived"))
+                          .tokens;
+  GenerateOptions o;
+  o.n_predict = bo.n_gen;
+  o.ignore_eos = true;
+  std::vector<double> samples[2];
+  for (int rep = 0; rep <= bo.reps; rep++)
+    for (int mode = 0; mode < 2; mode++) {
+      o.sampling = SamplingParams{};
+      o.sampling.temperature = mode == 0 ? 0.f : 1.f;
+      o.sampling.top_k = 0;
+      o.sampling.top_p = mode == 0 ? 1.f : 0.95f;
+      o.sampling.min_p = 0.f;
+      o.sampling.seed = static_cast<uint64_t>(rep);
+      s.kv().clear();
+      auto r = s.generate(prompt, o);
+      if (!r) return r.status();
+      if (rep > 0) samples[mode].push_back(r->metrics.decode_tps);  // run 0 warms up
+    }
+  std::vector<BenchResult> out;
+  for (int mode = 0; mode < 2; mode++) {
+    BenchResult r;
+    r.test = "tg" + std::to_string(bo.n_gen) + (mode == 0 ? " greedy" : " t=1 top-p=0.95");
+    r.n_gen = bo.n_gen;
+    r.samples = samples[mode];
+    for (double x : r.samples) r.mean += x / r.samples.size();
+    for (double x : r.samples) r.sd += (x - r.mean) * (x - r.mean);
+    r.sd = r.samples.size() > 1 ? std::sqrt(r.sd / (r.samples.size() - 1)) : 0.0;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
 // Chat: TTFT of the last of N scripted turns, with the prefix cache (only
 // the new turn is prefilled) and without (the whole conversation is).
 struct ChatResult {
@@ -284,6 +324,14 @@ struct BenchReport {
     return prefill_load(run, compute, read_peak_bytes_per_s());
   }
 
+  // The CPU decode path's choices in effect (PHASELAB_CPU_* variables), so
+  // that a result says what it was measured with.
+  std::string cpu_switches() const {
+    const CpuSwitches sw = backend_options_from_environment().cpu;
+    return "repack " + std::string(sw.repack ? "on" : "off") + ", huge pages " + (sw.huge_pages ? "on" : "off") +
+           ", decode prefetch " + std::to_string(sw.decode_prefetch_rows) + " rows" +
+           (sw.isa_cap.empty() ? "" : ", ISA cap " + sw.isa_cap);
+  }
   void print_json() const;
   void print_table() const;
   void print_prefill(const BenchResult& r) const;
@@ -329,7 +377,8 @@ void BenchReport::print_json() const {
                    {"machine_read_buffer_mib", peaks.buffer_bytes >> 20},
                    {"machine_peaks_plausible", peaks.plausible},
                    {"machine_peaks_note", peaks.note},
-                   {"peak_rss_mib", rss}});
+                   {"peak_rss_mib", rss},
+                   {"cpu_switches", cpu_switches()}});
   if (spec)
     arr.push_back({{"test", "sg" + std::to_string(o.n_gen)},
                    {"n_prompt", 0},
@@ -394,6 +443,8 @@ void BenchReport::print_table() const {
                 backend.c_str(), setup.draft->name().c_str(), setup.spec_k, threads, o.n_gen, spec->spec_tps,
                 spec->plain_tps, spec->spec_tps / spec->plain_tps);
   if (peaks.read_bandwidth > 0) std::printf("\nmachine: %s\n", describe_machine_peaks(peaks).c_str());
+  if (backend.rfind("cpu-", 0) == 0 && backend != "cpu-reference")
+    std::printf("cpu switches: %s (PHASELAB_CPU_REPACK, _HUGEPAGES, _PREFETCH_ROWS, _ISA)\n", cpu_switches().c_str());
   for (const auto& r : results) {
     if (r.n_prompt > 0 && compute.ops_per_s > 0) print_prefill(r);
     if (r.n_gen > 0) {
@@ -444,6 +495,7 @@ int cmd_bench(int argc, char** argv) {
                            {"--repetitions", "-r", true},
                            {"--n-depth", "-d", true},
                            {"--chat-turns", "", true},
+                           {"--sampled", "", false},
                            {"--json", "", false},
                            {"--no-peaks", "", false},
                            {"--batch", "", true},
@@ -462,6 +514,8 @@ int cmd_bench(int argc, char** argv) {
                 "  With --spec lookup|draft: also sg<N>, greedy generation of N tokens on a built-in\n"
                 "  rewrite-the-text prompt with and without speculation (acceptance, speed-up).\n"
                 "  --chat-turns N: TTFT of the N-th turn of a scripted chat, with and without prefix reuse.\n"
+                "  --sampled: also tg<N> greedy and tg<N> t=1 top-p=0.95, N tokens generated from a short text\n"
+                "  prompt each way, alternating: what sampling costs per token.\n"
                 "  --batch 1,2,4,8,16,32: for each batch size B, B sequences of -p tokens (default 128) prefilled\n"
                 "  together, then -n decode steps (default 32) for all B at once: aggregate tokens/s, each\n"
                 "  sequence's TPOT, and the batch where decode turns compute-bound (-r defaults to 1).\n%s",
@@ -497,6 +551,11 @@ int cmd_bench(int argc, char** argv) {
     auto r = measure_speculative(s, *setup, *bo);
     if (!r) return report(r.status());
     spec = *r;
+  }
+  if (args->has("--sampled") && bo->n_gen > 0) {
+    auto r = measure_sampled(s, *setup, *bo);
+    if (!r) return report(r.status());
+    results->insert(results->end(), r->begin(), r->end());
   }
   std::optional<ChatResult> chat;
   if (bo->turns > 0) {

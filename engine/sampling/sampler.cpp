@@ -2,9 +2,79 @@
 
 #include <algorithm>
 #include <cmath>
+#include <bit>
 #include <limits>
 
 namespace phaselab {
+
+namespace {
+
+// exp(x) for x <= 0 in plain arithmetic the compiler vectorises (SSE2 and
+// up, no library call): x = n ln2 + r with |r| <= ln2/2, e^r by its Taylor
+// polynomial to r^6 (relative error < 2e-7, float's own), 2^n in the
+// exponent bits. Below -87 the result is flushed to 0 (float's normal range).
+inline float exp_nonpositive(float x) {
+  const bool tiny = !(x >= -87.f);  // NaN too
+  x = tiny ? -87.f : x;
+  // n = round(x / ln2): adding 1.5 * 2^23 rounds to an integer in float.
+  const float n = (x * 1.44269504f + 12582912.f) - 12582912.f;
+  const float r = (x - n * 0.693145752f) - n * 1.42860677e-6f;  // ln2 split hi + lo
+  const float p =
+      1.f + r * (1.f + r * (0.5f + r * (1.6666667e-1f + r * (4.1666668e-2f + r * (8.3333338e-3f + r * 1.3888889e-3f)))));
+  const float scale = std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
+  return tiny ? 0.f : p * scale;
+}
+
+// The largest logit (NaN ignored), in 16 independent lanes.
+float max_logit(const float* x, int n) {
+  constexpr int L = 16;
+  float lane[L];
+  for (float& m : lane) m = -std::numeric_limits<float>::infinity();
+  int i = 0;
+  for (; i + L <= n; i += L)
+    for (int l = 0; l < L; l++) lane[l] = x[i + l] > lane[l] ? x[i + l] : lane[l];
+  float best = lane[0];
+  for (int l = 1; l < L; l++) best = lane[l] > best ? lane[l] : best;
+  for (; i < n; i++) best = x[i] > best ? x[i] : best;
+  return best;
+}
+
+// sum_i exp((x_i - mx) * inv_t), writing each term to out when kStore: 16
+// float lanes over blocks of 1024 terms (few enough that float keeps the
+// partial sums to ~1e-7), the blocks added in double.
+constexpr int kExpBlock = 1024;
+
+template <bool kStore>
+double sum_exp(const float* x, int n, float mx, float inv_t, float* out, std::vector<double>* block_sums = nullptr) {
+  constexpr int L = 16, kBlock = kExpBlock;
+  double sum = 0;
+  if (block_sums) block_sums->clear();
+  int i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    float lane[L] = {};
+    for (int j = i; j < i + kBlock; j += L) {
+      float e[L];
+      for (int l = 0; l < L; l++) e[l] = exp_nonpositive((x[j + l] - mx) * inv_t);
+      for (int l = 0; l < L; l++) lane[l] += e[l];
+      if constexpr (kStore)
+        for (int l = 0; l < L; l++) out[j + l] = e[l];
+    }
+    double block = 0;
+    for (int l = 0; l < L; l++) block += lane[l];
+    sum += block;
+    if (block_sums) block_sums->push_back(block);
+  }
+  double tail = 0;
+  for (; i < n; i++) {
+    const float e = exp_nonpositive((x[i] - mx) * inv_t);
+    if constexpr (kStore) out[i] = e;
+    tail += e;
+  }
+  if (block_sums && tail > 0) block_sums->push_back(tail);
+  return sum + tail;
+}
+
+}  // namespace
 
 Status SamplingParams::validate(int n_vocab) const {
   if (!(temperature >= 0.f && temperature <= 100.f)) return invalid_argument("temperature must be from 0 to 100");
@@ -116,8 +186,35 @@ int32_t Sampler::sample(float* logits, const std::vector<int32_t>& history) {
   apply_penalties(logits, history);
   cand_.clear();
   if (p_.greedy()) return argmax(logits, n_vocab_);
+  if (p_.top_k <= 0 || p_.top_k >= n_vocab_) {
+    if (p_.top_p >= 1.f && p_.min_p <= 0.f) return draw_untruncated(logits);
+  }
   chain(logits);
   return draw(cand_);
+}
+
+// Nothing truncates (the OpenAI API's defaults): the draw walks the
+// exponentials where they are, first over the sums of blocks of 1024, then
+// inside one block, instead of building a (prob, id) list of the vocabulary.
+// The same token as draw() over distribution()'s id-ordered list.
+int32_t Sampler::draw_untruncated(const float* logits) {
+  const int n = n_vocab_;
+  const float mx = max_logit(logits, n);
+  if (!std::isfinite(mx)) return argmax(logits, n);
+  scratch_.resize(static_cast<size_t>(n));
+  const double total = sum_exp<true>(logits, n, mx, 1.f / p_.temperature, scratch_.data(), &block_sums_);
+  const double r = uniform() * total;
+  double cum = 0;
+  size_t b = 0;
+  while (b + 1 < block_sums_.size() && r >= cum + block_sums_[b]) cum += block_sums_[b++];
+  const int end = static_cast<int>(std::min<size_t>(static_cast<size_t>(n), (b + 1) * kExpBlock));  // the tail block ends at n
+  for (int i = static_cast<int>(b * kExpBlock); i < end; i++) {
+    cum += scratch_[i];
+    if (r < cum) return i;
+  }
+  for (int i = n - 1; i >= 0; i--)  // rounding left r at the very end
+    if (scratch_[i] > 0) return i;
+  return n - 1;
 }
 
 void Sampler::distribution(float* logits, const std::vector<int32_t>& history,
@@ -148,49 +245,104 @@ int32_t Sampler::draw(const std::vector<std::pair<float, int32_t>>& dist) {
   return dist.back().second;
 }
 
+// The chain without sorting the vocabulary: every rule keeps a prefix of the
+// candidates sorted by logit, so only the tokens above a logit cutoff that
+// surely holds that prefix are gathered and sorted. The cutoff starts 8 nats
+// below the largest logit (or at min-p's threshold) and moves down, twice as
+// far each time (16, 32, 64), until the gathered tokens hold top-k's k, or top-p's
+// mass of the softmax over the whole vocabulary; at worst every token. The
+// result is the one a full sort gives: the same tokens, largest first, the
+// same probabilities. With no truncation at all (top-k, top-p and min-p off)
+// every token is kept, in id order. Costs for a 262144-entry vocabulary:
+// one pass for the maximum, one for the softmax sum (top-p without top-k,
+// or no truncation), one to gather; the sort is over the few candidates.
 void Sampler::chain(float* logits) {
-  for (int i = 0; i < n_vocab_; i++) cand_.emplace_back(logits[i], i);
+  const int n = n_vocab_;
+  const float mx = max_logit(logits, n);
+  const bool use_k = p_.top_k > 0 && p_.top_k < n;
+  const bool use_p = p_.top_p < 1.f;
+  const bool use_min = p_.min_p > 0.f;
+  const float inv_t = 1.f / p_.temperature;
+  if (!std::isfinite(mx)) {  // every logit NaN or -inf: nothing to weigh
+    cand_.emplace_back(1.f, argmax(logits, n));
+    return;
+  }
+  if (!use_k && !use_p && !use_min) {
+    cand_.resize(static_cast<size_t>(n));
+    scratch_.resize(static_cast<size_t>(n));
+    const double total = sum_exp<true>(logits, n, mx, inv_t, scratch_.data());
+    const float inv = static_cast<float>(1.0 / total);
+    for (int i = 0; i < n; i++) cand_[i] = {scratch_[i] * inv, i};
+    return;
+  }
+
+  // The softmax denominator over the whole vocabulary, which top-p divides
+  // by when top-k is off.
+  const double total = use_p && !use_k ? sum_exp<false>(logits, n, mx, 1.f, nullptr) : 0.0;
+  const float min_cutoff = use_min ? mx + std::log(p_.min_p) : -std::numeric_limits<float>::infinity();
+  // min-p's threshold bounds the kept tokens unless top-p must see all of
+  // top-k's k to normalise (then the k are gathered first).
+  const bool min_bounds = use_min && !(use_k && use_p);
+  for (float delta = 8.f;; delta *= 2.f) {
+    const bool every = delta > 64.f;
+    float cutoff = every ? -std::numeric_limits<float>::infinity() : mx - delta;
+    bool complete = every;
+    if (min_bounds && min_cutoff >= cutoff) {
+      cutoff = min_cutoff;
+      complete = true;
+    }
+    cand_.clear();
+    for (int i = 0; i < n; i++)
+      if (logits[i] >= cutoff) cand_.emplace_back(logits[i], i);
+    if (complete) break;
+    if (use_k && cand_.size() >= static_cast<size_t>(p_.top_k)) break;
+    if (!use_k && use_p) {
+      double mass = 0;
+      for (const auto& c : cand_) mass += std::exp(static_cast<double>(c.first - mx));
+      if (mass >= p_.top_p * total) break;
+    }
+  }
+
   auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
   // top-k: keep the k largest, sorted.
-  size_t n = cand_.size();
-  if (p_.top_k > 0 && static_cast<size_t>(p_.top_k) < n) {
+  size_t kept = cand_.size();
+  if (use_k && static_cast<size_t>(p_.top_k) < kept) {
     std::partial_sort(cand_.begin(), cand_.begin() + p_.top_k, cand_.end(), by_logit);
-    n = static_cast<size_t>(p_.top_k);
+    kept = static_cast<size_t>(p_.top_k);
   } else {
     std::sort(cand_.begin(), cand_.end(), by_logit);
   }
-  cand_.resize(n);
-  // Softmax of the raw logits for top-p and min-p.
-  const float mx = cand_[0].first;
-  double sum = 0;
-  for (auto& c : cand_) sum += std::exp(static_cast<double>(c.first - mx));
-  // top-p: the smallest prefix whose probability reaches top_p.
-  if (p_.top_p < 1.f) {
+  cand_.resize(kept);
+  // top-p: the smallest prefix whose probability (softmax of the raw logits
+  // over top-k's tokens, or over the vocabulary) reaches top_p.
+  if (use_p) {
+    double sum = total;
+    if (use_k) {
+      sum = 0;
+      for (const auto& c : cand_) sum += std::exp(static_cast<double>(c.first - mx));
+    }
     double cum = 0;
-    size_t keep = n;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < cand_.size(); i++) {
       cum += std::exp(static_cast<double>(cand_[i].first - mx)) / sum;
       if (cum >= p_.top_p) {
-        keep = i + 1;
+        cand_.resize(i + 1);
         break;
       }
     }
-    cand_.resize(keep);
   }
   // min-p: drop tokens less likely than min_p times the most likely one.
-  if (p_.min_p > 0.f) {
-    const float threshold = mx + std::log(p_.min_p);
+  if (use_min) {
     size_t keep = 1;
-    while (keep < cand_.size() && cand_[keep].first >= threshold) keep++;
+    while (keep < cand_.size() && cand_[keep].first >= min_cutoff) keep++;
     cand_.resize(keep);
   }
-  // Temperature, then draw from the renormalised distribution.
-  double total = 0;
+  // Temperature, then the renormalised distribution to draw from.
+  double t = 0;
   for (auto& c : cand_) {
     c.first = static_cast<float>(std::exp(static_cast<double>(c.first - mx) / p_.temperature));
-    total += c.first;
+    t += c.first;
   }
-  for (auto& c : cand_) c.first = static_cast<float>(c.first / total);
+  for (auto& c : cand_) c.first = static_cast<float>(c.first / t);
 }
 
 }  // namespace phaselab

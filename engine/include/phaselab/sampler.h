@@ -51,7 +51,8 @@ class Sampler {
   // bias and the penalties). history: the tokens so far (prompt and generated).
   int32_t sample(float* logits, const std::vector<int32_t>& history);
   // The distribution the chain ends in, without drawing: (probability, id)
-  // pairs summing to 1, largest first; greedy gives the argmax with 1.
+  // pairs summing to 1, largest first (in id order when no rule truncates:
+  // top-k, top-p and min-p all off); greedy gives the argmax with 1.
   // logits are modified in place (bias, penalties). For speculative verification.
   void distribution(float* logits, const std::vector<int32_t>& history, std::vector<std::pair<float, int32_t>>* out);
   // Draws from a distribution like the one above with this sampler's RNG.
@@ -63,11 +64,14 @@ class Sampler {
   void apply_bias(float* logits) const;
   void apply_penalties(float* logits, const std::vector<int32_t>& history);
   void chain(float* logits);  // fills cand_ with the final (prob, id) list
+  int32_t draw_untruncated(const float* logits);  // sample() when no rule truncates
 
   SamplingParams p_;
   int n_vocab_;
   std::mt19937_64 rng_;
   std::vector<std::pair<float, int32_t>> cand_;    // (logit or prob, id), reserved n_vocab
+  std::vector<float> scratch_;                     // exp terms when every token is kept
+  std::vector<double> block_sums_;                 // their sums per block of 1024
   std::vector<std::pair<int32_t, int>> counts_;    // (id, count) over the penalty window
 };
 
