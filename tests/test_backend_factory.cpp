@@ -2,16 +2,20 @@
 // CUDA-to-CPU fallback (decided there for every front end).
 #include <QtTest>
 #include <cstdlib>
+#include <cstring>
 
 #include "backend/cpu/cpu_kernels.h"
 #include "phaselab/backend.h"
+#include "phaselab/kv_cache.h"
+#include "phaselab/model.h"
 #include "tiny_model.h"
 
 using namespace phaselab;
 
 namespace {
 
-constexpr const char* kSwitchVars[] = {"PHASELAB_CPU_ISA",         "PHASELAB_CPU_REPACK",    "PHASELAB_CUDA_GRAPHS",
+constexpr const char* kSwitchVars[] = {"PHASELAB_CPU_ISA",         "PHASELAB_CPU_REPACK",    "PHASELAB_CPU_HUGEPAGES",
+                                       "PHASELAB_CPU_PREFETCH_ROWS", "PHASELAB_CUDA_GRAPHS",
                                        "PHASELAB_CUDA_ATTN_TILED", "PHASELAB_CUDA_GEMM_MIN", "PHASELAB_CUDA_PROFILE",
                                        "PHASELAB_CUDA_LIB"};
 
@@ -33,6 +37,8 @@ class TestBackendFactory : public QObject {
     const CudaSwitches cuda;
     QCOMPARE(o.cpu.isa_cap, cpu.isa_cap);
     QCOMPARE(o.cpu.repack, cpu.repack);
+    QCOMPARE(o.cpu.huge_pages, cpu.huge_pages);
+    QCOMPARE(o.cpu.decode_prefetch_rows, cpu.decode_prefetch_rows);
     QCOMPARE(o.cuda.graphs, cuda.graphs);
     QCOMPARE(o.cuda.tiled_attention, cuda.tiled_attention);
     QCOMPARE(o.cuda.gemm_min_rows, cuda.gemm_min_rows);
@@ -43,6 +49,8 @@ class TestBackendFactory : public QObject {
   void the_documented_variables_set_the_switches() {
     setenv("PHASELAB_CPU_ISA", "avx2", 1);
     setenv("PHASELAB_CPU_REPACK", "0", 1);
+    setenv("PHASELAB_CPU_HUGEPAGES", "1", 1);
+    setenv("PHASELAB_CPU_PREFETCH_ROWS", "9", 1);
     setenv("PHASELAB_CUDA_GRAPHS", "0", 1);
     setenv("PHASELAB_CUDA_ATTN_TILED", "0", 1);
     setenv("PHASELAB_CUDA_GEMM_MIN", "100000", 1);
@@ -51,6 +59,8 @@ class TestBackendFactory : public QObject {
     const BackendOptions o = backend_options_from_environment();
     QCOMPARE(o.cpu.isa_cap, std::string("avx2"));
     QVERIFY(!o.cpu.repack);
+    QVERIFY(o.cpu.huge_pages);
+    QCOMPARE(o.cpu.decode_prefetch_rows, 9);
     QVERIFY(!o.cuda.graphs);
     QVERIFY(!o.cuda.tiled_attention);
     QCOMPARE(o.cuda.gemm_min_rows, 100000);
@@ -63,7 +73,9 @@ class TestBackendFactory : public QObject {
     setenv("PHASELAB_CUDA_GRAPHS", "", 1);
     setenv("PHASELAB_CUDA_PROFILE", "0", 1);
     setenv("PHASELAB_CUDA_GEMM_MIN", "-3", 1);
+    setenv("PHASELAB_CPU_PREFETCH_ROWS", "-1", 1);
     const BackendOptions o = backend_options_from_environment();
+    QCOMPARE(o.cpu.decode_prefetch_rows, CpuSwitches{}.decode_prefetch_rows);
     QVERIFY(o.cpu.repack);
     QVERIFY(o.cuda.graphs);
     QVERIFY(!o.cuda.profile);
@@ -120,6 +132,44 @@ class TestBackendFactory : public QObject {
     QVERIFY(!k.is_ok());
     QVERIFY(k.status().message().find("unknown backend 'tpu'") != std::string::npos);
     for (const std::string& name : backend_kinds()) QVERIFY(k.status().message().find(name) != std::string::npos);
+  }
+
+  // The decode path's switches change where the weights live and what is
+  // prefetched, never the arithmetic: decoded logits are bitwise equal with
+  // huge pages on or off and any prefetch distance (a tiny qwen2, whose Q4_K
+  // matrices are repacked).
+  void decode_switches_leave_the_logits_bitwise_equal() {
+    const std::string path = testing::write_tiny_model(testing::tiny_spec("qwen2"), "tiny_switches_qwen2.gguf");
+    auto model = Model::load(path);
+    QVERIFY2(model.is_ok(), model.status().message().c_str());
+    std::shared_ptr<const Model> m(*model);
+    const std::vector<int32_t> tokens = {1, 260, 261, 262, 100, 101, 7, 42};
+    auto decode = [&](const CpuSwitches& sw) {
+      auto b = make_cpu_backend(m, 2, 8, false, sw);
+      if (!b) qFatal("%s", b.status().message().c_str());
+      auto kv = KvCache::create(m->config(), 64);
+      if (!kv) qFatal("%s", kv.status().message().c_str());
+      const int nv = m->config().n_vocab;
+      std::vector<float> all, row(nv);
+      for (int32_t t : tokens) {  // one token per pass: the decode path
+        if (Status st = (*b)->forward(&t, 1, **kv, row.data(), LogitsMode::last); !st) qFatal("forward: %s", st.message().c_str());
+        all.insert(all.end(), row.begin(), row.end());
+      }
+      return all;
+    };
+    CpuSwitches base;
+    base.huge_pages = false;
+    base.decode_prefetch_rows = 0;
+    const auto want = decode(base);
+    for (auto [huge, ahead] : {std::pair{true, 0}, std::pair{false, 4}, std::pair{true, 16}}) {
+      CpuSwitches sw = base;
+      sw.huge_pages = huge;
+      sw.decode_prefetch_rows = ahead;
+      const auto got = decode(sw);
+      QVERIFY(got.size() == want.size());
+      QVERIFY2(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0,
+               qPrintable(QString("huge pages %1, prefetch %2").arg(huge).arg(ahead)));
+    }
   }
 
   void each_cpu_kind_makes_its_backend() {

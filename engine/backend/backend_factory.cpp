@@ -1,6 +1,7 @@
 // make_backend: a kind and its switches -> a backend, with the CUDA-to-CPU
 // fallback decided here for every front end. backend_options_from_environment
 // is the only reader of the backends' PHASELAB_* variables.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -26,6 +27,9 @@ BackendOptions backend_options_from_environment() {
   BackendOptions o;
   if (const char* v = env("PHASELAB_CPU_ISA")) o.cpu.isa_cap = v;
   o.cpu.repack = env_flag("PHASELAB_CPU_REPACK", o.cpu.repack);
+  o.cpu.huge_pages = env_flag("PHASELAB_CPU_HUGEPAGES", o.cpu.huge_pages);
+  if (const char* v = env("PHASELAB_CPU_PREFETCH_ROWS"); v && std::atoi(v) >= 0)
+    o.cpu.decode_prefetch_rows = std::min(std::atoi(v), 64);
   o.cuda.graphs = env_flag("PHASELAB_CUDA_GRAPHS", o.cuda.graphs);
   o.cuda.tiled_attention = env_flag("PHASELAB_CUDA_ATTN_TILED", o.cuda.tiled_attention);
   // A positive number of rows; anything else keeps the default.

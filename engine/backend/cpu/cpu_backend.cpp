@@ -264,11 +264,11 @@ void CpuBackend::store_kv(const KvCache& kv, void* dst, const float* src, int n)
 namespace {
 
 Result<std::unique_ptr<Backend>> make_cpu(std::shared_ptr<const Model> model, int n_threads, int max_batch,
-                                         const cpu::Kernels* kernels, bool repack) {
+                                         const cpu::Kernels* kernels, const CpuSwitches& sw) {
   if (!model) return invalid_argument("no model");
   if (n_threads < 1 || n_threads > 256) return invalid_argument("threads must be from 1 to 256");
   if (max_batch < 1) return invalid_argument("batch size must be at least 1");
-  auto b = std::make_unique<CpuBackend>(std::move(model), n_threads, max_batch, kernels, repack);
+  auto b = std::make_unique<CpuBackend>(std::move(model), n_threads, max_batch, kernels, sw);
   PHASELAB_TRY(b->init());
   return std::unique_ptr<Backend>(std::move(b));
 }
@@ -283,13 +283,15 @@ HostKvStore* host_kv_store(Backend& backend) {
 std::string cpu_kernels_isa(const std::string& isa_cap) { return cpu::best_kernels(isa_cap).isa; }
 
 Result<std::unique_ptr<Backend>> make_cpu_reference_backend(std::shared_ptr<const Model> model, int n_threads, int max_batch) {
-  return make_cpu(std::move(model), n_threads, max_batch, nullptr, false);
+  CpuSwitches sw;
+  sw.repack = false;
+  return make_cpu(std::move(model), n_threads, max_batch, nullptr, sw);
 }
 
 Result<std::unique_ptr<Backend>> make_cpu_backend(std::shared_ptr<const Model> model, int n_threads, int max_batch,
                                                   bool portable_only, const CpuSwitches& sw) {
   return make_cpu(std::move(model), n_threads, max_batch,
-                  portable_only ? &cpu::portable_kernels() : &cpu::best_kernels(sw.isa_cap), sw.repack);
+                  portable_only ? &cpu::portable_kernels() : &cpu::best_kernels(sw.isa_cap), sw);
 }
 
 }  // namespace phaselab

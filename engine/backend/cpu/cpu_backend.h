@@ -36,9 +36,10 @@ class CpuBackend final : public Backend {
   // kernels: null for the reference path. repack: rewrite the matrices for
   // the grouped kernels at load (CpuSwitches::repack; off keeps the file's
   // layout, for comparisons).
-  CpuBackend(std::shared_ptr<const Model> model, int n_threads, int max_batch, const cpu::Kernels* kernels, bool repack)
+  CpuBackend(std::shared_ptr<const Model> model, int n_threads, int max_batch, const cpu::Kernels* kernels,
+             const CpuSwitches& sw)
       : model_(std::move(model)), c_(model_->config()), w_(model_->weights()), pool_(n_threads), max_batch_(max_batch),
-        k_fast_(kernels), repack_(repack) {}
+        k_fast_(kernels), repack_(sw.repack), huge_pages_(sw.huge_pages), decode_prefetch_rows_(sw.decode_prefetch_rows) {}
 
   // Allocates the work buffers (and repacks the weights): once.
   Status init();
@@ -120,8 +121,31 @@ class CpuBackend final : public Backend {
   // ---- matrix products (cpu_matmul.cpp) ----
   // Q4_0, Q5_0, Q8_0, Q4_K, Q5_K and Q6_K rows rewritten for the grouped
   // kernels (cpu_kernels.h).
+  // Memory for repacked weights: anonymous pages of its own, in 2 MiB pages
+  // where asked and the kernel allows (MADV_HUGEPAGE on the 2 MiB-aligned
+  // range, before the first write, so that faults take huge pages).
+  class WeightBuffer {
+   public:
+    WeightBuffer() = default;
+    WeightBuffer(WeightBuffer&& o) noexcept : p_(o.p_), n_(o.n_), map_(o.map_), map_n_(o.map_n_) {
+      o.p_ = nullptr, o.map_ = nullptr, o.n_ = o.map_n_ = 0;
+    }
+    WeightBuffer& operator=(WeightBuffer&&) = delete;
+    WeightBuffer(const WeightBuffer&) = delete;
+    ~WeightBuffer();
+    bool allocate(size_t n, bool huge_pages);  // once; false when the OS refuses
+    uint8_t* data() { return p_; }
+    const uint8_t* data() const { return p_; }
+    size_t size() const { return n_; }
+
+   private:
+    uint8_t* p_ = nullptr;
+    size_t n_ = 0;
+    void* map_ = nullptr;
+    size_t map_n_ = 0;
+  };
   struct Repacked {
-    std::vector<uint8_t> data;
+    WeightBuffer data;
     cpu::RepackedFormat f;
   };
   // out[t, r] = W.row(r) · in[t, :] for T tokens. same_input: in is what the
@@ -186,6 +210,8 @@ class CpuBackend final : public Backend {
   int rope_ready_ = 0;          // bit b: rope_cs_ of base b filled for this forward
   const cpu::Kernels* k_fast_;                   // null: the reference path
   bool repack_;                                  // repack the matrices at load (fast path)
+  bool huge_pages_;                              // ... into 2 MiB pages (CpuSwitches::huge_pages)
+  int decode_prefetch_rows_;                     // CpuSwitches::decode_prefetch_rows
   std::vector<cpu::ActQ8> act_;                  // (T, n_in / 32) quantized input of the last matmul
   const float* act_of_ = nullptr;                // which input act_ holds (null: none)
   std::vector<cpu::ActQ8> act_lo_;               // (T, n_in / 32) residual quantization (precise products)

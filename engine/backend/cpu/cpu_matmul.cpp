@@ -131,7 +131,7 @@ void CpuBackend::repack_weights() {
     rp.f = cpu::repacked_format(*k_fast_, W.type, W.n_in);
     if (!rp.f.repack) return;
     const size_t rb = rp.f.row_bytes;
-    rp.data.resize(rb * static_cast<size_t>(W.n_out));
+    if (!rp.data.allocate(rb * static_cast<size_t>(W.n_out), huge_pages_)) return;  // the file's layout then
     // The file's pages are released slab by slab as they are rewritten,
     // so that a large matrix is not resident twice: Gemma 3 270M's tied
     // output matrix (178 MB) took peak RSS from ~320 to ~490 MiB. Each
@@ -158,6 +158,28 @@ void CpuBackend::repack_weights() {
     embd_repacked_ = rp->second.data.data();
     embd_row_bytes_ = rp->second.f.row_bytes;
   }
+}
+
+CpuBackend::WeightBuffer::~WeightBuffer() {
+  if (map_) munmap(map_, map_n_);
+}
+
+bool CpuBackend::WeightBuffer::allocate(size_t n, bool huge_pages) {
+  constexpr size_t kHuge = 2u << 20;
+  if (p_ || n == 0) return p_ != nullptr;
+  // 2 MiB more than asked, so that the data can start on a 2 MiB boundary.
+  map_n_ = n + kHuge;
+  void* m = mmap(nullptr, map_n_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) {
+    map_n_ = 0;
+    return false;
+  }
+  map_ = m;
+  const uintptr_t start = (reinterpret_cast<uintptr_t>(m) + kHuge - 1) / kHuge * kHuge;
+  p_ = reinterpret_cast<uint8_t*>(start);
+  n_ = n;
+  if (huge_pages && n >= kHuge) madvise(p_, n, MADV_HUGEPAGE);  // advice: the kernel may not have huge pages
+  return true;
 }
 
 void CpuBackend::release_pages(const uint8_t* p, size_t n) {
@@ -219,8 +241,10 @@ void CpuBackend::matmul_repacked(const WeightView& W, const Repacked& rp, const 
               out[t * n_out + r + i] = precise ? v4[0] + lo4[0] : v4[0];
             }
         }
+      const int ahead = t1 - t0 == 1 ? decode_prefetch_rows_ : 0;
       for (; r < r1; r++) {
         const uint8_t* row = rp.data.data() + r * row_bytes;
+        if (ahead > 0) prefetch_rows(row + ahead * row_bytes, row_bytes, rp.data.data() + r1 * row_bytes);
         int t = t0;
         for (; t + 4 <= t1; t += 4) {
           dot4(row, &act_g_[t * gs], gs, &act_[t * nb], nb, n_in, v4);
