@@ -40,6 +40,14 @@ std::vector<uint8_t> moe_header() {
   return w.serialize();
 }
 
+// Hugging Face's 404: the reason's code and words in headers, the words in JSON.
+void not_found(httplib::Response& res, const std::string& code, const std::string& message) {
+  res.status = 404;
+  res.set_header("X-Error-Code", code);
+  res.set_header("X-Error-Message", message);
+  res.set_content(nlohmann::json{{"error", message}}.dump(), "application/json");
+}
+
 }  // namespace
 
 std::string FakeHub::sha256_hex(const uint8_t* data, size_t n) {
@@ -186,10 +194,7 @@ void FakeHub::route_api() {
     const std::string id = req.matches[1];
     auto it = repos_.find(id);
     if (it == repos_.end()) {
-      res.status = 404;
-      res.set_header("X-Error-Code", "RepoNotFound");
-      res.set_header("X-Error-Message", "Repository not found");
-      res.set_content(R"({"error":"Repository not found"})", "application/json");
+      not_found(res, "RepoNotFound", "Repository not found");
       return;
     }
     json out = json::array();
@@ -213,10 +218,7 @@ void FakeHub::route_api() {
     const std::string id = req.matches[1];
     auto it = repos_.find(id);
     if (it == repos_.end()) {
-      res.status = 404;
-      res.set_header("X-Error-Code", "RepoNotFound");
-      res.set_header("X-Error-Message", "Repository not found");
-      res.set_content(R"({"error":"Repository not found"})", "application/json");
+      not_found(res, "RepoNotFound", "Repository not found");
       return;
     }
     json j = summary(id, it->second);
@@ -233,10 +235,7 @@ void FakeHub::route_api() {
     const std::string id = req.matches[1], path = req.matches[3];
     auto it = repos_.find(id);
     if (it == repos_.end() || !it->second.files.count(path)) {
-      res.status = 404;
-      res.set_header("X-Error-Code", "EntryNotFound");
-      res.set_header("X-Error-Message", "Entry not found");
-      res.set_content(R"({"error":"Entry not found"})", "application/json");
+      not_found(res, "EntryNotFound", "Entry not found");
       return;
     }
     if (!it->second.gated.empty()) {
