@@ -15,7 +15,7 @@ const std::vector<OptionSpec>& engine_options() {
   static const std::vector<OptionSpec> opts = {
       {"--model", "-m", true},  {"--threads", "-t", true}, {"--ctx-size", "-c", true}, {"--backend", "", true},
       {"--batch-size", "-b", true}, {"--spec", "", true},  {"--draft", "", true},      {"--spec-k", "", true},
-      {"--no-prefix-cache", "", false}, {"--cache-type", "", true},
+      {"--spec-skip", "", true}, {"--no-prefix-cache", "", false}, {"--cache-type", "", true},
   };
   return opts;
 }
@@ -28,9 +28,12 @@ const char* const kEngineHelp =
     "      --backend NAME       cpu (fast, default), cpu-portable (no SIMD), cpu-reference (the oracle),\n"
     "                           cuda (NVIDIA GPU; falls back to the CPU with the reason when unavailable)\n"
     "      --spec MODE          speculative decoding: none (default), lookup (n-grams of the context),\n"
-    "                           draft (a smaller model: --draft MODEL)\n"
+    "                           draft (a smaller model: --draft MODEL), self (the model itself with\n"
+    "                           layers skipped: --spec-skip; CPU backend)\n"
     "      --draft PATH         draft model with the target's vocabulary (implies --spec draft)\n"
     "      --spec-k K           tokens drafted per target pass (default 4)\n"
+    "      --spec-skip LAYERS   the layers a self draft leaves out, from 0: 8-13 or 3,5,9-11\n"
+    "                           (default: the layer before the middle, 8 of 18)\n"
     "      --no-prefix-cache    prefill every request in full (no reuse of cached KV blocks)\n"
     "      --cache-type T       how K and V are stored: f16 (default), bf16, f32, or q8_0 (8-bit blocks:\n"
     "                           about half of f16's memory)\n";
@@ -92,7 +95,9 @@ Result<EngineSetup> open_session(const Args& args, int default_ctx, bool chat) {
   const std::string spec =
       args.get_or("--spec", to_string(args.has("--draft") ? SpeculativeMode::draft_model : SpeculativeMode::off));
   const auto mode = speculative_mode_from_string(spec);
-  if (!mode) return invalid_argument("--spec must be none, lookup or draft (got '" + spec + "')");
+  if (!mode) return invalid_argument("--spec must be none, lookup, draft or self (got '" + spec + "')");
+  if (args.has("--spec-skip") && *mode != SpeculativeMode::self_draft)
+    return invalid_argument("--spec-skip is for --spec self (the layers the model's own draft leaves out)");
   auto k = args.get_int("--spec-k", 4, 1, 32);
   if (!k) return k.status();
   s.spec_k = *k;
@@ -110,6 +115,16 @@ Result<EngineSetup> open_session(const Args& args, int default_ctx, bool chat) {
     auto db = make_backend(*dm, dbo);
     if (!db) return db.status();
     auto src = make_draft_model_source(*dm, std::move(db->backend), s.session->n_ctx(), *s.model);
+    if (!src) return src.status();
+    s.draft = std::move(*src);
+  } else if (*mode == SpeculativeMode::self_draft) {
+    if (!s.session->backend().can_skip_layers())
+      return unsupported("--spec self needs a backend that can skip layers; the " + s.session->backend().name() +
+                         " backend cannot: use --backend cpu, or --spec lookup / --spec draft");
+    const int n_layer = s.model->config().n_layer;
+    auto skip = parse_layer_skip(args.get_or("--spec-skip", default_self_skip(n_layer)), n_layer);
+    if (!skip) return skip.status();
+    auto src = make_self_draft(s.model, SelfDraftOptions{std::move(*skip)});
     if (!src) return src.status();
     s.draft = std::move(*src);
   }

@@ -212,7 +212,10 @@ bool EngineLoop::add_verify_chunk(Sequence& s, int* budget) {
   const int room = std::min({s.options.n_predict - m.n_generated, opt_.n_ctx - static_cast<int>(s.tokens.size()) - 1,
                              *budget - 1, s.options.spec_k});
   if (room <= 0) return false;
-  if (Status st = source->propose(s.tokens, room, s.options.sampling, &s.draft); !st) {
+  const Status st = source->drafts_on_target()
+                        ? source->propose_on_target(backend_, *s.kv, s.tokens, room, s.options.sampling, &s.draft)
+                        : source->propose(s.tokens, room, s.options.sampling, &s.draft);
+  if (!st) {
     plan_status_ = st;
     return false;
   }

@@ -64,6 +64,7 @@ Status CpuBackend::forward_batch(const SeqChunk* chunks, int n_chunks) {
   PHASELAB_TRY(embed(T));
   rope_ready_ = 0;
   for (int il = 0; il < c_.n_layer; il++) {
+    if (skip_ && skip_[il]) continue;
     attention_block(il, T, n_ctx_max);
     ffn_block(il, T);
   }
@@ -221,13 +222,14 @@ void CpuBackend::output_logits(const SeqChunk* chunks, int n_chunks, int n_logit
     for (int t = t0 + first; t < t0 + ch.n_tokens; t++, r++)
       ref::rmsnorm(&xb_[static_cast<size_t>(r) * D], &x_[static_cast<size_t>(t) * D], w_.output_norm.data(), D, c_.rms_eps);
   }
-  const size_t n_logits = static_cast<size_t>(n_logit_rows) * c_.n_vocab;
+  const WeightView& W = head_ ? *head_ : w_.output;  // (one chunk when head_ is set)
+  const size_t n_logits = static_cast<size_t>(n_logit_rows) * W.n_out;
   float* out = chunks[0].logits;
   if (n_chunks > 1) {
     if (logits_buf_.size() < n_logits) logits_buf_.resize(n_logits);  // grows to the largest batch once
     out = logits_buf_.data();
   }
-  matmul(w_.output, xb_.data(), out, n_logit_rows);  // (n_logit_rows, n_vocab)
+  matmul(W, xb_.data(), out, n_logit_rows);  // (n_logit_rows, n_vocab)
   if (c_.final_logit_softcap > 0) {
     const float cap = c_.final_logit_softcap;
     for (size_t i = 0; i < n_logits; i++) out[i] = cap * std::tanh(out[i] / cap);

@@ -65,6 +65,22 @@ class CpuBackend final : public Backend {
 
   bool batched_forward() const override { return true; }
 
+  bool can_skip_layers() const override { return true; }
+  Status forward_skipping(const SeqChunk& chunk, const std::vector<uint8_t>& skip,
+                          const WeightView* head = nullptr) override {
+    if (static_cast<int>(skip.size()) != c_.n_layer)
+      return invalid_argument("a layer mask of " + std::to_string(skip.size()) + " entries for a model of " +
+                              std::to_string(c_.n_layer) + " layers");
+    if (head && (head->n_in != c_.n_embd || head->n_out < 1 || chunk.argmax))
+      return invalid_argument("a draft's output matrix must take n_embd values and give its own logits (no argmax)");
+    skip_ = skip.data();
+    head_ = head;
+    Status st = forward_batch(&chunk, 1);
+    skip_ = nullptr;
+    head_ = nullptr;
+    return st;
+  }
+
   // The tokens of every chunk, one after another, are the rows t = 0..T-1 of
   // every buffer below; tok_kv_[t] and tok_pos_[t] say whose and where.
   Status forward_batch(const SeqChunk* chunks, int n_chunks) override;
@@ -180,6 +196,8 @@ class CpuBackend final : public Backend {
   ThreadPool pool_;
   int max_batch_;
   uint64_t computed_ = 0;  // positions_computed()
+  const uint8_t* skip_ = nullptr;  // (n_layer) during forward_skipping: the layers left out
+  const WeightView* head_ = nullptr;  // during forward_skipping: the output matrix in w_.output's place
   // Scratch, allocated once (shapes for a batch of T <= max_batch tokens):
   std::vector<float> x_;    // (T, n_embd) residual stream
   std::vector<float> xb_;   // (T, max(n_embd, n_head*head_dim)) normed input / attention output

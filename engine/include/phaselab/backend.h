@@ -84,6 +84,22 @@ class Backend {
       PHASELAB_TRY(forward(chunks[i].tokens, chunks[i].n_tokens, *chunks[i].kv, chunks[i].logits, chunks[i].mode));
     return Status::ok();
   }
+  // Self-speculative drafting (speculative.h, SpeculativeMode::self_draft):
+  // one pass of chunk with the layers il where skip[il] != 0 left out — the
+  // residual stream goes past them unchanged and their K/V rows at these
+  // positions are not written (the verification that follows writes every
+  // layer's). skip has n_layer entries. head, where given, stands in for
+  // the output matrix (n_embd -> head->n_out, in host memory): the logits
+  // are then head->n_out values a row, e.g. a draft's short list of the
+  // vocabulary. can_skip_layers() says whether forward_skipping works; the
+  // default refuses.
+  virtual bool can_skip_layers() const { return false; }
+  virtual Status forward_skipping(const SeqChunk& chunk, const std::vector<uint8_t>& skip,
+                                  const WeightView* head = nullptr) {
+    (void)chunk, (void)skip, (void)head;
+    return unsupported(name() + " backend: no passes with layers skipped (self-speculative drafting): run on the CPU "
+                                "backend, or choose prompt lookup or a draft model");
+  }
   // Greedy decoding where the logits need not leave the backend (the CUDA
   // backend picks the argmax on the device and copies back one int): a
   // forward_batch chunk of mode last with SeqChunk::argmax set. (A pass of

@@ -135,6 +135,7 @@ class Session {
   ~Session();
 
   const Model& model() const { return *model_; }
+  const std::shared_ptr<const Model>& shared_model() const { return model_; }
   Backend& backend() { return *backend_; }
   KvCache& kv() { return *kv_; }
   // K/V memory wherever it lives: what the backend holds for the cache's pool
