@@ -154,6 +154,15 @@ class TestGuiWindow : public QObject {
     const QString spec = w.metricsDock()->specText();
     QVERIFY2(spec.contains(QStringLiteral("lookup")) && spec.contains(QStringLiteral("drafted")), qPrintable(spec));
     QVERIFY2(answers(w).last()->statsText().contains(QStringLiteral("accepted")), qPrintable(answers(w).last()->statsText()));
+    // Self-speculation (the model with layers skipped): the same answer.
+    combo->setCurrentIndex(combo->findData(QStringLiteral("self")));
+    QCOMPARE(w.generationSettings().speculative, QStringLiteral("self"));
+    w.chatSession()->newConversation();
+    w.sendMessage(prompt);
+    QVERIFY(finished.wait(60000));
+    QCOMPARE(answers(w).last()->text(), plain);
+    const QString self = w.metricsDock()->specText();
+    QVERIFY2(self.contains(QStringLiteral("Self (layers skipped)")) && self.contains(QStringLiteral("drafted")), qPrintable(self));
     kv->click();  // KV cache off for the next message
     QCOMPARE(w.generationSettings().useKvCache, false);
   }

@@ -26,6 +26,7 @@ AppSettings AppSettings::load() {
   g.speculative = s.value(QStringLiteral("speculative/mode"), d.speculative).toString();
   g.specK = s.value(QStringLiteral("speculative/k"), d.specK).toInt();
   g.draftModel = s.value(QStringLiteral("speculative/draftModel"), d.draftModel).toString();
+  g.specSkip = s.value(QStringLiteral("speculative/skipLayers"), d.specSkip).toString();
   g.systemPrompt = s.value(QStringLiteral("chat/systemPrompt"), d.systemPrompt).toString();
   a.lastModel = s.value(QStringLiteral("model/last")).toString();
   a.serve = s.value(QStringLiteral("serve/enabled"), false).toBool();
@@ -55,6 +56,7 @@ void AppSettings::save() const {
   s.setValue(QStringLiteral("speculative/mode"), generation.speculative);
   s.setValue(QStringLiteral("speculative/k"), generation.specK);
   s.setValue(QStringLiteral("speculative/draftModel"), generation.draftModel);
+  s.setValue(QStringLiteral("speculative/skipLayers"), generation.specSkip);
   s.setValue(QStringLiteral("chat/systemPrompt"), generation.systemPrompt);
   s.setValue(QStringLiteral("model/last"), lastModel);
   s.setValue(QStringLiteral("serve/enabled"), serve);

@@ -45,6 +45,7 @@ ChatToolbar::ChatToolbar(QWidget* parent) : QWidget(parent) {
   m_specCombo->addItem(tr("off"), QString::fromLatin1(to_string(SpeculativeMode::off)));
   m_specCombo->addItem(tr("prompt lookup"), QString::fromLatin1(to_string(SpeculativeMode::prompt_lookup)));
   m_specCombo->addItem(tr("draft model"), QString::fromLatin1(to_string(SpeculativeMode::draft_model)));
+  m_specCombo->addItem(tr("self (layers skipped)"), QString::fromLatin1(to_string(SpeculativeMode::self_draft)));
   row->addWidget(m_specCombo);
   connect(m_specCombo, &QComboBox::currentIndexChanged, this,
           [this] { emit speculativeChosen(m_specCombo->currentData().toString()); });

@@ -42,10 +42,11 @@ struct GenerationSettings {
   int maxTokens = 512;
   bool useKvCache = true;
   bool prefixCache = true;  // reuse cached KV blocks of earlier turns and conversations
-  // none | lookup | draft: a phaselab::SpeculativeMode's to_string
+  // none | lookup | draft | self: a phaselab::SpeculativeMode's to_string
   QString speculative = QString::fromLatin1(to_string(SpeculativeMode::off));
   int specK = 4;            // tokens drafted per target pass
   QString draftModel;       // GGUF path for speculative = draft
+  QString specSkip;         // speculative = self: the layers skipped ("9-15"); empty: default_self_skip
   bool ignoreEos = false;  // only for tests and demos that need long answers
   QString systemPrompt;
   // chat: the turns through a chat template. notebook: the model continues

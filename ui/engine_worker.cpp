@@ -154,6 +154,7 @@ void EngineWorker::install(const QString& path, const EngineConfig& config, Buil
   m_threads = built.threads;
   m_draft.reset();  // a draft model's session is sized for the old target
   m_draftPath.clear();
+  m_self.reset();
 }
 
 ModelInfo EngineWorker::describe() const {
@@ -186,6 +187,7 @@ ModelInfo EngineWorker::describe() const {
 void EngineWorker::releaseModel() {
   stopServerImpl();
   m_remote.reset();
+  m_self.reset();  // it holds the model
   m_session.reset();
   m_model.reset();
   m_path.clear();
@@ -584,6 +586,7 @@ DraftSource* EngineWorker::draftSource(const GenerationSettings& settings) {
     if (!m_lookup) m_lookup = make_prompt_lookup_draft();
     return m_lookup.get();
   }
+  if (mode == SpeculativeMode::self_draft) return selfDraft(settings);
   if (mode != SpeculativeMode::draft_model) return nullptr;
   if (settings.draftModel.isEmpty()) {
     emit errorOccurred(tr("Speculative decoding with a draft model needs a draft model file (Settings); "
@@ -615,6 +618,34 @@ DraftSource* EngineWorker::draftSource(const GenerationSettings& settings) {
   m_draft = std::move(*src);
   m_draftPath = settings.draftModel;
   return m_draft.get();
+}
+
+DraftSource* EngineWorker::selfDraft(const GenerationSettings& settings) {
+  if (!m_session->backend().can_skip_layers()) {
+    emit errorOccurred(tr("Self-speculation runs on the CPU backend only (the %1 backend cannot skip layers); "
+                          "answering without speculation.")
+                           .arg(QString::fromStdString(m_session->backend().name())));
+    return nullptr;
+  }
+  if (m_self && m_selfSkip == settings.specSkip) return m_self.get();
+  m_self.reset();
+  const int n_layer = m_session->model().config().n_layer;
+  const std::string spelling =
+      settings.specSkip.isEmpty() ? default_self_skip(n_layer) : settings.specSkip.toStdString();
+  auto skip = parse_layer_skip(spelling, n_layer);
+  if (!skip) {
+    emit errorOccurred(tr("Self-speculation: %1; answering without speculation.")
+                           .arg(QString::fromStdString(skip.status().message())));
+    return nullptr;
+  }
+  auto src = make_self_draft(m_session->shared_model(), SelfDraftOptions{std::move(*skip)});
+  if (!src) {
+    emit errorOccurred(QString::fromStdString(src.status().message()));
+    return nullptr;
+  }
+  m_self = std::move(*src);
+  m_selfSkip = settings.specSkip;
+  return m_self.get();
 }
 
 }  // namespace phaselab::ui

@@ -98,9 +98,12 @@ class EngineWorker : public QObject {
   // Speculative decoding: the source for the settings (null: off); a draft
   // model is loaded once per path and target.
   DraftSource* draftSource(const GenerationSettings& settings);
+  DraftSource* selfDraft(const GenerationSettings& settings);
   std::unique_ptr<DraftSource> m_lookup;
   std::unique_ptr<DraftSource> m_draft;
   QString m_draftPath;
+  std::unique_ptr<DraftSource> m_self;  // self-speculation for m_model, skipping m_selfSkip
+  QString m_selfSkip;
 };
 
 }  // namespace phaselab::ui

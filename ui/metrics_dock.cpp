@@ -104,6 +104,7 @@ void restyleChart(QChart* chart) {
 QString speculativeName(const QString& mode) {
   if (mode == QLatin1String(to_string(SpeculativeMode::prompt_lookup))) return QObject::tr("Prompt lookup");
   if (mode == QLatin1String(to_string(SpeculativeMode::draft_model))) return QObject::tr("Draft model");
+  if (mode == QLatin1String(to_string(SpeculativeMode::self_draft))) return QObject::tr("Self (layers skipped)");
   return mode;
 }
 

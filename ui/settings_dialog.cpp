@@ -169,6 +169,8 @@ QGroupBox* SettingsDialog::buildGenerationBox(const GenerationSettings& g) {
   m_speculative->addItem(tr("Prompt lookup (n-grams of the conversation)"),
                          QString::fromLatin1(to_string(SpeculativeMode::prompt_lookup)));
   m_speculative->addItem(tr("Draft model"), QString::fromLatin1(to_string(SpeculativeMode::draft_model)));
+  m_speculative->addItem(tr("Self (the model with layers skipped; CPU)"),
+                         QString::fromLatin1(to_string(SpeculativeMode::self_draft)));
   m_speculative->setCurrentIndex(std::max(0, m_speculative->findData(g.speculative)));
   sf->addRow(tr("Speculative decoding:"), m_speculative);
   m_specK = new QSpinBox;
@@ -178,6 +180,11 @@ QGroupBox* SettingsDialog::buildGenerationBox(const GenerationSettings& g) {
   m_draftModel = new QLineEdit(g.draftModel);
   m_draftModel->setPlaceholderText(tr("a smaller GGUF with the same vocabulary"));
   sf->addRow(tr("Draft model:"), m_draftModel);
+  m_specSkip = new QLineEdit(g.specSkip);
+  m_specSkip->setObjectName(QStringLiteral("specSkipEdit"));
+  m_specSkip->setPlaceholderText(tr("default: the layer before the middle, e.g. 8 of 18"));
+  m_specSkip->setToolTip(tr("Self-speculation: the layers the draft leaves out, counted from 0 (8-13 or 3,5,9-11)"));
+  sf->addRow(tr("Layers the self draft skips:"), m_specSkip);
   m_systemPrompt = new QPlainTextEdit(g.systemPrompt);
   m_systemPrompt->setMaximumHeight(80);
   sf->addRow(tr("System prompt:"), m_systemPrompt);
@@ -263,6 +270,7 @@ AppSettings SettingsDialog::settings() const {
   g.speculative = m_speculative->currentData().toString();
   g.specK = m_specK->value();
   g.draftModel = m_draftModel->text().trimmed();
+  g.specSkip = m_specSkip->text().trimmed();
   g.systemPrompt = m_systemPrompt->toPlainText();
   a.useRemote = m_useRemote->isChecked();
   a.remote.url = m_remoteUrl->text().trimmed();

@@ -71,6 +71,7 @@ class SettingsDialog : public QDialog {
   QComboBox* m_speculative = nullptr;
   QSpinBox* m_specK = nullptr;
   QLineEdit* m_draftModel = nullptr;
+  QLineEdit* m_specSkip = nullptr;
   QPlainTextEdit* m_systemPrompt = nullptr;
   QCheckBox* m_useRemote = nullptr;
   QLineEdit* m_remoteUrl = nullptr;
