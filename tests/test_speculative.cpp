@@ -390,6 +390,32 @@ class TestSpeculative : public QObject {
     QVERIFY(!(*self)->propose(context, 5, greedy(1).sampling, &d).is_ok());
   }
 
+  // --spec-skip auto: every single inner layer tried, then grown; the
+  // choice is one of the trials and the fastest of them.
+  void self_skip_calibration_measures_and_chooses() {
+    auto s = open(test_data("stories260K.gguf"), true);
+    const int L = s->model().config().n_layer;
+    const auto prompt = self_skip_calibration_prompt(s->model());
+    QVERIFY(prompt.size() > 5);
+    auto choice = calibrate_self_skip(*s, prompt, 3, 16);
+    QVERIFY2(choice.is_ok(), choice.status().message().c_str());
+    QVERIFY(choice->plain_tokens_per_s > 0);
+    QVERIFY(static_cast<int>(choice->trials.size()) >= L - 2);
+    const std::string chosen = layer_skip_to_string(choice->skip);
+    double best = 0;
+    bool found = false;
+    for (const auto& t : choice->trials) {
+      QVERIFY2(parse_layer_skip(t.skip, L).is_ok(), t.skip.c_str());
+      QVERIFY(t.tokens_per_s > 0 && t.tokens_per_pass >= 1.0);
+      best = std::max(best, t.tokens_per_s);
+      found = found || t.skip == chosen;
+    }
+    QVERIFY2(found, chosen.c_str());
+    for (const auto& t : choice->trials)
+      if (t.skip == chosen) QCOMPARE(t.tokens_per_s, best);
+    QCOMPARE(choice->trials.front().skip, std::string("1"));  // the first and last layers are kept
+  }
+
   void layer_skips_parse_and_refuse() {
     auto a = parse_layer_skip("3,5,9-11", 18);
     QVERIFY(a.is_ok());

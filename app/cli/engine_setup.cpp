@@ -32,7 +32,8 @@ const char* const kEngineHelp =
     "                           layers skipped: --spec-skip; CPU backend)\n"
     "      --draft PATH         draft model with the target's vocabulary (implies --spec draft)\n"
     "      --spec-k K           tokens drafted per target pass (default 4)\n"
-    "      --spec-skip LAYERS   the layers a self draft leaves out, from 0: 8-13 or 3,5,9-11\n"
+    "      --spec-skip LAYERS   the layers a self draft leaves out, from 0: 8-13 or 3,5,9-11, or auto\n"
+    "                           (measured on a short answer: the fastest single layer, grown)\n"
     "                           (default: the layer before the middle, 8 of 18)\n"
     "      --no-prefix-cache    prefill every request in full (no reuse of cached KV blocks)\n"
     "      --cache-type T       how K and V are stored: f16 (default), bf16, f32, or q8_0 (8-bit blocks:\n"
@@ -122,7 +123,24 @@ Result<EngineSetup> open_session(const Args& args, int default_ctx, bool chat) {
       return unsupported("--spec self needs a backend that can skip layers; the " + s.session->backend().name() +
                          " backend cannot: use --backend cpu, or --spec lookup / --spec draft");
     const int n_layer = s.model->config().n_layer;
-    auto skip = parse_layer_skip(args.get_or("--spec-skip", default_self_skip(n_layer)), n_layer);
+    const std::string spelling = args.get_or("--spec-skip", default_self_skip(n_layer));
+    Result<std::vector<uint8_t>> skip = std::vector<uint8_t>{};
+    if (spelling == "auto") {
+      std::fprintf(stderr, "self-speculation: measuring which layers to skip (a %d-token answer per trial, k=%d)...\n",
+                   32, s.spec_k);
+      auto choice = calibrate_self_skip(*s.session, self_skip_calibration_prompt(*s.model), s.spec_k);
+      if (!choice) return choice.status();
+      std::fprintf(stderr, "  plain            %7.1f tok/s\n", choice->plain_tokens_per_s);
+      for (const auto& t : choice->trials)
+        std::fprintf(stderr, "  skip %-11s %7.1f tok/s, %3.0f%% accepted, %.2f tokens per target pass\n",
+                     t.skip.c_str(), t.tokens_per_s, 100 * t.acceptance, t.tokens_per_pass);
+      std::fprintf(stderr, "self-speculation: skipping %s (--spec-skip %s)\n",
+                   layer_skip_to_string(choice->skip).c_str(), layer_skip_to_string(choice->skip).c_str());
+      s.session->kv().clear();
+      skip = std::move(choice->skip);
+    } else {
+      skip = parse_layer_skip(spelling, n_layer);
+    }
     if (!skip) return skip.status();
     auto src = make_self_draft(s.model, SelfDraftOptions{std::move(*skip)});
     if (!src) return src.status();

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 
+#include "phaselab/prompt.h"
 #include "phaselab/session.h"
 
 namespace phaselab {
@@ -281,6 +282,79 @@ Result<std::vector<uint8_t>> parse_layer_skip(std::string_view spec, int n_layer
   const auto n = std::count(skip.begin(), skip.end(), uint8_t{1});
   if (n == n_layer) return invalid_argument("skipping every layer leaves no draft: " + hint);
   return skip;
+}
+
+Result<SelfSkipChoice> calibrate_self_skip(Session& s, const std::vector<int32_t>& prompt, int k, int n_predict) {
+  if (!s.backend().can_skip_layers())
+    return unsupported("--spec-skip auto needs a backend that can skip layers (the CPU backend); the " +
+                       s.backend().name() + " backend cannot");
+  const int L = s.model().config().n_layer;
+  if (L < 2) return invalid_argument("a model of one layer has no layer to skip");
+  GenerateOptions o;
+  o.n_predict = n_predict;
+  o.sampling.temperature = 0;
+  o.ignore_eos = true;
+  o.spec_k = k;
+  // Plain, twice (the first warms the caches and the prefix), the faster kept.
+  SelfSkipChoice choice;
+  std::vector<int32_t> plain_tokens;
+  for (int i = 0; i < 2; i++) {
+    auto r = s.generate(prompt, o);
+    if (!r) return r.status().with_context("calibration");
+    plain_tokens = r->tokens;
+    choice.plain_tokens_per_s = std::max(choice.plain_tokens_per_s, r->metrics.decode_tps);
+  }
+  auto trial = [&](const std::vector<uint8_t>& skip) -> Result<double> {
+    auto draft = make_self_draft(s.shared_model(), SelfDraftOptions{skip});
+    if (!draft) return draft.status();
+    GenerateOptions so = o;
+    so.draft = draft->get();
+    auto r = s.generate(prompt, so);
+    if (!r) return r.status().with_context("calibration");
+    if (r->tokens != plain_tokens)
+      return internal_error("calibration: the self draft skipping " + layer_skip_to_string(skip) +
+                            " changed the greedy output (a bug: verification must keep it)");
+    choice.trials.push_back({layer_skip_to_string(skip), r->metrics.decode_tps, r->metrics.spec_acceptance,
+                             r->metrics.tokens_per_pass});
+    return r->metrics.decode_tps;
+  };
+  std::vector<uint8_t> best(static_cast<size_t>(L), 0);
+  double best_tps = -1;
+  const int first = L > 3 ? 1 : 0, last = L > 3 ? L - 2 : L - 1;
+  for (int il = first; il <= last; il++) {
+    std::vector<uint8_t> m(static_cast<size_t>(L), 0);
+    m[static_cast<size_t>(il)] = 1;
+    auto tps = trial(m);
+    if (!tps) return tps.status();
+    if (*tps > best_tps) best_tps = *tps, best = m;
+  }
+  // Grow the best by a neighbour while that is faster.
+  for (int grown = 1; grown < 4; grown++) {
+    int lo = 0;
+    while (!best[static_cast<size_t>(lo)]) lo++;
+    int hi = L - 1;
+    while (!best[static_cast<size_t>(hi)]) hi--;
+    std::vector<uint8_t> winner;
+    double winner_tps = best_tps;
+    for (int il : {lo - 1, hi + 1}) {
+      if (il < first || il > last) continue;
+      std::vector<uint8_t> m = best;
+      m[static_cast<size_t>(il)] = 1;
+      auto tps = trial(m);
+      if (!tps) return tps.status();
+      if (*tps > winner_tps) winner_tps = *tps, winner = m;
+    }
+    if (winner.empty()) break;
+    best = winner, best_tps = winner_tps;
+  }
+  choice.skip = best;
+  return choice;
+}
+
+std::vector<int32_t> self_skip_calibration_prompt(const Model& model) {
+  const char* ask = "Explain in a few sentences how a lighthouse guides ships at night.";
+  // A base model's "template" renders the turn as a transcript.
+  return render_prompt(model.tokenizer(), model.chat_template(), PromptInput::chat_of({ChatMessage{"user", ask}})).tokens;
 }
 
 std::string default_self_skip(int n_layer) { return std::to_string(std::max(0, n_layer / 2 - 1)); }

@@ -109,6 +109,29 @@ Result<std::vector<uint8_t>> parse_layer_skip(std::string_view spec, int n_layer
 // accepted 81-100% of the time, one without 9-15 only 3%; see
 // docs/benchmarks.md).
 std::string default_self_skip(int n_layer);
+// --spec-skip auto: which layers to skip, by measurement. A short greedy
+// answer to prompt (n_predict tokens, k drafted per pass) is generated on s
+// plainly, then with each single layer but the first and last skipped, then
+// with the best single layer grown by a neighbour while that is faster (up
+// to four layers). The skip with the highest measured decode tokens/s wins;
+// every trial is reported. Each trial's output equals the plain one (a
+// difference is an error: it would be a bug). Needs s's backend to
+// can_skip_layers().
+struct SelfSkipTrial {
+  std::string skip;  // layer_skip_to_string
+  double tokens_per_s = 0, acceptance = 0, tokens_per_pass = 0;
+};
+struct SelfSkipChoice {
+  std::vector<uint8_t> skip;  // the fastest
+  double plain_tokens_per_s = 0;
+  std::vector<SelfSkipTrial> trials;  // in the order run
+};
+class Session;
+Result<SelfSkipChoice> calibrate_self_skip(Session& s, const std::vector<int32_t>& prompt, int k, int n_predict = 32);
+// The calibration's prompt for a model: a chat turn through its template
+// (a transcript for a base model).
+std::vector<int32_t> self_skip_calibration_prompt(const Model& model);
+
 // The spelling parse_layer_skip reads back ("8-13", "3,5,9-11").
 std::string layer_skip_to_string(const std::vector<uint8_t>& skip);
 
