@@ -18,6 +18,7 @@ int cmd_batch(int argc, char** argv);
 int cmd_serve(int argc, char** argv);
 int cmd_loadtest(int argc, char** argv);
 int cmd_pull(int argc, char** argv);
+int cmd_prune(int argc, char** argv);
 class Args;
 struct OptionSpec;
 int bench_batch_sweep(const Args& args);  // bench --batch

@@ -20,6 +20,7 @@ void print_usage(FILE* out) {
                "  bench -m MODEL                prefill (pp) and decode (tg) tokens/s, llama-bench style\n"
                "  perplexity -m MODEL           perplexity on a text (llama-perplexity's conventions), KL divergence\n"
                "  quantize IN OUT TYPE          rewrite a model in a llama.cpp file type (Q4_K_M, Q8_0, ...)\n"
+               "  prune IN OUT --prune layers:A-B|layers:nN  a copy without a run of layers\n"
                "  batch -m MODEL -i IN -o OUT   offline batch inference (JSONL), many sequences per forward pass\n"
                "  serve -m MODEL                an OpenAI-compatible HTTP server (--port, --parallel, --api-key)\n"
                "  loadtest --url URL            many concurrent clients against an OpenAI-compatible server\n"
@@ -55,6 +56,7 @@ int main(int argc, char** argv) {
     if (cmd == "chat") return cmd_chat(argc - 2, argv + 2);
     if (cmd == "bench") return cmd_bench(argc - 2, argv + 2);
     if (cmd == "quantize") return cmd_quantize(argc - 2, argv + 2);
+    if (cmd == "prune") return cmd_prune(argc - 2, argv + 2);
     if (cmd == "devices") return cmd_devices(argc - 2, argv + 2);
     if (cmd == "twin") return cmd_twin(argc - 2, argv + 2);
     if (cmd == "perplexity") return cmd_perplexity(argc - 2, argv + 2);

@@ -18,46 +18,21 @@
 #include "phaselab/quant.h"
 #include "phaselab/quantize.h"
 #include "phaselab/thread_pool.h"
+#include "../gguf/gguf_output.h"
 
 namespace phaselab {
 
 namespace {
 
+using gguf_out::align_up;
+using gguf_out::check_output;
+using gguf_out::put;
+using gguf_out::temp_path_beside;
+
 int llama_n_dims(const GgufTensorInfo& t) {
   for (int i = 3; i >= 1; i--)
     if (t.ne[i] > 1) return i + 1;
   return 1;
-}
-
-// The output must not be the input (same file, through a symlink or a hard
-// link too) and must not replace an existing file unless overwrite.
-Status check_output(const std::string& in, const std::string& out, bool overwrite) {
-  struct stat si{}, so{};
-  if (::stat(in.c_str(), &si) != 0) return io_error(in + ": cannot open");
-  if (::stat(out.c_str(), &so) != 0) return Status::ok();  // a new file
-  if (same_file(in, out))
-    return invalid_argument(out + " is the input file itself (or a link to it): write to another file");
-  if (!S_ISREG(so.st_mode)) return invalid_argument(out + " exists and is not a regular file");
-  if (!overwrite) return invalid_argument(out + " exists: pass --force to replace it");
-  return Status::ok();
-}
-
-// OUT.partial-XXXXXX in OUT's folder, so that the final rename is atomic.
-std::string temp_path_beside(const std::string& out) {
-  std::string pattern = out + ".partial-XXXXXX";
-  const int fd = ::mkstemp(pattern.data());
-  if (fd < 0) return {};
-  ::close(fd);
-  return pattern;
-}
-
-uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
-
-template <typename T>
-void put(std::vector<uint8_t>& b, T v) {
-  const size_t at = b.size();
-  b.resize(at + sizeof(T));
-  std::memcpy(b.data() + at, &v, sizeof(T));
 }
 
 // The header: metadata (serialized by GgufWriter, which pads to its
@@ -253,11 +228,7 @@ Result<QuantizeReport> quantize_model(const std::string& in, const std::string& 
   }
   if (opts.verify)
     if (Status st = verify_written(tmp, ft, rep.tensors); !st) return fail(st);
-  // mkstemp made it 0600: give it the mode a new file gets here.
-  const mode_t mask = ::umask(0);
-  ::umask(mask);
-  ::chmod(tmp.c_str(), 0666 & ~mask);
-  if (std::rename(tmp.c_str(), out.c_str()) != 0) return fail(io_error(out + ": cannot rename the finished file into place"));
+  if (Status st = gguf_out::publish(tmp, out); !st) return fail(st);
   struct stat so{};
   if (::stat(out.c_str(), &so) == 0) rep.out_file_bytes = static_cast<uint64_t>(so.st_size);
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

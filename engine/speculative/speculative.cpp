@@ -273,9 +273,19 @@ Result<std::vector<uint8_t>> parse_layer_skip(std::string_view spec, int n_layer
     int a = 0, b = 0;
     const bool ok = dash == std::string_view::npos ? number(item, &a) && (b = a, true)
                                                    : number(item.substr(0, dash), &a) && number(item.substr(dash + 1), &b);
-    if (!ok || item.empty()) return invalid_argument("'" + std::string(spec) + "' is not a list of layers: " + hint);
-    if (a > b || a < 0 || b >= n_layer)
-      return invalid_argument("layers " + std::string(item) + " are not in the model: " + hint);
+    // (Messages appended: GCC 12 warns wrongly on "'" + std::string.)
+    if (!ok || item.empty()) {
+      std::string m = "'";
+      m += spec;
+      m += "' is not a list of layers: " + hint;
+      return invalid_argument(m);
+    }
+    if (a > b || a < 0 || b >= n_layer) {
+      std::string m = "layers ";
+      m += item;
+      m += " are not in the model: " + hint;
+      return invalid_argument(m);
+    }
     for (int il = a; il <= b; il++) skip[static_cast<size_t>(il)] = 1;
     at = comma + 1;
   }

@@ -63,10 +63,13 @@ Status CpuBackend::forward_batch(const SeqChunk* chunks, int n_chunks) {
   PHASELAB_TRY(begin_batch(chunks, n_chunks, &T, &n_ctx_max, &n_logit_rows));
   PHASELAB_TRY(embed(T));
   rope_ready_ = 0;
+  const size_t stream = static_cast<size_t>(T) * c_.n_embd;
+  if (capture_) std::copy_n(x_.data(), stream, capture_);
   for (int il = 0; il < c_.n_layer; il++) {
     if (skip_ && skip_[il]) continue;
     attention_block(il, T, n_ctx_max);
     ffn_block(il, T);
+    if (capture_) std::copy_n(x_.data(), stream, capture_ + (il + 1) * stream);
   }
   for (int i = 0; i < n_chunks; i++) chunks[i].kv->append(chunks[i].tokens, chunks[i].n_tokens);
   computed_ += static_cast<uint64_t>(T);

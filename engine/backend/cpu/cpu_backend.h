@@ -65,6 +65,14 @@ class CpuBackend final : public Backend {
 
   bool batched_forward() const override { return true; }
 
+  Status forward_residuals(const SeqChunk& chunk, std::vector<float>* residuals) override {
+    residuals->assign(static_cast<size_t>(c_.n_layer + 1) * chunk.n_tokens * c_.n_embd, 0.f);
+    capture_ = residuals->data();
+    Status st = forward_batch(&chunk, 1);
+    capture_ = nullptr;
+    return st;
+  }
+
   bool can_skip_layers() const override { return true; }
   Status forward_skipping(const SeqChunk& chunk, const std::vector<uint8_t>& skip,
                           const WeightView* head = nullptr) override {
@@ -198,6 +206,7 @@ class CpuBackend final : public Backend {
   uint64_t computed_ = 0;  // positions_computed()
   const uint8_t* skip_ = nullptr;  // (n_layer) during forward_skipping: the layers left out
   const WeightView* head_ = nullptr;  // during forward_skipping: the output matrix in w_.output's place
+  float* capture_ = nullptr;  // during forward_residuals: (n_layer + 1, T, n_embd)
   // Scratch, allocated once (shapes for a batch of T <= max_batch tokens):
   std::vector<float> x_;    // (T, n_embd) residual stream
   std::vector<float> xb_;   // (T, max(n_embd, n_head*head_dim)) normed input / attention output

@@ -100,6 +100,14 @@ class Backend {
     return unsupported(name() + " backend: no passes with layers skipped (self-speculative drafting): run on the CPU "
                                 "backend, or choose prompt lookup or a draft model");
   }
+  // The residual stream of one chunk (layer pruning's measurements,
+  // prune.h): residuals gets (n_layer + 1, n_tokens, n_embd) floats, index 0
+  // the embeddings, index l + 1 the stream after layer l. The chunk's K/V
+  // are appended as by forward. The default refuses.
+  virtual Status forward_residuals(const SeqChunk& chunk, std::vector<float>* residuals) {
+    (void)chunk, (void)residuals;
+    return unsupported(name() + " backend: it does not give its residual stream; measure on the CPU backend");
+  }
   // Greedy decoding where the logits need not leave the backend (the CUDA
   // backend picks the argmax on the device and copies back one int): a
   // forward_batch chunk of mode last with SeqChunk::argmax set. (A pass of

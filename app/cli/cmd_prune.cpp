@@ -1,0 +1,104 @@
+// phaselab-cli prune IN OUT --prune layers:A-B | layers:nN: a copy of a
+// model without a run of layers (phaselab::prune_layers). With layers:nN the
+// run of N layers is chosen by measurement: the angular distance between the
+// residual stream before and after each run, on the evaluation text
+// (phaselab::block_angular_distances); the table is printed.
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_util.h"
+#include "commands.h"
+#include "engine_setup.h"
+#include "phaselab/log.h"
+#include "phaselab/perplexity.h"
+#include "phaselab/prune.h"
+
+namespace phaselab::cli {
+
+int cmd_prune(int argc, char** argv) {
+  auto args = Args::parse(argc, argv,
+                          {{"--help", "-h", false}, {"--force", "-f", false}, {"--prune", "", true},
+                           {"--file", "", true}, {"--threads", "-t", true}, {"--json", "", false}});
+  if (!args) return report(args.status());
+  if (args->has("--help") || args->positional().size() != 2 || !args->has("--prune")) {
+    std::fprintf(args->has("--help") ? stdout : stderr,
+                 "usage: phaselab-cli prune [--force] [--json] IN.gguf OUT.gguf --prune layers:A-B|layers:nN\n"
+                 "  --prune layers:A-B  drop layers A..B (counted from 0; layers:A drops one)\n"
+                 "  --prune layers:nN   drop the N consecutive layers whose output is closest to their\n"
+                 "                      input (angular distance of the residual stream on --file)\n"
+                 "  --file TEXT         the text measured on (default: the bundled eval-en.txt; 512 tokens)\n"
+                 "  -t, --threads N     threads for the measurement\n"
+                 "  -f, --force         replace an existing OUT (never IN itself)\n"
+                 "  --json              the report as JSON\n"
+                 "  Later layers are renumbered and the block count lowered; every other tensor and key is\n"
+                 "  copied as it is, so llama.cpp loads the file too. Measure the result with perplexity or\n"
+                 "  compare. Gemma 3 drops multiples of 6 layers (its local/global pattern).\n");
+    return args->has("--help") ? kExitOk : kExitBadInput;
+  }
+  const auto& pos = args->positional();
+  auto spec = parse_prune_spec(*args->get("--prune"));
+  if (!spec) return report(spec.status());
+  LayerPrune p = *spec;
+  std::vector<double> distances;
+  if (p.first < 0) {
+    std::string text_path = args->get_or("--file", "");
+    if (text_path.empty()) text_path = bundled_text_path("eval-en.txt");
+    if (text_path.empty())
+      return report(invalid_argument("the bundled evaluation text (share/phaselab/text/eval-en.txt) is not installed "
+                                     "here: pass --file TEXT"));
+    auto text = read_text_file(text_path);
+    if (!text) return report(text.status());
+    std::vector<std::string> session_args = {"-m", pos[0], "--backend", "cpu"};
+    if (auto t = args->get("--threads")) session_args.insert(session_args.end(), {"-t", *t});
+    std::vector<char*> argv2;
+    for (auto& s : session_args) argv2.push_back(s.data());
+    auto sargs = Args::parse(static_cast<int>(argv2.size()), argv2.data(), engine_options());
+    if (!sargs) return report(sargs.status());
+    auto setup = open_session(*sargs, 512);
+    if (!setup) return report(setup.status());
+    const auto tokens = perplexity_tokenize(setup->model->tokenizer(), *text);
+    auto d = block_angular_distances(*setup->session, tokens, p.count);
+    if (!d) return report(d.status());
+    distances = std::move(*d);
+    int best = -1;
+    const bool gemma = setup->model->config().arch_str == "gemma3";
+    for (int l = 0; l < static_cast<int>(distances.size()); l++)
+      if (best < 0 || distances[static_cast<size_t>(l)] < distances[static_cast<size_t>(best)]) best = l;
+    p.first = best;
+    if (!args->has("--json")) {
+      std::fprintf(stderr, "angular distance of each run of %d layers (%zu tokens of %s):\n", p.count,
+                   std::min<size_t>(tokens.size(), 512), text_path.c_str());
+      for (int l = 0; l < static_cast<int>(distances.size()); l++)
+        std::fprintf(stderr, "  layers %-8s %.4f%s\n",
+                     prune_spec_to_string({l, p.count}).substr(7).c_str(), distances[static_cast<size_t>(l)],
+                     l == best ? "  <- dropped" : "");
+      if (gemma && p.count % 6 != 0) std::fprintf(stderr, "(Gemma 3 needs a multiple of 6 layers: refused below)\n");
+    }
+  }
+  auto rep = prune_layers(pos[0], pos[1], p, args->has("--force"));
+  if (!rep) return report(rep.status());
+  if (args->has("--json")) {
+    nlohmann::json j = {{"in", pos[0]},
+                        {"out", pos[1]},
+                        {"arch", rep->arch},
+                        {"prune", prune_spec_to_string(rep->dropped)},
+                        {"n_layer_in", rep->n_layer_in},
+                        {"n_layer_out", rep->n_layer_out},
+                        {"n_tensors_in", rep->n_tensors_in},
+                        {"n_tensors_out", rep->n_tensors_out},
+                        {"bytes_in", rep->bytes_in},
+                        {"bytes_out", rep->bytes_out}};
+    if (!distances.empty()) j["angular_distances"] = distances;
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    std::printf("%s: %d of %d layers (%s dropped), %d tensors, %.1f MiB (from %.1f MiB)\n", pos[1].c_str(),
+                rep->n_layer_out, rep->n_layer_in, prune_spec_to_string(rep->dropped).substr(7).c_str(),
+                rep->n_tensors_out, rep->bytes_out / 1048576.0, rep->bytes_in / 1048576.0);
+  }
+  return kExitOk;
+}
+
+}  // namespace phaselab::cli

@@ -1,0 +1,56 @@
+// Pruning by layer dropping (ShortGPT, Men et al. 2024; Gromov et al., "The
+// Unreasonable Ineffectiveness of the Deeper Layers"): a copy of a GGUF model
+// without a run of consecutive transformer blocks, the later blocks
+// renumbered, {arch}.block_count lowered, per-layer metadata arrays cut to
+// match. Every other tensor and key is copied byte for byte, so the file is
+// as valid for llama.cpp as the input was.
+//
+// Which run to drop can be measured: the angular distance between the
+// residual stream before block l and after block l + n - 1,
+// arccos(cos(x_l, x_{l+n})) / pi, averaged over the tokens of an evaluation
+// text; the run whose output is closest to its input changes the model least.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "phaselab/status.h"
+
+namespace phaselab {
+
+class Session;
+
+struct LayerPrune {
+  int first = -1;  // the first layer dropped; -1: choose by angular distance
+  int count = 0;   // how many consecutive layers
+};
+
+// "layers:A-B" (drop A..B, counted from 0), "layers:A" (one layer) or
+// "layers:N" with a leading "n" ("layers:n3": three layers, chosen by
+// measurement). Refuses anything else with the spelling in the message.
+Result<LayerPrune> parse_prune_spec(std::string_view spec);
+std::string prune_spec_to_string(const LayerPrune& p);
+
+struct PruneReport {
+  std::string arch;
+  int n_layer_in = 0, n_layer_out = 0;
+  LayerPrune dropped;
+  int n_tensors_in = 0, n_tensors_out = 0;
+  uint64_t bytes_in = 0, bytes_out = 0;
+};
+
+// Writes out: in without layers [p.first, p.first + p.count). Refuses a run
+// outside the model, all of its layers, an output that is the input or
+// exists (unless overwrite), and a Gemma 3 drop that would shift its pattern
+// of local and global layers (which readers derive from the layer index:
+// the count must be a multiple of the pattern's period).
+Result<PruneReport> prune_layers(const std::string& in, const std::string& out, const LayerPrune& p, bool overwrite);
+
+// The angular distance of every run of count layers on s's model, from the
+// residual stream of tokens (at most 512, one pass per batch): element l is
+// the run starting at layer l (n_layer - count + 1 of them). Needs a backend
+// that gives its residual stream (Backend::forward_residuals: the CPU backend).
+Result<std::vector<double>> block_angular_distances(Session& s, const std::vector<int32_t>& tokens, int count);
+
+}  // namespace phaselab

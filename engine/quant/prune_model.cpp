@@ -1,0 +1,232 @@
+// prune_layers: streams a copy of a GGUF file without a run of blocks (the
+// header rewritten, each kept tensor copied as it is); block_angular_distances:
+// the measurement that chooses the run (prune.h).
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+
+#include "../gguf/gguf_output.h"
+#include "phaselab/gguf.h"
+#include "phaselab/prune.h"
+#include "phaselab/session.h"
+
+namespace phaselab {
+
+namespace {
+
+bool parse_int(std::string_view t, int* v) {
+  const auto r = std::from_chars(t.data(), t.data() + t.size(), *v);
+  return !t.empty() && r.ec == std::errc() && r.ptr == t.data() + t.size();
+}
+
+// "blk.12.attn_q.weight" -> 12 and ".attn_q.weight"; -1 for other names.
+int block_of(const std::string& name, std::string_view* rest) {
+  if (name.rfind("blk.", 0) != 0) return -1;
+  const size_t dot = name.find('.', 4);
+  int i = -1;
+  if (dot == std::string::npos || !parse_int(std::string_view(name).substr(4, dot - 4), &i)) return -1;
+  *rest = std::string_view(name).substr(dot);
+  return i;
+}
+
+// "A" or "A-B" (appended, not "x" + string: GCC 12 warns wrongly on that).
+std::string layer_range(int first, int count) {
+  std::string s = std::to_string(first);
+  if (count > 1) {
+    s += '-';
+    s += std::to_string(first + count - 1);
+  }
+  return s;
+}
+
+}  // namespace
+
+Result<LayerPrune> parse_prune_spec(std::string_view spec) {
+  const std::string hint = "--prune takes layers:A-B (drop layers A..B, from 0), layers:A, or layers:nN (N layers "
+                           "chosen by measurement), e.g. layers:10-12 or layers:n2";
+  std::string bad = "'";  // (appended: GCC 12 warns wrongly on "'" + string)
+  bad += spec;
+  bad += "': " + hint;
+  if (spec.rfind("layers:", 0) != 0) return invalid_argument(bad);
+  std::string_view v = spec.substr(7);
+  LayerPrune p;
+  if (!v.empty() && v[0] == 'n') {
+    if (!parse_int(v.substr(1), &p.count) || p.count < 1) return invalid_argument(bad);
+    return p;
+  }
+  const size_t dash = v.find('-');
+  int a = 0, b = 0;
+  const bool ok = dash == std::string_view::npos ? parse_int(v, &a) && (b = a, true)
+                                                 : parse_int(v.substr(0, dash), &a) && parse_int(v.substr(dash + 1), &b);
+  if (!ok || a < 0 || b < a) return invalid_argument(bad);
+  p.first = a;
+  p.count = b - a + 1;
+  return p;
+}
+
+std::string prune_spec_to_string(const LayerPrune& p) {
+  std::string s = "layers:";
+  if (p.first < 0) {
+    s += 'n';
+    s += std::to_string(p.count);
+    return s;
+  }
+  s += layer_range(p.first, p.count);
+  return s;
+}
+
+Result<PruneReport> prune_layers(const std::string& in, const std::string& out, const LayerPrune& p, bool overwrite) {
+  PHASELAB_TRY(gguf_out::check_output(in, out, overwrite));
+  auto opened = GgufFile::open(in);
+  if (!opened) return opened.status();
+  const GgufFile& f = **opened;
+  PruneReport rep;
+  const auto arch = f.get_string("general.architecture");
+  if (!arch) return invalid_file(in + ": no general.architecture: not a model PhaseLab can prune");
+  rep.arch = std::string(*arch);
+  const std::string a = rep.arch + ".";
+  const auto n_layer = f.get_int(a + "block_count");
+  if (!n_layer || *n_layer < 1 || *n_layer > 100000) return invalid_file(in + ": no valid " + a + "block_count");
+  const int L = static_cast<int>(*n_layer);
+  if (p.first < 0 || p.count < 1 || p.first + p.count > L)
+    return invalid_argument("layers " + layer_range(p.first, p.count) + " are not in the model (it has " + std::to_string(L) + " layers: 0-" + std::to_string(L - 1) + ")");
+  if (p.count >= L) return invalid_argument("dropping every layer leaves no model");
+  const GgufValue* pattern = f.find(a + "attention.sliding_window_pattern");
+  const bool pattern_array = pattern && pattern->type == GgufValueType::ARRAY;
+  if (rep.arch == "gemma3") {
+    if (L == 62)
+      return unsupported("Gemma 3 27B is recognised by its 62 layers (its query scale differs): a pruned copy would "
+                         "be read as another size; prune a smaller Gemma 3");
+    const int period = pattern && pattern->is_integer() && pattern->i > 0 ? static_cast<int>(pattern->i) : 6;
+    if (!pattern_array && p.count % period != 0)
+      return invalid_argument("Gemma 3 alternates " + std::to_string(period - 1) + " local layers with 1 global one, "
+                              "and readers derive which is which from the layer's index: drop a multiple of " +
+                              std::to_string(period) + " layers so that the pattern stays");
+  }
+  const int drop_end = p.first + p.count;
+  rep.n_layer_in = L;
+  rep.n_layer_out = L - p.count;
+  rep.dropped = p;
+  rep.bytes_in = f.file_size();
+
+  // Metadata: every key, with block_count lowered and per-layer arrays cut.
+  const uint64_t alignment = f.alignment();
+  GgufWriter w(3, 1);
+  w.set("general.alignment", GgufWriteValue::u32(static_cast<uint32_t>(alignment)));
+  for (const auto& [key, value] : f.metadata()) {
+    if (key == "general.alignment" || key.rfind("split.", 0) == 0) continue;
+    GgufWriteValue v = GgufWriteValue::copy_of(value);
+    if (key.rfind(a, 0) == 0 && value.type == GgufValueType::ARRAY && value.count == static_cast<uint64_t>(L) &&
+        v.items.size() == static_cast<size_t>(L))
+      v.items.erase(v.items.begin() + p.first, v.items.begin() + drop_end);
+    w.set(key, std::move(v));
+  }
+  w.set(a + "block_count", GgufWriteValue::u32(static_cast<uint32_t>(L - p.count)));
+  const std::string dropped = layer_range(p.first, p.count);
+  const std::string name = std::string(f.get_string("general.name").value_or(rep.arch));
+  w.set("general.name", GgufWriteValue::string(name + " (layers " + dropped + " dropped)"));
+  w.set("phaselab.pruned_layers", GgufWriteValue::string(dropped + " of " + std::to_string(L)));
+
+  // Tensor infos: the kept tensors in their order, later blocks renumbered.
+  struct Kept {
+    const GgufTensorInfo* t;
+    std::string name;
+  };
+  std::vector<Kept> kept;
+  for (const GgufTensorInfo& t : f.tensors()) {
+    rep.n_tensors_in++;
+    std::string_view rest;
+    const int b = block_of(t.name, &rest);
+    if (b >= L) return invalid_file(in + ": tensor " + t.name + " belongs to no layer (block_count " + std::to_string(L) + ")");
+    if (b >= p.first && b < drop_end) continue;
+    std::string renamed = t.name;
+    if (b >= drop_end) {
+      renamed = "blk.";
+      renamed += std::to_string(b - p.count);
+      renamed += rest;
+    }
+    kept.push_back({&t, std::move(renamed)});
+  }
+  rep.n_tensors_out = static_cast<int>(kept.size());
+  std::vector<uint8_t> h = w.serialize();
+  const uint64_t n_tensors = kept.size();
+  std::memcpy(h.data() + 8, &n_tensors, 8);
+  uint64_t offset = 0;
+  for (const Kept& k : kept) {
+    gguf_out::put<uint64_t>(h, k.name.size());
+    h.insert(h.end(), k.name.begin(), k.name.end());
+    gguf_out::put<uint32_t>(h, k.t->n_dims);
+    for (uint32_t d = 0; d < k.t->n_dims; d++) gguf_out::put<uint64_t>(h, static_cast<uint64_t>(k.t->ne[d]));
+    gguf_out::put<uint32_t>(h, static_cast<uint32_t>(k.t->type));
+    gguf_out::put<uint64_t>(h, offset);
+    offset += gguf_out::align_up(k.t->n_bytes, alignment);
+  }
+  h.resize(gguf_out::align_up(h.size(), alignment), 0);
+
+  const std::string tmp = gguf_out::temp_path_beside(out);
+  if (tmp.empty()) return io_error(out + ": cannot create a file in its folder");
+  auto fail = [&](const Status& st) -> Result<PruneReport> {
+    std::remove(tmp.c_str());
+    return st;
+  };
+  {
+    std::unique_ptr<FILE, int (*)(FILE*)> fo(std::fopen(tmp.c_str(), "wb"), &std::fclose);
+    if (!fo) return fail(io_error(tmp + ": cannot open for writing"));
+    auto write = [&](const void* d, size_t n) { return n == 0 || std::fwrite(d, 1, n, fo.get()) == n; };
+    const std::vector<uint8_t> zeros(alignment, 0);
+    bool ok = write(h.data(), h.size());
+    for (size_t i = 0; ok && i < kept.size(); i++) {
+      const GgufTensorInfo& t = *kept[i].t;
+      ok = write(t.data, t.n_bytes) && write(zeros.data(), gguf_out::align_up(t.n_bytes, alignment) - t.n_bytes);
+    }
+    if (!ok || std::fflush(fo.get()) != 0) return fail(io_error(tmp + ": write failed (disk full?)"));
+  }
+  // Read back: the file opens and says what was meant.
+  {
+    auto back = GgufFile::open(tmp);
+    if (!back) return fail(back.status().with_context("the pruned file"));
+    if ((*back)->get_int(a + "block_count") != L - p.count || (*back)->tensors().size() != kept.size())
+      return fail(internal_error("the pruned file does not read back as written"));
+    rep.bytes_out = (*back)->file_size();
+  }
+  if (Status st = gguf_out::publish(tmp, out); !st) return fail(st);
+  return rep;
+}
+
+Result<std::vector<double>> block_angular_distances(Session& s, const std::vector<int32_t>& tokens, int count) {
+  const ModelConfig& c = s.model().config();
+  const int L = c.n_layer, D = c.n_embd;
+  if (count < 1 || count >= L)
+    return invalid_argument("a run of " + std::to_string(count) + " layers in a model of " + std::to_string(L));
+  const int n = std::min<int>(static_cast<int>(tokens.size()), std::min(512, s.n_ctx()));
+  if (n < 1) return invalid_argument("no tokens to measure the residual stream on");
+  std::vector<double> sum(static_cast<size_t>(L - count + 1), 0.0);
+  std::vector<float> res;
+  s.kv().clear();
+  const int batch = std::max(1, s.backend().max_batch());
+  for (int t0 = 0; t0 < n; t0 += batch) {
+    const int T = std::min(batch, n - t0);
+    SeqChunk ch;
+    ch.kv = &s.kv();
+    ch.tokens = tokens.data() + t0;
+    ch.n_tokens = T;
+    ch.mode = LogitsMode::none;
+    PHASELAB_TRY(s.backend().forward_residuals(ch, &res));
+    for (int t = 0; t < T; t++)
+      for (int l = 0; l + count <= L; l++) {
+        const float* x = &res[(static_cast<size_t>(l) * T + t) * D];
+        const float* y = &res[(static_cast<size_t>(l + count) * T + t) * D];
+        double xy = 0, xx = 0, yy = 0;
+        for (int i = 0; i < D; i++) xy += double(x[i]) * y[i], xx += double(x[i]) * x[i], yy += double(y[i]) * y[i];
+        const double cosv = xx > 0 && yy > 0 ? std::clamp(xy / std::sqrt(xx * yy), -1.0, 1.0) : 1.0;
+        sum[static_cast<size_t>(l)] += std::acos(cosv) / M_PI;
+      }
+  }
+  s.kv().clear();
+  for (double& v : sum) v /= n;
+  return sum;
+}
+
+}  // namespace phaselab
