@@ -94,6 +94,16 @@ class TestCompare : public QObject {
     spec.speculative = "lookup";
     QVERIFY(validate_compare({spec}, o).message().find("KV cache") != std::string::npos);
     QVERIFY(!validate_compare({}, o));
+    CompareVariant prune;
+    prune.file = stories();
+    prune.prune = "layers:x";
+    QVERIFY(validate_compare({prune}, o).message().find("layers:A-B") != std::string::npos);
+    CompareVariant self;
+    self.file = stories();
+    self.speculative = "self";
+    QVERIFY(validate_compare({self}, o));
+    self.backend = "cuda";
+    QVERIFY(validate_compare({self}, o).message().find("CPU backends") != std::string::npos);
     CompareOptions odd = o;
     odd.n_ctx = 63;
     CompareVariant ok;
@@ -176,6 +186,7 @@ class TestCompare : public QObject {
     vs[1].quantize_to = FileType::Q4_K_M;
     vs[1].backend = "cpu-portable";
     vs[1].kv_cache = false;
+    vs[1].prune = "layers:n2";
     auto back = compare_variants_from_json(compare_variants_json(vs));
     QVERIFY2(back.is_ok(), back.status().message().c_str());
     QCOMPARE(back->size(), size_t(2));
@@ -183,6 +194,8 @@ class TestCompare : public QObject {
     QCOMPARE(*(*back)[1].quantize_to, FileType::Q4_K_M);
     QCOMPARE((*back)[1].backend, std::string("cpu-portable"));
     QCOMPARE((*back)[1].kv_cache, false);
+    QCOMPARE((*back)[1].prune, std::string("layers:n2"));
+    QVERIFY((*back)[0].prune.empty());
     QVERIFY(compare_variants_from_json(R"([{"file": "a", "quantize_to": "Q9"}])").status().message().find("Q9") !=
             std::string::npos);
     QVERIFY(compare_variants_from_json(R"([{"quantize_to": "Q8_0"}])").status().message().find("variant 1") !=

@@ -8,6 +8,7 @@
 // action.
 #include <QAction>
 #include <QChart>
+#include <QComboBox>
 #include <QChartView>
 #include <QFile>
 #include <QImage>
@@ -164,6 +165,46 @@ class TestGuiCompare : public QObject {
     QCOMPARE(QJsonDocument::fromJson(j.readAll()).array().size(), 2);
     CompareWindow empty(&m_store);
     QVERIFY(!empty.exportCsv(csv));  // nothing to export yet
+  }
+
+  // Pruned variants (a measured drop and a given one) and self-speculation
+  // beside the reference: made by the child `compare`, shown by their
+  // source, kept through the variants' JSON.
+  void pruned_and_self_speculative_rows() {
+    CompareWindow w(&m_store);
+    w.show();
+    QVERIFY(!w.addPruned(QStringLiteral("layers:n1")));  // no model yet
+    w.addModel(testing::stories());
+    QVERIFY(w.addPruned(QStringLiteral("layers:n1")));
+    QVERIFY(w.addPruned(QStringLiteral("layers:2")));
+    QVERIFY(!w.addPruned(QStringLiteral("layers:9-2")));
+    w.addModel(testing::stories());
+    auto* spec = qobject_cast<QComboBox*>(w.variantsTable()->cellWidget(3, 4));
+    QVERIFY(spec);
+    spec->setCurrentIndex(spec->findData(QStringLiteral("self")));
+    QCOMPARE(w.variantCount(), 4);
+    QCOMPARE(w.variantsTable()->item(2, 1)->text(), QStringLiteral("pruned 2"));
+    QCOMPARE(w.variants()[1].prune, std::string("layers:n1"));
+    QCOMPARE(w.variants()[3].speculative, std::string("self"));
+    small(w);
+    QSignalSpy done(&w, &CompareWindow::runFinished);
+    QVERIFY(w.startRun());
+    QVERIFY(w.childArguments().join(QLatin1Char(' ')).contains(QStringLiteral("\"prune\":\"layers:n1\"")));
+    QVERIFY(done.wait(180000));
+    QVERIFY2(done.first().at(0).toBool(), qPrintable(done.first().at(1).toString()));
+    const auto& rows = w.rows();
+    QCOMPARE(rows.size(), size_t(4));
+    // The measured drop names the layer it chose; both drops change the model.
+    QVERIFY2(rows[1].prune.rfind("layers:", 0) == 0 && rows[1].prune.rfind("layers:n", 0) != 0, rows[1].prune.c_str());
+    QCOMPARE(rows[2].prune, std::string("layers:2"));
+    for (int i : {1, 2}) {
+      QVERIFY(rows[i].kld > 0);
+      QVERIFY(rows[i].size_mib < rows[0].size_mib);
+    }
+    // Self-speculation decodes the same model: no divergence.
+    QCOMPARE(rows[3].speculative, std::string("self"));
+    QCOMPARE(rows[3].kld, 0.0);
+    QVERIFY(rows[3].tg > 0);
   }
 
   void cancel_stops_without_saving() {

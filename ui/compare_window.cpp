@@ -5,6 +5,7 @@
 #include <QCheckBox>
 #include <QCloseEvent>
 #include <QComboBox>
+#include <QInputDialog>
 #include <QDateTime>
 #include <QDir>
 #include <QFileDialog>
@@ -37,6 +38,7 @@
 #include "conversation_store.h"
 #include "phaselab/backend.h"
 #include "phaselab/log.h"
+#include "phaselab/prune.h"
 
 namespace phaselab::ui {
 
@@ -45,9 +47,14 @@ namespace {
 enum VariantColumn { kColName, kColSource, kColBackend, kColKv, kColSpec, kVariantColumns };
 
 QString typeLabel(const CompareVariant& v) {
-  return v.quantize_to ? QString::fromLatin1(file_type_name(*v.quantize_to).data(),
-                                             static_cast<int>(file_type_name(*v.quantize_to).size()))
-                       : QObject::tr("as is");
+  QString s = v.quantize_to ? QString::fromLatin1(file_type_name(*v.quantize_to).data(),
+                                                  static_cast<int>(file_type_name(*v.quantize_to).size()))
+                            : QObject::tr("as is");
+  if (!v.prune.empty()) {
+    const QString layers = QString::fromStdString(v.prune).mid(7);  // "layers:" off
+    s = v.quantize_to ? s + QObject::tr(", pruned %1").arg(layers) : QObject::tr("pruned %1").arg(layers);
+  }
+  return s;
 }
 
 // "12.3 ± 0.4": a mean and its sample standard deviation, or the mean alone
@@ -175,10 +182,27 @@ QHBoxLayout* CompareWindow::buildVariantButtons() {
     quantMenu->addAction(name, this, [this, name] { addQuantization(name); });
   }
   m_addQuant->setMenu(quantMenu);
+  m_addPrune = new QPushButton(tr("Add Pruned"));
+  m_addPrune->setObjectName(QStringLiteral("addPruned"));
+  m_addPrune->setToolTip(tr("The first model with a run of layers dropped, made once and kept beside the "
+                            "quantizations"));
+  auto* pruneMenu = new QMenu(m_addPrune);
+  for (int n : {1, 2, 3, 6})
+    pruneMenu->addAction(tr("Drop %n layer(s) that change the least", nullptr, n), this,
+                         [this, n] { addPruned(QStringLiteral("layers:n%1").arg(n)); });
+  pruneMenu->addAction(tr("Drop layers…"), this, [this] {
+    bool ok = false;
+    const QString layers = QInputDialog::getText(this, tr("Drop layers"),
+                                                 tr("Layers to drop, counted from 0 (e.g. 10-12):"), QLineEdit::Normal,
+                                                 QString(), &ok);
+    if (ok && !layers.trimmed().isEmpty()) addPruned(QStringLiteral("layers:") + layers.trimmed());
+  });
+  m_addPrune->setMenu(pruneMenu);
   m_remove = new QPushButton(tr("Remove"));
   connect(m_remove, &QPushButton::clicked, this, &CompareWindow::removeSelected);
   variantButtons->addWidget(m_addModel);
   variantButtons->addWidget(m_addQuant);
+  variantButtons->addWidget(m_addPrune);
   variantButtons->addWidget(m_remove);
   variantButtons->addStretch(1);
   return variantButtons;
@@ -334,6 +358,13 @@ void CompareWindow::addVariantRow(const CompareVariant& v) {
   m_variants->setItem(r, kColName, name);
   auto* src = new QTableWidgetItem(typeLabel(v));
   src->setData(Qt::UserRole, v.quantize_to ? static_cast<int>(*v.quantize_to) : -1);
+  src->setData(Qt::UserRole + 1, QString::fromStdString(v.prune));
+  if (!v.prune.empty())
+    src->setToolTip(v.prune.rfind("layers:n", 0) == 0
+                        ? tr("The %1 consecutive layers that change the residual stream least on the text, "
+                             "dropped (chosen when the run starts)")
+                              .arg(QString::fromStdString(v.prune).mid(8))
+                        : tr("Layers %1 dropped").arg(QString::fromStdString(v.prune).mid(7)));
   src->setFlags(src->flags() & ~Qt::ItemIsEditable);
   m_variants->setItem(r, kColSource, src);
   auto* backend = new QComboBox;
@@ -348,6 +379,7 @@ void CompareWindow::addVariantRow(const CompareVariant& v) {
   auto* spec = new QComboBox;
   spec->addItem(tr("off"), QString::fromLatin1(to_string(SpeculativeMode::off)));
   spec->addItem(tr("prompt lookup"), QString::fromLatin1(to_string(SpeculativeMode::prompt_lookup)));
+  spec->addItem(tr("self (layers skipped)"), QString::fromLatin1(to_string(SpeculativeMode::self_draft)));
   spec->setCurrentIndex(std::max(0, spec->findData(QString::fromStdString(v.speculative))));
   spec->setAccessibleName(tr("Speculative decoding"));
   m_variants->setCellWidget(r, kColSpec, spec);
@@ -377,6 +409,22 @@ bool CompareWindow::addQuantization(const QString& type) {
   return true;
 }
 
+bool CompareWindow::addPruned(const QString& spec) {
+  if (auto p = parse_prune_spec(spec.toStdString()); !p) {
+    showError(QString::fromStdString(p.status().message()));
+    return false;
+  }
+  if (m_variants->rowCount() == 0) {
+    showError(tr("Add a model first: pruned variants are made from the first model."));
+    return false;
+  }
+  CompareVariant v;
+  v.file = m_variants->item(0, kColName)->data(Qt::UserRole).toString().toStdString();
+  v.prune = spec.toStdString();
+  addVariantRow(v);
+  return true;
+}
+
 int CompareWindow::variantCount() const { return m_variants->rowCount(); }
 QString CompareWindow::textFile() const { return m_text->text(); }
 int CompareWindow::chunks() const { return m_chunks->value(); }
@@ -401,6 +449,7 @@ std::vector<CompareVariant> CompareWindow::variants() const {
     v.backend = static_cast<QComboBox*>(m_variants->cellWidget(r, kColBackend))->currentText().toStdString();
     v.kv_cache = static_cast<QCheckBox*>(m_variants->cellWidget(r, kColKv))->isChecked();
     v.speculative = static_cast<QComboBox*>(m_variants->cellWidget(r, kColSpec))->currentData().toString().toStdString();
+    v.prune = m_variants->item(r, kColSource)->data(Qt::UserRole + 1).toString().toStdString();
     out.push_back(v);
   }
   return out;
@@ -439,6 +488,7 @@ void CompareWindow::setRunning(bool running) {
   m_cancel->setEnabled(running);
   m_addModel->setEnabled(!running);
   m_addQuant->setEnabled(!running);
+  m_addPrune->setEnabled(!running);
   m_remove->setEnabled(!running);
   m_variants->setEnabled(!running);
   m_sweep->setBlockedReason(running ? tr("A model comparison is running: wait for it or cancel it.") : QString());

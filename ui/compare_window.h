@@ -46,6 +46,8 @@ class CompareWindow : public QMainWindow {
   void addModel(const QString& path);
   // A quantization of the first model; false for an unknown type name.
   bool addQuantization(const QString& type);
+  // A layer drop of the first model ("layers:A-B" or "layers:nN", prune.h).
+  bool addPruned(const QString& spec);
   void setTextFile(const QString& path);
   void setChunks(int chunks);
   void setThreads(int threads);  // 0: one per physical core (both tabs)
@@ -72,6 +74,7 @@ class CompareWindow : public QMainWindow {
   const std::vector<CompareRow>& rows() const { return m_rows; }
   QString lastError() const { return m_lastError; }
   QTableWidget* resultsTable() const { return m_results; }
+  QTableWidget* variantsTable() const { return m_variants; }
   QTabWidget* resultTabs() const { return m_tabs; }
   QList<QChartView*> chartViews() const;
   QChart* prefillChart() const { return m_prefillChart; }
@@ -136,6 +139,7 @@ class CompareWindow : public QMainWindow {
   QTableWidget* m_variants = nullptr;
   QPushButton* m_addModel = nullptr;
   QPushButton* m_addQuant = nullptr;
+  QPushButton* m_addPrune = nullptr;
   QPushButton* m_remove = nullptr;
   QLineEdit* m_text = nullptr;
   QSpinBox* m_chunks = nullptr;

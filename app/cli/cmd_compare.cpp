@@ -38,9 +38,13 @@ const char* const kHelp =
     "  -t, --threads N        CPU threads (default: one per physical core)\n"
     "      --backend NAME     cpu (default), cpu-portable, cpu-reference, cuda\n"
     "      --no-kv-cache      decode without the KV cache (every variant)\n"
-    "      --spec lookup      decode with prompt-lookup speculation (every variant)\n"
+    "      --spec MODE        decode with speculation (every variant): lookup (prompt lookup) or\n"
+    "                         self (the model with a layer skipped; CPU backends)\n"
+    "      --prune S1,S2      also layer drops of the first model: layers:A-B, or layers:nN (the\n"
+    "                         N layers that change the residual stream least on the text), made\n"
+    "                         once into --cache\n"
     "      --variants-json J  the variants as a JSON array instead of -m/--quant, each\n"
-    "                         {\"file\", \"quantize_to\", \"backend\", \"kv_cache\", \"speculative\"}\n"
+    "                         {\"file\", \"quantize_to\", \"backend\", \"kv_cache\", \"speculative\", \"prune\"}\n"
     "                         (what the desktop Compare window runs)\n"
     "      --json             print a JSON array of rows instead of the table\n"
     "      --progress-json    progress on stderr as JSON lines, {\"progress\": {...}}, and each\n"
@@ -57,8 +61,8 @@ void on_stop_signal(int) { g_stop.store(true); }
 // quantizations of the first (--quant) with the shared settings.
 Result<std::vector<CompareVariant>> variants_from_args(const Args& args, const std::vector<std::string>& models) {
   if (auto j = args.get("--variants-json")) {
-    if (!models.empty() || args.has("--quant"))
-      return invalid_argument("--variants-json replaces -m and --quant: give one or the other");
+    if (!models.empty() || args.has("--quant") || args.has("--prune"))
+      return invalid_argument("--variants-json replaces -m, --quant and --prune: give one or the other");
     return compare_variants_from_json(*j);
   }
   if (models.empty()) return invalid_argument("give at least one model: compare -m MODEL.gguf (run compare --help)");
@@ -82,6 +86,14 @@ Result<std::vector<CompareVariant>> variants_from_args(const Args& args, const s
                                 "' (run phaselab-cli quantize --help for the list)");
       CompareVariant v = variants.front();
       v.quantize_to = *ft;
+      variants.push_back(v);
+    }
+  }
+  if (auto pr = args.get("--prune")) {
+    const CompareVariant first = variants.front();
+    for (const std::string& spec : split_commas(*pr)) {
+      CompareVariant v = first;
+      v.prune = spec;
       variants.push_back(v);
     }
   }
@@ -112,7 +124,7 @@ int cmd_compare(int argc, char** argv) {
       {"--n-gen", "-n", true},     {"--repetitions", "-r", true}, {"--threads", "-t", true},
       {"--backend", "", true},     {"--no-kv-cache", "", false}, {"--spec", "", true},
       {"--json", "", false},       {"--help", "-h", false},      {"--variants-json", "", true},
-      {"--progress-json", "", false}};
+      {"--progress-json", "", false}, {"--prune", "", true}};
   auto args = Args::parse(static_cast<int>(rest.size()), rest.data(), specs);
   if (!args) return report(args.status());
   if (args->has("--help")) {

@@ -51,31 +51,19 @@ int cmd_prune(int argc, char** argv) {
                                      "here: pass --file TEXT"));
     auto text = read_text_file(text_path);
     if (!text) return report(text.status());
-    std::vector<std::string> session_args = {"-m", pos[0], "--backend", "cpu"};
-    if (auto t = args->get("--threads")) session_args.insert(session_args.end(), {"-t", *t});
-    std::vector<char*> argv2;
-    for (auto& s : session_args) argv2.push_back(s.data());
-    auto sargs = Args::parse(static_cast<int>(argv2.size()), argv2.data(), engine_options());
-    if (!sargs) return report(sargs.status());
-    auto setup = open_session(*sargs, 512);
-    if (!setup) return report(setup.status());
-    const auto tokens = perplexity_tokenize(setup->model->tokenizer(), *text);
-    auto d = block_angular_distances(*setup->session, tokens, p.count);
-    if (!d) return report(d.status());
-    distances = std::move(*d);
-    int best = -1;
-    const bool gemma = setup->model->config().arch_str == "gemma3";
-    for (int l = 0; l < static_cast<int>(distances.size()); l++)
-      if (best < 0 || distances[static_cast<size_t>(l)] < distances[static_cast<size_t>(best)]) best = l;
-    p.first = best;
+    auto threads = args->get_int("--threads", default_threads(), 1, 256);
+    if (!threads) return report(threads.status());
+    auto chosen = choose_layer_prune(pos[0], *text, p.count, *threads, &distances);
+    if (!chosen) return report(chosen.status());
+    p = *chosen;
+    const int best = p.first;
     if (!args->has("--json")) {
-      std::fprintf(stderr, "angular distance of each run of %d layers (%zu tokens of %s):\n", p.count,
-                   std::min<size_t>(tokens.size(), 512), text_path.c_str());
+      std::fprintf(stderr, "angular distance of each run of %d layers (the first 512 tokens of %s):\n", p.count,
+                   text_path.c_str());
       for (int l = 0; l < static_cast<int>(distances.size()); l++)
         std::fprintf(stderr, "  layers %-8s %.4f%s\n",
                      prune_spec_to_string({l, p.count}).substr(7).c_str(), distances[static_cast<size_t>(l)],
                      l == best ? "  <- dropped" : "");
-      if (gemma && p.count % 6 != 0) std::fprintf(stderr, "(Gemma 3 needs a multiple of 6 layers: refused below)\n");
     }
   }
   auto rep = prune_layers(pos[0], pos[1], p, args->has("--force"));

@@ -9,6 +9,7 @@
 
 #include "../gguf/gguf_output.h"
 #include "phaselab/gguf.h"
+#include "phaselab/perplexity.h"
 #include "phaselab/prune.h"
 #include "phaselab/session.h"
 
@@ -227,6 +228,24 @@ Result<std::vector<double>> block_angular_distances(Session& s, const std::vecto
   s.kv().clear();
   for (double& v : sum) v /= n;
   return sum;
+}
+
+Result<LayerPrune> choose_layer_prune(const std::string& path, const std::string& text, int count, int n_threads,
+                                      std::vector<double>* distances) {
+  auto model = Model::load(path);
+  if (!model) return model.status();
+  auto backend = make_cpu_backend(*model, std::max(1, n_threads), 64);
+  if (!backend) return backend.status();
+  auto s = Session::create(*model, std::move(*backend), 512);
+  if (!s) return s.status();
+  const auto tokens = perplexity_tokenize((*model)->tokenizer(), text);
+  auto d = block_angular_distances(**s, tokens, count);
+  if (!d) return d.status();
+  LayerPrune p;
+  p.count = count;
+  p.first = static_cast<int>(std::min_element(d->begin(), d->end()) - d->begin());
+  if (distances) *distances = std::move(*d);
+  return p;
 }
 
 }  // namespace phaselab

@@ -19,6 +19,7 @@
 #include "phaselab/perplexity.h"
 #include "phaselab/prompt.h"
 #include "phaselab/session.h"
+#include "phaselab/prune.h"
 #include "phaselab/speculative.h"
 #include "phaselab/throughput.h"
 
@@ -65,6 +66,33 @@ Result<std::string> quantized_variant(const std::string& source, FileType type, 
   return out;
 }
 
+// The cached layer drop of source in dir (spec "layers:A-B", or "layers:nN"
+// chosen on text), made when missing or older. Returns the file and the
+// layers dropped.
+Result<std::pair<std::string, LayerPrune>> pruned_variant(const std::string& source, const std::string& spec,
+                                                          const std::string& dir, const std::string& text, int threads) {
+  auto p = parse_prune_spec(spec);
+  if (!p) return p.status();
+  if (p->first < 0) {
+    auto chosen = choose_layer_prune(source, text, p->count, threads, nullptr);
+    if (!chosen) return chosen.status();
+    *p = *chosen;
+  }
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return io_error("cannot create the cache folder " + dir + ": " + ec.message() + " (choose another with --cache)");
+  std::string name = stem_of(source);
+  name += "-pruned-";
+  name += prune_spec_to_string(*p).substr(7);
+  name += ".gguf";
+  const std::string out = (fs::path(dir) / name).string();
+  const auto src_time = fs::last_write_time(source, ec);
+  if (!ec && fs::exists(out) && fs::last_write_time(out, ec) >= src_time && !ec) return std::pair{out, *p};
+  auto r = prune_layers(source, out, *p, true);
+  if (!r) return r.status();
+  return std::pair{out, *p};
+}
+
 // Stages of one variant and their share of its time (for the progress bar):
 // quantize (when made), load, pp, tg, ttft, perplexity.
 constexpr double kShare[] = {0.15, 0.02, 0.13, 0.15, 0.05, 0.50};
@@ -85,7 +113,11 @@ Status validate_compare(const std::vector<CompareVariant>& variants, const Compa
     if (auto k = parse_backend_kind(v.backend); !k) return invalid_argument(which + ": " + k.status().message());
     const auto spec = speculative_mode_from_string(v.speculative);
     if (!spec || *spec == SpeculativeMode::draft_model)
-      return invalid_argument(which + ": speculative must be none or lookup, not '" + v.speculative + "'");
+      return invalid_argument(which + ": speculative must be none, lookup or self, not '" + v.speculative + "'");
+    if (*spec == SpeculativeMode::self_draft && v.backend.rfind("cpu", 0) != 0)
+      return invalid_argument(which + ": self-speculation runs on the CPU backends (it skips layers), not " + v.backend);
+    if (!v.prune.empty())
+      if (auto p = parse_prune_spec(v.prune); !p) return invalid_argument(which + ": " + p.status().message());
     if (*spec != SpeculativeMode::off && !v.kv_cache)
       return invalid_argument(which + ": speculative decoding needs the KV cache");
   }
@@ -161,7 +193,16 @@ Status measure_speed(Session& s, const CompareVariant& v, const CompareOptions& 
   // tg: n_gen greedy tokens after 16 tokens of the text.
   if (opts.n_gen > 0) {
     std::unique_ptr<DraftSource> draft;
-    if (speculative_mode_from_string(v.speculative) == SpeculativeMode::prompt_lookup) draft = make_prompt_lookup_draft();
+    const auto mode = speculative_mode_from_string(v.speculative);
+    if (mode == SpeculativeMode::prompt_lookup) draft = make_prompt_lookup_draft();
+    if (mode == SpeculativeMode::self_draft) {
+      const int L = s.model().config().n_layer;
+      auto skip = parse_layer_skip(default_self_skip(L), L);
+      if (!skip) return skip.status();
+      auto d = make_self_draft(s.shared_model(), SelfDraftOptions{std::move(*skip)});
+      if (!d) return d.status();
+      draft = std::move(*d);
+    }
     GenerateOptions g;
     g.n_predict = opts.n_gen;
     g.ignore_eos = true;
@@ -240,7 +281,15 @@ Status measure_quality(Session& s, const std::vector<int32_t>& text_tokens, cons
 
 std::string variant_label(const CompareVariant& v) {
   if (!v.name.empty()) return v.name;
-  return v.quantize_to ? std::string(file_type_name(*v.quantize_to)) : fs::path(v.file).filename().string();
+  std::string s = v.quantize_to ? std::string(file_type_name(*v.quantize_to)) : fs::path(v.file).filename().string();
+  if (!v.prune.empty()) {  // "pruned 3-5" (after a quantization's name: "Q8_0 pruned 3-5")
+    if (!v.quantize_to) s.clear();
+    else s += ' ';
+    s += "pruned ";
+    s += v.prune.substr(7);  // "layers:" off
+  }
+  if (speculative_mode_from_string(v.speculative) == SpeculativeMode::self_draft) s += " +self";
+  return s;
 }
 
 }  // namespace
@@ -280,9 +329,21 @@ Result<std::vector<CompareRow>> run_compare(const std::vector<CompareVariant>& v
       if (!q) return fail(q.status());
       file = *q;
     }
+    if (!v.prune.empty()) {
+      vp.report("quantize", kShare[0] / 2, label + ": pruning");
+      auto pruned = pruned_variant(file, v.prune, cache_dir, opts.text, threads);
+      if (!pruned) return fail(pruned.status());
+      file = pruned->first;
+      row.prune = prune_spec_to_string(pruned->second);
+    }
     vp.finish_stage(0);
     if (stop_asked()) return cancelled("comparison cancelled");
     row.name = label;
+    if (!row.prune.empty() && v.name.empty()) {  // "pruned n1" -> "pruned 3": the layers measured
+      CompareVariant resolved = v;
+      resolved.prune = row.prune;
+      row.name = variant_label(resolved);
+    }
     row.file = file;
     std::error_code ec;
     row.size_mib = static_cast<double>(fs::file_size(file, ec)) / (1 << 20);
@@ -341,6 +402,7 @@ nlohmann::json row_to_json(const CompareRow& r) {
           {"backend", r.backend},
           {"kv_cache", r.kv_cache},
           {"speculative", r.speculative},
+          {"prune", r.prune},
           {"size_mib", r.size_mib},
           {"n_prompt", r.n_prompt},
           {"n_gen", r.n_gen},
@@ -384,7 +446,7 @@ Result<CompareRow> row_from_json(const nlohmann::json& o, const std::string& whe
   r.top1_agree = 1;
   for (const auto& [key, field] : std::initializer_list<std::pair<const char*, std::string*>>{
            {"name", &r.name}, {"file", &r.file}, {"file_type", &r.file_type}, {"type_mix", &r.type_mix},
-           {"backend", &r.backend}, {"speculative", &r.speculative}})
+           {"backend", &r.backend}, {"speculative", &r.speculative}, {"prune", &r.prune}})
     PHASELAB_TRY(read_field(o, key, field, where));
   for (const auto& [key, field] : std::initializer_list<std::pair<const char*, double*>>{
            {"size_mib", &r.size_mib}, {"pp512", &r.pp}, {"pp512_sd", &r.pp_sd}, {"tg128", &r.tg},
@@ -456,7 +518,8 @@ std::string compare_variants_json(const std::vector<CompareVariant>& variants) {
                  {"quantize_to", v.quantize_to ? std::string(file_type_name(*v.quantize_to)) : std::string()},
                  {"backend", v.backend},
                  {"kv_cache", v.kv_cache},
-                 {"speculative", v.speculative}});
+                 {"speculative", v.speculative},
+                 {"prune", v.prune}});
   return a.dump();
 }
 
@@ -473,7 +536,7 @@ Result<std::vector<CompareVariant>> compare_variants_from_json(std::string_view 
     std::string quant;
     for (const auto& [key, field] : std::initializer_list<std::pair<const char*, std::string*>>{
              {"name", &v.name}, {"file", &v.file}, {"quantize_to", &quant}, {"backend", &v.backend},
-             {"speculative", &v.speculative}})
+             {"speculative", &v.speculative}, {"prune", &v.prune}})
       PHASELAB_TRY(read_field(o, key, field, where));
     PHASELAB_TRY(read_field(o, "kv_cache", &v.kv_cache, where));
     if (!quant.empty()) {

@@ -22,7 +22,8 @@
 //             everything else the process holds, which is why the desktop
 //             window runs `phaselab-cli compare` in a child process.
 // A --quant variant is written by quantize_model() into opts.cache_dir as
-// <stem>-<TYPE>.gguf and reused while it is newer than its source.
+// <stem>-<TYPE>.gguf and reused while it is newer than its source; a pruned
+// one by prune_layers() as <stem>[-<TYPE>]-pruned-A-B.gguf, likewise.
 #pragma once
 
 #include <atomic>
@@ -44,7 +45,12 @@ struct CompareVariant {
   std::optional<FileType> quantize_to;  // made from file first (cached)
   std::string backend = "cpu";          // cpu | cpu-portable | cpu-reference | cuda
   bool kv_cache = true;
-  std::string speculative = to_string(SpeculativeMode::off);  // none | lookup (for tg): a SpeculativeMode's to_string
+  // none | lookup | self (for tg): a SpeculativeMode's to_string; self skips
+  // default_self_skip's layer on the CPU backends.
+  std::string speculative = to_string(SpeculativeMode::off);
+  // "" or a layer drop (prune.h: "layers:A-B", or "layers:nN" chosen on the
+  // evaluation text), made from the (quantized) file into the cache.
+  std::string prune;
 };
 
 struct CompareOptions {
@@ -76,6 +82,7 @@ struct CompareRow {
   bool reference = false;
   bool kv_cache = true;
   std::string speculative;
+  std::string prune;  // "layers:A-B" dropped ("" none)
 };
 
 struct CompareProgress {
@@ -124,7 +131,7 @@ Result<CompareRow> compare_row_from_json(std::string_view json);
 std::string compare_progress_json(const CompareProgress& p);
 
 // The variants as a JSON array of {file, quantize_to ("" or a type name),
-// backend, kv_cache, speculative, name} (what `compare --variants-json`
+// backend, kv_cache, speculative, prune, name} (what `compare --variants-json`
 // reads and the desktop window saves with a run) and back; the parser
 // names the variant and field that is wrong.
 std::string compare_variants_json(const std::vector<CompareVariant>& variants);

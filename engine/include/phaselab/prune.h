@@ -53,4 +53,10 @@ Result<PruneReport> prune_layers(const std::string& in, const std::string& out, 
 // that gives its residual stream (Backend::forward_residuals: the CPU backend).
 Result<std::vector<double>> block_angular_distances(Session& s, const std::vector<int32_t>& tokens, int count);
 
+// layers:nN resolved: the run of count layers of the model at path with the
+// smallest angular distance on text (tokenized as perplexity does), measured
+// on the CPU backend with n_threads; distances, where given, gets them all.
+Result<LayerPrune> choose_layer_prune(const std::string& path, const std::string& text, int count, int n_threads,
+                                      std::vector<double>* distances);
+
 }  // namespace phaselab
