@@ -143,7 +143,7 @@ QWidget* CompareWindow::buildVariantsPanel() {
   m_variants = new QTableWidget(0, kVariantColumns);
   m_variants->setObjectName(QStringLiteral("variantsTable"));
   m_variants->setAccessibleName(tr("Variants"));
-  m_variants->setHorizontalHeaderLabels({tr("Variant"), tr("Quantization"), tr("Backend"), tr("KV cache"), tr("Speculative")});
+  m_variants->setHorizontalHeaderLabels({tr("Variant"), tr("Made as"), tr("Backend"), tr("KV cache"), tr("Speculative")});
   m_variants->horizontalHeader()->setSectionResizeMode(kColName, QHeaderView::Stretch);
   m_variants->verticalHeader()->setVisible(false);
   m_variants->setSelectionBehavior(QAbstractItemView::SelectRows);

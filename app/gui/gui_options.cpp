@@ -54,8 +54,8 @@ bool readCompareAndSweep(const QCommandLineParser& p, const GuiOptionSpec& o, Gu
       return false;
     }
   }
-  if ((p.isSet(o.quant) || p.isSet(o.text) || p.isSet(o.chunks)) && !p.isSet(o.compare)) {
-    std::fprintf(stderr, "phaselab: --quant, --text and --chunks go with --compare (run phaselab --help)\n");
+  if ((p.isSet(o.quant) || p.isSet(o.prune) || p.isSet(o.text) || p.isSet(o.chunks)) && !p.isSet(o.compare)) {
+    std::fprintf(stderr, "phaselab: --quant, --prune, --text and --chunks go with --compare (run phaselab --help)\n");
     return false;
   }
   if (p.isSet(o.batchSweep)) {
@@ -71,6 +71,7 @@ bool readCompareAndSweep(const QCommandLineParser& p, const GuiOptionSpec& o, Gu
   }
   out->compare = valueIfSet(p, o.compare);
   out->quant = p.value(o.quant);
+  out->prune = p.value(o.prune);
   out->textFile = valueIfSet(p, o.text);
   out->batchSweep = valueIfSet(p, o.batchSweep);
   return true;
@@ -119,7 +120,7 @@ void GuiOptionSpec::addTo(QCommandLineParser& p) const {
   p.setApplicationDescription(QStringLiteral("PhaseLab: run language models locally and see how inference works."));
   p.addHelpOption();
   p.addVersionOption();
-  p.addOptions({model, prompt, shot, quit, nPredict, temp, seed, noKv, ignoreEos, threads, notebook, compare, quant, text,
+  p.addOptions({model, prompt, shot, quit, nPredict, temp, seed, noKv, ignoreEos, threads, notebook, compare, quant, prune, text,
                 chunks, batchSweep, db});
   p.addPositionalArgument(QStringLiteral("FILE"),
                           QStringLiteral("GGUF model to open (what a file manager passes; same as --model)."),

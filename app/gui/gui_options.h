@@ -26,6 +26,7 @@ struct GuiOptionSpec {
   const QCommandLineOption notebook{QStringLiteral("notebook"), QStringLiteral("Send the prompt in notebook mode: the model continues the text.")};
   const QCommandLineOption compare{QStringLiteral("compare"), QStringLiteral("Open the Compare window with these models (comma-separated) and run it; with --screenshot, of that window."), QStringLiteral("A.gguf[,B.gguf]")};
   const QCommandLineOption quant{QStringLiteral("quant"), QStringLiteral("With --compare: also these quantizations of the first model."), QStringLiteral("T1,T2")};
+  const QCommandLineOption prune{QStringLiteral("prune"), QStringLiteral("With --compare: also these layer drops of the first model (layers:A-B, or layers:nN measured)."), QStringLiteral("S1,S2")};
   const QCommandLineOption text{QStringLiteral("text"), QStringLiteral("With --compare: the evaluation text (default: the bundled one)."), QStringLiteral("FILE")};
   const QCommandLineOption chunks{QStringLiteral("chunks"), QStringLiteral("With --compare: perplexity chunks of 512 tokens (default 8)."), QStringLiteral("N")};
   const QCommandLineOption batchSweep{QStringLiteral("batch-sweep"), QStringLiteral("Open the Compare window's Batch sweep tab with the model (--model, FILE or the last one) and run it at these batch sizes; with --screenshot, of that window."), QStringLiteral("1,2,4,...")};
@@ -50,6 +51,7 @@ struct GuiArgs {
   bool notebook = false;
   std::optional<QString> compare;  // the models, comma-separated
   QString quant;                   // with --compare: quantization types, comma-separated
+  QString prune;                   // with --compare: layer drops (prune.h spellings), comma-separated
   std::optional<QString> textFile;  // with --compare
   int chunks = 8;                   // with --compare
   std::optional<QString> batchSweep;  // the batch sizes, checked by BatchSweepPanel::parseSizes

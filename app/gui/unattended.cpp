@@ -85,6 +85,11 @@ bool UnattendedRun::startCompare() {
       std::fprintf(stderr, "phaselab: unknown quantization type %s\n", qPrintable(q));
       return false;
     }
+  for (const QString& s : m_args.prune.split(QLatin1Char(','), Qt::SkipEmptyParts))
+    if (!cw->addPruned(s)) {
+      std::fprintf(stderr, "phaselab: --prune %s: see phaselab-cli prune --help for the spellings\n", qPrintable(s));
+      return false;
+    }
   if (m_args.textFile) cw->setTextFile(*m_args.textFile);
   cw->setChunks(m_args.chunks);
   if (m_args.threads) cw->setThreads(*m_args.threads);
