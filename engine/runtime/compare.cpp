@@ -45,15 +45,26 @@ Result<std::unique_ptr<Backend>> open_backend(const std::string& kind, std::shar
 
 std::string stem_of(const std::string& path) { return fs::path(path).stem().string(); }
 
-// The cached quantization of source in dir, made when missing or older.
-Result<std::string> quantized_variant(const std::string& source, FileType type, const std::string& dir, int threads,
-                                      const std::function<void(double)>& progress, const std::atomic<bool>* cancel) {
+// Where a variant made from source is cached: dir/<stem><suffix>.gguf (dir
+// created), and whether that file is there and not older than source.
+Result<std::pair<std::string, bool>> cached_file(const std::string& source, const std::string& dir,
+                                                 const std::string& suffix) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return io_error("cannot create the cache folder " + dir + ": " + ec.message() + " (choose another with --cache)");
-  const std::string out = (fs::path(dir) / (stem_of(source) + "-" + std::string(file_type_name(type)) + ".gguf")).string();
+  const std::string out = (fs::path(dir) / (stem_of(source) + suffix + ".gguf")).string();
   const auto src_time = fs::last_write_time(source, ec);
-  if (!ec && fs::exists(out) && fs::last_write_time(out, ec) >= src_time && !ec) return out;
+  const bool fresh = !ec && fs::exists(out) && fs::last_write_time(out, ec) >= src_time && !ec;
+  return std::pair{out, fresh};
+}
+
+// The cached quantization of source in dir, made when missing or older.
+Result<std::string> quantized_variant(const std::string& source, FileType type, const std::string& dir, int threads,
+                                      const std::function<void(double)>& progress, const std::atomic<bool>* cancel) {
+  auto cached = cached_file(source, dir, "-" + std::string(file_type_name(type)));
+  if (!cached) return cached.status();
+  const auto& [out, fresh] = *cached;
+  if (fresh) return out;
   QuantizeOptions qo;
   qo.n_threads = threads;
   qo.overwrite = true;  // a stale cached copy
@@ -78,16 +89,12 @@ Result<std::pair<std::string, LayerPrune>> pruned_variant(const std::string& sou
     if (!chosen) return chosen.status();
     *p = *chosen;
   }
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return io_error("cannot create the cache folder " + dir + ": " + ec.message() + " (choose another with --cache)");
-  std::string name = stem_of(source);
-  name += "-pruned-";
-  name += prune_spec_to_string(*p).substr(7);
-  name += ".gguf";
-  const std::string out = (fs::path(dir) / name).string();
-  const auto src_time = fs::last_write_time(source, ec);
-  if (!ec && fs::exists(out) && fs::last_write_time(out, ec) >= src_time && !ec) return std::pair{out, *p};
+  std::string suffix = "-pruned-";
+  suffix += prune_spec_to_string(*p).substr(7);  // "layers:" off
+  auto cached = cached_file(source, dir, suffix);
+  if (!cached) return cached.status();
+  const auto& [out, fresh] = *cached;
+  if (fresh) return std::pair{out, *p};
   auto r = prune_layers(source, out, *p, true);
   if (!r) return r.status();
   return std::pair{out, *p};
