@@ -272,6 +272,45 @@ class TestCli : public QObject {
     expect_bad_input(cli({"quantize", stories(), out, "Q9_9"}));
   }
 
+  // prune: a measured drop (the run with the smallest distance, reported),
+  // a file that loads and generates, and the input never overwritten.
+  void prune_drops_the_measured_layers_and_protects_its_input() {
+    QTemporaryDir dir;
+    const QString out = dir.filePath("pruned.gguf");
+    const Run r = cli({"prune", stories(), out, "--prune", "layers:n1", "--json", "-t", "1"});
+    QCOMPARE(r.code, 0);
+    const QJsonObject j = QJsonDocument::fromJson(r.out.toUtf8()).object();
+    QCOMPARE(j["n_layer_in"].toInt(), 5);
+    QCOMPARE(j["n_layer_out"].toInt(), 4);
+    const QJsonArray d = j["angular_distances"].toArray();
+    QCOMPARE(d.size(), 5);
+    int best = 0;
+    for (int i = 1; i < d.size(); i++)
+      if (d[i].toDouble() < d[best].toDouble()) best = i;
+    QCOMPARE(j["prune"].toString(), QStringLiteral("layers:%1").arg(best));
+    const Run g = cli({"generate", "-m", out, "-p", "Once upon a time", "-n", "8", "--temp", "0"});
+    QCOMPARE(g.code, 0);
+    const Run self = cli({"prune", "--force", stories(), stories(), "--prune", "layers:1"});
+    expect_bad_input(self);
+    QVERIFY2(self.err.contains("input file"), qPrintable(self.err));
+    const Run again = cli({"prune", stories(), out, "--prune", "layers:2"});
+    expect_bad_input(again);
+    QVERIFY2(again.err.contains("--force"), qPrintable(again.err));
+    const Run outside = cli({"prune", stories(), dir.filePath("x.gguf"), "--prune", "layers:4-5"});
+    expect_bad_input(outside);
+    QVERIFY2(outside.err.contains("not in the model"), qPrintable(outside.err));
+    expect_bad_input(cli({"prune", stories(), dir.filePath("y.gguf"), "--prune", "ffn:10%"}));
+    // Self-speculation's layer list through generate.
+    const Run skip = cli({"generate", "-m", stories(), "-p", "x", "-n", "2", "--spec", "self", "--spec-skip", "9"});
+    expect_bad_input(skip);
+    QVERIFY2(skip.err.contains("--spec-skip"), qPrintable(skip.err));
+    const Run spec = cli({"generate", "-m", stories(), "-p", "Once upon a time", "-n", "16", "--temp", "0", "--spec",
+                          "self", "--spec-skip", "1"});
+    QCOMPARE(spec.code, 0);
+    const Run plain = cli({"generate", "-m", stories(), "-p", "Once upon a time", "-n", "16", "--temp", "0"});
+    QCOMPARE(spec.out, plain.out);
+  }
+
   // A twin has the original's tensors (names, types, shapes) and metadata,
   // with random values: it runs the same work.
   // quantize never destroys its input and never replaces a file silently.
