@@ -11,6 +11,7 @@
 #include <QSignalSpy>
 #include <QTemporaryDir>
 #include <QTest>
+#include <cmath>
 #include <filesystem>
 
 #include "phaselab/compare.h"
@@ -104,12 +105,83 @@ class TestCompare : public QObject {
     QVERIFY(validate_compare({self}, o));
     self.backend = "cuda";
     QVERIFY(validate_compare({self}, o).message().find("CPU backends") != std::string::npos);
+    CompareVariant target, draft;
+    target.file = draft.file = stories();
+    draft.draft = true;
+    QVERIFY(validate_compare({target, draft}, o));
+    QVERIFY(validate_compare({draft, target}, o).message().find("first variant is the target") != std::string::npos);
+    CompareOptions no_tg = o;
+    no_tg.n_gen = 0;
+    QVERIFY(validate_compare({target, draft}, no_tg).message().find("-n") != std::string::npos);
+    CompareOptions big_k = o;
+    big_k.draft_k = 17;
+    QVERIFY(!validate_compare({target, draft}, big_k));
+    target.kv_cache = false;
+    QVERIFY(validate_compare({target, draft}, o).message().find("KV cache") != std::string::npos);
     CompareOptions odd = o;
     odd.n_ctx = 63;
     CompareVariant ok;
     ok.file = stories();
     QVERIFY(!validate_compare({ok}, odd));
     QVERIFY(validate_compare({ok}, o));
+  }
+
+  // Distillation, measured: variants marked draft are run as the first's
+  // speculative draft. A Q8_0 copy of the model drafts nearly every token
+  // right; the model with one of its 5 layers dropped far fewer; the
+  // teacher-forced acceptances on the text rank them the same way, and the
+  // sampled one is within its bounds of the greedy one's neighbourhood.
+  void drafts_are_measured_against_the_first() {
+    std::vector<CompareVariant> v(3);
+    v[0].file = v[1].file = v[2].file = stories();
+    v[1].quantize_to = FileType::Q8_0;
+    v[1].draft = true;
+    v[2].prune = "layers:2";
+    v[2].draft = true;
+    CompareOptions o = small((m_dir.path() + "/cache-draft").toStdString());
+    o.n_gen = 32;
+    o.draft_k = 3;
+    std::vector<double> fractions;
+    bool draft_stage = false;
+    auto rows = run_compare(v, o, [&](const CompareProgress& p) {
+      fractions.push_back(p.fraction);
+      draft_stage |= p.stage == "draft";
+    });
+    QVERIFY2(rows.is_ok(), rows.status().message().c_str());
+    QVERIFY(draft_stage);
+    for (size_t i = 1; i < fractions.size(); i++) QVERIFY(fractions[i] >= fractions[i - 1] - 1e-9);
+    const CompareRow &ref = (*rows)[0], &q8 = (*rows)[1], &pruned = (*rows)[2];
+    QVERIFY(!ref.draft && ref.draft_tg == 0);
+    QCOMPARE(ref.accept_sampled, 1.0);
+    for (const CompareRow* r : {&q8, &pruned}) {
+      qInfo("%s as a draft: kld %.4f, greedy %.3f, sampled %.3f on the text; decoding: %.3f kept, %.2f tokens/pass, "
+            "%.1f vs %.1f tok/s",
+            r->name.c_str(), r->kld, r->top1_agree, r->accept_sampled, r->draft_acceptance, r->draft_tokens_per_pass,
+            r->draft_tg, r->draft_base_tg);
+      QVERIFY(r->draft);
+      QCOMPARE(r->draft_k, 3);
+      QVERIFY(r->draft_tg > 0 && r->draft_base_tg > 0);
+      QVERIFY(std::fabs(r->draft_speedup - r->draft_tg / r->draft_base_tg) < 1e-9);
+      QVERIFY(r->draft_acceptance > 0 && r->draft_acceptance <= 1);
+      // Tokens per target pass: 1 + the accepted run, at most k + 1.
+      QVERIFY(r->draft_tokens_per_pass >= 1 && r->draft_tokens_per_pass <= 4);
+      QVERIFY(r->accept_sampled > 0 && r->accept_sampled <= 1);
+    }
+    QVERIFY(q8.draft_acceptance > 0.9);
+    QVERIFY(q8.draft_tokens_per_pass > 3);
+    QVERIFY(pruned.draft_acceptance < q8.draft_acceptance);
+    QVERIFY(pruned.top1_agree < q8.top1_agree && pruned.accept_sampled < q8.accept_sampled);
+    QVERIFY(pruned.kld > q8.kld);
+    // The table adds the drafts' section.
+    const std::string table = compare_rows_table(*rows, o.n_prompt, o.n_gen);
+    QVERIFY(table.find("As speculative drafts of") != std::string::npos);
+    QVERIFY(table.find("x |") != std::string::npos);
+    // A row without the draft test still has its teacher-forced figures.
+    std::vector<CompareVariant> plain = {v[0], v[1]};
+    plain[1].draft = false;
+    auto rows2 = run_compare(plain, o);
+    QVERIFY(rows2.is_ok());
+    QVERIFY(!(*rows2)[1].draft && (*rows2)[1].draft_tg == 0 && (*rows2)[1].accept_sampled > 0.5);
   }
 
   void cancel_stops_the_run() {
@@ -155,6 +227,8 @@ class TestCompare : public QObject {
     r.file = "/m/a, \"b\".gguf";
     r.pp = 1234.5, r.pp_sd = 12.25, r.tg = 45.5, r.tg_sd = 0.75, r.ttft_ms = 20.5, r.ttft_sd_ms = 1.5;
     r.repetitions = 3, r.n_prompt = 512, r.n_gen = 128, r.kld = 0.0125, r.kv_cache = false, r.peak_rss_mib = 300;
+    r.accept_sampled = 0.8125, r.draft = true, r.draft_k = 4, r.draft_tg = 60.5, r.draft_base_tg = 50.25;
+    r.draft_speedup = 1.25, r.draft_acceptance = 0.75, r.draft_tokens_per_pass = 3.5, r.spec_acceptance = 0.5;
     const std::string line = compare_row_json(r);
     QVERIFY(line.find('\n') == std::string::npos);  // one line of the progress stream
     auto one = compare_row_from_json(line);
@@ -165,11 +239,17 @@ class TestCompare : public QObject {
     QCOMPARE(all->size(), size_t(2));
     QCOMPARE((*all)[1].tg_sd, 0.75);
     QCOMPARE((*all)[1].kv_cache, false);
+    QCOMPARE((*all)[1].draft, true);
+    QCOMPARE((*all)[1].draft_k, 4);
+    QCOMPARE((*all)[1].draft_tokens_per_pass, 3.5);
+    QCOMPARE((*all)[1].accept_sampled, 0.8125);
+    QVERIFY(compare_rows_csv({r}).find(",true,4,60.5,") != std::string::npos);
     // A row saved before the spread was kept: no repetitions, no spread.
     auto old = compare_rows_from_json(R"([{"name": "a", "tg128": 40, "pp512": 900, "ttft_ms": 12}])");
     QVERIFY(old.is_ok());
     QCOMPARE((*old)[0].repetitions, 0);
     QCOMPARE((*old)[0].top1_agree, 1.0);
+    QVERIFY((*old)[0].accept_sampled < 0 && !(*old)[0].draft);  // not measured then
     QVERIFY(compare_rows_from_json("[{\"name\": \"a\"}]").status().message().find("row 1") != std::string::npos);
     QVERIFY(compare_rows_from_json("[{\"name\": 5, \"tg128\": 1}]").status().message().find("'name'") != std::string::npos);
     QVERIFY(!compare_rows_from_json("not json"));
@@ -187,6 +267,7 @@ class TestCompare : public QObject {
     vs[1].backend = "cpu-portable";
     vs[1].kv_cache = false;
     vs[1].prune = "layers:n2";
+    vs[1].draft = true;
     auto back = compare_variants_from_json(compare_variants_json(vs));
     QVERIFY2(back.is_ok(), back.status().message().c_str());
     QCOMPARE(back->size(), size_t(2));
@@ -196,6 +277,7 @@ class TestCompare : public QObject {
     QCOMPARE((*back)[1].kv_cache, false);
     QCOMPARE((*back)[1].prune, std::string("layers:n2"));
     QVERIFY((*back)[0].prune.empty());
+    QVERIFY((*back)[1].draft && !(*back)[0].draft);
     QVERIFY(compare_variants_from_json(R"([{"file": "a", "quantize_to": "Q9"}])").status().message().find("Q9") !=
             std::string::npos);
     QVERIFY(compare_variants_from_json(R"([{"quantize_to": "Q8_0"}])").status().message().find("variant 1") !=
@@ -270,7 +352,8 @@ class TestCompare : public QObject {
     QProcess p;
     p.start(QStringLiteral(PHASELAB_CLI_PATH),
             {"compare", "-m", QString::fromStdString(stories()), "--quant", "Q4_0", "-c", "64", "--chunks", "2", "-p",
-             "32", "-n", "16", "-r", "1", "-t", "1", "--cache", m_dir.filePath("cli-cache"), "--json"});
+             "32", "-n", "16", "-r", "1", "-t", "1", "--cache", m_dir.filePath("cli-cache"), "--json", "--draft",
+             "--draft-k", "2"});
     QVERIFY(p.waitForFinished(120000));
     QCOMPARE(p.exitCode(), 0);
     const QJsonArray rows = QJsonDocument::fromJson(p.readAllStandardOutput()).array();
@@ -283,6 +366,15 @@ class TestCompare : public QObject {
     }
     QCOMPARE(rows[0].toObject()["kld"].toDouble(), 0.0);
     QVERIFY(rows[1].toObject()["kld"].toDouble() > 0);
+    // --draft: every variant after the first is measured as its draft.
+    QVERIFY(!rows[0].toObject()["draft"].toBool() && rows[1].toObject()["draft"].toBool());
+    QCOMPARE(rows[1].toObject()["draft_k"].toInt(), 2);
+    QVERIFY(rows[1].toObject()["draft_tokens_per_pass"].toDouble() >= 1);
+    QProcess lone;
+    lone.start(QStringLiteral(PHASELAB_CLI_PATH), {"compare", "-m", QString::fromStdString(stories()), "--draft"});
+    QVERIFY(lone.waitForFinished(30000));
+    QCOMPARE(lone.exitCode(), 2);
+    QVERIFY(lone.readAllStandardError().contains("--draft"));
     // Bad input: exit 2 with one line.
     QProcess bad;
     bad.start(QStringLiteral(PHASELAB_CLI_PATH), {"compare", "-m", QString::fromStdString(stories()), "--quant", "Q3_XX"});

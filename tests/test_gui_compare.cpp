@@ -10,6 +10,8 @@
 #include <QChart>
 #include <QComboBox>
 #include <QChartView>
+#include <QCheckBox>
+#include <QLegendMarker>
 #include <QFile>
 #include <QImage>
 #include <QProcess>
@@ -186,10 +188,18 @@ class TestGuiCompare : public QObject {
     QCOMPARE(w.variantsTable()->item(2, 1)->text(), QStringLiteral("pruned 2"));
     QCOMPARE(w.variants()[1].prune, std::string("layers:n1"));
     QCOMPARE(w.variants()[3].speculative, std::string("self"));
+    // The two drops are also measured as the first's drafts.
+    for (int r : {1, 2}) {
+      auto* draft = qobject_cast<QCheckBox*>(w.variantsTable()->cellWidget(r, 5));
+      QVERIFY(draft && !draft->isChecked());
+      draft->setChecked(true);
+    }
+    QVERIFY(w.variants()[1].draft && w.variants()[2].draft && !w.variants()[3].draft);
     small(w);
     QSignalSpy done(&w, &CompareWindow::runFinished);
     QVERIFY(w.startRun());
     QVERIFY(w.childArguments().join(QLatin1Char(' ')).contains(QStringLiteral("\"prune\":\"layers:n1\"")));
+    QVERIFY(w.childArguments().join(QLatin1Char(' ')).contains(QStringLiteral("\"draft\":true")));
     QVERIFY(done.wait(180000));
     QVERIFY2(done.first().at(0).toBool(), qPrintable(done.first().at(1).toString()));
     const auto& rows = w.rows();
@@ -205,6 +215,30 @@ class TestGuiCompare : public QObject {
     QCOMPARE(rows[3].speculative, std::string("self"));
     QCOMPARE(rows[3].kld, 0.0);
     QVERIFY(rows[3].tg > 0);
+    QVERIFY(rows[3].tokens_per_pass >= 1);  // its own speculation's figures
+    // The drafts: measured, shown in the table and on the acceptance chart
+    // (a circle and a square per other row, a star per draft; one legend
+    // entry per row).
+    QVERIFY(rows[1].draft && rows[2].draft && !rows[3].draft);
+    for (int i : {1, 2}) {
+      QVERIFY(rows[i].draft_tg > 0 && rows[i].draft_base_tg > 0 && rows[i].draft_tokens_per_pass >= 1);
+      QVERIFY(w.resultsTable()->item(i, 12)->text().contains(QStringLiteral("×")));
+      QVERIFY(w.resultsTable()->item(i, 12)->toolTip().contains(QStringLiteral("plainly")));
+    }
+    QCOMPARE(w.resultsTable()->item(0, 12)->text(), QStringLiteral("target"));
+    QCOMPARE(w.resultsTable()->item(3, 12)->text(), QStringLiteral("—"));
+    QVERIFY(w.resultsTable()->item(1, 11)->text().endsWith(QLatin1Char('%')));
+    QChart* acc = w.acceptanceChart();
+    QCOMPARE(acc->series().size(), 3 + 3 + 2);
+    int tab = -1;
+    for (int t = 0; t < w.resultTabs()->count(); t++)
+      if (w.resultTabs()->tabText(t) == QStringLiteral("Drafts")) tab = t;
+    QVERIFY(tab >= 0);
+    w.resultTabs()->setCurrentIndex(tab);
+    QCoreApplication::processEvents();
+    int visibleMarkers = 0;
+    for (QLegendMarker* m : acc->legend()->markers()) visibleMarkers += m->isVisible();
+    QCOMPARE(visibleMarkers, 3);
   }
 
   void cancel_stops_without_saving() {

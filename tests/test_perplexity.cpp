@@ -279,6 +279,59 @@ class TestPerplexity : public QObject {
     }
   }
 
+  // The sampled acceptance of a draft, sum min(p, q): its two bounds hold
+  // the exact value (a base keeping the whole vocabulary gives it: both
+  // bounds meet), and Pinsker's inequality ties it to the KL divergence
+  // (1 - accept = TV <= sqrt(KL / 2) per position, and by Jensen for the
+  // means). Two tiny models with the same vocabulary and different weights.
+  void sampled_acceptance_bounds_hold_the_exact_value() {
+    TinySpec a = tiny_spec("llama");
+    a.n_ctx_train = 512;
+    TinySpec b = a;
+    b.seed = 7;
+    auto ma = Model::load(write_tiny_model(a, "accept-a.gguf"));
+    auto mb = Model::load(write_tiny_model(b, "accept-b.gguf"));
+    QVERIFY(ma && mb);
+    const int n_vocab = (*ma)->config().n_vocab;
+    QVERIFY(n_vocab <= KlBase::kMaxTopK);
+    const std::vector<int32_t> toks = perplexity_tokenize((*ma)->tokenizer(), eval_text(3000));
+    auto sa = session(*ma, true, 128);
+    auto sb = session(*mb, true, 128);
+    auto stats_against = [&](int top_k) {
+      PerplexityOptions o;
+      o.n_ctx = 128;
+      KlBase base;
+      o.save_base = &base;
+      o.save_top_k = top_k;
+      if (!run_perplexity(*sa, toks, o)) qFatal("base run failed");
+      PerplexityOptions c;
+      c.n_ctx = 128;
+      c.kl_base = &base;
+      auto self = run_perplexity(*sa, toks, c);
+      auto other = run_perplexity(*sb, toks, c);
+      if (!self || !other || !self->kl || !other->kl) qFatal("comparison failed");
+      return std::make_pair(*self->kl, *other->kl);
+    };
+    const auto [self_all, all] = stats_against(n_vocab);
+    const auto [self_top4, top4] = stats_against(4);
+    qInfo("other weights: kld %.4f, top-1 %.4f, sampled acceptance %.4f (whole vocabulary), %.4f-%.4f (top 4)", all.kld,
+          all.top1_agree, all.accept_sampled, top4.accept_sampled, top4.accept_sampled_hi);
+    // Against itself every drafted token is kept.
+    QVERIFY(std::fabs(self_all.accept_sampled - 1) < 1e-5 && std::fabs(self_all.accept_sampled_hi - 1) < 1e-5);
+    QVERIFY(std::fabs(self_top4.accept_sampled_hi - 1) < 1e-5);
+    QVERIFY(self_top4.accept_sampled < 1 - 1e-3);  // the top 4 alone miss the tail
+    // Whole vocabulary: the bounds meet at the exact value.
+    QVERIFY(std::fabs(all.accept_sampled - all.accept_sampled_hi) < 1e-6);
+    QVERIFY(all.accept_sampled > 0.05 && all.accept_sampled < 0.999);
+    // Top 4: a lower and an upper bound of it.
+    QVERIFY(top4.accept_sampled <= all.accept_sampled + 1e-9);
+    QVERIFY(top4.accept_sampled_hi >= all.accept_sampled - 1e-9);
+    QVERIFY(top4.accept_sampled < top4.accept_sampled_hi);
+    // Pinsker (the KL over the whole vocabulary is exact here too).
+    QVERIFY2(1 - all.accept_sampled <= std::sqrt(all.kld / 2) + 1e-6,
+             qPrintable(QStringLiteral("TV %1, KL %2").arg(1 - all.accept_sampled).arg(all.kld)));
+  }
+
   void mismatched_base_refused() {
     auto ref = session(stories_, true, 64);
     PerplexityOptions o;

@@ -5,6 +5,7 @@
 #include <QBarSet>
 #include <QChart>
 #include <QChartView>
+#include <QLegendMarker>
 #include <QScatterSeries>
 #include <QValueAxis>
 #include <algorithm>
@@ -105,6 +106,45 @@ void fillSpeedQuality(QChart* chart, const std::vector<CompareRow>& rows) {
   applyPaddedScale(x, niceScale(0, maxK > 0 ? maxK * 1.05 : 0.01, 6), kScatterPadding);
   applyPaddedScale(y, niceScale(0, maxT > 0 ? maxT * 1.05 : 1, 6), kScatterPadding);
   chart->legend()->setVisible(true);
+}
+
+void fillAcceptance(QChart* chart, const std::vector<CompareRow>& rows) {
+  clearChart(chart);
+  auto* x = new QValueAxis;
+  x->setTitleText(QObject::tr("KL divergence from the first variant (nats)"));
+  auto* y = new QValueAxis;
+  y->setTitleText(QObject::tr("drafted tokens kept (%)"));
+  chart->addAxis(x, Qt::AlignBottom);
+  chart->addAxis(y, Qt::AlignLeft);
+  double maxK = 0;
+  for (size_t i = 1; i < rows.size(); i++) maxK = std::max(maxK, rows[i].kld);
+  // A row's marks: the first series names it in the legend, the others
+  // take its colour and stay out of the legend.
+  for (size_t i = 1; i < rows.size(); i++) {
+    const CompareRow& r = rows[i];
+    QColor colour;
+    auto add = [&](QScatterSeries::MarkerShape shape, double percent, bool inLegend) {
+      auto* s = new QScatterSeries;
+      s->setName(QString::fromStdString(r.name));
+      s->setMarkerShape(shape);
+      s->setMarkerSize(shape == QScatterSeries::MarkerShapeStar ? 18 : 12);
+      s->append(r.kld, percent);
+      chart->addSeries(s);
+      s->attachAxis(x);
+      s->attachAxis(y);
+      if (!colour.isValid()) colour = s->color();
+      s->setColor(colour);
+      s->setBorderColor(colour.darker(130));
+      if (!inLegend)
+        for (QLegendMarker* m : chart->legend()->markers(s)) m->setVisible(false);
+    };
+    add(QScatterSeries::MarkerShapeCircle, 100 * r.top1_agree, true);
+    if (r.accept_sampled >= 0) add(QScatterSeries::MarkerShapeRectangle, 100 * r.accept_sampled, false);
+    if (r.draft) add(QScatterSeries::MarkerShapeStar, 100 * r.draft_acceptance, false);
+  }
+  applyPaddedScale(x, niceScale(0, maxK > 0 ? maxK * 1.05 : 0.01, 6), kScatterPadding);
+  applyPaddedScale(y, niceScale(0, 100, 6), kScatterPadding);
+  chart->legend()->setVisible(rows.size() > 1);
 }
 
 }  // namespace phaselab::ui

@@ -33,6 +33,13 @@ void fillBars(QChart* chart, const QStringList& categories, const QList<QPair<QS
 // a point on an edge (the reference at KL 0) is drawn whole.
 void fillSpeedQuality(QChart* chart, const std::vector<CompareRow>& rows);
 
+// Acceptance as a speculative draft of the first row (percent) against KL
+// divergence from it, for every other row: greedy (top-1 agreement, a
+// circle) and sampled (sum of min(p, q), a square) on the evaluation text,
+// and measured while decoding (a star) for the rows run as drafts. A row's
+// marks share its colour and one legend entry.
+void fillAcceptance(QChart* chart, const std::vector<CompareRow>& rows);
+
 // The fraction of an axis's span added beyond its ticks on each side.
 inline constexpr double kScatterPadding = 0.08;
 

@@ -28,7 +28,7 @@ bool plainFlagsFit(const std::vector<CompareVariant>& vs) {
   const CompareVariant& first = vs.front();
   bool quantSeen = false;
   for (const CompareVariant& v : vs) {
-    if (!v.name.empty() || !v.prune.empty() || v.backend != first.backend || v.kv_cache != first.kv_cache ||
+    if (!v.name.empty() || !v.prune.empty() || v.draft || v.backend != first.backend || v.kv_cache != first.kv_cache ||
         v.speculative != first.speculative || v.file.find(',') != std::string::npos)
       return false;
     if (v.quantize_to) {

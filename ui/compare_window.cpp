@@ -44,7 +44,7 @@ namespace phaselab::ui {
 
 namespace {
 
-enum VariantColumn { kColName, kColSource, kColBackend, kColKv, kColSpec, kVariantColumns };
+enum VariantColumn { kColName, kColSource, kColBackend, kColKv, kColSpec, kColDraft, kVariantColumns };
 
 QString typeLabel(const CompareVariant& v) {
   QString s = v.quantize_to ? QString::fromLatin1(file_type_name(*v.quantize_to).data(),
@@ -143,7 +143,11 @@ QWidget* CompareWindow::buildVariantsPanel() {
   m_variants = new QTableWidget(0, kVariantColumns);
   m_variants->setObjectName(QStringLiteral("variantsTable"));
   m_variants->setAccessibleName(tr("Variants"));
-  m_variants->setHorizontalHeaderLabels({tr("Variant"), tr("Made as"), tr("Backend"), tr("KV cache"), tr("Speculative")});
+  m_variants->setHorizontalHeaderLabels(
+      {tr("Variant"), tr("Made as"), tr("Backend"), tr("KV cache"), tr("Speculative"), tr("Draft of first")});
+  m_variants->horizontalHeaderItem(kColDraft)->setToolTip(
+      tr("Also measure this variant as a speculative draft for the first: the first decodes plainly and with it "
+         "drafting, and the acceptance and speed-up are shown beside its KL divergence"));
   m_variants->horizontalHeader()->setSectionResizeMode(kColName, QHeaderView::Stretch);
   m_variants->verticalHeader()->setVisible(false);
   m_variants->setSelectionBehavior(QAbstractItemView::SelectRows);
@@ -272,12 +276,22 @@ QHBoxLayout* CompareWindow::buildRunRow() {
 QTabWidget* CompareWindow::buildResultTabs() {
   m_tabs = new QTabWidget;
   m_tabs->setObjectName(QStringLiteral("compareTabs"));
-  m_results = new QTableWidget(0, 11);
+  m_results = new QTableWidget(0, 13);
   m_results->setObjectName(QStringLiteral("compareResults"));
   m_results->setAccessibleName(tr("Results"));
   m_results->setHorizontalHeaderLabels({tr("Variant"), tr("Types"), tr("Size MiB"), tr("Prefill tok/s"),
                                         tr("Decode tok/s"), tr("TTFT ms"), tr("Peak RSS MiB"), tr("Perplexity"),
-                                        tr("KL divergence"), tr("Top-1 agree"), tr("RMS Δp")});
+                                        tr("KL divergence"), tr("Top-1 agree"), tr("RMS Δp"), tr("Sampled accept"),
+                                        tr("As draft")});
+  m_results->horizontalHeaderItem(9)->setToolTip(
+      tr("Positions of the text where the variant's most likely token is the first variant's: the share of tokens "
+         "it would have drafted that greedy speculative decoding keeps"));
+  m_results->horizontalHeaderItem(11)->setToolTip(
+      tr("As a draft of the first variant sampling at temperature 1, the share of drafted tokens kept, "
+         "sum of min(p, q) on the text (over the first's 32 most likely tokens: a lower bound)"));
+  m_results->horizontalHeaderItem(12)->setToolTip(
+      tr("Variants marked 'Draft of first': the first variant decoding with this one drafting against decoding "
+         "plainly, measured one after the other; the acceptance and tokens per target pass while decoding"));
   const QString spread = tr("mean ± sample standard deviation of the runs after a warm-up (phaselab-cli compare -r)");
   for (int c : {3, 4, 5}) m_results->horizontalHeaderItem(c)->setToolTip(spread);
   m_results->horizontalHeaderItem(6)->setToolTip(
@@ -302,6 +316,11 @@ QTabWidget* CompareWindow::buildResultTabs() {
                  tr("Speed vs quality"));
   m_memoryChart = new QChart;
   m_tabs->addTab(compareChartView(m_memoryChart, tr("File size and peak memory (MiB)")), tr("Memory"));
+  m_acceptanceChart = new QChart;
+  m_tabs->addTab(compareChartView(m_acceptanceChart,
+                                  tr("Draft acceptance against KL divergence from the first variant "
+                                     "(● greedy, ■ sampled: on the text; ★ measured decoding)")),
+                 tr("Drafts"));
   return m_tabs;
 }
 
@@ -383,6 +402,11 @@ void CompareWindow::addVariantRow(const CompareVariant& v) {
   spec->setCurrentIndex(std::max(0, spec->findData(QString::fromStdString(v.speculative))));
   spec->setAccessibleName(tr("Speculative decoding"));
   m_variants->setCellWidget(r, kColSpec, spec);
+  auto* draft = new QCheckBox;
+  draft->setChecked(v.draft);
+  draft->setAccessibleName(tr("Draft of the first variant"));
+  draft->setToolTip(tr("Measure as a speculative draft for the first variant (the target)"));
+  m_variants->setCellWidget(r, kColDraft, draft);
   offerVariantModels();
 }
 
@@ -425,6 +449,21 @@ bool CompareWindow::addPruned(const QString& spec) {
   return true;
 }
 
+void CompareWindow::setDraft(int row, bool draft) {
+  if (auto* box = row >= 0 && row < m_variants->rowCount() ? qobject_cast<QCheckBox*>(m_variants->cellWidget(row, kColDraft))
+                                                          : nullptr)
+    box->setChecked(draft);
+}
+
+bool CompareWindow::showResultTab(const QString& title) {
+  for (int t = 0; t < m_tabs->count(); t++)
+    if (m_tabs->tabText(t).compare(title, Qt::CaseInsensitive) == 0) {
+      m_tabs->setCurrentIndex(t);
+      return true;
+    }
+  return false;
+}
+
 int CompareWindow::variantCount() const { return m_variants->rowCount(); }
 QString CompareWindow::textFile() const { return m_text->text(); }
 int CompareWindow::chunks() const { return m_chunks->value(); }
@@ -450,6 +489,7 @@ std::vector<CompareVariant> CompareWindow::variants() const {
     v.kv_cache = static_cast<QCheckBox*>(m_variants->cellWidget(r, kColKv))->isChecked();
     v.speculative = static_cast<QComboBox*>(m_variants->cellWidget(r, kColSpec))->currentData().toString().toStdString();
     v.prune = m_variants->item(r, kColSource)->data(Qt::UserRole + 1).toString().toStdString();
+    v.draft = static_cast<QCheckBox*>(m_variants->cellWidget(r, kColDraft))->isChecked();
     out.push_back(v);
   }
   return out;
@@ -658,6 +698,18 @@ void CompareWindow::showRows() {
     cell(8, QString::number(r.kld, 'f', 5));
     cell(9, QStringLiteral("%1%").arg(100 * r.top1_agree, 0, 'f', 2));
     cell(10, QStringLiteral("%1%").arg(r.rms_dp, 0, 'f', 2));
+    cell(11, r.accept_sampled >= 0 ? QStringLiteral("%1%").arg(100 * r.accept_sampled, 0, 'f', 2) : QStringLiteral("—"),
+         r.accept_sampled >= 0 ? QString() : tr("not measured in this saved run"));
+    if (r.draft)
+      cell(12, tr("%1× (%2% kept, %3/pass)")
+                   .arg(r.draft_speedup, 0, 'f', 2)
+                   .arg(100 * r.draft_acceptance, 0, 'f', 0)
+                   .arg(r.draft_tokens_per_pass, 0, 'f', 2),
+           tr("The first variant's decode: %1 tok/s with this draft (k = %2), %3 tok/s plainly, %4")
+               .arg(meanSd(r.draft_tg, r.draft_tg_sd, r.repetitions), QString::number(r.draft_k),
+                    meanSd(r.draft_base_tg, r.draft_base_tg_sd, r.repetitions), runs));
+    else
+      cell(12, r.reference ? tr("target") : QStringLiteral("—"));
     pp << r.pp;
     tg << r.tg;
     size << r.size_mib;
@@ -667,6 +719,7 @@ void CompareWindow::showRows() {
   fillBars(m_decodeChart, names, {{tr("decode"), tg}}, tr("tokens/s"));
   fillBars(m_memoryChart, names, {{tr("file"), size}, {tr("peak RSS"), rss}}, tr("MiB"));
   fillSpeedQuality(m_qualityChart, m_rows);
+  fillAcceptance(m_acceptanceChart, m_rows);
 }
 
 std::vector<CompareRow> CompareWindow::rowsFromJson(const QByteArray& json, QString* error) {

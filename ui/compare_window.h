@@ -48,6 +48,10 @@ class CompareWindow : public QMainWindow {
   bool addQuantization(const QString& type);
   // A layer drop of the first model ("layers:A-B" or "layers:nN", prune.h).
   bool addPruned(const QString& spec);
+  // Marks variant row as a speculative draft of the first (its checkbox).
+  void setDraft(int row, bool draft);
+  // Shows the results tab of that title ("Drafts"); false when none has it.
+  bool showResultTab(const QString& title);
   void setTextFile(const QString& path);
   void setChunks(int chunks);
   void setThreads(int threads);  // 0: one per physical core (both tabs)
@@ -80,6 +84,7 @@ class CompareWindow : public QMainWindow {
   QChart* prefillChart() const { return m_prefillChart; }
   QChart* decodeChart() const { return m_decodeChart; }
   QChart* qualityChart() const { return m_qualityChart; }
+  QChart* acceptanceChart() const { return m_acceptanceChart; }
   QScrollArea* modelsScrollArea() const { return m_scroll; }
 
   bool exportCsv(const QString& path);
@@ -157,6 +162,7 @@ class CompareWindow : public QMainWindow {
   QChart* m_decodeChart = nullptr;
   QChart* m_qualityChart = nullptr;
   QChart* m_memoryChart = nullptr;
+  QChart* m_acceptanceChart = nullptr;
   QScrollArea* m_scroll = nullptr;  // the Models page: scrolls rather than cut below its minimum
   CompareProcess* m_process = nullptr;
   QString m_cliPath;

@@ -24,7 +24,8 @@ const char* const kHelp =
     "usage: phaselab-cli compare -m A.gguf [-m B.gguf ...] [--quant T1,T2,...] [options]\n"
     "  Runs every variant through the same measurements and prints a table (or --json):\n"
     "  pp<P> and tg<N> tokens/s, time to first token of a fixed prompt, peak memory,\n"
-    "  file size, perplexity, and KL divergence / top-1 agreement against the first variant.\n"
+    "  file size, perplexity, KL divergence / top-1 agreement against the first variant, and\n"
+    "  each other variant's acceptance as the first's speculative draft on the text.\n"
     "  -m, --model PATH       a model (repeat for more; the first is the reference)\n"
     "      --quant T1,T2      also quantizations of the first model (F16 BF16 Q8_0 Q6_K Q5_K_M\n"
     "                         Q5_K_S Q5_0 Q4_K_M Q4_K_S Q4_0 ...), made once into --cache\n"
@@ -43,8 +44,15 @@ const char* const kHelp =
     "      --prune S1,S2      also layer drops of the first model: layers:A-B, or layers:nN (the\n"
     "                         N layers that change the residual stream least on the text), made\n"
     "                         once into --cache\n"
+    "      --draft            also measure every variant after the first as a speculative draft\n"
+    "                         of the first (distillation, measured): the target decodes the tg\n"
+    "                         test plainly and with the variant drafting; acceptance, tokens\n"
+    "                         per target pass and the speed-up (another model must share the\n"
+    "                         first's vocabulary)\n"
+    "      --draft-k N        tokens drafted per target pass in that test (default 4)\n"
     "      --variants-json J  the variants as a JSON array instead of -m/--quant, each\n"
-    "                         {\"file\", \"quantize_to\", \"backend\", \"kv_cache\", \"speculative\", \"prune\"}\n"
+    "                         {\"file\", \"quantize_to\", \"backend\", \"kv_cache\", \"speculative\",\n"
+    "                         \"prune\", \"draft\"}\n"
     "                         (what the desktop Compare window runs)\n"
     "      --json             print a JSON array of rows instead of the table\n"
     "      --progress-json    progress on stderr as JSON lines, {\"progress\": {...}}, and each\n"
@@ -61,8 +69,9 @@ void on_stop_signal(int) { g_stop.store(true); }
 // quantizations of the first (--quant) with the shared settings.
 Result<std::vector<CompareVariant>> variants_from_args(const Args& args, const std::vector<std::string>& models) {
   if (auto j = args.get("--variants-json")) {
-    if (!models.empty() || args.has("--quant") || args.has("--prune"))
-      return invalid_argument("--variants-json replaces -m, --quant and --prune: give one or the other");
+    if (!models.empty() || args.has("--quant") || args.has("--prune") || args.has("--draft"))
+      return invalid_argument("--variants-json replaces -m, --quant, --prune and --draft (each variant's \"draft\"): "
+                              "give one or the other");
     return compare_variants_from_json(*j);
   }
   if (models.empty()) return invalid_argument("give at least one model: compare -m MODEL.gguf (run compare --help)");
@@ -97,6 +106,10 @@ Result<std::vector<CompareVariant>> variants_from_args(const Args& args, const s
       variants.push_back(v);
     }
   }
+  if (args.has("--draft")) {
+    if (variants.size() < 2) return invalid_argument("--draft measures the variants after the first as its drafts: give more than one");
+    for (size_t i = 1; i < variants.size(); i++) variants[i].draft = true;
+  }
   return variants;
 }
 
@@ -124,7 +137,8 @@ int cmd_compare(int argc, char** argv) {
       {"--n-gen", "-n", true},     {"--repetitions", "-r", true}, {"--threads", "-t", true},
       {"--backend", "", true},     {"--no-kv-cache", "", false}, {"--spec", "", true},
       {"--json", "", false},       {"--help", "-h", false},      {"--variants-json", "", true},
-      {"--progress-json", "", false}, {"--prune", "", true}};
+      {"--progress-json", "", false}, {"--prune", "", true},       {"--draft", "", false},
+      {"--draft-k", "", true}};
   auto args = Args::parse(static_cast<int>(rest.size()), rest.data(), specs);
   if (!args) return report(args.status());
   if (args->has("--help")) {
@@ -140,8 +154,10 @@ int cmd_compare(int argc, char** argv) {
   auto ng = args->get_int("--n-gen", 128, 0, 16384);
   auto reps = args->get_int("--repetitions", 3, 1, 100);
   auto threads = args->get_int("--threads", default_threads(), 1, 256);
-  for (const auto* r : {&ctx, &chunks, &np, &ng, &reps, &threads})
+  auto draft_k = args->get_int("--draft-k", 4, 1, 16);
+  for (const auto* r : {&ctx, &chunks, &np, &ng, &reps, &threads, &draft_k})
     if (!*r) return report(r->status());
+  opts.draft_k = *draft_k;
   opts.n_ctx = *ctx, opts.n_chunks = *chunks, opts.n_prompt = *np, opts.n_gen = *ng, opts.repetitions = *reps;
   opts.n_threads = *threads;
   warn_if_oversubscribed(*threads);

@@ -88,6 +88,8 @@ void print_json(const PerplexityResult& r, const std::string& model_name, const 
     j["kld_p99"] = k.kld_p99;
     j["kld_max"] = k.kld_max;
     j["top1_agree"] = k.top1_agree;
+    j["accept_sampled"] = k.accept_sampled;
+    j["accept_sampled_hi"] = k.accept_sampled_hi;
     j["rms_dp"] = k.rms_dp;
     j["dp_mean"] = k.dp_mean;
     j["ppl_base"] = k.ppl_base;
@@ -112,6 +114,9 @@ void print_text(const PerplexityResult& r) {
     std::printf("Mean    dp : %7.3f %%\n", k.dp_mean);
     std::printf("RMS     dp : %7.3f %%\n", k.rms_dp);
     std::printf("Same top p : %7.3f %%\n", 100 * k.top1_agree);
+    std::printf("\nAs a speculative draft of the base, on this text: greedy keeps %.2f %% of drafted tokens,\n"
+                "sampling (T = 1) %.2f-%.2f %% (sum of min(p, q) over the base's top %d, and with the rest)\n",
+                100 * k.top1_agree, 100 * k.accept_sampled, 100 * k.accept_sampled_hi, k.top_k);
   }
 }
 

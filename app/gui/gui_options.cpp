@@ -54,8 +54,12 @@ bool readCompareAndSweep(const QCommandLineParser& p, const GuiOptionSpec& o, Gu
       return false;
     }
   }
-  if ((p.isSet(o.quant) || p.isSet(o.prune) || p.isSet(o.text) || p.isSet(o.chunks)) && !p.isSet(o.compare)) {
-    std::fprintf(stderr, "phaselab: --quant, --prune, --text and --chunks go with --compare (run phaselab --help)\n");
+  if ((p.isSet(o.quant) || p.isSet(o.prune) || p.isSet(o.text) || p.isSet(o.chunks) || p.isSet(o.drafts) ||
+       p.isSet(o.compareTab)) &&
+      !p.isSet(o.compare)) {
+    std::fprintf(stderr,
+                 "phaselab: --quant, --prune, --drafts, --compare-tab, --text and --chunks go with --compare (run "
+                 "phaselab --help)\n");
     return false;
   }
   if (p.isSet(o.batchSweep)) {
@@ -72,6 +76,8 @@ bool readCompareAndSweep(const QCommandLineParser& p, const GuiOptionSpec& o, Gu
   out->compare = valueIfSet(p, o.compare);
   out->quant = p.value(o.quant);
   out->prune = p.value(o.prune);
+  out->drafts = p.isSet(o.drafts);
+  out->compareTab = p.value(o.compareTab);
   out->textFile = valueIfSet(p, o.text);
   out->batchSweep = valueIfSet(p, o.batchSweep);
   return true;
@@ -120,8 +126,8 @@ void GuiOptionSpec::addTo(QCommandLineParser& p) const {
   p.setApplicationDescription(QStringLiteral("PhaseLab: run language models locally and see how inference works."));
   p.addHelpOption();
   p.addVersionOption();
-  p.addOptions({model, prompt, shot, quit, nPredict, temp, seed, noKv, ignoreEos, threads, notebook, compare, quant, prune, text,
-                chunks, batchSweep, db});
+  p.addOptions({model, prompt, shot, quit, nPredict, temp, seed, noKv, ignoreEos, threads, notebook, compare, quant, prune, drafts,
+                compareTab, text, chunks, batchSweep, db});
   p.addPositionalArgument(QStringLiteral("FILE"),
                           QStringLiteral("GGUF model to open (what a file manager passes; same as --model)."),
                           QStringLiteral("[FILE.gguf]"));

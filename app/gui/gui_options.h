@@ -27,6 +27,8 @@ struct GuiOptionSpec {
   const QCommandLineOption compare{QStringLiteral("compare"), QStringLiteral("Open the Compare window with these models (comma-separated) and run it; with --screenshot, of that window."), QStringLiteral("A.gguf[,B.gguf]")};
   const QCommandLineOption quant{QStringLiteral("quant"), QStringLiteral("With --compare: also these quantizations of the first model."), QStringLiteral("T1,T2")};
   const QCommandLineOption prune{QStringLiteral("prune"), QStringLiteral("With --compare: also these layer drops of the first model (layers:A-B, or layers:nN measured)."), QStringLiteral("S1,S2")};
+  const QCommandLineOption drafts{QStringLiteral("drafts"), QStringLiteral("With --compare: also measure every variant after the first as its speculative draft.")};
+  const QCommandLineOption compareTab{QStringLiteral("compare-tab"), QStringLiteral("With --compare: the results tab to show (Table, Speed, Speed vs quality, Memory, Drafts)."), QStringLiteral("NAME")};
   const QCommandLineOption text{QStringLiteral("text"), QStringLiteral("With --compare: the evaluation text (default: the bundled one)."), QStringLiteral("FILE")};
   const QCommandLineOption chunks{QStringLiteral("chunks"), QStringLiteral("With --compare: perplexity chunks of 512 tokens (default 8)."), QStringLiteral("N")};
   const QCommandLineOption batchSweep{QStringLiteral("batch-sweep"), QStringLiteral("Open the Compare window's Batch sweep tab with the model (--model, FILE or the last one) and run it at these batch sizes; with --screenshot, of that window."), QStringLiteral("1,2,4,...")};
@@ -52,6 +54,8 @@ struct GuiArgs {
   std::optional<QString> compare;  // the models, comma-separated
   QString quant;                   // with --compare: quantization types, comma-separated
   QString prune;                   // with --compare: layer drops (prune.h spellings), comma-separated
+  bool drafts = false;             // with --compare: the variants after the first are its drafts
+  QString compareTab;              // with --compare: the results tab shown ("" the table)
   std::optional<QString> textFile;  // with --compare
   int chunks = 8;                   // with --compare
   std::optional<QString> batchSweep;  // the batch sizes, checked by BatchSweepPanel::parseSizes

@@ -90,6 +90,13 @@ bool UnattendedRun::startCompare() {
       std::fprintf(stderr, "phaselab: --prune %s: see phaselab-cli prune --help for the spellings\n", qPrintable(s));
       return false;
     }
+  if (m_args.drafts)
+    for (int r = 1; r < cw->variantCount(); r++) cw->setDraft(r, true);
+  if (!m_args.compareTab.isEmpty() && !cw->showResultTab(m_args.compareTab)) {
+    std::fprintf(stderr, "phaselab: --compare-tab %s: no such tab (Table, Speed, Speed vs quality, Memory, Drafts)\n",
+                 qPrintable(m_args.compareTab));
+    return false;
+  }
   if (m_args.textFile) cw->setTextFile(*m_args.textFile);
   cw->setChunks(m_args.chunks);
   if (m_args.threads) cw->setThreads(*m_args.threads);

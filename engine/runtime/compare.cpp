@@ -127,7 +127,15 @@ Status validate_compare(const std::vector<CompareVariant>& variants, const Compa
       if (auto p = parse_prune_spec(v.prune); !p) return invalid_argument(which + ": " + p.status().message());
     if (*spec != SpeculativeMode::off && !v.kv_cache)
       return invalid_argument(which + ": speculative decoding needs the KV cache");
+    if (v.draft && i == 0)
+      return invalid_argument(which + ": the first variant is the target that drafts are measured for; mark a later "
+                                      "variant as its draft");
   }
+  if (opts.draft_k < 1 || opts.draft_k > 16) return invalid_argument("the draft test drafts 1 to 16 tokens per pass");
+  const bool any_draft = std::any_of(variants.begin(), variants.end(), [](const CompareVariant& v) { return v.draft; });
+  if (any_draft && !variants[0].kv_cache)
+    return invalid_argument("the first variant decodes without the KV cache: speculative decoding with a draft needs it");
+  if (any_draft && opts.n_gen < 1) return invalid_argument("a draft test decodes the tg test: give -n of at least 1");
   if (opts.n_ctx < 16 || opts.n_ctx > 32768 || opts.n_ctx % 2)
     return invalid_argument("the perplexity context must be an even number from 16 to 32768 (-c)");
   if (opts.n_chunks == 0 || opts.n_chunks < -1 || opts.n_chunks > 100000)
@@ -227,6 +235,8 @@ Status measure_speed(Session& s, const CompareVariant& v, const CompareOptions& 
     if (!tg) return failed(tg.status());
     row->tg = tg->mean;
     row->tg_sd = tg->sd;
+    row->spec_acceptance = tg->spec_acceptance;
+    row->tokens_per_pass = tg->tokens_per_pass;
   }
   vp.finish_stage(3);
 
@@ -275,14 +285,68 @@ Status measure_quality(Session& s, const std::vector<int32_t>& text_tokens, cons
   row->ppl = ppl->ppl;
   row->ppl_err = ppl->ppl_err;
   if (!base) {
-    row->kld = 0, row->kld_p99 = 0, row->top1_agree = 1, row->rms_dp = 0;
+    row->kld = 0, row->kld_p99 = 0, row->top1_agree = 1, row->rms_dp = 0, row->accept_sampled = 1;
   } else if (ppl->kl) {
     row->kld = ppl->kl->kld;
     row->kld_p99 = ppl->kl->kld_p99;
     row->top1_agree = ppl->kl->top1_agree;
+    row->accept_sampled = ppl->kl->accept_sampled;
     row->rms_dp = ppl->kl->rms_dp;
   }
   vp.finish_stage(5);
+  return Status::ok();
+}
+
+// The draft test (after the variant's own measurements and its peak memory;
+// its progress stays at the variant's end, where its shares have summed to 1):
+// the target (the first variant's file and backend, loaded again from the
+// page cache) decodes the tg test greedily, plainly and with this variant's
+// model drafting k tokens per pass, each the mean of the runs.
+Status measure_as_draft(const std::shared_ptr<const Model>& draft_model, const CompareVariant& v,
+                        const std::string& target_file, const CompareVariant& target_v, const CompareOptions& opts,
+                        int threads, const std::vector<int32_t>& text_tokens, const std::string& label,
+                        VariantProgress& vp, const std::atomic<bool>* cancel, CompareRow* row) {
+  vp.report("draft", 0, label + ": loading the target for the draft test");
+  auto target = Model::load(target_file);
+  if (!target) return target.status();
+  auto tb = open_backend(target_v.backend, *target, threads);
+  if (!tb) return tb.status();
+  const int n_ctx = std::max(256, 16 + opts.n_gen + opts.draft_k + 16);
+  auto ts = Session::create(*target, std::move(*tb), n_ctx, KvType::f16, false);
+  if (!ts) return ts.status();
+  auto db = open_backend(v.backend, draft_model, threads);
+  if (!db) return db.status();
+  auto source = make_draft_model_source(draft_model, std::move(*db), n_ctx, **target);
+  if (!source) return source.status();
+  GenerateOptions g;
+  g.n_predict = opts.n_gen;
+  g.ignore_eos = true;
+  g.sampling.temperature = 0;
+  g.prefix_cache = false;
+  g.spec_k = opts.draft_k;
+  ThroughputRun run;
+  run.test = ThroughputTest::tg;
+  run.repetitions = opts.repetitions;
+  run.cancel = cancel;
+  run.tokens.assign(text_tokens.begin(), text_tokens.begin() + 16);
+  run.generate = &g;
+  run.on_run = [&](int r) {
+    vp.report("draft", 0, label + ": the target decoding plainly (" + std::to_string(r) + ")");
+  };
+  auto plain = measure_pp_tg(**ts, run);
+  if (!plain) return plain.status();
+  g.draft = source->get();
+  run.on_run = [&](int r) {
+    vp.report("draft", 0, label + ": the target decoding with this draft (" + std::to_string(r) + ")");
+  };
+  auto spec = measure_pp_tg(**ts, run);
+  if (!spec) return spec.status();
+  row->draft_k = opts.draft_k;
+  row->draft_base_tg = plain->mean, row->draft_base_tg_sd = plain->sd;
+  row->draft_tg = spec->mean, row->draft_tg_sd = spec->sd;
+  row->draft_speedup = plain->mean > 0 ? spec->mean / plain->mean : 0;
+  row->draft_acceptance = spec->spec_acceptance;
+  row->draft_tokens_per_pass = spec->tokens_per_pass;
   return Status::ok();
 }
 
@@ -392,7 +456,12 @@ Result<std::vector<CompareRow>> run_compare(const std::vector<CompareVariant>& v
       base = std::move(made);
       base_tokens = text_tokens;
     }
-    row.peak_rss_mib = vm_hwm_mib();
+    row.peak_rss_mib = vm_hwm_mib();  // before the draft test, which loads the target beside it
+    row.draft = v.draft;
+    if (v.draft) {
+      Status st = measure_as_draft(*model, v, rows[0].file, variants[0], opts, threads, text_tokens, label, vp, cancel, &row);
+      if (!st) return st.code() == StatusCode::cancelled || stop_asked() ? cancelled("comparison cancelled") : fail(st);
+    }
     rows.push_back(row);
     if (progress) progress({vi, n, "done", static_cast<double>(vi + 1) / n, label + ": done", &rows.back()});
   }
@@ -429,6 +498,18 @@ nlohmann::json row_to_json(const CompareRow& r) {
           {"kld_p99", r.kld_p99},
           {"top1_agree", r.top1_agree},
           {"rms_dp", r.rms_dp},
+          {"accept_sampled", r.accept_sampled},
+          {"spec_acceptance", r.spec_acceptance},
+          {"tokens_per_pass", r.tokens_per_pass},
+          {"draft", r.draft},
+          {"draft_k", r.draft_k},
+          {"draft_tg", r.draft_tg},
+          {"draft_tg_sd", r.draft_tg_sd},
+          {"draft_base_tg", r.draft_base_tg},
+          {"draft_base_tg_sd", r.draft_base_tg_sd},
+          {"draft_speedup", r.draft_speedup},
+          {"draft_acceptance", r.draft_acceptance},
+          {"draft_tokens_per_pass", r.draft_tokens_per_pass},
           {"reference", r.reference}};
 }
 
@@ -459,14 +540,20 @@ Result<CompareRow> row_from_json(const nlohmann::json& o, const std::string& whe
            {"size_mib", &r.size_mib}, {"pp512", &r.pp}, {"pp512_sd", &r.pp_sd}, {"tg128", &r.tg},
            {"tg128_sd", &r.tg_sd}, {"ttft_ms", &r.ttft_ms}, {"ttft_ms_sd", &r.ttft_sd_ms},
            {"peak_rss_mib", &r.peak_rss_mib}, {"ppl", &r.ppl}, {"ppl_err", &r.ppl_err}, {"kld", &r.kld},
-           {"kld_p99", &r.kld_p99}, {"top1_agree", &r.top1_agree}, {"rms_dp", &r.rms_dp}})
+           {"kld_p99", &r.kld_p99}, {"top1_agree", &r.top1_agree}, {"rms_dp", &r.rms_dp},
+           {"accept_sampled", &r.accept_sampled}, {"spec_acceptance", &r.spec_acceptance},
+           {"tokens_per_pass", &r.tokens_per_pass}, {"draft_tg", &r.draft_tg}, {"draft_tg_sd", &r.draft_tg_sd},
+           {"draft_base_tg", &r.draft_base_tg}, {"draft_base_tg_sd", &r.draft_base_tg_sd},
+           {"draft_speedup", &r.draft_speedup}, {"draft_acceptance", &r.draft_acceptance},
+           {"draft_tokens_per_pass", &r.draft_tokens_per_pass}})
     PHASELAB_TRY(read_field(o, key, field, where));
   for (const auto& [key, field] : std::initializer_list<std::pair<const char*, int*>>{
            {"n_prompt", &r.n_prompt}, {"n_gen", &r.n_gen}, {"repetitions", &r.repetitions},
-           {"ttft_prompt_tokens", &r.ttft_prompt_tokens}})
+           {"ttft_prompt_tokens", &r.ttft_prompt_tokens}, {"draft_k", &r.draft_k}})
     PHASELAB_TRY(read_field(o, key, field, where));
   for (const auto& [key, field] : std::initializer_list<std::pair<const char*, bool*>>{
-           {"kv_cache", &r.kv_cache}, {"peak_rss_per_variant", &r.rss_per_variant}, {"reference", &r.reference}})
+           {"kv_cache", &r.kv_cache}, {"peak_rss_per_variant", &r.rss_per_variant}, {"reference", &r.reference},
+           {"draft", &r.draft}})
     PHASELAB_TRY(read_field(o, key, field, where));
   return r;
 }
@@ -526,7 +613,8 @@ std::string compare_variants_json(const std::vector<CompareVariant>& variants) {
                  {"backend", v.backend},
                  {"kv_cache", v.kv_cache},
                  {"speculative", v.speculative},
-                 {"prune", v.prune}});
+                 {"prune", v.prune},
+                 {"draft", v.draft}});
   return a.dump();
 }
 
@@ -546,6 +634,7 @@ Result<std::vector<CompareVariant>> compare_variants_from_json(std::string_view 
              {"speculative", &v.speculative}, {"prune", &v.prune}})
       PHASELAB_TRY(read_field(o, key, field, where));
     PHASELAB_TRY(read_field(o, "kv_cache", &v.kv_cache, where));
+    PHASELAB_TRY(read_field(o, "draft", &v.draft, where));
     if (!quant.empty()) {
       v.quantize_to = parse_file_type(quant);
       if (!v.quantize_to) return invalid_argument(where + ": unknown quantization type '" + quant + "'");
@@ -591,6 +680,32 @@ std::string compare_rows_table(const std::vector<CompareRow>& rows, int n_prompt
                   100 * r.top1_agree, r.rms_dp);
     o << buf;
   }
+  // The other variants as drafts of the reference: acceptance teacher-forced
+  // on the text (every one) and measured while decoding (those marked draft).
+  if (rows.size() < 2) return o.str();
+  o << "\nAs speculative drafts of " << rows[0].name
+    << " (on the text: greedy = top-1 agreement, sampled = sum of min(p, q); decoding: the draft test)\n";
+  std::snprintf(buf, sizeof buf, "| %-22s | %8s | %9s | %9s | %9s | %8s | %15s | %15s | %8s |\n", "draft", "KLD",
+                "greedy", "sampled", "decoding", "tok/pass", "target tok/s", "with draft", "speed-up");
+  o << buf;
+  o << "|------------------------|----------|-----------|-----------|-----------|----------|-----------------|"
+       "-----------------|----------|\n";
+  for (size_t i = 1; i < rows.size(); i++) {
+    const CompareRow& r = rows[i];
+    std::string name = r.name.size() > 22 ? r.name.substr(0, 21) + "~" : r.name;
+    char sampled[32] = "        -";
+    if (r.accept_sampled >= 0) std::snprintf(sampled, sizeof sampled, "%8.2f%%", 100 * r.accept_sampled);
+    if (!r.draft) {
+      std::snprintf(buf, sizeof buf, "| %-22s | %8.5f | %8.2f%% | %9s | %9s | %8s | %15s | %15s | %8s |\n",
+                    name.c_str(), r.kld, 100 * r.top1_agree, sampled, "-", "-", "-", "-", "-");
+    } else {
+      std::snprintf(buf, sizeof buf, "| %-22s | %8.5f | %8.2f%% | %9s | %8.2f%% | %8.2f | %s | %s | %7.2fx |\n",
+                    name.c_str(), r.kld, 100 * r.top1_agree, sampled, 100 * r.draft_acceptance,
+                    r.draft_tokens_per_pass, mean_sd_cell(r.draft_base_tg, r.draft_base_tg_sd, 15, r.repetitions).c_str(),
+                    mean_sd_cell(r.draft_tg, r.draft_tg_sd, 15, r.repetitions).c_str(), r.draft_speedup);
+    }
+    o << buf;
+  }
   return o.str();
 }
 
@@ -604,7 +719,8 @@ std::string compare_rows_csv(const std::vector<CompareRow>& rows) {
   std::ostringstream o;
   o << "name,file,file_type,type_mix,backend,kv_cache,speculative,size_mib,n_prompt,n_gen,repetitions,pp512,pp512_sd,"
        "tg128,tg128_sd,ttft_ms,ttft_ms_sd,ttft_prompt_tokens,peak_rss_mib,ppl,ppl_err,kld,kld_p99,top1_agree,rms_dp,"
-       "reference\n";
+       "reference,accept_sampled,spec_acceptance,tokens_per_pass,draft,draft_k,draft_tg,draft_tg_sd,draft_base_tg,"
+       "draft_base_tg_sd,draft_speedup,draft_acceptance,draft_tokens_per_pass\n";
   for (const CompareRow& r : rows) {
     o << field(r.name) << ',' << field(r.file) << ',' << field(r.file_type) << ',' << field(r.type_mix) << ','
       << field(r.backend) << ',' << (r.kv_cache ? "true" : "false") << ',' << field(r.speculative) << ',' << r.size_mib
@@ -612,7 +728,10 @@ std::string compare_rows_csv(const std::vector<CompareRow>& rows) {
       << ',' << r.tg_sd << ',' << r.ttft_ms << ',' << r.ttft_sd_ms << ',' << r.ttft_prompt_tokens << ','
       << r.peak_rss_mib << ',' << r.ppl << ',' << r.ppl_err
       << ',' << r.kld << ',' << r.kld_p99 << ',' << r.top1_agree << ',' << r.rms_dp << ','
-      << (r.reference ? "true" : "false") << '\n';
+      << (r.reference ? "true" : "false") << ',' << r.accept_sampled << ',' << r.spec_acceptance << ','
+      << r.tokens_per_pass << ',' << (r.draft ? "true" : "false") << ',' << r.draft_k << ',' << r.draft_tg << ','
+      << r.draft_tg_sd << ',' << r.draft_base_tg << ',' << r.draft_base_tg_sd << ',' << r.draft_speedup << ','
+      << r.draft_acceptance << ',' << r.draft_tokens_per_pass << '\n';
   }
   return o.str();
 }

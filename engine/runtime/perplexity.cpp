@@ -310,6 +310,7 @@ Result<PplPlan> plan_perplexity(Session& session, const std::vector<int32_t>& to
 struct PplSums {
   double nll = 0, nll2 = 0, base_nll = 0;
   double kld = 0, kld2 = 0, dp = 0, dp2 = 0;
+  double overlap = 0, overlap_hi = 0;  // sum of min(p, q) over the top-k of P (and with the rest's bin)
   int64_t same_top = 0, count = 0;
   std::vector<float> kld_values;  // (scored positions) per position, when comparing
 
@@ -317,13 +318,16 @@ struct PplSums {
   void compare(const KlBase& base, const float* z, const RowStats& rs, int32_t target, int64_t s) {
     const int32_t* bid = &base.top_ids[s * base.top_k];
     const float* blp = &base.top_logp[s * base.top_k];
-    double kl = 0, p_top = 0, q_top = 0;
+    double kl = 0, p_top = 0, q_top = 0, ov = 0;
     for (int j = 0; j < base.top_k; j++) {
       const double lp = blp[j], lq = logp_f32(z, bid[j], rs.lse);
-      const double pj = std::exp(lp);
+      const double pj = std::exp(lp), qj = std::exp(lq);
       kl += pj * (lp - lq);
-      p_top += pj, q_top += std::exp(lq);
+      p_top += pj, q_top += qj;
+      ov += std::min(pj, qj);
     }
+    overlap += ov;
+    overlap_hi += ov + std::clamp(std::min(1 - p_top, 1 - q_top), 0.0, 1.0);
     // The rest of the vocabulary as one outcome (see perplexity.h).
     const double p_rest = 1 - p_top, q_rest = std::max(1 - q_top, 1e-12);
     if (p_rest > 0) kl += p_rest * (std::log(p_rest) - std::log(q_rest));
@@ -380,6 +384,8 @@ PerplexityResult summarize(const PplPlan& plan, PplSums& sums, const KlBase* bas
     k.kld_p99 = percentile(sums.kld_values, 0.99);
     k.kld_max = sums.kld_values.back();
     k.top1_agree = static_cast<double>(sums.same_top) / count;
+    k.accept_sampled = sums.overlap / count;
+    k.accept_sampled_hi = sums.overlap_hi / count;
     k.dp_mean = 100 * sums.dp / count;
     k.rms_dp = 100 * std::sqrt(sums.dp2 / count);
     k.ppl_base = std::exp(sums.base_nll / count);

@@ -7,16 +7,22 @@ namespace phaselab {
 
 namespace {
 
+struct OneRun {
+  double tps = 0;
+  int drafted = 0, accepted = 0, passes = 0, generated = 0;  // generate only: speculation's counts, tokens after the first
+};
+
 // One run's tokens/s: the cache cleared and filled with the depth tokens,
 // then the test's tokens timed.
-Result<double> run_once(Session& s, const ThroughputRun& run) {
+Result<OneRun> run_once(Session& s, const ThroughputRun& run) {
   s.kv().clear();
   std::vector<float>* no_logits = nullptr;
   if (!run.depth.empty()) PHASELAB_TRY(s.eval(run.depth, no_logits));
   if (run.test == ThroughputTest::tg && run.generate) {
     auto r = s.generate(run.tokens, *run.generate, {}, run.cancel);
     if (!r) return r.status();
-    return r->metrics.decode_tps;
+    const auto& m = r->metrics;
+    return OneRun{m.decode_tps, m.spec_drafted, m.spec_accepted, m.target_passes, m.n_generated - 1};  // the first came from the prefill
   }
   const auto t0 = std::chrono::steady_clock::now();
   if (run.test == ThroughputTest::tg) {
@@ -29,7 +35,7 @@ Result<double> run_once(Session& s, const ThroughputRun& run) {
     PHASELAB_TRY(s.eval(run.tokens, no_logits));
   }
   const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return static_cast<double>(run.tokens.size()) / sec;
+  return OneRun{static_cast<double>(run.tokens.size()) / sec};
 }
 
 }  // namespace
@@ -38,13 +44,22 @@ Result<Throughput> measure_pp_tg(Session& session, const ThroughputRun& run) {
   if (run.repetitions < 1) return invalid_argument("a throughput test needs at least one timed run");
   if (run.tokens.empty()) return invalid_argument("a throughput test needs tokens to run");
   Throughput out;
+  int64_t generated = 0;
   for (int i = 0; i <= run.repetitions; i++) {  // i = 0: the warm-up
     if (run.cancel && run.cancel->load()) return cancelled("measurement cancelled");
     if (run.on_run) run.on_run(i);
-    auto tps = run_once(session, run);
-    if (!tps) return tps.status();
-    if (i > 0) out.samples.push_back(*tps);
+    auto one = run_once(session, run);
+    if (!one) return one.status();
+    if (i == 0) continue;
+    out.samples.push_back(one->tps);
+    out.spec_drafted += one->drafted;
+    out.spec_accepted += one->accepted;
+    out.target_passes += one->passes;
+    generated += one->generated;
   }
+  if (out.spec_drafted > 0) out.spec_acceptance = static_cast<double>(out.spec_accepted) / out.spec_drafted;
+  if (out.spec_drafted > 0 && out.target_passes > 0)
+    out.tokens_per_pass = static_cast<double>(generated) / out.target_passes;
   double sum = 0, sq = 0;
   for (double x : out.samples) sum += x;
   out.mean = sum / out.samples.size();

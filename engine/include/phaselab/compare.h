@@ -15,12 +15,25 @@
 //             conventions), opts.n_ctx tokens per chunk, opts.n_chunks chunks;
 //   kld, kld_p99, top1_agree, rms_dp
 //             against the first variant (the reference: kld 0, top1_agree 1);
+//   accept_sampled
+//             as a speculative draft of the first variant, teacher-forced on
+//             the text: the sampled acceptance rate sum min(p, q) (a lower
+//             bound, perplexity.h), beside top1_agree, the greedy one;
 //   peak_rss_mib
 //             the process's peak resident memory while the variant loaded and
 //             ran: the kernel's high-water mark is reset before each variant
 //             (/proc/self/clear_refs), so each row is its own; it counts
 //             everything else the process holds, which is why the desktop
 //             window runs `phaselab-cli compare` in a child process.
+// A variant marked draft is then measured as the first variant's draft (the
+// distillation question: how well does a smaller, pruned or quantized model
+// stand in for the target?): the target decodes the tg test greedily, plainly
+// and with this variant drafting opts.draft_k tokens per pass (its own model
+// and KV cache, make_draft_model_source), each the mean of the runs, one
+// after the other in the same step: draft_tg, draft_base_tg, their ratio
+// draft_speedup, and the acceptance and tokens per target pass measured while
+// decoding. The output equals plain greedy decoding's (speculative.h).
+//
 // A --quant variant is written by quantize_model() into opts.cache_dir as
 // <stem>-<TYPE>.gguf and reused while it is newer than its source; a pruned
 // one by prune_layers() as <stem>[-<TYPE>]-pruned-A-B.gguf, likewise.
@@ -51,6 +64,9 @@ struct CompareVariant {
   // "" or a layer drop (prune.h: "layers:A-B", or "layers:nN" chosen on the
   // evaluation text), made from the (quantized) file into the cache.
   std::string prune;
+  // Also measured as a speculative draft for the first variant (not the
+  // first itself; it must share the first's vocabulary).
+  bool draft = false;
 };
 
 struct CompareOptions {
@@ -63,6 +79,7 @@ struct CompareOptions {
   int n_threads = 0;       // 0: one per physical core
   std::string cache_dir;   // quantized variants; empty: <user cache>/PhaseLab/quantized
   std::string ttft_prompt = "Why is the sky blue?";
+  int draft_k = 4;         // tokens drafted per target pass in the draft test
 };
 
 struct CompareRow {
@@ -83,11 +100,23 @@ struct CompareRow {
   bool kv_cache = true;
   std::string speculative;
   std::string prune;  // "layers:A-B" dropped ("" none)
+  // Teacher-forced sampled acceptance as the first variant's draft (1 for
+  // the reference; -1: unknown, a row saved before it was measured).
+  double accept_sampled = -1;
+  // tg's own speculation (lookup, self): acceptance and tokens per target pass (0: none).
+  double spec_acceptance = 0, tokens_per_pass = 0;
+  // The draft test (CompareVariant::draft): the reference model decoding
+  // with this variant as its draft, and plainly, in the same step.
+  bool draft = false;
+  int draft_k = 0;
+  double draft_tg = 0, draft_tg_sd = 0, draft_base_tg = 0, draft_base_tg_sd = 0;
+  double draft_speedup = 0;                            // draft_tg / draft_base_tg
+  double draft_acceptance = 0, draft_tokens_per_pass = 0;  // measured while decoding
 };
 
 struct CompareProgress {
   int variant = 0, n_variants = 0;  // the variant being measured (0-based)
-  std::string stage;                // quantize | load | pp | tg | ttft | perplexity | done
+  std::string stage;                // quantize | load | pp | tg | ttft | perplexity | draft | done
   double fraction = 0;              // of the whole run, 0..1
   std::string message;              // "Q5_K_M: perplexity chunk 3 of 8"
   const CompareRow* row = nullptr;  // stage "done": the variant's finished row (valid during the call)
@@ -131,7 +160,7 @@ Result<CompareRow> compare_row_from_json(std::string_view json);
 std::string compare_progress_json(const CompareProgress& p);
 
 // The variants as a JSON array of {file, quantize_to ("" or a type name),
-// backend, kv_cache, speculative, prune, name} (what `compare --variants-json`
+// backend, kv_cache, speculative, prune, draft, name} (what `compare --variants-json`
 // reads and the desktop window saves with a run) and back; the parser
 // names the variant and field that is wrong.
 std::string compare_variants_json(const std::vector<CompareVariant>& variants);

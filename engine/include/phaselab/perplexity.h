@@ -35,7 +35,16 @@
 //  - top1_agree: the fraction of positions whose argmax equals the
 //    reference's (llama's "Same top p");
 //  - rms_dp: the root mean square of p(correct token) - p_base(correct
-//    token), in percent (llama's "RMS Δp"); dp_mean likewise.
+//    token), in percent (llama's "RMS Δp"); dp_mean likewise;
+//  - the acceptance rates the compared model would have as a speculative
+//    draft of the reference, teacher-forced on the text: greedy decoding
+//    keeps a drafted token when the two argmaxes agree (top1_agree);
+//    sampling (Leviathan et al.'s rejection scheme, same temperature 1)
+//    keeps a token drawn from Q with probability sum_x min(p(x), q(x))
+//    = 1 - TV(P, Q). accept_sampled sums min(p, q) over P's top_k tokens
+//    only: a lower bound; accept_sampled_hi adds min(p_rest, q_rest), an
+//    upper bound (merging outcomes never lowers that sum). The true value
+//    lies between them, at most P's tail mass apart.
 //
 // The KL base file (KlBase::save / load), little-endian:
 //   char[8]  "PLKLBASE"
@@ -94,7 +103,8 @@ struct KlBase {
 struct KlStats {
   double kld = 0, kld_err = 0;        // mean KL(P_base || Q) per position (nats), its standard error
   double kld_median = 0, kld_p99 = 0, kld_max = 0;
-  double top1_agree = 0;              // fraction of positions with the same argmax
+  double top1_agree = 0;              // fraction of positions with the same argmax (greedy draft acceptance)
+  double accept_sampled = 0, accept_sampled_hi = 0;  // mean sum of min(p, q): bounds of sampled draft acceptance
   double rms_dp = 0, dp_mean = 0;     // of p - p_base for the correct token, percent
   double ppl_base = 0;                // the reference's perplexity (from its saved log-probs)
   int top_k = 0;                      // of the base

@@ -42,6 +42,11 @@ struct ThroughputRun {
 struct Throughput {
   double mean = 0, sd = 0;      // tokens/s; sd 0 for a single run
   std::vector<double> samples;  // one per timed run
+  // tg with a draft (ThroughputRun::generate's draft), over the timed runs:
+  // tokens drafted and accepted, target passes while decoding, and generated
+  // tokens per target pass (0 without speculation).
+  int spec_drafted = 0, spec_accepted = 0, target_passes = 0;
+  double spec_acceptance = 0, tokens_per_pass = 0;
 };
 
 // cancelled() when cancel was set before a run; a failed evaluation's error
