@@ -299,7 +299,19 @@ class TestCli : public QObject {
     const Run outside = cli({"prune", stories(), dir.filePath("x.gguf"), "--prune", "layers:4-5"});
     expect_bad_input(outside);
     QVERIFY2(outside.err.contains("not in the model"), qPrintable(outside.err));
-    expect_bad_input(cli({"prune", stories(), dir.filePath("y.gguf"), "--prune", "ffn:10%"}));
+    // FFN width pruning: 75% of stories260K's 172 neurons, rounded down to 32s.
+    const QString ffn = dir.filePath("ffn.gguf");
+    const Run w = cli({"prune", stories(), ffn, "--prune", "ffn:75%", "--json", "-t", "1"});
+    QCOMPARE(w.code, 0);
+    const QJsonObject wj = QJsonDocument::fromJson(w.out.toUtf8()).object();
+    QCOMPARE(wj["n_ff_in"].toInt(), 172);
+    QCOMPARE(wj["n_ff_out"].toInt(), 128);
+    QCOMPARE(wj["prune"].toString(), QStringLiteral("ffn:75%"));
+    QCOMPARE(cli({"generate", "-m", ffn, "-p", "Once upon a time", "-n", "8", "--temp", "0"}).code, 0);
+    const Run ffn_again = cli({"prune", stories(), ffn, "--prune", "ffn:50%"});
+    expect_bad_input(ffn_again);
+    QVERIFY2(ffn_again.err.contains("--force"), qPrintable(ffn_again.err));
+    expect_bad_input(cli({"prune", stories(), dir.filePath("y.gguf"), "--prune", "ffn:100%"}));
     // Self-speculation's layer list through generate.
     const Run skip = cli({"generate", "-m", stories(), "-p", "x", "-n", "2", "--spec", "self", "--spec-skip", "9"});
     expect_bad_input(skip);

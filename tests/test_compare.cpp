@@ -132,12 +132,13 @@ class TestCompare : public QObject {
   // teacher-forced acceptances on the text rank them the same way, and the
   // sampled one is within its bounds of the greedy one's neighbourhood.
   void drafts_are_measured_against_the_first() {
-    std::vector<CompareVariant> v(3);
-    v[0].file = v[1].file = v[2].file = stories();
+    std::vector<CompareVariant> v(4);
+    v[0].file = v[1].file = v[2].file = v[3].file = stories();
     v[1].quantize_to = FileType::Q8_0;
     v[1].draft = true;
     v[2].prune = "layers:2";
     v[2].draft = true;
+    v[3].prune = "ffn:50%";  // an FFN width cut, made into the cache; not a draft
     CompareOptions o = small((m_dir.path() + "/cache-draft").toStdString());
     o.n_gen = 32;
     o.draft_k = 3;
@@ -172,6 +173,11 @@ class TestCompare : public QObject {
     QVERIFY(pruned.draft_acceptance < q8.draft_acceptance);
     QVERIFY(pruned.top1_agree < q8.top1_agree && pruned.accept_sampled < q8.accept_sampled);
     QVERIFY(pruned.kld > q8.kld);
+    const CompareRow& ffn = (*rows)[3];
+    QCOMPARE(ffn.name, std::string("FFN 50%"));
+    QCOMPARE(ffn.prune, std::string("ffn:50%"));
+    QVERIFY(ffn.file.find("-pruned-ffn50.gguf") != std::string::npos);
+    QVERIFY(ffn.size_mib < ref.size_mib && ffn.kld > 0 && !ffn.draft && ffn.accept_sampled > 0);
     // The table adds the drafts' section.
     const std::string table = compare_rows_table(*rows, o.n_prompt, o.n_gen);
     QVERIFY(table.find("As speculative drafts of") != std::string::npos);

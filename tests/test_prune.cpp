@@ -1,9 +1,12 @@
-// Layer dropping (prune.h): the spellings; a pruned file that holds exactly
+// Layer dropping and FFN width pruning (prune.h): the spellings; a pruned file that holds exactly
 // the kept tensors, renumbered, with its metadata; the oracle: the pruned
 // model's logits are bitwise those of the full model run with the same
 // layers skipped (Backend::forward_skipping), on both CPU backends and for
 // Gemma 3's local/global pattern; the refusals; and the angular distances
-// that choose the run.
+// that choose the run. FFN width pruning: the pruned model's logits equal
+// those of the full model with the dropped neurons' weights zeroed (F32,
+// within rounding of the shorter sums), the file's shapes and metadata, and
+// the measured importance beating its opposite on perplexity.
 #include <QtTest>
 
 #include <cstdio>
@@ -11,7 +14,9 @@
 
 #include "phaselab/backend.h"
 #include "phaselab/gguf.h"
+#include "phaselab/perplexity.h"
 #include "phaselab/prune.h"
+#include "phaselab/quant.h"
 #include "phaselab/session.h"
 #include "phaselab/speculative.h"
 #include "tiny_model.h"
@@ -51,6 +56,49 @@ std::vector<float> all_logits(Session& s, const std::vector<int32_t>& tokens, co
 
 const std::vector<int32_t> kTokens = {1, 260, 261, 262, 263, 264, 265, 266, 267, 268, 269, 270};
 
+// A copy of in with every FFN neuron not in keep[l] zeroed (its ffn_gate and
+// ffn_up rows and its ffn_down column): the same function as the pruned
+// model, computed the long way.
+std::string zero_ffn_neurons(const std::string& in, const std::vector<std::vector<int>>& keep, const std::string& name) {
+  auto f = GgufFile::open(in);
+  if (!f) qFatal("%s", f.status().message().c_str());
+  GgufWriter w;
+  for (const auto& [key, value] : (*f)->metadata())
+    if (key != "general.alignment") w.set(key, GgufWriteValue::copy_of(value));
+  for (const GgufTensorInfo& t : (*f)->tensors()) {
+    std::vector<float> v(t.n_elements);
+    const Status st = dequantize_row(t.type, t.data, v.data(), static_cast<int64_t>(t.n_elements));
+    if (!st) qFatal("%s", st.message().c_str());
+    int layer = -1;
+    char kind[16] = {};
+    if (std::sscanf(t.name.c_str(), "blk.%d.ffn_%15[a-z].weight", &layer, kind) == 2 &&
+        (std::string(kind) == "gate" || std::string(kind) == "up" || std::string(kind) == "down")) {
+      const auto& k = keep[static_cast<size_t>(layer)];
+      auto dropped = [&](int j) { return !std::binary_search(k.begin(), k.end(), j); };
+      if (std::string(kind) == "down") {
+        for (int64_t r = 0; r < t.ne[1]; r++)
+          for (int64_t j = 0; j < t.ne[0]; j++)
+            if (dropped(static_cast<int>(j))) v[static_cast<size_t>(r * t.ne[0] + j)] = 0;
+      } else {
+        for (int64_t j = 0; j < t.ne[1]; j++)
+          if (dropped(static_cast<int>(j))) std::fill_n(&v[static_cast<size_t>(j * t.ne[0])], t.ne[0], 0.f);
+      }
+    }
+    std::vector<int64_t> shape(t.ne, t.ne + t.n_dims);
+    if (!w.add_tensor_f32(t.name, t.type, shape, v)) qFatal("zeroed copy: %s", t.name.c_str());
+  }
+  const std::string out = tmp_path(name);
+  if (!w.write(out)) qFatal("zeroed copy: write");
+  return out;
+}
+
+std::string story_text() {
+  std::string t = "Once upon a time, there was a little girl named Lily. She loved to play outside in the sunshine. "
+                  "One day, she saw a big, red ball in the park. She ran to it and kicked it high into the sky. ";
+  for (int i = 0; i < 4; i++) t += t;
+  return t;
+}
+
 }  // namespace
 
 class TestPrune : public QObject {
@@ -68,8 +116,8 @@ class TestPrune : public QObject {
     QCOMPARE(n->first, -1);
     QCOMPARE(n->count, 2);
     QCOMPARE(prune_spec_to_string(*n), std::string("layers:n2"));
-    for (const char* bad : {"", "layers", "layers:", "layers:5-3", "layers:-1", "layers:n0", "layers:nx", "ffn:10%",
-                            "layers:1,2", "Layers:1"}) {
+    for (const char* bad : {"", "layers", "layers:", "layers:5-3", "layers:-1", "layers:n0", "layers:nx", "ffn",
+                            "layers:1,2", "Layers:1", "FFN:10%"}) {
       auto r = parse_prune_spec(bad);
       QVERIFY2(!r.is_ok(), bad);
       QVERIFY2(r.status().message().find("layers:A-B") != std::string::npos, r.status().message().c_str());
@@ -159,6 +207,121 @@ class TestPrune : public QObject {
     const auto whole = all_logits(*full, kTokens, nullptr);
     QVERIFY(std::memcmp(whole.data(), want.data(), got.size() * sizeof(float)) != 0);
     std::remove(out.c_str());
+  }
+
+  void ffn_spellings() {
+    for (const char* ok : {"ffn:75%", "ffn:75", "ffn:1%", "ffn:99%"}) {
+      auto p = parse_prune_spec(ok);
+      QVERIFY2(p.is_ok() && p->is_ffn(), ok);
+    }
+    QCOMPARE(prune_spec_to_string(*parse_prune_spec("ffn:50")), std::string("ffn:50%"));
+    for (const char* bad : {"ffn:0%", "ffn:100%", "ffn:", "ffn:x%", "ffn:-5%", "ffn:50%%"}) {
+      auto p = parse_prune_spec(bad);
+      QVERIFY2(!p.is_ok() && p.status().message().find("ffn:P%") != std::string::npos, bad);
+    }
+    QCOMPARE(ffn_kept_width(2048, 75, 256), 1536);
+    QCOMPARE(ffn_kept_width(2048, 80, 256), 1536);  // rounded down to ffn_down's block
+    QCOMPARE(ffn_kept_width(172, 50, 32), 64);
+    QCOMPARE(ffn_kept_width(256, 10, 256), 0);  // no whole block left to drop
+    QCOMPARE(ffn_kept_width(512, 1, 256), 256);  // at least one block
+  }
+
+  void ffn_pruned_logits_equal_the_full_model_with_those_neurons_zeroed() {
+    TinySpec spec;
+    spec.arch = "llama";
+    spec.n_ff = 128;
+    spec.matrix_type = TensorType::F32;
+    const std::string in = write_tiny_model(spec, "prune_ffn_llama.gguf");
+    // A different half of the neurons in each layer.
+    std::vector<std::vector<int>> keep(static_cast<size_t>(spec.n_layer));
+    for (int l = 0; l < spec.n_layer; l++)
+      for (int j = 0; j < spec.n_ff; j++)
+        if ((j * 7 + l) % 4 < 2 && keep[l].size() < 64) keep[l].push_back(j);
+    for (auto& k : keep)
+      for (int j = 0; static_cast<int>(k.size()) < 64; j++)
+        if (!std::binary_search(k.begin(), k.end(), j)) k.insert(std::lower_bound(k.begin(), k.end(), j), j);
+    const std::string out = tmp_path("ffn_pruned.gguf");
+    auto rep = prune_ffn_neurons(in, out, keep, true);
+    QVERIFY2(rep.is_ok(), rep.status().message().c_str());
+    QCOMPARE(rep->n_ff_in, 128);
+    QCOMPARE(rep->n_ff_out, 64);
+    auto pf = GgufFile::open(out);
+    QVERIFY(pf.is_ok());
+    QCOMPARE((*pf)->get_int("llama.feed_forward_length").value_or(0), int64_t{64});
+    QCOMPARE((*pf)->find_tensor("blk.1.ffn_up.weight")->ne[1], int64_t{64});
+    QCOMPARE((*pf)->find_tensor("blk.1.ffn_down.weight")->ne[0], int64_t{64});
+    QCOMPARE((*pf)->find_tensor("blk.1.attn_q.weight")->n_bytes, GgufFile::open(in).value()->find_tensor("blk.1.attn_q.weight")->n_bytes);
+    const std::string zeroed = zero_ffn_neurons(in, keep, "ffn_zeroed.gguf");
+    for (bool fast : {false, true}) {
+      auto pruned = open(out, fast), zero = open(zeroed, fast), full = open(in, fast);
+      const auto got = all_logits(*pruned, kTokens, nullptr);
+      const auto want = all_logits(*zero, kTokens, nullptr);
+      const auto whole = all_logits(*full, kTokens, nullptr);
+      double max_err = 0, max_diff_whole = 0;
+      for (size_t i = 0; i < got.size(); i++) {
+        max_err = std::max(max_err, double(std::fabs(got[i] - want[i])));
+        max_diff_whole = std::max(max_diff_whole, double(std::fabs(whole[i] - want[i])));
+      }
+      qInfo("%s: |pruned - zeroed| <= %.2g, |whole - zeroed| up to %.2g", fast ? "fast" : "reference", max_err,
+            max_diff_whole);
+      QVERIFY(max_err < 1e-4);
+      QVERIFY(max_diff_whole > 1e-2);  // the neurons mattered
+    }
+    // Refusals: counts that are not the same, not whole blocks, or everything.
+    auto bad = keep;
+    bad[0].pop_back();
+    QVERIFY(!prune_ffn_neurons(in, out, bad, true));
+    std::vector<std::vector<int>> all(static_cast<size_t>(spec.n_layer));
+    for (auto& k : all)
+      for (int j = 0; j < spec.n_ff; j++) k.push_back(j);
+    QVERIFY(prune_ffn_neurons(in, out, all, true).status().message().find("fewer than all") != std::string::npos);
+    auto unsorted = keep;
+    std::swap(unsorted[1][0], unsorted[1][1]);
+    QVERIFY(prune_ffn_neurons(in, out, unsorted, true).status().message().find("ascending") != std::string::npos);
+    QVERIFY(prune_ffn_neurons(in, in, keep, true).status().code() == StatusCode::invalid_argument);  // never its input
+    std::remove(out.c_str());
+    std::remove(zeroed.c_str());
+  }
+
+  // The measured importance picks neurons that matter: keeping the top half
+  // of stories260K's FFNs costs far less perplexity than keeping the bottom
+  // half (the same count), and the file loads and generates.
+  void ffn_importance_beats_its_opposite() {
+    const std::string in = test_data("stories260K.gguf");
+    const std::string text = story_text();
+    const std::string top = tmp_path("ffn_top.gguf"), bottom = tmp_path("ffn_bottom.gguf");
+    auto rep = prune_ffn(in, top, 50, text, 2, true);
+    QVERIFY2(rep.is_ok(), rep.status().message().c_str());
+    const int K = rep->n_ff_out;
+    QCOMPARE(K, ffn_kept_width(rep->n_ff_in, 50, 32));
+    auto full = open(in);
+    const auto tokens = perplexity_tokenize(full->model().tokenizer(), text);
+    auto score = ffn_neuron_importance(*full, tokens);
+    QVERIFY(score.is_ok());
+    std::vector<std::vector<int>> low;
+    for (const auto& sc : *score) {
+      std::vector<int> idx(sc.size());
+      for (size_t j = 0; j < sc.size(); j++) idx[j] = static_cast<int>(j);
+      std::stable_sort(idx.begin(), idx.end(), [&](int a, int b) { return sc[a] < sc[b]; });
+      idx.resize(static_cast<size_t>(K));
+      std::sort(idx.begin(), idx.end());
+      low.push_back(idx);
+    }
+    QVERIFY(prune_ffn_neurons(in, bottom, low, true).is_ok());
+    auto ppl = [&](const std::string& path) {
+      auto s = open(path);
+      PerplexityOptions o;
+      o.n_ctx = 64;
+      auto r = run_perplexity(*s, tokens, o);
+      if (!r) qFatal("%s", r.status().message().c_str());
+      return r->ppl;
+    };
+    const double p_full = ppl(in), p_top = ppl(top), p_bottom = ppl(bottom);
+    qInfo("perplexity: whole %.3f, top half of the FFN kept %.3f, bottom half %.3f", p_full, p_top, p_bottom);
+    QVERIFY(p_top < p_bottom);
+    QVERIFY(p_top > p_full * 0.5);
+    std::remove(top.c_str());
+    std::remove(bottom.c_str());
   }
 
   void refusals_say_what_to_do() {

@@ -113,7 +113,7 @@ void fillAcceptance(QChart* chart, const std::vector<CompareRow>& rows) {
   auto* x = new QValueAxis;
   x->setTitleText(QObject::tr("KL divergence from the first variant (nats)"));
   auto* y = new QValueAxis;
-  y->setTitleText(QObject::tr("drafted tokens kept (%)"));
+  y->setTitleText(QObject::tr("accepted %"));
   chart->addAxis(x, Qt::AlignBottom);
   chart->addAxis(y, Qt::AlignLeft);
   double maxK = 0;
@@ -127,7 +127,9 @@ void fillAcceptance(QChart* chart, const std::vector<CompareRow>& rows) {
       auto* s = new QScatterSeries;
       s->setName(QString::fromStdString(r.name));
       s->setMarkerShape(shape);
-      s->setMarkerSize(shape == QScatterSeries::MarkerShapeStar ? 18 : 12);
+      // The circle larger, under the square: greedy and sampled acceptance
+      // are often close, and both stay visible.
+      s->setMarkerSize(shape == QScatterSeries::MarkerShapeStar ? 18 : shape == QScatterSeries::MarkerShapeCircle ? 17 : 9);
       s->append(r.kld, percent);
       chart->addSeries(s);
       s->attachAxis(x);

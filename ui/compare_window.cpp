@@ -50,7 +50,10 @@ QString typeLabel(const CompareVariant& v) {
   QString s = v.quantize_to ? QString::fromLatin1(file_type_name(*v.quantize_to).data(),
                                                   static_cast<int>(file_type_name(*v.quantize_to).size()))
                             : QObject::tr("as is");
-  if (!v.prune.empty()) {
+  if (!v.prune.empty() && v.prune.rfind("ffn:", 0) == 0) {
+    const QString keep = QString::fromStdString(v.prune).mid(4);  // "ffn:" off
+    s = v.quantize_to ? s + QObject::tr(", FFN %1").arg(keep) : QObject::tr("FFN %1").arg(keep);
+  } else if (!v.prune.empty()) {
     const QString layers = QString::fromStdString(v.prune).mid(7);  // "layers:" off
     s = v.quantize_to ? s + QObject::tr(", pruned %1").arg(layers) : QObject::tr("pruned %1").arg(layers);
   }
@@ -188,12 +191,17 @@ QHBoxLayout* CompareWindow::buildVariantButtons() {
   m_addQuant->setMenu(quantMenu);
   m_addPrune = new QPushButton(tr("Add Pruned"));
   m_addPrune->setObjectName(QStringLiteral("addPruned"));
-  m_addPrune->setToolTip(tr("The first model with a run of layers dropped, made once and kept beside the "
-                            "quantizations"));
+  m_addPrune->setToolTip(tr("The first model with a run of layers dropped or its feed-forwards narrowed, made "
+                            "once and kept beside the quantizations"));
   auto* pruneMenu = new QMenu(m_addPrune);
   for (int n : {1, 2, 3, 6})
     pruneMenu->addAction(tr("Drop %n layer(s) that change the least", nullptr, n), this,
                          [this, n] { addPruned(QStringLiteral("layers:n%1").arg(n)); });
+  pruneMenu->addSeparator();
+  for (int keep : {75, 50})
+    pruneMenu->addAction(tr("Keep %1% of every FFN's neurons (the most important)").arg(keep), this,
+                         [this, keep] { addPruned(QStringLiteral("ffn:%1%").arg(keep)); });
+  pruneMenu->addSeparator();
   pruneMenu->addAction(tr("Drop layers…"), this, [this] {
     bool ok = false;
     const QString layers = QInputDialog::getText(this, tr("Drop layers"),
@@ -318,8 +326,8 @@ QTabWidget* CompareWindow::buildResultTabs() {
   m_tabs->addTab(compareChartView(m_memoryChart, tr("File size and peak memory (MiB)")), tr("Memory"));
   m_acceptanceChart = new QChart;
   m_tabs->addTab(compareChartView(m_acceptanceChart,
-                                  tr("Draft acceptance against KL divergence from the first variant "
-                                     "(● greedy, ■ sampled: on the text; ★ measured decoding)")),
+                                  tr("Drafts: acceptance against KL divergence from the first variant "
+                                     "(● greedy, ■ sampled, on the text; ★ decoding)")),
                  tr("Drafts"));
   return m_tabs;
 }
@@ -378,7 +386,11 @@ void CompareWindow::addVariantRow(const CompareVariant& v) {
   auto* src = new QTableWidgetItem(typeLabel(v));
   src->setData(Qt::UserRole, v.quantize_to ? static_cast<int>(*v.quantize_to) : -1);
   src->setData(Qt::UserRole + 1, QString::fromStdString(v.prune));
-  if (!v.prune.empty())
+  if (v.prune.rfind("ffn:", 0) == 0)
+    src->setToolTip(tr("Every layer's feed-forward cut to %1 of its neurons: those with the largest activation "
+                       "norm on the text times the weight they write with (structured Wanda)")
+                        .arg(QString::fromStdString(v.prune).mid(4)));
+  else if (!v.prune.empty())
     src->setToolTip(v.prune.rfind("layers:n", 0) == 0
                         ? tr("The %1 consecutive layers that change the residual stream least on the text, "
                              "dropped (chosen when the run starts)")

@@ -2,7 +2,9 @@
 // model without a run of layers (phaselab::prune_layers). With layers:nN the
 // run of N layers is chosen by measurement: the angular distance between the
 // residual stream before and after each run, on the evaluation text
-// (phaselab::block_angular_distances); the table is printed.
+// (phaselab::block_angular_distances); the table is printed. ffn:P% keeps
+// P% of every layer's FFN neurons, the most important on the text
+// (phaselab::prune_ffn, structured Wanda).
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -25,10 +27,13 @@ int cmd_prune(int argc, char** argv) {
   if (!args) return report(args.status());
   if (args->has("--help") || args->positional().size() != 2 || !args->has("--prune")) {
     std::fprintf(args->has("--help") ? stdout : stderr,
-                 "usage: phaselab-cli prune [--force] [--json] IN.gguf OUT.gguf --prune layers:A-B|layers:nN\n"
+                 "usage: phaselab-cli prune [--force] [--json] IN.gguf OUT.gguf --prune layers:A-B|layers:nN|ffn:P%%\n"
                  "  --prune layers:A-B  drop layers A..B (counted from 0; layers:A drops one)\n"
                  "  --prune layers:nN   drop the N consecutive layers whose output is closest to their\n"
                  "                      input (angular distance of the residual stream on --file)\n"
+                 "  --prune ffn:P%%      keep P%% of every layer's FFN neurons (rounded down to ffn_down's\n"
+                 "                      block): those with the largest ||activation|| x sum |W_down column|\n"
+                 "                      on --file (structured Wanda); ffn_down is quantized again\n"
                  "  --file TEXT         the text measured on (default: the bundled eval-en.txt; 512 tokens)\n"
                  "  -t, --threads N     threads for the measurement\n"
                  "  -f, --force         replace an existing OUT (never IN itself)\n"
@@ -43,7 +48,7 @@ int cmd_prune(int argc, char** argv) {
   if (!spec) return report(spec.status());
   LayerPrune p = *spec;
   std::vector<double> distances;
-  if (p.first < 0) {
+  if (p.first < 0 || p.is_ffn()) {
     std::string text_path = args->get_or("--file", "");
     if (text_path.empty()) text_path = bundled_text_path("eval-en.txt");
     if (text_path.empty())
@@ -53,6 +58,28 @@ int cmd_prune(int argc, char** argv) {
     if (!text) return report(text.status());
     auto threads = args->get_int("--threads", default_threads(), 1, 256);
     if (!threads) return report(threads.status());
+    if (p.is_ffn()) {
+      auto rep = prune_ffn(pos[0], pos[1], p.ffn_keep_percent, *text, *threads, args->has("--force"));
+      if (!rep) return report(rep.status());
+      if (args->has("--json")) {
+        std::printf("%s\n", nlohmann::json{{"in", pos[0]},
+                                           {"out", pos[1]},
+                                           {"arch", rep->arch},
+                                           {"prune", prune_spec_to_string(p)},
+                                           {"n_layer", rep->n_layer},
+                                           {"n_ff_in", rep->n_ff_in},
+                                           {"n_ff_out", rep->n_ff_out},
+                                           {"bytes_in", rep->bytes_in},
+                                           {"bytes_out", rep->bytes_out}}
+                                 .dump(2)
+                                 .c_str());
+      } else {
+        std::printf("%s: every FFN %d of %d neurons wide (the most important on %s), %.1f MiB (from %.1f MiB)\n",
+                    pos[1].c_str(), rep->n_ff_out, rep->n_ff_in, text_path.c_str(), rep->bytes_out / 1048576.0,
+                    rep->bytes_in / 1048576.0);
+      }
+      return kExitOk;
+    }
     auto chosen = choose_layer_prune(pos[0], *text, p.count, *threads, &distances);
     if (!chosen) return report(chosen.status());
     p = *chosen;

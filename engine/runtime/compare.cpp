@@ -84,17 +84,29 @@ Result<std::pair<std::string, LayerPrune>> pruned_variant(const std::string& sou
                                                           const std::string& dir, const std::string& text, int threads) {
   auto p = parse_prune_spec(spec);
   if (!p) return p.status();
-  if (p->first < 0) {
+  if (p->first < 0 && !p->is_ffn()) {
     auto chosen = choose_layer_prune(source, text, p->count, threads, nullptr);
     if (!chosen) return chosen.status();
     *p = *chosen;
   }
   std::string suffix = "-pruned-";
-  suffix += prune_spec_to_string(*p).substr(7);  // "layers:" off
+  if (p->is_ffn()) {
+    suffix += "ffn";
+    suffix += std::to_string(p->ffn_keep_percent);
+  } else {
+    suffix += prune_spec_to_string(*p).substr(7);  // "layers:" off
+  }
   auto cached = cached_file(source, dir, suffix);
   if (!cached) return cached.status();
   const auto& [out, fresh] = *cached;
   if (fresh) return std::pair{out, *p};
+  if (p->is_ffn()) {
+    // (The cache keys on the source and percentage: the neurons were chosen
+    // on the text of the run that made the file.)
+    auto r = prune_ffn(source, out, p->ffn_keep_percent, text, threads, true);
+    if (!r) return r.status();
+    return std::pair{out, *p};
+  }
   auto r = prune_layers(source, out, *p, true);
   if (!r) return r.status();
   return std::pair{out, *p};
@@ -353,11 +365,17 @@ Status measure_as_draft(const std::shared_ptr<const Model>& draft_model, const C
 std::string variant_label(const CompareVariant& v) {
   if (!v.name.empty()) return v.name;
   std::string s = v.quantize_to ? std::string(file_type_name(*v.quantize_to)) : fs::path(v.file).filename().string();
-  if (!v.prune.empty()) {  // "pruned 3-5" (after a quantization's name: "Q8_0 pruned 3-5")
+  if (!v.prune.empty()) {  // "pruned 3-5" or "FFN 75%" (after a quantization's name: "Q8_0 pruned 3-5")
     if (!v.quantize_to) s.clear();
     else s += ' ';
-    s += "pruned ";
-    s += v.prune.substr(7);  // "layers:" off
+    if (v.prune.rfind("ffn:", 0) == 0) {
+      s += "FFN ";
+      s += v.prune.substr(4);
+      if (s.back() != '%') s += '%';
+    } else {
+      s += "pruned ";
+      s += v.prune.substr(7);  // "layers:" off
+    }
   }
   if (speculative_mode_from_string(v.speculative) == SpeculativeMode::self_draft) s += " +self";
   return s;

@@ -206,6 +206,14 @@ void CpuBackend::ffn_block(int il, int T) {
   } else {
     for (size_t i = 0; i < nh; i++) hb_[i] = ref::silu(hb_[i]) * hb2_[i];
   }
+  if (ffn_sq_) {  // FFN pruning's measurement: sum of h^2 per neuron
+    double* sq = ffn_sq_ + static_cast<size_t>(il) * c_.n_ff;
+    for (int t = 0; t < T; t++)
+      for (int j = 0; j < c_.n_ff; j++) {
+        const double h = hb_[static_cast<size_t>(t) * c_.n_ff + j];
+        sq[j] += h * h;
+      }
+  }
   matmul(L.w_down, hb_.data(), xb2_.data(), T);  // (T, n_embd)
   per_token(T, [&](int t) {
     if (c_.post_norms) ref::rmsnorm(&xb2_[t * D], &xb2_[t * D], L.post_ffw_norm.data(), D, c_.rms_eps);

@@ -73,6 +73,15 @@ class CpuBackend final : public Backend {
     return st;
   }
 
+  Status forward_ffn_activations(const SeqChunk& chunk, std::vector<double>* sumsq) override {
+    if (sumsq->size() != static_cast<size_t>(c_.n_layer) * c_.n_ff)
+      return invalid_argument("the activation sums need n_layer x n_ff entries");
+    ffn_sq_ = sumsq->data();
+    Status st = forward_batch(&chunk, 1);
+    ffn_sq_ = nullptr;
+    return st;
+  }
+
   bool can_skip_layers() const override { return true; }
   Status forward_skipping(const SeqChunk& chunk, const std::vector<uint8_t>& skip,
                           const WeightView* head = nullptr) override {
@@ -207,6 +216,7 @@ class CpuBackend final : public Backend {
   const uint8_t* skip_ = nullptr;  // (n_layer) during forward_skipping: the layers left out
   const WeightView* head_ = nullptr;  // during forward_skipping: the output matrix in w_.output's place
   float* capture_ = nullptr;  // during forward_residuals: (n_layer + 1, T, n_embd)
+  double* ffn_sq_ = nullptr;  // during forward_ffn_activations: (n_layer, n_ff) sums of h^2
   // Scratch, allocated once (shapes for a batch of T <= max_batch tokens):
   std::vector<float> x_;    // (T, n_embd) residual stream
   std::vector<float> xb_;   // (T, max(n_embd, n_head*head_dim)) normed input / attention output

@@ -108,6 +108,16 @@ class Backend {
     (void)chunk, (void)residuals;
     return unsupported(name() + " backend: it does not give its residual stream; measure on the CPU backend");
   }
+  // The feed-forward's inner activations of one chunk (FFN width pruning's
+  // measurement, prune.h): adds, for every layer l and neuron j, the sum over
+  // the chunk's tokens of h_j^2 (h = act(gate x) * (up x), what ffn_down
+  // multiplies) to (*sumsq)[l * n_ff + j], which the caller sizes
+  // (n_layer * n_ff) and zeroes. The chunk's K/V are appended as by
+  // forward. The default refuses.
+  virtual Status forward_ffn_activations(const SeqChunk& chunk, std::vector<double>* sumsq) {
+    (void)chunk, (void)sumsq;
+    return unsupported(name() + " backend: it does not give its feed-forward activations; measure on the CPU backend");
+  }
   // Greedy decoding where the logits need not leave the backend (the CUDA
   // backend picks the argmax on the device and copies back one int): a
   // forward_batch chunk of mode last with SeqChunk::argmax set. (A pass of

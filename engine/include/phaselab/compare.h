@@ -36,7 +36,8 @@
 //
 // A --quant variant is written by quantize_model() into opts.cache_dir as
 // <stem>-<TYPE>.gguf and reused while it is newer than its source; a pruned
-// one by prune_layers() as <stem>[-<TYPE>]-pruned-A-B.gguf, likewise.
+// one by prune_layers() as <stem>[-<TYPE>]-pruned-A-B.gguf (prune_ffn():
+// -pruned-ffnP.gguf), likewise.
 #pragma once
 
 #include <atomic>
@@ -62,6 +63,7 @@ struct CompareVariant {
   // default_self_skip's layer on the CPU backends.
   std::string speculative = to_string(SpeculativeMode::off);
   // "" or a layer drop (prune.h: "layers:A-B", or "layers:nN" chosen on the
+  // evaluation text) or an FFN width cut ("ffn:P%", neurons chosen on the
   // evaluation text), made from the (quantized) file into the cache.
   std::string prune;
   // Also measured as a speculative draft for the first variant (not the
