@@ -15,6 +15,8 @@
 #include <QFile>
 #include <QImage>
 #include <QProcess>
+#include <QPushButton>
+#include <QMenu>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QScrollArea>
@@ -239,6 +241,15 @@ class TestGuiCompare : public QObject {
     int visibleMarkers = 0;
     for (QLegendMarker* m : acc->legend()->markers()) visibleMarkers += m->isVisible();
     QCOMPARE(visibleMarkers, 3);
+    // An FFN width cut from the Add Pruned menu: named by what it keeps.
+    QAction* ffn = nullptr;
+    for (QAction* a : w.findChild<QPushButton*>(QStringLiteral("addPruned"))->menu()->actions())
+      if (a->text().contains(QStringLiteral("75%"))) ffn = a;
+    QVERIFY(ffn);
+    ffn->trigger();
+    QCOMPARE(w.variantCount(), 5);
+    QCOMPARE(w.variantsTable()->item(4, 1)->text(), QStringLiteral("FFN 75%"));
+    QCOMPARE(w.variants()[4].prune, std::string("ffn:75%"));
   }
 
   void cancel_stops_without_saving() {
@@ -321,6 +332,16 @@ class TestGuiCompare : public QObject {
     QCOMPARE(scroll->verticalScrollBar()->maximum(), 0);
     QCOMPARE(scroll->horizontalScrollBar()->maximum(), 0);
     for (QChartView* v : w.chartViews()) QVERIFY(v->minimumHeight() <= 160);
+    // Five variants: the table scrolls past three rows, leaving the charts
+    // the height they need (offscreen is an 800x600 screen).
+    CompareWindow five(&m_store);
+    for (int i = 0; i < 5; i++) five.addModel(testing::stories());
+    five.resize(800, 560);
+    five.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&five));
+    QVERIFY(five.variantsTable()->height() < 5 * five.variantsTable()->rowHeight(0));
+    const int chart = five.resultTabs()->currentWidget()->height();
+    QVERIFY2(chart >= 200, qPrintable(QString::number(chart)));
   }
 
   void refusals_before_running() {

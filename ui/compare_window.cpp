@@ -358,6 +358,19 @@ CompareWindow::~CompareWindow() {
 // The model comparison's charts (the batch sweep's is batchSweep()->chartView()).
 QList<QChartView*> CompareWindow::chartViews() const { return m_tabs->findChildren<QChartView*>(); }
 
+// As tall as its rows, but in a short window (an 800x600 screen's) at most
+// three rows tall, scrolling past them: five rows took the height the charts
+// need (a Drafts chart 150 pixels high had no readable axis).
+void CompareWindow::fitVariantsTable() {
+  const int rows = m_variants->rowCount();
+  const bool shortScreen = height() < 700;
+  const int shown = shortScreen ? std::min(rows, 3) : rows;
+  int h = m_variants->horizontalHeader()->sizeHint().height() + 2 * m_variants->frameWidth() + 4;
+  for (int r = 0; r < shown; r++) h += m_variants->rowHeight(r);
+  if (shown < rows) h += m_variants->rowHeight(0) / 2;  // half a row more: there is more to scroll to
+  m_variants->setMaximumHeight(shortScreen ? std::max(m_variants->minimumHeight(), h) : QWIDGETSIZE_MAX);
+}
+
 void CompareWindow::offerVariantModels() {
   QStringList files;
   for (const CompareVariant& v : variants()) files << QString::fromStdString(v.file);
@@ -420,6 +433,7 @@ void CompareWindow::addVariantRow(const CompareVariant& v) {
   draft->setToolTip(tr("Measure as a speculative draft for the first variant (the target)"));
   m_variants->setCellWidget(r, kColDraft, draft);
   offerVariantModels();
+  fitVariantsTable();
 }
 
 void CompareWindow::addModel(const QString& path) {
@@ -527,6 +541,7 @@ void CompareWindow::removeSelected() {
   std::sort(indexes.begin(), indexes.end(), std::greater<>());
   for (int r : indexes) m_variants->removeRow(r);
   offerVariantModels();
+  fitVariantsTable();
 }
 
 void CompareWindow::showError(const QString& message) {
@@ -717,7 +732,7 @@ void CompareWindow::showRows() {
                    .arg(r.draft_speedup, 0, 'f', 2)
                    .arg(100 * r.draft_acceptance, 0, 'f', 0)
                    .arg(r.draft_tokens_per_pass, 0, 'f', 2),
-           tr("The first variant's decode: %1 tok/s with this draft (k = %2), %3 tok/s plainly, %4")
+           tr("The first variant answering the chat prompt: %1 tok/s with this draft (k = %2), %3 tok/s plainly, %4")
                .arg(meanSd(r.draft_tg, r.draft_tg_sd, r.repetitions), QString::number(r.draft_k),
                     meanSd(r.draft_base_tg, r.draft_base_tg_sd, r.repetitions), runs));
     else
@@ -798,6 +813,11 @@ bool CompareWindow::exportJson(const QString& path) {
     return false;
   }
   return writeFile(path, QByteArray::fromStdString(compare_rows_json(m_rows)));
+}
+
+void CompareWindow::resizeEvent(QResizeEvent* e) {
+  QMainWindow::resizeEvent(e);
+  fitVariantsTable();
 }
 
 void CompareWindow::closeEvent(QCloseEvent* e) {

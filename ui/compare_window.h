@@ -114,6 +114,7 @@ class CompareWindow : public QMainWindow {
 
  protected:
   void closeEvent(QCloseEvent* e) override;
+  void resizeEvent(QResizeEvent* e) override;
 
  private:
   // The constructor's sections, top to bottom.
@@ -131,6 +132,7 @@ class CompareWindow : public QMainWindow {
   void chooseText();
   void removeSelected();
   void offerVariantModels();
+  void fitVariantsTable();
   void onProgress(const CompareProgress& p);
   void onRowMeasured(const CompareRow& row);
   void onDone(const std::vector<CompareRow>& rows, const QString& error, bool cancelled);

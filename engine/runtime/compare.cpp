@@ -312,8 +312,9 @@ Status measure_quality(Session& s, const std::vector<int32_t>& text_tokens, cons
 // The draft test (after the variant's own measurements and its peak memory;
 // its progress stays at the variant's end, where its shares have summed to 1):
 // the target (the first variant's file and backend, loaded again from the
-// page cache) decodes the tg test greedily, plainly and with this variant's
-// model drafting k tokens per pass, each the mean of the runs.
+// page cache) answers the chat prompt greedily (opts.n_gen tokens), plainly
+// and with this variant's model drafting k tokens per pass, each the mean of
+// the runs.
 Status measure_as_draft(const std::shared_ptr<const Model>& draft_model, const CompareVariant& v,
                         const std::string& target_file, const CompareVariant& target_v, const CompareOptions& opts,
                         int threads, const std::vector<int32_t>& text_tokens, const std::string& label,
@@ -323,7 +324,7 @@ Status measure_as_draft(const std::shared_ptr<const Model>& draft_model, const C
   if (!target) return target.status();
   auto tb = open_backend(target_v.backend, *target, threads);
   if (!tb) return tb.status();
-  const int n_ctx = std::max(256, 16 + opts.n_gen + opts.draft_k + 16);
+  const int n_ctx = std::max(512, 256 + opts.n_gen + opts.draft_k + 16);
   auto ts = Session::create(*target, std::move(*tb), n_ctx, KvType::f16, false);
   if (!ts) return ts.status();
   auto db = open_backend(v.backend, draft_model, threads);
@@ -340,7 +341,13 @@ Status measure_as_draft(const std::shared_ptr<const Model>& draft_model, const C
   run.test = ThroughputTest::tg;
   run.repetitions = opts.repetitions;
   run.cancel = cancel;
-  run.tokens.assign(text_tokens.begin(), text_tokens.begin() + 16);
+  // The answer to the fixed chat prompt (the TTFT test's, in the target's
+  // template): what speculative decoding serves in a chat. A continuation of
+  // the text's first tokens, as tg decodes, soon repeats itself on small
+  // models, and repeats are easy to draft.
+  run.tokens = render_prompt((*target)->tokenizer(), (*target)->chat_template(),
+                             PromptInput::chat_of({{"user", opts.ttft_prompt}}))
+                   .tokens;
   run.generate = &g;
   run.on_run = [&](int r) {
     vp.report("draft", 0, label + ": the target decoding plainly (" + std::to_string(r) + ")");

@@ -27,10 +27,11 @@
 //             window runs `phaselab-cli compare` in a child process.
 // A variant marked draft is then measured as the first variant's draft (the
 // distillation question: how well does a smaller, pruned or quantized model
-// stand in for the target?): the target decodes the tg test greedily, plainly
-// and with this variant drafting opts.draft_k tokens per pass (its own model
-// and KV cache, make_draft_model_source), each the mean of the runs, one
-// after the other in the same step: draft_tg, draft_base_tg, their ratio
+// stand in for the target?): the target answers the TTFT test's chat prompt
+// (opts.n_gen tokens, greedy, in its template), plainly and with this
+// variant drafting opts.draft_k tokens per pass (its own model and KV cache,
+// make_draft_model_source), each the mean of the runs, one after the other
+// in the same step: draft_tg, draft_base_tg, their ratio
 // draft_speedup, and the acceptance and tokens per target pass measured while
 // decoding. The output equals plain greedy decoding's (speculative.h).
 //
