@@ -147,7 +147,8 @@ Status validate_compare(const std::vector<CompareVariant>& variants, const Compa
   const bool any_draft = std::any_of(variants.begin(), variants.end(), [](const CompareVariant& v) { return v.draft; });
   if (any_draft && !variants[0].kv_cache)
     return invalid_argument("the first variant decodes without the KV cache: speculative decoding with a draft needs it");
-  if (any_draft && opts.n_gen < 1) return invalid_argument("a draft test decodes the tg test: give -n of at least 1");
+  if (any_draft && opts.n_gen < 1)
+    return invalid_argument("the draft test decodes -n tokens of a chat answer: give -n of at least 1");
   if (opts.n_ctx < 16 || opts.n_ctx > 32768 || opts.n_ctx % 2)
     return invalid_argument("the perplexity context must be an even number from 16 to 32768 (-c)");
   if (opts.n_chunks == 0 || opts.n_chunks < -1 || opts.n_chunks > 100000)
