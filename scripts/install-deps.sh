@@ -12,6 +12,8 @@ PACKAGES=(
   libboost-context-dev
   # phaselab-cli serve / --remote: HTTP server and client; the server's tests use curl and python3-venv
   libcpp-httplib-dev curl python3-venv
+  # test_jinja: Python's jinja2 renders the chat templates PhaseLab's interpreter is compared with
+  python3-jinja2
   # phaselab-cli pull / Get Models: HTTPS to Hugging Face and SHA-256 of the files (OpenSSL), its CA list
   libssl-dev ca-certificates
   # test_hub makes a self-signed certificate to check that HTTPS is verified
