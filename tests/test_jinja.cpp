@@ -11,6 +11,9 @@
 #include <nlohmann/json.hpp>
 
 #include "phaselab/jinja.h"
+#include "phaselab/model.h"
+#include "phaselab/prompt.h"
+#include "tiny_model.h"
 
 using nlohmann::ordered_json;
 namespace jj = phaselab::jinja;
@@ -139,6 +142,7 @@ class TestJinja : public QObject {
   void whitespace_control_renders_as_jinja2();
   void errors_are_errors();
   void sandbox_limits_hold();
+  void model_template_renders_prompts();
 };
 
 void TestJinja::corpus_renders_as_jinja2() {
@@ -327,6 +331,88 @@ void TestJinja::sandbox_limits_hold() {
   // Within the limits the same kind of template renders.
   QCOMPARE(QString::fromStdString(jj::render("{% for i in range(3) %}{{ i }}{% endfor %}", ordered_json::object(), opts)),
            QString("012"));
+}
+
+// A model's own template renders its chat prompts (render_prompt, as every
+// front end calls it): the tokens are those of jinja2's text for the same
+// template, one BOS where the template writes it too; a template that fails
+// on a conversation falls back to the family, saying why; one that does not
+// parse leaves the model loadable, with the family rendering.
+void TestJinja::model_template_renders_prompts() {
+  using namespace phaselab;
+  const QString dir = PHASELAB_TEST_DATA "/chat-templates/";
+  const std::string qwen = read_file(dir + "Qwen-Qwen2.5-7B-Instruct.jinja");
+  const std::string llama = read_file(dir + "meta-llama-Llama-3.1-8B-Instruct.jinja");
+  const std::string gemma2 = read_file(dir + "google-gemma-2-2b-it.jinja");
+  QVERIFY(!qwen.empty() && !llama.empty() && !gemma2.empty());
+
+  auto load = [](const std::string& tmpl, const char* file) {
+    testing::TinySpec spec;
+    spec.chat_template = tmpl;
+    auto m = Model::load(testing::write_tiny_model(spec, file));
+    if (!m) qFatal("%s", m.status().message().c_str());
+    return *m;
+  };
+  const std::vector<ChatMessage> chat = {{"system", "Be brief."}, {"user", "the cat sat"}};
+  ordered_json messages = ordered_json::array();
+  for (const auto& m : chat) messages.push_back({{"role", m.role}, {"content", m.content}});
+  auto ctx_of = [&](const ordered_json& msgs) {
+    return ordered_json{{"messages", msgs}, {"add_generation_prompt", true}, {"bos_token", "<s>"}, {"eos_token", "</s>"}};
+  };
+
+  // Qwen 2.5 (ChatML, no BOS written) and Llama 3.1 (writes bos_token first).
+  const auto expected = oracle({{"qwen", qwen, ctx_of(messages)}, {"llama", llama, ctx_of(messages)}});
+  QCOMPARE(expected.size(), size_t(2));
+  int k = 0;
+  for (const auto& [tmpl, family] : {std::pair{qwen, ChatTemplateFamily::chatml}, std::pair{llama, ChatTemplateFamily::llama3}}) {
+    auto model = load(tmpl, k == 0 ? "jinja-qwen.gguf" : "jinja-llama.gguf");
+    const ChatFormat format = model->chat_format();
+    QVERIFY(format.jinja != nullptr);
+    QVERIFY(model->chat_template_error().empty());
+    QCOMPARE(format.family, family);
+    QCOMPARE(format.bos_token, std::string("<s>"));
+    QCOMPARE(format.eos_token, std::string("</s>"));
+    const RenderedPrompt p = render_prompt(model->tokenizer(), format, PromptInput::chat_of(chat));
+    QVERIFY(p.from_template);
+    QVERIFY(p.template_fallback.empty());
+    std::string text = expected[static_cast<size_t>(k)].at("text").get<std::string>();
+    if (k == 1) {
+      QVERIFY(text.rfind("<s>", 0) == 0);  // Llama 3.1 writes the BOS text itself
+      text.erase(0, 3);
+    }
+    QCOMPARE(p.tokens, model->tokenizer().encode(text, true, true));
+    QCOMPARE(std::count(p.tokens.begin(), p.tokens.end(), model->tokenizer().bos()), 1);
+    QCOMPARE(p.stop, chat_stop_strings(family));
+    // A family chosen instead renders as before.
+    const RenderedPrompt chosen = render_prompt(model->tokenizer(), ChatFormat(ChatTemplateFamily::plain), PromptInput::chat_of(chat));
+    QVERIFY(!chosen.from_template);
+    QCOMPARE(chosen.tokens, model->tokenizer().encode(apply_chat_template(ChatTemplateFamily::plain, chat), true, true));
+    ++k;
+  }
+
+  // Gemma 2's template refuses a system turn: the built-in gemma format
+  // renders that conversation, and the reason is kept.
+  {
+    auto model = load(gemma2, "jinja-gemma2.gguf");
+    const RenderedPrompt p = render_prompt(model->tokenizer(), model->chat_format(), PromptInput::chat_of(chat));
+    QVERIFY(!p.from_template);
+    QVERIFY2(p.template_fallback.find("System role not supported") != std::string::npos, p.template_fallback.c_str());
+    QCOMPARE(p.tokens, model->tokenizer().encode(apply_chat_template(ChatTemplateFamily::gemma, chat), true, true));
+    // Without the system turn its own template renders.
+    const RenderedPrompt q = render_prompt(model->tokenizer(), model->chat_format(), PromptInput::chat_of({chat[1]}));
+    QVERIFY(q.from_template);
+  }
+
+  // A template that does not parse: the model loads, says why, and the
+  // family renders.
+  {
+    auto model = load("<|im_start|>{% for m in messages %}{{ m.content }", "jinja-broken.gguf");
+    QVERIFY(!model->chat_template_error().empty());
+    QVERIFY(model->chat_format().jinja == nullptr);
+    const RenderedPrompt p = render_prompt(model->tokenizer(), model->chat_format(), PromptInput::chat_of(chat));
+    QVERIFY(!p.from_template);
+    QCOMPARE(p.tokens, model->tokenizer().encode(apply_chat_template(ChatTemplateFamily::chatml, chat), true, true));
+  }
 }
 
 QTEST_GUILESS_MAIN(TestJinja)

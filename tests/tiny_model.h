@@ -25,6 +25,7 @@ struct TinySpec {
   bool tied = false;
   uint32_t seed = 1;
   uint32_t n_ctx_train = 256;
+  std::string chat_template;     // tokenizer.chat_template; empty: none
 };
 
 // A SentencePiece vocabulary: <unk> <s> </s>, the 256 byte tokens, a few words.
@@ -73,6 +74,7 @@ inline std::string write_tiny_model(const TinySpec& s, const std::string& file_n
   const std::string a = s.arch + ".";
   w.set("general.architecture", GgufWriteValue::string(s.arch));
   w.set("general.name", GgufWriteValue::string("tiny-" + s.arch));
+  if (!s.chat_template.empty()) w.set("tokenizer.chat_template", GgufWriteValue::string(s.chat_template));
   w.set(a + "context_length", GgufWriteValue::u32(s.n_ctx_train));
   w.set(a + "embedding_length", GgufWriteValue::u32(s.n_embd));
   w.set(a + "block_count", GgufWriteValue::u32(s.n_layer));

@@ -176,7 +176,7 @@ ModelInfo EngineWorker::describe() const {
   info.kvWindowNote = QString::fromStdString(m_session->kv().pool().window_note());
   info.fileSize = static_cast<qint64>(m.file().file_size());
   info.weightBytes = m.weight_bytes();
-  info.chatTemplate = QString::fromUtf8(chat_template_family_name(m.chat_template()));
+  info.chatTemplate = QString::fromStdString(chat_format_name(m.chat_format()));
   info.hasChatTemplate = m.has_chat_template();
   info.backend = QString::fromStdString(m_session->backend().name());
   info.threads = m_threads;
@@ -533,14 +533,18 @@ void EngineWorker::generateImpl(int requestId, const QList<ChatTurn>& turns, con
   std::vector<TokenId> prompt;
   if (!remote) {
     const Model& model = m_session->model();
-    ChatTemplateFamily family = model.chat_template();
+    // The model's own template, unless the person chose a built-in format.
+    ChatFormat format = model.chat_format();
     if (!settings.chatTemplate.isEmpty()) {
       const auto chosen = chat_template_family_from_name(settings.chatTemplate.toStdString());
       if (!chosen) return fail(QStringLiteral("unknown chat template \"%1\": choose one in Chat > Conversation Settings")
                                    .arg(settings.chatTemplate));
-      family = *chosen;
+      format = ChatFormat(*chosen);
     }
-    RenderedPrompt rendered = render_prompt(model.tokenizer(), family, input);
+    RenderedPrompt rendered = render_prompt(model.tokenizer(), format, input);
+    if (!rendered.template_fallback.empty())
+      spdlog::warn("the model's chat template failed ({}); rendered with the built-in '{}' format instead",
+                   rendered.template_fallback, chat_template_family_name(format.family));
     prompt = std::move(rendered.tokens);
     for (auto& s : rendered.stop) opt.stop.push_back(s);
     opt.draft = draftSource(settings);

@@ -41,7 +41,7 @@ ModelInfo ModelManager::describe(const QString& path, QString* error) {
     info.typeMix = QString::fromStdString(m.type_mix());
     info.contextTrained = c.n_ctx_train;
     info.weightBytes = m.weight_bytes();
-    info.chatTemplate = QString::fromUtf8(chat_template_family_name(m.chat_template()));
+    info.chatTemplate = QString::fromStdString(chat_format_name(m.chat_format()));
     info.hasChatTemplate = m.has_chat_template();
   } catch (const std::exception& e) {
     if (error) *error = QString::fromUtf8(e.what());

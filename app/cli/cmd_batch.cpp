@@ -24,11 +24,11 @@ namespace {
 // dialect (openai::parse_batch_line: the command line's flags are the
 // defaults, "n" is the token limit), so that a line is checked as a request
 // to the server is; the error names the field. Empty when the line is good.
-std::string parse_line(const std::string& text, const Tokenizer& tok, ChatTemplateFamily family,
+std::string parse_line(const std::string& text, const Tokenizer& tok, const ChatFormat& format,
                        const openai::ApiLimits& limits, const openai::RequestDefaults& defaults, BatchRequest* out) {
   openai::ParsedRequest pr;
   openai::ApiError err;
-  if (!openai::parse_batch_line(text, tok, family, limits, defaults, &pr, &err)) return err.message;
+  if (!openai::parse_batch_line(text, tok, format, limits, defaults, &pr, &err)) return err.message;
   out->prompt = std::move(pr.prompt);
   out->options = std::move(pr.options);
   return {};
@@ -78,7 +78,7 @@ void print_help() {
 
 struct ParseContext {
   const Tokenizer& tok;
-  ChatTemplateFamily family;
+  ChatFormat format;
   openai::ApiLimits limits;
   openai::RequestDefaults defaults;
 };
@@ -152,7 +152,7 @@ Status BatchRun::feed() {
     BatchRequest req;
     std::string error = l.cut ? "the line is longer than " + std::to_string(kMaxTextFileBytes >> 20) +
                                     " MiB: no context holds such a prompt, shorten it"
-                              : parse_line(l.text, ctx_.tok, ctx_.family, ctx_.limits, ctx_.defaults, &req);
+                              : parse_line(l.text, ctx_.tok, ctx_.format, ctx_.limits, ctx_.defaults, &req);
     if (error.empty()) {
       auto id = s_.submit(std::move(req));
       if (id) {
@@ -330,7 +330,7 @@ int cmd_batch(int argc, char** argv) {
     Scheduler& s = **sched;
     // The server's limits on a line: the context, and no answer cap but the
     // context's (the scheduler stops there).
-    const ParseContext pc{s.model().tokenizer(), s.model().chat_template(), openai::ApiLimits{s.n_ctx(), 1 << 20},
+    const ParseContext pc{s.model().tokenizer(), s.model().chat_format(), openai::ApiLimits{s.n_ctx(), 1 << 20},
                           openai::batch_defaults(defaults)};
     BatchRun run(s, *f.in, *in_path, f.lines, f.pending, *f.out, pc, *parallel);
     if (Status st = run.run(); !st) {

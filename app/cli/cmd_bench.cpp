@@ -127,7 +127,7 @@ Result<SpecResult> measure_speculative(Session& s, const EngineSetup& setup, con
   // A rewrite task a base model follows too: one worked example, then the
   // text to copy again.
   const auto prompt =
-      render_prompt(s.model().tokenizer(), setup.chat_family,
+      render_prompt(s.model().tokenizer(), setup.chat_format,
                     PromptInput::text_of("Original: " + text + "\nCopy: " + text + "\nOriginal: " + text + "\nCopy:"))
           .tokens;
   GenerateOptions o;
@@ -173,7 +173,7 @@ Result<SpecResult> measure_speculative(Session& s, const EngineSetup& setup, con
 // through Session::generate, alternating; each run's sample is the request's
 // decode tokens/s, so the sampler's time per token is what separates them.
 Result<std::vector<BenchResult>> measure_sampled(Session& s, const EngineSetup& setup, const BenchOptions& bo) {
-  const auto prompt = render_prompt(s.model().tokenizer(), setup.chat_family,
+  const auto prompt = render_prompt(s.model().tokenizer(), setup.chat_format,
                                     PromptInput::text_of("Once upon a time, in a small town by the sea, there lived"))
                           .tokens;
   GenerateOptions o;
@@ -214,7 +214,7 @@ struct ChatResult {
   int n_prompt = 0, n_reused = 0;
 };
 
-Result<ChatResult> measure_chat_turns(Session& s, ChatTemplateFamily family, int turns) {
+Result<ChatResult> measure_chat_turns(Session& s, const ChatFormat& format, int turns) {
   static const char* kQuestions[] = {
       "Tell me about the sea.", "What lives in it?", "Which of them is the largest?", "How deep can it dive?",
       "What does it eat?",      "Where does it sleep?", "How long does it live?", "Can people see it?"};
@@ -229,7 +229,7 @@ Result<ChatResult> measure_chat_turns(Session& s, ChatTemplateFamily family, int
     o.prefix_cache = cached;
     for (int t = 0; t < turns; t++) {
       msgs.push_back({"user", kQuestions[t % 8]});
-      const RenderedPrompt prompt = render_prompt(s.model().tokenizer(), family, PromptInput::chat_of(msgs));
+      const RenderedPrompt prompt = render_prompt(s.model().tokenizer(), format, PromptInput::chat_of(msgs));
       o.stop = prompt.stop;
       auto r = s.generate(prompt.tokens, o);
       if (!r) return r.status();
@@ -559,7 +559,7 @@ int cmd_bench(int argc, char** argv) {
   }
   std::optional<ChatResult> chat;
   if (bo->turns > 0) {
-    auto r = measure_chat_turns(s, setup->chat_family, bo->turns);
+    auto r = measure_chat_turns(s, setup->chat_format, bo->turns);
     if (!r) return report(r.status());
     chat = *r;
   }

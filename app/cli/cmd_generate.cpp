@@ -216,7 +216,7 @@ int cmd_generate(int argc, char** argv) {
   opt.draft = setup->draft.get();
   opt.spec_k = setup->spec_k;
 
-  RenderedPrompt rendered = render_prompt(model.tokenizer(), setup->chat_family, input);
+  RenderedPrompt rendered = render_prompt(model.tokenizer(), setup->chat_format, input);
   const std::vector<int32_t>& prompt = rendered.tokens;
   for (auto& s : rendered.stop) opt.stop.push_back(s);
 
@@ -284,16 +284,17 @@ int cmd_chat(int argc, char** argv) {
   if (!setup) return report(setup.status());
   Session& session = *setup->session;
   const Tokenizer& tok = session.model().tokenizer();
-  const auto family = setup->chat_family;
+  const ChatFormat& format = setup->chat_format;
   opt.draft = setup->draft.get();
   opt.spec_k = setup->spec_k;
 
   std::vector<ChatMessage> history;
   if (auto sys = args->get("--system")) history.push_back({"system", *sys});
-  std::fprintf(stderr, "PhaseLab chat with %s (%s template, %s). /reset, /quit.\n", session.model().path().c_str(),
-               chat_template_family_name(family), session.backend().name().c_str());
+  const std::string template_name = chat_format_name(format);
+  std::fprintf(stderr, "PhaseLab chat with %s (chat format: %s; %s). /reset, /quit.\n", session.model().path().c_str(),
+               template_name.c_str(), session.backend().name().c_str());
   chat_loop(history, [&](std::vector<ChatMessage>& h) -> std::optional<std::string> {
-    RenderedPrompt rendered = render_prompt(tok, family, PromptInput::chat_of(h));
+    RenderedPrompt rendered = render_prompt(tok, format, PromptInput::chat_of(h));
     std::vector<int32_t>& prompt = rendered.tokens;
     // Keep the conversation inside the context: drop the oldest turns (the
     // system prompt stays) until the prompt leaves room for an answer.
@@ -305,7 +306,7 @@ int cmd_chat(int argc, char** argv) {
       if (oldest == h.end() - 1) break;  // only this message is left
       h.erase(oldest);
       dropped++;
-      rendered = render_prompt(tok, family, PromptInput::chat_of(h));
+      rendered = render_prompt(tok, format, PromptInput::chat_of(h));
     }
     if (dropped)
       std::fprintf(stderr, "(the %d oldest message%s no longer fit the context of %d tokens and were dropped; "

@@ -12,6 +12,7 @@
 #include "phaselab/backend.h"
 #include "phaselab/chat_template.h"
 #include "phaselab/gguf.h"
+#include "phaselab/jinja.h"
 #include "phaselab/model.h"
 #include "phaselab/model_config.h"
 
@@ -82,6 +83,16 @@ int cmd_info(int argc, char** argv) {
   const uint64_t n_tokens = toks && toks->type == GgufValueType::ARRAY ? toks->count : 0;
   const auto tmpl = f.get_string("tokenizer.chat_template");
   const std::string family = tmpl ? chat_template_family_name(detect_chat_template(*tmpl)) : "none";
+  // Whether PhaseLab's Jinja interpreter parses the template (it renders
+  // chats when it does; the family when it does not).
+  std::string template_error;
+  if (tmpl) {
+    try {
+      jinja::Template parsed(*tmpl);
+    } catch (const jinja::Error& e) {
+      template_error = e.what();
+    }
+  }
 
   if (args->has("--json")) {
     nlohmann::json j;
@@ -112,7 +123,8 @@ int cmd_info(int argc, char** argv) {
     j["vocab"] = {{"model", tok_model}, {"pre", tok_pre}, {"n_tokens", n_tokens},
                   {"bos", f.get_int("tokenizer.ggml.bos_token_id").value_or(-1)},
                   {"eos", f.get_int("tokenizer.ggml.eos_token_id").value_or(-1)}};
-    j["chat_template"] = {{"present", tmpl.has_value()}, {"family", family}};
+    j["chat_template"] = {{"present", tmpl.has_value()}, {"family", family}, {"parses", tmpl && template_error.empty()}};
+    if (!template_error.empty()) j["chat_template"]["error"] = template_error;
     std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     std::fflush(stdout);
     return loadable.is_ok() ? kExitOk : report(loadable);
@@ -152,7 +164,12 @@ int cmd_info(int argc, char** argv) {
               tok_pre.empty() ? "" : " / pre ", tok_pre.c_str(), static_cast<unsigned long long>(n_tokens),
               static_cast<long long>(f.get_int("tokenizer.ggml.bos_token_id").value_or(-1)),
               static_cast<long long>(f.get_int("tokenizer.ggml.eos_token_id").value_or(-1)));
-  std::printf("chat template   %s\n", tmpl ? ("yes (" + family + ")").c_str() : "no");
+  const std::string tmpl_line =
+      !tmpl ? "no"
+            : template_error.empty() ? "yes, rendered by its Jinja template (" + family + " stop strings)"
+                                     : "yes, but it does not parse (" + template_error + "): the built-in '" + family +
+                                           "' format renders instead";
+  std::printf("chat template   %s\n", tmpl_line.c_str());
   std::printf("loadable        %s%s\n", loadable.is_ok() ? "yes" : "no: ", loadable.is_ok() ? "" : loadable.message().c_str());
   std::fflush(stdout);
   return loadable.is_ok() ? kExitOk : report(loadable);

@@ -91,7 +91,7 @@ Result<EngineSetup> open_session(const Args& args, int default_ctx, bool chat) {
   auto session = Session::create(s.model, std::move(mb->backend), *ctx, *kv_type, chat);
   if (!session) return session.status();
   s.session = std::move(*session);
-  s.chat_family = s.model->chat_template();
+  s.chat_format = s.model->chat_format();
 
   const std::string spec =
       args.get_or("--spec", to_string(args.has("--draft") ? SpeculativeMode::draft_model : SpeculativeMode::off));

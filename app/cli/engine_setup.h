@@ -13,7 +13,7 @@ namespace phaselab::cli {
 struct EngineSetup {
   std::shared_ptr<Model> model;
   std::unique_ptr<Session> session;
-  ChatTemplateFamily chat_family = ChatTemplateFamily::plain;
+  ChatFormat chat_format;  // the model's own template, or its family
   std::unique_ptr<DraftSource> draft;  // --spec lookup|draft; null for none
   int spec_k = 4;
 };

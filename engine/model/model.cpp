@@ -4,6 +4,9 @@
 #include <cstdio>
 #include <map>
 
+#include <spdlog/spdlog.h>
+
+#include "phaselab/jinja.h"
 #include "phaselab/quant.h"
 
 namespace phaselab {
@@ -136,6 +139,18 @@ Result<std::shared_ptr<Model>> Model::from_file(std::shared_ptr<GgufFile> file) 
   }
   // Per decoded token every matrix is read once, the embedding only one row.
   m->weight_bytes_ = L.bytes() - (w.tied_output ? 0 : w.tok_embd.row_bytes * (c.n_vocab - 1));
+  // The model's own chat template, parsed once. One that does not parse
+  // leaves the recognised family to render (said in the log and by
+  // chat_template_error), never a refusal to load.
+  if (auto t = m->file_->get_string("tokenizer.chat_template")) {
+    try {
+      m->chat_jinja_ = std::make_shared<const jinja::Template>(*t);
+    } catch (const jinja::Error& e) {
+      m->chat_template_error_ = e.what();
+      spdlog::warn("{}: its chat template does not parse ({}); the built-in '{}' format renders chats instead", path,
+                   e.what(), chat_template_family_name(m->chat_template()));
+    }
+  }
   return m;
 }
 
@@ -149,6 +164,15 @@ ChatTemplateFamily Model::chat_template() const {
 }
 
 bool Model::has_chat_template() const { return file_->get_string("tokenizer.chat_template").has_value(); }
+
+ChatFormat Model::chat_format() const {
+  ChatFormat f(chat_template());
+  f.jinja = chat_jinja_;
+  const Tokenizer& tok = *tokenizer_;
+  if (tok.bos() >= 0) f.bos_token = std::string(tok.token_text(tok.bos()));
+  if (tok.eos() >= 0) f.eos_token = std::string(tok.token_text(tok.eos()));
+  return f;
+}
 
 std::string Model::type_mix() const {
   std::map<std::string, uint64_t> bytes;

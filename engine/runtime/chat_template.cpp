@@ -1,6 +1,37 @@
 #include "phaselab/chat_template.h"
 
+#include "phaselab/jinja.h"
+
 namespace phaselab {
+
+std::string chat_format_name(const ChatFormat& format) {
+  if (format.jinja) return std::string("Jinja template, ") + chat_template_family_name(format.family) + " stops";
+  return chat_template_family_name(format.family);
+}
+
+RenderedChat render_chat(const ChatFormat& format, const std::vector<ChatMessage>& messages,
+                         bool add_generation_prompt) {
+  RenderedChat out;
+  if (format.jinja) {
+    nlohmann::ordered_json ctx;
+    ctx["messages"] = nlohmann::ordered_json::array();
+    for (const auto& m : messages) ctx["messages"].push_back({{"role", m.role}, {"content", m.content}});
+    ctx["add_generation_prompt"] = add_generation_prompt;
+    ctx["bos_token"] = format.bos_token;
+    ctx["eos_token"] = format.eos_token;
+    try {
+      out.text = format.jinja->render(ctx);
+      out.from_template = true;
+      return out;
+    } catch (const jinja::Error& e) {
+      out.fallback = e.what();
+    } catch (const nlohmann::json::exception& e) {  // a message that is not UTF-8 cannot be a JSON string
+      out.fallback = e.what();
+    }
+  }
+  out.text = apply_chat_template(format.family, messages, add_generation_prompt);
+  return out;
+}
 
 ChatTemplateFamily detect_chat_template(std::string_view s) {
   if (s.find("<start_of_turn>") != std::string_view::npos) return ChatTemplateFamily::gemma;

@@ -346,7 +346,7 @@ Status measure_as_draft(const std::shared_ptr<const Model>& draft_model, const C
   // template): what speculative decoding serves in a chat. A continuation of
   // the text's first tokens, as tg decodes, soon repeats itself on small
   // models, and repeats are easy to draft.
-  run.tokens = render_prompt((*target)->tokenizer(), (*target)->chat_template(),
+  run.tokens = render_prompt((*target)->tokenizer(), (*target)->chat_format(),
                              PromptInput::chat_of({{"user", opts.ttft_prompt}}))
                    .tokens;
   run.generate = &g;
@@ -455,7 +455,7 @@ Result<std::vector<CompareRow>> run_compare(const std::vector<CompareVariant>& v
     if (!backend) return fail(backend.status());
     // The fixed chat prompt of the TTFT test, in the model's own template.
     const auto ttft_prompt =
-        render_prompt((*model)->tokenizer(), (*model)->chat_template(), PromptInput::chat_of({{"user", opts.ttft_prompt}}))
+        render_prompt((*model)->tokenizer(), (*model)->chat_format(), PromptInput::chat_of({{"user", opts.ttft_prompt}}))
             .tokens;
     const int n_ctx = std::max({opts.n_ctx, opts.n_prompt + 16, 16 + opts.n_gen + 16,
                                 static_cast<int>(ttft_prompt.size()) + 8, 256});

@@ -25,7 +25,7 @@ std::vector<ChatMessage> PromptInput::conversation() const {
   return out;
 }
 
-std::optional<RenderedPrompt> render_prompt(const Tokenizer& tok, ChatTemplateFamily family, const PromptInput& in,
+std::optional<RenderedPrompt> render_prompt(const Tokenizer& tok, const ChatFormat& format, const PromptInput& in,
                                             const std::function<bool(size_t text_bytes)>& fits) {
   RenderedPrompt out;
   if (!in.chat) {
@@ -36,16 +36,23 @@ std::optional<RenderedPrompt> render_prompt(const Tokenizer& tok, ChatTemplateFa
     return out;
   }
   // A rendered chat holds the template's markers as text: parse_special = true.
-  const std::string rendered =
-      apply_chat_template(family, in.system.empty() ? in.messages : in.conversation());
-  if (fits && !fits(rendered.size())) return std::nullopt;
-  out.tokens = tok.encode(rendered, true, true);
-  out.stop = chat_stop_strings(family);
+  RenderedChat chat = render_chat(format, in.system.empty() ? in.messages : in.conversation());
+  std::string_view text = chat.text;
+  // Most templates write the BOS text themselves; the tokenizer adds the
+  // token too: one of them goes, or the model would read two.
+  const std::string& bos = format.bos_token;
+  if (chat.from_template && tok.add_bos() && !bos.empty() && text.substr(0, bos.size()) == bos)
+    text.remove_prefix(bos.size());
+  if (fits && !fits(text.size())) return std::nullopt;
+  out.tokens = tok.encode(std::string(text), true, true);
+  out.stop = chat_stop_strings(format.family);
+  out.from_template = chat.from_template;
+  out.template_fallback = std::move(chat.fallback);
   return out;
 }
 
-RenderedPrompt render_prompt(const Tokenizer& tok, ChatTemplateFamily family, const PromptInput& in) {
-  return *render_prompt(tok, family, in, {});
+RenderedPrompt render_prompt(const Tokenizer& tok, const ChatFormat& format, const PromptInput& in) {
+  return *render_prompt(tok, format, in, {});
 }
 
 }  // namespace phaselab

@@ -291,17 +291,17 @@ bool parse_stop(Checker& ck, std::vector<std::string>* stop) {
 // measured in bytes before it is tokenized; the template's stop strings join
 // the request's.
 bool render_into(const PromptInput& in, Checker& ck, bool batch, const char* field, const Tokenizer& tok,
-                 ChatTemplateFamily family, const ApiLimits& limits, ParsedRequest* out) {
-  auto rendered = render_prompt(tok, family, in, [&](size_t bytes) { return text_fits(ck, batch, field, bytes, tok, limits); });
+                 const ChatFormat& format, const ApiLimits& limits, ParsedRequest* out) {
+  auto rendered = render_prompt(tok, format, in, [&](size_t bytes) { return text_fits(ck, batch, field, bytes, tok, limits); });
   if (!rendered) return false;
   out->prompt = std::move(rendered->tokens);
   for (auto& s : rendered->stop) out->options.stop.push_back(s);
   return true;
 }
 
-// The prompt: chat messages rendered with the family's template, or the
+// The prompt: chat messages rendered with the model's chat format, or the
 // completion's text or token ids.
-bool parse_prompt(Checker& ck, Endpoint ep, bool batch, const Tokenizer& tok, ChatTemplateFamily family,
+bool parse_prompt(Checker& ck, Endpoint ep, bool batch, const Tokenizer& tok, const ChatFormat& format,
                   const ApiLimits& limits, ParsedRequest* out) {
   const json& j = ck.j;
   const char* field = ep == Endpoint::chat ? "messages" : "prompt";
@@ -324,13 +324,13 @@ bool parse_prompt(Checker& ck, Endpoint ep, bool batch, const Tokenizer& tok, Ch
       if (!content_text(m["content"], f + ".content", ck, &text)) return false;
       msgs.push_back({role, std::move(text)});
     }
-    if (!render_into(PromptInput::chat_of(std::move(msgs)), ck, batch, field, tok, family, limits, out)) return false;
+    if (!render_into(PromptInput::chat_of(std::move(msgs)), ck, batch, field, tok, format, limits, out)) return false;
   } else {
     if (!ck.has("prompt")) return ck.fail("prompt", "is required");
     const auto& p = j["prompt"];
     const json* text = p.is_string() ? &p : p.is_array() && p.size() == 1 && p[0].is_string() ? &p[0] : nullptr;
     if (text) {
-      if (!render_into(PromptInput::text_of(text->get<std::string>()), ck, batch, field, tok, family, limits, out))
+      if (!render_into(PromptInput::text_of(text->get<std::string>()), ck, batch, field, tok, format, limits, out))
         return false;
     } else if (p.is_array() && !p.empty() &&
                std::all_of(p.begin(), p.end(), [](const json& x) { return x.is_number_integer(); })) {
@@ -373,9 +373,9 @@ RequestDefaults batch_defaults(const GenerateOptions& flags) {
   return d;
 }
 
-bool parse_request(Endpoint ep, const std::string& body, const Tokenizer& tok, ChatTemplateFamily family,
+bool parse_request(Endpoint ep, const std::string& body, const Tokenizer& tok, const ChatFormat& format,
                    const ApiLimits& limits, ParsedRequest* out, ApiError* err) {
-  return parse_request(ep, body, tok, family, limits, server_defaults(limits), out, err);
+  return parse_request(ep, body, tok, format, limits, server_defaults(limits), out, err);
 }
 
 namespace {
@@ -399,7 +399,7 @@ bool parse_json(const std::string& text, json* out, std::string* error) {
   return false;
 }
 
-bool parse_request(Endpoint ep, const std::string& body, const Tokenizer& tok, ChatTemplateFamily family,
+bool parse_request(Endpoint ep, const std::string& body, const Tokenizer& tok, const ChatFormat& format,
                    const ApiLimits& limits, const RequestDefaults& defaults, ParsedRequest* out, ApiError* err) {
   json j;
   std::string why;
@@ -408,10 +408,10 @@ bool parse_request(Endpoint ep, const std::string& body, const Tokenizer& tok, C
     err->message = "the body is " + why;
     return false;
   }
-  return parse_request(ep, j, tok, family, limits, defaults, out, err);
+  return parse_request(ep, j, tok, format, limits, defaults, out, err);
 }
 
-bool parse_request(Endpoint ep, const json& j, const Tokenizer& tok, ChatTemplateFamily family,
+bool parse_request(Endpoint ep, const json& j, const Tokenizer& tok, const ChatFormat& format,
                    const ApiLimits& limits, const RequestDefaults& defaults, ParsedRequest* out, ApiError* err) {
   if (!j.is_object()) {
     err->http_status = 400;
@@ -441,7 +441,7 @@ bool parse_request(Endpoint ep, const json& j, const Tokenizer& tok, ChatTemplat
   if (!parse_sampling(ck, defaults, tok, &out->options.sampling)) return false;
   if (!parse_counts(ck, ep, limits, defaults, out)) return false;
   if (!parse_stop(ck, &out->options.stop)) return false;
-  if (!parse_prompt(ck, ep, defaults.batch_dialect, tok, family, limits, out)) return false;
+  if (!parse_prompt(ck, ep, defaults.batch_dialect, tok, format, limits, out)) return false;
   // Every field was checked above; this catches defaults out of range (a
   // caller's RequestDefaults), which no field of the request is to blame for.
   if (Status st = out->options.sampling.validate(tok.n_vocab()); !st) {
@@ -453,7 +453,7 @@ bool parse_request(Endpoint ep, const json& j, const Tokenizer& tok, ChatTemplat
   return true;
 }
 
-bool parse_batch_line(const std::string& line, const Tokenizer& tok, ChatTemplateFamily family,
+bool parse_batch_line(const std::string& line, const Tokenizer& tok, const ChatFormat& format,
                       const ApiLimits& limits, const RequestDefaults& defaults, ParsedRequest* out, ApiError* err) {
   json j;
   if (std::string why; !parse_json(line, &j, &why)) {
@@ -469,7 +469,7 @@ bool parse_batch_line(const std::string& line, const Tokenizer& tok, ChatTemplat
     err->message = "give exactly one of \"prompt\" (text) and \"messages\" (a chat)";
     return false;
   }
-  return parse_request(has_messages ? Endpoint::chat : Endpoint::completions, j, tok, family, limits, defaults, out,
+  return parse_request(has_messages ? Endpoint::chat : Endpoint::completions, j, tok, format, limits, defaults, out,
                        err);
 }
 

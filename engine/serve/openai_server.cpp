@@ -410,7 +410,7 @@ void OpenAiServer::run_completion(Job& job) {
   openai::ParsedRequest pr;
   openai::ApiError err;
   const openai::ApiLimits limits{n_ctx_, max_tokens_};
-  const bool ok = openai::parse_request(job.ep, job.req.body, model.tokenizer(), model.chat_template(), limits, &pr, &err);
+  const bool ok = openai::parse_request(job.ep, job.req.body, model.tokenizer(), model.chat_format(), limits, &pr, &err);
   job.req = http::Request{};  // the body's bytes go back to the budget now
   if (!ok) {
     metrics_.record_rejected();

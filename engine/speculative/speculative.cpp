@@ -364,7 +364,7 @@ Result<SelfSkipChoice> calibrate_self_skip(Session& s, const std::vector<int32_t
 std::vector<int32_t> self_skip_calibration_prompt(const Model& model) {
   const char* ask = "Explain in a few sentences how a lighthouse guides ships at night.";
   // A base model's "template" renders the turn as a transcript.
-  return render_prompt(model.tokenizer(), model.chat_template(), PromptInput::chat_of({ChatMessage{"user", ask}})).tokens;
+  return render_prompt(model.tokenizer(), model.chat_format(), PromptInput::chat_of({ChatMessage{"user", ask}})).tokens;
 }
 
 std::string default_self_skip(int n_layer) { return std::to_string(std::max(0, n_layer / 2 - 1)); }

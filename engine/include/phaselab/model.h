@@ -72,6 +72,12 @@ class Model {
   ChatTemplateFamily chat_template() const;
   // False for a base (pre-trained) model: the file has no chat template.
   bool has_chat_template() const;
+  // How chats are rendered: the file's own template, parsed once by the Jinja
+  // interpreter, with chat_template() as its family; without a template (or
+  // one that does not parse: chat_template_error()) the family alone.
+  ChatFormat chat_format() const;
+  // Why the file's template is not used ("" when it is, or when there is none).
+  const std::string& chat_template_error() const { return chat_template_error_; }
   // A short description of the type mix, e.g. "Q4_K 61%, Q6_K 30%, F32 9%".
   std::string type_mix() const;
 
@@ -82,6 +88,8 @@ class Model {
   ModelWeights weights_;
   std::unique_ptr<Tokenizer> tokenizer_;
   uint64_t weight_bytes_ = 0;
+  std::shared_ptr<const jinja::Template> chat_jinja_;
+  std::string chat_template_error_;
 };
 
 }  // namespace phaselab

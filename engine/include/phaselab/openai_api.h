@@ -70,23 +70,23 @@ struct ParsedRequest {
 // absent (temperature 1, top_p 1, no top-k or min-p cut, max_tokens up to
 // the cap); top_k, min_p, repeat_penalty and ignore_eos are accepted as
 // extensions, as other local servers do. The chat template and its stop
-// strings come from family. A prompt whose byte length alone proves it
+// strings come from format (the model's template, or a family). A prompt whose byte length alone proves it
 // cannot fit the context is refused before it is tokenized
 // (Tokenizer::max_token_text_bytes), with the same context_length_exceeded
 // error as one refused after.
-bool parse_request(Endpoint ep, const std::string& body, const Tokenizer& tok, ChatTemplateFamily family,
+bool parse_request(Endpoint ep, const std::string& body, const Tokenizer& tok, const ChatFormat& format,
                    const ApiLimits& limits, ParsedRequest* out, ApiError* err);
 // The same with other defaults (phaselab-cli batch), and from a parsed body.
-bool parse_request(Endpoint ep, const std::string& body, const Tokenizer& tok, ChatTemplateFamily family,
+bool parse_request(Endpoint ep, const std::string& body, const Tokenizer& tok, const ChatFormat& format,
                    const ApiLimits& limits, const RequestDefaults& defaults, ParsedRequest* out, ApiError* err);
-bool parse_request(Endpoint ep, const nlohmann::json& body, const Tokenizer& tok, ChatTemplateFamily family,
+bool parse_request(Endpoint ep, const nlohmann::json& body, const Tokenizer& tok, const ChatFormat& format,
                    const ApiLimits& limits, const RequestDefaults& defaults, ParsedRequest* out, ApiError* err);
 
 // One line of phaselab-cli batch's input: {"prompt": ...} is read as
 // /v1/completions' body, {"messages": [...]} as /v1/chat/completions' (exactly
 // one of the two), by parse_request with defaults (batch_defaults). The
 // error's message says what is wrong with the line.
-bool parse_batch_line(const std::string& line, const Tokenizer& tok, ChatTemplateFamily family,
+bool parse_batch_line(const std::string& line, const Tokenizer& tok, const ChatFormat& format,
                       const ApiLimits& limits, const RequestDefaults& defaults, ParsedRequest* out, ApiError* err);
 
 // Choice i's options: the request's, with seed + i (so that n sampled

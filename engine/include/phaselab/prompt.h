@@ -36,13 +36,18 @@ struct PromptInput {
 struct RenderedPrompt {
   std::vector<int32_t> tokens;    // what the model reads (BOS first where the tokenizer adds one)
   std::vector<std::string> stop;  // stop strings of the chat template; none for a text
+  bool from_template = false;     // a chat rendered by the model's own template
+  std::string template_fallback;  // why the model's template did not render it (its error), else ""
 };
 
 // Renders and encodes in. fits, when given, is shown the rendered text's
 // length in bytes before it is encoded (a text too long for the context is
 // refused without the cost of tokenizing it): false gives nullopt.
-std::optional<RenderedPrompt> render_prompt(const Tokenizer& tok, ChatTemplateFamily family, const PromptInput& in,
+// A chat goes through format: the model's template when it has one (its
+// BOS text at the start is dropped where the tokenizer adds the BOS token,
+// so there is one), else the family.
+std::optional<RenderedPrompt> render_prompt(const Tokenizer& tok, const ChatFormat& format, const PromptInput& in,
                                             const std::function<bool(size_t text_bytes)>& fits);
-RenderedPrompt render_prompt(const Tokenizer& tok, ChatTemplateFamily family, const PromptInput& in);
+RenderedPrompt render_prompt(const Tokenizer& tok, const ChatFormat& format, const PromptInput& in);
 
 }  // namespace phaselab
