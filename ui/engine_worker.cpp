@@ -178,6 +178,8 @@ ModelInfo EngineWorker::describe() const {
   info.weightBytes = m.weight_bytes();
   info.chatTemplate = QString::fromStdString(chat_format_name(m.chat_format()));
   info.hasChatTemplate = m.has_chat_template();
+  if (!m.chat_template_error().empty())
+    spdlog::warn("{}: its chat template does not parse: {}", m.path(), m.chat_template_error());
   info.backend = QString::fromStdString(m_session->backend().name());
   info.threads = m_threads;
   info.config = m_config;

@@ -92,6 +92,8 @@ Result<EngineSetup> open_session(const Args& args, int default_ctx, bool chat) {
   if (!session) return session.status();
   s.session = std::move(*session);
   s.chat_format = s.model->chat_format();
+  if (!s.model->chat_template_error().empty())
+    std::fprintf(stderr, "note: the model's chat template does not parse: %s\n", s.model->chat_template_error().c_str());
 
   const std::string spec =
       args.get_or("--spec", to_string(args.has("--draft") ? SpeculativeMode::draft_model : SpeculativeMode::off));

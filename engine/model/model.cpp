@@ -4,8 +4,6 @@
 #include <cstdio>
 #include <map>
 
-#include <spdlog/spdlog.h>
-
 #include "phaselab/jinja.h"
 #include "phaselab/quant.h"
 
@@ -140,15 +138,14 @@ Result<std::shared_ptr<Model>> Model::from_file(std::shared_ptr<GgufFile> file) 
   // Per decoded token every matrix is read once, the embedding only one row.
   m->weight_bytes_ = L.bytes() - (w.tied_output ? 0 : w.tok_embd.row_bytes * (c.n_vocab - 1));
   // The model's own chat template, parsed once. One that does not parse
-  // leaves the recognised family to render (said in the log and by
-  // chat_template_error), never a refusal to load.
+  // leaves the recognised family to render (chat_template_error says why;
+  // the front ends show it), never a refusal to load.
   if (auto t = m->file_->get_string("tokenizer.chat_template")) {
     try {
       m->chat_jinja_ = std::make_shared<const jinja::Template>(*t);
     } catch (const jinja::Error& e) {
-      m->chat_template_error_ = e.what();
-      spdlog::warn("{}: its chat template does not parse ({}); the built-in '{}' format renders chats instead", path,
-                   e.what(), chat_template_family_name(m->chat_template()));
+      m->chat_template_error_ = std::string(e.what()) + "; the built-in '" +
+                                chat_template_family_name(m->chat_template()) + "' format renders chats instead";
     }
   }
   return m;

@@ -3,7 +3,9 @@
 // add_generation_prompt (bit 3); the rest is messages separated by 0x00,
 // each a role byte (system, user, assistant, or - for other values - the
 // role name "tool") followed by its content. The whole input is also given
-// to detect_chat_template as a template source.
+// to detect_chat_template as a template source, and to the Jinja interpreter
+// as a template (a hostile tokenizer.chat_template): it parses or is refused
+// with an Error, and renders those messages or is refused, within its limits.
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -11,6 +13,7 @@
 
 #include "fuzz_common.h"
 #include "phaselab/chat_template.h"
+#include "phaselab/jinja.h"
 
 using namespace phaselab;
 
@@ -46,5 +49,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (const ChatMessage& m : msgs) FUZZ_CHECK(out.find(m.content) != std::string::npos);
   }
   for (const std::string& s : chat_stop_strings(family)) FUZZ_CHECK(!s.empty());
+
+  // The input as a Jinja template, small limits so that each run is quick.
+  jinja::RenderOptions opts;
+  opts.limits.max_steps = 20000;
+  opts.limits.max_output = 1 << 20;
+  opts.limits.max_depth = 64;
+  opts.now = 0;
+  try {
+    jinja::Template t(all, opts.limits);
+    nlohmann::ordered_json ctx;
+    ctx["messages"] = nlohmann::ordered_json::array();
+    for (const ChatMessage& m : msgs) ctx["messages"].push_back({{"role", m.role}, {"content", m.content}});
+    ctx["add_generation_prompt"] = gen;
+    ctx["bos_token"] = "<s>";
+    ctx["eos_token"] = "</s>";
+    const std::string text = t.render(ctx, opts);
+    FUZZ_CHECK(text.size() <= opts.limits.max_output);
+  } catch (const jinja::Error&) {
+    // refused, with a message: fine
+  }
   return 0;
 }

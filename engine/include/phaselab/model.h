@@ -76,7 +76,8 @@ class Model {
   // interpreter, with chat_template() as its family; without a template (or
   // one that does not parse: chat_template_error()) the family alone.
   ChatFormat chat_format() const;
-  // Why the file's template is not used ("" when it is, or when there is none).
+  // Why the file's template is not used, and what renders instead ("" when
+  // it is used, or when there is none).
   const std::string& chat_template_error() const { return chat_template_error_; }
   // A short description of the type mix, e.g. "Q4_K 61%, Q6_K 30%, F32 9%".
   std::string type_mix() const;
