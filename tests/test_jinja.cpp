@@ -114,6 +114,19 @@ std::string read_file(const QString& path) {
   return f.readAll().toStdString();
 }
 
+// One function offered to the model, in OpenAI's shape.
+ordered_json tools() {
+  return ordered_json::array(
+      {{{"type", "function"},
+        {"function",
+         {{"name", "get_weather"},
+          {"description", "The weather in a city."},
+          {"parameters",
+           {{"type", "object"},
+            {"properties", {{"city", {{"type", "string"}, {"description", "City name"}}}, {"unit", {{"type", "string"}, {"enum", {"c", "f"}}}}}},
+            {"required", {"city"}}}}}}}});
+}
+
 ordered_json conversation(const std::string& kind) {
   using j = ordered_json;
   if (kind == "user") return j::array({{{"role", "user"}, {"content", "Hello! What is 2+2?"}}});
@@ -123,6 +136,21 @@ ordered_json conversation(const std::string& kind) {
     return j::array({{{"role", "user"}, {"content", "Hi"}},
                      {{"role", "assistant"}, {"content", "Hello, how can I help?"}},
                      {{"role", "user"}, {"content", "A joke about \"cats\" & dogs — ünïcode,\n  two lines."}}});
+  if (kind == "parts")  // content as a list of typed parts, as OpenAI's API allows
+    return j::array({{{"role", "system"}, {"content", j::array({{{"type", "text"}, {"text", "Sys part."}}})}},
+                     {{"role", "user"}, {"content", j::array({{{"type", "text"}, {"text", "Part one."}},
+                                                              {{"type", "text"}, {"text", "Part two."}}})}}});
+  if (kind == "tools")  // a tool call and its result, with the tools offered
+    return j::array(
+        {{{"role", "user"}, {"content", "Weather in Paris?"}},
+         {{"role", "assistant"},
+          {"content", ""},
+          {"tool_calls",
+           j::array({{{"id", "call_1"},
+                      {"type", "function"},
+                      {"function", {{"name", "get_weather"}, {"arguments", {{"city", "Paris"}, {"unit", "c"}}}}}}})}},
+         {{"role", "tool"}, {"tool_call_id", "call_1"}, {"name", "get_weather"}, {"content", "{\"temp\": 21.5}"}},
+         {{"role", "user"}, {"content", "Thanks."}}});
   // An assistant turn last, as when a template renders a whole saved chat.
   return j::array({{{"role", "system"}, {"content", "  Spaces around.  "}},
                    {{"role", "user"}, {"content", "Q1"}},
@@ -153,13 +181,14 @@ void TestJinja::corpus_renders_as_jinja2() {
   for (const QString& f : files) {
     const std::string src = read_file(dir.filePath(f));
     QVERIFY(!src.empty());
-    for (const char* conv : {"user", "system", "multi", "saved"})
+    for (const char* conv : {"user", "system", "multi", "saved", "parts", "tools"})
       for (bool gen : {true, false}) {
         ordered_json ctx;
         ctx["messages"] = conversation(conv);
         ctx["add_generation_prompt"] = gen;
         ctx["bos_token"] = "<s>";
         ctx["eos_token"] = "</s>";
+        if (std::string(conv) == "tools") ctx["tools"] = tools();
         cases.push_back({f.toStdString() + " [" + conv + (gen ? ", generation prompt]" : "]"), src, ctx});
       }
   }
@@ -205,7 +234,9 @@ void TestJinja::features_render_as_jinja2() {
       "{{ msgs|selectattr('role', 'equalto', 'user')|list }} {{ msgs|rejectattr('role', 'eq', 'user')|map(attribute='content')|list }}",
       "{{ xs|select('odd')|list }} {{ xs|reject('even')|list }} {{ msgs|selectattr('content')|list|length }}",
       "{{ d|items|list }} {{ d|dictsort }} {{ d|dictsort(by='value', reverse=true) }} {{ d.items()|list }} {{ d.keys()|list }}",
-      "{{ nested|tojson }} {{ nested|tojson(indent=2) }} {{ xs|tojson(separators=(',', ':')) }} {{ d|tojson(sort_keys=true) }}",
+      "{{ nested|tojson }} {{ nested|tojson(indent=2) }} {{ xs|tojson(separators=(',', ':')) }} {{ d|tojson(sort_keys=true) }} {{ nested|tojson(ensure_ascii=true) }} {{ 'a\U0001F600b'|tojson(true) }}",
+      // markupsafe's Markup: a plain string added to a safe one is escaped
+      "{{ 'a<'|safe + '<b>' }} {{ '<c>' + '&'|safe }} {{ ('x'|safe + '\"q\"')|trim }} {{ '<'|e + '>'|e }} {{ ('<'|safe).upper() + '&' }} {{ '<' ~ '>'|safe }} {{ '<'|e is escaped }}",
       "{{ 'a<b>&\"c\\''|e }} {{ '3'|int + 1 }} {{ 'x'|int }} {{ 2.7|int }} {{ '2.5'|float }} {{ 3|float }} {{ -3|abs }} {{ 2.567|round(2) }}",
       "{{ 'x\\ny\\n\\nz'|indent(2) }}|{{ 'x\\ny'|indent(2, true) }}|{{ 'x\\n\\ny'|indent(1, blank=true) }}|{{ 12|string ~ 'a' }}",
       "{{ 'hello world'|capitalize }} {{ 'hello world'|title }} {{ 'a b  c'|wordcount }} {{ xs|map('string')|join }} {{ d|attr('text') }}",

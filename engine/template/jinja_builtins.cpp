@@ -399,21 +399,6 @@ Value path_of(const Builtins& b, const Value& v, const std::string& path) {
   return cur;
 }
 
-std::string html_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
-
 Value sort_key(const Value& v, bool case_sensitive) {
   if (!case_sensitive && v.is_string()) return Value::string(lower(v.s));
   return v;
@@ -476,8 +461,13 @@ Value get_attribute(const Builtins& b, const Value& obj, const std::string& name
       throw Error(obj.s.empty() ? std::string("a value is undefined") : obj.s);
     case Value::Kind::string:
       if (is_str_method(name)) {
-        const std::string s = obj.s;
-        return Value::function([s, name](const CallArgs& a) { return str_method(s, name, a); });
+        // A Markup's methods give Markup (markupsafe wraps them).
+        const Value self = obj;
+        return Value::function([self, name](const CallArgs& a) {
+          Value r = str_method(self.s, name, a);
+          if (r.is_string() && self.safe) r.safe = true;
+          return r;
+        });
       }
       break;
     case Value::Kind::dict: {
@@ -544,18 +534,27 @@ Value get_item(const Builtins& b, const Value& obj, const Value& key) {
 }
 
 Value apply_filter(const Builtins& b, const std::string& name, const Value& v, const CallArgs& a) {
-  if (name == "safe") return v;
-  if (name == "string") return Value::string(to_str(v));
+  if (name == "safe") {
+    Value m = Value::string(to_str(v));
+    m.safe = true;
+    return m;
+  }
+  if (name == "string") return same_markup(v, to_str(v));
   if (name == "trim") {
     const Value* c = opt_arg(a, 0, "chars");
     if (c && !c->is_string()) type_error("trim: chars must be a string");
-    return Value::string(py_strip(to_str(v), c ? &c->s : nullptr, true, true));
+    return same_markup(v, py_strip(to_str(v), c ? &c->s : nullptr, true, true));
   }
-  if (name == "upper") return Value::string(upper(to_str(v)));
-  if (name == "lower") return Value::string(lower(to_str(v)));
-  if (name == "capitalize") return Value::string(py_capitalize(to_str(v)));
-  if (name == "title") return Value::string(py_title(to_str(v)));
-  if (name == "e" || name == "escape" || name == "forceescape") return Value::string(html_escape(to_str(v)));
+  if (name == "upper") return same_markup(v, upper(to_str(v)));
+  if (name == "lower") return same_markup(v, lower(to_str(v)));
+  if (name == "capitalize") return same_markup(v, py_capitalize(to_str(v)));
+  if (name == "title") return same_markup(v, py_title(to_str(v)));
+  if (name == "e" || name == "escape" || name == "forceescape") {
+    if (v.is_string() && v.safe && name != "forceescape") return v;
+    Value m = Value::string(html_escape(to_str(v)));
+    m.safe = true;
+    return m;
+  }
   if (name == "length" || name == "count") {
     switch (v.kind) {
       case Value::Kind::undefined: return Value::integer(0);
@@ -769,9 +768,8 @@ Value apply_filter(const Builtins& b, const std::string& name, const Value& v, c
       item_sep = to_str((*seps->list)[0]);
       key_sep = to_str((*seps->list)[1]);
     }
-    if (const Value* ea = opt_arg(a, 0, "ensure_ascii"); ea && ea->truthy())
-      type_error("tojson(ensure_ascii=True) is not supported");
-    return Value::string(to_json(v, indent, item_sep, key_sep, arg_bool(a, 3, "sort_keys", false)));
+    const Value* ea = opt_arg(a, 0, "ensure_ascii");
+    return Value::string(to_json(v, indent, item_sep, key_sep, arg_bool(a, 3, "sort_keys", false), ea && ea->truthy()));
   }
   if (name == "indent") {
     const Value* w = opt_arg(a, 0, "width");
@@ -824,7 +822,7 @@ bool apply_test(const Builtins& b, const std::string& name, const Value& v, cons
   if (name == "callable") return v.kind == Value::Kind::callable;
   if (name == "lower") return to_str(v) == lower(to_str(v));
   if (name == "upper") return to_str(v) == upper(to_str(v));
-  if (name == "escaped") return false;
+  if (name == "escaped") return v.is_string() && v.safe;
   if (name == "odd" || name == "even") {
     if (v.kind != Value::Kind::integer) type_error("odd/even need an integer");
     return ((v.i % 2) != 0) == (name == "odd");

@@ -520,7 +520,15 @@ class Renderer {
     if (op == "+") {
       if (a.is_string() && b.is_string()) {
         if (a.s.size() + b.s.size() > opts_.limits.max_output) throw Error("a string would exceed the output limit");
-        return Value::string(a.s + b.s);
+        // Markup + str escapes the str (markupsafe), either way round.
+        if (a.safe != b.safe) {
+          Value m = Value::string(a.safe ? a.s + html_escape(b.s) : html_escape(a.s) + b.s);
+          m.safe = true;
+          return m;
+        }
+        Value sum = Value::string(a.s + b.s);
+        sum.safe = a.safe;
+        return sum;
       }
       if (a.is_list() && b.is_list()) {
         List l = *a.list;

@@ -226,9 +226,37 @@ std::string string_repr(const std::string& s) {
   return out;
 }
 
-void json_string(std::string& out, const std::string& s) {
+// ensure_ascii: every non-ASCII character as \uXXXX (a surrogate pair above
+// U+FFFF), lower-case hex, as Python writes it.
+void json_string(std::string& out, const std::string& s, bool ensure_ascii) {
   out += '"';
-  for (unsigned char c : s) {
+  for (size_t k = 0; k < s.size(); ++k) {
+    const unsigned char c = static_cast<unsigned char>(s[k]);
+    if (ensure_ascii && c >= 0x80) {
+      uint32_t cp = 0;
+      size_t n = (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
+      if (n == 1 || k + n > s.size()) {
+        cp = 0xFFFD;
+        n = 1;
+      } else {
+        cp = c & (0x7F >> n);
+        for (size_t m = 1; m < n; ++m) cp = (cp << 6) | (static_cast<unsigned char>(s[k + m]) & 0x3F);
+      }
+      auto u = [&](uint32_t x) {
+        char buf[8];
+        std::snprintf(buf, sizeof buf, "\\u%04x", x);
+        out += buf;
+      };
+      if (cp >= 0x10000) {
+        cp -= 0x10000;
+        u(0xD800 + (cp >> 10));
+        u(0xDC00 + (cp & 0x3FF));
+      } else {
+        u(cp);
+      }
+      k += n - 1;
+      continue;
+    }
     switch (c) {
       case '"': out += "\\\""; break;
       case '\\': out += "\\\\"; break;
@@ -251,7 +279,7 @@ void json_string(std::string& out, const std::string& s) {
 }
 
 void json_value(std::string& out, const Value& v, int indent, int level, const std::string& item_sep,
-                const std::string& key_sep, bool sort_keys) {
+                const std::string& key_sep, bool sort_keys, bool ascii) {
   auto newline = [&](int lvl) {
     if (indent < 0) return;
     out += '\n';
@@ -270,7 +298,7 @@ void json_value(std::string& out, const Value& v, int indent, int level, const s
       else if (std::isinf(v.f)) out += v.f < 0 ? "-Infinity" : "Infinity";
       else out += float_repr(v.f);
       return;
-    case Value::Kind::string: json_string(out, v.s); return;
+    case Value::Kind::string: json_string(out, v.s, ascii); return;
     case Value::Kind::list: {
       if (v.list->empty()) {
         out += "[]";
@@ -280,7 +308,7 @@ void json_value(std::string& out, const Value& v, int indent, int level, const s
       for (size_t k = 0; k < v.list->size(); ++k) {
         if (k) out += item_sep;
         newline(level + 1);
-        json_value(out, (*v.list)[k], indent, level + 1, item_sep, key_sep, sort_keys);
+        json_value(out, (*v.list)[k], indent, level + 1, item_sep, key_sep, sort_keys, ascii);
       }
       newline(level);
       out += ']';
@@ -300,9 +328,9 @@ void json_value(std::string& out, const Value& v, int indent, int level, const s
         if (k) out += item_sep;
         newline(level + 1);
         const Value key = key_value(items[k]->first);
-        json_string(out, key.is_string() ? key.s : key.is_none() ? "null" : to_repr(key));
+        json_string(out, key.is_string() ? key.s : key.is_none() ? "null" : to_repr(key), ascii);
         out += key_sep;
-        json_value(out, items[k]->second, indent, level + 1, item_sep, key_sep, sort_keys);
+        json_value(out, items[k]->second, indent, level + 1, item_sep, key_sep, sort_keys, ascii);
       }
       newline(level);
       out += '}';
@@ -348,9 +376,9 @@ std::string to_repr(const Value& v) {
 }
 
 std::string to_json(const Value& v, int indent, const std::string& item_sep, const std::string& key_sep,
-                    bool sort_keys) {
+                    bool sort_keys, bool ensure_ascii) {
   std::string out;
-  json_value(out, v, indent, 0, item_sep, key_sep, sort_keys);
+  json_value(out, v, indent, 0, item_sep, key_sep, sort_keys, ensure_ascii);
   return out;
 }
 
@@ -401,6 +429,27 @@ bool less(const Value& a, const Value& b) {
   }
   throw Error(std::string("'<' not supported between instances of '") + type_name(a) + "' and '" + type_name(b) +
               "'");
+}
+
+std::string html_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&#34;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+Value same_markup(const Value& v, std::string s) {
+  Value out = Value::string(std::move(s));
+  out.safe = v.is_string() && v.safe;
+  return out;
 }
 
 std::vector<std::string> utf8_chars(const std::string& s) {

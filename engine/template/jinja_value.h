@@ -41,6 +41,8 @@ struct Value {
   Kind kind = Kind::undefined;
   bool b = false;
   bool tuple = false;                  // a list written as a tuple: printed (a, b)
+  bool safe = false;                   // a string marked safe (|safe, |e: markupsafe's Markup):
+                                       // a plain string added to it is HTML-escaped first
   int64_t i = 0;
   double f = 0;
   std::string s;                       // string; undefined: what was looked up (for the error)
@@ -78,9 +80,10 @@ const char* type_name(const Value& v);
 // str(v) and repr(v) as Python writes them.
 std::string to_str(const Value& v);
 std::string to_repr(const Value& v);
-// json.dumps(v, ensure_ascii=False, indent=indent, separators=..., sort_keys=...):
+// json.dumps(v, ensure_ascii=..., indent=indent, separators=..., sort_keys=...):
 // indent < 0 is None.
-std::string to_json(const Value& v, int indent, const std::string& item_sep, const std::string& key_sep, bool sort_keys);
+std::string to_json(const Value& v, int indent, const std::string& item_sep, const std::string& key_sep, bool sort_keys,
+                    bool ensure_ascii = false);
 // Python's ==, and < for sorting and comparisons (Error for unorderable kinds).
 bool equals(const Value& a, const Value& b);
 bool less(const Value& a, const Value& b);
@@ -88,6 +91,11 @@ bool less(const Value& a, const Value& b);
 List iterate(const Value& v);
 // Python's float repr (1.0, 1e-05, 1e+16, inf, nan).
 std::string float_repr(double d);
+
+// markupsafe's escape: & < > " ' as &amp; &lt; &gt; &#34; &#39;.
+std::string html_escape(const std::string& s);
+// A string with v's Markup flag (for filters and methods that keep it).
+Value same_markup(const Value& v, std::string s);
 
 // UTF-8 helpers: a string's characters (code points) as separate strings.
 std::vector<std::string> utf8_chars(const std::string& s);
