@@ -20,7 +20,7 @@ namespace jj = phaselab::jinja;
 
 namespace {
 
-constexpr std::time_t kNow = 1764720000;  // 2025-12-03 00:00 UTC: strftime_now's clock on both sides
+constexpr std::time_t kNow = 1764720000;  // 2025-12-03 00:00 UTC: strftime_now's clock on both sides (local time)
 
 struct Case {
   std::string label;

@@ -174,7 +174,7 @@ class Renderer {
             if (a.pos.empty() || !a.pos[0].is_string()) throw Error("strftime_now() needs a format string");
             const std::time_t t = opts_.now ? *opts_.now : std::time(nullptr);
             std::tm tm{};
-            gmtime_r(&t, &tm);
+            localtime_r(&t, &tm);  // transformers: datetime.now(), local time
             char buf[256];
             const size_t n = std::strftime(buf, sizeof buf, a.pos[0].s.c_str(), &tm);
             return Value::string(std::string(buf, n));

@@ -35,7 +35,7 @@ class Generation(Extension):
 
 def main():
     spec = json.load(sys.stdin)
-    now = datetime.datetime.fromtimestamp(spec.get("now", 0), datetime.timezone.utc)
+    now = datetime.datetime.fromtimestamp(spec.get("now", 0))  # local time, as transformers' datetime.now()
 
     def raise_exception(message):
         raise jinja2.exceptions.TemplateError(message)

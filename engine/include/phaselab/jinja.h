@@ -44,7 +44,7 @@ struct Limits {
 
 struct RenderOptions {
   Limits limits;
-  // strftime_now()'s clock (UTC); nullopt: the current time.
+  // strftime_now()'s clock (local time, as transformers'); nullopt: now.
   std::optional<std::time_t> now;
 };
 
