@@ -44,7 +44,7 @@ std::optional<RenderedPrompt> render_prompt(const Tokenizer& tok, const ChatForm
   if (chat.from_template && tok.add_bos() && !bos.empty() && text.substr(0, bos.size()) == bos)
     text.remove_prefix(bos.size());
   if (fits && !fits(text.size())) return std::nullopt;
-  out.tokens = tok.encode(std::string(text), true, true);
+  out.tokens = tok.encode(text, true, true);
   out.stop = chat_stop_strings(format.family);
   out.from_template = chat.from_template;
   out.template_fallback = std::move(chat.fallback);

@@ -10,6 +10,7 @@
 #include <cstdlib>
 
 #include "template/jinja_ast.h"
+#include "tokenizer/unicode.h"
 
 namespace phaselab::jinja {
 namespace {
@@ -237,24 +238,6 @@ class Lexer {
     pos_ = e;
   }
 
-  static void append_utf8(std::string& out, uint32_t cp) {
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xC0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xE0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-  }
-
   // A string literal with Python's escapes.
   void lex_string(char quote) {
     const int start_line = line_;
@@ -292,7 +275,7 @@ class Lexer {
           const std::string hex = src_.substr(k + 1, n);
           for (char h : hex)
             if (!std::isxdigit(static_cast<unsigned char>(h))) fail(start_line, "a bad \\" + std::string(1, e) + " escape");
-          append_utf8(out, static_cast<uint32_t>(std::strtoul(hex.c_str(), nullptr, 16)));
+          unicode::append_utf8(out, static_cast<uint32_t>(std::strtoul(hex.c_str(), nullptr, 16)));
           k += n;
           break;
         }

@@ -1,5 +1,7 @@
 #include "template/jinja_value.h"
 
+#include "tokenizer/unicode.h"
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -233,15 +235,10 @@ void json_string(std::string& out, const std::string& s, bool ensure_ascii) {
   for (size_t k = 0; k < s.size(); ++k) {
     const unsigned char c = static_cast<unsigned char>(s[k]);
     if (ensure_ascii && c >= 0x80) {
-      uint32_t cp = 0;
-      size_t n = (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
-      if (n == 1 || k + n > s.size()) {
-        cp = 0xFFFD;
-        n = 1;
-      } else {
-        cp = c & (0x7F >> n);
-        for (size_t m = 1; m < n; ++m) cp = (cp << 6) | (static_cast<unsigned char>(s[k + m]) & 0x3F);
-      }
+      // Ill-formed bytes (never in a Python str) are written as U+FFFD.
+      const unicode::Utf8Step step = unicode::utf8_step(s, k);
+      uint32_t cp = step.kind == unicode::Utf8Step::complete ? step.cp : 0xFFFD;
+      const size_t n = step.len;
       auto u = [&](uint32_t x) {
         char buf[8];
         std::snprintf(buf, sizeof buf, "\\u%04x", x);
@@ -455,9 +452,7 @@ Value same_markup(const Value& v, std::string s) {
 std::vector<std::string> utf8_chars(const std::string& s) {
   std::vector<std::string> out;
   for (size_t k = 0; k < s.size();) {
-    const unsigned char c = static_cast<unsigned char>(s[k]);
-    size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
-    n = std::min(n, s.size() - k);
+    const size_t n = std::min(unicode::lead_length(static_cast<uint8_t>(s[k])), s.size() - k);
     out.push_back(s.substr(k, n));
     k += n;
   }
