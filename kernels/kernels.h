@@ -72,12 +72,13 @@ struct RowMap {
 // For each token: RMSNorm of every q and k head (q_norm / k_norm: (head_dim),
 // or null to skip), RoPE at its row's position; q is updated in place, the
 // k head (k itself is left as it was) and the v head are written to the
-// cache row of that position.   q: (T, n_head, head_dim);
+// cache row of that position. cos and sin are scaled by mscale (phi3's
+// rope.scaling.attn_factor; 1 elsewhere).   q: (T, n_head, head_dim);
 // k, v: (T, n_head_kv, head_dim); cache rows: (n_head_kv * head_dim)
 cudaError_t launch_qk_norm_rope_store(float* q, float* k, const float* v, const float* q_norm, const float* k_norm,
                                       KvPages cache, RowMap rows, int T, int n_head, int n_head_kv, int head_dim,
-                                      int n_rot, float base, const float* freq_factors, bool neox, float eps,
-                                      cudaStream_t s);
+                                      int n_rot, float base, const float* freq_factors, float mscale, bool neox,
+                                      float eps, cudaStream_t s);
 
 // g = act(g) * u over n values (act: GELU-tanh or SiLU)
 cudaError_t launch_gated_act(float* g, const float* u, size_t n, bool gelu, cudaStream_t s);

@@ -9,8 +9,8 @@ namespace {
 // back, a k head to the cache with the token's v head.
 __global__ void qk_norm_rope_store_kernel(float* q, float* k, const float* v, const float* q_norm, const float* k_norm,
                                           KvPages cache, RowMap rows, int n_head, int n_head_kv, int head_dim,
-                                          int n_rot, float base, const float* freq_factors, bool neox,
-                                          float eps) {
+                                          int n_rot, float base, const float* freq_factors, float mscale,
+                                          bool neox, float eps) {
   PHASELAB_DYNAMIC_SHARED(float, head);  // head_dim floats
   __shared__ float shared[32];
   const int per_token = n_head + n_head_kv;
@@ -34,7 +34,7 @@ __global__ void qk_norm_rope_store_kernel(float* q, float* k, const float* v, co
     double freq = pow(static_cast<double>(base), -2.0 * i / n_rot);
     if (freq_factors) freq /= freq_factors[i];
     const double theta = static_cast<double>(pos) * freq;
-    const float c = static_cast<float>(cos(theta)), sn = static_cast<float>(sin(theta));
+    const float c = static_cast<float>(cos(theta)) * mscale, sn = static_cast<float>(sin(theta)) * mscale;
     const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
     const float x0 = head[a], x1 = head[b];
     head[a] = x0 * c - x1 * sn;
@@ -62,12 +62,12 @@ __global__ void qk_norm_rope_store_kernel(float* q, float* k, const float* v, co
 
 cudaError_t launch_qk_norm_rope_store(float* q, float* k, const float* v, const float* q_norm, const float* k_norm,
                                       KvPages cache, RowMap rows, int T, int n_head, int n_head_kv, int head_dim,
-                                      int n_rot, float base, const float* freq_factors, bool neox, float eps,
-                                      cudaStream_t s) {
+                                      int n_rot, float base, const float* freq_factors, float mscale, bool neox,
+                                      float eps, cudaStream_t s) {
   if (!rows.pos || !rows.table_at || !cache.table || (cache.elem == KvElem::q8_0 && head_dim % 32 != 0))
     return cudaErrorInvalidValue;
   PHASELAB_LAUNCH(qk_norm_rope_store_kernel, T * (n_head + n_head_kv), 128, head_dim * sizeof(float), s)(
-      q, k, v, q_norm, k_norm, cache, rows, n_head, n_head_kv, head_dim, n_rot, base, freq_factors, neox, eps);
+      q, k, v, q_norm, k_norm, cache, rows, n_head, n_head_kv, head_dim, n_rot, base, freq_factors, mscale, neox, eps);
   return cudaGetLastError();
 }
 

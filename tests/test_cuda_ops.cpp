@@ -333,10 +333,11 @@ class TestCudaOps : public QObject {
     // Rows of two sequences: the first's positions 14 and 16 (across a block
     // edge), the second's 16 between them.
     const std::vector<int> pos{pos0, pos0 + 2, pos0 + 2}, seq{0, 1, 0};
+    const float mscale = freq_factors ? 1.19f : 1.f;  // phi3's attn_factor goes with its factors
     const DevRows rows(cache, pos, seq);
     std::vector<float> wq(q), wk(k), wkc(cache.floats(), 0.f), wvc(wkc), cs(n_rot);
     for (int t = 0; t < T; t++) {
-      ref::rope_angles(cs.data(), n_rot, pos[t], base, freq_factors ? ff.data() : nullptr);
+      ref::rope_angles(cs.data(), n_rot, pos[t], base, freq_factors ? ff.data() : nullptr, mscale);
       for (int h = 0; h < NH; h++) {
         float* qh = &wq[static_cast<size_t>(t) * NQ + h * HD];
         if (qk_norm) ref::rmsnorm(qh, qh, qn.data(), HD, eps);
@@ -358,7 +359,7 @@ class TestCudaOps : public QObject {
       Dev<float> dq2(q);
       CU(cuda::launch_qk_norm_rope_store(dq2.p, dk.p, dv.p, qk_norm ? dqn.p : nullptr, qk_norm ? dkn.p : nullptr,
                                          cache.pages(kc.p, vc.p, dtable.p, e), rows.map(), T, NH, NKVH, HD, n_rot,
-                                         base, freq_factors ? dff.p : nullptr, neox, eps, nullptr));
+                                         base, freq_factors ? dff.p : nullptr, mscale, neox, eps, nullptr));
       qInfo("K/V cache of %s", elem_name(e));
       CHECK_NMSE(wq, dq2.get(), 1e-7);
       QVERIFY(dk.get() == k);  // k itself is left alone: attention reads the cache

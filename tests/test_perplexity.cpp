@@ -12,6 +12,7 @@
 #include <fstream>
 
 #include "phaselab/perplexity.h"
+#include "reference/reference_models.h"
 #include "tiny_model.h"
 
 using namespace phaselab;
@@ -149,7 +150,7 @@ class TestPerplexity : public QObject {
   }
 
   void ppl_of_tiny_models_equals_reference() {
-    for (const char* arch : {"llama", "qwen2", "qwen3", "gemma3"}) {
+    for (const char* arch : {"llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"}) {
       const std::string path = write_tiny_model(tiny_spec(arch), std::string("ppl-tiny-") + arch + ".gguf");
       auto m = Model::load(path);
       QVERIFY2(m, m.status().message().c_str());
@@ -428,6 +429,154 @@ class TestPerplexity : public QObject {
 
     QVERIFY(!KlBase::load(dir.filePath("missing").toStdString()));
     QVERIFY(!KlBase::load(dir.path().toStdString()));  // a folder
+  }
+
+  // Every family against llama.cpp: the reference models' logits at every
+  // scored position of llama-perplexity's run (its --kl-divergence-base
+  // files, kept in tests/data/reference-models with the commit and command
+  // that made them) against PhaseLab's on the same tokens, on the reference
+  // and the fast backend, with F32 K/V as llama's run had. Float weights:
+  // the distributions agree to the 16-bit rounding of llama's file (max
+  // |dlogp| ~1e-4); quantized ones to the rounding of each engine's 8-bit
+  // activations.
+  void matches_llama_cpp_data() {
+    QTest::addColumn<QString>("model");
+    QTest::addColumn<bool>("exact");  // float weights
+    QTest::addColumn<bool>("reference");
+    for (const auto& m : reference_models()) {
+      const bool exact = m.spec.matrix_type == TensorType::F32 && m.spec.embd_type == TensorType::F32;
+      for (bool ref : {true, false})
+        QTest::newRow((m.name + (ref ? "/reference" : "/fast")).c_str()) << QString::fromStdString(m.name) << exact << ref;
+    }
+    QTest::newRow("stories260K/reference") << "stories260K" << true << true;  // trained, all F32
+    QTest::newRow("stories260K/fast") << "stories260K" << true << false;
+  }
+  void matches_llama_cpp() {
+    QFETCH(QString, model);
+    QFETCH(bool, exact);
+    QFETCH(bool, reference);
+    const std::string dir = test_data("reference-models/");
+    const std::string gguf = model == "stories260K" ? test_data("stories260K.gguf") : dir + model.toStdString() + ".gguf";
+    auto m = Model::load(gguf);
+    QVERIFY2(m, m.status().message().c_str());
+    // Every token kept: the KL divergence is then over the whole vocabulary.
+    auto base = KlBase::load(dir + model.toStdString() + ".kld", (*m)->config().n_vocab);
+    QVERIFY2(base, base.status().message().c_str());
+    QVERIFY(base->from_llama);
+    QVERIFY(base->top_k >= 32);  // all but the tokens the file holds only a bound for
+    auto s = session(*m, reference, base->n_ctx, 64, KvType::f32);
+    PerplexityOptions o;
+    o.n_ctx = base->n_ctx;
+    o.kl_base = &*base;
+    auto r = run_perplexity(*s, base->tokens, o);
+    QVERIFY2(r, r.status().message().c_str());
+    QVERIFY(r->kl.has_value());
+    const KlStats& k = *r->kl;
+    qInfo("%s: PPL %.4f (llama.cpp %.4f), KLD %.3g, max |dlogp| %.3g, top-1 %.1f %%", qPrintable(model), r->ppl,
+          k.ppl_base, k.kld, k.max_dlogp, 100 * k.top1_agree);
+    QCOMPARE(r->n_scored, base->n_positions());
+    if (exact) {
+      QVERIFY2(k.kld < 1e-5, qPrintable(QString("KLD %1").arg(k.kld)));
+      QVERIFY2(k.max_dlogp < 1e-3, qPrintable(QString("max |dlogp| %1").arg(k.max_dlogp)));
+      QVERIFY2(std::fabs(r->ppl / k.ppl_base - 1) < 1e-4, qPrintable(QString("PPL %1 vs %2").arg(r->ppl).arg(k.ppl_base)));
+      QVERIFY2(k.top1_agree >= 0.95, qPrintable(QString("top-1 %1").arg(k.top1_agree)));
+    } else {
+      QVERIFY2(k.kld < 1e-3, qPrintable(QString("KLD %1").arg(k.kld)));
+      QVERIFY2(k.max_dlogp < 0.2, qPrintable(QString("max |dlogp| %1").arg(k.max_dlogp)));
+      QVERIFY2(std::fabs(r->ppl / k.ppl_base - 1) < 5e-3, qPrintable(QString("PPL %1 vs %2").arg(r->ppl).arg(k.ppl_base)));
+      QVERIFY2(k.top1_agree >= 0.9, qPrintable(QString("top-1 %1").arg(k.top1_agree)));
+    }
+  }
+
+  // The check can fail: another model's logits on the same tokens (Gemma 2
+  // with other weights) are far from the base.
+  void llama_base_of_another_model_differs() {
+    auto m = Model::load(test_data("reference-models/gemma2-f32.gguf"));
+    QVERIFY(m);
+    auto base = KlBase::load(test_data("reference-models/gemma2-q8_0.kld"), 1000);
+    QVERIFY(base);
+    QVERIFY(base->top_k < (*m)->config().n_vocab);  // clamped to the vocabulary, less the tokens held as bounds
+    auto s = session(*m, true, base->n_ctx);
+    PerplexityOptions o;
+    o.n_ctx = base->n_ctx;
+    o.kl_base = &*base;
+    auto r = run_perplexity(*s, base->tokens, o);
+    QVERIFY(r);
+    QVERIFY2(r->kl->kld > 0.05, qPrintable(QString("KLD %1").arg(r->kl->kld)));
+    QVERIFY(r->kl->max_dlogp > 0.5);
+  }
+
+  // llama-perplexity's files: a few tokens kept by default, checked against
+  // the file's size before anything is allocated, each field refused with
+  // what is wrong.
+  void llama_base_read_and_checked() {
+    const std::string path = test_data("reference-models/llama-f32.kld");
+    const std::string good = read_file(path);
+    auto b = KlBase::load(path);
+    QVERIFY2(b, b.status().message().c_str());
+    QCOMPARE(b->top_k, KlBase::kLlamaTopK);
+    QCOMPARE(b->n_ctx, 64);
+    QCOMPARE(b->n_chunks, 3);
+    QCOMPARE(b->bos, KlBase::kBosOfRun);
+    QVERIFY(b->label.find("llama-f32.kld (llama-perplexity)") != std::string::npos);
+    // The top-k is the most likely first, and the target's log p is its own.
+    auto all = KlBase::load(path, 10000);
+    QVERIFY(all);
+    for (int64_t s = 0; s < b->n_positions(); s++) {
+      for (int j = 0; j < b->top_k; j++) {
+        QCOMPARE(b->top_ids[s * b->top_k + j], all->top_ids[s * all->top_k + j]);
+        if (j > 0) QVERIFY(b->top_logp[s * b->top_k + j] <= b->top_logp[s * b->top_k + j - 1]);
+      }
+      const int32_t target = b->tokens[(s / 31) * 64 + 32 + s % 31 + 1];
+      for (int j = 0; j < all->top_k; j++)
+        if (all->top_ids[s * all->top_k + j] == target) QCOMPARE(all->top_logp[s * all->top_k + j], b->target_logp[s]);
+    }
+
+    QTemporaryDir dir;
+    auto refused = [&](const std::string& bytes, const char* needle) {
+      const std::string p = dir.filePath("bad.kld").toStdString();
+      {
+        std::ofstream out(p, std::ios::binary | std::ios::trunc);
+        out << bytes;
+      }
+      auto r = KlBase::load(p);
+      QVERIFY2(!r, needle);
+      QCOMPARE(r.status().code(), StatusCode::invalid_file);
+      QVERIFY2(r.status().message().find(needle) != std::string::npos, r.status().message().c_str());
+      QVERIFY2(r.status().message().find("llama-perplexity") != std::string::npos, r.status().message().c_str());
+    };
+    auto patched = [&](size_t off, const void* v, size_t n) {
+      std::string s = good;
+      std::memcpy(s.data() + off, v, n);
+      return s;
+    };
+    refused(good.substr(0, good.size() - 2), "promises");
+    refused(good + "xy", "promises");
+    refused(good.substr(0, 14), "truncated header");
+    const uint32_t zero = 0, huge = 0x7fffffffu, many = 1u << 20;
+    refused(patched(8, &zero, 4), "n_ctx");
+    refused(patched(12, &huge, 4), "n_vocab");
+    refused(patched(16, &many, 4), "promises");  // would be gigabytes: refused by size
+    const int32_t bad_token = 5000;
+    refused(patched(20 + 4 * 7, &bad_token, 4), "token 5000");
+    const size_t rec0 = 20 + 4 * 64 * 3;
+    const float nan = std::nanf(""), negative = -1.f, positive = 3.f;
+    refused(patched(rec0, &nan, 4), "scale");
+    refused(patched(rec0, &negative, 4), "scale");
+    refused(patched(rec0 + 4, &positive, 4), "position 0");
+    // Random damage: refused or read, never a crash (run under the sanitizers too).
+    std::mt19937 rng(11);
+    const std::string p = dir.filePath("damaged.kld").toStdString();
+    for (int i = 0; i < 300; i++) {
+      std::string s = good;
+      for (int f = 0; f < 3; f++) s[rng() % 2048] ^= static_cast<char>(1u << (rng() % 8));
+      if (rng() % 4 == 0) s.resize(rng() % s.size());
+      {
+        std::ofstream out(p, std::ios::binary | std::ios::trunc);
+        out << s;
+      }
+      (void)KlBase::load(p);
+    }
   }
 
   void cli_json_contract() {

@@ -18,8 +18,14 @@ namespace phaselab::testing {
 struct TinySpec {
   std::string arch = "llama";
   int n_embd = 64, n_head = 4, n_head_kv = 2, head_dim = 16, n_ff = 128, n_layer = 3;
-  int sliding_window = 0;        // gemma3: tokens
-  int swa_period = 2;            // gemma3: layer il is global when il % period == period - 1
+  int sliding_window = 0;        // gemma2, gemma3: tokens
+  int swa_period = 2;            // gemma2, gemma3: layer il is global when il % period == period - 1
+  float attn_softcap = 0;        // gemma2: attn_logit_softcapping (0: the key is not written)
+  float final_softcap = 0;       // gemma2: final_logit_softcapping (0: the key is not written)
+  int n_rot = 0;                 // rope.dimension_count; 0: the key is not written (all of head_dim)
+  bool fused_qkv = true;         // phi3: one attn_qkv matrix, else attn_q/k/v
+  int n_ctx_orig = 0;            // phi3: original_context_length and both RoPE factor sets; 0: none
+  float rope_attn_factor = 0;    // phi3: rope.scaling.attn_factor; 0: the key is not written
   TensorType matrix_type = TensorType::F32;
   TensorType embd_type = TensorType::F32;
   bool tied = false;
@@ -28,8 +34,9 @@ struct TinySpec {
   std::string chat_template;     // tokenizer.chat_template; empty: none
 };
 
-// A SentencePiece vocabulary: <unk> <s> </s>, the 256 byte tokens, a few words.
-inline void add_tiny_vocab(GgufWriter& w, int* n_vocab) {
+// A SentencePiece vocabulary: <unk> <s> </s>, the 256 byte tokens, a few
+// words, then the given control tokens (a family's special tokens).
+inline void add_tiny_vocab(GgufWriter& w, int* n_vocab, const std::vector<std::string>& controls = {}) {
   std::vector<std::string> toks = {"<unk>", "<s>", "</s>"};
   std::vector<float> scores = {0, 0, 0};
   std::vector<int32_t> types = {2, 3, 3};
@@ -48,6 +55,11 @@ inline void add_tiny_vocab(GgufWriter& w, int* n_vocab) {
     scores.push_back(score);
     score -= 1;
     types.push_back(1);
+  }
+  for (const std::string& c : controls) {
+    toks.push_back(c);
+    scores.push_back(0);
+    types.push_back(3);
   }
   w.set("tokenizer.ggml.model", GgufWriteValue::string("llama"));
   w.set("tokenizer.ggml.tokens", GgufWriteValue::string_array(toks));
@@ -70,7 +82,8 @@ inline std::vector<float> random_vector(std::mt19937& rng, size_t n, float scale
 inline std::string write_tiny_model(const TinySpec& s, const std::string& file_name) {
   GgufWriter w;
   int n_vocab = 0;
-  add_tiny_vocab(w, &n_vocab);
+  // llama.cpp looks up Phi-3's <|endoftext|> by name.
+  add_tiny_vocab(w, &n_vocab, s.arch == "phi3" ? std::vector<std::string>{"<|endoftext|>"} : std::vector<std::string>{});
   const std::string a = s.arch + ".";
   w.set("general.architecture", GgufWriteValue::string(s.arch));
   w.set("general.name", GgufWriteValue::string("tiny-" + s.arch));
@@ -85,6 +98,16 @@ inline std::string write_tiny_model(const TinySpec& s, const std::string& file_n
   w.set(a + "attention.value_length", GgufWriteValue::u32(s.head_dim));
   w.set(a + "attention.layer_norm_rms_epsilon", GgufWriteValue::f32(1e-6f));
   w.set(a + "rope.freq_base", GgufWriteValue::f32(10000.f));
+  if (s.arch == "gemma2") {
+    w.set(a + "rope.freq_base", GgufWriteValue::f32(10000.f));
+    w.set(a + "attention.sliding_window", GgufWriteValue::u32(s.sliding_window));
+    w.set(a + "attention.sliding_window_pattern", GgufWriteValue::u32(s.swa_period));
+  }
+  if (s.attn_softcap > 0) w.set(a + "attn_logit_softcapping", GgufWriteValue::f32(s.attn_softcap));
+  if (s.final_softcap > 0) w.set(a + "final_logit_softcapping", GgufWriteValue::f32(s.final_softcap));
+  if (s.n_rot > 0) w.set(a + "rope.dimension_count", GgufWriteValue::u32(s.n_rot));
+  if (s.n_ctx_orig > 0) w.set(a + "rope.scaling.original_context_length", GgufWriteValue::u32(s.n_ctx_orig));
+  if (s.rope_attn_factor > 0) w.set(a + "rope.scaling.attn_factor", GgufWriteValue::f32(s.rope_attn_factor));
   if (s.arch == "gemma3") {
     w.set(a + "rope.freq_base", GgufWriteValue::f32(1e6f));
     w.set(a + "rope.freq_base_swa", GgufWriteValue::f32(10000.f));
@@ -100,18 +123,32 @@ inline std::string write_tiny_model(const TinySpec& s, const std::string& file_n
   auto vec = [&](const std::string& name, int n, float offset) {
     if (!w.add_tensor_f32(name, TensorType::F32, {n}, random_vector(rng, n, 0.1f, offset))) qFatal("tiny model: %s", name.c_str());
   };
+  const bool gemma = s.arch == "gemma2" || s.arch == "gemma3";
   {
-    const auto e = random_vector(rng, static_cast<size_t>(s.n_embd) * n_vocab, s.arch == "gemma3" ? 0.05f : 1.f);
+    const auto e = random_vector(rng, static_cast<size_t>(s.n_embd) * n_vocab, gemma ? 0.05f : 1.f);
     if (!w.add_tensor_f32("token_embd.weight", s.embd_type, {s.n_embd, n_vocab}, e)) qFatal("tiny model: embd");
   }
   vec("output_norm.weight", s.n_embd, 1.f);
   if (!s.tied) mat("output.weight", s.n_embd, n_vocab, s.matrix_type);
+  const bool phi3 = s.arch == "phi3";
+  if (phi3 && s.n_ctx_orig > 0) {  // frequency divisors: long ones 1..8, short ones near 1
+    const int half = (s.n_rot > 0 ? s.n_rot : s.head_dim) / 2;
+    std::vector<float> longf(half), shortf(half);
+    for (int i = 0; i < half; i++) longf[i] = 1.f + 7.f * i / half, shortf[i] = 1.f + 0.1f * i / half;
+    if (!w.add_tensor_f32("rope_factors_long.weight", TensorType::F32, {half}, longf) ||
+        !w.add_tensor_f32("rope_factors_short.weight", TensorType::F32, {half}, shortf))
+      qFatal("tiny model: rope factors");
+  }
   for (int il = 0; il < s.n_layer; il++) {
     const std::string p = "blk." + std::to_string(il) + ".";
     vec(p + "attn_norm.weight", s.n_embd, 1.f);
-    mat(p + "attn_q.weight", s.n_embd, nq, s.matrix_type);
-    mat(p + "attn_k.weight", s.n_embd, nkv, s.matrix_type);
-    mat(p + "attn_v.weight", s.n_embd, nkv, s.matrix_type);
+    if (phi3 && s.fused_qkv) {
+      mat(p + "attn_qkv.weight", s.n_embd, nq + 2 * nkv, s.matrix_type);
+    } else {
+      mat(p + "attn_q.weight", s.n_embd, nq, s.matrix_type);
+      mat(p + "attn_k.weight", s.n_embd, nkv, s.matrix_type);
+      mat(p + "attn_v.weight", s.n_embd, nkv, s.matrix_type);
+    }
     mat(p + "attn_output.weight", nq, s.n_embd, s.matrix_type);
     if (s.arch == "qwen2") {
       vec(p + "attn_q.bias", nq, 0.f);
@@ -122,13 +159,17 @@ inline std::string write_tiny_model(const TinySpec& s, const std::string& file_n
       vec(p + "attn_q_norm.weight", s.head_dim, 1.f);
       vec(p + "attn_k_norm.weight", s.head_dim, 1.f);
     }
-    if (s.arch == "gemma3") {
+    if (gemma) {
       vec(p + "post_attention_norm.weight", s.n_embd, 1.f);
       vec(p + "post_ffw_norm.weight", s.n_embd, 1.f);
     }
     vec(p + "ffn_norm.weight", s.n_embd, 1.f);
-    mat(p + "ffn_gate.weight", s.n_embd, s.n_ff, s.matrix_type);
-    mat(p + "ffn_up.weight", s.n_embd, s.n_ff, s.matrix_type);
+    if (phi3) {  // gate and up in one matrix, the gate's rows first
+      mat(p + "ffn_up.weight", s.n_embd, 2 * s.n_ff, s.matrix_type);
+    } else {
+      mat(p + "ffn_gate.weight", s.n_embd, s.n_ff, s.matrix_type);
+      mat(p + "ffn_up.weight", s.n_embd, s.n_ff, s.matrix_type);
+    }
     mat(p + "ffn_down.weight", s.n_ff, s.n_embd, s.matrix_type);
   }
   const std::string path = QDir::temp().filePath(QString::fromStdString(file_name)).toStdString();
@@ -149,6 +190,18 @@ inline TinySpec tiny_spec(const std::string& arch) {
     s.tied = true;
     s.head_dim = 32;
     s.n_head_kv = 1;
+  }
+  if (arch == "gemma2") {  // caps low enough to bite on random weights
+    s.sliding_window = 4;
+    s.swa_period = 2;
+    s.tied = true;
+    s.attn_softcap = 2.f;
+    s.final_softcap = 3.f;
+  }
+  if (arch == "phi3") {  // a partial rotation, the long factors (trained past 16) and their attention factor
+    s.n_rot = 12;
+    s.n_ctx_orig = 16;
+    s.rope_attn_factor = 1.19f;
   }
   if (arch == "qwen3") s.matrix_type = TensorType::Q8_0;
   if (arch == "qwen2") {

@@ -53,9 +53,12 @@ void print_help() {
       "  -f, --file PATH          the text (default: the bundled eval-en.txt)\n"
       "      --chunks N           run only the first N chunks (default: all)\n"
       "      --save-logits FILE   keep this run's top-k log-probs at every scored position (a KL base)\n"
-      "      --top-k K            tokens kept per position with --save-logits (default 32)\n"
-      "      --kl-base FILE       KL divergence, top-1 agreement and RMS dp against a saved base\n"
-      "                           (same text, context and vocabulary; -c defaults to the base's)\n"
+      "      --top-k K            tokens kept per position with --save-logits (default 32), or read\n"
+      "                           of a llama-perplexity base (default 64)\n"
+      "      --kl-base FILE       KL divergence, top-1 agreement and RMS dp against a saved base:\n"
+      "                           PhaseLab's (--save-logits) or llama-perplexity's\n"
+      "                           (--kl-divergence-base); same vocabulary, -c defaults to the base's,\n"
+      "                           and without -f the tokens are the base's\n"
       "      --json               print one JSON object at the end\n%s",
       kEngineHelp);
 }
@@ -93,6 +96,7 @@ void print_json(const PerplexityResult& r, const std::string& model_name, const 
     j["rms_dp"] = k.rms_dp;
     j["dp_mean"] = k.dp_mean;
     j["ppl_base"] = k.ppl_base;
+    j["max_dlogp"] = k.max_dlogp;
   }
   std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
 }
@@ -111,6 +115,7 @@ void print_text(const PerplexityResult& r) {
     std::printf("Median  KLD: %10.6f\n", k.kld_median);
     std::printf("99.0%%   KLD: %10.6f\n", k.kld_p99);
     std::printf("Maximum KLD: %10.6f\n", k.kld_max);
+    std::printf("Max |dlogp|: %10.6f (over the base's top-%d with log p > -15)\n", k.max_dlogp, k.top_k);
     std::printf("Mean    dp : %7.3f %%\n", k.dp_mean);
     std::printf("RMS     dp : %7.3f %%\n", k.rms_dp);
     std::printf("Same top p : %7.3f %%\n", 100 * k.top1_agree);
@@ -139,29 +144,36 @@ int cmd_perplexity(int argc, char** argv) {
   }
   if (!args->positional().empty()) return usage_error("unexpected argument '" + args->positional()[0] + "'");
 
+  auto top_k = args->get_int("--top-k", 32, 1, KlBase::kMaxTopK);
+  if (!top_k) return report(top_k.status());
   std::optional<KlBase> base;
   if (const auto kl = args->get("--kl-base")) {
-    auto b = KlBase::load(*kl);
+    auto b = KlBase::load(*kl, args->has("--top-k") ? *top_k : KlBase::kLlamaTopK);
     if (!b) return report(b.status());
     base = std::move(*b);
   }
+  if (args->has("--top-k") && !args->has("--save-logits") && !(base && base->from_llama))
+    return usage_error("--top-k applies to --save-logits and to a llama-perplexity --kl-base only");
   auto n_ctx = args->get_int("--ctx-size", base ? base->n_ctx : 512, 4, 1 << 20);
   if (!n_ctx) return report(n_ctx.status());
   auto chunks = args->get_int("--chunks", -1, 1, 1 << 24);
   if (!chunks) return report(chunks.status());
-  auto top_k = args->get_int("--top-k", 32, 1, KlBase::kMaxTopK);
-  if (!top_k) return report(top_k.status());
-  if (args->has("--top-k") && !args->has("--save-logits")) return usage_error("--top-k applies to --save-logits only");
-
+  // Without a text, a KL base's own tokens are run (as llama-perplexity
+  // --kl-divergence does): no tokenizer can then differ.
+  const bool tokens_of_base = base && !args->has("--file");
   std::string text_path = args->get_or("--file", "");
-  if (text_path.empty()) {
+  if (text_path.empty() && !tokens_of_base) {
     text_path = bundled_text_path("eval-en.txt");
     if (text_path.empty())
       return report(invalid_argument(
           "the bundled evaluation text (share/phaselab/text/eval-en.txt) is not installed here: pass -f TEXT"));
   }
-  auto text = read_text_file(text_path);
-  if (!text) return report(text.status());
+  std::string text;
+  if (!tokens_of_base) {
+    auto t = read_text_file(text_path);
+    if (!t) return report(t.status());
+    text = std::move(*t);
+  }
 
   auto setup = open_session(*args, *n_ctx);
   if (!setup) return report(setup.status());
@@ -169,7 +181,9 @@ int cmd_perplexity(int argc, char** argv) {
   const std::string model_name = base_name(setup->model->path());
   const std::string backend = session.backend().name();
 
-  const std::vector<int32_t> tokens = perplexity_tokenize(setup->model->tokenizer(), *text);
+  const std::vector<int32_t> tokens =
+      tokens_of_base ? base->tokens : perplexity_tokenize(setup->model->tokenizer(), text);
+  const std::string text_name = tokens_of_base ? "the KL base's tokens" : base_name(text_path);
   PerplexityOptions po;
   po.n_ctx = *n_ctx;
   po.n_chunks = *chunks;
@@ -184,7 +198,7 @@ int cmd_perplexity(int argc, char** argv) {
   int n_run = *chunks > 0 ? std::min(*chunks, n_chunk_max) : n_chunk_max;
   if (base && *chunks < 0) n_run = std::min(n_run, base->n_chunks);
   std::fprintf(stderr, "perplexity: %s on %s (%s), %zu tokens; %d chunk%s of %d tokens\n", model_name.c_str(),
-               base_name(text_path).c_str(), backend.c_str(), tokens.size(), n_run, n_run == 1 ? "" : "s", *n_ctx);
+               text_name.c_str(), backend.c_str(), tokens.size(), n_run, n_run == 1 ? "" : "s", *n_ctx);
 
   const bool tty = ::isatty(STDERR_FILENO);
   double last_line = 0;
@@ -198,7 +212,7 @@ int cmd_perplexity(int argc, char** argv) {
   }
 
   if (args->has("--json")) {
-    print_json(r, model_name, backend, text_path, save_path, args->get_or("--kl-base", ""));
+    print_json(r, model_name, backend, tokens_of_base ? text_name : text_path, save_path, args->get_or("--kl-base", ""));
     return kExitOk;
   }
 

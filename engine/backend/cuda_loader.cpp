@@ -156,6 +156,7 @@ struct ModelView {
     const ModelWeights& w = m.weights();
     model.config = PhlCudaConfig{c.n_layer, c.n_embd, c.n_head, c.n_head_kv, c.head_dim, c.n_ff, c.n_vocab, c.n_rot,
                                  c.rms_eps, c.embd_scale, c.attn_scale, c.attn_logit_softcap, c.final_logit_softcap,
+                                 c.rope_attn_factor,
                                  c.act == Activation::gelu_tanh, c.attn_bias, c.qk_norm, c.rope_neox, c.post_norms};
     for (int il = 0; il < c.n_layer; il++) {
       const LayerWeights& L = w.layers[il];

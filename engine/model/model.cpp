@@ -40,6 +40,21 @@ class Loader {
     return Status::ok();
   }
 
+  // Rows [row0, row0 + n_out) of a fused matrix [n_in, n_total] (phi3's
+  // attn_qkv and gate-up ffn_up): a view of those rows, nothing copied. The
+  // tensor's bytes are counted once, with its first part (row0 == 0).
+  Status matrix_part(const std::string& name, int64_t n_in, int64_t n_total, int64_t row0, int64_t n_out,
+                     WeightView* out) {
+    WeightView whole;
+    const uint64_t before = bytes_;
+    PHASELAB_TRY(matrix(name, n_in, n_total, &whole));
+    if (row0 != 0) bytes_ = before;
+    *out = whole;
+    out->data = whole.row(row0);
+    out->n_out = n_out;
+    return Status::ok();
+  }
+
   // A small vector (norm weights, biases), converted to F32 once.
   Status vec(const std::string& name, int64_t n, std::vector<float>* out, bool required = true) {
     const GgufTensorInfo* t = f_.find_tensor(name);
@@ -93,16 +108,33 @@ Result<std::shared_ptr<Model>> Model::from_file(std::shared_ptr<GgufFile> file) 
   Loader L(*m->file_, c);
   PHASELAB_TRY(L.matrix("token_embd.weight", c.n_embd, c.n_vocab, &w.tok_embd));
   PHASELAB_TRY(L.vec("output_norm.weight", c.n_embd, &w.output_norm));
-  PHASELAB_TRY(L.matrix("output.weight", c.n_embd, c.n_vocab, &w.output, false));
+  // Gemma 2 always computes the logits with the embedding matrix.
+  if (!c.output_is_embd) PHASELAB_TRY(L.matrix("output.weight", c.n_embd, c.n_vocab, &w.output, false));
   if (!w.output.present()) {
     w.output = w.tok_embd;
     w.tied_output = true;
   }
   PHASELAB_TRY(L.vec("rope_freqs.weight", c.n_rot / 2, &w.rope_freq_factors, false));
+  if (c.arch == Arch::phi3) {
+    // Phi-3's two sets of RoPE frequency divisors: the short ones for the
+    // original context, the long ones past it. One set is chosen per model,
+    // as llama.cpp chooses at its default context (the trained one): long
+    // when the model was trained past its original context (the 128k
+    // releases), else short. Hugging Face switches on the current sequence
+    // length instead (short below the original context).
+    std::vector<float> longf, shortf;
+    PHASELAB_TRY(L.vec("rope_factors_long.weight", c.n_rot / 2, &longf, false));
+    PHASELAB_TRY(L.vec("rope_factors_short.weight", c.n_rot / 2, &shortf, false));
+    const bool use_long = c.n_ctx_train > c.n_ctx_orig && !longf.empty();
+    if (use_long) w.rope_freq_factors = std::move(longf);
+    else if (!shortf.empty()) w.rope_freq_factors = std::move(shortf);
+  }
 
   // Every layer has at least 9 tensors (2 norms, Q, K, V, output, gate, up,
-  // down): refuse a block count the file cannot hold before sizing for it.
-  if (static_cast<uint64_t>(c.n_layer) * 9 > m->file_->tensors().size())
+  // down; 6 where Q/K/V and gate/up are fused): refuse a block count the
+  // file cannot hold before sizing for it.
+  const uint64_t per_layer = 9 - (c.fused_qkv ? 2 : 0) - (c.fused_gate_up ? 1 : 0);
+  if (static_cast<uint64_t>(c.n_layer) * per_layer > m->file_->tensors().size())
     return invalid_file(path + ": '" + c.arch_str + ".block_count' = " + std::to_string(c.n_layer) +
                         " layers, but the file holds only " + std::to_string(m->file_->tensors().size()) +
                         " tensors (tensor 'blk." + std::to_string(c.n_layer - 1) + ".attn_norm.weight' is missing?)");
@@ -113,9 +145,16 @@ Result<std::shared_ptr<Model>> Model::from_file(std::shared_ptr<GgufFile> file) 
     LayerWeights& l = w.layers[il];
     const std::string p = "blk." + std::to_string(il) + ".";
     PHASELAB_TRY(L.vec(p + "attn_norm.weight", c.n_embd, &l.attn_norm));
-    PHASELAB_TRY(L.matrix(p + "attn_q.weight", c.n_embd, nq, &l.wq));
-    PHASELAB_TRY(L.matrix(p + "attn_k.weight", c.n_embd, nkv, &l.wk));
-    PHASELAB_TRY(L.matrix(p + "attn_v.weight", c.n_embd, nkv, &l.wv));
+    if (c.fused_qkv) {  // rows: Q (nq), K (nkv), V (nkv)
+      const std::string qkv = p + "attn_qkv.weight";
+      PHASELAB_TRY(L.matrix_part(qkv, c.n_embd, nq + 2 * nkv, 0, nq, &l.wq));
+      PHASELAB_TRY(L.matrix_part(qkv, c.n_embd, nq + 2 * nkv, nq, nkv, &l.wk));
+      PHASELAB_TRY(L.matrix_part(qkv, c.n_embd, nq + 2 * nkv, nq + nkv, nkv, &l.wv));
+    } else {
+      PHASELAB_TRY(L.matrix(p + "attn_q.weight", c.n_embd, nq, &l.wq));
+      PHASELAB_TRY(L.matrix(p + "attn_k.weight", c.n_embd, nkv, &l.wk));
+      PHASELAB_TRY(L.matrix(p + "attn_v.weight", c.n_embd, nkv, &l.wv));
+    }
     PHASELAB_TRY(L.matrix(p + "attn_output.weight", nq, c.n_embd, &l.wo));
     if (c.attn_bias) {
       PHASELAB_TRY(L.vec(p + "attn_q.bias", nq, &l.bq));
@@ -131,8 +170,14 @@ Result<std::shared_ptr<Model>> Model::from_file(std::shared_ptr<GgufFile> file) 
       PHASELAB_TRY(L.vec(p + "post_ffw_norm.weight", c.n_embd, &l.post_ffw_norm));
     }
     PHASELAB_TRY(L.vec(p + "ffn_norm.weight", c.n_embd, &l.ffn_norm));
-    PHASELAB_TRY(L.matrix(p + "ffn_gate.weight", c.n_embd, c.n_ff, &l.w_gate));
-    PHASELAB_TRY(L.matrix(p + "ffn_up.weight", c.n_embd, c.n_ff, &l.w_up));
+    if (c.fused_gate_up) {  // rows: gate (n_ff), up (n_ff)
+      const std::string up = p + "ffn_up.weight";
+      PHASELAB_TRY(L.matrix_part(up, c.n_embd, 2 * static_cast<int64_t>(c.n_ff), 0, c.n_ff, &l.w_gate));
+      PHASELAB_TRY(L.matrix_part(up, c.n_embd, 2 * static_cast<int64_t>(c.n_ff), c.n_ff, c.n_ff, &l.w_up));
+    } else {
+      PHASELAB_TRY(L.matrix(p + "ffn_gate.weight", c.n_embd, c.n_ff, &l.w_gate));
+      PHASELAB_TRY(L.matrix(p + "ffn_up.weight", c.n_embd, c.n_ff, &l.w_up));
+    }
     PHASELAB_TRY(L.matrix(p + "ffn_down.weight", c.n_ff, c.n_embd, &l.w_down));
   }
   // Per decoded token every matrix is read once, the embedding only one row.

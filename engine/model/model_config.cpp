@@ -10,7 +10,9 @@ const char* arch_name(Arch a) {
     case Arch::llama: return "llama";
     case Arch::qwen2: return "qwen2";
     case Arch::qwen3: return "qwen3";
+    case Arch::gemma2: return "gemma2";
     case Arch::gemma3: return "gemma3";
+    case Arch::phi3: return "phi3";
   }
   return "?";
 }
@@ -70,10 +72,12 @@ Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& f) {
   if (c.arch_str == "llama") c.arch = Arch::llama;
   else if (c.arch_str == "qwen2") c.arch = Arch::qwen2;
   else if (c.arch_str == "qwen3") c.arch = Arch::qwen3;
+  else if (c.arch_str == "gemma2") c.arch = Arch::gemma2;
   else if (c.arch_str == "gemma3") c.arch = Arch::gemma3;
+  else if (c.arch_str == "phi3") c.arch = Arch::phi3;
   else
     return unsupported(f.path() + ": architecture '" + c.arch_str +
-                       "' is not supported (PhaseLab runs llama, qwen2, qwen3 and gemma3 models)");
+                       "' is not supported (PhaseLab runs llama, qwen2, qwen3, gemma2, gemma3 and phi3 models)");
   if (auto n = f.get_string("general.name")) c.name = std::string(*n);
 
   const std::string a = c.arch_str + ".";
@@ -110,7 +114,9 @@ Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& f) {
 
   PHASELAB_TRY(read_float(f, a + "attention.layer_norm_rms_epsilon", 1e-5, 0.0, 1.0, false, &c.rms_eps));
   PHASELAB_TRY(read_float(f, a + "rope.freq_base", 10000.0, 0.0, 1e30, true, &c.rope_base));
-  PHASELAB_TRY(read_float(f, a + "rope.freq_base_swa", 10000.0, 0.0, 1e30, true, &c.rope_base_swa));
+  // Gemma 2's local layers default to the global base; Gemma 3's to 10000.
+  PHASELAB_TRY(read_float(f, a + "rope.freq_base_swa", c.arch == Arch::gemma2 ? c.rope_base : 10000.0, 0.0, 1e30, true,
+                          &c.rope_base_swa));
   if (auto sc = f.get_string(a + "rope.scaling.type"); sc && *sc != "none" && *sc != "")
     if (auto fac = f.get_float(a + "rope.scaling.factor"); fac && *fac != 1.0)
       return unsupported(f.path() + ": RoPE scaling '" + std::string(*sc) + "' is not supported yet");
@@ -131,34 +137,57 @@ Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& f) {
     case Arch::llama: break;
     case Arch::qwen2: c.rope_neox = true; c.attn_bias = true; break;
     case Arch::qwen3: c.rope_neox = true; c.qk_norm = true; break;
+    case Arch::gemma2:
     case Arch::gemma3: {
+      const bool g2 = c.arch == Arch::gemma2;
       c.rope_neox = true;
-      c.qk_norm = true;
+      c.qk_norm = !g2;
       c.post_norms = true;
+      c.output_is_embd = g2;
       c.act = Activation::gelu_tanh;
       c.embd_scale = std::sqrt(static_cast<float>(c.n_embd));
-      // Gemma 3 27B scales queries by 1/sqrt(n_embd / n_head); the others by
-      // 1/sqrt(head_dim). The file does not say which: 62 layers is the 27B.
-      if (c.n_layer == 62) c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.n_embd / c.n_head));
-      c.sliding_window = 512;
+      // Gemma 2 27B (46 layers) and Gemma 3 27B (62) scale queries by
+      // 1/sqrt(n_embd / n_head); the others by 1/sqrt(head_dim). The file
+      // does not say which: the layer count picks the 27B.
+      if (c.n_layer == (g2 ? 46 : 62)) c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.n_embd / c.n_head));
+      c.sliding_window = g2 ? 4096 : 512;
       if (const GgufValue* sw = f.find(a + "attention.sliding_window")) {
         if (!sw->is_integer() || sw->i < 0 || sw->i > (1 << 30))
           return invalid_file(f.path() + ": '" + a + "attention.sliding_window' = " + sw->to_string(0) + " is out of range");
         c.sliding_window = static_cast<int>(sw->i);
       }
+      // Layer il is local unless il % period == period - 1 (Gemma 2: every
+      // other layer from layer 0; Gemma 3: five local, one global). Gemma 3
+      // files may list the layers instead; Gemma 2's period is a scalar.
       const GgufValue* pat = f.find(a + "attention.sliding_window_pattern");
-      if (pat && pat->type == GgufValueType::ARRAY && pat->elems) {
+      if (!g2 && pat && pat->type == GgufValueType::ARRAY && pat->elems) {
         for (int il = 0; il < c.n_layer && il < static_cast<int>(pat->count); il++) c.layer_is_swa[il] = pat->int_at(il) != 0;
       } else {
-        int period = 6;
+        int period = g2 ? 2 : 6;
         if (pat && pat->is_integer() && pat->i > 0) period = static_cast<int>(pat->i);
         for (int il = 0; il < c.n_layer; il++) c.layer_is_swa[il] = (il % period) != (period - 1);
       }
+      if (c.sliding_window == 0) c.layer_is_swa.assign(c.n_layer, 0);
+      break;
+    }
+    case Arch::phi3: {
+      c.rope_neox = true;
+      // Both layouts occur: fused (the converter's) or split Q/K/V.
+      c.fused_qkv = f.find_tensor("blk.0.attn_qkv.weight") != nullptr;
+      c.fused_gate_up = true;
+      // attention.sliding_window is not applied: llama.cpp turns it off for
+      // phi3 as well, and PhaseLab's logits are checked against its.
+      c.n_ctx_orig = c.n_ctx_train;
+      PHASELAB_TRY(read_uniform_int(f, a + "rope.scaling.original_context_length", &c.n_ctx_orig, false));
+      PHASELAB_TRY(read_float(f, a + "rope.scaling.attn_factor", 1.0, 0.0, 1e3, true, &c.rope_attn_factor));
       break;
     }
   }
-  PHASELAB_TRY(read_float(f, a + "final_logit_softcapping", 0.0, 0.0, 1e30, false, &c.final_logit_softcap));
-  PHASELAB_TRY(read_float(f, a + "attn_logit_softcapping", 0.0, 0.0, 1e30, false, &c.attn_logit_softcap));
+  // Gemma 2 caps attention logits at 50 and the final ones at 30 unless the
+  // file says otherwise; other families cap only where the file says so.
+  const bool g2 = c.arch == Arch::gemma2;
+  PHASELAB_TRY(read_float(f, a + "final_logit_softcapping", g2 ? 30.0 : 0.0, 0.0, 1e30, false, &c.final_logit_softcap));
+  PHASELAB_TRY(read_float(f, a + "attn_logit_softcapping", g2 ? 50.0 : 0.0, 0.0, 1e30, false, &c.attn_logit_softcap));
   return c;
 }
 

@@ -221,10 +221,18 @@ Result<KlBase> KlBase::parse(std::string_view bytes) {
   return b;
 }
 
-Result<KlBase> KlBase::load(const std::string& path) {
+Result<KlBase> KlBase::load(const std::string& path, int llama_top_k) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return io_error("cannot open the KL base " + path + ": " + std::strerror(errno));
   if (!S_ISREG(st.st_mode)) return invalid_argument("the KL base " + path + " is not a regular file");
+  {  // llama-perplexity's format, told by its magic
+    char magic[8] = {};
+    FILE* f = std::fopen(path.c_str(), "rb");
+    if (!f) return io_error("cannot open the KL base " + path + ": " + std::strerror(errno));
+    const bool got = std::fread(magic, 1, 8, f) == 8;
+    std::fclose(f);
+    if (got && std::memcmp(magic, "_logits_", 8) == 0) return load_llama(path, llama_top_k);
+  }
   if (static_cast<uint64_t>(st.st_size) > kMaxFileBytes)
     return invalid_file("the KL base " + path + " is larger than any base file PhaseLab writes (" +
                         std::to_string(st.st_size) + " bytes)");
@@ -261,7 +269,8 @@ Status check_kl_base(const KlBase& base, const std::vector<int32_t>& tokens, con
   if (base.n_vocab != plan->n_vocab)
     return invalid_argument(from + " has a vocabulary of " + std::to_string(base.n_vocab) + " tokens, this model " +
                             std::to_string(plan->n_vocab) + ": KL divergence needs models with the same vocabulary");
-  if (base.bos != plan->bos) return invalid_argument(from + " was made with another BOS token: not the same tokenizer");
+  if (base.bos != KlBase::kBosOfRun && base.bos != plan->bos)
+    return invalid_argument(from + " was made with another BOS token: not the same tokenizer");
   if (opt.n_chunks < 0) plan->n_chunks = std::min(plan->n_chunks, base.n_chunks);
   if (plan->n_chunks > base.n_chunks)
     return invalid_argument(from + " holds " + std::to_string(base.n_chunks) + " chunks, this run asks for " +
@@ -311,6 +320,7 @@ struct PplSums {
   double nll = 0, nll2 = 0, base_nll = 0;
   double kld = 0, kld2 = 0, dp = 0, dp2 = 0;
   double overlap = 0, overlap_hi = 0;  // sum of min(p, q) over the top-k of P (and with the rest's bin)
+  double max_dlogp = 0;                // of |log q - log p| over P's top-k with log p > -15
   int64_t same_top = 0, count = 0;
   std::vector<float> kld_values;  // (scored positions) per position, when comparing
 
@@ -323,6 +333,7 @@ struct PplSums {
       const double lp = blp[j], lq = logp_f32(z, bid[j], rs.lse);
       const double pj = std::exp(lp), qj = std::exp(lq);
       kl += pj * (lp - lq);
+      if (lp > -15) max_dlogp = std::max(max_dlogp, std::fabs(lq - lp));
       p_top += pj, q_top += qj;
       ov += std::min(pj, qj);
     }
@@ -389,6 +400,7 @@ PerplexityResult summarize(const PplPlan& plan, PplSums& sums, const KlBase* bas
     k.dp_mean = 100 * sums.dp / count;
     k.rms_dp = 100 * std::sqrt(sums.dp2 / count);
     k.ppl_base = std::exp(sums.base_nll / count);
+    k.max_dlogp = sums.max_dlogp;
     k.top_k = base->top_k;
     k.base_label = base->label;
     r.kl = k;

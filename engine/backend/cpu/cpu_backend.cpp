@@ -161,7 +161,8 @@ void CpuBackend::attention_block(int il, int T, int n_ctx_max) {
   if (!(rope_ready_ & (1 << which))) {
     const float base = c_.rope_base_of(il);
     const float* ff = w_.rope_freq_factors.empty() ? nullptr : w_.rope_freq_factors.data();
-    for (int t = 0; t < T; t++) ref::rope_angles(&rope_cs_[(which * max_batch_ + t) * c_.n_rot], c_.n_rot, tok_pos_[t], base, ff);
+    for (int t = 0; t < T; t++) ref::rope_angles(&rope_cs_[(which * max_batch_ + t) * c_.n_rot], c_.n_rot, tok_pos_[t], base, ff,
+                                                c_.rope_attn_factor);
     rope_ready_ |= 1 << which;
   }
   per_token(T, [&](int t) {

@@ -32,15 +32,16 @@ inline float gelu_tanh(float x) {
 }
 
 // cos/sin of the rotation angles of one position: cs[2i] = cos, cs[2i+1] =
-// sin of pos * base^(-2i/n_rot) (divided by freq_factors[i] when given).
+// sin of pos * base^(-2i/n_rot) (divided by freq_factors[i] when given),
+// both times mscale (phi3's rope.scaling.attn_factor; 1 elsewhere).
 // Shared by every head of the position.
-inline void rope_angles(float* cs, int n_rot, int pos, float base, const float* freq_factors) {
+inline void rope_angles(float* cs, int n_rot, int pos, float base, const float* freq_factors, float mscale = 1.f) {
   for (int i = 0; i < n_rot / 2; i++) {
     double freq = std::pow(static_cast<double>(base), -2.0 * i / n_rot);
     if (freq_factors) freq /= freq_factors[i];
     const double theta = pos * freq;
-    cs[2 * i] = static_cast<float>(std::cos(theta));
-    cs[2 * i + 1] = static_cast<float>(std::sin(theta));
+    cs[2 * i] = static_cast<float>(std::cos(theta)) * mscale;
+    cs[2 * i + 1] = static_cast<float>(std::sin(theta)) * mscale;
   }
 }
 

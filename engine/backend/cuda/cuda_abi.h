@@ -35,8 +35,9 @@ extern "C" {
 
 /* Bump on any change of a struct or a function below. 6: the C table (5 and
  * before: C++ objects crossed, with phaselab_cuda_abi()). 7: the reserve
- * carries old_tail's generation (a copy only from what the device holds). */
-#define PHASELAB_CUDA_ABI_VERSION 8
+ * carries old_tail's generation (a copy only from what the device holds).
+ * 9: PhlCudaConfig.rope_attn_factor. */
+#define PHASELAB_CUDA_ABI_VERSION 9
 /* Positions per K/V block: the host pool's (KvPool::kBlockTokens) and the
  * kernels' (cuda::kKvBlockTokens); both sides assert it. */
 #define PHASELAB_CUDA_KV_BLOCK_TOKENS 16
@@ -67,6 +68,7 @@ typedef struct PhlCudaLayer {
 typedef struct PhlCudaConfig {
   int32_t n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_rot;
   float rms_eps, embd_scale, attn_scale, attn_logit_softcap, final_logit_softcap;
+  float rope_attn_factor; /* cos and sin times this (phi3; else 1) */
   int32_t gelu; /* GELU-tanh gating, else SiLU */
   int32_t attn_bias, qk_norm, rope_neox, post_norms;
 } PhlCudaConfig;

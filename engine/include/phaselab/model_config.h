@@ -11,7 +11,7 @@
 
 namespace phaselab {
 
-enum class Arch { llama, qwen2, qwen3, gemma3 };
+enum class Arch { llama, qwen2, qwen3, gemma2, gemma3, phi3 };
 enum class Activation { silu, gelu_tanh };  // of the gate in a gated FFN
 
 const char* arch_name(Arch a);
@@ -36,10 +36,19 @@ struct ModelConfig {
   float rope_base = 10000.f;      // global layers
   float rope_base_swa = 10000.f;  // sliding-window layers
   bool rope_neox = false;         // rotate (x[i], x[i + n_rot/2]) instead of adjacent pairs
+  // phi3: cos and sin are both multiplied by this (rope.scaling.attn_factor),
+  // so the rotated dims of Q and K each scale by it.
+  float rope_attn_factor = 1.f;
+  // phi3: the context the short RoPE factors are for (rope.scaling.
+  // original_context_length); the long ones apply past it (see Model).
+  int n_ctx_orig = 0;
 
   bool attn_bias = false;         // qwen2: biases on Q, K, V
   bool qk_norm = false;           // qwen3, gemma3: RMSNorm per head of Q and K
-  bool post_norms = false;        // gemma3: norms after attention and FFN
+  bool post_norms = false;        // gemma2, gemma3: norms after attention and FFN
+  bool fused_qkv = false;         // phi3: one attn_qkv matrix (Q rows, then K, then V); else attn_q/k/v
+  bool fused_gate_up = false;
+  bool output_is_embd = false;    // gemma2: the logits always come from token_embd (an output.weight is ignored)     // phi3: ffn_up holds 2*n_ff rows, the gate's first; no ffn_gate
   Activation act = Activation::silu;
   float embd_scale = 1.f;         // gemma: sqrt(n_embd)
   float attn_scale = 0.f;         // multiplier on Q·K

@@ -61,6 +61,23 @@
 // The reader checks every field against the file's size before allocating,
 // ids and tokens against n_vocab, log-probs for finiteness, order and a total
 // probability of at most 1, and that nothing follows the last record.
+//
+// llama-perplexity's --kl-divergence-base files are read too (KlBase::load
+// tells them by their magic), so that PhaseLab's output can be measured
+// against llama.cpp's and a quantization made by either against a base made
+// by the other. That format, little-endian:
+//   char[8]  "_logits_"
+//   u32      n_ctx;  i32 n_vocab;  i32 n_chunks
+//   i32      tokens[n_chunks * n_ctx]  as tokenized (BOS first where added)
+//   then for each chunk, each scored position (the same ones as here):
+//     f32 scale, f32 min_log_prob, then u16 q[n_vocab] padded to an even
+//     count: log p_i = min_log_prob + scale * q_i. Logits more than 16
+//     below the maximum are stored as q = 0 (their log p is not kept).
+// It keeps every token; the reader keeps the top_k most likely (ties: the
+// lower id first, as llama's argmax) and the target's, so the KL divergence
+// is computed as for PhaseLab's own bases. top_k is cut to the fewest
+// tokens any position stores exactly (q > 0), so no clamped value enters. It does not record the BOS token:
+// the run's (the model's) is taken.
 #pragma once
 
 #include <atomic>
@@ -83,8 +100,11 @@ inline int perplexity_scored_per_chunk(int n_ctx) { return n_ctx - 1 - n_ctx / 2
 // The reference run's distributions at the scored positions (see above).
 struct KlBase {
   static constexpr int kMaxTopK = 1024;
+  static constexpr int kLlamaTopK = 64;      // tokens kept of a llama-perplexity file by default
+  static constexpr int32_t kBosOfRun = -2;   // bos: not recorded (llama's files): the run's
   int n_ctx = 0, n_vocab = 0, top_k = 0, n_chunks = 0;
   int32_t bos = -1;
+  bool from_llama = false;          // read from a llama-perplexity file
   std::string label;                // "gemma-3-270m-q4_k_m.gguf (cpu-reference)"
   std::vector<int32_t> tokens;      // (n_chunks * n_ctx) as tokenized
   std::vector<float> target_logp;   // (n_positions): log p of the actual next token
@@ -94,8 +114,13 @@ struct KlBase {
   int64_t n_positions() const { return static_cast<int64_t>(n_chunks) * perplexity_scored_per_chunk(n_ctx); }
   // Writes the file (replacing it); errors name the path.
   Status save(const std::string& path) const;
-  // Reads and validates a file; errors name the path and what is wrong.
-  static Result<KlBase> load(const std::string& path);
+  // Reads and validates a file, PhaseLab's or llama-perplexity's (of which
+  // llama_top_k tokens per position are kept, at most n_vocab and kMaxTopK);
+  // errors name the path and what is wrong.
+  static Result<KlBase> load(const std::string& path, int llama_top_k = kLlamaTopK);
+  // A llama-perplexity --kl-divergence-base file, read as it streams (such
+  // files hold n_vocab values per position: gigabytes for a big vocabulary).
+  static Result<KlBase> load_llama(const std::string& path, int top_k = kLlamaTopK);
   // The same validation on bytes in memory (tests, fuzzing).
   static Result<KlBase> parse(std::string_view bytes);
 };
@@ -107,6 +132,11 @@ struct KlStats {
   double accept_sampled = 0, accept_sampled_hi = 0;  // mean sum of min(p, q): bounds of sampled draft acceptance
   double rms_dp = 0, dp_mean = 0;     // of p - p_base for the correct token, percent
   double ppl_base = 0;                // the reference's perplexity (from its saved log-probs)
+  // The largest |log q - log p| over the base's top-k tokens with log p > -15
+  // (llama's files keep no more below -16): how far apart the two
+  // distributions are token by token, for an exactness check (equal models
+  // and weights: the rounding of the file, ~1e-4 for llama's).
+  double max_dlogp = 0;
   int top_k = 0;                      // of the base
   std::string base_label;
 };

@@ -1,0 +1,56 @@
+// The random-weight models whose logits are checked against llama.cpp's
+// (tests/data/reference-models): one per supported family, with the tensor
+// names, shapes, types and metadata keys of the real ones, each exercising
+// its family's switches. make_reference_models writes them; the .kld files
+// beside them are llama-perplexity's output for them (README there).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "tiny_model.h"
+
+namespace phaselab::testing {
+
+struct ReferenceModel {
+  std::string name;  // file stem: <name>.gguf, <name>.kld
+  TinySpec spec;
+  const char* checks;  // what it exercises, for the README and test names
+};
+
+inline std::vector<ReferenceModel> reference_models() {
+  std::vector<ReferenceModel> r;
+  // Two layers each (a local and a global one where the family has both):
+  // small files, every code path.
+  auto two = [](TinySpec s) {
+    s.n_layer = 2;
+    return s;
+  };
+  r.push_back({"llama-f32", two(tiny_spec("llama")), "adjacent-pair RoPE, GQA, untied output"});
+  r.push_back({"qwen2-q4_k", two(tiny_spec("qwen2")), "Q/K/V biases, Q4_K matrices, Q6_K embedding"});
+  r.push_back({"qwen3-q8_0", two(tiny_spec("qwen3")), "QK-norm, NeoX RoPE, Q8_0 matrices"});
+  r.push_back({"gemma2-f32", two(tiny_spec("gemma2")),
+               "attention and final logit soft-capping, sliding window 4 on even layers, post-norms, GELU, tied"});
+  {
+    TinySpec s = two(tiny_spec("gemma2"));
+    s.matrix_type = TensorType::Q8_0;
+    s.seed = 2;
+    r.push_back({"gemma2-q8_0", s, "as gemma2-f32 with Q8_0 matrices"});
+  }
+  r.push_back({"gemma3-f32", two(tiny_spec("gemma3")), "QK-norm, sliding window 4, two RoPE bases, head_dim 32 != n_embd/n_head"});
+  r.push_back({"phi3-f32", two(tiny_spec("phi3")),
+               "fused QKV and gate-up, partial rotation (12 of 16), long RoPE factors, attn_factor 1.19"});
+  {
+    TinySpec s = two(tiny_spec("phi3"));
+    s.fused_qkv = false;
+    s.n_rot = 0;
+    s.n_ctx_orig = 256;  // = n_ctx_train: the short factors
+    s.rope_attn_factor = 0;
+    s.matrix_type = TensorType::Q8_0;
+    s.seed = 3;
+    r.push_back({"phi3-split-q8_0", s, "separate Q/K/V, short RoPE factors, Q8_0 matrices"});
+  }
+  return r;
+}
+
+}  // namespace phaselab::testing
