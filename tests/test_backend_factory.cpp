@@ -172,6 +172,26 @@ class TestBackendFactory : public QObject {
     }
   }
 
+  // A mixture-of-experts model on CUDA: the CPU with the reason when
+  // falling back is allowed, a clear refusal when not.
+  void moe_on_cuda_falls_back_with_the_reason() {
+    auto model = Model::load(testing::write_tiny_model(testing::tiny_spec("qwen3moe"), "tiny_moe_cuda.gguf"));
+    QVERIFY2(model.is_ok(), model.status().message().c_str());
+    std::shared_ptr<const Model> m(*model);
+    BackendOptions o;
+    o.kind = BackendKind::cuda;
+    o.n_threads = 1;
+    auto c = make_backend(m, o);
+    QVERIFY2(c.is_ok(), c.status().message().c_str());
+    QVERIFY(c->backend->name().rfind("cpu", 0) == 0);
+    QVERIFY2(c->fallback_reason.find("mixture-of-experts") != std::string::npos, c->fallback_reason.c_str());
+    o.fallback = false;
+    auto refused = make_backend(m, o);
+    QVERIFY(!refused.is_ok());
+    QCOMPARE(refused.status().code(), StatusCode::unsupported);
+    QVERIFY(refused.status().message().find("--backend cpu") != std::string::npos);
+  }
+
   void each_cpu_kind_makes_its_backend() {
     BackendOptions o;
     o.n_threads = 1;

@@ -150,7 +150,7 @@ class TestPerplexity : public QObject {
   }
 
   void ppl_of_tiny_models_equals_reference() {
-    for (const char* arch : {"llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"}) {
+    for (const char* arch : {"llama", "qwen2", "qwen3", "qwen3moe", "mixtral", "gemma2", "gemma3", "phi3"}) {
       const std::string path = write_tiny_model(tiny_spec(arch), std::string("ppl-tiny-") + arch + ".gguf");
       auto m = Model::load(path);
       QVERIFY2(m, m.status().message().c_str());

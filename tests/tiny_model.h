@@ -26,6 +26,9 @@ struct TinySpec {
   bool fused_qkv = true;         // phi3: one attn_qkv matrix, else attn_q/k/v
   int n_ctx_orig = 0;            // phi3: original_context_length and both RoPE factor sets; 0: none
   float rope_attn_factor = 0;    // phi3: rope.scaling.attn_factor; 0: the key is not written
+  int n_expert = 0;              // qwen3moe, llama (Mixtral): experts per MoE layer; 0: dense
+  int n_expert_used = 0;         // experts per token
+  int n_ff_exp = 0;              // qwen3moe: expert_feed_forward_length (llama: n_ff)
   TensorType matrix_type = TensorType::F32;
   TensorType embd_type = TensorType::F32;
   bool tied = false;
@@ -108,6 +111,12 @@ inline std::string write_tiny_model(const TinySpec& s, const std::string& file_n
   if (s.n_rot > 0) w.set(a + "rope.dimension_count", GgufWriteValue::u32(s.n_rot));
   if (s.n_ctx_orig > 0) w.set(a + "rope.scaling.original_context_length", GgufWriteValue::u32(s.n_ctx_orig));
   if (s.rope_attn_factor > 0) w.set(a + "rope.scaling.attn_factor", GgufWriteValue::f32(s.rope_attn_factor));
+  const int n_ff_exp = s.arch == "llama" ? s.n_ff : s.n_ff_exp;
+  if (s.n_expert > 0) {
+    w.set(a + "expert_count", GgufWriteValue::u32(s.n_expert));
+    w.set(a + "expert_used_count", GgufWriteValue::u32(s.n_expert_used));
+    if (s.arch != "llama") w.set(a + "expert_feed_forward_length", GgufWriteValue::u32(n_ff_exp));
+  }
   if (s.arch == "gemma3") {
     w.set(a + "rope.freq_base", GgufWriteValue::f32(1e6f));
     w.set(a + "rope.freq_base_swa", GgufWriteValue::f32(10000.f));
@@ -155,7 +164,7 @@ inline std::string write_tiny_model(const TinySpec& s, const std::string& file_n
       vec(p + "attn_k.bias", nkv, 0.f);
       vec(p + "attn_v.bias", nkv, 0.f);
     }
-    if (s.arch == "qwen3" || s.arch == "gemma3") {
+    if (s.arch == "qwen3" || s.arch == "qwen3moe" || s.arch == "gemma3") {
       vec(p + "attn_q_norm.weight", s.head_dim, 1.f);
       vec(p + "attn_k_norm.weight", s.head_dim, 1.f);
     }
@@ -164,13 +173,22 @@ inline std::string write_tiny_model(const TinySpec& s, const std::string& file_n
       vec(p + "post_ffw_norm.weight", s.n_embd, 1.f);
     }
     vec(p + "ffn_norm.weight", s.n_embd, 1.f);
-    if (phi3) {  // gate and up in one matrix, the gate's rows first
+    if (s.n_expert > 0) {  // the router, then each expert's matrices as slices of one 3-D tensor
+      mat(p + "ffn_gate_inp.weight", s.n_embd, s.n_expert, TensorType::F32);
+      auto exps = [&](const std::string& name, int n_in, int n_out) {
+        const auto v = random_vector(rng, static_cast<size_t>(n_in) * n_out * s.n_expert, 1.f / std::sqrt(static_cast<float>(n_in)));
+        if (!w.add_tensor_f32(name, s.matrix_type, {n_in, n_out, s.n_expert}, v)) qFatal("tiny model: %s", name.c_str());
+      };
+      exps(p + "ffn_gate_exps.weight", s.n_embd, n_ff_exp);
+      exps(p + "ffn_up_exps.weight", s.n_embd, n_ff_exp);
+      exps(p + "ffn_down_exps.weight", n_ff_exp, s.n_embd);
+    } else if (phi3) {  // gate and up in one matrix, the gate's rows first
       mat(p + "ffn_up.weight", s.n_embd, 2 * s.n_ff, s.matrix_type);
     } else {
       mat(p + "ffn_gate.weight", s.n_embd, s.n_ff, s.matrix_type);
       mat(p + "ffn_up.weight", s.n_embd, s.n_ff, s.matrix_type);
     }
-    mat(p + "ffn_down.weight", s.n_ff, s.n_embd, s.matrix_type);
+    if (s.n_expert == 0) mat(p + "ffn_down.weight", s.n_ff, s.n_embd, s.matrix_type);
   }
   const std::string path = QDir::temp().filePath(QString::fromStdString(file_name)).toStdString();
   if (!w.write(path)) qFatal("tiny model: cannot write %s", path.c_str());
@@ -184,6 +202,16 @@ inline std::string write_tiny_model(const TinySpec& s, const std::string& file_n
 inline TinySpec tiny_spec(const std::string& arch) {
   TinySpec s;
   s.arch = arch;
+  if (arch == "qwen3moe") {  // 8 experts of 32, 2 per token
+    s.n_expert = 8;
+    s.n_expert_used = 2;
+    s.n_ff_exp = 32;
+  }
+  if (arch == "mixtral") {  // llama with 4 experts of n_ff, 2 per token
+    s.arch = "llama";
+    s.n_expert = 4;
+    s.n_expert_used = 2;
+  }
   if (arch == "gemma3") {
     s.sliding_window = 4;
     s.swa_period = 2;

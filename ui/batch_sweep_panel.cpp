@@ -96,7 +96,7 @@ Status runSweep(const SweepJob& job, const std::atomic<bool>& cancel, const Swee
                      ? decode_roofline(m, backend.name(), peaks.memoryBandwidth, peaks.peakInt8Ops, peaks.peakFlops)
                      : decode_roofline(m, backend.name(), 0, 0, 0);
   } else {
-    setup.roof.weight_bytes = static_cast<double>(m.weight_bytes());
+    setup.roof.weight_bytes = static_cast<double>(m.active_weight_bytes());
   }
   sink.setup(setup);
   // Page faults and thread start-up belong to no batch size.

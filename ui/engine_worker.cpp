@@ -175,7 +175,7 @@ ModelInfo EngineWorker::describe() const {
   info.kvBlocks = m_session->kv().pool().n_blocks();
   info.kvWindowNote = QString::fromStdString(m_session->kv().pool().window_note());
   info.fileSize = static_cast<qint64>(m.file().file_size());
-  info.weightBytes = m.weight_bytes();
+  info.weightBytes = m.active_weight_bytes();
   info.chatTemplate = QString::fromStdString(chat_format_name(m.chat_format()));
   info.hasChatTemplate = m.has_chat_template();
   if (!m.chat_template_error().empty())

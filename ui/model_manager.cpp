@@ -40,7 +40,7 @@ ModelInfo ModelManager::describe(const QString& path, QString* error) {
     info.nParams = static_cast<qint64>(parameter_count(m));
     info.typeMix = QString::fromStdString(m.type_mix());
     info.contextTrained = c.n_ctx_train;
-    info.weightBytes = m.weight_bytes();
+    info.weightBytes = m.active_weight_bytes();
     info.chatTemplate = QString::fromStdString(chat_format_name(m.chat_format()));
     info.hasChatTemplate = m.has_chat_template();
   } catch (const std::exception& e) {

@@ -271,7 +271,7 @@ struct BenchReport {
     const Model& m = s.model();
     rss = peak_rss_mib();
     size_mib = m.file().file_size() / 1048576.0;
-    weight_gb = m.weight_bytes() / 1e9;
+    weight_gb = m.active_weight_bytes() / 1e9;  // a MoE model's active experts only
     peak_gbps = backend == "cuda" ? probe_cuda(backend_options_from_environment().cuda.library).peak_gbps : 0.0;
     machine_gbps = peaks.read_bandwidth / 1e9;
     ops_per_token = prefill_ops_per_token(m);
@@ -353,6 +353,9 @@ void BenchReport::print_json() const {
                    {"model", m.path()},
                    {"model_size_mib", size_mib},
                    {"n_params", parameter_count(m)},
+                   {"n_params_active", active_parameter_count(m)},
+                   {"experts", m.config().n_expert},
+                   {"experts_used", m.config().n_expert_used},
                    {"type_mix", m.type_mix()},
                    {"kv_cache_mib", s.kv_bytes() / 1048576.0},
                    {"kv_type", kv_type_name(s.kv().type())},
@@ -443,6 +446,9 @@ void BenchReport::print_table() const {
                 backend.c_str(), setup.draft->name().c_str(), setup.spec_k, threads, o.n_gen, spec->spec_tps,
                 spec->plain_tps, spec->spec_tps / spec->plain_tps);
   if (peaks.read_bandwidth > 0) std::printf("\nmachine: %s\n", describe_machine_peaks(peaks).c_str());
+  if (const ModelConfig& c = s.model().config(); c.is_moe())
+    std::printf("mixture of experts: %d of %d experts per token, %.3f of %.3f GB of weights read per token\n",
+                c.n_expert_used, c.n_expert, weight_gb, s.model().weight_bytes() / 1e9);
   if (backend.rfind("cpu-", 0) == 0 && backend != "cpu-reference")
     std::printf("cpu switches: %s (PHASELAB_CPU_REPACK, _HUGEPAGES, _PREFETCH_ROWS, _ISA)\n", cpu_switches().c_str());
   for (const auto& r : results) {
@@ -452,7 +458,8 @@ void BenchReport::print_table() const {
         std::printf("\n%s: %.1f GB/s of weights and K/V (%.3f + %.3f GB per token)", r.test.c_str(), decode_gbps(r),
                     weight_gb, kv_read_gb(r));
       else
-        std::printf("\n%s: %.1f GB/s of weights (%.3f GB per token)", r.test.c_str(), decode_gbps(r), weight_gb);
+        std::printf("\n%s: %.1f GB/s of %sweights (%.3f GB per token)", r.test.c_str(), decode_gbps(r),
+                    s.model().config().is_moe() ? "active " : "", weight_gb);
       if (peak_gbps > 0) std::printf(", %.1f%% of the device's peak %.0f GB/s", 100 * bandwidth_fraction(r), peak_gbps);
       else if (machine_gbps > 0)
         std::printf(", %.1f%% of the machine's read bandwidth %.1f GB/s", 100 * bandwidth_fraction(r), machine_gbps);

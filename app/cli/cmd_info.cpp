@@ -115,7 +115,8 @@ int cmd_info(int argc, char** argv) {
                       {"head_dim", c.head_dim},    {"n_ff", c.n_ff},               {"n_rot", c.n_rot},
                       {"rms_eps", c.rms_eps},      {"rope_base", c.rope_base},     {"rope_base_swa", c.rope_base_swa},
                       {"rope_neox", c.rope_neox},  {"sliding_window", c.sliding_window},
-                      {"n_swa_layers", std::count(c.layer_is_swa.begin(), c.layer_is_swa.end(), 1)}};
+                      {"n_swa_layers", std::count(c.layer_is_swa.begin(), c.layer_is_swa.end(), 1)},
+                      {"n_expert", c.n_expert},    {"n_expert_used", c.n_expert_used}, {"n_ff_exp", c.n_ff_exp}};
     }
     nlohmann::json jt = nlohmann::json::object();
     for (const auto& [name, s] : types) jt[name] = {{"tensors", s.tensors}, {"elements", s.elements}, {"bytes", s.bytes}};
@@ -140,7 +141,11 @@ int cmd_info(int argc, char** argv) {
   if (cfg.is_ok()) {
     const ModelConfig& c = *cfg;
     std::printf("context         %d tokens (trained)\n", c.n_ctx_train);
-    std::printf("layers          %d, n_embd %d, n_ff %d\n", c.n_layer, c.n_embd, c.n_ff);
+    if (c.is_moe())
+      std::printf("layers          %d, n_embd %d; mixture of experts: %d of %d experts of n_ff %d per token\n", c.n_layer,
+                  c.n_embd, c.n_expert_used, c.n_expert, c.n_ff_exp);
+    else
+      std::printf("layers          %d, n_embd %d, n_ff %d\n", c.n_layer, c.n_embd, c.n_ff);
     std::printf("attention       %d heads, %d KV heads, head_dim %d, scale %.6g\n", c.n_head, c.n_head_kv, c.head_dim, c.attn_scale);
     std::printf("rope            %s, n_rot %d, base %g", c.rope_neox ? "NeoX" : "normal", c.n_rot, c.rope_base);
     if (c.sliding_window) std::printf(" (sliding-window layers: base %g)", c.rope_base_swa);

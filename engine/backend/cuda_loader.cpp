@@ -362,6 +362,9 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(std::shared_ptr<const Model> 
                                                    const CudaSwitches& sw) {
   if (!model) return invalid_argument("no model");
   if (max_batch < 1) return invalid_argument("batch size must be at least 1");
+  if (model->config().is_moe())
+    return unsupported("CUDA: mixture-of-experts models (" + model->config().arch_str +
+                       ") run on the CPU backends only for now; use --backend cpu");
   const CudaProbe probe = probe_cuda(sw.library);
   if (!probe.available) return unsupported("CUDA: " + probe.reason);
   const PhlCudaTable* t = library(sw.library).table;

@@ -55,6 +55,36 @@ class Loader {
     return Status::ok();
   }
 
+  // A 3-D expert tensor [n_in, n_out, n_expert]: one view per expert.
+  // Its bytes count in full and, for the active figure, n_used experts'.
+  Status experts(const std::string& name, int64_t n_in, int64_t n_out, int n_expert, int n_used,
+                 std::vector<WeightView>* out) {
+    const GgufTensorInfo* t = f_.find_tensor(name);
+    if (!t)
+      return invalid_file(f_.path() + ": tensor '" + name + "' is missing (is the file complete and really a " +
+                          c_.arch_str + " mixture-of-experts model?)");
+    if (t->n_dims != 3 || t->ne[0] != n_in || t->ne[1] != n_out || t->ne[2] != n_expert)
+      return invalid_file(f_.path() + ": tensor '" + name + "' has shape [" + std::to_string(t->ne[0]) + ", " +
+                          std::to_string(t->ne[1]) + ", " + std::to_string(t->ne[2]) + "], expected [" +
+                          std::to_string(n_in) + ", " + std::to_string(n_out) + ", " + std::to_string(n_expert) + "]");
+    if (!traits_of(t->type).can_dequantize)
+      return unsupported(f_.path() + ": tensor '" + name + "' has type " + std::string(tensor_type_name(t->type)) +
+                         ", which PhaseLab cannot compute with yet; re-quantize the model");
+    const size_t rb = row_size(t->type, n_in);
+    out->resize(n_expert);
+    for (int e = 0; e < n_expert; e++) {
+      WeightView& v = (*out)[e];
+      v.data = t->data + static_cast<size_t>(e) * n_out * rb;
+      v.type = t->type;
+      v.n_in = n_in;
+      v.n_out = n_out;
+      v.row_bytes = rb;
+    }
+    bytes_ += t->n_bytes;
+    inactive_ += static_cast<uint64_t>(n_expert - n_used) * n_out * rb;
+    return Status::ok();
+  }
+
   // A small vector (norm weights, biases), converted to F32 once.
   Status vec(const std::string& name, int64_t n, std::vector<float>* out, bool required = true) {
     const GgufTensorInfo* t = f_.find_tensor(name);
@@ -72,11 +102,13 @@ class Loader {
   }
 
   uint64_t bytes() const { return bytes_; }
+  uint64_t inactive_bytes() const { return inactive_; }  // experts a decoded token does not read
 
  private:
   const GgufFile& f_;
   const ModelConfig& c_;
   uint64_t bytes_ = 0;
+  uint64_t inactive_ = 0;
 };
 
 }  // namespace
@@ -170,6 +202,18 @@ Result<std::shared_ptr<Model>> Model::from_file(std::shared_ptr<GgufFile> file) 
       PHASELAB_TRY(L.vec(p + "post_ffw_norm.weight", c.n_embd, &l.post_ffw_norm));
     }
     PHASELAB_TRY(L.vec(p + "ffn_norm.weight", c.n_embd, &l.ffn_norm));
+    // A MoE model's layer is MoE exactly when it has a router (Mixtral's
+    // are all; the loader does not assume it).
+    if (c.is_moe() && m->file_->find_tensor(p + "ffn_gate_inp.weight")) {
+      PHASELAB_TRY(L.matrix(p + "ffn_gate_inp.weight", c.n_embd, c.n_expert, &l.router));
+      PHASELAB_TRY(L.experts(p + "ffn_gate_exps.weight", c.n_embd, c.n_ff_exp, c.n_expert, c.n_expert_used, &l.gate_exps));
+      PHASELAB_TRY(L.experts(p + "ffn_up_exps.weight", c.n_embd, c.n_ff_exp, c.n_expert, c.n_expert_used, &l.up_exps));
+      PHASELAB_TRY(L.experts(p + "ffn_down_exps.weight", c.n_ff_exp, c.n_embd, c.n_expert, c.n_expert_used, &l.down_exps));
+      continue;
+    }
+    if (c.arch == Arch::qwen3moe)
+      return invalid_file(path + ": layer " + std::to_string(il) + " has no router (blk." + std::to_string(il) +
+                          ".ffn_gate_inp.weight): every qwen3moe layer is a mixture of experts");
     if (c.fused_gate_up) {  // rows: gate (n_ff), up (n_ff)
       const std::string up = p + "ffn_up.weight";
       PHASELAB_TRY(L.matrix_part(up, c.n_embd, 2 * static_cast<int64_t>(c.n_ff), 0, c.n_ff, &l.w_gate));
@@ -182,6 +226,7 @@ Result<std::shared_ptr<Model>> Model::from_file(std::shared_ptr<GgufFile> file) 
   }
   // Per decoded token every matrix is read once, the embedding only one row.
   m->weight_bytes_ = L.bytes() - (w.tied_output ? 0 : w.tok_embd.row_bytes * (c.n_vocab - 1));
+  m->active_weight_bytes_ = m->weight_bytes_ - L.inactive_bytes();
   // The model's own chat template, parsed once. One that does not parse
   // leaves the recognised family to render (chat_template_error says why;
   // the front ends show it), never a refusal to load.

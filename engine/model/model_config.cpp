@@ -10,6 +10,7 @@ const char* arch_name(Arch a) {
     case Arch::llama: return "llama";
     case Arch::qwen2: return "qwen2";
     case Arch::qwen3: return "qwen3";
+    case Arch::qwen3moe: return "qwen3moe";
     case Arch::gemma2: return "gemma2";
     case Arch::gemma3: return "gemma3";
     case Arch::phi3: return "phi3";
@@ -72,12 +73,14 @@ Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& f) {
   if (c.arch_str == "llama") c.arch = Arch::llama;
   else if (c.arch_str == "qwen2") c.arch = Arch::qwen2;
   else if (c.arch_str == "qwen3") c.arch = Arch::qwen3;
+  else if (c.arch_str == "qwen3moe") c.arch = Arch::qwen3moe;
   else if (c.arch_str == "gemma2") c.arch = Arch::gemma2;
   else if (c.arch_str == "gemma3") c.arch = Arch::gemma3;
   else if (c.arch_str == "phi3") c.arch = Arch::phi3;
   else
     return unsupported(f.path() + ": architecture '" + c.arch_str +
-                       "' is not supported (PhaseLab runs llama, qwen2, qwen3, gemma2, gemma3 and phi3 models)");
+                       "' is not supported (PhaseLab runs llama (and Mixtral), qwen2, qwen3, qwen3moe, gemma2, gemma3 and phi3 "
+                       "models)");
   if (auto n = f.get_string("general.name")) c.name = std::string(*n);
 
   const std::string a = c.arch_str + ".";
@@ -86,7 +89,7 @@ Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& f) {
   PHASELAB_TRY(read_uniform_int(f, a + "attention.head_count", &c.n_head, true));
   c.n_head_kv = c.n_head;
   PHASELAB_TRY(read_uniform_int(f, a + "attention.head_count_kv", &c.n_head_kv, false));
-  PHASELAB_TRY(read_uniform_int(f, a + "feed_forward_length", &c.n_ff, true));
+  PHASELAB_TRY(read_uniform_int(f, a + "feed_forward_length", &c.n_ff, c.arch != Arch::qwen3moe));
   c.n_ctx_train = 2048;
   PHASELAB_TRY(read_uniform_int(f, a + "context_length", &c.n_ctx_train, false));
   if (c.n_embd % c.n_head != 0 && !f.find(a + "attention.key_length"))
@@ -136,7 +139,8 @@ Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& f) {
   switch (c.arch) {
     case Arch::llama: break;
     case Arch::qwen2: c.rope_neox = true; c.attn_bias = true; break;
-    case Arch::qwen3: c.rope_neox = true; c.qk_norm = true; break;
+    case Arch::qwen3:
+    case Arch::qwen3moe: c.rope_neox = true; c.qk_norm = true; break;
     case Arch::gemma2:
     case Arch::gemma3: {
       const bool g2 = c.arch == Arch::gemma2;
@@ -183,6 +187,24 @@ Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& f) {
       break;
     }
   }
+  // Experts: qwen3moe always; llama (Mixtral) when expert_count says so.
+  const GgufValue* n_exp = f.find(a + "expert_count");
+  const bool zero_experts = n_exp && n_exp->is_integer() && n_exp->i == 0;  // some llama files say 0
+  if ((c.arch == Arch::qwen3moe || c.arch == Arch::llama) && !zero_experts) {
+    PHASELAB_TRY(read_uniform_int(f, a + "expert_count", &c.n_expert, c.arch == Arch::qwen3moe));
+    if (c.n_expert > 0) {
+      PHASELAB_TRY(read_uniform_int(f, a + "expert_used_count", &c.n_expert_used, true));
+      if (c.n_expert > 4096 || c.n_expert_used > c.n_expert)
+        return invalid_file(f.path() + ": " + std::to_string(c.n_expert_used) + " of " + std::to_string(c.n_expert) +
+                            " experts per token is out of range");
+      // Mixtral's experts are feed_forward_length wide; Qwen3-MoE's say so
+      // (else the dense width shared among the k used).
+      c.n_ff_exp = c.arch == Arch::llama ? c.n_ff : (c.n_ff > 0 ? c.n_ff / c.n_expert_used : 0);
+      PHASELAB_TRY(read_uniform_int(f, a + "expert_feed_forward_length", &c.n_ff_exp, c.n_ff_exp == 0));
+    }
+  }
+  if (c.n_ff == 0) c.n_ff = c.n_ff_exp;  // (the buffers of the dense path are never used then)
+
   // Gemma 2 caps attention logits at 50 and the final ones at 30 unless the
   // file says otherwise; other families cap only where the file says so.
   const bool g2 = c.arch == Arch::gemma2;

@@ -104,7 +104,7 @@ double DecodeRoofline::ceiling_tps(double b) const {
 DecodeRoofline decode_roofline(const Model& model, const std::string& backend_name, double read_bytes_per_s,
                                double int8_ops_per_s, double fp32_flops) {
   DecodeRoofline r;
-  r.weight_bytes = static_cast<double>(model.weight_bytes());
+  r.weight_bytes = static_cast<double>(model.active_weight_bytes());
   r.ops_per_token = decode_ops_per_token(model);
   r.read_bytes_per_s = read_bytes_per_s;
   const ComputePeak peak = compute_peak(backend_name, int8_ops_per_s, fp32_flops);

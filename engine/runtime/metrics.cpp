@@ -21,9 +21,23 @@ uint64_t parameter_count(const Model& model) {
 
 double prefill_ops_per_token(const Model& model) {
   double ops = 0;
-  for (const auto& t : model.file().tensors())
-    if (t.name.rfind("blk.", 0) == 0 && t.n_dims == 2) ops += 2.0 * static_cast<double>(t.n_elements);
+  const ModelConfig& c = model.config();
+  for (const auto& t : model.file().tensors()) {
+    if (t.name.rfind("blk.", 0) != 0) continue;
+    if (t.n_dims == 2) ops += 2.0 * static_cast<double>(t.n_elements);
+    // A 3-D expert tensor: a token runs n_expert_used of its n_expert slices.
+    if (t.n_dims == 3 && c.n_expert > 0)
+      ops += 2.0 * static_cast<double>(t.n_elements) * c.n_expert_used / c.n_expert;
+  }
   return ops;
+}
+
+uint64_t active_parameter_count(const Model& model) {
+  const ModelConfig& c = model.config();
+  uint64_t n = 0;
+  for (const auto& t : model.file().tensors())
+    n += t.n_dims == 3 && c.n_expert > 0 ? t.n_elements / c.n_expert * c.n_expert_used : t.n_elements;
+  return n;
 }
 
 double decode_ops_per_token(const Model& model) {

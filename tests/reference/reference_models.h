@@ -29,6 +29,14 @@ inline std::vector<ReferenceModel> reference_models() {
   r.push_back({"llama-f32", two(tiny_spec("llama")), "adjacent-pair RoPE, GQA, untied output"});
   r.push_back({"qwen2-q4_k", two(tiny_spec("qwen2")), "Q/K/V biases, Q4_K matrices, Q6_K embedding"});
   r.push_back({"qwen3-q8_0", two(tiny_spec("qwen3")), "QK-norm, NeoX RoPE, Q8_0 matrices"});
+  r.push_back({"qwen3moe-f32", two(tiny_spec("qwen3moe")),
+               "mixture of experts: softmax router over 8, top-2 renormalised, experts of 32, QK-norm"});
+  {
+    TinySpec s = two(tiny_spec("mixtral"));
+    s.matrix_type = TensorType::Q8_0;
+    s.seed = 4;
+    r.push_back({"mixtral-q8_0", s, "llama with 4 experts of n_ff, top-2, Q8_0 experts"});
+  }
   r.push_back({"gemma2-f32", two(tiny_spec("gemma2")),
                "attention and final logit soft-capping, sliding window 4 on even layers, post-norms, GELU, tied"});
   {

@@ -26,7 +26,19 @@ Status CpuBackend::init() {
     v_.resize(static_cast<size_t>(B) * c_.n_embd_kv());
     hb_.resize(static_cast<size_t>(B) * c_.n_ff);
     hb2_.resize(static_cast<size_t>(B) * c_.n_ff);
-    const int64_t max_in = std::max<int64_t>({c_.n_embd, c_.n_ff, c_.n_embd_q()});
+    if (c_.is_moe()) {
+      router_.resize(static_cast<size_t>(B) * c_.n_expert);
+      moe_x_.resize(static_cast<size_t>(B) * c_.n_embd);
+      moe_h_.resize(static_cast<size_t>(B) * c_.n_ff_exp);
+      moe_h2_.resize(static_cast<size_t>(B) * c_.n_ff_exp);
+      moe_y_.resize(static_cast<size_t>(B) * c_.n_embd);
+      moe_slot_.resize(static_cast<size_t>(B) * c_.n_expert_used * c_.n_embd);
+      moe_sel_.resize(static_cast<size_t>(B) * c_.n_expert_used);
+      moe_w_.resize(static_cast<size_t>(B) * c_.n_expert_used);
+      exp_rows_.assign(c_.n_expert, {});
+      for (auto& r : exp_rows_) r.reserve(B);
+    }
+    const int64_t max_in = std::max<int64_t>({c_.n_embd, c_.n_ff, c_.n_ff_exp, c_.n_embd_q()});
     row_buf_.assign(pool_.size(), std::vector<float>(max_in));
     rope_cs_.resize(static_cast<size_t>(2) * B * c_.n_rot);
     tok_kv_.resize(B);
@@ -68,7 +80,8 @@ Status CpuBackend::forward_batch(const SeqChunk* chunks, int n_chunks) {
   for (int il = 0; il < c_.n_layer; il++) {
     if (skip_ && skip_[il]) continue;
     attention_block(il, T, n_ctx_max);
-    ffn_block(il, T);
+    if (w_.layers[il].moe()) moe_block(il, T);
+    else ffn_block(il, T);
     if (capture_) std::copy_n(x_.data(), stream, capture_ + (il + 1) * stream);
   }
   for (int i = 0; i < n_chunks; i++) chunks[i].kv->append(chunks[i].tokens, chunks[i].n_tokens);
@@ -219,6 +232,73 @@ void CpuBackend::ffn_block(int il, int T) {
   per_token(T, [&](int t) {
     if (c_.post_norms) ref::rmsnorm(&xb2_[t * D], &xb2_[t * D], L.post_ffw_norm.data(), D, c_.rms_eps);
     ref::add(&x_[t * D], &xb2_[t * D], D);
+  });
+}
+
+void CpuBackend::moe_block(int il, int T) {
+  const LayerWeights& L = w_.layers[il];
+  const int D = c_.n_embd, E = c_.n_expert, K = c_.n_expert_used, F = c_.n_ff_exp;
+  matmul(L.router, xb_.data(), router_.data(), T);  // (T, n_expert)
+  // Routing: softmax over all experts, the K most likely (ties: the lower
+  // index), their probabilities renormalised to sum 1 (by at least 6.1e-5,
+  // as llama.cpp divides).
+  for (auto& r : exp_rows_) r.clear();
+  for (int t = 0; t < T; t++) {
+    float* p = &router_[static_cast<size_t>(t) * E];
+    const float mx = *std::max_element(p, p + E);
+    double sum = 0;
+    for (int e = 0; e < E; e++) sum += (p[e] = std::exp(p[e] - mx));
+    for (int e = 0; e < E; e++) p[e] = static_cast<float>(p[e] / sum);
+    int* sel = &moe_sel_[static_cast<size_t>(t) * K];
+    float* w = &moe_w_[static_cast<size_t>(t) * K];
+    float wsum = 0;
+    for (int j = 0; j < K; j++) {  // K is small: selection by repeated scans
+      int best = -1;
+      for (int e = 0; e < E; e++) {
+        if (std::find(sel, sel + j, e) != sel + j) continue;
+        if (best < 0 || p[e] > p[best]) best = e;
+      }
+      sel[j] = best;
+      w[j] = p[best];
+      wsum += p[best];
+    }
+    const float inv = 1.f / std::max(wsum, 6.1e-5f);
+    for (int j = 0; j < K; j++) w[j] *= inv;
+    for (int j = 0; j < K; j++) exp_rows_[sel[j]].push_back(t * K + j);
+  }
+  // Each expert's output rows wait in moe_slot_ until each token's sum is
+  // made in its own order below: slot t * K + j holds expert sel[j]'s output
+  // for token t.
+  for (int e = 0; e < E; e++) {
+    const std::vector<int>& rows = exp_rows_[e];
+    const int n = static_cast<int>(rows.size());
+    if (n == 0) continue;
+    for (int i = 0; i < n; i++)
+      std::copy_n(&xb_[static_cast<size_t>(rows[i] / K) * D], D, &moe_x_[static_cast<size_t>(i) * D]);
+    matmul(L.gate_exps[e], moe_x_.data(), moe_h_.data(), n);        // (n, n_ff_exp)
+    matmul(L.up_exps[e], moe_x_.data(), moe_h2_.data(), n, true);   // (n, n_ff_exp)
+    if (k_fast_) {
+      for (int i = 0; i < n; i++) k_fast_->silu_mul(&moe_h_[static_cast<size_t>(i) * F], &moe_h2_[static_cast<size_t>(i) * F], F);
+    } else {
+      for (size_t i = 0; i < static_cast<size_t>(n) * F; i++) moe_h_[i] = ref::silu(moe_h_[i]) * moe_h2_[i];
+    }
+    matmul(L.down_exps[e], moe_h_.data(), moe_y_.data(), n);  // (n, n_embd)
+    for (int i = 0; i < n; i++) std::copy_n(&moe_y_[static_cast<size_t>(i) * D], D, &moe_slot_[static_cast<size_t>(rows[i]) * D]);
+  }
+  // Each token's weighted sum in ascending expert order, then the residual.
+  per_token(T, [&](int t) {
+    const int* sel = &moe_sel_[static_cast<size_t>(t) * K];
+    const float* w = &moe_w_[static_cast<size_t>(t) * K];
+    float* out = &xb2_[static_cast<size_t>(t) * D];
+    std::fill_n(out, D, 0.f);
+    for (int e = 0, done = 0; done < K; e++) {
+      const int j = static_cast<int>(std::find(sel, sel + K, e) - sel);
+      if (j == K) continue;
+      const float* y = &moe_slot_[(static_cast<size_t>(t) * K + j) * D];
+      for (int i = 0; i < D; i++) out[i] += w[j] * y[i];
+      done++;
+    }
+    ref::add(&x_[static_cast<size_t>(t) * D], out, D);
   });
 }
 

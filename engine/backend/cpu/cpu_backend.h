@@ -115,6 +115,14 @@ class CpuBackend final : public Backend {
   void attention_block(int il, int T, int n_ctx_max);
   // Layer il's feed-forward: x_ += ffn(xb_).
   void ffn_block(int il, int T);
+  // A mixture-of-experts layer's feed-forward: x_ += moe(xb_). Each token's
+  // experts from the router; then expert by expert (ascending), the rows
+  // routed to it gathered and run through its three matrices as one batch,
+  // so a decoded token reads only its experts and a batch reads each chosen
+  // expert once. A token's sum over its experts is added in ascending expert
+  // order whatever the batch, so batched and token-by-token passes agree
+  // bitwise.
+  void moe_block(int il, int T);
   // The rows that want logits through the output matrix, into the chunks'
   // logits (and argmax).
   void output_logits(const SeqChunk* chunks, int n_chunks, int n_logit_rows);
@@ -226,6 +234,16 @@ class CpuBackend final : public Backend {
   std::vector<float> v_;    // (T, n_head_kv*head_dim)
   std::vector<float> hb_;   // (T, n_ff) gate, then gated hidden
   std::vector<float> hb2_;  // (T, n_ff) up
+  // Mixture of experts (allocated for MoE models only):
+  std::vector<float> router_;   // (T, n_expert) router logits, then probabilities
+  std::vector<float> moe_x_;    // (T, n_embd) the rows routed to one expert, gathered
+  std::vector<float> moe_h_;    // (T, n_ff_exp) its gate, then the gated hidden
+  std::vector<float> moe_h2_;   // (T, n_ff_exp) its up
+  std::vector<float> moe_y_;    // (T, n_embd) its output rows
+  std::vector<float> moe_slot_;  // (T, n_expert_used, n_embd) each token's experts' outputs
+  std::vector<int> moe_sel_;    // (T, n_expert_used) each token's experts
+  std::vector<float> moe_w_;    // (T, n_expert_used) their weights
+  std::vector<std::vector<int>> exp_rows_;  // (n_expert) the slots t * k + j routed to each expert (capacity T)
   std::vector<std::vector<float>> row_buf_;      // per thread: one dequantized weight row
   std::vector<std::vector<float>> score_buf_;    // per thread: (group, n_ctx) attention scores
   std::vector<std::vector<const float*>> vrow_buf_;  // per thread: (n_ctx) K or V rows of one KV head (F32 cache)

@@ -144,8 +144,12 @@ void CpuBackend::repack_weights() {
     }
     repacked_.emplace(W.data, std::move(rp));
   };
-  for (const LayerWeights& L : w_.layers)
-    for (const WeightView* W : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) repack(*W);
+  for (const LayerWeights& L : w_.layers) {
+    for (const WeightView* W : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
+      if (W->present()) repack(*W);
+    for (const auto* experts : {&L.gate_exps, &L.up_exps, &L.down_exps})  // each expert's slice
+      for (const WeightView& W : *experts) repack(W);
+  }
   // The output matrix too: with a large vocabulary it is the largest
   // product of a decode pass over many sequences. Tied to the token
   // embedding, its original rows are still read for the embedding lookup;

@@ -22,8 +22,13 @@ const char* to_string(Phase p);
 
 // Every element of the file's tensors: the parameter count a model card quotes.
 uint64_t parameter_count(const Model& model);
-// 2 operations per weight of the blocks' matrices: the work of one prompt
-// token (only a prompt's last token goes through the output matrix).
+// The parameters a token uses: of a mixture of experts' 3-D expert tensors
+// only the n_expert_used experts' share ("30B-A3B": 3B active); the
+// parameter count for a dense model.
+uint64_t active_parameter_count(const Model& model);
+// 2 operations per weight of the blocks' matrices, of the experts only the
+// used ones': the work of one prompt token (only a prompt's last token goes
+// through the output matrix).
 double prefill_ops_per_token(const Model& model);
 // A decoded token's work: the blocks' matrices and the output matrix (every
 // decoded token needs its logits; with a 262k vocabulary that is most of it).
@@ -100,7 +105,7 @@ double prefill_balance_tokens(double weight_bytes, double ops_per_token, double 
 // One prefill as measured.
 struct PrefillRun {
   double ops_per_token = 0;  // prefill_ops_per_token()
-  double weight_bytes = 0;   // Model::weight_bytes(): read once by every pass
+  double weight_bytes = 0;   // Model::active_weight_bytes(): read once by every pass
   int n_tokens = 0;          // prompt tokens computed (reused ones excluded); 0: unknown
   int max_pass_tokens = 0;   // the backend's max_batch(): a longer prompt takes several passes; 0: one pass
   double tokens_per_s = 0;   // the measured rate (RequestMetrics::prefill_tps)

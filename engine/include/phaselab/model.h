@@ -35,8 +35,15 @@ struct LayerWeights {
   std::vector<float> q_norm, k_norm;  // [head_dim] (qk_norm)
   std::vector<float> post_attn_norm;  // [n_embd] (gemma3)
   std::vector<float> ffn_norm;        // [n_embd]
-  WeightView w_gate, w_up, w_down;    // [n_embd -> n_ff], [n_embd -> n_ff], [n_ff -> n_embd]
+  WeightView w_gate, w_up, w_down;    // [n_embd -> n_ff], [n_embd -> n_ff], [n_ff -> n_embd]; absent in MoE layers
   std::vector<float> post_ffw_norm;   // [n_embd] (gemma3)
+  // A mixture-of-experts layer (ModelConfig::is_moe): the router and each
+  // expert's matrices, views of the 3-D tensors' slices (expert e is the e-th
+  // slice along the slowest dimension, laid out as a 2-D weight).
+  WeightView router;                  // ffn_gate_inp [n_embd -> n_expert]
+  std::vector<WeightView> gate_exps, up_exps;  // (n_expert) [n_embd -> n_ff_exp]
+  std::vector<WeightView> down_exps;           // (n_expert) [n_ff_exp -> n_embd]
+  bool moe() const { return router.present(); }
 };
 
 struct ModelWeights {
@@ -64,9 +71,14 @@ class Model {
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const GgufFile& file() const { return *file_; }
   const std::string& path() const { return path_; }
-  // Bytes of weights read per decoded token (all matrices once): the
-  // numerator of the achieved-bandwidth figure.
+  // Bytes of all the weights a pass may read (every matrix once, every
+  // expert): what must fit in memory.
   uint64_t weight_bytes() const { return weight_bytes_; }
+  // Bytes of weights read per decoded token: every matrix once, of a MoE
+  // layer only the n_expert_used experts a token is routed to (the router
+  // and the rest in full), the embedding one row. The numerator of the
+  // achieved-bandwidth figure; weight_bytes() for a dense model.
+  uint64_t active_weight_bytes() const { return active_weight_bytes_; }
   // The chat format: the family of tokenizer.chat_template; for models
   // without one (base models) the few-shot transcript.
   ChatTemplateFamily chat_template() const;
@@ -89,6 +101,7 @@ class Model {
   ModelWeights weights_;
   std::unique_ptr<Tokenizer> tokenizer_;
   uint64_t weight_bytes_ = 0;
+  uint64_t active_weight_bytes_ = 0;
   std::shared_ptr<const jinja::Template> chat_jinja_;
   std::string chat_template_error_;
 };

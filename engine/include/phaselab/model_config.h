@@ -11,7 +11,7 @@
 
 namespace phaselab {
 
-enum class Arch { llama, qwen2, qwen3, gemma2, gemma3, phi3 };
+enum class Arch { llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3 };
 enum class Activation { silu, gelu_tanh };  // of the gate in a gated FFN
 
 const char* arch_name(Arch a);
@@ -54,6 +54,16 @@ struct ModelConfig {
   float attn_scale = 0.f;         // multiplier on Q·K
   float final_logit_softcap = 0;  // 0: none
   float attn_logit_softcap = 0;   // 0: none
+
+  // Mixture of experts (qwen3moe; llama with experts: Mixtral). A layer is
+  // MoE when it has a router (ffn_gate_inp): per token the router's softmax
+  // over n_expert picks the n_expert_used most likely, their weights
+  // renormalised to sum 1, and the token's FFN output is the weighted sum of
+  // those experts' SiLU-gated FFNs of width n_ff_exp. 0: a dense model.
+  int n_expert = 0;
+  int n_expert_used = 0;
+  int n_ff_exp = 0;
+  bool is_moe() const { return n_expert > 0; }
 
   int sliding_window = 0;            // 0: no sliding-window layers
   std::vector<uint8_t> layer_is_swa;  // per layer: 1 = local (sliding window)
