@@ -101,7 +101,7 @@ std::unique_ptr<Session> open_session(const std::string& path, int n_ctx = 256, 
     QSKIP("default model not fetched (run scripts/fetch-model.sh)");                                  \
   }
 
-const char* kArchs[] = {"llama", "qwen2", "qwen3", "qwen3moe", "mixtral", "gemma2", "gemma3", "phi3"};
+const char* kArchs[] = {"llama", "qwen2", "qwen3", "qwen3moe", "qwen3moe-q4_k", "mixtral", "gemma2", "gemma3", "phi3"};
 
 }  // namespace
 

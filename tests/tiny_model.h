@@ -207,6 +207,15 @@ inline TinySpec tiny_spec(const std::string& arch) {
     s.n_expert_used = 2;
     s.n_ff_exp = 32;
   }
+  if (arch == "qwen3moe-q4_k") {  // the repacked Q4_K kernels on experts (256-wide rows)
+    s.arch = "qwen3moe";
+    s.n_expert = 8;
+    s.n_expert_used = 3;
+    s.n_embd = 256;
+    s.n_ff_exp = 256;
+    s.head_dim = 64;
+    s.matrix_type = TensorType::Q4_K;
+  }
   if (arch == "mixtral") {  // llama with 4 experts of n_ff, 2 per token
     s.arch = "llama";
     s.n_expert = 4;

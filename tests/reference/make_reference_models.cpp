@@ -1,16 +1,38 @@
 // make_reference_models DIR: writes the reference models (reference_models.h)
 // as DIR/<name>.gguf. Deterministic: the same files on every machine.
+// make_reference_models --qwen3moe-twin LAYERS OUT: the Qwen3-30B-A3B shape
+// twin of that many layers (docs/benchmarks.md).
 #include <QByteArray>
 #include <QDir>
 #include <QFile>
 
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 
 #include "reference/reference_models.h"
 
 int main(int argc, char** argv) {
+  if (argc == 4 && std::string(argv[1]) == "--qwen3moe-twin") {
+    const int layers = std::atoi(argv[2]);
+    if (layers < 1 || layers > 48) {
+      std::fprintf(stderr, "LAYERS: 1 to 48\n");
+      return 2;
+    }
+    const std::string tmp =
+        phaselab::testing::write_tiny_model(phaselab::testing::qwen3moe_30b_a3b_twin(layers), "qwen3moe-twin.gguf");
+    QFile::remove(QString::fromLocal8Bit(argv[3]));
+    if (!QFile::rename(QString::fromStdString(tmp), QString::fromLocal8Bit(argv[3])) &&
+        !QFile::copy(QString::fromStdString(tmp), QString::fromLocal8Bit(argv[3]))) {
+      std::fprintf(stderr, "cannot write %s\n", argv[3]);
+      return 1;
+    }
+    QFile::remove(QString::fromStdString(tmp));
+    std::printf("%s\n", argv[3]);
+    return 0;
+  }
   if (argc != 2) {
-    std::fprintf(stderr, "usage: make_reference_models DIR\n");
+    std::fprintf(stderr, "usage: make_reference_models DIR | --qwen3moe-twin LAYERS OUT\n");
     return 2;
   }
   const QString dir = QString::fromLocal8Bit(argv[1]);

@@ -61,4 +61,27 @@ inline std::vector<ReferenceModel> reference_models() {
   return r;
 }
 
+// A shape twin of Qwen3-30B-A3B's layers (n_embd 2048, 32 query and 4 KV
+// heads of 128, 128 experts of 768, 8 per token; Hugging Face's config), all
+// matrices Q4_K, for measuring MoE decode speed: n_layer of its 48 layers
+// and the tiny vocabulary, so that a file of a few GB holds it. Its output
+// is noise; per layer it does exactly the real model's work.
+inline TinySpec qwen3moe_30b_a3b_twin(int n_layer) {
+  TinySpec s;
+  s.arch = "qwen3moe";
+  s.n_embd = 2048;
+  s.n_head = 32;
+  s.n_head_kv = 4;
+  s.head_dim = 128;
+  s.n_ff = 6144;
+  s.n_layer = n_layer;
+  s.n_expert = 128;
+  s.n_expert_used = 8;
+  s.n_ff_exp = 768;
+  s.matrix_type = TensorType::Q4_K;
+  s.embd_type = TensorType::Q4_K;
+  s.n_ctx_train = 4096;
+  return s;
+}
+
 }  // namespace phaselab::testing

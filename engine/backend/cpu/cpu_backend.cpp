@@ -29,8 +29,11 @@ Status CpuBackend::init() {
     if (c_.is_moe()) {
       router_.resize(static_cast<size_t>(B) * c_.n_expert);
       moe_x_.resize(static_cast<size_t>(B) * c_.n_embd);
-      moe_h_.resize(static_cast<size_t>(B) * c_.n_ff_exp);
-      moe_h2_.resize(static_cast<size_t>(B) * c_.n_ff_exp);
+      // (A decoded token's k experts use k rows of these.)
+      moe_h_.resize(static_cast<size_t>(std::max(B, c_.n_expert_used)) * c_.n_ff_exp);
+      moe_h2_.resize(static_cast<size_t>(std::max(B, c_.n_expert_used)) * c_.n_ff_exp);
+      moe_jobs_.resize(2 * c_.n_expert_used);
+      moe_inputs_.resize(c_.n_expert_used);
       moe_y_.resize(static_cast<size_t>(B) * c_.n_embd);
       moe_slot_.resize(static_cast<size_t>(B) * c_.n_expert_used * c_.n_embd);
       moe_sel_.resize(static_cast<size_t>(B) * c_.n_expert_used);
@@ -57,6 +60,10 @@ Status CpuBackend::init() {
       act_.resize(static_cast<size_t>(B) * (max_in / 32));
       // Sized for any input, so that any product may be refined.
       act_lo_.resize(static_cast<size_t>(B) * (max_in / 32));
+      if (c_.is_moe()) {
+        many_act_.resize(static_cast<size_t>(c_.n_expert_used) * (max_in / 32));
+        many_act_g_.resize(static_cast<size_t>(c_.n_expert_used) * (cpu::act_groups(max_in / 32) + 1));
+      }
       resid_.resize(static_cast<size_t>(B) * max_in);
       if (k_fast_->dot_q4_k_r8_x1 && repack_) {
         act_g_.resize(static_cast<size_t>(B) * (max_in / 256 + 1));
@@ -269,7 +276,23 @@ void CpuBackend::moe_block(int il, int T) {
   // Each expert's output rows wait in moe_slot_ until each token's sum is
   // made in its own order below: slot t * K + j holds expert sel[j]'s output
   // for token t.
-  for (int e = 0; e < E; e++) {
+  const bool one_dispatch = k_fast_ && T == 1 && D % 32 == 0 && F % 32 == 0;
+  if (one_dispatch) {  // a decoded token: its k experts' products in two dispatches
+    const int* sel = moe_sel_.data();
+    moe_inputs_[0] = xb_.data();
+    for (int j = 0; j < K; j++) {
+      moe_jobs_[2 * j] = {&L.gate_exps[sel[j]], 0, &moe_h_[static_cast<size_t>(j) * F]};
+      moe_jobs_[2 * j + 1] = {&L.up_exps[sel[j]], 0, &moe_h2_[static_cast<size_t>(j) * F]};
+    }
+    matvec_many(moe_jobs_.data(), 2 * K, moe_inputs_.data(), 1);
+    for (int j = 0; j < K; j++) {
+      k_fast_->silu_mul(&moe_h_[static_cast<size_t>(j) * F], &moe_h2_[static_cast<size_t>(j) * F], F);
+      moe_inputs_[j] = &moe_h_[static_cast<size_t>(j) * F];
+      moe_jobs_[j] = {&L.down_exps[sel[j]], j, &moe_slot_[static_cast<size_t>(j) * D]};
+    }
+    matvec_many(moe_jobs_.data(), K, moe_inputs_.data(), K);
+  }
+  for (int e = 0; e < E && !one_dispatch; e++) {
     const std::vector<int>& rows = exp_rows_[e];
     const int n = static_cast<int>(rows.size());
     if (n == 0) continue;

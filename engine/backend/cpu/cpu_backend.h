@@ -200,6 +200,16 @@ class CpuBackend final : public Backend {
   void build_groups(const std::vector<cpu::ActQ8>& act, std::vector<cpu::ActGroup>& groups, int64_t nb, int64_t gs,
                     int T);
   void matmul_repacked(const WeightView& W, const Repacked& rp, const float* in, float* out, int T, bool precise);
+  // One token through several matrices of the same n_in in one dispatch
+  // (fast path only): out = W · inputs[input] for each job.
+  struct MatvecJob {
+    const WeightView* W;
+    int input;        // index into the inputs
+    float* out;       // (W->n_out)
+    int64_t first_row = 0;        // (filled in) its rows' place among all jobs'
+    const Repacked* rp = nullptr; // (filled in) its repacked rows, if any
+  };
+  void matvec_many(const MatvecJob* jobs, int n_jobs, const float* const* inputs, int n_inputs);
 
   // ---- attention (cpu_attention.cpp) ----
   // A row that sees more than kAttnPartKeys keys is attended in parts of
@@ -244,6 +254,10 @@ class CpuBackend final : public Backend {
   std::vector<int> moe_sel_;    // (T, n_expert_used) each token's experts
   std::vector<float> moe_w_;    // (T, n_expert_used) their weights
   std::vector<std::vector<int>> exp_rows_;  // (n_expert) the slots t * k + j routed to each expert (capacity T)
+  std::vector<MatvecJob> moe_jobs_;        // (2 * n_expert_used) a decoded token's expert products
+  std::vector<const float*> moe_inputs_;   // (n_expert_used) their inputs
+  std::vector<cpu::ActQ8> many_act_;       // (n_expert_used, max_in / 32) matvec_many's quantized inputs
+  std::vector<cpu::ActGroup> many_act_g_;  // (n_expert_used, groups) and their groups
   std::vector<std::vector<float>> row_buf_;      // per thread: one dequantized weight row
   std::vector<std::vector<float>> score_buf_;    // per thread: (group, n_ctx) attention scores
   std::vector<std::vector<const float*>> vrow_buf_;  // per thread: (n_ctx) K or V rows of one KV head (F32 cache)

@@ -265,4 +265,53 @@ void CpuBackend::matmul_repacked(const WeightView& W, const Repacked& rp, const 
   });
 }
 
+// One token's products with several matrices in one parallel dispatch
+// (fast path): out_j = W_j · in_{input_j}. A decoded MoE token runs its k
+// experts' gate and up matrices (one input), then their down matrices (k
+// inputs) this way: two dispatches instead of 3k, each over all the rows.
+// Each row is computed by the kernel matmul_fast() uses for a lone token, so
+// the results are bitwise those of matmul() (the batched path's).
+void CpuBackend::matvec_many(const MatvecJob* jobs, int n_jobs, const float* const* inputs, int n_inputs) {
+  const int64_t n_in = jobs[0].W->n_in, nb = n_in / 32;
+  const int64_t gs = std::max<int64_t>(cpu::act_groups(nb), 1);
+  // Each input quantized (and grouped) once, into its own slot.
+  for (int i = 0; i < n_inputs; i++) {
+    k_fast_->quantize_act(inputs[i], &many_act_[i * nb], n_in);
+    cpu::group_act(&many_act_[i * nb], &many_act_g_[i * gs], nb);
+  }
+  act_of_ = lo_of_ = groups_of_ = lo_groups_of_ = nullptr;  // act_ is not this input's
+  int64_t total = 0;
+  for (int j = 0; j < n_jobs; j++) {
+    MatvecJob& jb = const_cast<MatvecJob&>(jobs[j]);
+    jb.first_row = total;
+    total += jb.W->n_out;
+    auto rp = repacked_.find(jb.W->data);
+    jb.rp = rp == repacked_.end() ? nullptr : &rp->second;
+  }
+  for_rows(total, [&](int64_t r0, int64_t r1, int) {
+    int j = 0;
+    while (jobs[j].first_row + jobs[j].W->n_out <= r0) j++;
+    float v[4];
+    for (int64_t g = r0; g < r1; g++) {
+      while (g >= jobs[j].first_row + jobs[j].W->n_out) j++;
+      const MatvecJob& jb = jobs[j];
+      const WeightView& W = *jb.W;
+      const int64_t r = g - jb.first_row;
+      const cpu::ActQ8* act = &many_act_[jb.input * nb];
+      if (jb.rp) {
+        const size_t rb = jb.rp->f.row_bytes;
+        const uint8_t* row = jb.rp->data.data() + r * rb;
+        if (decode_prefetch_rows_ > 0)  // as a lone token's matmul does (CpuSwitches::decode_prefetch_rows)
+          prefetch_rows(row + decode_prefetch_rows_ * rb, rb, jb.rp->data.data() + W.n_out * rb);
+        jb.rp->f.dot1(row, &many_act_g_[jb.input * gs], 0, act, 0, n_in, v);
+        jb.out[r] = v[0];
+      } else if (cpu::uses_q8_activations(W.type)) {
+        jb.out[r] = k_fast_->dot_q8[static_cast<int>(W.type)](W.row(r), act, n_in);
+      } else {
+        jb.out[r] = k_fast_->dot_f32[static_cast<int>(W.type)](W.row(r), inputs[jb.input], n_in);
+      }
+    }
+  });
+}
+
 }  // namespace phaselab
