@@ -72,6 +72,24 @@ class TestGuiPhaseMeter : public QObject {
     QVERIFY(qAbs(m.decodeFraction() - 235.0 * kMiB * 40 / 20e9) < 1e-9);
   }
 
+  // A mixture of experts: the meter divides by the active weights (what
+  // the engine reports) and says that only the chosen experts are read; a
+  // dense model after it is described as dense again.
+  void a_mixture_of_experts_reads_its_chosen_experts() {
+    PhaseMeter m;
+    m.setPeaks(peaks(20));
+    m.setModel(377 * kMiB, 2 * 684e6, true);
+    m.setExperts(8, 128);
+    m.update(decoding(40));
+    QVERIFY2(m.decodeText().contains(QLatin1String("reads 377.0 MiB of weights once (the router picks 8 of 128 experts")),
+             qPrintable(m.decodeText()));
+    QVERIFY(qAbs(m.decodeFraction() - 377.0 * kMiB * 40 / 20e9) < 1e-9);
+    m.setModel(235 * kMiB, 2 * 268e6, true);
+    m.setExperts(0, 0);
+    m.update(decoding(40));
+    QVERIFY2(!m.decodeText().contains(QLatin1String("experts")), qPrintable(m.decodeText()));
+  }
+
   // A model just loaded has measured nothing: no "0.0 GB/s", no 0%.
   void a_new_model_shows_no_figures_until_a_request() {
     PhaseMeter m;

@@ -65,6 +65,8 @@ struct ModelInfo {
   QString name;
   QString architecture;
   qint64 nParams = 0;
+  qint64 nParamsActive = 0;  // a mixture of experts' parameters per token (= nParams for a dense model)
+  int experts = 0, expertsUsed = 0;  // a mixture of experts: per layer, and per token (0: dense)
   QString typeMix;
   int contextTrained = 0;
   int contextSize = 0;  // of the session actually created

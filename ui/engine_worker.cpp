@@ -165,6 +165,9 @@ ModelInfo EngineWorker::describe() const {
   info.name = c.name.empty() ? QFileInfo(m_path).completeBaseName() : QString::fromStdString(c.name);
   info.architecture = QString::fromStdString(c.arch_str);
   info.nParams = static_cast<qint64>(parameter_count(m));
+  info.nParamsActive = static_cast<qint64>(active_parameter_count(m));
+  info.experts = c.n_expert;
+  info.expertsUsed = c.n_expert_used;
   info.prefillOpsPerToken = prefill_ops_per_token(m);
   info.maxBatch = m_session->backend().max_batch();
   info.typeMix = QString::fromStdString(m.type_mix());

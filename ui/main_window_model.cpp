@@ -106,7 +106,7 @@ void MainWindow::onModelLoaded(const ModelInfo& info) {
     QSettings().setValue(QStringLiteral("model/last"), info.path);
   }
   statusBar()->showMessage(tr("Loaded %1 (%2 parameters, %3)")
-                               .arg(info.name, ModelManager::formatParams(info.nParams), info.typeMix),
+                               .arg(info.name, ModelManager::formatParamsWithActive(info), info.typeMix),
                            5000);
   // The engine stopped the server of the previous model: serve this one.
   applyServeSettings();

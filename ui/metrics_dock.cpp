@@ -362,6 +362,7 @@ void MetricsDock::setModel(const ModelInfo& info) {
   // and the GPU work in floats.
   m_phaseMeter->setModel(info.weightBytes, info.prefillOpsPerToken, multiplies_in_int8(info.backend.toStdString()),
                          info.maxBatch);
+  m_phaseMeter->setExperts(info.expertsUsed, info.experts);
 }
 
 void MetricsDock::showKvPoolEmpty() {

@@ -38,6 +38,7 @@ ModelInfo ModelManager::describe(const QString& path, QString* error) {
     info.name = c.name.empty() ? QFileInfo(path).completeBaseName() : QString::fromStdString(c.name);
     info.architecture = QString::fromStdString(c.arch_str);
     info.nParams = static_cast<qint64>(parameter_count(m));
+    info.nParamsActive = static_cast<qint64>(active_parameter_count(m));
     info.typeMix = QString::fromStdString(m.type_mix());
     info.contextTrained = c.n_ctx_train;
     info.weightBytes = m.active_weight_bytes();
@@ -53,6 +54,11 @@ QString ModelManager::formatParams(qint64 n) {
   if (n >= 1'000'000'000) return QStringLiteral("%1 B").arg(n / 1e9, 0, 'f', 2);
   if (n >= 1'000'000) return QStringLiteral("%1 M").arg(n / 1e6, 0, 'f', 1);
   return QStringLiteral("%1 K").arg(n / 1e3, 0, 'f', 1);
+}
+
+QString ModelManager::formatParamsWithActive(const ModelInfo& m) {
+  if (m.nParamsActive <= 0 || m.nParamsActive >= m.nParams) return formatParams(m.nParams);
+  return tr("%1, %2 active").arg(formatParams(m.nParams), formatParams(m.nParamsActive));
 }
 
 QString ModelManager::formatBytes(qint64 n) {
@@ -178,7 +184,7 @@ void ModelManager::setRows(const QList<ModelInfo>& rows, const QStringList& erro
     m_table->setItem(r, 0, file);
     const bool ok = !m.architecture.isEmpty();
     m_table->setItem(r, 1, new QTableWidgetItem(ok ? m.architecture : tr("unreadable")));
-    m_table->setItem(r, 2, new QTableWidgetItem(ok ? formatParams(m.nParams) : QString()));
+    m_table->setItem(r, 2, new QTableWidgetItem(ok ? formatParamsWithActive(m) : QString()));
     m_table->setItem(r, 3, new QTableWidgetItem(m.typeMix));
     m_table->setItem(r, 4, new QTableWidgetItem(ok ? QString::number(m.contextTrained) : QString()));
     m_table->setItem(r, 5, new QTableWidgetItem(formatBytes(m.fileSize)));

@@ -21,6 +21,8 @@ class ModelManager : public QDialog {
   // the returned info has an empty architecture and error set.
   static ModelInfo describe(const QString& path, QString* error);
   static QString formatParams(qint64 n);
+  // "7.48 B" or, for a mixture of experts, "7.48 B, 0.74 B active".
+  static QString formatParamsWithActive(const ModelInfo& m);
   static QString formatBytes(qint64 n);
 
  signals:

@@ -253,6 +253,12 @@ QString PhaseMeter::decodeDescription(const PhaseLoad& decode) const {
                .arg(m_decodeTps, 0, 'f', 1)
                .arg(target_passes_per_s(m_decodeTps, decode.tokens_per_pass), 0, 'f', 1)
                .arg(weightMiB, 0, 'f', 1);
+  else if (m_experts > 0)
+    dec += tr("Decode is memory-bound: every token reads %1 MiB of weights once (the router picks %2 of %3 experts in "
+              "each layer: only theirs are read) and does only ~2 FLOPs per weight.")
+               .arg(weightMiB, 0, 'f', 1)
+               .arg(m_expertsUsed)
+               .arg(m_experts);
   else
     dec += tr("Decode is memory-bound: every token reads all %1 MiB of weights once and does only ~2 FLOPs per weight.")
                .arg(weightMiB, 0, 'f', 1);

@@ -33,6 +33,12 @@ class PhaseMeter : public QWidget {
   // maxPassTokens: the backend's tokens per pass at most (ModelInfo::maxBatch):
   // a longer prompt is prefilled in several passes; 0: one pass.
   void setModel(quint64 weightBytes, double prefillOpsPerToken, bool int8Compute, int maxPassTokens = 0);
+  // A mixture of experts: each token reads `used` of `total` experts per
+  // layer (weightBytes counts only theirs); 0, 0: a dense model.
+  void setExperts(int used, int total) {
+    m_expertsUsed = used;
+    m_experts = total;
+  }
   void update(const LiveMetrics& m);
   // A remote server answers: there are no device figures to hold against
   // this machine's peaks, and the meter says so instead of showing 0%.
@@ -71,6 +77,7 @@ class PhaseMeter : public QWidget {
 
   HardwarePeaks m_peaks;
   quint64 m_weightBytes = 0;
+  int m_expertsUsed = 0, m_experts = 0;
   double m_prefillOpsPerToken = 0;
   bool m_int8 = false;
   bool m_kvCache = true;
