@@ -33,10 +33,10 @@ std::string commit_of(const std::string& repo) {
 
 std::vector<uint8_t> moe_header() {
   GgufWriter w;
-  w.set("general.architecture", GgufWriteValue::string("qwen3moe"));
+  w.set("general.architecture", GgufWriteValue::string("gpt-oss"));
   w.set("general.name", GgufWriteValue::string("a mixture-of-experts header"));
-  w.set("qwen3moe.block_count", GgufWriteValue::u32(4));
-  w.set("qwen3moe.expert_count", GgufWriteValue::u32(8));
+  w.set("gpt-oss.block_count", GgufWriteValue::u32(4));
+  w.set("gpt-oss.expert_count", GgufWriteValue::u32(8));
   return w.serialize();
 }
 
