@@ -1096,7 +1096,11 @@ class TestBatch : public QObject {
       }
       QCOMPARE(sch.stats().finished, uint64_t(1));  // b, while a decodes
       if (std::string(policy) == "chunked:auto") {
-        QVERIFY2(widest >= 2 && widest <= 1 + 5, qPrintable(QString::number(widest)));
+        // About 2 prompt tokens per pass; the timer measures real passes
+        // (the pacing plus the model's own time), so a loaded machine (ctest
+        // -j2 beside it) reads a token's cost a little low: up to 7 prompt
+        // tokens seen then, against chunked's 24.
+        QVERIFY2(widest >= 2 && widest <= 1 + 7, qPrintable(QString::number(widest)));
         QVERIFY(passes >= 120 / 5);
       } else {
         QCOMPARE(widest, 25);
