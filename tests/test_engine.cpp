@@ -8,6 +8,7 @@
 
 #include "phaselab/backend.h"
 #include "phaselab/chat_template.h"
+#include "phaselab/jinja.h"
 #include "phaselab/session.h"
 #include "phaselab/memory.h"
 #include "phaselab/metrics.h"
@@ -267,9 +268,37 @@ class TestEngine : public QObject {
     QCOMPARE(detect_chat_template("<|start_header_id|>"), ChatTemplateFamily::llama3);
     QCOMPARE(detect_chat_template("[INST]"), ChatTemplateFamily::llama2);
     QCOMPARE(detect_chat_template("{{ messages }}"), ChatTemplateFamily::plain);
+    QCOMPARE(detect_chat_template("{{'<|user|>\n' + message['content'] + '<|end|>\n'}}"), ChatTemplateFamily::phi3);
+    QCOMPARE(detect_chat_template("{{ '<|user|>\n' + message['content'] + eos_token }}"), ChatTemplateFamily::plain);  // Zephyr
+    QCOMPARE(chat_stop_strings(ChatTemplateFamily::phi3).front(), std::string("<|end|>"));
     for (ChatTemplateFamily f : chat_template_families())
       QCOMPARE(chat_template_family_from_name(chat_template_family_name(f)), std::optional(f));
     QVERIFY(!chat_template_family_from_name("jinja").has_value());
+  }
+
+  // The built-in Phi-3 rendering (the fallback when a template fails) is
+  // Phi-3.5-mini's own template's text, as the Jinja interpreter renders it
+  // (itself checked against jinja2 on that template in test_jinja).
+  void phi3_family_renders_as_phi35_template() {
+    std::ifstream in(test_data("chat-templates/microsoft-Phi-3.5-mini-instruct.jinja"));
+    std::stringstream src;
+    src << in.rdbuf();
+    QVERIFY(src.str().size() > 100);
+    QCOMPARE(detect_chat_template(src.str()), ChatTemplateFamily::phi3);
+    const jinja::Template t(src.str());
+    const std::vector<std::vector<ChatMessage>> convs = {
+        {{"user", "Hi"}},
+        {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello!"}, {"user", "Bye"}},
+        {{"system", ""}, {"user", "Hi"}}};
+    for (const auto& msgs : convs) {
+      nlohmann::ordered_json ctx;
+      ctx["messages"] = nlohmann::ordered_json::array();
+      for (const auto& m : msgs) ctx["messages"].push_back({{"role", m.role}, {"content", m.content}});
+      ctx["add_generation_prompt"] = true;
+      ctx["bos_token"] = "<s>";
+      ctx["eos_token"] = "<|endoftext|>";
+      QCOMPARE(apply_chat_template(ChatTemplateFamily::phi3, msgs), t.render(ctx));
+    }
   }
 
   // Base models get example exchanges before the conversation; a system

@@ -76,8 +76,8 @@ QVariant textOrNull(bool set, const QString& s) {
 QStringList ConversationSettings::modeNames() { return {QStringLiteral("chat"), QStringLiteral("notebook")}; }
 
 QStringList ConversationSettings::templateNames() {
-  return {QStringLiteral("gemma"), QStringLiteral("chatml"), QStringLiteral("llama3"),
-          QStringLiteral("llama2"), QStringLiteral("plain"), QStringLiteral("plain-fewshot")};
+  return {QStringLiteral("gemma"),  QStringLiteral("chatml"), QStringLiteral("llama3"),       QStringLiteral("llama2"),
+          QStringLiteral("phi3"),   QStringLiteral("plain"),  QStringLiteral("plain-fewshot")};
 }
 
 QString ConversationSettings::validate() const {

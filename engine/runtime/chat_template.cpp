@@ -38,6 +38,10 @@ ChatTemplateFamily detect_chat_template(std::string_view s) {
   if (s.find("<|im_start|>") != std::string_view::npos) return ChatTemplateFamily::chatml;
   if (s.find("<|start_header_id|>") != std::string_view::npos) return ChatTemplateFamily::llama3;
   if (s.find("[INST]") != std::string_view::npos) return ChatTemplateFamily::llama2;
+  // Phi-3/3.5/4-mini: <|user|> turns closed by <|end|> (Zephyr's <|user|>
+  // turns end with </s> instead).
+  if (s.find("<|user|>") != std::string_view::npos && s.find("<|end|>") != std::string_view::npos)
+    return ChatTemplateFamily::phi3;
   return ChatTemplateFamily::plain;
 }
 
@@ -49,6 +53,7 @@ const char* chat_template_family_name(ChatTemplateFamily f) {
     case ChatTemplateFamily::chatml: return "chatml";
     case ChatTemplateFamily::llama3: return "llama3";
     case ChatTemplateFamily::llama2: return "llama2";
+    case ChatTemplateFamily::phi3: return "phi3";
   }
   return "plain";
 }
@@ -61,7 +66,8 @@ std::optional<ChatTemplateFamily> chat_template_family_from_name(std::string_vie
 
 std::vector<ChatTemplateFamily> chat_template_families() {
   return {ChatTemplateFamily::gemma,  ChatTemplateFamily::chatml, ChatTemplateFamily::llama3,
-          ChatTemplateFamily::llama2, ChatTemplateFamily::plain,  ChatTemplateFamily::plain_fewshot};
+          ChatTemplateFamily::llama2, ChatTemplateFamily::phi3,   ChatTemplateFamily::plain,
+          ChatTemplateFamily::plain_fewshot};
 }
 
 namespace {
@@ -90,6 +96,18 @@ std::string render_chatml(const std::vector<ChatMessage>& msgs, bool gen) {
   std::string out;
   for (const auto& m : msgs) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
   if (gen) out += "<|im_start|>assistant\n";
+  return out;
+}
+
+// Phi-3: <|role|>\n text <|end|>\n per turn (an empty system turn left
+// out, as Phi-3.5's template does).
+std::string render_phi3(const std::vector<ChatMessage>& msgs, bool gen) {
+  std::string out;
+  for (const auto& m : msgs) {
+    if (m.role == "system" && m.content.empty()) continue;
+    out += "<|" + m.role + "|>\n" + m.content + "<|end|>\n";
+  }
+  if (gen) out += "<|assistant|>\n";
   return out;
 }
 
@@ -180,6 +198,7 @@ std::string apply_chat_template(ChatTemplateFamily family, const std::vector<Cha
     case ChatTemplateFamily::chatml: return render_chatml(messages, add_generation_prompt);
     case ChatTemplateFamily::llama3: return render_llama3(messages, add_generation_prompt);
     case ChatTemplateFamily::llama2: return render_llama2(messages, add_generation_prompt);
+    case ChatTemplateFamily::phi3: return render_phi3(messages, add_generation_prompt);
     case ChatTemplateFamily::plain_fewshot: return render_plain_fewshot(messages, add_generation_prompt);
     case ChatTemplateFamily::plain: break;
   }
@@ -192,6 +211,7 @@ std::vector<std::string> chat_stop_strings(ChatTemplateFamily family) {
     case ChatTemplateFamily::chatml: return {"<|im_end|>", "<|im_start|>"};
     case ChatTemplateFamily::llama3: return {"<|eot_id|>", "<|start_header_id|>"};
     case ChatTemplateFamily::llama2: return {"[INST]", "</s>"};
+    case ChatTemplateFamily::phi3: return {"<|end|>", "<|user|>"};
     // A base model may also start another "Assistant:" line of its own.
     case ChatTemplateFamily::plain:
     case ChatTemplateFamily::plain_fewshot: return {"\nUser:", "\nSystem:", "\nAssistant:"};

@@ -21,7 +21,7 @@ class Template;
 // transcript after a short preamble with three example exchanges, for base
 // (pre-trained) models: without examples a base model continues the
 // transcript as any text ("Hello, my name is ..."), with them it answers.
-enum class ChatTemplateFamily { plain, plain_fewshot, gemma, chatml, llama3, llama2 };
+enum class ChatTemplateFamily { plain, plain_fewshot, gemma, chatml, llama3, llama2, phi3 };
 
 struct ChatMessage {
   std::string role;  // "system", "user" or "assistant"
