@@ -211,22 +211,27 @@ void CpuBackend::attention_block(int il, int T, int n_ctx_max) {
   });
 }
 
+void CpuBackend::gate_rows(float* h, const float* h2, int rows, int width, Activation act) {
+  if (k_fast_) {
+    // Row by row: a vector kernel's tail is computed differently, and a
+    // token's result must not depend on where it sits in the batch.
+    const auto gate = act == Activation::gelu_tanh ? k_fast_->gelu_mul : k_fast_->silu_mul;
+    per_token(rows, [&](int t) { gate(&h[static_cast<size_t>(t) * width], &h2[static_cast<size_t>(t) * width], width); });
+    return;
+  }
+  const size_t n = static_cast<size_t>(rows) * width;
+  if (act == Activation::gelu_tanh)
+    for (size_t i = 0; i < n; i++) h[i] = ref::gelu_tanh(h[i]) * h2[i];
+  else
+    for (size_t i = 0; i < n; i++) h[i] = ref::silu(h[i]) * h2[i];
+}
+
 void CpuBackend::ffn_block(int il, int T) {
   const LayerWeights& L = w_.layers[il];
   const int D = c_.n_embd;
   matmul(L.w_gate, xb_.data(), hb_.data(), T);  // (T, n_ff)
   matmul(L.w_up, xb_.data(), hb2_.data(), T, true);  // (T, n_ff)
-  const size_t nh = static_cast<size_t>(T) * c_.n_ff;
-  if (k_fast_) {
-    // Token by token: a vector kernel's tail is computed differently, and
-    // a token's result must not depend on where it sits in the batch.
-    const auto gate = c_.act == Activation::gelu_tanh ? k_fast_->gelu_mul : k_fast_->silu_mul;
-    per_token(T, [&](int t) { gate(&hb_[static_cast<size_t>(t) * c_.n_ff], &hb2_[static_cast<size_t>(t) * c_.n_ff], c_.n_ff); });
-  } else if (c_.act == Activation::gelu_tanh) {
-    for (size_t i = 0; i < nh; i++) hb_[i] = ref::gelu_tanh(hb_[i]) * hb2_[i];
-  } else {
-    for (size_t i = 0; i < nh; i++) hb_[i] = ref::silu(hb_[i]) * hb2_[i];
-  }
+  gate_rows(hb_.data(), hb2_.data(), T, c_.n_ff, c_.act);
   if (ffn_sq_) {  // FFN pruning's measurement: sum of h^2 per neuron
     double* sq = ffn_sq_ + static_cast<size_t>(il) * c_.n_ff;
     for (int t = 0; t < T; t++)
@@ -271,6 +276,10 @@ void CpuBackend::moe_block(int il, int T) {
     }
     const float inv = 1.f / std::max(wsum, 6.1e-5f);
     for (int j = 0; j < K; j++) w[j] *= inv;
+    // Ascending expert order from here on: each token's sum below runs in
+    // it whatever the batch (insertion sort: K is small).
+    for (int j = 1; j < K; j++)
+      for (int i = j; i > 0 && sel[i] < sel[i - 1]; i--) std::swap(sel[i], sel[i - 1]), std::swap(w[i], w[i - 1]);
     for (int j = 0; j < K; j++) exp_rows_[sel[j]].push_back(t * K + j);
   }
   // Each expert's output rows wait in moe_slot_ until each token's sum is
@@ -285,8 +294,8 @@ void CpuBackend::moe_block(int il, int T) {
       moe_jobs_[2 * j + 1] = {&L.up_exps[sel[j]], 0, &moe_h2_[static_cast<size_t>(j) * F]};
     }
     matvec_many(moe_jobs_.data(), 2 * K, moe_inputs_.data(), 1);
+    gate_rows(moe_h_.data(), moe_h2_.data(), K, F, Activation::silu);
     for (int j = 0; j < K; j++) {
-      k_fast_->silu_mul(&moe_h_[static_cast<size_t>(j) * F], &moe_h2_[static_cast<size_t>(j) * F], F);
       moe_inputs_[j] = &moe_h_[static_cast<size_t>(j) * F];
       moe_jobs_[j] = {&L.down_exps[sel[j]], j, &moe_slot_[static_cast<size_t>(j) * D]};
     }
@@ -300,26 +309,18 @@ void CpuBackend::moe_block(int il, int T) {
       std::copy_n(&xb_[static_cast<size_t>(rows[i] / K) * D], D, &moe_x_[static_cast<size_t>(i) * D]);
     matmul(L.gate_exps[e], moe_x_.data(), moe_h_.data(), n);        // (n, n_ff_exp)
     matmul(L.up_exps[e], moe_x_.data(), moe_h2_.data(), n, true);   // (n, n_ff_exp)
-    if (k_fast_) {
-      for (int i = 0; i < n; i++) k_fast_->silu_mul(&moe_h_[static_cast<size_t>(i) * F], &moe_h2_[static_cast<size_t>(i) * F], F);
-    } else {
-      for (size_t i = 0; i < static_cast<size_t>(n) * F; i++) moe_h_[i] = ref::silu(moe_h_[i]) * moe_h2_[i];
-    }
+    gate_rows(moe_h_.data(), moe_h2_.data(), n, F, Activation::silu);
     matmul(L.down_exps[e], moe_h_.data(), moe_y_.data(), n);  // (n, n_embd)
     for (int i = 0; i < n; i++) std::copy_n(&moe_y_[static_cast<size_t>(i) * D], D, &moe_slot_[static_cast<size_t>(rows[i]) * D]);
   }
-  // Each token's weighted sum in ascending expert order, then the residual.
+  // Each token's weighted sum (its experts are in ascending order), then the residual.
   per_token(T, [&](int t) {
-    const int* sel = &moe_sel_[static_cast<size_t>(t) * K];
     const float* w = &moe_w_[static_cast<size_t>(t) * K];
     float* out = &xb2_[static_cast<size_t>(t) * D];
     std::fill_n(out, D, 0.f);
-    for (int e = 0, done = 0; done < K; e++) {
-      const int j = static_cast<int>(std::find(sel, sel + K, e) - sel);
-      if (j == K) continue;
+    for (int j = 0; j < K; j++) {
       const float* y = &moe_slot_[(static_cast<size_t>(t) * K + j) * D];
       for (int i = 0; i < D; i++) out[i] += w[j] * y[i];
-      done++;
     }
     ref::add(&x_[static_cast<size_t>(t) * D], out, D);
   });

@@ -123,6 +123,8 @@ class CpuBackend final : public Backend {
   // order whatever the batch, so batched and token-by-token passes agree
   // bitwise.
   void moe_block(int il, int T);
+  // h = act(h) * h2 over rows of width values (a gated FFN's hidden).
+  void gate_rows(float* h, const float* h2, int rows, int width, Activation act);
   // The rows that want logits through the output matrix, into the chunks'
   // logits (and argmax).
   void output_logits(const SeqChunk* chunks, int n_chunks, int n_logit_rows);
@@ -209,7 +211,7 @@ class CpuBackend final : public Backend {
     int64_t first_row = 0;        // (filled in) its rows' place among all jobs'
     const Repacked* rp = nullptr; // (filled in) its repacked rows, if any
   };
-  void matvec_many(const MatvecJob* jobs, int n_jobs, const float* const* inputs, int n_inputs);
+  void matvec_many(MatvecJob* jobs, int n_jobs, const float* const* inputs, int n_inputs);
 
   // ---- attention (cpu_attention.cpp) ----
   // A row that sees more than kAttnPartKeys keys is attended in parts of

@@ -271,7 +271,7 @@ void CpuBackend::matmul_repacked(const WeightView& W, const Repacked& rp, const 
 // inputs) this way: two dispatches instead of 3k, each over all the rows.
 // Each row is computed by the kernel matmul_fast() uses for a lone token, so
 // the results are bitwise those of matmul() (the batched path's).
-void CpuBackend::matvec_many(const MatvecJob* jobs, int n_jobs, const float* const* inputs, int n_inputs) {
+void CpuBackend::matvec_many(MatvecJob* jobs, int n_jobs, const float* const* inputs, int n_inputs) {
   const int64_t n_in = jobs[0].W->n_in, nb = n_in / 32;
   const int64_t gs = std::max<int64_t>(cpu::act_groups(nb), 1);
   // Each input quantized (and grouped) once, into its own slot.
@@ -282,7 +282,7 @@ void CpuBackend::matvec_many(const MatvecJob* jobs, int n_jobs, const float* con
   act_of_ = lo_of_ = groups_of_ = lo_groups_of_ = nullptr;  // act_ is not this input's
   int64_t total = 0;
   for (int j = 0; j < n_jobs; j++) {
-    MatvecJob& jb = const_cast<MatvecJob&>(jobs[j]);
+    MatvecJob& jb = jobs[j];
     jb.first_row = total;
     total += jb.W->n_out;
     auto rp = repacked_.find(jb.W->data);
