@@ -121,7 +121,7 @@ class TestCpuKernels : public QObject {
   void dot_products_match_the_dequantized_definition_data() {
     QTest::addColumn<int>("type");
     for (TensorType t : {TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1,
-                         TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K})
+                         TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K, TensorType::MXFP4})
       QTest::newRow(std::string(tensor_type_name(t)).c_str()) << static_cast<int>(t);
   }
   void dot_products_match_the_dequantized_definition() {

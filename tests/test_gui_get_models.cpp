@@ -256,7 +256,7 @@ class TestGuiGetModels : public QObject {
     // An architecture PhaseLab cannot run, named.
     QVERIFY(openRepo(*d, QStringLiteral("phaselab-test/moe-GGUF")));
     QVERIFY(fitsDone(*d));
-    QCOMPARE(f->item(0, GetModelsDialog::FitsColumn)->text(), QStringLiteral("unsupported architecture (gpt-oss)"));
+    QCOMPARE(f->item(0, GetModelsDialog::FitsColumn)->text(), QStringLiteral("unsupported architecture (deepseek2)"));
   }
 
   void download_writes_the_model_and_load_emits_it() {

@@ -210,9 +210,9 @@ class TestHub : public QObject {
     auto moe = info_of("phaselab-test/moe-GGUF", options());
     auto m = hub::estimate_fit(options(), moe, moe.models[0], 4096);
     QVERIFY(m.is_ok());
-    QCOMPARE(m->architecture, std::string("gpt-oss"));
+    QCOMPARE(m->architecture, std::string("deepseek2"));
     QVERIFY(!m->supported);
-    QVERIFY2(contains(m->note, "gpt-oss") && contains(m->note, "not supported"), m->note.c_str());
+    QVERIFY2(contains(m->note, "deepseek2") && contains(m->note, "not supported"), m->note.c_str());
   }
 
   void download_verifies_notes_its_source_and_keeps_the_token_home() {
@@ -556,7 +556,7 @@ class TestHub : public QObject {
              qPrintable(l.out));
     auto moe = pull({"phaselab-test/moe-GGUF", "--list"});
     QCOMPARE(moe.code, 0);
-    QVERIFY2(moe.out.contains("cannot run gpt-oss"), qPrintable(moe.out));
+    QVERIFY2(moe.out.contains("cannot run deepseek2"), qPrintable(moe.out));
 
     auto amb = pull({"phaselab-test/stories260K-GGUF"});
     QCOMPARE(amb.code, 2);

@@ -444,7 +444,8 @@ class TestPerplexity : public QObject {
     QTest::addColumn<bool>("exact");  // float weights
     QTest::addColumn<bool>("reference");
     for (const auto& m : reference_models()) {
-      const bool exact = m.spec.matrix_type == TensorType::F32 && m.spec.embd_type == TensorType::F32;
+      const bool exact = m.spec.matrix_type == TensorType::F32 && m.spec.embd_type == TensorType::F32 &&
+                         m.spec.expert_type.value_or(TensorType::F32) == TensorType::F32;
       for (bool ref : {true, false})
         QTest::newRow((m.name + (ref ? "/reference" : "/fast")).c_str()) << QString::fromStdString(m.name) << exact << ref;
     }
@@ -482,7 +483,12 @@ class TestPerplexity : public QObject {
       QVERIFY2(k.top1_agree >= 0.95, qPrintable(QString("top-1 %1").arg(k.top1_agree)));
     } else {
       QVERIFY2(k.kld < 1e-3, qPrintable(QString("KLD %1").arg(k.kld)));
-      QVERIFY2(k.max_dlogp < 0.2, qPrintable(QString("max |dlogp| %1").arg(k.max_dlogp)));
+      // The reference path keeps float activations where llama.cpp (and the
+      // fast path) round them to 8 bits: the largest single difference is
+      // then llama.cpp's rounding (0.35 at one position of gpt-oss-mxfp4,
+      // whose fast path differs by 0.02).
+      const double max_dlogp = reference ? 0.5 : 0.2;
+      QVERIFY2(k.max_dlogp < max_dlogp, qPrintable(QString("max |dlogp| %1").arg(k.max_dlogp)));
       QVERIFY2(std::fabs(r->ppl / k.ppl_base - 1) < 5e-3, qPrintable(QString("PPL %1 vs %2").arg(r->ppl).arg(k.ppl_base)));
       QVERIFY2(k.top1_agree >= 0.9, qPrintable(QString("top-1 %1").arg(k.top1_agree)));
     }

@@ -311,6 +311,53 @@ class TestQuant : public QObject {
     QCOMPARE(kQuantizationVersion, 2u);
   }
 
+  // MXFP4 (OCP microscaling FP4): a block written by hand decodes to its
+  // definition, E2M1 values times 2^(e - 127); quantizing values on that
+  // grid gives the same bytes back; and the round trip of random values
+  // stays within the format's step.
+  void mxfp4_blocks_decode_and_encode_by_the_definition() {
+    QCOMPARE(row_size(TensorType::MXFP4, 64), size_t(34));
+    QCOMPARE(std::string(tensor_type_name(TensorType::MXFP4)), std::string("MXFP4"));
+    QVERIFY(tensor_type_traits(39).has_value());
+    uint8_t block[17];
+    block[0] = 127 + 1;  // scale 2
+    const float e2m1[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+    for (int j = 0; j < 16; j++) block[1 + j] = static_cast<uint8_t>(j | ((15 - j) << 4));
+    float out[32];
+    QVERIFY(dequantize_row(TensorType::MXFP4, block, out, 32));
+    for (int j = 0; j < 16; j++) {
+      QCOMPARE(out[j], 2 * e2m1[j]);
+      QCOMPARE(out[16 + j], 2 * e2m1[15 - j]);
+    }
+    // Values on the grid come back as the same bytes (the -0 nibble reads as
+    // +0: the encoder's first choice).
+    uint8_t again[17];
+    QVERIFY(quantize_row(TensorType::MXFP4, out, again, 32));
+    QCOMPARE(int(again[0]), int(block[0]));
+    for (int j = 0; j < 16; j++) {
+      QCOMPARE(kMxfp4Values[again[1 + j] & 15], kMxfp4Values[block[1 + j] & 15]);
+      QCOMPARE(kMxfp4Values[again[1 + j] >> 4], kMxfp4Values[block[1 + j] >> 4]);
+    }
+    // E8M0's smallest scales are subnormal floats.
+    QCOMPARE(mxfp4_half_scale(0), std::ldexp(1.f, -128));
+    QCOMPARE(mxfp4_half_scale(1), std::ldexp(1.f, -127));
+    QCOMPARE(mxfp4_half_scale(254), std::ldexp(1.f, 126));
+    const auto x = random_values(4096, 3);
+    QVERIFY(round_trip_error(TensorType::MXFP4, x) < 0.2);
+  }
+
+  void mxfp4_moe_mix_puts_the_experts_in_mxfp4() {
+    const MixModelInfo m = llama_info(24, true);
+    QCOMPARE(*parse_file_type("MXFP4_MOE"), FileType::MXFP4_MOE);
+    QCOMPARE(uint32_t(FileType::MXFP4_MOE), 38u);
+    QCOMPARE(mix(FileType::MXFP4_MOE, blk(3, "ffn_up_exps.weight"), 2880, m, 3), TensorType::MXFP4);
+    QCOMPARE(mix(FileType::MXFP4_MOE, blk(3, "ffn_down_exps.weight"), 2880, m, 3), TensorType::MXFP4);
+    QCOMPARE(mix(FileType::MXFP4_MOE, blk(3, "attn_v.weight"), 2880, m), TensorType::Q8_0);
+    QCOMPARE(mix(FileType::MXFP4_MOE, blk(3, "ffn_down.weight"), 2880, m), TensorType::Q8_0);
+    QCOMPARE(mix(FileType::MXFP4_MOE, "token_embd.weight", 2880, m), TensorType::Q8_0);
+    QCOMPARE(mix(FileType::MXFP4_MOE, blk(3, "ffn_gate_inp.weight"), 2880, m), TensorType::F16);  // routers keep their type
+  }
+
   void q4_k_m_mix_follows_use_more_bits_data() {
     QTest::addColumn<int>("n_layer");
     QTest::newRow("26 layers") << 26;

@@ -5,6 +5,7 @@
 #include <QDir>
 #include <QString>
 
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -28,8 +29,11 @@ struct TinySpec {
   float rope_attn_factor = 0;    // phi3: rope.scaling.attn_factor; 0: the key is not written
   int n_expert = 0;              // qwen3moe, llama (Mixtral): experts per MoE layer; 0: dense
   int n_expert_used = 0;         // experts per token
-  int n_ff_exp = 0;              // qwen3moe: expert_feed_forward_length (llama: n_ff)
+  int n_ff_exp = 0;              // qwen3moe, gpt-oss: expert_feed_forward_length (llama: n_ff)
+  float yarn_factor = 0;         // rope.scaling.type yarn with this factor (and n_ctx_orig); 0: none
+  float rope_base = 10000.f;
   TensorType matrix_type = TensorType::F32;
+  std::optional<TensorType> expert_type;  // the experts' type; none: matrix_type
   TensorType embd_type = TensorType::F32;
   bool tied = false;
   uint32_t seed = 1;
@@ -100,7 +104,12 @@ inline std::string write_tiny_model(const TinySpec& s, const std::string& file_n
   w.set(a + "attention.key_length", GgufWriteValue::u32(s.head_dim));
   w.set(a + "attention.value_length", GgufWriteValue::u32(s.head_dim));
   w.set(a + "attention.layer_norm_rms_epsilon", GgufWriteValue::f32(1e-6f));
-  w.set(a + "rope.freq_base", GgufWriteValue::f32(10000.f));
+  w.set(a + "rope.freq_base", GgufWriteValue::f32(s.rope_base));
+  if (s.yarn_factor > 0) {
+    w.set(a + "rope.scaling.type", GgufWriteValue::string("yarn"));
+    w.set(a + "rope.scaling.factor", GgufWriteValue::f32(s.yarn_factor));
+  }
+  if (s.arch == "gpt-oss") w.set(a + "attention.sliding_window", GgufWriteValue::u32(s.sliding_window));
   if (s.arch == "gemma2") {
     w.set(a + "rope.freq_base", GgufWriteValue::f32(10000.f));
     w.set(a + "attention.sliding_window", GgufWriteValue::u32(s.sliding_window));
@@ -159,10 +168,16 @@ inline std::string write_tiny_model(const TinySpec& s, const std::string& file_n
       mat(p + "attn_v.weight", s.n_embd, nkv, s.matrix_type);
     }
     mat(p + "attn_output.weight", nq, s.n_embd, s.matrix_type);
-    if (s.arch == "qwen2") {
+    const bool oss = s.arch == "gpt-oss";
+    if (s.arch == "qwen2" || oss) {
       vec(p + "attn_q.bias", nq, 0.f);
       vec(p + "attn_k.bias", nkv, 0.f);
       vec(p + "attn_v.bias", nkv, 0.f);
+    }
+    if (oss) {  // the output's bias; sink logits of the order of the scores
+      vec(p + "attn_output.bias", s.n_embd, 0.f);
+      if (!w.add_tensor_f32(p + "attn_sinks.weight", TensorType::F32, {s.n_head}, random_vector(rng, s.n_head, 1.f)))
+        qFatal("tiny model: sinks");
     }
     if (s.arch == "qwen3" || s.arch == "qwen3moe" || s.arch == "gemma3") {
       vec(p + "attn_q_norm.weight", s.head_dim, 1.f);
@@ -172,16 +187,27 @@ inline std::string write_tiny_model(const TinySpec& s, const std::string& file_n
       vec(p + "post_attention_norm.weight", s.n_embd, 1.f);
       vec(p + "post_ffw_norm.weight", s.n_embd, 1.f);
     }
-    vec(p + "ffn_norm.weight", s.n_embd, 1.f);
+    vec(p + (oss ? "post_attention_norm.weight" : "ffn_norm.weight"), s.n_embd, 1.f);
     if (s.n_expert > 0) {  // the router, then each expert's matrices as slices of one 3-D tensor
       mat(p + "ffn_gate_inp.weight", s.n_embd, s.n_expert, TensorType::F32);
       auto exps = [&](const std::string& name, int n_in, int n_out) {
         const auto v = random_vector(rng, static_cast<size_t>(n_in) * n_out * s.n_expert, 1.f / std::sqrt(static_cast<float>(n_in)));
-        if (!w.add_tensor_f32(name, s.matrix_type, {n_in, n_out, s.n_expert}, v)) qFatal("tiny model: %s", name.c_str());
+        if (!w.add_tensor_f32(name, s.expert_type.value_or(s.matrix_type), {n_in, n_out, s.n_expert}, v))
+          qFatal("tiny model: %s", name.c_str());
       };
       exps(p + "ffn_gate_exps.weight", s.n_embd, n_ff_exp);
       exps(p + "ffn_up_exps.weight", s.n_embd, n_ff_exp);
       exps(p + "ffn_down_exps.weight", n_ff_exp, s.n_embd);
+      if (oss) {  // the router's and each expert's biases ([width, n_expert])
+        vec(p + "ffn_gate_inp.bias", s.n_expert, 0.f);
+        auto bias = [&](const std::string& name, int n) {
+          if (!w.add_tensor_f32(name, TensorType::F32, {n, s.n_expert}, random_vector(rng, static_cast<size_t>(n) * s.n_expert, 0.1f)))
+            qFatal("tiny model: %s", name.c_str());
+        };
+        bias(p + "ffn_gate_exps.bias", n_ff_exp);
+        bias(p + "ffn_up_exps.bias", n_ff_exp);
+        bias(p + "ffn_down_exps.bias", s.n_embd);
+      }
     } else if (phi3) {  // gate and up in one matrix, the gate's rows first
       mat(p + "ffn_up.weight", s.n_embd, 2 * s.n_ff, s.matrix_type);
     } else {
@@ -215,6 +241,20 @@ inline TinySpec tiny_spec(const std::string& arch) {
     s.n_ff_exp = 256;
     s.head_dim = 64;
     s.matrix_type = TensorType::Q4_K;
+  }
+  if (arch == "gpt-oss" || arch == "gpt-oss-mxfp4") {
+    // 8 experts of 32, 3 per token, MXFP4 experts in the second; a window
+    // of 4 on even layers; YaRN as the real one (factor 32 over 4096, base
+    // 150000): its ramp spans rotation pairs 2 to 5 of head_dim 16's 8.
+    s.arch = "gpt-oss";
+    s.n_expert = 8;
+    s.n_expert_used = 3;
+    s.n_ff_exp = 32;
+    s.sliding_window = 4;
+    s.yarn_factor = 32.f;
+    s.n_ctx_orig = 4096;
+    s.rope_base = 150000.f;
+    if (arch == "gpt-oss-mxfp4") s.expert_type = TensorType::MXFP4;
   }
   if (arch == "mixtral") {  // llama with 4 experts of n_ff, 2 per token
     s.arch = "llama";

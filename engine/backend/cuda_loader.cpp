@@ -365,6 +365,9 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(std::shared_ptr<const Model> 
   if (model->config().is_moe())
     return unsupported("CUDA: mixture-of-experts models (" + model->config().arch_str +
                        ") run on the CPU backends only for now; use --backend cpu");
+  if (model->config().rope_scaled())
+    return unsupported("CUDA: models with RoPE scaling (linear or YaRN) run on the CPU backends only for now; use "
+                       "--backend cpu");
   const CudaProbe probe = probe_cuda(sw.library);
   if (!probe.available) return unsupported("CUDA: " + probe.reason);
   const PhlCudaTable* t = library(sw.library).table;

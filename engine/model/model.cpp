@@ -27,10 +27,7 @@ class Loader {
       return invalid_file(f_.path() + ": tensor '" + name + "' has shape [" + std::to_string(t->ne[0]) + ", " +
                           std::to_string(t->ne[1]) + "], expected [" + std::to_string(n_in) + ", " +
                           std::to_string(n_out) + "]");
-    if (!traits_of(t->type).can_dequantize)
-      return unsupported(f_.path() + ": tensor '" + name + "' has type " + std::string(tensor_type_name(t->type)) +
-                         ", which PhaseLab cannot compute with yet (supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, "
-                         "Q5_1, Q8_0, Q4_K, Q5_K, Q6_K); re-quantize the model");
+    PHASELAB_TRY(computable(name, *t));
     out->data = t->data;
     out->type = t->type;
     out->n_in = n_in;
@@ -67,9 +64,7 @@ class Loader {
       return invalid_file(f_.path() + ": tensor '" + name + "' has shape [" + std::to_string(t->ne[0]) + ", " +
                           std::to_string(t->ne[1]) + ", " + std::to_string(t->ne[2]) + "], expected [" +
                           std::to_string(n_in) + ", " + std::to_string(n_out) + ", " + std::to_string(n_expert) + "]");
-    if (!traits_of(t->type).can_dequantize)
-      return unsupported(f_.path() + ": tensor '" + name + "' has type " + std::string(tensor_type_name(t->type)) +
-                         ", which PhaseLab cannot compute with yet; re-quantize the model");
+    PHASELAB_TRY(computable(name, *t));
     const size_t rb = row_size(t->type, n_in);
     out->resize(n_expert);
     for (int e = 0; e < n_expert; e++) {
@@ -105,6 +100,14 @@ class Loader {
   uint64_t inactive_bytes() const { return inactive_; }  // experts a decoded token does not read
 
  private:
+  // The kernels compute with the tensor's type.
+  Status computable(const std::string& name, const GgufTensorInfo& t) const {
+    if (traits_of(t.type).can_dequantize) return Status::ok();
+    return unsupported(f_.path() + ": tensor '" + name + "' has type " + std::string(tensor_type_name(t.type)) +
+                       ", which PhaseLab cannot compute with yet (supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, "
+                       "Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4); re-quantize the model");
+  }
+
   const GgufFile& f_;
   const ModelConfig& c_;
   uint64_t bytes_ = 0;
@@ -193,6 +196,8 @@ Result<std::shared_ptr<Model>> Model::from_file(std::shared_ptr<GgufFile> file) 
       PHASELAB_TRY(L.vec(p + "attn_k.bias", nkv, &l.bk));
       PHASELAB_TRY(L.vec(p + "attn_v.bias", nkv, &l.bv));
     }
+    if (c.attn_out_bias) PHASELAB_TRY(L.vec(p + "attn_output.bias", c.n_embd, &l.bo));
+    if (c.attn_sinks) PHASELAB_TRY(L.vec(p + "attn_sinks.weight", c.n_head, &l.attn_sinks));
     if (c.qk_norm) {
       PHASELAB_TRY(L.vec(p + "attn_q_norm.weight", c.head_dim, &l.q_norm));
       PHASELAB_TRY(L.vec(p + "attn_k_norm.weight", c.head_dim, &l.k_norm));
@@ -201,7 +206,8 @@ Result<std::shared_ptr<Model>> Model::from_file(std::shared_ptr<GgufFile> file) 
       PHASELAB_TRY(L.vec(p + "post_attention_norm.weight", c.n_embd, &l.post_attn_norm));
       PHASELAB_TRY(L.vec(p + "post_ffw_norm.weight", c.n_embd, &l.post_ffw_norm));
     }
-    PHASELAB_TRY(L.vec(p + "ffn_norm.weight", c.n_embd, &l.ffn_norm));
+    // gpt-oss names the FFN's input norm post_attention_norm.
+    PHASELAB_TRY(L.vec(p + (c.arch == Arch::gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"), c.n_embd, &l.ffn_norm));
     // A MoE model's layer is MoE exactly when it has a router (Mixtral's
     // are all; the loader does not assume it).
     if (c.is_moe() && m->file_->find_tensor(p + "ffn_gate_inp.weight")) {
@@ -209,11 +215,18 @@ Result<std::shared_ptr<Model>> Model::from_file(std::shared_ptr<GgufFile> file) 
       PHASELAB_TRY(L.experts(p + "ffn_gate_exps.weight", c.n_embd, c.n_ff_exp, c.n_expert, c.n_expert_used, &l.gate_exps));
       PHASELAB_TRY(L.experts(p + "ffn_up_exps.weight", c.n_embd, c.n_ff_exp, c.n_expert, c.n_expert_used, &l.up_exps));
       PHASELAB_TRY(L.experts(p + "ffn_down_exps.weight", c.n_ff_exp, c.n_embd, c.n_expert, c.n_expert_used, &l.down_exps));
+      if (c.expert_bias) {
+        const int64_t E = c.n_expert;
+        PHASELAB_TRY(L.vec(p + "ffn_gate_inp.bias", E, &l.router_b));
+        PHASELAB_TRY(L.vec(p + "ffn_gate_exps.bias", E * c.n_ff_exp, &l.gate_exps_b));
+        PHASELAB_TRY(L.vec(p + "ffn_up_exps.bias", E * c.n_ff_exp, &l.up_exps_b));
+        PHASELAB_TRY(L.vec(p + "ffn_down_exps.bias", E * c.n_embd, &l.down_exps_b));
+      }
       continue;
     }
-    if (c.arch == Arch::qwen3moe)
+    if (c.arch == Arch::qwen3moe || c.arch == Arch::gpt_oss)
       return invalid_file(path + ": layer " + std::to_string(il) + " has no router (blk." + std::to_string(il) +
-                          ".ffn_gate_inp.weight): every qwen3moe layer is a mixture of experts");
+                          ".ffn_gate_inp.weight): every " + c.arch_str + " layer is a mixture of experts");
     if (c.fused_gate_up) {  // rows: gate (n_ff), up (n_ff)
       const std::string up = p + "ffn_up.weight";
       PHASELAB_TRY(L.matrix_part(up, c.n_embd, 2 * static_cast<int64_t>(c.n_ff), 0, c.n_ff, &l.w_gate));

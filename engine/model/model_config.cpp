@@ -14,6 +14,7 @@ const char* arch_name(Arch a) {
     case Arch::gemma2: return "gemma2";
     case Arch::gemma3: return "gemma3";
     case Arch::phi3: return "phi3";
+    case Arch::gpt_oss: return "gpt-oss";
   }
   return "?";
 }
@@ -77,10 +78,11 @@ Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& f) {
   else if (c.arch_str == "gemma2") c.arch = Arch::gemma2;
   else if (c.arch_str == "gemma3") c.arch = Arch::gemma3;
   else if (c.arch_str == "phi3") c.arch = Arch::phi3;
+  else if (c.arch_str == "gpt-oss") c.arch = Arch::gpt_oss;
   else
     return unsupported(f.path() + ": architecture '" + c.arch_str +
-                       "' is not supported (PhaseLab runs llama (and Mixtral), qwen2, qwen3, qwen3moe, gemma2, gemma3 and phi3 "
-                       "models)");
+                       "' is not supported (PhaseLab runs llama (and Mixtral), qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3 and "
+                       "gpt-oss models)");
   if (auto n = f.get_string("general.name")) c.name = std::string(*n);
 
   const std::string a = c.arch_str + ".";
@@ -89,7 +91,7 @@ Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& f) {
   PHASELAB_TRY(read_uniform_int(f, a + "attention.head_count", &c.n_head, true));
   c.n_head_kv = c.n_head;
   PHASELAB_TRY(read_uniform_int(f, a + "attention.head_count_kv", &c.n_head_kv, false));
-  PHASELAB_TRY(read_uniform_int(f, a + "feed_forward_length", &c.n_ff, c.arch != Arch::qwen3moe));
+  PHASELAB_TRY(read_uniform_int(f, a + "feed_forward_length", &c.n_ff, c.arch != Arch::qwen3moe && c.arch != Arch::gpt_oss));
   c.n_ctx_train = 2048;
   PHASELAB_TRY(read_uniform_int(f, a + "context_length", &c.n_ctx_train, false));
   if (c.n_embd % c.n_head != 0 && !f.find(a + "attention.key_length"))
@@ -117,12 +119,30 @@ Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& f) {
 
   PHASELAB_TRY(read_float(f, a + "attention.layer_norm_rms_epsilon", 1e-5, 0.0, 1.0, false, &c.rms_eps));
   PHASELAB_TRY(read_float(f, a + "rope.freq_base", 10000.0, 0.0, 1e30, true, &c.rope_base));
-  // Gemma 2's local layers default to the global base; Gemma 3's to 10000.
-  PHASELAB_TRY(read_float(f, a + "rope.freq_base_swa", c.arch == Arch::gemma2 ? c.rope_base : 10000.0, 0.0, 1e30, true,
+  // Gemma 2's and gpt-oss's local layers default to the global base; Gemma 3's to 10000.
+  PHASELAB_TRY(read_float(f, a + "rope.freq_base_swa",
+                          c.arch == Arch::gemma2 || c.arch == Arch::gpt_oss ? c.rope_base : 10000.0, 0.0, 1e30, true,
                           &c.rope_base_swa));
-  if (auto sc = f.get_string(a + "rope.scaling.type"); sc && *sc != "none" && *sc != "")
-    if (auto fac = f.get_float(a + "rope.scaling.factor"); fac && *fac != 1.0)
-      return unsupported(f.path() + ": RoPE scaling '" + std::string(*sc) + "' is not supported yet");
+  // RoPE scaling, as llama.cpp applies it at its default settings.
+  PHASELAB_TRY(read_float(f, a + "rope.scaling.attn_factor", 1.0, 0.0, 1e3, true, &c.rope_attn_factor));
+  c.n_ctx_orig = c.n_ctx_train;
+  PHASELAB_TRY(read_uniform_int(f, a + "rope.scaling.original_context_length", &c.n_ctx_orig, false));
+  if (auto sc = f.get_string(a + "rope.scaling.type"); sc && *sc != "none" && !sc->empty()) {
+    float factor = 1.f;
+    PHASELAB_TRY(read_float(f, a + "rope.scaling.factor", 1.0, 0.0, 1e6, true, &factor));
+    if (*sc != "linear" && *sc != "yarn")
+      return unsupported(f.path() + ": RoPE scaling '" + std::string(*sc) +
+                         "' is not supported (PhaseLab applies linear and YaRN scaling)");
+    c.rope_freq_scale = 1.f / factor;
+    if (*sc == "yarn") {
+      c.yarn_ext_factor = 1.f;
+      // llama.cpp's attention factor: its YaRN magnitude for the factor,
+      // cancelled by the one rope applies again (so 1 up to rounding), times
+      // the file's attn_factor.
+      const float mscale = factor <= 1.f ? 1.f : 0.1f * std::log(factor) + 1.f;
+      c.rope_attn_factor *= mscale * (1.f / (1.f + 0.1f * std::log(factor)));
+    }
+  }
 
   // Vocabulary size: from the token list (the metadata key is often absent).
   if (const GgufValue* toks = f.find("tokenizer.ggml.tokens"); toks && toks->type == GgufValueType::ARRAY)
@@ -141,6 +161,23 @@ Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& f) {
     case Arch::qwen2: c.rope_neox = true; c.attn_bias = true; break;
     case Arch::qwen3:
     case Arch::qwen3moe: c.rope_neox = true; c.qk_norm = true; break;
+    case Arch::gpt_oss: {
+      c.rope_neox = true;
+      c.attn_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
+      c.attn_out_bias = true;
+      c.attn_sinks = true;
+      c.expert_gating = ExpertGating::softmax_top_k;
+      c.expert_weights_norm = false;
+      c.expert_bias = true;
+      c.expert_act = Activation::swiglu_oai;
+      // Every other layer from layer 0 is local (the period may be given).
+      PHASELAB_TRY(read_uniform_int(f, a + "attention.sliding_window", &c.sliding_window, true));
+      int period = 2;
+      if (const GgufValue* pat = f.find(a + "attention.sliding_window_pattern"); pat && pat->is_integer() && pat->i > 0)
+        period = static_cast<int>(std::min<int64_t>(pat->i, 1 << 20));
+      for (int il = 0; il < c.n_layer; il++) c.layer_is_swa[il] = (il % period) != (period - 1);
+      break;
+    }
     case Arch::gemma2:
     case Arch::gemma3: {
       const bool g2 = c.arch == Arch::gemma2;
@@ -181,17 +218,15 @@ Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& f) {
       c.fused_gate_up = true;
       // attention.sliding_window is not applied: llama.cpp turns it off for
       // phi3 as well, and PhaseLab's logits are checked against its.
-      c.n_ctx_orig = c.n_ctx_train;
-      PHASELAB_TRY(read_uniform_int(f, a + "rope.scaling.original_context_length", &c.n_ctx_orig, false));
-      PHASELAB_TRY(read_float(f, a + "rope.scaling.attn_factor", 1.0, 0.0, 1e3, true, &c.rope_attn_factor));
       break;
     }
   }
   // Experts: qwen3moe always; llama (Mixtral) when expert_count says so.
   const GgufValue* n_exp = f.find(a + "expert_count");
   const bool zero_experts = n_exp && n_exp->is_integer() && n_exp->i == 0;  // some llama files say 0
-  if ((c.arch == Arch::qwen3moe || c.arch == Arch::llama) && !zero_experts) {
-    PHASELAB_TRY(read_uniform_int(f, a + "expert_count", &c.n_expert, c.arch == Arch::qwen3moe));
+  const bool always_moe = c.arch == Arch::qwen3moe || c.arch == Arch::gpt_oss;
+  if ((always_moe || c.arch == Arch::llama) && !zero_experts) {
+    PHASELAB_TRY(read_uniform_int(f, a + "expert_count", &c.n_expert, always_moe));
     if (c.n_expert > 0) {
       PHASELAB_TRY(read_uniform_int(f, a + "expert_used_count", &c.n_expert_used, true));
       if (c.n_expert > 4096 || c.n_expert_used > c.n_expert)
@@ -200,7 +235,8 @@ Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& f) {
       // Mixtral's experts are feed_forward_length wide; Qwen3-MoE's say so
       // (else the dense width shared among the k used).
       c.n_ff_exp = c.arch == Arch::llama ? c.n_ff : (c.n_ff > 0 ? c.n_ff / c.n_expert_used : 0);
-      PHASELAB_TRY(read_uniform_int(f, a + "expert_feed_forward_length", &c.n_ff_exp, c.n_ff_exp == 0));
+      PHASELAB_TRY(read_uniform_int(f, a + "expert_feed_forward_length", &c.n_ff_exp,
+                                    c.n_ff_exp == 0 || c.arch == Arch::gpt_oss));
     }
   }
   if (c.n_ff == 0) c.n_ff = c.n_ff_exp;  // (the buffers of the dense path are never used then)

@@ -122,6 +122,16 @@ void dequant_q8_0(const BlockQ8_0* x, float* y, int64_t nb) {
   }
 }
 
+void dequant_mxfp4(const BlockMXFP4* x, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; i++) {
+    const float d = mxfp4_half_scale(x[i].e);
+    for (int j = 0; j < QK_MXFP4 / 2; j++) {
+      y[i * QK_MXFP4 + j] = kMxfp4Values[x[i].qs[j] & 0x0F] * d;
+      y[i * QK_MXFP4 + j + QK_MXFP4 / 2] = kMxfp4Values[x[i].qs[j] >> 4] * d;
+    }
+  }
+}
+
 // Q4_K: 4 groups of 64 values; each group is 32 low nibbles (sub-block 2g)
 // then 32 high nibbles (sub-block 2g+1) of the same 32 bytes.
 void dequant_q4_k(const BlockQ4_K* x, float* y, int64_t nb) {
@@ -204,6 +214,29 @@ void quant_q8_0(const float* x, BlockQ8_0* y, int64_t nb) {
     const float id = d ? 1.f / d : 0.f;
     y[i].d = fp32_to_fp16(d);
     for (int j = 0; j < QK8_0; j++) y[i].qs[j] = static_cast<int8_t>(std::lround(x[i * QK8_0 + j] * id));
+  }
+}
+
+// MXFP4: the block's scale is 2^(floor(log2(amax)) - 2), so the largest
+// value is 4 to 8 times it (E2M1 reaches 6: beyond that it clips); each value
+// becomes the nearest of the 16 (the first on ties: +0 over -0). The bytes
+// equal llama.cpp's reference quantizer's.
+void quant_mxfp4(const float* x, BlockMXFP4* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; i++) {
+    float amax = 0;
+    for (int j = 0; j < QK_MXFP4; j++) amax = std::max(amax, std::fabs(x[i * QK_MXFP4 + j]));
+    const int e = amax > 0 ? std::clamp(static_cast<int>(std::floor(std::log2(amax))) - 2 + 127, 0, 254) : 0;
+    y[i].e = static_cast<uint8_t>(e);
+    const float d = mxfp4_half_scale(y[i].e);
+    auto nearest = [&](float v) {
+      int best = 0;
+      float err = std::fabs(kMxfp4Values[0] * d - v);
+      for (int k = 1; k < 16; k++)
+        if (const float e2 = std::fabs(kMxfp4Values[k] * d - v); e2 < err) best = k, err = e2;
+      return static_cast<uint8_t>(best);
+    };
+    for (int j = 0; j < QK_MXFP4 / 2; j++)
+      y[i].qs[j] = static_cast<uint8_t>(nearest(x[i * QK_MXFP4 + j]) | (nearest(x[i * QK_MXFP4 + j + QK_MXFP4 / 2]) << 4));
   }
 }
 
@@ -517,6 +550,7 @@ Status dequantize_row(TensorType type, const void* src, float* dst, int64_t n) {
     case TensorType::Q4_K: dequant_q4_k(static_cast<const BlockQ4_K*>(src), dst, nb); return Status::ok();
     case TensorType::Q5_K: dequant_q5_k(static_cast<const BlockQ5_K*>(src), dst, nb); return Status::ok();
     case TensorType::Q6_K: dequant_q6_k(static_cast<const BlockQ6_K*>(src), dst, nb); return Status::ok();
+    case TensorType::MXFP4: dequant_mxfp4(static_cast<const BlockMXFP4*>(src), dst, nb); return Status::ok();
     default:
       return unsupported("no dequantizer for tensor type " + std::string(tensor_type_name(type)));
   }
@@ -545,6 +579,7 @@ Status quantize_row(TensorType type, const float* src, void* dst, int64_t n) {
     case TensorType::Q4_K: quant_q4_k(src, static_cast<BlockQ4_K*>(dst), nb); return Status::ok();
     case TensorType::Q5_K: quant_q5_k(src, static_cast<BlockQ5_K*>(dst), nb); return Status::ok();
     case TensorType::Q6_K: quant_q6_k(src, static_cast<BlockQ6_K*>(dst), nb); return Status::ok();
+    case TensorType::MXFP4: quant_mxfp4(src, static_cast<BlockMXFP4*>(dst), nb); return Status::ok();
     default:
       return unsupported("no quantizer for tensor type " + std::string(tensor_type_name(type)));
   }

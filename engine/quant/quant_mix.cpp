@@ -30,6 +30,8 @@
 //    block: Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, and F16 when even that
 //    does not divide it. (llama.cpp refuses a 32-block type that does not
 //    divide; PhaseLab writes F16 there.)
+// 5. MXFP4_MOE (gpt-oss's release mix): 3-D tensors (the experts) MXFP4,
+//    every other quantizable tensor, output included, Q8_0.
 //
 // llama.cpp counts attn_v tensors in its tensor order (by layer number, then
 // name); with one attn_v per layer the count is the layer number, which is
@@ -52,10 +54,11 @@ struct FileTypeInfo {
 };
 
 // Smallest first.
-constexpr std::array<FileTypeInfo, 13> kFileTypes = {{
+constexpr std::array<FileTypeInfo, 14> kFileTypes = {{
     {FileType::Q4_0, "Q4_0", TensorType::Q4_0},
     {FileType::Q4_K_S, "Q4_K_S", TensorType::Q4_K},
     {FileType::Q4_K_M, "Q4_K_M", TensorType::Q4_K},
+    {FileType::MXFP4_MOE, "MXFP4_MOE", TensorType::Q8_0},
     {FileType::Q4_1, "Q4_1", TensorType::Q4_1},
     {FileType::Q5_0, "Q5_0", TensorType::Q5_0},
     {FileType::Q5_K_S, "Q5_K_S", TensorType::Q5_K},
@@ -190,7 +193,12 @@ TensorType type_for_tensor(FileType ft, const TensorDesc& t, const MixModelInfo&
 
   TensorType ty = base;
   const Category cat = category_of(t.name);
-  if (cat == Category::output || (m.tied_embeddings && cat == Category::token_embd)) {
+  if (ft == FileType::MXFP4_MOE) {
+    // The output (and a tied embedding) Q8_0; every 3-D tensor (the
+    // experts) MXFP4; the rest Q8_0.
+    const bool head = cat == Category::output || (m.tied_embeddings && cat == Category::token_embd);
+    ty = !head && t.n_dims >= 3 ? TensorType::MXFP4 : TensorType::Q8_0;
+  } else if (cat == Category::output || (m.tied_embeddings && cat == Category::token_embd)) {
     if (t.ne0 % traits_of(base).block_size != 0) ty = TensorType::Q8_0;
     else if (base != TensorType::Q8_0) ty = TensorType::Q6_K;
   } else if (cat == Category::attn_v) {

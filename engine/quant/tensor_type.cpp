@@ -5,7 +5,7 @@
 namespace phaselab {
 namespace {
 
-constexpr std::array<TensorTypeTraits, 20> kTraits = {{
+constexpr std::array<TensorTypeTraits, 21> kTraits = {{
     {TensorType::F32, "F32", 1, 4, true},
     {TensorType::F16, "F16", 1, 2, true},
     {TensorType::Q4_0, "Q4_0", 32, 18, true},
@@ -26,6 +26,7 @@ constexpr std::array<TensorTypeTraits, 20> kTraits = {{
     {TensorType::I64, "I64", 1, 8, false},
     {TensorType::F64, "F64", 1, 8, false},
     {TensorType::BF16, "BF16", 1, 2, true},
+    {TensorType::MXFP4, "MXFP4", 32, 17, true},
 }};
 
 }  // namespace

@@ -56,7 +56,7 @@ Status BpeTokenizer::init(const GgufFile& file) {
   const auto cfg = pre_tokenizer_for(pre_);
   if (!cfg) {
     return unsupported("unsupported pre-tokenizer " + quoted(pre_) +
-                       " (tokenizer.ggml.pre); supported: default, gpt-2, llama3/llama-bpe, qwen2, "
+                       " (tokenizer.ggml.pre); supported: default, gpt-2, gpt-4o, llama3/llama-bpe, qwen2, "
                        "deepseek-coder, starcoder and a few aliases");
   }
   ignore_merges_ = cfg->ignore_merges;

@@ -30,6 +30,7 @@ constexpr std::string_view kEotTexts[] = {
 constexpr std::string_view kEogTexts[] = {
     "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>",
     "<EOT>", "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>", "<end_of_utterance>", "<｜end▁of▁sentence｜>",
+    "<|return|>", "<|call|>",
 };
 // Fill-in-the-middle markers by role; the metadata key names the role's id
 // when the converter wrote it (then the texts are not consulted). Padding,
@@ -197,6 +198,10 @@ void Tokenizer::find_special_tokens(const GgufFile& file) {
   add_eog(eos_);
   add_eog(eot_);
   add_eog(eom);
+  // The harmony format (gpt-oss) ends a reply with <|return|> or <|call|>;
+  // its <|end|> closes the reasoning channel, with the answer still to come.
+  if (find_token("<|return|>") && find_token("<|call|>"))
+    if (auto end = find_token("<|end|>")) eog_.erase(std::remove(eog_.begin(), eog_.end(), *end), eog_.end());
 
   // Trie over every special text (node 0 is the root).
   trie_next_.clear();

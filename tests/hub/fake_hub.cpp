@@ -33,10 +33,10 @@ std::string commit_of(const std::string& repo) {
 
 std::vector<uint8_t> moe_header() {
   GgufWriter w;
-  w.set("general.architecture", GgufWriteValue::string("gpt-oss"));
+  w.set("general.architecture", GgufWriteValue::string("deepseek2"));
   w.set("general.name", GgufWriteValue::string("a mixture-of-experts header"));
-  w.set("gpt-oss.block_count", GgufWriteValue::u32(4));
-  w.set("gpt-oss.expert_count", GgufWriteValue::u32(8));
+  w.set("deepseek2.block_count", GgufWriteValue::u32(4));
+  w.set("deepseek2.expert_count", GgufWriteValue::u32(8));
   return w.serialize();
 }
 

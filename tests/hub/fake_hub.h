@@ -27,7 +27,7 @@
 //   split-GGUF           one model in two parts under Q8_0/
 //   bad-checksum-GGUF    lists a SHA-256 the bytes do not have
 //   oversize-GGUF        lists fewer bytes than the CDN sends
-//   moe-GGUF             a header-only GGUF of architecture gpt-oss (not supported yet)
+//   moe-GGUF             a header-only GGUF of architecture deepseek2 (not supported yet)
 //   missing-GGUF         does not exist (404)
 // Knobs: truncate_next(n) closes the next n CDN transfers half-way;
 // stall_next(n) stops sending half-way for stall_ms; rate_limit_next(n)

@@ -37,6 +37,10 @@ inline std::vector<ReferenceModel> reference_models() {
     s.seed = 4;
     r.push_back({"mixtral-q8_0", s, "llama with 4 experts of n_ff, top-2, Q8_0 experts"});
   }
+  r.push_back({"gpt-oss-f32", two(tiny_spec("gpt-oss")),
+               "attention sinks, Q/K/V/output biases, YaRN (factor 32 over 4096), window 4 on even layers, 8 experts "
+               "with biases, top-3 logits then softmax, clamped SwiGLU"});
+  r.push_back({"gpt-oss-mxfp4", two(tiny_spec("gpt-oss-mxfp4")), "as gpt-oss-f32 with MXFP4 experts"});
   r.push_back({"gemma2-f32", two(tiny_spec("gemma2")),
                "attention and final logit soft-capping, sliding window 4 on even layers, post-norms, GELU, tied"});
   {

@@ -134,7 +134,7 @@ void CpuBackend::attention(int il, int T, int score_stride) {
                       parts + (static_cast<size_t>(i) * P_last + p) * part_size, thread, score_stride);
         }
       for (int i = 0; i < n; i++)
-        merge_parts((t0 + i) * c_.n_head_kv + kvh, parts + static_cast<size_t>(i) * P_last * part_size, n_parts(t0 + i));
+        merge_parts(il, (t0 + i) * c_.n_head_kv + kvh, parts + static_cast<size_t>(i) * P_last * part_size, n_parts(t0 + i));
     });
     return;
   }
@@ -150,7 +150,7 @@ void CpuBackend::attention(int il, int T, int score_stride) {
     attend_parts(wi, p, p + 1, split_buf_.data() + item * part_size, thread);
   });
   for (int wi = 0; wi < n_work; wi++)
-    if (first[wi + 1] - first[wi] > 1) merge_parts(wi, split_buf_.data() + first[wi] * part_size, first[wi + 1] - first[wi]);
+    if (first[wi + 1] - first[wi] > 1) merge_parts(il, wi, split_buf_.data() + first[wi] * part_size, first[wi + 1] - first[wi]);
 }
 
 // Keys [a, b] of row (t, kvh): the part's unnormalised output (group,
@@ -174,8 +174,10 @@ void CpuBackend::attend_part(int il, int t, int kvh, int a, int b, float* out, i
 }
 
 // Row wi's P parts (attend_part's layout, in key order) into its output:
-// each part weighted by exp(its maximum - the row's) / the row's sum.
-void CpuBackend::merge_parts(int wi, const float* parts, int P) {
+// each part weighted by exp(its maximum - the row's) / the row's sum (with
+// the head's sink logit in both, where the model has sinks).
+void CpuBackend::merge_parts(int il, int wi, const float* parts, int P) {
+  const std::vector<float>& sinks = w_.layers[il].attn_sinks;
   const int HD = c_.head_dim, NQ = c_.n_embd_q(), group = c_.n_head / c_.n_head_kv;
   const int t = wi / c_.n_head_kv, h0 = (wi % c_.n_head_kv) * group;
   const size_t part_size = static_cast<size_t>(group) * (HD + 2);
@@ -184,8 +186,10 @@ void CpuBackend::merge_parts(int wi, const float* parts, int P) {
     auto sum = [&](int p) { return parts[p * part_size + group * HD + group + g]; };
     float m = mx(0);
     for (int p = 1; p < P; p++) m = std::max(m, mx(p));
+    if (!sinks.empty()) m = std::max(m, sinks[h0 + g]);
     float total = 0;
     for (int p = 0; p < P; p++) total += sum(p) * std::exp(mx(p) - m);
+    if (!sinks.empty()) total += std::exp(sinks[h0 + g] - m);
     float* out = &xb_[t * NQ + (h0 + g) * HD];
     std::fill(out, out + HD, 0.f);
     for (int p = 0; p < P; p++) k_fast_->axpy(out, std::exp(mx(p) - m) / total, parts + p * part_size + g * HD, HD);
@@ -230,10 +234,14 @@ void CpuBackend::attend_row(int il, int wi, int thread, int n_ctx) {
     for (int g = 0; g < group; g++)
       for (int j = j0; j <= pos; j++)
         scores[g * n_ctx + j] = c_.attn_logit_softcap * std::tanh(scores[g * n_ctx + j] / c_.attn_logit_softcap);
+  // gpt-oss: each head's sink logit joins the softmax's maximum and sum
+  // (a key that every row sees and whose value is zero).
+  const std::vector<float>& sinks = w_.layers[il].attn_sinks;
   float inv_sum[kMaxGroup];
   for (int g = 0; g < group; g++) {
     float* sg = scores + g * n_ctx;
-    const float mx = *std::max_element(sg + j0, sg + pos + 1);
+    float mx = *std::max_element(sg + j0, sg + pos + 1);
+    if (!sinks.empty()) mx = std::max(mx, sinks[h0 + g]);
     float sum = 0;
     if (k_fast_) {
       sum = k_fast_->exp_sum(sg + j0, pos + 1 - j0, mx);
@@ -243,6 +251,7 @@ void CpuBackend::attend_row(int il, int wi, int thread, int n_ctx) {
         sum += sg[j];
       }
     }
+    if (!sinks.empty()) sum += std::exp(sinks[h0 + g] - mx);
     inv_sum[g] = 1.f / sum;
     std::fill(&xb_[t * NQ + (h0 + g) * HD], &xb_[t * NQ + (h0 + g) * HD] + HD, 0.f);
   }

@@ -170,7 +170,7 @@ void CpuBackend::attention_block(int il, int T, int n_ctx_max) {
   matmul(L.wq, xb_.data(), q_.data(), T, false, true);  // q: (T, n_head*head_dim)
   matmul(L.wk, xb_.data(), k_.data(), T, true, true);   // k: (T, n_head_kv*head_dim)
   matmul(L.wv, xb_.data(), v_.data(), T, true);  // v: (T, n_head_kv*head_dim)
-  if (c_.attn_bias)
+  if (!L.bq.empty())
     for (int t = 0; t < T; t++) {
       ref::add(&q_[t * NQ], L.bq.data(), NQ);
       ref::add(&k_[t * NKV], L.bk.data(), NKV);
@@ -181,8 +181,15 @@ void CpuBackend::attention_block(int il, int T, int n_ctx_max) {
   if (!(rope_ready_ & (1 << which))) {
     const float base = c_.rope_base_of(il);
     const float* ff = w_.rope_freq_factors.empty() ? nullptr : w_.rope_freq_factors.data();
-    for (int t = 0; t < T; t++) ref::rope_angles(&rope_cs_[(which * max_batch_ + t) * c_.n_rot], c_.n_rot, tok_pos_[t], base, ff,
-                                                c_.rope_attn_factor);
+    ref::RopeScaling rs;
+    rs.freq_scale = c_.rope_freq_scale;
+    rs.ext_factor = c_.yarn_ext_factor;
+    rs.beta_fast = c_.yarn_beta_fast;
+    rs.beta_slow = c_.yarn_beta_slow;
+    rs.n_ctx_orig = c_.n_ctx_orig;
+    for (int t = 0; t < T; t++)
+      ref::rope_angles(&rope_cs_[(which * max_batch_ + t) * c_.n_rot], c_.n_rot, tok_pos_[t], base, ff, c_.rope_attn_factor,
+                       c_.rope_scaled() ? &rs : nullptr);
     rope_ready_ |= 1 << which;
   }
   per_token(T, [&](int t) {
@@ -204,6 +211,7 @@ void CpuBackend::attention_block(int il, int T, int n_ctx_max) {
   attention(il, T, n_ctx_max);  // -> xb: (T, n_head*head_dim)
   matmul(L.wo, xb_.data(), xb2_.data(), T);
   per_token(T, [&](int t) {
+    if (!L.bo.empty()) ref::add(&xb2_[t * D], L.bo.data(), D);
     if (c_.post_norms) ref::rmsnorm(&xb2_[t * D], &xb2_[t * D], L.post_attn_norm.data(), D, c_.rms_eps);
     ref::add(&x_[t * D], &xb2_[t * D], D);
     // The feed-forward's norm, in the same pass over the tokens.
@@ -212,6 +220,14 @@ void CpuBackend::attention_block(int il, int T, int n_ctx_max) {
 }
 
 void CpuBackend::gate_rows(float* h, const float* h2, int rows, int width, Activation act) {
+  if (act == Activation::swiglu_oai) {  // (the same scalar code on both paths)
+    per_token(rows, [&](int t) {
+      float* g = &h[static_cast<size_t>(t) * width];
+      const float* u = &h2[static_cast<size_t>(t) * width];
+      for (int i = 0; i < width; i++) g[i] = ref::swiglu_oai(g[i], u[i]);
+    });
+    return;
+  }
   if (k_fast_) {
     // Row by row: a vector kernel's tail is computed differently, and a
     // token's result must not depend on where it sits in the batch.
@@ -251,16 +267,21 @@ void CpuBackend::moe_block(int il, int T) {
   const LayerWeights& L = w_.layers[il];
   const int D = c_.n_embd, E = c_.n_expert, K = c_.n_expert_used, F = c_.n_ff_exp;
   matmul(L.router, xb_.data(), router_.data(), T);  // (T, n_expert)
-  // Routing: softmax over all experts, the K most likely (ties: the lower
-  // index), their probabilities renormalised to sum 1 (by at least 6.1e-5,
-  // as llama.cpp divides).
+  // Routing (ModelConfig::expert_gating): softmax over all experts, the K
+  // most likely (ties: the lower index), renormalised to sum 1 (dividing by
+  // at least 6.1e-5, as llama.cpp does); or (gpt-oss) the router's bias
+  // added, the K largest logits, a softmax over those K.
+  const bool top_k_first = c_.expert_gating == ExpertGating::softmax_top_k;
   for (auto& r : exp_rows_) r.clear();
   for (int t = 0; t < T; t++) {
     float* p = &router_[static_cast<size_t>(t) * E];
-    const float mx = *std::max_element(p, p + E);
-    double sum = 0;
-    for (int e = 0; e < E; e++) sum += (p[e] = std::exp(p[e] - mx));
-    for (int e = 0; e < E; e++) p[e] = static_cast<float>(p[e] / sum);
+    if (!L.router_b.empty()) ref::add(p, L.router_b.data(), E);
+    if (!top_k_first) {
+      const float mx = *std::max_element(p, p + E);
+      double sum = 0;
+      for (int e = 0; e < E; e++) sum += (p[e] = std::exp(p[e] - mx));
+      for (int e = 0; e < E; e++) p[e] = static_cast<float>(p[e] / sum);
+    }
     int* sel = &moe_sel_[static_cast<size_t>(t) * K];
     float* w = &moe_w_[static_cast<size_t>(t) * K];
     float wsum = 0;
@@ -274,8 +295,16 @@ void CpuBackend::moe_block(int il, int T) {
       w[j] = p[best];
       wsum += p[best];
     }
-    const float inv = 1.f / std::max(wsum, 6.1e-5f);
-    for (int j = 0; j < K; j++) w[j] *= inv;
+    if (top_k_first) {
+      const float mx = w[0];  // the largest
+      float sum = 0;
+      for (int j = 0; j < K; j++) sum += (w[j] = std::exp(w[j] - mx));
+      for (int j = 0; j < K; j++) w[j] /= sum;
+    }
+    if (c_.expert_weights_norm) {
+      const float inv = 1.f / std::max(wsum, 6.1e-5f);
+      for (int j = 0; j < K; j++) w[j] *= inv;
+    }
     // Ascending expert order from here on: each token's sum below runs in
     // it whatever the batch (insertion sort: K is small).
     for (int j = 1; j < K; j++)
@@ -294,12 +323,17 @@ void CpuBackend::moe_block(int il, int T) {
       moe_jobs_[2 * j + 1] = {&L.up_exps[sel[j]], 0, &moe_h2_[static_cast<size_t>(j) * F]};
     }
     matvec_many(moe_jobs_.data(), 2 * K, moe_inputs_.data(), 1);
-    gate_rows(moe_h_.data(), moe_h2_.data(), K, F, Activation::silu);
+    for (int j = 0; j < K; j++) {
+      add_expert_bias(L.gate_exps_b, sel[j], &moe_h_[static_cast<size_t>(j) * F], 1, F);
+      add_expert_bias(L.up_exps_b, sel[j], &moe_h2_[static_cast<size_t>(j) * F], 1, F);
+    }
+    gate_rows(moe_h_.data(), moe_h2_.data(), K, F, c_.expert_act);
     for (int j = 0; j < K; j++) {
       moe_inputs_[j] = &moe_h_[static_cast<size_t>(j) * F];
       moe_jobs_[j] = {&L.down_exps[sel[j]], j, &moe_slot_[static_cast<size_t>(j) * D]};
     }
     matvec_many(moe_jobs_.data(), K, moe_inputs_.data(), K);
+    for (int j = 0; j < K; j++) add_expert_bias(L.down_exps_b, sel[j], &moe_slot_[static_cast<size_t>(j) * D], 1, D);
   }
   for (int e = 0; e < E && !one_dispatch; e++) {
     const std::vector<int>& rows = exp_rows_[e];
@@ -309,8 +343,11 @@ void CpuBackend::moe_block(int il, int T) {
       std::copy_n(&xb_[static_cast<size_t>(rows[i] / K) * D], D, &moe_x_[static_cast<size_t>(i) * D]);
     matmul(L.gate_exps[e], moe_x_.data(), moe_h_.data(), n);        // (n, n_ff_exp)
     matmul(L.up_exps[e], moe_x_.data(), moe_h2_.data(), n, true);   // (n, n_ff_exp)
-    gate_rows(moe_h_.data(), moe_h2_.data(), n, F, Activation::silu);
+    add_expert_bias(L.gate_exps_b, e, moe_h_.data(), n, F);
+    add_expert_bias(L.up_exps_b, e, moe_h2_.data(), n, F);
+    gate_rows(moe_h_.data(), moe_h2_.data(), n, F, c_.expert_act);
     matmul(L.down_exps[e], moe_h_.data(), moe_y_.data(), n);  // (n, n_embd)
+    add_expert_bias(L.down_exps_b, e, moe_y_.data(), n, D);
     for (int i = 0; i < n; i++) std::copy_n(&moe_y_[static_cast<size_t>(i) * D], D, &moe_slot_[static_cast<size_t>(rows[i]) * D]);
   }
   // Each token's weighted sum (its experts are in ascending order), then the residual.

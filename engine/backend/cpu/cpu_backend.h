@@ -123,6 +123,11 @@ class CpuBackend final : public Backend {
   // order whatever the batch, so batched and token-by-token passes agree
   // bitwise.
   void moe_block(int il, int T);
+  // rows (n, width) += expert e's bias, b[e * width ..] (gpt-oss; none when b is empty).
+  static void add_expert_bias(const std::vector<float>& b, int e, float* rows, int n, int width) {
+    if (b.empty()) return;
+    for (int i = 0; i < n; i++) ref::add(rows + static_cast<size_t>(i) * width, &b[static_cast<size_t>(e) * width], width);
+  }
   // h = act(h) * h2 over rows of width values (a gated FFN's hidden).
   void gate_rows(float* h, const float* h2, int rows, int width, Activation act);
   // The rows that want logits through the output matrix, into the chunks'
@@ -223,7 +228,7 @@ class CpuBackend final : public Backend {
   void weighted_sum_of(const SeqKv& kv, int il, int a, int b, int kvh, const float* p, int ps, int G, float* out,
                        int os, int thread);
   void attend_part(int il, int t, int kvh, int a, int b, float* out, int thread, int n_ctx);
-  void merge_parts(int wi, const float* parts, int P);
+  void merge_parts(int il, int wi, const float* parts, int P);
   void attend_row(int il, int wi, int thread, int n_ctx);
   float dot(const float* a, const float* b, int64_t n) const { return k_fast_ ? k_fast_->dot(a, b, n) : ref::dot(a, b, n); }
 

@@ -150,12 +150,15 @@ using DotR8Fn = void (*)(const uint8_t* w_row, const ActGroup* g, int64_t g_stri
 using DotR8RowsFn = void (*)(const uint8_t* w_row0, size_t row_bytes, const ActGroup* g, int64_t g_stride,
                              const ActQ8* a, int64_t a_stride, int64_t n, float* out);
 
+// Slots of the per-type kernel tables: every TensorType id (MXFP4 = 39) fits.
+constexpr int kTypeSlots = 40;
+
 struct Kernels {
   const char* isa = "portable";
   QuantizeActFn quantize_act = nullptr;
-  DotQ8Fn dot_q8[32] = {};    // by TensorType id; null: not a block type
-  DotQ8x4Fn dot_q8_x4[32] = {};  // null: use dot_q8 four times
-  DotF32Fn dot_f32[32] = {};  // F32, F16, BF16 weights
+  DotQ8Fn dot_q8[kTypeSlots] = {};    // by TensorType id; null: not a block type
+  DotQ8x4Fn dot_q8_x4[kTypeSlots] = {};  // null: use dot_q8 four times
+  DotF32Fn dot_f32[kTypeSlots] = {};  // F32, F16, BF16 weights
   DotF32F32Fn dot = nullptr;  // attention scores
   AxpyFn axpy = nullptr;      // attention output
   GatedActFn gelu_mul = nullptr;  // GELU (tanh approximation) gate
@@ -171,8 +174,8 @@ struct Kernels {
   ToF16Fn to_bf16 = nullptr;  // rounds to bfloat16, to nearest even (fp32_to_bf16)
   WeightedSumQ8Fn weighted_sum_q8_0 = nullptr;  // the same over a Q8_0 cache (rows quantized as quantize_row's Q8_0)
   ScoresQ8Fn scores_q8_0 = nullptr;
-  DotR8Fn dot_grouped_x1[32] = {};  // repacked 32-value formats, by TensorType id
-  DotR8Fn dot_grouped_x4[32] = {};
+  DotR8Fn dot_grouped_x1[kTypeSlots] = {};  // repacked 32-value formats, by TensorType id
+  DotR8Fn dot_grouped_x4[kTypeSlots] = {};
   DotR8Fn dot_q4_k_r8_x1 = nullptr;  // repacked Q4_K (null: not repacked)
   DotR8Fn dot_q4_k_r8_x4 = nullptr;
   DotR8Fn dot_q5_k_r8_x1 = nullptr;  // repacked Q5_K (null: not repacked)
@@ -180,7 +183,7 @@ struct Kernels {
   DotR8Fn dot_q6_k_r8_x1 = nullptr;  // repacked Q6_K (null: not repacked)
   DotR8Fn dot_q6_k_r8_x4 = nullptr;
   int repacked_rows = 1;  // rows per call of the *_rx4 kernels (2 where registers allow)
-  DotR8RowsFn dot_grouped_rx4[32] = {};
+  DotR8RowsFn dot_grouped_rx4[kTypeSlots] = {};
   DotR8RowsFn dot_q4_k_r8_rx4 = nullptr;
   DotR8RowsFn dot_q5_k_r8_rx4 = nullptr;
   DotR8RowsFn dot_q6_k_r8_rx4 = nullptr;

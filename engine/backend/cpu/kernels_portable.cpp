@@ -45,6 +45,18 @@ float dot_q8_0(const uint8_t* w, const ActQ8* a, int64_t n) {
   return acc;
 }
 
+float dot_mxfp4(const uint8_t* w, const ActQ8* a, int64_t n) {
+  const auto* x = reinterpret_cast<const BlockMXFP4*>(w);
+  float acc = 0;
+  for (int64_t b = 0; b < n / 32; b++) {
+    int isum = 0;
+    for (int i = 0; i < 16; i++)
+      isum += kMxfp4Values[x[b].qs[i] & 0xF] * a[b].qs[i] + kMxfp4Values[x[b].qs[i] >> 4] * a[b].qs[i + 16];
+    acc += static_cast<float>(isum) * (mxfp4_half_scale(x[b].e) * a[b].d);
+  }
+  return acc;
+}
+
 float dot_q4_0(const uint8_t* w, const ActQ8* a, int64_t n) {
   const auto* x = reinterpret_cast<const BlockQ4_0*>(w);
   float acc = 0;
@@ -282,6 +294,7 @@ Kernels make_portable() {
   k.dot_q8[static_cast<int>(TensorType::Q4_K)] = dot_qk45<false>;
   k.dot_q8[static_cast<int>(TensorType::Q5_K)] = dot_qk45<true>;
   k.dot_q8[static_cast<int>(TensorType::Q6_K)] = dot_q6_k;
+  k.dot_q8[static_cast<int>(TensorType::MXFP4)] = dot_mxfp4;
   k.dot_f32[static_cast<int>(TensorType::F32)] = dot_f32;
   k.dot_f32[static_cast<int>(TensorType::F16)] = dot_f16;
   k.dot_f32[static_cast<int>(TensorType::BF16)] = dot_bf16;

@@ -1,6 +1,7 @@
 // Element-wise and reduction ops of the reference path, in plain C++.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -26,20 +27,69 @@ inline void rmsnorm(float* out, const float* x, const float* w, int64_t n, float
 
 inline float silu(float x) { return x / (1.f + std::exp(-x)); }
 
+// gpt-oss's gated activation of gate g and up u: both clamped at 7 (u also
+// at -7), g * sigmoid(1.702 g) * (u + 1).
+inline float swiglu_oai(float g, float u) {
+  constexpr float kAlpha = 1.702f, kLimit = 7.f;
+  const float x = std::min(g, kLimit);
+  const float y = std::clamp(u, -kLimit, kLimit);
+  return x / (1.f + std::exp(kAlpha * (-x))) * (y + 1.f);
+}
+
 inline float gelu_tanh(float x) {
   constexpr float kSqrt2OverPi = 0.7978845608028654f;
   return 0.5f * x * (1.f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
 }
 
+// RoPE scaling (ModelConfig::rope_freq_scale, yarn_*): none by default.
+struct RopeScaling {
+  float freq_scale = 1.f;  // linear: every angle times this
+  float ext_factor = 0.f;  // YaRN (1) or not (0)
+  float beta_fast = 32.f, beta_slow = 1.f;
+  int n_ctx_orig = 0;
+};
+
+// The rotation pairs [lo, hi] over which YaRN ramps from keeping its angle
+// to interpolating: the pairs that turn beta_fast and beta_slow times over
+// n_ctx_orig positions (in float, as llama.cpp computes them).
+inline void yarn_ramp_dims(int n_rot, int n_ctx_orig, float base, float beta_fast, float beta_slow, float* lo, float* hi) {
+  constexpr float kPi = 3.14159265358979323846f;
+  auto dim = [&](float beta) {
+    return n_rot * std::log(static_cast<float>(n_ctx_orig) / (beta * 2 * kPi)) / (2 * std::log(base));
+  };
+  *lo = std::max(0.f, std::floor(dim(beta_fast)));
+  *hi = std::min(static_cast<float>(n_rot - 1), std::ceil(dim(beta_slow)));
+}
+
 // cos/sin of the rotation angles of one position: cs[2i] = cos, cs[2i+1] =
 // sin of pos * base^(-2i/n_rot) (divided by freq_factors[i] when given),
-// both times mscale (phi3's rope.scaling.attn_factor; 1 elsewhere).
+// both times mscale (rope.scaling.attn_factor; 1 for most models). With
+// scaling (rs): the angle times freq_scale, under YaRN only past the ramp
+// (pair i mixes the two by 1 - clamp((i - lo) / (hi - lo), 0, 1)) and cos
+// and sin also times 1 + 0.1 ln(1 / freq_scale).
 // Shared by every head of the position.
-inline void rope_angles(float* cs, int n_rot, int pos, float base, const float* freq_factors, float mscale = 1.f) {
+inline void rope_angles(float* cs, int n_rot, int pos, float base, const float* freq_factors, float mscale = 1.f,
+                        const RopeScaling* rs = nullptr) {
+  float lo = 0, hi = 0;
+  const bool yarn = rs && rs->ext_factor != 0.f;
+  if (yarn) {
+    yarn_ramp_dims(n_rot, rs->n_ctx_orig, base, rs->beta_fast, rs->beta_slow, &lo, &hi);
+    mscale *= 1.0f + 0.1f * std::log(1.0f / rs->freq_scale);
+  }
   for (int i = 0; i < n_rot / 2; i++) {
     double freq = std::pow(static_cast<double>(base), -2.0 * i / n_rot);
     if (freq_factors) freq /= freq_factors[i];
-    const double theta = pos * freq;
+    const double extrap = pos * freq;
+    double theta = extrap;
+    if (rs) {
+      const double interp = rs->freq_scale * extrap;
+      theta = interp;
+      if (yarn) {
+        const float y = (i - lo) / std::max(0.001f, hi - lo);
+        const double mix = (1 - std::min(1.f, std::max(0.f, y))) * rs->ext_factor;
+        theta = interp * (1 - mix) + extrap * mix;
+      }
+    }
     cs[2 * i] = static_cast<float>(std::cos(theta)) * mscale;
     cs[2 * i + 1] = static_cast<float>(std::sin(theta)) * mscale;
   }

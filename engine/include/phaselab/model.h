@@ -31,7 +31,9 @@ struct WeightView {
 struct LayerWeights {
   std::vector<float> attn_norm;       // [n_embd]
   WeightView wq, wk, wv, wo;          // [n_embd -> n_head*head_dim], ..., [n_head*head_dim -> n_embd]
-  std::vector<float> bq, bk, bv;      // qwen2 biases, else empty
+  std::vector<float> bq, bk, bv;      // qwen2 (and gpt-oss) biases, else empty
+  std::vector<float> bo;              // [n_embd] gpt-oss: the attention output's bias, else empty
+  std::vector<float> attn_sinks;      // [n_head] gpt-oss: each query head's sink logit, else empty
   std::vector<float> q_norm, k_norm;  // [head_dim] (qk_norm)
   std::vector<float> post_attn_norm;  // [n_embd] (gemma3)
   std::vector<float> ffn_norm;        // [n_embd]
@@ -43,6 +45,11 @@ struct LayerWeights {
   WeightView router;                  // ffn_gate_inp [n_embd -> n_expert]
   std::vector<WeightView> gate_exps, up_exps;  // (n_expert) [n_embd -> n_ff_exp]
   std::vector<WeightView> down_exps;           // (n_expert) [n_ff_exp -> n_embd]
+  // gpt-oss (ModelConfig::expert_bias): the router's bias and each expert's
+  // three biases, expert e's at e * width; else empty.
+  std::vector<float> router_b;                 // [n_expert]
+  std::vector<float> gate_exps_b, up_exps_b;   // [n_expert * n_ff_exp]
+  std::vector<float> down_exps_b;              // [n_expert * n_embd]
   bool moe() const { return router.present(); }
 };
 

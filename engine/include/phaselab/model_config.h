@@ -11,8 +11,15 @@
 
 namespace phaselab {
 
-enum class Arch { llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3 };
-enum class Activation { silu, gelu_tanh };  // of the gate in a gated FFN
+enum class Arch { llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3, gpt_oss };
+// Of the gate in a gated FFN: silu(g) * u, gelu(g) * u, or gpt-oss's clamped
+// form: g' = min(g, 7), u' = clamp(u, -7, 7), g' * sigmoid(1.702 g') * (u' + 1).
+enum class Activation { silu, gelu_tanh, swiglu_oai };
+// How a MoE router's logits become the chosen experts' weights:
+//  softmax:        softmax over all experts, the top k (renormalised to sum 1
+//                  when ModelConfig::expert_weights_norm);
+//  softmax_top_k:  the top k logits, then a softmax over those k (gpt-oss).
+enum class ExpertGating { softmax, softmax_top_k };
 
 const char* arch_name(Arch a);
 
@@ -42,13 +49,26 @@ struct ModelConfig {
   // phi3: the context the short RoPE factors are for (rope.scaling.
   // original_context_length); the long ones apply past it (see Model).
   int n_ctx_orig = 0;
+  // RoPE scaling (rope.scaling.type): linear multiplies every angle by
+  // rope_freq_scale = 1 / factor; YaRN (gpt-oss) only the low frequencies:
+  // the rotation pairs that turn fewer than yarn_beta_slow times over
+  // n_ctx_orig positions are scaled, those that turn more than
+  // yarn_beta_fast times keep their angle, a linear ramp between; cos and
+  // sin then scale by 1 + 0.1 ln(factor) (ref::rope_angles). yarn_ext_factor
+  // 0: no YaRN. llama.cpp's defaults for the betas (it reads no key).
+  float rope_freq_scale = 1.f;
+  float yarn_ext_factor = 0.f;
+  float yarn_beta_fast = 32.f, yarn_beta_slow = 1.f;
+  bool rope_scaled() const { return rope_freq_scale != 1.f || yarn_ext_factor != 0.f; }
 
-  bool attn_bias = false;         // qwen2: biases on Q, K, V
+  bool attn_bias = false;         // qwen2: biases on Q, K, V (gpt-oss: where the file has them)
+  bool attn_out_bias = false;     // gpt-oss: a bias on the attention output
+  bool attn_sinks = false;        // gpt-oss: per query head a learned logit in every softmax's denominator
   bool qk_norm = false;           // qwen3, gemma3: RMSNorm per head of Q and K
   bool post_norms = false;        // gemma2, gemma3: norms after attention and FFN
   bool fused_qkv = false;         // phi3: one attn_qkv matrix (Q rows, then K, then V); else attn_q/k/v
-  bool fused_gate_up = false;
-  bool output_is_embd = false;    // gemma2: the logits always come from token_embd (an output.weight is ignored)     // phi3: ffn_up holds 2*n_ff rows, the gate's first; no ffn_gate
+  bool fused_gate_up = false;     // phi3: ffn_up holds 2*n_ff rows, the gate's first; no ffn_gate
+  bool output_is_embd = false;    // gemma2: the logits always come from token_embd (an output.weight is ignored)
   Activation act = Activation::silu;
   float embd_scale = 1.f;         // gemma: sqrt(n_embd)
   float attn_scale = 0.f;         // multiplier on Q·K
@@ -60,9 +80,15 @@ struct ModelConfig {
   // over n_expert picks the n_expert_used most likely, their weights
   // renormalised to sum 1, and the token's FFN output is the weighted sum of
   // those experts' SiLU-gated FFNs of width n_ff_exp. 0: a dense model.
+  // gpt-oss differs: ExpertGating::softmax_top_k, biases on the router and
+  // on every expert's three products, and the swiglu_oai activation.
   int n_expert = 0;
   int n_expert_used = 0;
   int n_ff_exp = 0;
+  ExpertGating expert_gating = ExpertGating::softmax;
+  bool expert_weights_norm = true;
+  bool expert_bias = false;              // gpt-oss: biases on the router and the experts
+  Activation expert_act = Activation::silu;
   bool is_moe() const { return n_expert > 0; }
 
   int sliding_window = 0;            // 0: no sliding-window layers

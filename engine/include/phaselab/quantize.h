@@ -38,6 +38,7 @@ enum class FileType : uint32_t {
   Q5_K_M = 17,
   Q6_K = 18,
   BF16 = 32,
+  MXFP4_MOE = 38,  // experts (3-D tensors) MXFP4, the rest Q8_0 (gpt-oss's own mix)
 };
 
 // GGML_QNT_VERSION, written to general.quantization_version.
