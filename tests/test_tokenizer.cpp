@@ -343,6 +343,55 @@ class TestTokenizer : public QObject {
     QCOMPARE(ok.value()->encode("ab", false, false), std::vector<TokenId>{2});
   }
 
+  // o200k's pre-tokenizer (gpt-4o, gpt-oss): words split where lower case
+  // turns upper, numbers in threes. A merge across such a split must not
+  // apply; under gpt-2's pre-tokenizer (letters and digits in runs) it does.
+  void gpt_4o_pre_tokenizer_splits_case_changes_and_digit_triples() {
+    auto make = [](const char* pre) {
+      GgufWriter w;
+      w.set("tokenizer.ggml.model", GgufWriteValue::string("gpt2"));
+      w.set("tokenizer.ggml.pre", GgufWriteValue::string(pre));
+      w.set("tokenizer.ggml.tokens",
+            GgufWriteValue::string_array({"h", "e", "l", "o", "W", "r", "d", "1", "2", "3", "4", "5", "oW", "34"}));
+      w.set("tokenizer.ggml.token_type", GgufWriteValue::i32_array(std::vector<int32_t>(14, 1)));
+      w.set("tokenizer.ggml.merges", GgufWriteValue::string_array({"o W", "3 4"}));
+      return from_writer(w);
+    };
+    auto o200k = make("gpt-4o"), gpt2 = make("gpt-2");
+    QVERIFY2(o200k.is_ok(), o200k.status().message().c_str());
+    QVERIFY2(gpt2.is_ok(), gpt2.status().message().c_str());
+    const TokenId oW = 12, t34 = 13;
+    auto has = [](const std::vector<TokenId>& v, TokenId id) { return std::find(v.begin(), v.end(), id) != v.end(); };
+    QVERIFY(!has(o200k.value()->encode("helloWorld", false, false), oW));
+    QVERIFY(has(gpt2.value()->encode("helloWorld", false, false), oW));
+    QVERIFY(!has(o200k.value()->encode("12345", false, false), t34));  // 123 | 45
+    QVERIFY(has(gpt2.value()->encode("12345", false, false), t34));
+    QVERIFY(has(o200k.value()->encode("1345", false, false), t34));     // 134 | 5
+  }
+
+  // The harmony format (gpt-oss): <|return|> and <|call|> end a reply; its
+  // <|end|> closes a channel and does not, while elsewhere <|end|> does.
+  void harmony_ends_at_return_and_call_not_at_end() {
+    auto make = [](std::vector<std::string> extra) {
+      GgufWriter w = tiny_bpe_writer();
+      std::vector<std::string> toks = {"a", "b", "ab"};
+      toks.insert(toks.end(), extra.begin(), extra.end());
+      std::vector<int32_t> types(toks.size(), 1);
+      for (size_t i = 3; i < types.size(); i++) types[i] = 3;
+      w.set("tokenizer.ggml.tokens", GgufWriteValue::string_array(toks));
+      w.set("tokenizer.ggml.token_type", GgufWriteValue::i32_array(types));
+      return from_writer(w);
+    };
+    auto harmony = make({"<|end|>", "<|return|>", "<|call|>"});
+    QVERIFY2(harmony.is_ok(), harmony.status().message().c_str());
+    QVERIFY(!harmony.value()->is_eog(3));
+    QVERIFY(harmony.value()->is_eog(4));
+    QVERIFY(harmony.value()->is_eog(5));
+    auto phi = make({"<|end|>"});
+    QVERIFY2(phi.is_ok(), phi.status().message().c_str());
+    QVERIFY(phi.value()->is_eog(3));
+  }
+
   // max_token_text_bytes(): no text of B bytes encodes to fewer than
   // B / (max_token_text_bytes() / 2) tokens (the bound without its headroom),
   // on inputs built to make tokens as long as they get: every conformance

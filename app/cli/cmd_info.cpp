@@ -146,9 +146,12 @@ int cmd_info(int argc, char** argv) {
                   c.n_embd, c.n_expert_used, c.n_expert, c.n_ff_exp);
     else
       std::printf("layers          %d, n_embd %d, n_ff %d\n", c.n_layer, c.n_embd, c.n_ff);
-    std::printf("attention       %d heads, %d KV heads, head_dim %d, scale %.6g\n", c.n_head, c.n_head_kv, c.head_dim, c.attn_scale);
+    std::printf("attention       %d heads, %d KV heads, head_dim %d, scale %.6g%s\n", c.n_head, c.n_head_kv, c.head_dim,
+                c.attn_scale, c.attn_sinks ? "; a sink logit per head" : "");
     std::printf("rope            %s, n_rot %d, base %g", c.rope_neox ? "NeoX" : "normal", c.n_rot, c.rope_base);
     if (c.sliding_window) std::printf(" (sliding-window layers: base %g)", c.rope_base_swa);
+    if (c.yarn_ext_factor != 0) std::printf("; YaRN, factor %g over %d tokens", 1.0 / c.rope_freq_scale, c.n_ctx_orig);
+    else if (c.rope_freq_scale != 1) std::printf("; linear scaling, factor %g", 1.0 / c.rope_freq_scale);
     std::printf("\n");
     if (c.sliding_window) {
       int n_swa = 0;
