@@ -15,6 +15,7 @@
 #include <QSignalSpy>
 #include <QTemporaryDir>
 #include <QTest>
+#include <QLabel>
 #include <QTextBrowser>
 #include <QValueAxis>
 
@@ -392,6 +393,28 @@ class TestGuiDock : public QObject {
     QCOMPARE(note->palette().color(QPalette::Window), dark);
     applyTheme(Theme::Light);
     QCOMPARE(note->palette().color(QPalette::Window), light);
+  }
+
+  // A harmony model's reasoning (gpt-oss) shows dimmed above the answer as
+  // it streams and stays out of the message's text (what is saved, copied
+  // and sent back to the model); a card without reasoning shows no line.
+  void reasoning_shows_above_the_answer_and_stays_out_of_it() {
+    MessageRecord m;
+    m.role = QStringLiteral("assistant");
+    m.state = QStringLiteral("streaming");
+    MessageWidget card(m);
+    card.resize(500, 300);
+    card.show();
+    auto* line = card.findChild<QLabel*>(QStringLiteral("messageReasoning"));
+    QVERIFY(line);
+    QVERIFY(!line->isVisible());
+    card.appendReasoning(QStringLiteral(" The user"));
+    card.appendReasoning(QStringLiteral(" greets me."));
+    card.appendText(QStringLiteral("Hello!"));
+    QVERIFY(line->isVisible());
+    QCOMPARE(card.reasoning(), QStringLiteral("The user greets me."));
+    QVERIFY2(line->text().contains(QStringLiteral("The user greets me.")), qPrintable(line->text()));
+    QCOMPARE(card.text(), QStringLiteral("Hello!"));
   }
 
   // Item 14: a card shown while the theme switches to dark paints its text

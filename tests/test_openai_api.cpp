@@ -59,6 +59,27 @@ class TestOpenAiApi : public QObject {
 
  private slots:
   // Every field of the accepted list, with a valid value, parses to what it means.
+  // A harmony model's reasoning (GenerateResult::reasoning, a token's
+  // TokenEvent::reasoning) goes out as reasoning_content beside the answer,
+  // in the message and in stream deltas; other answers have no such field.
+  void reasoning_goes_out_as_reasoning_content() {
+    const openai::ResponseHead h{"id-1", 1, "gpt-oss"};
+    GenerateResult r;
+    r.text = "Hi.";
+    r.reasoning = "The user greets.";
+    const json j = openai::response_json(openai::Endpoint::chat, h, {r}, 0, stories()->tokenizer());
+    QCOMPARE(j["choices"][0]["message"]["content"].get<std::string>(), std::string("Hi."));
+    QCOMPARE(j["choices"][0]["message"]["reasoning_content"].get<std::string>(), std::string("The user greets."));
+    r.reasoning.clear();
+    const json plain = openai::response_json(openai::Endpoint::chat, h, {r}, 0, stories()->tokenizer());
+    QVERIFY(!plain["choices"][0]["message"].contains("reasoning_content"));
+    const json d = openai::chunk_json(openai::Endpoint::chat, h, 0, "", false, nullptr, nullptr, 0, "greets")["choices"][0]["delta"];
+    QCOMPARE(d["reasoning_content"].get<std::string>(), std::string("greets"));
+    QCOMPARE(d["content"].get<std::string>(), std::string());
+    QVERIFY(!openai::chunk_json(openai::Endpoint::chat, h, 0, "x", false, nullptr, nullptr)["choices"][0]["delta"].contains(
+        "reasoning_content"));
+  }
+
   void every_accepted_field_parses() {
     // (One line per raw string: moc does not read raw strings across lines.)
     Parsed c = parse(openai::Endpoint::chat,

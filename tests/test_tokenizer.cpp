@@ -12,6 +12,7 @@
 #include "phaselab/gguf.h"
 #include "phaselab/log.h"
 #include "phaselab/tokenizer.h"
+#include "runtime/answer_builder.h"
 
 using namespace phaselab;
 
@@ -390,6 +391,54 @@ class TestTokenizer : public QObject {
     auto phi = make({"<|end|>"});
     QVERIFY2(phi.is_ok(), phi.status().message().c_str());
     QVERIFY(phi.value()->is_eog(3));
+  }
+
+  // A harmony reply (gpt-oss) through AnswerBuilder: the final channel's
+  // text is the answer, the analysis channel's the reasoning, the headers
+  // (role, channel names) neither; <|return|> ends it. A vocabulary without
+  // the markers leaves every text to the answer.
+  void harmony_reply_splits_answer_from_reasoning() {
+    GgufWriter w = tiny_bpe_writer();
+    const std::vector<std::string> toks = {"a", "b", "ab", "analysis", "final", "assistant", "<|start|>", "<|channel|>",
+                                           "<|message|>", "<|end|>", "<|return|>", "<|call|>"};
+    std::vector<int32_t> types(toks.size(), 1);
+    for (size_t i = 6; i < types.size(); i++) types[i] = 3;
+    w.set("tokenizer.ggml.tokens", GgufWriteValue::string_array(toks));
+    w.set("tokenizer.ggml.token_type", GgufWriteValue::i32_array(types));
+    auto tok = from_writer(w);
+    QVERIFY2(tok.is_ok(), tok.status().message().c_str());
+    enum : int32_t { a, b, ab, analysis, final_, assistant, start, channel, message, end, ret };
+    const std::vector<int32_t> reply = {channel, analysis, message, b, ab, end, start, assistant,
+                                        channel, final_, message, a, b, ret};
+    GenerateOptions opt;
+    opt.n_predict = 100;
+    GenerateResult res;
+    std::vector<int32_t> history;
+    std::string streamed, streamed_reasoning;
+    AnswerBuilder builder(*tok.value(), opt, res, history, 1000);
+    bool done = false;
+    for (int32_t id : reply) {
+      QVERIFY(!done);
+      done = builder.push(id, 1.0, 1, 0, [&](const TokenEvent& e) {
+        streamed += e.text;
+        streamed_reasoning += e.reasoning;
+      });
+    }
+    QVERIFY(done);
+    QCOMPARE(res.metrics.stop_reason, StopReason::eos);
+    QCOMPARE(res.text, std::string("ab"));
+    QCOMPARE(res.reasoning, std::string("bab"));
+    QCOMPARE(streamed, res.text);
+    QCOMPARE(streamed_reasoning, res.reasoning);
+
+    // Without the markers (another model), the same texts are all answer.
+    auto plain = from_writer(tiny_bpe_writer());
+    GenerateResult res2;
+    std::vector<int32_t> history2;
+    AnswerBuilder builder2(*plain.value(), opt, res2, history2, 1000);
+    for (int32_t id : {0, 1, 2}) builder2.push(id, 1.0, 1, 0, nullptr);
+    QCOMPARE(res2.text, std::string("abab"));
+    QVERIFY(res2.reasoning.empty());
   }
 
   // max_token_text_bytes(): no text of B bytes encodes to fewer than

@@ -11,6 +11,9 @@ ChatSession::ChatSession(ConversationStore* store, EngineController* engine, QOb
   connect(&m_saveTimer, &QTimer::timeout, this, &ChatSession::saveStreaming);
   connect(m_engine, &EngineController::tokensReady, this,
           [this](int requestId, const QString& delta, int) { onTokens(requestId, delta); });
+  connect(m_engine, &EngineController::reasoningReady, this, [this](int requestId, const QString& delta) {
+    if (requestId == m_requestId && m_streamingId != 0) emit reasoningDelta(m_streamingId, delta);
+  });
   connect(m_engine, &EngineController::generationFinished, this, &ChatSession::onFinished);
 }
 

@@ -59,6 +59,8 @@ class ChatSession : public QObject {
   void messageRemoved(qint64 id);
   void messageEdited(qint64 id, const QString& content);
   void answerDelta(qint64 messageId, const QString& delta);
+  // A harmony model's (gpt-oss) reasoning: shown with the answer, not saved.
+  void reasoningDelta(qint64 messageId, const QString& delta);
   void answerFinished(qint64 messageId, const phaselab::ui::MessageRecord& message);
   void errorOccurred(const QString& message);
 

@@ -119,6 +119,10 @@ void ChatView::appendToMessage(qint64 id, const QString& delta) {
   if (MessageWidget* w = messageWidget(id)) w->appendText(delta);
 }
 
+void ChatView::appendReasoning(qint64 id, const QString& delta) {
+  if (MessageWidget* w = messageWidget(id)) w->appendReasoning(delta);
+}
+
 void ChatView::finishMessage(qint64 id, const MessageRecord& message) {
   if (MessageWidget* w = messageWidget(id)) w->finish(message);
 }

@@ -29,6 +29,8 @@ class ChatView : public QScrollArea {
   void addMessage(const MessageRecord& message);
   void removeMessage(qint64 id);
   void appendToMessage(qint64 id, const QString& delta);
+  // A harmony model's reasoning for answer id, shown above its text.
+  void appendReasoning(qint64 id, const QString& delta);
   void finishMessage(qint64 id, const MessageRecord& message);
   void editMessage(qint64 id, const QString& content);
   void setBusy(bool busy);

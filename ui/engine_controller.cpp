@@ -69,6 +69,7 @@ EngineController::EngineController(QObject* parent) : QObject(parent), m_shared(
     emit modelUnloaded();
   }, Q);
   connect(m_worker, &EngineWorker::tokensReady, this, &EngineController::tokensReady, Q);
+  connect(m_worker, &EngineWorker::reasoningReady, this, &EngineController::reasoningReady, Q);
   connect(m_worker, &EngineWorker::metricsUpdated, this, &EngineController::metricsUpdated, Q);
   connect(m_worker, &EngineWorker::generationFinished, this, &EngineController::onGenerationFinished, Q);
   connect(m_worker, &EngineWorker::errorOccurred, this, &EngineController::errorOccurred, Q);

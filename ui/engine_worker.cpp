@@ -430,9 +430,10 @@ class EngineWorker::StreamRelay {
       m_w.m_shared->tokensGenerated.store(m_nTokens);
     }
     m_pending.append(e.text);
+    m_pendingReasoning.append(e.reasoning);
     const double now = e.t_ms;
     if (e.index == 0 && counted) firstToken(e);
-    if (!m_pending.empty() && now - m_lastDeltaMs >= kDeltaIntervalMs) {
+    if ((!m_pending.empty() || !m_pendingReasoning.empty()) && now - m_lastDeltaMs >= kDeltaIntervalMs) {
       flush();
       m_lastDeltaMs = now;
     }
@@ -455,6 +456,11 @@ class EngineWorker::StreamRelay {
   }
 
   void flush() {
+    if (!m_pendingReasoning.empty()) {
+      emit m_w.reasoningReady(m_requestId, QString::fromUtf8(m_pendingReasoning.data(),
+                                                             static_cast<qsizetype>(m_pendingReasoning.size())));
+      m_pendingReasoning.clear();
+    }
     if (m_pending.empty()) return;
     emit m_w.tokensReady(m_requestId, QString::fromUtf8(m_pending.data(), static_cast<qsizetype>(m_pending.size())),
                          m_nTokens);
@@ -515,6 +521,7 @@ class EngineWorker::StreamRelay {
   const bool m_remote;
   LiveMetrics m_live;
   std::string m_pending;  // text not sent yet
+  std::string m_pendingReasoning;  // reasoning (harmony) not sent yet
   int m_nTokens = 0;
   double m_lastDeltaMs = -1e9, m_lastMetricsMs = 0;
   int m_tokensAtLastMetrics = 0;

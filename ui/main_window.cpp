@@ -132,6 +132,7 @@ void MainWindow::connectChat() {
   connect(m_chat, &ChatSession::messageRemoved, m_chatView, &ChatView::removeMessage);
   connect(m_chat, &ChatSession::messageEdited, m_chatView, &ChatView::editMessage);
   connect(m_chat, &ChatSession::answerDelta, m_chatView, &ChatView::appendToMessage);
+  connect(m_chat, &ChatSession::reasoningDelta, m_chatView, &ChatView::appendReasoning);
   connect(m_chat, &ChatSession::answerFinished, m_chatView, &ChatView::finishMessage);
   connect(m_chat, &ChatSession::errorOccurred, this, &MainWindow::showError);
   connect(m_chatView, &ChatView::regenerateRequested, this, &MainWindow::regenerateMessage);

@@ -31,6 +31,17 @@ MessageWidget::MessageWidget(const MessageRecord& message, QWidget* parent) : QF
   m_role->setFont(bold);
   layout->addWidget(m_role);
 
+  m_reasoning = new QLabel;
+  m_reasoning->setObjectName(QStringLiteral("messageReasoning"));
+  m_reasoning->setWordWrap(true);
+  m_reasoning->setMinimumWidth(0);
+  m_reasoning->setTextFormat(Qt::PlainText);
+  m_reasoning->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  m_reasoning->setForegroundRole(QPalette::PlaceholderText);
+  m_reasoning->setAccessibleName(tr("The model's reasoning"));
+  m_reasoning->hide();
+  layout->addWidget(m_reasoning);
+
   m_body = new QTextBrowser;
   m_body->setObjectName(QStringLiteral("messageBody"));
   m_body->setFrameShape(QFrame::NoFrame);
@@ -108,10 +119,26 @@ void MessageWidget::applyAppearance() {
   QFont bold = QApplication::font();
   bold.setBold(true);
   m_role->setFont(bold);
+  QFont italic = QApplication::font();
+  italic.setItalic(true);
+  m_reasoning->setFont(italic);
   m_body->setFont(QApplication::font());
 }
 
 QString MessageWidget::statsText() const { return m_stats->text(); }
+
+void MessageWidget::appendReasoning(const QString& delta) {
+  if (m_reasoningText.isEmpty()) {
+    QString d = delta;
+    while (!d.isEmpty() && d.front().isSpace()) d.remove(0, 1);
+    if (d.isEmpty()) return;
+    m_reasoningText = d;
+  } else {
+    m_reasoningText += delta;
+  }
+  m_reasoning->setText(tr("Reasoning: %1").arg(m_reasoningText));
+  m_reasoning->show();
+}
 
 void MessageWidget::appendText(const QString& delta) {
   m_message.content += delta;

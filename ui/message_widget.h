@@ -28,6 +28,10 @@ class MessageWidget : public QFrame {
   QString statsText() const;
 
   void appendText(const QString& delta);
+  // A harmony model's (gpt-oss) reasoning, shown dimmed above the answer
+  // while it streams (it is not part of the saved message).
+  void appendReasoning(const QString& delta);
+  QString reasoning() const { return m_reasoningText; }
   void setText(const QString& text);
   void finish(const MessageRecord& message);
   void setRegenerateEnabled(bool enabled);
@@ -48,6 +52,8 @@ class MessageWidget : public QFrame {
 
   MessageRecord m_message;
   QLabel* m_role = nullptr;
+  QLabel* m_reasoning = nullptr;  // hidden until a harmony model reasons
+  QString m_reasoningText;
   QTextBrowser* m_body = nullptr;
   QLabel* m_stats = nullptr;
   QToolButton* m_copy = nullptr;

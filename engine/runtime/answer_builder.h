@@ -10,6 +10,7 @@
 
 #include "phaselab/session.h"
 #include "phaselab/tokenizer.h"
+#include "harmony_channels.h"
 #include "stop_matcher.h"
 
 namespace phaselab {
@@ -20,7 +21,7 @@ class AnswerBuilder {
   // prompt included) receives every token too; n_ctx bounds its length.
   AnswerBuilder(const Tokenizer& tok, const GenerateOptions& opt, GenerateResult& res, std::vector<int32_t>& history,
                 int n_ctx)
-      : tok_(tok), opt_(opt), res_(res), history_(history), n_ctx_(n_ctx), detok_(tok), stops_(opt.stop) {}
+      : tok_(tok), opt_(opt), res_(res), history_(history), n_ctx_(n_ctx), detok_(tok), stops_(opt.stop), harmony_(HarmonyChannels::of(tok)) {}
 
   // Appends the token sampled t_ms after submission. n_prefilled: the prompt
   // tokens computed before the first token (its prefill rate); kv_used: the
@@ -49,8 +50,17 @@ class AnswerBuilder {
       return true;
     }
     piece_ = detok_.push(id);
+    // A harmony reply (gpt-oss): only its final channel is the answer; the
+    // others are reasoning, outside the stop strings and the answer's text.
+    std::string_view answer = piece_, reasoning;
+    if (harmony_) {
+      const HarmonyChannels::Route r = harmony_->push(id, piece_);
+      answer = r.answer;
+      reasoning = r.reasoning;
+      res_.reasoning += reasoning;
+    }
     shown_.clear();
-    if (stops_.push(piece_, &shown_))
+    if (stops_.push(answer, &shown_))
       m.stop_reason = StopReason::stop_string;
     else if (m.n_generated >= opt_.n_predict)
       m.stop_reason = StopReason::length;
@@ -62,7 +72,7 @@ class AnswerBuilder {
     res_.text += shown_;
     if (on_token) {
       m.update_rates(t_first_, t_ms);
-      on_token(TokenEvent{id, shown_, i, t_ms, &m, logprob});
+      on_token(TokenEvent{id, shown_, i, t_ms, &m, logprob, reasoning});
     }
     return m.stop_reason != StopReason::running;
   }
@@ -78,6 +88,7 @@ class AnswerBuilder {
   int n_ctx_;
   IncrementalDetokenizer detok_;
   StopMatcher stops_;
+  std::optional<HarmonyChannels> harmony_;
   std::string piece_, shown_;
   double t_first_ = 0, t_last_ = 0;
 };

@@ -572,8 +572,13 @@ json logprobs_json(Endpoint ep, const TokenLogprob* lps, size_t n, const Tokeniz
 
 json choice_json(Endpoint ep, int index, const GenerateResult& r, const Tokenizer* tok) {
   json choice = {{"index", index}, {"finish_reason", finish_reason(r.metrics.stop_reason)}, {"logprobs", nullptr}};
-  if (ep == Endpoint::chat) choice["message"] = {{"role", "assistant"}, {"content", r.text}};
-  else choice["text"] = r.text;
+  if (ep == Endpoint::chat) {
+    choice["message"] = {{"role", "assistant"}, {"content", r.text}};
+    // A harmony model's reasoning, as llama-server and vLLM return it.
+    if (!r.reasoning.empty()) choice["message"]["reasoning_content"] = r.reasoning;
+  } else {
+    choice["text"] = r.text;
+  }
   if (tok && !r.logprobs.empty()) choice["logprobs"] = logprobs_json(ep, r.logprobs.data(), logprob_tokens(r), *tok, 0);
   return choice;
 }
@@ -614,12 +619,14 @@ json response_json(Endpoint ep, const ResponseHead& h, const std::vector<Generat
 }
 
 json chunk_json(Endpoint ep, const ResponseHead& h, int index, const std::string& text, bool first,
-                const std::vector<TokenLogprob>* logprobs, const Tokenizer* tok, size_t text_offset) {
+                const std::vector<TokenLogprob>* logprobs, const Tokenizer* tok, size_t text_offset,
+                const std::string& reasoning) {
   json j = head_json(ep, h, true);
   json choice = {{"index", index}, {"finish_reason", nullptr}, {"logprobs", nullptr}};
   if (ep == Endpoint::chat) {
     json delta = {{"content", text}};
     if (first) delta["role"] = "assistant";
+    if (!reasoning.empty()) delta["reasoning_content"] = reasoning;  // a harmony model's analysis (gpt-oss)
     choice["delta"] = delta;
   } else {
     choice["text"] = text;

@@ -462,14 +462,14 @@ void OpenAiServer::start_event_stream(Call& call) {
 // One chunk of choice index: text and the log-probabilities of the tokens
 // it completes (an event without text, a piece of a character or a held
 // back stop string, keeps its log-probability for the next chunk).
-std::string OpenAiServer::chunk_event(Call& call, int index, const std::string& text) {
+std::string OpenAiServer::chunk_event(Call& call, int index, const std::string& text, const std::string& reasoning) {
   const Tokenizer& tok = scheduler_->model().tokenizer();
   std::vector<TokenLogprob>& lps = call.unsent_logprobs[index];
   const bool first = call.first_chunk[index];
   call.first_chunk[index] = false;
   const std::string ev = openai::sse_event(openai::chunk_json(call.ep, call.head, index, text, first,
                                                               call.logprobs ? &lps : nullptr, &tok,
-                                                              call.text_offset[index]));
+                                                              call.text_offset[index], reasoning));
   for (const TokenLogprob& lp : lps) call.text_offset[index] += openai::utf8_chars(tok.token_to_piece(lp.id));
   lps.clear();
   return ev;
@@ -484,7 +484,7 @@ void OpenAiServer::on_token(Call& call, int index, const TokenEvent& e) {
   // inter-token gaps need (a skipped token would double the next gap).
   start_event_stream(call);
   // A client that is gone is cancelled by the responder's on_gone.
-  call.res->write_chunk(chunk_event(call, index, std::string(e.text)));
+  call.res->write_chunk(chunk_event(call, index, std::string(e.text), std::string(e.reasoning)));
 }
 
 // A call that ends without its answer: an error status while nothing was

@@ -136,8 +136,11 @@ nlohmann::json response_json(Endpoint ep, const ResponseHead& h, const std::vect
 // chunk; an event without text still has one, so a chunk with empty text
 // may carry them), in the shape above; nullptr: "logprobs": null.
 // text_offset (completions): characters of the answer before this chunk.
+// reasoning (chat): the text of a harmony model's other channels this chunk carries (gpt-oss's analysis), sent as
+// delta.reasoning_content beside the answer's content, as llama-server and vLLM do.
 nlohmann::json chunk_json(Endpoint ep, const ResponseHead& h, int index, const std::string& text, bool first,
-                          const std::vector<TokenLogprob>* logprobs, const Tokenizer* tok, size_t text_offset = 0);
+                          const std::vector<TokenLogprob>* logprobs, const Tokenizer* tok, size_t text_offset = 0,
+                          const std::string& reasoning = "");
 // The last chunk of choice index: finish_reason (and timings), no text.
 nlohmann::json final_chunk_json(Endpoint ep, const ResponseHead& h, int index, const GenerateResult& r,
                                 int preemptions);

@@ -117,7 +117,7 @@ class OpenAiServer {
   bool submit(const std::shared_ptr<Call>& call, std::vector<BatchRequest> reqs);
   void cancel(const std::shared_ptr<Call>& call);
   void on_token(Call& call, int index, const TokenEvent& e);
-  std::string chunk_event(Call& call, int index, const std::string& text);
+  std::string chunk_event(Call& call, int index, const std::string& text, const std::string& reasoning = "");
   void finish(BatchOutcome o);
   void answer_error(Call& call, const openai::ApiError& e);
   void start_event_stream(Call& call);

@@ -89,12 +89,16 @@ struct TokenEvent {
   double t_ms;            // since the request was submitted
   const RequestMetrics* metrics = nullptr;  // the request's metrics so far (rates current, see update_rates)
   const TokenLogprob* logprob = nullptr;    // when GenerateOptions::logprobs >= 0; valid during the callback only
+  // Reasoning this token released (a harmony model's analysis channel), not
+  // part of text; empty for other models.
+  std::string_view reasoning;
 };
 using TokenCallback = std::function<void(const TokenEvent&)>;
 
 struct GenerateResult {
   std::vector<int32_t> tokens;  // generated ids (the stop token included)
   std::string text;             // generated text (stop string excluded)
+  std::string reasoning;        // a harmony model's (gpt-oss) text outside its final channel; else empty
   RequestMetrics metrics;
   std::vector<TokenLogprob> logprobs;  // one per token of tokens when GenerateOptions::logprobs >= 0, else empty
   // When each token of tokens was chosen, in ms since the request was

@@ -1,0 +1,74 @@
+// The harmony format's channels (gpt-oss): a reply is a series of messages,
+// each "<|channel|>NAME<|message|>TEXT<|end|>", the last ended by <|return|>
+// or <|call|>, later ones opened by "<|start|>ROLE". The "final" channel is
+// the answer; "analysis" (the reasoning) and "commentary" (tool preambles)
+// are not. HarmonyChannels routes each generated token's text by the channel
+// it is in, so that the answer the window shows and the server returns is
+// the final channel's text alone, the rest kept apart as reasoning.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "phaselab/tokenizer.h"
+
+namespace phaselab {
+
+class HarmonyChannels {
+ public:
+  // The vocabulary's harmony markers; nullopt when it has none (every other
+  // model: its text is all answer).
+  static std::optional<HarmonyChannels> of(const Tokenizer& tok) {
+    const auto start = tok.find_token("<|start|>"), channel = tok.find_token("<|channel|>"),
+               message = tok.find_token("<|message|>"), end = tok.find_token("<|end|>");
+    if (!start || !channel || !message || !end) return std::nullopt;
+    HarmonyChannels h;
+    h.start_id_ = *start, h.channel_id_ = *channel, h.message_id_ = *message, h.end_id_ = *end;
+    h.constrain_id_ = tok.find_token("<|constrain|>").value_or(-1);
+    return h;
+  }
+
+  struct Route {
+    std::string_view answer;     // text of the final channel (or of a message without a channel)
+    std::string_view reasoning;  // text of any other channel
+  };
+
+  // Token id released piece (its text, possibly empty). A reply starts in a
+  // message's header: the generation prompt ends with "<|start|>assistant".
+  Route push(TokenId id, std::string_view piece) {
+    if (id == start_id_ || id == end_id_) {
+      state_ = State::header;
+      channel_.clear();
+      return {};
+    }
+    if (id == channel_id_) {
+      state_ = State::channel_name;
+      channel_.clear();
+      return {};
+    }
+    if (id == constrain_id_) {
+      state_ = State::header;
+      return {};
+    }
+    if (id == message_id_) {
+      state_ = State::content;
+      return {};
+    }
+    switch (state_) {
+      case State::header: return {};  // the role's name, a content type
+      case State::channel_name: channel_ += piece; return {};
+      case State::content: break;
+    }
+    if (channel_.empty() || channel_ == "final") return {piece, {}};
+    return {{}, piece};
+  }
+
+ private:
+  enum class State { header, channel_name, content };
+  TokenId start_id_ = -1, channel_id_ = -1, message_id_ = -1, end_id_ = -1, constrain_id_ = -1;
+  State state_ = State::header;
+  std::string channel_;  // the current message's channel name
+};
+
+}  // namespace phaselab
