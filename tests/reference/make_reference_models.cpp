@@ -1,7 +1,8 @@
 // make_reference_models DIR: writes the reference models (reference_models.h)
 // as DIR/<name>.gguf. Deterministic: the same files on every machine.
 // make_reference_models --qwen3moe-twin LAYERS OUT: the Qwen3-30B-A3B shape
-// twin of that many layers (docs/benchmarks.md).
+// twin of that many layers (docs/benchmarks.md); --gpt-oss-twin LAYERS OUT:
+// gpt-oss-20b's.
 #include <QByteArray>
 #include <QDir>
 #include <QFile>
@@ -13,14 +14,16 @@
 #include "reference/reference_models.h"
 
 int main(int argc, char** argv) {
-  if (argc == 4 && std::string(argv[1]) == "--qwen3moe-twin") {
-    const int layers = std::atoi(argv[2]);
-    if (layers < 1 || layers > 48) {
-      std::fprintf(stderr, "LAYERS: 1 to 48\n");
+  const bool oss = argc == 4 && std::string(argv[1]) == "--gpt-oss-twin";
+  if (argc == 4 && (std::string(argv[1]) == "--qwen3moe-twin" || oss)) {
+    const int layers = std::atoi(argv[2]), max_layers = oss ? 24 : 48;
+    if (layers < 1 || layers > max_layers) {
+      std::fprintf(stderr, "LAYERS: 1 to %d\n", max_layers);
       return 2;
     }
-    const std::string tmp =
-        phaselab::testing::write_tiny_model(phaselab::testing::qwen3moe_30b_a3b_twin(layers), "qwen3moe-twin.gguf");
+    const std::string tmp = phaselab::testing::write_tiny_model(
+        oss ? phaselab::testing::gpt_oss_20b_twin(layers) : phaselab::testing::qwen3moe_30b_a3b_twin(layers),
+        oss ? "gpt-oss-twin.gguf" : "qwen3moe-twin.gguf");
     QFile::remove(QString::fromLocal8Bit(argv[3]));
     if (!QFile::rename(QString::fromStdString(tmp), QString::fromLocal8Bit(argv[3])) &&
         !QFile::copy(QString::fromStdString(tmp), QString::fromLocal8Bit(argv[3]))) {
@@ -32,7 +35,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (argc != 2) {
-    std::fprintf(stderr, "usage: make_reference_models DIR | --qwen3moe-twin LAYERS OUT\n");
+    std::fprintf(stderr, "usage: make_reference_models DIR | --qwen3moe-twin LAYERS OUT | --gpt-oss-twin LAYERS OUT\n");
     return 2;
   }
   const QString dir = QString::fromLocal8Bit(argv[1]);

@@ -88,4 +88,26 @@ inline TinySpec qwen3moe_30b_a3b_twin(int n_layer) {
   return s;
 }
 
+// A shape twin of gpt-oss-20b's layers (n_embd 2880, 64 query and 8 KV
+// heads of 64, 32 experts of 2880, 4 per token, window 128 on even layers,
+// YaRN 32 over 4096; Hugging Face's config), experts MXFP4 and the rest Q8_0
+// (the MXFP4_MOE mix), n_layer of its 24 layers and the tiny vocabulary.
+inline TinySpec gpt_oss_20b_twin(int n_layer) {
+  TinySpec s = tiny_spec("gpt-oss-mxfp4");
+  s.n_embd = 2880;
+  s.n_head = 64;
+  s.n_head_kv = 8;
+  s.head_dim = 64;
+  s.n_ff = 2880;
+  s.n_layer = n_layer;
+  s.n_expert = 32;
+  s.n_expert_used = 4;
+  s.n_ff_exp = 2880;
+  s.sliding_window = 128;
+  s.matrix_type = TensorType::Q8_0;
+  s.embd_type = TensorType::Q8_0;
+  s.n_ctx_train = 4096;
+  return s;
+}
+
 }  // namespace phaselab::testing
