@@ -184,7 +184,7 @@ class TestCpuKernels : public QObject {
   void repacked_formats_match_the_original_row_data() {
     QTest::addColumn<int>("type");
     QTest::addColumn<int>("n");
-    for (TensorType t : {TensorType::Q5_0, TensorType::Q8_0, TensorType::Q4_0}) {
+    for (TensorType t : {TensorType::Q5_0, TensorType::Q8_0, TensorType::Q4_0, TensorType::MXFP4}) {
       const std::string name(tensor_type_name(t));
       QTest::newRow((name + " 640: 2 groups + a half group").c_str()) << int(t) << 640;
       QTest::newRow((name + " 2048: 8 groups").c_str()) << int(t) << 2048;
@@ -211,6 +211,10 @@ class TestCpuKernels : public QObject {
         const auto wf = randn(n, seed);
         std::vector<uint8_t> w(row_size(tt, n)), r(f.row_bytes);
         QVERIFY(quantize_row(tt, wf.data(), w.data(), n));
+        if (tt == TensorType::MXFP4) {  // E8M0's subnormal scales (e = 0, 1) and a large one, in groups and the tail
+          for (int b : {0, 1, nb - 1}) w[static_cast<size_t>(b) * 17] = static_cast<uint8_t>(b == 0 ? 0 : b == 1 ? 1 : 140);
+          w[static_cast<size_t>(nb / 2) * 17] = 1;
+        }
         f.repack(w.data(), r.data(), n);
         const auto x = randn(4 * n, 500 + seed);
         std::vector<ActQ8> a(4 * nb);
@@ -235,6 +239,8 @@ class TestCpuKernels : public QObject {
         }
       }
     }
+    // Every SIMD set repacks these formats (Q8_0: the VNNI ones only).
+    if (!simd_kernels().empty() && tt != TensorType::Q8_0) QVERIFY2(checked > 0, "no SIMD kernel set repacks this format");
   }
 
   // The several-rows kernels: every (row, token) bitwise equal to the
@@ -242,7 +248,7 @@ class TestCpuKernels : public QObject {
   void several_row_kernels_equal_one_row_kernels_bitwise_data() {
     QTest::addColumn<int>("type");
     QTest::addColumn<int>("n");
-    for (TensorType t : {TensorType::Q5_0, TensorType::Q8_0, TensorType::Q4_0})
+    for (TensorType t : {TensorType::Q5_0, TensorType::Q8_0, TensorType::Q4_0, TensorType::MXFP4})
       for (int n : {640, 736, 2048}) QTest::newRow(qPrintable(QString("%1 x %2").arg(tensor_type_name(t).data()).arg(n))) << int(t) << n;
     QTest::newRow("Q4_K x 1024") << int(TensorType::Q4_K) << 1024;
     QTest::newRow("Q5_K x 512") << int(TensorType::Q5_K) << 512;

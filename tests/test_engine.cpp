@@ -103,7 +103,7 @@ std::unique_ptr<Session> open_session(const std::string& path, int n_ctx = 256, 
   }
 
 const char* kArchs[] = {"llama", "qwen2", "qwen3",  "qwen3moe", "qwen3moe-q4_k", "mixtral",
-                        "gemma2", "gemma3", "phi3", "gpt-oss", "gpt-oss-mxfp4"};
+                        "gemma2", "gemma3", "phi3", "gpt-oss", "gpt-oss-mxfp4", "gpt-oss-mxfp4-wide"};
 
 }  // namespace
 

@@ -256,6 +256,13 @@ inline TinySpec tiny_spec(const std::string& arch) {
     s.rope_base = 150000.f;
     if (arch == "gpt-oss-mxfp4") s.expert_type = TensorType::MXFP4;
   }
+  if (arch == "gpt-oss-mxfp4-wide") {  // the grouped MXFP4 kernels (rows of 256: whole groups), Q8_0 attention
+    s = tiny_spec("gpt-oss-mxfp4");
+    s.n_embd = 256;
+    s.n_ff_exp = 288;  // 9 blocks: a group and a plain block
+    s.head_dim = 64;
+    s.matrix_type = TensorType::Q8_0;
+  }
   if (arch == "mixtral") {  // llama with 4 experts of n_ff, 2 per token
     s.arch = "llama";
     s.n_expert = 4;

@@ -85,9 +85,18 @@ void dequantize_q8_0_u8_row(const uint8_t* src, float* out, int64_t n);
 // 4i..4i+3] = 144 bytes, as the file.
 constexpr int kGroupBytesQ4_0 = 144;
 void repack_q4_0_row(const uint8_t* src, uint8_t* dst, int64_t n);
+// MXFP4: [8 E8M0 exponents | 4 x 32 bytes of nibbles in Q4_0's order] = 136
+// bytes, as the file (17 per block); the kernel maps each nibble to its
+// E2M1 value plus 12 (0..24, unsigned) with one byte shuffle per vector.
+constexpr int kGroupBytesMXFP4 = 136;
+void repack_mxfp4_row(const uint8_t* src, uint8_t* dst, int64_t n);
+// The unsigned value of each MXFP4 nibble in the grouped kernels: twice its
+// E2M1 value plus 12 (so the offset term is 12 times the activation sum).
+inline constexpr uint8_t kMxfp4Unsigned[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
 // When a row's last nb % 8 blocks are 4 or more, their first 4 form a half
-// group (for all three formats): [4 fp16 scales | 4 x 32 bytes of unsigned
-// quants (Q5_0: 0..31, Q8_0: q + 128, Q4_0: 0..15), chunk k holding values
+// group (for all four formats): [4 fp16 scales (MXFP4: 4 exponent bytes and
+// 4 zero bytes) | 4 x 32 bytes of unsigned quants (Q5_0: 0..31, Q8_0: q +
+// 128, Q4_0: 0..15, MXFP4: kMxfp4Unsigned), chunk k holding values
 // 8k+4h..8k+4h+3 of block i at bytes 16h+4i..16h+4i+3] = 136 bytes. Four
 // dpbusd then cover 4 blocks, where block by block would take 4 dot products
 // plus 4 conversions and scalings. The last nb % 4 blocks stay as in the file.
@@ -105,6 +114,7 @@ inline size_t grouped_row_bytes(TensorType t, int64_t n) {
     case TensorType::Q5_0: return per(kGroupBytesQ5_0U8, 22);
     case TensorType::Q8_0: return per(kGroupBytesQ8_0U8, 34);
     case TensorType::Q4_0: return per(kGroupBytesQ4_0, 18);
+    case TensorType::MXFP4: return per(kGroupBytesMXFP4, 17);
     default: return 0;
   }
 }

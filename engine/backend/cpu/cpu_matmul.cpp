@@ -306,6 +306,8 @@ void CpuBackend::matvec_many(MatvecJob* jobs, int n_jobs, const float* const* in
         jb.rp->f.dot1(row, &many_act_g_[jb.input * gs], 0, act, 0, n_in, v);
         jb.out[r] = v[0];
       } else if (cpu::uses_q8_activations(W.type)) {
+        if (decode_prefetch_rows_ > 0)  // (MXFP4 experts: rows in the file's layout)
+          prefetch_rows(W.row(r) + decode_prefetch_rows_ * W.row_bytes, W.row_bytes, W.row(W.n_out));
         jb.out[r] = k_fast_->dot_q8[static_cast<int>(W.type)](W.row(r), act, n_in);
       } else {
         jb.out[r] = k_fast_->dot_f32[static_cast<int>(W.type)](W.row(r), inputs[jb.input], n_in);

@@ -427,6 +427,36 @@ void repack_q4_0_row(const uint8_t* src, uint8_t* dst, int64_t n) {
   write_row_tail(x, nb, dst, q4_0_value);
 }
 
+void repack_mxfp4_row(const uint8_t* src, uint8_t* dst, int64_t n) {
+  const auto* x = reinterpret_cast<const BlockMXFP4*>(src);
+  const int64_t nb = n / 32, ng = nb / kGroupBlocks;
+  for (int64_t g = 0; g < ng; g++, dst += kGroupBytesMXFP4) {
+    const BlockMXFP4* b = x + g * kGroupBlocks;
+    for (int i = 0; i < kGroupBlocks; i++) {
+      dst[i] = b[i].e;
+      for (int k = 0; k < 4; k++) std::memcpy(dst + 8 + 32 * k + 4 * i, b[i].qs + 4 * k, 4);  // Q4_0's order
+    }
+  }
+  int64_t b = ng * kGroupBlocks;
+  if (half_groups(nb)) {  // write_half_group's layout, exponent bytes for the scales
+    std::memset(dst, 0, 8);
+    for (int i = 0; i < 4; i++) {
+      const BlockMXFP4& blk = x[b + i];
+      dst[i] = blk.e;
+      for (int k = 0; k < 4; k++)
+        for (int h = 0; h < 2; h++)
+          for (int l = 0; l < 4; l++) {
+            const int j = 8 * k + 4 * h + l;
+            const int nib = j < 16 ? (blk.qs[j] & 0xF) : (blk.qs[j - 16] >> 4);
+            dst[8 + 32 * k + 16 * h + 4 * i + l] = kMxfp4Unsigned[nib];
+          }
+    }
+    dst += kHalfGroupBytes;
+    b += 4;
+  }
+  std::memcpy(dst, x + b, static_cast<size_t>(nb - b) * sizeof(BlockMXFP4));
+}
+
 void repack_q4_k_row(const uint8_t* src, uint8_t* dst, int64_t n) {
   const auto* x = reinterpret_cast<const BlockQ4_K*>(src);
   for (int64_t b = 0; b < n / QK_K; b++, dst += kGroupBytesQ4_K) {
@@ -501,8 +531,12 @@ RepackedFormat repacked_format(const Kernels& k, TensorType t, int64_t n) {
     case TensorType::Q5_0:
     case TensorType::Q8_0:
     case TensorType::Q4_0:
+    case TensorType::MXFP4:
       if (!k.dot_grouped_x1[ti] || grouped_row_bytes(t, n) == 0) return {};
-      f = {t == TensorType::Q5_0 ? repack_q5_0_u8_row : t == TensorType::Q8_0 ? repack_q8_0_u8_row : repack_q4_0_row,
+      f = {t == TensorType::Q5_0   ? repack_q5_0_u8_row
+           : t == TensorType::Q8_0 ? repack_q8_0_u8_row
+           : t == TensorType::Q4_0 ? repack_q4_0_row
+                                   : repack_mxfp4_row,
            grouped_row_bytes(t, n), k.dot_grouped_x1[ti], k.dot_grouped_x4[ti], k.dot_grouped_rx4[ti]};
       break;
     case TensorType::Q4_K:
