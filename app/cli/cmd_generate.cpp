@@ -98,7 +98,16 @@ void chat_loop(std::vector<ChatMessage>& history, const AnswerFn& answer) {
   }
 }
 
+// The answer to stdout; a harmony model's reasoning (gpt-oss) to stderr,
+// dimmed on a terminal, so that stdout stays the answer alone.
 void print_token(const TokenEvent& e) {
+  if (!e.reasoning.empty()) {
+    static const bool tty = isatty(2);
+    if (tty) std::fputs("\033[2m", stderr);
+    std::fwrite(e.reasoning.data(), 1, e.reasoning.size(), stderr);
+    if (tty) std::fputs("\033[0m", stderr);
+    std::fflush(stderr);
+  }
   std::fwrite(e.text.data(), 1, e.text.size(), stdout);
   std::fflush(stdout);
 }
@@ -241,6 +250,7 @@ int cmd_generate(int argc, char** argv) {
     j["prompt_tokens"] = prompt;
     j["tokens"] = res->tokens;
     j["text"] = res->text;
+    if (!res->reasoning.empty()) j["reasoning"] = res->reasoning;  // a harmony model's analysis
     j["n_prompt"] = m.n_prompt;
     j["n_reused"] = m.n_reused;
     j["n_generated"] = m.n_generated;
