@@ -636,6 +636,49 @@ class TestServer : public QObject {
   // format): every event is read, the last one (usage) included. A token
   // without text of its own is an event with empty content, and counts; the
   // role announcement and the closing chunk do not.
+  // A reasoning model behind another server (gpt-oss through llama-server
+  // or vLLM): delta.reasoning_content (or vLLM's delta.reasoning) is the
+  // reasoning, apart from the answer; each such chunk is a token.
+  void remoteClientKeepsReasoningApart() {
+    httplib::Server fake;
+    fake.Get("/v1/models", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(R"({"object":"list","data":[{"id":"oss","object":"model"}]})", "application/json");
+    });
+    fake.Post("/v1/chat/completions", [](const httplib::Request&, httplib::Response& res) {
+      auto ev = [](const json& delta, const json& finish = nullptr) {
+        return "data: " + json({{"choices", {{{"index", 0}, {"delta", delta}, {"finish_reason", finish}}}}}).dump() + "\n\n";
+      };
+      std::string body = ev({{"role", "assistant"}, {"content", ""}});
+      body += ev({{"reasoning_content", "The user"}});
+      body += ev({{"reasoning", " greets."}});
+      body += ev({{"content", "Hi"}});
+      body += ev({{"content", "!"}});
+      body += ev(json::object(), "stop");
+      body += "data: [DONE]\n\n";
+      res.set_content(body, "text/event-stream");
+    });
+    const int port = fake.bind_to_any_port("127.0.0.1");
+    QVERIFY(port > 0);
+    std::thread t([&] { fake.listen_after_bind(); });
+    auto rc = RemoteClient::connect({"http://127.0.0.1:" + std::to_string(port), "", "", 10});
+    QVERIFY2(rc, rc ? "" : rc.status().message().c_str());
+    GenerateOptions opt;
+    opt.n_predict = 16;
+    std::string streamed_reasoning;
+    int events = 0;
+    auto r = (*rc)->chat({{"user", "hi"}}, opt, [&](const TokenEvent& e) {
+      streamed_reasoning += e.reasoning;
+      events++;
+    });
+    fake.stop();
+    t.join();
+    QVERIFY2(r, r ? "" : r.status().message().c_str());
+    QCOMPARE(r->result.text, std::string("Hi!"));
+    QCOMPARE(r->result.reasoning, std::string("The user greets."));
+    QCOMPARE(streamed_reasoning, r->result.reasoning);
+    QCOMPARE(events, 4);
+  }
+
   void remoteClientReadsCrlfEvents() {
     httplib::Server fake;
     fake.Get("/v1/models", [](const httplib::Request&, httplib::Response& res) {

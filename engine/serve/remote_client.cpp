@@ -230,12 +230,22 @@ void AnswerStream::on_event(const std::string& data) {
   const bool has_text = chat_ ? c.contains("delta") && c["delta"].is_object() && c["delta"].contains("content") &&
                                     c["delta"]["content"].is_string() && !c["delta"].contains("role")
                               : c.contains("text") && c["text"].is_string();
+  // A reasoning model's thinking (gpt-oss through llama-server or vLLM,
+  // PhaseLab's own server): delta.reasoning_content (vLLM's newer
+  // delta.reasoning), kept apart from the answer.
+  std::string reasoning;
+  if (chat_ && c.contains("delta") && c["delta"].is_object())
+    for (const char* key : {"reasoning_content", "reasoning"})
+      if (c["delta"].contains(key) && c["delta"][key].is_string()) {
+        reasoning = c["delta"][key].get<std::string>();
+        break;
+      }
   const bool final_chunk = c.contains("finish_reason") && c["finish_reason"].is_string();
   if (final_chunk) finish_ = c["finish_reason"].get<std::string>();
   // A token: a piece of text, or an empty one that is neither the role
   // announcement nor the closing chunk (servers that send an event per token,
   // PhaseLab among them, send "" for a token without text of its own yet).
-  if (text.empty() && (!has_text || final_chunk)) return;
+  if (text.empty() && reasoning.empty() && (!has_text || final_chunk)) return;
   const double t = std::chrono::duration<double, std::milli>(Clock::now() - t0_).count();
   if (n_pieces_ == 0) {
     t_first_ = t;
@@ -243,9 +253,10 @@ void AnswerStream::on_event(const std::string& data) {
   }
   t_last_ = t;
   out_.result.text += text;
+  out_.result.reasoning += reasoning;
   m_.n_generated = std::max(m_.n_generated, n_pieces_ + 1);
   update_rates();
-  if (on_token_) on_token_(TokenEvent{-1, text, n_pieces_, t, &m_});
+  if (on_token_) on_token_(TokenEvent{-1, text, n_pieces_, t, &m_, nullptr, reasoning});
   n_pieces_++;
 }
 
