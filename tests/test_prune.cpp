@@ -175,6 +175,7 @@ class TestPrune : public QObject {
       QTest::newRow(qPrintable(QString("llama/2-3/%1").arg(f))) << "llama" << 2 << 2 << fast;
       QTest::newRow(qPrintable(QString("qwen3/0/%1").arg(f))) << "qwen3" << 0 << 1 << fast;
       QTest::newRow(qPrintable(QString("gemma3/1-2/%1").arg(f))) << "gemma3" << 1 << 2 << fast;  // period 2
+      QTest::newRow(qPrintable(QString("gpt-oss/1-2/%1").arg(f))) << "gpt-oss" << 1 << 2 << fast;  // period 2, MoE
     }
   }
   void pruned_logits_equal_the_full_model_skipping_those_layers() {
@@ -182,7 +183,7 @@ class TestPrune : public QObject {
     QFETCH(int, first);
     QFETCH(int, count);
     QFETCH(bool, fast);
-    TinySpec spec;
+    TinySpec spec = arch == "gpt-oss" ? tiny_spec("gpt-oss") : TinySpec{};
     spec.arch = arch.toStdString();
     spec.n_layer = 5;
     spec.matrix_type = TensorType::Q8_0;
@@ -353,6 +354,14 @@ class TestPrune : public QObject {
     QVERIFY2(r.status().message().find("multiple of 3") != std::string::npos, r.status().message().c_str());
     QVERIFY(prune_layers(gin, out, {1, 3}, true).is_ok());
     std::remove(out.c_str());
+    // gpt-oss alternates every other layer: an odd drop is refused.
+    TinySpec o = tiny_spec("gpt-oss");
+    o.n_layer = 4;
+    const std::string oin = write_tiny_model(o, "prune_gpt_oss.gguf");
+    auto ro = prune_layers(oin, out, {1, 1}, true);
+    QVERIFY(!ro.is_ok());
+    QVERIFY2(ro.status().message().find("multiple of 2") != std::string::npos, ro.status().message().c_str());
+    QVERIFY(!QFile::exists(QString::fromStdString(out)));
     // A corrupt input is the reader's error, and nothing is written.
     const std::string junk = tmp_path("junk.gguf");
     {

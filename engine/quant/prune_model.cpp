@@ -124,6 +124,18 @@ Result<PruneReport> prune_layers(const std::string& in, const std::string& out, 
                               "and readers derive which is which from the layer's index: drop a multiple of " +
                               std::to_string(period) + " layers so that the pattern stays");
   }
+  // Gemma 2 and gpt-oss alternate local (sliding-window) and global layers
+  // by the layer's index too, every other layer by default.
+  if (rep.arch == "gemma2" || rep.arch == "gpt-oss") {
+    if (rep.arch == "gemma2" && L == 46)
+      return unsupported("Gemma 2 27B is recognised by its 46 layers (its query scale differs): a pruned copy would "
+                         "be read as another size; prune a smaller Gemma 2");
+    const int64_t period = pattern && pattern->is_integer() && pattern->i > 0 ? pattern->i : 2;
+    if (p.count % period != 0)
+      return invalid_argument(rep.arch + " alternates local (sliding-window) and global layers, and readers derive "
+                              "which is which from the layer's index: drop a multiple of " + std::to_string(period) +
+                              " layers so that the pattern stays");
+  }
   const int drop_end = p.first + p.count;
   rep.n_layer_in = L;
   rep.n_layer_out = L - p.count;
