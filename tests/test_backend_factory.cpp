@@ -192,6 +192,28 @@ class TestBackendFactory : public QObject {
     QVERIFY(refused.status().message().find("--backend cpu") != std::string::npos);
   }
 
+  // What the CUDA kernels do not compute yet, MXFP4 matrices and RoPE
+  // scaling, is refused there with its name (the CPU runs it instead).
+  void mxfp4_and_rope_scaling_on_cuda_fall_back_with_the_reason() {
+    testing::TinySpec mx = testing::tiny_spec("llama");
+    mx.matrix_type = TensorType::MXFP4;
+    testing::TinySpec scaled = testing::tiny_spec("llama");
+    scaled.yarn_factor = 4;
+    scaled.rope_scaling = "linear";
+    for (const auto& [spec, why] : {std::pair{mx, std::string("MXFP4")}, std::pair{scaled, std::string("RoPE scaling")}}) {
+      auto model = Model::load(testing::write_tiny_model(spec, "tiny_cuda_refusal.gguf"));
+      QVERIFY2(model.is_ok(), model.status().message().c_str());
+      std::shared_ptr<const Model> m(*model);
+      BackendOptions o;
+      o.kind = BackendKind::cuda;
+      o.n_threads = 1;
+      auto c = make_backend(m, o);
+      QVERIFY2(c.is_ok(), c.status().message().c_str());
+      QVERIFY(c->backend->name().rfind("cpu", 0) == 0);
+      QVERIFY2(c->fallback_reason.find(why) != std::string::npos, c->fallback_reason.c_str());
+    }
+  }
+
   void each_cpu_kind_makes_its_backend() {
     BackendOptions o;
     o.n_threads = 1;

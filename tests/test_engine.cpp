@@ -817,6 +817,39 @@ class TestEngine : public QObject {
     }
   }
 
+  // RoPE scaling keys: linear and YaRN scale (Gemma 3: the global layers
+  // only; Gemma 2 and gpt-oss: all); a factor of 1 scales nothing whatever
+  // the type; an unknown type that would scale is refused by name, and so
+  // are a YaRN factor below 1 and a factor out of range.
+  void rope_scaling_keys_are_read_as_llama_cpp_does() {
+    auto config = [](const std::string& arch, const char* type, float factor) {
+      TinySpec s = tiny_spec(arch);
+      s.yarn_factor = factor;
+      s.rope_scaling = type;
+      return Model::load(write_tiny_model(s, "tiny_rope_scaling.gguf"));
+    };
+    auto g3 = config("gemma3", "linear", 8);
+    QVERIFY2(g3.is_ok(), g3.status().message().c_str());
+    QCOMPARE((*g3)->config().rope_freq_scale, 0.125f);
+    QCOMPARE((*g3)->config().rope_freq_scale_swa, 1.f);
+    QCOMPARE((*g3)->config().rope_freq_scale_of(0), 1.f);  // layer 0 is local
+    QCOMPARE((*g3)->config().rope_freq_scale_of(1), 0.125f);
+    auto oss = config("gpt-oss", "yarn", 32);
+    QVERIFY2(oss.is_ok(), oss.status().message().c_str());
+    QCOMPARE((*oss)->config().rope_freq_scale_swa, 1.f / 32);
+    QCOMPARE((*oss)->config().yarn_ext_factor, 1.f);
+    for (const char* type : {"yarn", "longrope", "dynamic"}) {
+      auto one = config("llama", type, 1);
+      QVERIFY2(one.is_ok(), one.status().message().c_str());
+      QVERIFY(!(*one)->config().rope_scaled());
+    }
+    auto unknown = config("llama", "dynamic", 2);
+    QCOMPARE(unknown.status().code(), StatusCode::unsupported);
+    QVERIFY2(unknown.status().message().find("'dynamic'") != std::string::npos, unknown.status().message().c_str());
+    QCOMPARE(config("llama", "yarn", 0.5f).status().code(), StatusCode::invalid_file);
+    QCOMPARE(config("llama", "linear", 1e-6f).status().code(), StatusCode::invalid_file);
+  }
+
   void unsupported_tensor_type_is_refused_by_name() {
     // A valid file whose embedding is Q2_K, a type PhaseLab reads but cannot
     // compute with yet.

@@ -431,6 +431,22 @@ class TestTokenizer : public QObject {
     QCOMPARE(streamed, res.text);
     QCOMPARE(streamed_reasoning, res.reasoning);
 
+    // Where the reply starts comes from the prompt: after a raw prompt (no
+    // markers) its text is answer; after "<|start|>assistant" the header
+    // comes first; after an opened final message, answer again.
+    auto run = [&](std::vector<int32_t> prompt, const std::vector<int32_t>& ids) {
+      GenerateResult r;
+      AnswerBuilder ab(*tok.value(), opt, r, prompt, 1000);
+      for (int32_t id : ids) ab.push(id, 1.0, 1, 0, nullptr);
+      return r;
+    };
+    QCOMPARE(run({a, b}, {ab, a}).text, std::string("aba"));
+    QCOMPARE(run({a, start, assistant}, {assistant, channel, final_, message, b}).text, std::string("b"));
+    QCOMPARE(run({start, assistant, channel, final_, message}, {a, b}).text, std::string("ab"));
+    const GenerateResult in_analysis = run({start, assistant, channel, analysis, message}, {a, end});
+    QVERIFY(in_analysis.text.empty());
+    QCOMPARE(in_analysis.reasoning, std::string("a"));
+
     // Without the markers (another model), the same texts are all answer.
     auto plain = from_writer(tiny_bpe_writer());
     GenerateResult res2;

@@ -30,7 +30,8 @@ struct TinySpec {
   int n_expert = 0;              // qwen3moe, llama (Mixtral): experts per MoE layer; 0: dense
   int n_expert_used = 0;         // experts per token
   int n_ff_exp = 0;              // qwen3moe, gpt-oss: expert_feed_forward_length (llama: n_ff)
-  float yarn_factor = 0;         // rope.scaling.type yarn with this factor (and n_ctx_orig); 0: none
+  float yarn_factor = 0;         // rope.scaling.factor, of rope_scaling (and n_ctx_orig); 0: no scaling
+  std::string rope_scaling = "yarn";  // rope.scaling.type when yarn_factor > 0 ("linear": Gemma 3 4B+)
   float rope_base = 10000.f;
   TensorType matrix_type = TensorType::F32;
   std::optional<TensorType> expert_type;  // the experts' type; none: matrix_type
@@ -106,7 +107,7 @@ inline std::string write_tiny_model(const TinySpec& s, const std::string& file_n
   w.set(a + "attention.layer_norm_rms_epsilon", GgufWriteValue::f32(1e-6f));
   w.set(a + "rope.freq_base", GgufWriteValue::f32(s.rope_base));
   if (s.yarn_factor > 0) {
-    w.set(a + "rope.scaling.type", GgufWriteValue::string("yarn"));
+    w.set(a + "rope.scaling.type", GgufWriteValue::string(s.rope_scaling));
     w.set(a + "rope.scaling.factor", GgufWriteValue::f32(s.yarn_factor));
   }
   if (s.arch == "gpt-oss") w.set(a + "attention.sliding_window", GgufWriteValue::u32(s.sliding_window));

@@ -365,6 +365,9 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(std::shared_ptr<const Model> 
   if (model->config().is_moe())
     return unsupported("CUDA: mixture-of-experts models (" + model->config().arch_str +
                        ") run on the CPU backends only for now; use --backend cpu");
+  for (const auto& t : model->file().tensors())
+    if (t.type == TensorType::MXFP4)
+      return unsupported("CUDA: MXFP4 tensors ('" + t.name + "') run on the CPU backends only for now; use --backend cpu");
   if (model->config().rope_scaled())
     return unsupported("CUDA: models with RoPE scaling (linear or YaRN) run on the CPU backends only for now; use "
                        "--backend cpu");

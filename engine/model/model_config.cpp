@@ -127,13 +127,20 @@ Result<ModelConfig> ModelConfig::from_gguf(const GgufFile& f) {
   PHASELAB_TRY(read_float(f, a + "rope.scaling.attn_factor", 1.0, 0.0, 1e3, true, &c.rope_attn_factor));
   c.n_ctx_orig = c.n_ctx_train;
   PHASELAB_TRY(read_uniform_int(f, a + "rope.scaling.original_context_length", &c.n_ctx_orig, false));
-  if (auto sc = f.get_string(a + "rope.scaling.type"); sc && *sc != "none" && !sc->empty()) {
-    float factor = 1.f;
-    PHASELAB_TRY(read_float(f, a + "rope.scaling.factor", 1.0, 0.0, 1e6, true, &factor));
+  const auto sc = f.get_string(a + "rope.scaling.type");
+  float factor = 1.f;
+  if (sc && *sc != "none" && !sc->empty())
+    PHASELAB_TRY(read_float(f, a + "rope.scaling.factor", 1.0, 1e-3, 1e6, true, &factor));
+  // A factor of 1 (or none) scales nothing, whatever the type says.
+  if (sc && *sc != "none" && !sc->empty() && factor != 1.f) {
+    if (*sc == "yarn" && factor < 1.f)
+      return invalid_file(f.path() + ": YaRN 'rope.scaling.factor' = " + std::to_string(factor) +
+                          " is below 1 (YaRN extends a context)");
     if (*sc != "linear" && *sc != "yarn")
       return unsupported(f.path() + ": RoPE scaling '" + std::string(*sc) +
                          "' is not supported (PhaseLab applies linear and YaRN scaling)");
     c.rope_freq_scale = 1.f / factor;
+    if (c.arch == Arch::gemma2 || c.arch == Arch::gpt_oss) c.rope_freq_scale_swa = c.rope_freq_scale;
     if (*sc == "yarn") {
       c.yarn_ext_factor = 1.f;
       // llama.cpp's attention factor: its YaRN magnitude for the factor,

@@ -225,7 +225,10 @@ void quant_mxfp4(const float* x, BlockMXFP4* y, int64_t nb) {
   for (int64_t i = 0; i < nb; i++) {
     float amax = 0;
     for (int j = 0; j < QK_MXFP4; j++) amax = std::max(amax, std::fabs(x[i * QK_MXFP4 + j]));
-    const int e = amax > 0 ? std::clamp(static_cast<int>(std::floor(std::log2(amax))) - 2 + 127, 0, 254) : 0;
+    // (A non-finite block takes the largest scale rather than an undefined cast.)
+    const int e = !std::isfinite(amax) ? 254
+                  : amax > 0           ? std::clamp(static_cast<int>(std::floor(std::log2(amax))) - 2 + 127, 0, 254)
+                                       : 0;
     y[i].e = static_cast<uint8_t>(e);
     const float d = mxfp4_half_scale(y[i].e);
     auto nearest = [&](float v) {

@@ -21,7 +21,10 @@ class AnswerBuilder {
   // prompt included) receives every token too; n_ctx bounds its length.
   AnswerBuilder(const Tokenizer& tok, const GenerateOptions& opt, GenerateResult& res, std::vector<int32_t>& history,
                 int n_ctx)
-      : tok_(tok), opt_(opt), res_(res), history_(history), n_ctx_(n_ctx), detok_(tok), stops_(opt.stop), harmony_(HarmonyChannels::of(tok)) {}
+      : tok_(tok), opt_(opt), res_(res), history_(history), n_ctx_(n_ctx), detok_(tok), stops_(opt.stop),
+        harmony_(HarmonyChannels::of(tok)) {
+    if (harmony_) harmony_->begin(history_, tok_);
+  }
 
   // Appends the token sampled t_ms after submission. n_prefilled: the prompt
   // tokens computed before the first token (its prefill rate); kv_used: the

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "phaselab/tokenizer.h"
 
@@ -34,8 +35,21 @@ class HarmonyChannels {
     std::string_view reasoning;  // text of any other channel
   };
 
-  // Token id released piece (its text, possibly empty). A reply starts in a
-  // message's header: the generation prompt ends with "<|start|>assistant".
+  // Where the reply starts, from its prompt: after a chat's generation
+  // prompt ("...<|start|>assistant") in a message's header; after a prompt
+  // that opened a message ("<|channel|>final<|message|>") in that channel;
+  // after text without markers (a raw prompt, a notebook) in a message
+  // without a channel, which is answer.
+  void begin(const std::vector<TokenId>& prompt, const Tokenizer& tok) {
+    state_ = State::content;
+    channel_.clear();
+    for (TokenId id : prompt) {
+      if (is_marker(id)) (void)push(id, {});
+      else if (state_ == State::channel_name) channel_ += tok.token_to_piece(id);
+    }
+  }
+
+  // Token id released piece (its text, possibly empty).
   Route push(TokenId id, std::string_view piece) {
     if (id == start_id_ || id == end_id_) {
       state_ = State::header;
@@ -65,6 +79,10 @@ class HarmonyChannels {
   }
 
  private:
+  bool is_marker(TokenId id) const {
+    return id == start_id_ || id == end_id_ || id == channel_id_ || id == message_id_ || id == constrain_id_;
+  }
+
   enum class State { header, channel_name, content };
   TokenId start_id_ = -1, channel_id_ = -1, message_id_ = -1, end_id_ = -1, constrain_id_ = -1;
   State state_ = State::header;

@@ -24,6 +24,8 @@ double prefill_ops_per_token(const Model& model) {
   const ModelConfig& c = model.config();
   for (const auto& t : model.file().tensors()) {
     if (t.name.rfind("blk.", 0) != 0) continue;
+    // Matrices only (gpt-oss's expert biases are 2-D too: [width, n_expert]).
+    if (t.name.size() < 7 || t.name.compare(t.name.size() - 7, 7, ".weight") != 0) continue;
     if (t.n_dims == 2) ops += 2.0 * static_cast<double>(t.n_elements);
     // A 3-D expert tensor: a token runs n_expert_used of its n_expert slices.
     if (t.n_dims == 3 && c.n_expert > 0)
@@ -35,8 +37,11 @@ double prefill_ops_per_token(const Model& model) {
 uint64_t active_parameter_count(const Model& model) {
   const ModelConfig& c = model.config();
   uint64_t n = 0;
-  for (const auto& t : model.file().tensors())
-    n += t.n_dims == 3 && c.n_expert > 0 ? t.n_elements / c.n_expert * c.n_expert_used : t.n_elements;
+  for (const auto& t : model.file().tensors()) {
+    // Per expert: the 3-D expert matrices and gpt-oss's expert biases ([width, n_expert]).
+    const bool per_expert = c.n_expert > 0 && (t.n_dims == 3 || t.name.find("_exps.bias") != std::string::npos);
+    n += per_expert ? t.n_elements / c.n_expert * c.n_expert_used : t.n_elements;
+  }
   return n;
 }
 

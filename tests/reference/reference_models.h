@@ -50,6 +50,13 @@ inline std::vector<ReferenceModel> reference_models() {
     r.push_back({"gemma2-q8_0", s, "as gemma2-f32 with Q8_0 matrices"});
   }
   r.push_back({"gemma3-f32", two(tiny_spec("gemma3")), "QK-norm, sliding window 4, two RoPE bases, head_dim 32 != n_embd/n_head"});
+  {
+    TinySpec s = two(tiny_spec("gemma3"));
+    s.yarn_factor = 8;  // as Gemma 3 4B-27B: linear scaling of the global layers only
+    s.rope_scaling = "linear";
+    s.seed = 5;
+    r.push_back({"gemma3-linear-f32", s, "linear RoPE scaling 8 on the global layers (the local ones unscaled)"});
+  }
   r.push_back({"phi3-f32", two(tiny_spec("phi3")),
                "fused QKV and gate-up, partial rotation (12 of 16), long RoPE factors, attn_factor 1.19"});
   {

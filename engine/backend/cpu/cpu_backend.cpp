@@ -182,14 +182,14 @@ void CpuBackend::attention_block(int il, int T, int n_ctx_max) {
     const float base = c_.rope_base_of(il);
     const float* ff = w_.rope_freq_factors.empty() ? nullptr : w_.rope_freq_factors.data();
     ref::RopeScaling rs;
-    rs.freq_scale = c_.rope_freq_scale;
+    rs.freq_scale = c_.rope_freq_scale_of(il);  // (the same for every layer of this base)
     rs.ext_factor = c_.yarn_ext_factor;
     rs.beta_fast = c_.yarn_beta_fast;
     rs.beta_slow = c_.yarn_beta_slow;
     rs.n_ctx_orig = c_.n_ctx_orig;
     for (int t = 0; t < T; t++)
       ref::rope_angles(&rope_cs_[(which * max_batch_ + t) * c_.n_rot], c_.n_rot, tok_pos_[t], base, ff, c_.rope_attn_factor,
-                       c_.rope_scaled() ? &rs : nullptr);
+                       rs.freq_scale != 1.f || rs.ext_factor != 0.f ? &rs : nullptr);
     rope_ready_ |= 1 << which;
   }
   per_token(T, [&](int t) {

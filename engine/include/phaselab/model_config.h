@@ -56,10 +56,15 @@ struct ModelConfig {
   // yarn_beta_fast times keep their angle, a linear ramp between; cos and
   // sin then scale by 1 + 0.1 ln(factor) (ref::rope_angles). yarn_ext_factor
   // 0: no YaRN. llama.cpp's defaults for the betas (it reads no key).
+  // The sliding-window layers' scale: the same for Gemma 2 and gpt-oss, 1
+  // (unscaled) for Gemma 3, whose 4B-27B files scale only the global layers
+  // (as llama.cpp applies it).
   float rope_freq_scale = 1.f;
+  float rope_freq_scale_swa = 1.f;
   float yarn_ext_factor = 0.f;
   float yarn_beta_fast = 32.f, yarn_beta_slow = 1.f;
-  bool rope_scaled() const { return rope_freq_scale != 1.f || yarn_ext_factor != 0.f; }
+  bool rope_scaled() const { return rope_freq_scale != 1.f || rope_freq_scale_swa != 1.f || yarn_ext_factor != 0.f; }
+  float rope_freq_scale_of(int il) const { return is_swa(il) ? rope_freq_scale_swa : rope_freq_scale; }
 
   bool attn_bias = false;         // qwen2: biases on Q, K, V (gpt-oss: where the file has them)
   bool attn_out_bias = false;     // gpt-oss: a bias on the attention output
