@@ -83,4 +83,13 @@ cudaError_t launch_gemm_bf16(cublasHandle_t handle, const uint8_t* w, TensorType
   return cudaSuccess;
 }
 
+cudaError_t launch_gemm_bf16_resident(cublasHandle_t handle, const __nv_bfloat16* w16, int n_in, int n_out,
+                                      const float* x, int T, float* out, __nv_bfloat16* x16, cudaStream_t s) {
+  if (cudaError_t e = launch_to_bf16(x, static_cast<size_t>(T) * n_in, x16, s); e != cudaSuccess) return e;
+  const float alpha = 1.f, beta = 0.f;
+  return from_cublas(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, n_out, T, n_in, &alpha, w16, CUDA_R_16BF, n_in, x16,
+                                  CUDA_R_16BF, n_in, &beta, out, CUDA_R_32F, n_out, CUBLAS_COMPUTE_32F,
+                                  CUBLAS_GEMM_DEFAULT));
+}
+
 }  // namespace phaselab::cuda

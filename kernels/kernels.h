@@ -87,10 +87,27 @@ cudaError_t launch_add_bias(float* x, const float* b, int T, int n, cudaStream_t
 // y = cap * tanh(y / cap) over n values
 cudaError_t launch_softcap(float* y, size_t n, float cap, cudaStream_t s);
 
+// Scratch for the matrix-vector kernels' integer path: the input rows in
+// 8 bits per block of 32 values (q: T * n_in int8, d: a float scale per
+// block, max |x| / 127, values rounded to nearest even), quantized once per
+// launch. With it, the block formats of q8_dot_supported take dp4a dot
+// products of their quants with these (4 multiply-adds per instruction,
+// the weights read as 32-bit words); the others, and launches without it
+// (q == nullptr) or whose input exceeds cap values, take the float path.
+// The result differs from the float path's by that rounding of x alone.
+struct Q8Act {
+  int8_t* q = nullptr;
+  float* d = nullptr;
+  size_t cap = 0;  // values q holds (d holds cap / 32 scales)
+};
+bool q8_dot_supported(TensorType type);
+// x (T, n) in 8 bits (n a multiple of 32; T * n <= q8.cap).
+cudaError_t launch_quantize_q8(const float* x, int T, int n, Q8Act q8, cudaStream_t s);
+
 // out[t, r] = W.row(r) . x[t, :] for T tokens: one warp per row, the weight
 // row read once for up to 8 tokens at a time.   x: (T, n_in); out: (T, n_out)
 cudaError_t launch_matvec(const uint8_t* w, TensorType type, size_t row_bytes, int n_in, int n_out, const float* x,
-                          int T, float* out, cudaStream_t s);
+                          int T, float* out, cudaStream_t s, Q8Act q8 = {});
 
 // One matrix of a launch_matvec3: n_out rows in its block format, and where
 // its (T, n_out) products go. n_out = 0: no matrix.
@@ -102,13 +119,14 @@ struct MatvecOut {
   float* out = nullptr;
 };
 // Three matrix-vector products of the same input in one launch (Q, K, V).
-cudaError_t launch_matvec3(MatvecOut a, MatvecOut b, MatvecOut c, int n_in, const float* x, int T, cudaStream_t s);
+cudaError_t launch_matvec3(MatvecOut a, MatvecOut b, MatvecOut c, int n_in, const float* x, int T, cudaStream_t s,
+                           Q8Act q8 = {});
 
 // out[t, r] = act(W_gate.row(r) . x[t, :]) * (W_up.row(r) . x[t, :]): the
 // gated feed-forward's two products and its activation in one kernel.
 cudaError_t launch_matvec_gated(const uint8_t* w_gate, TensorType gate_type, size_t gate_row_bytes, const uint8_t* w_up,
                                 TensorType up_type, size_t up_row_bytes, int n_in, int n_out, const float* x, int T,
-                                bool gelu, float* out, cudaStream_t s);
+                                bool gelu, float* out, cudaStream_t s, Q8Act q8 = {});
 
 // Causal attention of T queries over the paged cache, each at its row's
 // position over its own sequence's keys (rows of any sequences), flash style: one warp per (query, head, split) streams its keys with
@@ -142,7 +160,9 @@ int attention_tiled_splits(int T, int n_head, int n_head_kv, int n_keys, int sm_
 // Floats of partials for T queries and n_split ranges (0 when n_split == 1).
 size_t attention_partials_floats(int T, int n_head, int head_dim, int n_split);
 // Ranges per query: 1 when T * n_head warps already fill the GPU, else
-// enough to give each range about 256 of n_ctx keys (at most 32).
+// enough for about 256 warps in all, each range at least 16 of n_ctx keys,
+// at most 32. (One warp walks its keys one after another: Gemma 3 270M's
+// 4 heads in one range each took 19 us per layer on an H200 at 128 keys.)
 int attention_splits(int T, int n_head, int n_ctx);
 
 
@@ -155,6 +175,10 @@ int attention_splits(int T, int n_head, int n_ctx);
 cudaError_t launch_gemm_bf16(cublasHandle_t handle, const uint8_t* w, TensorType type, size_t row_bytes, int n_in,
                              int n_out, const float* x, int T, float* out, __nv_bfloat16* w16, size_t w16_elems,
                              __nv_bfloat16* x16, cudaStream_t s);
+// The same with W already BF16 (w16: n_out rows of n_in, resident): x
+// converted (x16: T * n_in values), one GEMM.
+cudaError_t launch_gemm_bf16_resident(cublasHandle_t handle, const __nv_bfloat16* w16, int n_in, int n_out,
+                                      const float* x, int T, float* out, __nv_bfloat16* x16, cudaStream_t s);
 // rows x n_in values of W (from its first row) as BF16, row-major.
 cudaError_t launch_dequant_bf16(const uint8_t* w, TensorType type, size_t row_bytes, int n_in, int rows,
                                 __nv_bfloat16* out, cudaStream_t s);

@@ -30,15 +30,154 @@ __device__ __forceinline__ void row_partials(const uint8_t* wr, TensorType type,
   }
 }
 
+// ---- the integer path (Q8Act) ------------------------------------------------
+// A row is cut into units of 8 values (unit u: values 8u .. 8u + 7, inside
+// one 32-value block of x's scales). A unit of any supported format comes
+// out as 8 small integers in two words (w0: values 0-3, w1: 4-7, one byte
+// each) and two scales: the unit's dot product with x's quants q is
+// d_x * (a * sum(w q) + b * sum(q)), b carrying the formats' offsets and
+// mins. Each lane takes units lane, lane + 32, ...: a warp reads a row's
+// bytes in order.
+struct WeightUnit {
+  int w0, w1;
+  float a, b;
+};
+
+// 4 bytes from a 2-byte aligned address (blocks of 18, 22, 34 and 210 bytes).
+__device__ __forceinline__ int load_u16x2(const uint8_t* p) {
+  const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
+  return static_cast<int>(h[0] | (static_cast<uint32_t>(h[1]) << 16));
+}
+__device__ __forceinline__ int load_u32(const uint8_t* p) { return *reinterpret_cast<const int*>(p); }
+// Bits 0-3 of b to bit 4 of bytes 0-3.
+__device__ __forceinline__ int high_bits_to_bytes(uint32_t b) {
+  return static_cast<int>(((b & 1) << 4) | ((b & 2) << 11) | ((b & 4) << 18) | ((b & 8) << 25));
+}
+
+__device__ __forceinline__ WeightUnit load_unit(TensorType type, const uint8_t* wr, int u) {
+  WeightUnit r{0, 0, 0.f, 0.f};
+  switch (type) {
+    case TensorType::Q8_0: {  // 34 bytes: d, 32 int8
+      const uint8_t* b = wr + static_cast<size_t>(u / 4) * sizeof(BlockQ8_0);
+      const uint8_t* q = b + 2 + 8 * (u % 4);
+      r.w0 = load_u16x2(q);
+      r.w1 = load_u16x2(q + 4);
+      r.a = h2f(*reinterpret_cast<const uint16_t*>(b));
+      return r;
+    }
+    case TensorType::Q4_0:    // 18 bytes: d, 16 bytes of nibbles (values i and i + 16 in byte i)
+    case TensorType::Q5_0: {  // 22 bytes: d, 32 high bits, the same nibbles
+      const bool five = type == TensorType::Q5_0;
+      const uint8_t* b = wr + static_cast<size_t>(u / 4) * (five ? sizeof(BlockQ5_0) : sizeof(BlockQ4_0));
+      const int k = u % 4;  // values 8k .. 8k + 7: low nibbles of bytes 8(k&1).. for k < 2, high ones after
+      const uint8_t* q = b + (five ? 6 : 2) + 8 * (k & 1);
+      const int shift = 4 * (k >> 1);
+      r.w0 = (load_u16x2(q) >> shift) & 0x0F0F0F0F;
+      r.w1 = (load_u16x2(q + 4) >> shift) & 0x0F0F0F0F;
+      const float d = h2f(*reinterpret_cast<const uint16_t*>(b));
+      if (five) {
+        const uint32_t qh = static_cast<uint32_t>(load_u16x2(b + 2)) >> (8 * k);
+        r.w0 |= high_bits_to_bytes(qh & 0xF);
+        r.w1 |= high_bits_to_bytes((qh >> 4) & 0xF);
+      }
+      r.a = d;
+      r.b = five ? -16.f * d : -8.f * d;
+      return r;
+    }
+    case TensorType::Q4_K: {  // 144 bytes per 256: d, dmin, 12 bytes of 6-bit scales and mins, 128 of nibbles
+      const uint8_t* b = wr + static_cast<size_t>(u / 32) * sizeof(BlockQ4_K);
+      const int j = (u % 32) / 4, k = u % 4;  // sub-block j, its values 8k ..
+      const uint8_t* q = b + 16 + 32 * (j / 2) + 8 * k;
+      const int shift = 4 * (j % 2);
+      r.w0 = (load_u32(q) >> shift) & 0x0F0F0F0F;
+      r.w1 = (load_u32(q + 4) >> shift) & 0x0F0F0F0F;
+      int sc, m;
+      scale_min_k4(j, b + 4, &sc, &m);
+      r.a = h2f(*reinterpret_cast<const uint16_t*>(b)) * sc;
+      r.b = -h2f(*reinterpret_cast<const uint16_t*>(b + 2)) * m;
+      return r;
+    }
+    case TensorType::Q6_K: {  // 210 bytes per 256: ql[128], qh[64], 16 int8 scales, d
+      const uint8_t* b = wr + static_cast<size_t>(u / 32) * sizeof(BlockQ6_K);
+      const int sb = (u % 32) / 4, k = u % 4;
+      const int h = sb / 4, rr = sb % 4;
+      const uint8_t* ql = b + 64 * h + 32 * (rr & 1) + 8 * k;
+      const uint8_t* qh = b + 128 + 32 * h + 8 * k;
+      const int shift = rr < 2 ? 0 : 4;
+      r.w0 = ((load_u16x2(ql) >> shift) & 0x0F0F0F0F) | (((load_u16x2(qh) >> (2 * rr)) & 0x03030303) << 4);
+      r.w1 = ((load_u16x2(ql + 4) >> shift) & 0x0F0F0F0F) | (((load_u16x2(qh + 4) >> (2 * rr)) & 0x03030303) << 4);
+      const float d = h2f(*reinterpret_cast<const uint16_t*>(b + 208));
+      const int8_t sc = static_cast<int8_t>(b[192 + 8 * h + 2 * rr + k / 2]);
+      r.a = d * sc;
+      r.b = -32.f * d * sc;
+      return r;
+    }
+    default: return r;
+  }
+}
+
+__device__ __forceinline__ bool q8_type(TensorType t) {
+  return t == TensorType::Q8_0 || t == TensorType::Q4_0 || t == TensorType::Q5_0 || t == TensorType::Q4_K ||
+         t == TensorType::Q6_K;
+}
+
+// The integer path's row_partials: kUnroll units per lane loaded before any
+// is used (loads in flight, the point of a bandwidth-bound kernel).
+constexpr int kUnroll = 4;
+__device__ __forceinline__ void row_partials_q8(const uint8_t* wr, TensorType type, int n_in, const int8_t* xq,
+                                                const float* xd, int T, int lane, float* acc) {
+  const int n_units = n_in / 8;
+  for (int u0 = lane; u0 < n_units; u0 += 32 * kUnroll) {
+    WeightUnit wu[kUnroll];
+#pragma unroll
+    for (int k = 0; k < kUnroll; k++)
+      if (u0 + 32 * k < n_units) wu[k] = load_unit(type, wr, u0 + 32 * k);
+#pragma unroll
+    for (int k = 0; k < kUnroll; k++) {
+      const int u = u0 + 32 * k;
+      if (u >= n_units) break;
+      for (int t = 0; t < T; t++) {
+        const int8_t* xt = xq + static_cast<size_t>(t) * n_in + 8 * u;
+        const int x0 = load_u32(reinterpret_cast<const uint8_t*>(xt));
+        const int x1 = load_u32(reinterpret_cast<const uint8_t*>(xt + 4));
+        const int dot = __dp4a(wu[k].w0, x0, __dp4a(wu[k].w1, x1, 0));
+        const int sum = __dp4a(0x01010101, x0, __dp4a(0x01010101, x1, 0));
+        acc[t] += xd[static_cast<size_t>(t) * (n_in / 32) + u / 4] * (wu[k].a * static_cast<float>(dot) +
+                                                                      wu[k].b * static_cast<float>(sum));
+      }
+    }
+  }
+}
+
+// Either path for one row (xq null: the float path).
+__device__ __forceinline__ void row_dot(const uint8_t* wr, TensorType type, int n_in, const float* x,
+                                        const int8_t* xq, const float* xd, int T, int lane, float* acc) {
+  if (xq && q8_type(type)) row_partials_q8(wr, type, n_in, xq, xd, T, lane, acc);
+  else row_partials(wr, type, n_in, x, T, lane, acc);
+}
+
+// One warp per 32 values: max |x| / 127 and the values rounded to nearest even.
+__global__ void quantize_q8_kernel(const float* x, size_t n_blocks, int8_t* q, float* d) {
+  const size_t blk = (blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (blk >= n_blocks) return;  // (whole warps leave together)
+  const float v = x[blk * 32 + lane];
+  float amax = fabsf(v);
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  const float dd = amax / 127.f, id = dd != 0.f ? 1.f / dd : 0.f;
+  q[blk * 32 + lane] = static_cast<int8_t>(__float2int_rn(v * id));
+  if (lane == 0) d[blk] = dd;
+}
+
 // One warp per output row.
 __global__ void matvec_kernel(const uint8_t* w, TensorType type, size_t row_bytes, int n_in, int n_out,
-                              const float* x, int T, float* out) {
+                              const float* x, const int8_t* xq, const float* xd, int T, float* out) {
   const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= n_out) return;
   float acc[kMaxTokens];
   for (int t = 0; t < kMaxTokens; t++) acc[t] = 0.f;
-  row_partials(w + static_cast<size_t>(row) * row_bytes, type, n_in, x, T, lane, acc);
+  row_dot(w + static_cast<size_t>(row) * row_bytes, type, n_in, x, xq, xd, T, lane, acc);
   for (int t = 0; t < T; t++) {
     const float r = warp_sum(acc[t]);
     if (lane == 0) out[static_cast<size_t>(t) * n_out + row] = r;
@@ -47,7 +186,8 @@ __global__ void matvec_kernel(const uint8_t* w, TensorType type, size_t row_byte
 
 // Up to three matrices with the same input in one launch (Q, K and V):
 // the warps take the rows of a, then b, then c.
-__global__ void matvec3_kernel(MatvecOut a, MatvecOut b, MatvecOut c, int n_in, const float* x, int T) {
+__global__ void matvec3_kernel(MatvecOut a, MatvecOut b, MatvecOut c, int n_in, const float* x, const int8_t* xq,
+                               const float* xd, int T) {
   int row = blockIdx.x * kRowsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   MatvecOut m = a;
@@ -62,7 +202,7 @@ __global__ void matvec3_kernel(MatvecOut a, MatvecOut b, MatvecOut c, int n_in, 
   }
   float acc[kMaxTokens];
   for (int t = 0; t < kMaxTokens; t++) acc[t] = 0.f;
-  row_partials(m.w + static_cast<size_t>(row) * m.row_bytes, m.type, n_in, x, T, lane, acc);
+  row_dot(m.w + static_cast<size_t>(row) * m.row_bytes, m.type, n_in, x, xq, xd, T, lane, acc);
   for (int t = 0; t < T; t++) {
     const float r = warp_sum(acc[t]);
     if (lane == 0) m.out[static_cast<size_t>(t) * m.n_out + row] = r;
@@ -72,34 +212,71 @@ __global__ void matvec3_kernel(MatvecOut a, MatvecOut b, MatvecOut c, int n_in, 
 // The gate and up rows r of a gated feed-forward in one warp:
 // out[t, r] = act(gate_r . x_t) * (up_r . x_t).
 __global__ void gated_matvec_kernel(const uint8_t* wg, TensorType tg, size_t rbg, const uint8_t* wu, TensorType tu,
-                                    size_t rbu, int n_in, int n_out, const float* x, int T, bool gelu, float* out) {
+                                    size_t rbu, int n_in, int n_out, const float* x, const int8_t* xq, const float* xd,
+                                    int T, bool gelu, float* out) {
   const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= n_out) return;
   float ag[kMaxTokens], au[kMaxTokens];
   for (int t = 0; t < kMaxTokens; t++) ag[t] = au[t] = 0.f;
-  row_partials(wg + static_cast<size_t>(row) * rbg, tg, n_in, x, T, lane, ag);
-  row_partials(wu + static_cast<size_t>(row) * rbu, tu, n_in, x, T, lane, au);
+  row_dot(wg + static_cast<size_t>(row) * rbg, tg, n_in, x, xq, xd, T, lane, ag);
+  row_dot(wu + static_cast<size_t>(row) * rbu, tu, n_in, x, xq, xd, T, lane, au);
   for (int t = 0; t < T; t++) {
     const float g = warp_sum(ag[t]), u = warp_sum(au[t]);
     if (lane == 0) out[static_cast<size_t>(t) * n_out + row] = (gelu ? gelu_tanh(g) : silu(g)) * u;
   }
 }
+// The integer path's input for a launch over T rows of n_in: quantized
+// here, once for all its matrices, when one of them can use it.
+struct Q8Input {
+  const int8_t* q = nullptr;
+  const float* d = nullptr;
+};
+Q8Input quantize_for(Q8Act q8, bool wanted, const float* x, int T, int n_in, cudaStream_t s, cudaError_t* err) {
+  *err = cudaSuccess;
+  if (!wanted || !q8.q || n_in % 32 != 0 || static_cast<size_t>(T) * n_in > q8.cap) return {};
+  *err = launch_quantize_q8(x, T, n_in, q8, s);
+  return Q8Input{q8.q, q8.d};
+}
+
 }  // namespace
 
+bool q8_dot_supported(TensorType t) {
+  return t == TensorType::Q8_0 || t == TensorType::Q4_0 || t == TensorType::Q5_0 || t == TensorType::Q4_K ||
+         t == TensorType::Q6_K;
+}
+
+cudaError_t launch_quantize_q8(const float* x, int T, int n, Q8Act q8, cudaStream_t s) {
+  if (n % 32 != 0 || static_cast<size_t>(T) * n > q8.cap) return cudaErrorInvalidValue;
+  const size_t n_blocks = static_cast<size_t>(T) * n / 32;
+  PHASELAB_LAUNCH(quantize_q8_kernel, static_cast<unsigned>((n_blocks + 7) / 8), 256, 0, s)(x, n_blocks, q8.q, q8.d);
+  return cudaGetLastError();
+}
+
 cudaError_t launch_matvec(const uint8_t* w, TensorType type, size_t row_bytes, int n_in, int n_out, const float* x,
-                          int T, float* out, cudaStream_t s) {
+                          int T, float* out, cudaStream_t s, Q8Act q8) {
+  cudaError_t e;
+  const Q8Input xq = quantize_for(q8, q8_dot_supported(type), x, T, n_in, s, &e);
+  if (e != cudaSuccess) return e;
   const unsigned blocks = (n_out + kRowsPerBlock - 1) / kRowsPerBlock;
   for (int t0 = 0; t0 < T; t0 += kMaxTokens) {
     const int n = T - t0 < kMaxTokens ? T - t0 : kMaxTokens;
-    PHASELAB_LAUNCH(matvec_kernel, blocks, 32 * kRowsPerBlock, 0, s)(w, type, row_bytes, n_in, n_out, x + static_cast<size_t>(t0) * n_in,
-                                                        n, out + static_cast<size_t>(t0) * n_out);
-    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    PHASELAB_LAUNCH(matvec_kernel, blocks, 32 * kRowsPerBlock, 0, s)(
+        w, type, row_bytes, n_in, n_out, x + static_cast<size_t>(t0) * n_in,
+        xq.q ? xq.q + static_cast<size_t>(t0) * n_in : nullptr, xq.d ? xq.d + static_cast<size_t>(t0) * (n_in / 32) : nullptr,
+        n, out + static_cast<size_t>(t0) * n_out);
+    if (cudaError_t e2 = cudaGetLastError(); e2 != cudaSuccess) return e2;
   }
   return cudaSuccess;
 }
 
-cudaError_t launch_matvec3(MatvecOut a, MatvecOut b, MatvecOut c, int n_in, const float* x, int T, cudaStream_t s) {
+cudaError_t launch_matvec3(MatvecOut a, MatvecOut b, MatvecOut c, int n_in, const float* x, int T, cudaStream_t s,
+                           Q8Act q8) {
+  cudaError_t e;
+  const bool wanted = q8_dot_supported(a.type) || (b.n_out > 0 && q8_dot_supported(b.type)) ||
+                      (c.n_out > 0 && q8_dot_supported(c.type));
+  const Q8Input xq = quantize_for(q8, wanted, x, T, n_in, s, &e);
+  if (e != cudaSuccess) return e;
   const int rows = a.n_out + b.n_out + c.n_out;
   const unsigned blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
   for (int t0 = 0; t0 < T; t0 += kMaxTokens) {
@@ -108,23 +285,28 @@ cudaError_t launch_matvec3(MatvecOut a, MatvecOut b, MatvecOut c, int n_in, cons
     a2.out += static_cast<size_t>(t0) * a.n_out;
     b2.out += static_cast<size_t>(t0) * b.n_out;
     c2.out += static_cast<size_t>(t0) * c.n_out;
-    PHASELAB_LAUNCH(matvec3_kernel, blocks, 32 * kRowsPerBlock, 0, s)(a2, b2, c2, n_in, x + static_cast<size_t>(t0) * n_in, n);
-    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    PHASELAB_LAUNCH(matvec3_kernel, blocks, 32 * kRowsPerBlock, 0, s)(
+        a2, b2, c2, n_in, x + static_cast<size_t>(t0) * n_in, xq.q ? xq.q + static_cast<size_t>(t0) * n_in : nullptr,
+        xq.d ? xq.d + static_cast<size_t>(t0) * (n_in / 32) : nullptr, n);
+    if (cudaError_t e2 = cudaGetLastError(); e2 != cudaSuccess) return e2;
   }
   return cudaSuccess;
 }
 
 cudaError_t launch_matvec_gated(const uint8_t* w_gate, TensorType gate_type, size_t gate_row_bytes, const uint8_t* w_up,
                                 TensorType up_type, size_t up_row_bytes, int n_in, int n_out, const float* x, int T,
-                                bool gelu, float* out, cudaStream_t s) {
+                                bool gelu, float* out, cudaStream_t s, Q8Act q8) {
+  cudaError_t e;
+  const Q8Input xq = quantize_for(q8, q8_dot_supported(gate_type) || q8_dot_supported(up_type), x, T, n_in, s, &e);
+  if (e != cudaSuccess) return e;
   const unsigned blocks = (n_out + kRowsPerBlock - 1) / kRowsPerBlock;
   for (int t0 = 0; t0 < T; t0 += kMaxTokens) {
     const int n = T - t0 < kMaxTokens ? T - t0 : kMaxTokens;
-    PHASELAB_LAUNCH(gated_matvec_kernel, blocks, 32 * kRowsPerBlock, 0, s)(w_gate, gate_type, gate_row_bytes, w_up, up_type,
-                                                              up_row_bytes, n_in, n_out,
-                                                              x + static_cast<size_t>(t0) * n_in, n, gelu,
-                                                              out + static_cast<size_t>(t0) * n_out);
-    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    PHASELAB_LAUNCH(gated_matvec_kernel, blocks, 32 * kRowsPerBlock, 0, s)(
+        w_gate, gate_type, gate_row_bytes, w_up, up_type, up_row_bytes, n_in, n_out,
+        x + static_cast<size_t>(t0) * n_in, xq.q ? xq.q + static_cast<size_t>(t0) * n_in : nullptr,
+        xq.d ? xq.d + static_cast<size_t>(t0) * (n_in / 32) : nullptr, n, gelu, out + static_cast<size_t>(t0) * n_out);
+    if (cudaError_t e2 = cudaGetLastError(); e2 != cudaSuccess) return e2;
   }
   return cudaSuccess;
 }

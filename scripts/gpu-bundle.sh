@@ -15,12 +15,14 @@ export PATH="/usr/local/cuda/bin:$PATH"
 
 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPHASELAB_CUDA=ON -DPHASELAB_GUI=OFF -DPHASELAB_CUDA_EMULATOR=OFF \
       -DCMAKE_CUDA_ARCHITECTURES="$ARCH" >&2
-cmake --build "$BUILD" -j "$(nproc)" --target phaselab-cli phaselab_cuda test_cuda test_cuda_ops >&2
+cmake --build "$BUILD" -j "$(nproc)" --target phaselab-cli phaselab_cuda test_cuda test_cuda_ops fake_cuda_library_1 fake_cuda_library_2 fake_cuda_library_3 >&2
 
 rm -rf "$OUT"
 mkdir -p "$OUT/bin" "$OUT/lib"
 cp "$BUILD/app/phaselab-cli" "$BUILD/tests/test_cuda" "$BUILD/tests/test_cuda_ops" "$OUT/bin/"
 cp "$BUILD/kernels/libphaselab_cuda.so" "$OUT/bin/"   # found next to the executable
+# test_cuda's libraries of another interface (it looks beside itself too).
+cp "$BUILD"/tests/libfake_cuda_library_*.so "$OUT/bin/"
 # The libraries a CUDA image is not expected to have: everything but the C
 # runtime, libstdc++/libgcc (the GPU machine's are newer), the driver and the
 # CUDA toolkit's own (cudart, cuBLAS: hundreds of MiB, and a CUDA image has

@@ -49,32 +49,43 @@ else
 fi
 
 "$BIN/phaselab-cli" devices 2>&1 | tee "$OUTDIR/devices.txt"
-# Each kernel first (the cheapest place to find a bug), then whole models.
-timeout 120 "$TEST_CUDA_OPS" 2>&1 | tee "$OUTDIR/test_cuda_ops.txt"
-# PHASELAB_DEFAULT_MODEL: test_cuda compares the (twin) default model too.
-PHASELAB_DEFAULT_MODEL="$MODEL" timeout 300 "$TEST_CUDA" 2>&1 | tee "$OUTDIR/test_cuda.txt"
-timeout 120 "$BIN/phaselab-cli" bench -m "$ROOT/tests/data/stories260K.gguf" --backend cuda -p 512 -n 128 -r 3 \
-  2>&1 | tee "$OUTDIR/bench_stories.md"
+# Each kernel first (the cheapest place to find a bug), then the default
+# model's figures (the targets), then whole models against the CPU, then the
+# variants. Every step has its own limit, so that one that hangs costs its
+# limit and not the rest: the whole stays under 8 minutes.
+timeout 90 "$TEST_CUDA_OPS" 2>&1 | tee "$OUTDIR/test_cuda_ops.txt"
 if [[ -n "$MODEL" && -f "$MODEL" ]]; then
-  timeout 240 "$BIN/phaselab-cli" bench -m "$MODEL" --backend cuda -p 512 -n 128 -r 5 --json \
+  timeout 90 "$BIN/phaselab-cli" bench -m "$MODEL" --backend cuda -p 512 -n 128 -r 5 --json \
     > "$OUTDIR/bench_cuda.json" 2> "$OUTDIR/bench_cuda.err"
   cat "$OUTDIR/bench_cuda.json" "$OUTDIR/bench_cuda.err"
+fi
+# PHASELAB_DEFAULT_MODEL: test_cuda compares the (twin) default model too.
+PHASELAB_DEFAULT_MODEL="$MODEL" timeout 150 "$TEST_CUDA" 2>&1 | tee "$OUTDIR/test_cuda.txt"
+timeout 30 "$BIN/phaselab-cli" bench -m "$ROOT/tests/data/stories260K.gguf" --backend cuda -p 512 -n 128 -r 3 \
+  2>&1 | tee "$OUTDIR/bench_stories.md"
+if [[ -n "$MODEL" && -f "$MODEL" ]]; then
   # The choices to be made by measurement: decode with and without the CUDA
   # graph, prefill through cuBLAS (default) and through the matrix-vector
   # kernel alone.
   {
-    echo "## decode without the CUDA graph (PHASELAB_CUDA_GRAPHS=0)"
-    PHASELAB_CUDA_GRAPHS=0 timeout 60 "$BIN/phaselab-cli" bench -m "$MODEL" --backend cuda -p 0 -n 128 -r 3 2>&1
-    echo "## prefill without cuBLAS (PHASELAB_CUDA_GEMM_MIN=100000)"
-    PHASELAB_CUDA_GEMM_MIN=100000 timeout 60 "$BIN/phaselab-cli" bench -m "$MODEL" --backend cuda -p 512 -n 0 -r 3 2>&1
-    echo "## prefill in batches of 512 rather than 64 (-b 512: weights dequantized for cuBLAS once per 512 tokens)"
-    timeout 60 "$BIN/phaselab-cli" bench -m "$MODEL" --backend cuda -p 512 -n 0 -r 3 -b 512 2>&1
-    echo "## prefill attention without query tiles (PHASELAB_CUDA_ATTN_TILED=0)"
-    PHASELAB_CUDA_ATTN_TILED=0 timeout 60 "$BIN/phaselab-cli" bench -m "$MODEL" --backend cuda -p 512 -n 0 -r 3 2>&1
-    echo "## batched decode: one pass for many sequences, a graph per batch-size bucket"
-    timeout 90 "$BIN/phaselab-cli" bench -m "$MODEL" --backend cuda --batch 1,4,16,32,64 -p 128 -n 32 2>&1
     echo "## where the time goes (PHASELAB_CUDA_PROFILE=1: every step timed alone, no graph)"
-    PHASELAB_CUDA_PROFILE=1 timeout 60 "$BIN/phaselab-cli" bench -m "$MODEL" --backend cuda -p 512 -n 32 -r 1 2>&1
+    PHASELAB_CUDA_PROFILE=1 timeout 30 "$BIN/phaselab-cli" bench -m "$MODEL" --backend cuda -p 512 -n 32 -r 1 2>&1
+    echo "## batched decode: one pass for many sequences, a graph per batch-size bucket"
+    timeout 45 "$BIN/phaselab-cli" bench -m "$MODEL" --backend cuda --batch 1,4,16,64 -p 128 -n 32 2>&1
+    echo "## at depth 2000 (a 2000-token context before the pp512 and tg128)"
+    timeout 45 "$BIN/phaselab-cli" bench -m "$MODEL" --backend cuda -p 512 -n 128 -d 2000 -r 3 2>&1
+    echo "## decode without the integer path (PHASELAB_CUDA_Q8=0: float matrix-vector products)"
+    PHASELAB_CUDA_Q8=0 timeout 30 "$BIN/phaselab-cli" bench -m "$MODEL" --backend cuda -p 0 -n 128 -r 3 2>&1
+    echo "## prefill without resident BF16 weights (PHASELAB_CUDA_BF16_WEIGHTS=0: slabs dequantized per pass)"
+    PHASELAB_CUDA_BF16_WEIGHTS=0 timeout 30 "$BIN/phaselab-cli" bench -m "$MODEL" --backend cuda -p 512 -n 0 -r 3 2>&1
+    echo "## decode without the CUDA graph (PHASELAB_CUDA_GRAPHS=0)"
+    PHASELAB_CUDA_GRAPHS=0 timeout 30 "$BIN/phaselab-cli" bench -m "$MODEL" --backend cuda -p 0 -n 128 -r 3 2>&1
+    echo "## prefill without cuBLAS (PHASELAB_CUDA_GEMM_MIN=100000)"
+    PHASELAB_CUDA_GEMM_MIN=100000 timeout 30 "$BIN/phaselab-cli" bench -m "$MODEL" --backend cuda -p 512 -n 0 -r 3 2>&1
+    echo "## prefill in batches of 512 rather than 64 (-b 512: weights dequantized for cuBLAS once per 512 tokens)"
+    timeout 30 "$BIN/phaselab-cli" bench -m "$MODEL" --backend cuda -p 512 -n 0 -r 3 -b 512 2>&1
+    echo "## prefill attention without query tiles (PHASELAB_CUDA_ATTN_TILED=0)"
+    PHASELAB_CUDA_ATTN_TILED=0 timeout 30 "$BIN/phaselab-cli" bench -m "$MODEL" --backend cuda -p 512 -n 0 -r 3 2>&1
   } | tee "$OUTDIR/bench_cuda_variants.md"
 else
   echo "gpu-check: no default model (or twin) here; benchmarked stories260K only" >&2

@@ -17,7 +17,7 @@ namespace {
 constexpr const char* kSwitchVars[] = {"PHASELAB_CPU_ISA",         "PHASELAB_CPU_REPACK",    "PHASELAB_CPU_HUGEPAGES",
                                        "PHASELAB_CPU_PREFETCH_ROWS", "PHASELAB_CUDA_GRAPHS",
                                        "PHASELAB_CUDA_ATTN_TILED", "PHASELAB_CUDA_GEMM_MIN", "PHASELAB_CUDA_PROFILE",
-                                       "PHASELAB_CUDA_LIB"};
+                                       "PHASELAB_CUDA_Q8", "PHASELAB_CUDA_BF16_WEIGHTS", "PHASELAB_CUDA_LIB"};
 
 void clear_switch_vars() {
   for (const char* v : kSwitchVars) unsetenv(v);
@@ -43,6 +43,8 @@ class TestBackendFactory : public QObject {
     QCOMPARE(o.cuda.tiled_attention, cuda.tiled_attention);
     QCOMPARE(o.cuda.gemm_min_rows, cuda.gemm_min_rows);
     QCOMPARE(o.cuda.profile, cuda.profile);
+    QCOMPARE(o.cuda.q8_act, cuda.q8_act);
+    QCOMPARE(o.cuda.bf16_weights, cuda.bf16_weights);
     QCOMPARE(o.cuda.library, cuda.library);
   }
 
@@ -55,6 +57,8 @@ class TestBackendFactory : public QObject {
     setenv("PHASELAB_CUDA_ATTN_TILED", "0", 1);
     setenv("PHASELAB_CUDA_GEMM_MIN", "100000", 1);
     setenv("PHASELAB_CUDA_PROFILE", "1", 1);
+    setenv("PHASELAB_CUDA_Q8", "0", 1);
+    setenv("PHASELAB_CUDA_BF16_WEIGHTS", "0", 1);
     setenv("PHASELAB_CUDA_LIB", "/tmp/libphaselab_cuda_emu.so", 1);
     const BackendOptions o = backend_options_from_environment();
     QCOMPARE(o.cpu.isa_cap, std::string("avx2"));
@@ -65,6 +69,8 @@ class TestBackendFactory : public QObject {
     QVERIFY(!o.cuda.tiled_attention);
     QCOMPARE(o.cuda.gemm_min_rows, 100000);
     QVERIFY(o.cuda.profile);
+    QVERIFY(!o.cuda.q8_act);
+    QVERIFY(!o.cuda.bf16_weights);
     QCOMPARE(o.cuda.library, std::string("/tmp/libphaselab_cuda_emu.so"));
   }
 

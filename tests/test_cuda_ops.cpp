@@ -57,6 +57,29 @@ struct Dev {
 using testing::nmse;
 using testing::randn;
 
+// x (T rows of n) as the matrix-vector kernels' integer path rounds it
+// (cuda::Q8Act): per 32 values, d = max |x| / 127, q = x / d rounded to
+// nearest even; returned as q * d. The kernels' integer dot products of
+// the same quants then differ from a float product with these values only
+// in the order of the sums.
+std::vector<float> q8_rounded(const std::vector<float>& x) {
+  std::vector<float> r(x.size());
+  for (size_t b = 0; b < x.size() / 32; b++) {
+    float amax = 0.f;
+    for (int i = 0; i < 32; i++) amax = std::max(amax, std::fabs(x[b * 32 + i]));
+    const float d = amax / 127.f, id = d != 0.f ? 1.f / d : 0.f;
+    for (int i = 0; i < 32; i++) r[b * 32 + i] = std::nearbyint(x[b * 32 + i] * id) * d;
+  }
+  return r;
+}
+// Scratch for the integer path of T rows of n values.
+struct DevQ8 {
+  Dev<int8_t> q;
+  Dev<float> d;
+  DevQ8(int T, int n) : q(static_cast<size_t>(T) * n), d(static_cast<size_t>(T) * n / 32) {}
+  cuda::Q8Act act() const { return cuda::Q8Act{q.p, d.p, q.n}; }
+};
+
 // A paged K/V cache of n_ctx positions as the kernels see it: two layers
 // (the second is used), the blocks in a shuffled order, so that the
 // addressing through the block table and the block stride is checked, and
@@ -383,6 +406,14 @@ class TestCudaOps : public QObject {
     CHECK_NMSE(ref_matmul(a, n_in, 64, x, T), oa.get(), 5e-4);
     CHECK_NMSE(ref_matmul(b, n_in, 16, x, T), ob.get(), 5e-4);
     CHECK_NMSE(ref_matmul(c, n_in, 21, x, T), oc.get(), 5e-4);
+    // The integer path: x quantized once for all three.
+    DevQ8 q8(T, n_in);
+    CU(cuda::launch_matvec3({da.p, TensorType::Q5_0, a.row_bytes, 64, oa.p}, {db.p, TensorType::Q8_0, b.row_bytes, 16, ob.p},
+                            {dc.p, TensorType::Q4_K, c.row_bytes, 21, oc.p}, n_in, dx.p, T, nullptr, q8.act()));
+    const auto xr = q8_rounded(x);
+    CHECK_NMSE(ref_matmul(a, n_in, 64, xr, T), oa.get(), 1e-10);
+    CHECK_NMSE(ref_matmul(b, n_in, 16, xr, T), ob.get(), 1e-10);
+    CHECK_NMSE(ref_matmul(c, n_in, 21, xr, T), oc.get(), 1e-10);
   }
 
   void gated_matrix_products_data() {
@@ -406,6 +437,14 @@ class TestCudaOps : public QObject {
       std::vector<float> want(wg.size());
       for (size_t i = 0; i < want.size(); i++) want[i] = (gelu ? ref::gelu_tanh(wg[i]) : ref::silu(wg[i])) * wu[i];
       CHECK_NMSE(want, dout.get(), 5e-4);
+      // The integer path.
+      DevQ8 q8(T, n_in);
+      CU(cuda::launch_matvec_gated(dg.p, TensorType::Q4_K, g.row_bytes, du.p, TensorType::Q6_K, u.row_bytes, n_in, n_out,
+                                   dx.p, T, gelu, dout.p, nullptr, q8.act()));
+      const auto xr = q8_rounded(x);
+      const auto rg = ref_matmul(g, n_in, n_out, xr, T), ru = ref_matmul(u, n_in, n_out, xr, T);
+      for (size_t i = 0; i < want.size(); i++) want[i] = (gelu ? ref::gelu_tanh(rg[i]) : ref::silu(rg[i])) * ru[i];
+      CHECK_NMSE(want, dout.get(), 1e-10);
     }
   }
 
@@ -500,6 +539,20 @@ class TestCudaOps : public QObject {
     Dev<float> dx(x), dout(static_cast<size_t>(T) * n_out);
     CU(cuda::launch_matvec(dw.p, t, m.row_bytes, n_in, n_out, dx.p, T, dout.p, nullptr));
     CHECK_NMSE(want, dout.get(), 5e-4);
+    // The integer path (dp4a on 8-bit x) where the format has one, the
+    // float path where it has none: close to the exact product, and for
+    // the integer formats equal to the product with x rounded as it rounds.
+    {
+      DevQ8 q8(T, n_in);
+      Dev<float> dq(static_cast<size_t>(T) * n_out);
+      CU(cuda::launch_matvec(dw.p, t, m.row_bytes, n_in, n_out, dx.p, T, dq.p, nullptr, q8.act()));
+      CHECK_NMSE(want, dq.get(), 5e-4);
+      if (cuda::q8_dot_supported(t)) {
+        const double e = nmse(ref_matmul(m, n_in, n_out, q8_rounded(x), T), dq.get());
+        qInfo("integer path: NMSE %.3g against x rounded alike, %.3g against x", e, nmse(want, dq.get()));
+        QVERIFY2(e <= 1e-10, qPrintable(QString("NMSE %1 against the product with x rounded alike").arg(e)));
+      }
+    }
 
     cublasHandle_t h = nullptr;
     QVERIFY(cublasCreate(&h) == CUBLAS_STATUS_SUCCESS);
@@ -641,10 +694,11 @@ class TestCudaOps : public QObject {
 
   void splits_policy() {
     // Host-side policy, checked everywhere: one range when the batch fills
-    // the GPU, about 256 keys per range otherwise, at most 32.
+    // the GPU, else about 256 warps, at least 16 keys per range, at most 32.
     QCOMPARE(cuda::attention_splits(512, 4, 4096), 1);
-    QCOMPARE(cuda::attention_splits(1, 4, 4096), 16);
-    QCOMPARE(cuda::attention_splits(1, 4, 100), 1);
+    QCOMPARE(cuda::attention_splits(1, 4, 4096), 32);
+    QCOMPARE(cuda::attention_splits(1, 4, 100), 7);
+    QCOMPARE(cuda::attention_splits(16, 4, 4096), 4);
     QCOMPARE(cuda::attention_splits(1, 4, 1 << 20), 32);
     QCOMPARE(cuda::attention_partials_floats(1, 4, 256, 1), size_t{0});
     QCOMPARE(cuda::attention_partials_floats(2, 4, 256, 3), size_t{2 * 4 * 3 * 258});

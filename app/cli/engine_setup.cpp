@@ -24,7 +24,7 @@ const char* const kEngineHelp =
     "  -m, --model PATH         GGUF model file\n"
     "  -t, --threads N          CPU threads (default: one per physical core)\n"
     "  -c, --ctx-size N         context size in tokens (default: the model's, at most 4096)\n"
-    "  -b, --batch-size N       prefill batch (default 64)\n"
+    "  -b, --batch-size N       prefill batch (default 64; 512 with --backend cuda)\n"
     "      --backend NAME       cpu (fast, default), cpu-portable (no SIMD), cpu-reference (the oracle),\n"
     "                           cuda (NVIDIA GPU; falls back to the CPU with the reason when unavailable)\n"
     "      --spec MODE          speculative decoding: none (default), lookup (n-grams of the context),\n"
@@ -53,10 +53,11 @@ Result<BackendOptions> backend_options_from_args(const Args& args, int default_m
   auto threads = args.get_int("--threads", default_threads(), 1, 256);
   if (!threads) return threads.status();
   warn_if_oversubscribed(*threads);
-  auto batch = args.get_int("--batch-size", default_max_batch, 1, 4096);
-  if (!batch) return batch.status();
   auto kind = parse_backend_kind(args.get_or("--backend", "cpu"));  // before the (long) load
   if (!kind) return kind.status();
+  // (A command's own default, where larger, wins over the backend's.)
+  auto batch = args.get_int("--batch-size", std::max(default_max_batch, phaselab::default_max_batch(*kind)), 1, 4096);
+  if (!batch) return batch.status();
   BackendOptions bo = backend_options_from_environment();
   bo.kind = *kind;
   bo.n_threads = *threads;

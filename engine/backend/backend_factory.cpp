@@ -23,6 +23,8 @@ bool env_flag(const char* name, bool fallback) {
 
 }  // namespace
 
+int default_max_batch(BackendKind kind) { return kind == BackendKind::cuda ? 512 : 64; }
+
 BackendOptions backend_options_from_environment() {
   BackendOptions o;
   if (const char* v = env("PHASELAB_CPU_ISA")) o.cpu.isa_cap = v;
@@ -36,6 +38,8 @@ BackendOptions backend_options_from_environment() {
   if (const char* v = env("PHASELAB_CUDA_GEMM_MIN"); v && std::atoi(v) > 0) o.cuda.gemm_min_rows = std::atoi(v);
   // PHASELAB_CUDA_PROFILE=1 turns profiling on (unset or "0": off).
   o.cuda.profile = env_flag("PHASELAB_CUDA_PROFILE", false);
+  o.cuda.q8_act = env_flag("PHASELAB_CUDA_Q8", o.cuda.q8_act);
+  o.cuda.bf16_weights = env_flag("PHASELAB_CUDA_BF16_WEIGHTS", o.cuda.bf16_weights);
   if (const char* v = env("PHASELAB_CUDA_LIB"); v && *v) o.cuda.library = v;
   return o;
 }

@@ -137,6 +137,14 @@ inline unsigned __float_as_uint(float f) {
   return u;
 }
 inline float rsqrtf(float x) { return 1.f / std::sqrt(x); }
+// Four signed bytes of a times those of b, plus c.
+inline int __dp4a(int a, int b, int c) {
+  for (int i = 0; i < 4; i++)
+    c += static_cast<int>(static_cast<int8_t>(a >> (8 * i))) * static_cast<int>(static_cast<int8_t>(b >> (8 * i)));
+  return c;
+}
+// Rounded to the nearest integer, ties to even (the default rounding mode).
+inline int __float2int_rn(float x) { return static_cast<int>(std::nearbyint(x)); }
 // CUDA's overloads of min and max (mixed arguments convert as there).
 #define PHASELAB_EMU_MINMAX(T)                         \
   inline T min(T a, T b) { return a < b ? a : b; }     \

@@ -36,8 +36,8 @@ extern "C" {
 /* Bump on any change of a struct or a function below. 6: the C table (5 and
  * before: C++ objects crossed, with phaselab_cuda_abi()). 7: the reserve
  * carries old_tail's generation (a copy only from what the device holds).
- * 9: PhlCudaConfig.rope_attn_factor. */
-#define PHASELAB_CUDA_ABI_VERSION 9
+ * 9: PhlCudaConfig.rope_attn_factor. 10: PhlCudaSwitches.q8_act, bf16_weights. */
+#define PHASELAB_CUDA_ABI_VERSION 10
 /* Positions per K/V block: the host pool's (KvPool::kBlockTokens) and the
  * kernels' (cuda::kKvBlockTokens); both sides assert it. */
 #define PHASELAB_CUDA_KV_BLOCK_TOKENS 16
@@ -86,6 +86,7 @@ typedef struct PhlCudaModel {
 /* phaselab::CudaSwitches but the library, which the loader chose. */
 typedef struct PhlCudaSwitches {
   int32_t graphs, tiled_attention, gemm_min_rows, profile;
+  int32_t q8_act, bf16_weights;
 } PhlCudaSwitches;
 
 /* The host's KvPool as the device mirrors it: known by id, laid out by its

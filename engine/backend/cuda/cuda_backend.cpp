@@ -53,6 +53,16 @@ Status CudaDevice::init() {
     allocations_.push_back(w16_);
     CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&x16_), B * max_in * sizeof(__nv_bfloat16)));
     allocations_.push_back(x16_);
+    if (use_bf16_weights_) PHASELAB_TRY(make_bf16_weights());
+  }
+  // The integer path's 8-bit input rows (a decode pass's products; the
+  // padded graphs' too).
+  if (use_q8_) {
+    const size_t max_in = std::max({c_.n_embd, c_.n_embd_q(), c_.n_ff});
+    q8_.cap = B * max_in;
+    CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&q8_.q), q8_.cap));
+    allocations_.push_back(q8_.q);
+    PHASELAB_TRY(alloc(&q8_.d, q8_.cap / 32 + 1));
   }
   // The uploads (pageable memory, legacy stream) finish before stream_'s
   // first kernel reads them.

@@ -73,6 +73,7 @@ struct DevWeight {
   TensorType type = TensorType::F32;
   int n_in = 0, n_out = 0;
   size_t row_bytes = 0;
+  __nv_bfloat16* bf16 = nullptr;  // a resident BF16 copy for the prefill GEMMs (CudaSwitches::bf16_weights), or null
 };
 
 struct DevLayer {
@@ -96,7 +97,9 @@ class CudaDevice {
         prof_(sw.profile),
         gemm_min_tokens_(std::max(2, sw.gemm_min_rows)),
         use_tiled_attention_(sw.tiled_attention != 0),
-        use_graph_(sw.graphs != 0) {}
+        use_graph_(sw.graphs != 0),
+        use_q8_(sw.q8_act != 0),
+        use_bf16_weights_(sw.bf16_weights != 0) {}
 
   ~CudaDevice() {
     if (prof_.on()) {
@@ -210,6 +213,10 @@ class CudaDevice {
   void free_device(void* p);
   Status upload(const PhlCudaWeight& w, DevWeight* d);
   Status upload_vec(const PhlCudaVector& v, float** d);
+  // The layer matrices' resident BF16 copies, where memory allows
+  // (CudaSwitches::bf16_weights); bytes they take (0: none made).
+  Status make_bf16_weights();
+  uint64_t bf16_bytes_ = 0;
 
   size_t partials_floats(int n_ctx) const;  // (cuda_device_kv.cpp)
 
@@ -292,6 +299,11 @@ class CudaDevice {
   int gemm_min_tokens_;  // CudaSwitches::gemm_min_rows
   __nv_bfloat16 *w16_ = nullptr, *x16_ = nullptr;
   size_t w16_elems_ = 0;
+  // The matrix-vector kernels' integer path (CudaSwitches::q8_act): the
+  // input rows in 8 bits; q8_.q null when off.
+  cuda::Q8Act q8_{};
+  bool use_q8_;
+  bool use_bf16_weights_;
   // Prefill attention from kTiledAttentionMin tokens of a sequence: the
   // tiled kernel (CudaSwitches::tiled_attention off: the one-warp-per-query
   // kernel throughout).

@@ -8,12 +8,16 @@ namespace phaselab {
 // out (T, n_out) = x (T, n_in) . W^T: cuBLAS where the pass says so
 // (Pass::gemm), else the matrix-vector kernel.
 Status CudaDevice::matvec(const DevWeight& w, const float* x, int T, float* out, bool gemm) {
+  if (gemm && w.bf16) {
+    CUDA_TRY(cuda::launch_gemm_bf16_resident(cublas_, w.bf16, w.n_in, w.n_out, x, T, out, x16_, stream_));
+    return Status::ok();
+  }
   if (gemm) {
     CUDA_TRY(cuda::launch_gemm_bf16(cublas_, w.data, w.type, w.row_bytes, w.n_in, w.n_out, x, T, out, w16_, w16_elems_,
                                    x16_, stream_));
     return Status::ok();
   }
-  CUDA_TRY(cuda::launch_matvec(w.data, w.type, w.row_bytes, w.n_in, w.n_out, x, T, out, stream_));
+  CUDA_TRY(cuda::launch_matvec(w.data, w.type, w.row_bytes, w.n_in, w.n_out, x, T, out, stream_, q8_));
   return Status::ok();
 }
 
@@ -57,7 +61,7 @@ Status CudaDevice::enqueue(const Pass& ps) {
       auto part = [](const DevWeight& w, float* out) {
         return cuda::MatvecOut{w.data, w.type, w.row_bytes, w.n_out, out};
       };
-      CUDA_TRY(cuda::launch_matvec3(part(L.wq, q_), part(L.wk, k_), part(L.wv, v_), D, xb_, T, stream_));
+      CUDA_TRY(cuda::launch_matvec3(part(L.wq, q_), part(L.wk, k_), part(L.wv, v_), D, xb_, T, stream_, q8_));
     }
     PHASELAB_TRY(prof_.mark("Q, K, V products", stream_));
     if (c_.attn_bias) {
@@ -87,7 +91,8 @@ Status CudaDevice::enqueue(const Pass& ps) {
       CUDA_TRY(cuda::launch_gated_act(hb_, hb2_, static_cast<size_t>(T) * c_.n_ff, gelu, stream_));
     } else {  // both products and the activation in one kernel
       CUDA_TRY(cuda::launch_matvec_gated(L.w_gate.data, L.w_gate.type, L.w_gate.row_bytes, L.w_up.data, L.w_up.type,
-                                         L.w_up.row_bytes, L.w_gate.n_in, L.w_gate.n_out, xb_, T, gelu, hb_, stream_));
+                                         L.w_up.row_bytes, L.w_gate.n_in, L.w_gate.n_out, xb_, T, gelu, hb_, stream_,
+                                         q8_));
     }
     PHASELAB_TRY(prof_.mark("FFN gate + up + activation", stream_));
     PHASELAB_TRY(matvec(L.w_down, hb_, T, xb2_, ps.gemm));

@@ -42,6 +42,39 @@ Status CudaDevice::upload_weights() {
   return Status::ok();
 }
 
+// BF16 copies of every layer matrix, made once on the device from the
+// quantized upload, so that a prefill GEMM reads them as they are rather
+// than dequantizing slabs per pass (per chunk of 64 tokens: most of a
+// prefill's time on a small model). Only where the GPU has room: at most
+// half of what is free now, leaving at least 1 GiB for the K/V pools.
+Status CudaDevice::make_bf16_weights() {
+  uint64_t need = 0;
+  auto each = [&](auto&& f) {
+    for (DevLayer& L : layers_)
+      for (DevWeight* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
+        if (w->data) f(*w);
+  };
+  each([&](DevWeight& w) { need += 2ull * w.n_in * w.n_out; });
+  size_t free_b = 0, total_b = 0;
+  CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
+  if (need == 0 || need > free_b / 2 || free_b - need < (1ull << 30)) return Status::ok();
+  Status st = Status::ok();
+  each([&](DevWeight& w) {
+    if (!st.is_ok()) return;
+    void* p = nullptr;
+    if (cudaError_t e = cudaMalloc(&p, 2ull * w.n_in * w.n_out); e != cudaSuccess) {
+      st = cuda_status(e, "cudaMalloc (BF16 weights)", __FILE__, __LINE__);
+      return;
+    }
+    allocations_.push_back(p);
+    w.bf16 = static_cast<__nv_bfloat16*>(p);
+    st = cuda_status(cuda::launch_dequant_bf16(w.data, w.type, w.row_bytes, w.n_in, w.n_out, w.bf16, stream_),
+                     "launch_dequant_bf16", __FILE__, __LINE__);
+  });
+  if (st.is_ok()) bf16_bytes_ = need;
+  return st;
+}
+
 uint64_t CudaDevice::work_bytes() const {
   const uint64_t B = max_batch_;
   const uint64_t max_in = std::max({c_.n_embd, c_.n_embd_q(), c_.n_ff});

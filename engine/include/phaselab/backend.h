@@ -204,6 +204,13 @@ struct CudaSwitches {
   bool tiled_attention = true;  // the tiled attention kernel for long chunks (PHASELAB_CUDA_ATTN_TILED=0: off)
   int gemm_min_rows = 16;       // rows from which matrix products use cuBLAS GEMMs (PHASELAB_CUDA_GEMM_MIN)
   bool profile = false;         // time each step of a pass (PHASELAB_CUDA_PROFILE)
+  // Matrix-vector products of the block formats as dp4a integer dot products
+  // with the input in 8 bits (PHASELAB_CUDA_Q8=0: float products throughout).
+  bool q8_act = true;
+  // A resident BF16 copy of every layer matrix for the prefill GEMMs where
+  // the GPU has memory to spare (half of what is free, leaving 1 GiB), rather
+  // than dequantizing slabs per pass (PHASELAB_CUDA_BF16_WEIGHTS=0: off).
+  bool bf16_weights = true;
   std::string library;          // libphaselab_cuda.so to load; "" the installed one (PHASELAB_CUDA_LIB)
 };
 
@@ -280,6 +287,12 @@ struct BackendChoice {
   std::unique_ptr<Backend> backend;
   std::string fallback_reason;  // non-empty when the kind asked for could not be used, and why
 };
+// Tokens per forward pass when the user names none: 64 on the CPU (a pass
+// of 64 already keeps its cores busy), 512 on CUDA, where a pass costs
+// about the same launches whatever its size (Gemma 3 270M pp512 on an
+// H200: 84279 tok/s in one pass of 512 against 18581 in passes of 64;
+// docs/benchmarks.md).
+int default_max_batch(BackendKind kind);
 // The names of the kinds (kBackendKinds' order), for help texts and menus.
 const std::vector<std::string>& backend_kinds();
 Result<BackendChoice> make_backend(std::shared_ptr<const Model> model, const BackendOptions& opt);
