@@ -106,6 +106,19 @@ void device_pointers(const MatvecOut& m, F&& f) {
 }
 #endif
 
+// Value i of a row being quantized to 8 bits per 32 values (cuda::Q8Act),
+// called by the 32 lanes of a warp together with i % 32 == lane: the
+// block's scale max |v| / 127 (lane 0 stores it) and v / scale rounded to
+// nearest even. Every kernel that quantizes x for the matrix-vector
+// kernels' integer path does it here, so that they round alike.
+__device__ __forceinline__ void q8_store(float v, int8_t* q, float* d, size_t i) {
+  float amax = fabsf(v);
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  const float dd = amax / 127.f, id = dd != 0.f ? 1.f / dd : 0.f;
+  q[i] = static_cast<int8_t>(__float2int_rn(v * id));
+  if (i % 32 == 0) d[i / 32] = dd;
+}
+
 // Offset (floats) of position pos's row in a layer of the paged cache.
 __device__ __forceinline__ size_t kv_row(const int* table, size_t block_stride, int pos, int n_embd_kv) {
   return static_cast<size_t>(table[pos / kKvBlockTokens]) * block_stride +

@@ -16,12 +16,34 @@
 
 namespace phaselab::cuda {
 
+// Scratch for the matrix-vector kernels' integer path: the input rows in
+// 8 bits per block of 32 values (q: T * n_in int8, d: a float scale per
+// block, max |x| / 127, values rounded to nearest even), quantized once per
+// launch. With it, the block formats of q8_dot_supported take dp4a dot
+// products of their quants with these (4 multiply-adds per instruction,
+// the weights read as 32-bit words); the others, and launches without it
+// (q == nullptr) or whose input exceeds cap values, take the float path.
+// The result differs from the float path's by that rounding of x alone.
+struct Q8Act {
+  int8_t* q = nullptr;
+  float* d = nullptr;
+  size_t cap = 0;      // values q holds (d holds cap / 32 scales)
+  bool ready = false;  // q and d already hold the input's quantization (written with it: launch_rmsnorm's q8_out)
+};
+bool q8_dot_supported(TensorType type);
+// x (T, n) in 8 bits (n a multiple of 32; T * n <= q8.cap).
+cudaError_t launch_quantize_q8(const float* x, int T, int n, Q8Act q8, cudaStream_t s);
+
 // x[t, :] = dequant(embd row tokens[t]) * scale          x: (T, n_embd)
 cudaError_t launch_embedding(const uint8_t* embd, TensorType type, size_t row_bytes, const int32_t* tokens, int T,
                              int n_embd, float scale, float* x, cudaStream_t s);
 
 // out[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * w   x, out: (rows, n); w: (n); out may alias x
-cudaError_t launch_rmsnorm(const float* x, const float* w, float* out, int rows, int n, float eps, cudaStream_t s);
+// q8_out (q8_out.q non-null; n a multiple of 32, rows * n <= cap): out is
+// also written in 8 bits for the matrix-vector kernels that read it next
+// (as launch_quantize_q8 would: pass them q8_out with ready set).
+cudaError_t launch_rmsnorm(const float* x, const float* w, float* out, int rows, int n, float eps, cudaStream_t s,
+                           Q8Act q8_out = {});
 
 // out[i, :] = x[rows[i], :] for n_rows rows of n values   rows: device memory
 cudaError_t launch_gather_rows(const float* x, const int* rows, int n_rows, int n, float* out, cudaStream_t s);
@@ -30,7 +52,7 @@ cudaError_t launch_gather_rows(const float* x, const int* rows, int n_rows, int 
 // out = rmsnorm(x) * w: a block's residual add between its post-norm and the
 // next pre-norm in one pass.   x, y, out: (rows, n)
 cudaError_t launch_add_rmsnorm(float* x, const float* y, const float* post_w, const float* w, float* out, int rows,
-                               int n, float eps, cudaStream_t s);
+                               int n, float eps, cudaStream_t s, Q8Act q8_out = {});
 
 // One layer of the paged K/V cache, laid out as the host's KvPool: blocks of
 // kKvBlockTokens positions, each (n_layer, kKvBlockTokens, n_embd_kv); a
@@ -86,23 +108,6 @@ cudaError_t launch_gated_act(float* g, const float* u, size_t n, bool gelu, cuda
 cudaError_t launch_add_bias(float* x, const float* b, int T, int n, cudaStream_t s);
 // y = cap * tanh(y / cap) over n values
 cudaError_t launch_softcap(float* y, size_t n, float cap, cudaStream_t s);
-
-// Scratch for the matrix-vector kernels' integer path: the input rows in
-// 8 bits per block of 32 values (q: T * n_in int8, d: a float scale per
-// block, max |x| / 127, values rounded to nearest even), quantized once per
-// launch. With it, the block formats of q8_dot_supported take dp4a dot
-// products of their quants with these (4 multiply-adds per instruction,
-// the weights read as 32-bit words); the others, and launches without it
-// (q == nullptr) or whose input exceeds cap values, take the float path.
-// The result differs from the float path's by that rounding of x alone.
-struct Q8Act {
-  int8_t* q = nullptr;
-  float* d = nullptr;
-  size_t cap = 0;  // values q holds (d holds cap / 32 scales)
-};
-bool q8_dot_supported(TensorType type);
-// x (T, n) in 8 bits (n a multiple of 32; T * n <= q8.cap).
-cudaError_t launch_quantize_q8(const float* x, int T, int n, Q8Act q8, cudaStream_t s);
 
 // out[t, r] = W.row(r) . x[t, :] for T tokens: one warp per row, the weight
 // row read once for up to 8 tokens at a time.   x: (T, n_in); out: (T, n_out)

@@ -4,7 +4,7 @@
 namespace phaselab::cuda {
 
 namespace {
-__global__ void rmsnorm_kernel(const float* x, const float* w, float* out, int n, float eps) {
+__global__ void rmsnorm_kernel(const float* x, const float* w, float* out, int n, float eps, int8_t* q8, float* q8d) {
   __shared__ float shared[32];
   const float* xr = x + static_cast<size_t>(blockIdx.x) * n;
   float* orow = out + static_cast<size_t>(blockIdx.x) * n;
@@ -12,13 +12,17 @@ __global__ void rmsnorm_kernel(const float* x, const float* w, float* out, int n
   for (int i = threadIdx.x; i < n; i += blockDim.x) ss += xr[i] * xr[i];
   ss = block_sum(ss, shared);
   const float scale = rsqrtf(ss / n + eps);
-  for (int i = threadIdx.x; i < n; i += blockDim.x) orow[i] = xr[i] * scale * w[i];
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const float o = xr[i] * scale * w[i];
+    orow[i] = o;
+    if (q8) q8_store(o, q8, q8d, static_cast<size_t>(blockIdx.x) * n + i);  // (n % 32 == 0: whole warps)
+  }
 }
 
 // x += y' (y' = rmsnorm(y) * post_w, or y itself without post_w), then
 // out = rmsnorm(x) * w. Each thread reads back only the x values it wrote.
 __global__ void add_rmsnorm_kernel(float* x, const float* y, const float* post_w, const float* w, float* out, int n,
-                                   float eps) {
+                                   float eps, int8_t* q8, float* q8d) {
   __shared__ float shared[32];
   float* xr = x + static_cast<size_t>(blockIdx.x) * n;
   const float* yr = y + static_cast<size_t>(blockIdx.x) * n;
@@ -36,18 +40,41 @@ __global__ void add_rmsnorm_kernel(float* x, const float* y, const float* post_w
     ss += xi * xi;
   }
   const float scale = rsqrtf(block_sum(ss, shared) / n + eps);
-  for (int i = threadIdx.x; i < n; i += blockDim.x) orow[i] = xr[i] * scale * w[i];
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const float o = xr[i] * scale * w[i];
+    orow[i] = o;
+    if (q8) q8_store(o, q8, q8d, static_cast<size_t>(blockIdx.x) * n + i);  // (n % 32 == 0: whole warps)
+  }
+}
+
+// The 8-bit copy's arguments, or null ones (none wanted); false where it
+// cannot be made.
+bool q8_args(Q8Act q8, int rows, int n, int8_t** q, float** d) {
+  *q = nullptr;
+  *d = nullptr;
+  if (!q8.q) return true;
+  if (n % 32 != 0 || static_cast<size_t>(rows) * n > q8.cap) return false;
+  *q = q8.q;
+  *d = q8.d;
+  return true;
 }
 }  // namespace
 
 cudaError_t launch_add_rmsnorm(float* x, const float* y, const float* post_w, const float* w, float* out, int rows,
-                               int n, float eps, cudaStream_t s) {
-  PHASELAB_LAUNCH(add_rmsnorm_kernel, rows, 256, 0, s)(x, y, post_w, w, out, n, eps);
+                               int n, float eps, cudaStream_t s, Q8Act q8_out) {
+  int8_t* q;
+  float* d;
+  if (!q8_args(q8_out, rows, n, &q, &d)) return cudaErrorInvalidValue;
+  PHASELAB_LAUNCH(add_rmsnorm_kernel, rows, 256, 0, s)(x, y, post_w, w, out, n, eps, q, d);
   return cudaGetLastError();
 }
 
-cudaError_t launch_rmsnorm(const float* x, const float* w, float* out, int rows, int n, float eps, cudaStream_t s) {
-  PHASELAB_LAUNCH(rmsnorm_kernel, rows, 256, 0, s)(x, w, out, n, eps);
+cudaError_t launch_rmsnorm(const float* x, const float* w, float* out, int rows, int n, float eps, cudaStream_t s,
+                           Q8Act q8_out) {
+  int8_t* q;
+  float* d;
+  if (!q8_args(q8_out, rows, n, &q, &d)) return cudaErrorInvalidValue;
+  PHASELAB_LAUNCH(rmsnorm_kernel, rows, 256, 0, s)(x, w, out, n, eps, q, d);
   return cudaGetLastError();
 }
 

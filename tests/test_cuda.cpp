@@ -5,6 +5,7 @@
 // fallback itself is checked everywhere.
 #include <QtTest>
 
+#include <filesystem>
 #include <map>
 #include <tuple>
 
@@ -77,8 +78,8 @@ class TestCuda : public QObject {
       // Where the build put it, or beside this executable (a GPU bundle,
       // scripts/gpu-bundle.sh, carries the libraries there).
       auto c = c0;
-      const std::string beside =
-          QCoreApplication::applicationDirPath().toStdString() + "/" + QFileInfo(c0.path).fileName().toStdString();
+      const std::string beside = std::filesystem::read_symlink("/proc/self/exe").parent_path().string() + "/" +
+                                 QFileInfo(c0.path).fileName().toStdString();
       if (!QFileInfo::exists(c0.path) && QFileInfo::exists(QString::fromStdString(beside))) c.path = beside.c_str();
       const CudaProbe p = probe_cuda(c.path);
       QVERIFY(!p.available);
@@ -286,9 +287,45 @@ class TestCuda : public QObject {
     // The short prompt: its prefill is FP32 on both sides (the long one's
     // BF16 GEMMs are checked by NMSE above; near-ties could flip a token).
     auto rc = (*cpu)->generate(short_prompt, greedy(32));
-    auto rg = (*gpu)->generate(short_prompt, greedy(32));
-    QVERIFY(rc.is_ok() && rg.is_ok());
-    QCOMPARE(rg->tokens, rc->tokens);
+    QVERIFY(rc.is_ok());
+    if (model == "stories260K") {  // F32 weights: the float path, free-running equality
+      auto rg = (*gpu)->generate(short_prompt, greedy(32));
+      QVERIFY(rg.is_ok());
+      QCOMPARE(rg->tokens, rc->tokens);
+      return;
+    }
+    // Quantized weights: the matrix-vector kernels' 8-bit activations can
+    // flip a near-tie, after which free-running texts part (as the CPU's
+    // 8-bit path's would). Teacher-forced on the reference's tokens instead,
+    // one decode step (the graph) at a time: the device's argmax must agree
+    // wherever the reference's top-2 margin exceeds a tenth of the logits'
+    // standard deviation.
+    (*cpu)->kv().clear();
+    (*gpu)->kv().clear();
+    std::vector<float> a, b;
+    QVERIFY((*cpu)->eval(short_prompt, &a));
+    QVERIFY((*gpu)->eval(short_prompt, &b));
+    int checked = 0;
+    for (size_t i = 0; i < rc->tokens.size(); i++) {
+      const auto top = std::max_element(a.begin(), a.end());
+      float second = -INFINITY;
+      double sum = 0, sq = 0;
+      for (auto it = a.begin(); it != a.end(); ++it) {
+        if (it != top) second = std::max(second, *it);
+        sum += *it;
+        sq += static_cast<double>(*it) * *it;
+      }
+      const double sd = std::sqrt(std::max(0.0, sq / a.size() - (sum / a.size()) * (sum / a.size())));
+      if (*top - second > 0.1 * sd) {
+        QCOMPARE(std::max_element(b.begin(), b.end()) - b.begin(), top - a.begin());
+        checked++;
+      }
+      const std::vector<int32_t> next = {rc->tokens[i]};
+      QVERIFY((*cpu)->eval(next, &a));
+      QVERIFY((*gpu)->eval(next, &b));
+    }
+    qInfo("teacher-forced argmax agreed at all %d of %zu steps with a clear margin", checked, rc->tokens.size());
+    QVERIFY(checked >= 16);
   }
 
   // A Q8_0 K/V cache (heads of whole 32-value blocks: the tiny Gemma 3 and

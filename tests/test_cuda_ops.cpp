@@ -325,6 +325,24 @@ class TestCudaOps : public QObject {
     }
     CHECK_NMSE(wx, dx.get(), 1e-7);  // the residual stream
     CHECK_NMSE(wout, dout.get(), 1e-7);
+    // The output's 8-bit copy for the integer path, written by the norm
+    // itself: bitwise what launch_quantize_q8 makes of that output.
+    Dev<float> dx2(x), dout2(x.size());
+    DevQ8 fused(rows, n), separate(rows, n);
+    CU(cuda::launch_add_rmsnorm(dx2.p, dy.p, post_norm ? dpw.p : nullptr, dw.p, dout2.p, rows, n, 1e-6f, nullptr,
+                                fused.act()));
+    CU(cuda::launch_quantize_q8(dout2.p, rows, n, separate.act(), nullptr));
+    QVERIFY(dout2.get() == dout.get());
+    QVERIFY(fused.q.get() == separate.q.get());
+    QVERIFY(fused.d.get() == separate.d.get());
+    const auto q = fused.q.get();
+    QVERIFY(std::any_of(q.begin(), q.end(), [](int8_t v) { return v == 127 || v == -127; }));
+    // The same for the plain norm.
+    DevQ8 fused2(rows, n);
+    CU(cuda::launch_rmsnorm(dx.p, dw.p, dout2.p, rows, n, 1e-6f, nullptr, fused2.act()));
+    CU(cuda::launch_quantize_q8(dout2.p, rows, n, separate.act(), nullptr));
+    QVERIFY(fused2.q.get() == separate.q.get());
+    QVERIFY(fused2.d.get() == separate.d.get());
   }
 
   void qk_norm_rope_store_data() {

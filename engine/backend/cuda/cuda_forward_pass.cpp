@@ -47,8 +47,15 @@ Status CudaDevice::enqueue(const Pass& ps) {
   CUDA_TRY(cuda::launch_embedding(tok_embd_.data, tok_embd_.type, tok_embd_.row_bytes, meta_, T, D, c_.embd_scale, x_,
                                   stream_));
   // xb = the first layer's attention input; later layers get theirs from
-  // the previous layer's closing add_rmsnorm.
-  CUDA_TRY(cuda::launch_rmsnorm(x_, layers_[0].attn_norm, xb_, T, D, c_.rms_eps, stream_));
+  // the previous layer's closing add_rmsnorm. In a pass of matrix-vector
+  // products (not cuBLAS) the norms also write xb in 8 bits for the
+  // integer path of the products that read it next (norm_q8 to the norm,
+  // xb_q8 to those products).
+  const bool fuse_q8 = q8_.q && !ps.gemm && D % 32 == 0 && static_cast<size_t>(T) * D <= q8_.cap;
+  const cuda::Q8Act norm_q8 = fuse_q8 ? q8_ : cuda::Q8Act{};
+  cuda::Q8Act xb_q8 = q8_;
+  xb_q8.ready = fuse_q8;
+  CUDA_TRY(cuda::launch_rmsnorm(x_, layers_[0].attn_norm, xb_, T, D, c_.rms_eps, stream_, norm_q8));
   PHASELAB_TRY(prof_.mark("embedding + first norm", stream_));
   const bool gelu = c_.gelu != 0;
   for (int il = 0; il < c_.n_layer; il++) {
@@ -61,7 +68,7 @@ Status CudaDevice::enqueue(const Pass& ps) {
       auto part = [](const DevWeight& w, float* out) {
         return cuda::MatvecOut{w.data, w.type, w.row_bytes, w.n_out, out};
       };
-      CUDA_TRY(cuda::launch_matvec3(part(L.wq, q_), part(L.wk, k_), part(L.wv, v_), D, xb_, T, stream_, q8_));
+      CUDA_TRY(cuda::launch_matvec3(part(L.wq, q_), part(L.wk, k_), part(L.wv, v_), D, xb_, T, stream_, xb_q8));
     }
     PHASELAB_TRY(prof_.mark("Q, K, V products", stream_));
     if (c_.attn_bias) {
@@ -83,7 +90,7 @@ Status CudaDevice::enqueue(const Pass& ps) {
     PHASELAB_TRY(prof_.mark("output projection", stream_));
     // Post-attention norm, residual add and the feed-forward's norm in one pass.
     CUDA_TRY(cuda::launch_add_rmsnorm(x_, xb2_, c_.post_norms ? L.post_attn_norm : nullptr, L.ffn_norm, xb_, T, D,
-                                      c_.rms_eps, stream_));
+                                      c_.rms_eps, stream_, norm_q8));
     PHASELAB_TRY(prof_.mark("norms + residual adds", stream_));
     if (ps.gemm) {
       PHASELAB_TRY(matvec(L.w_gate, xb_, T, hb_, true));
@@ -92,7 +99,7 @@ Status CudaDevice::enqueue(const Pass& ps) {
     } else {  // both products and the activation in one kernel
       CUDA_TRY(cuda::launch_matvec_gated(L.w_gate.data, L.w_gate.type, L.w_gate.row_bytes, L.w_up.data, L.w_up.type,
                                          L.w_up.row_bytes, L.w_gate.n_in, L.w_gate.n_out, xb_, T, gelu, hb_, stream_,
-                                         q8_));
+                                         xb_q8));
     }
     PHASELAB_TRY(prof_.mark("FFN gate + up + activation", stream_));
     PHASELAB_TRY(matvec(L.w_down, hb_, T, xb2_, ps.gemm));
@@ -100,8 +107,10 @@ Status CudaDevice::enqueue(const Pass& ps) {
     // Post-FFN norm, residual add and the next layer's attention norm (the
     // output norm after the last layer) in one pass.
     const float* next_norm = il + 1 < c_.n_layer ? layers_[il + 1].attn_norm : output_norm_;
+    // (After the last layer xb's rows go to the logits, gathered or not:
+    // that product quantizes its own input.)
     CUDA_TRY(cuda::launch_add_rmsnorm(x_, xb2_, c_.post_norms ? L.post_ffw_norm : nullptr, next_norm, xb_, T, D,
-                                      c_.rms_eps, stream_));
+                                      c_.rms_eps, stream_, il + 1 < c_.n_layer ? norm_q8 : cuda::Q8Act{}));
     PHASELAB_TRY(prof_.mark("norms + residual adds", stream_));
   }
   if (ps.n_logits > 0) {
