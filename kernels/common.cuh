@@ -104,6 +104,14 @@ template <typename F>
 void device_pointers(const MatvecOut& m, F&& f) {
   f(m.w), f(m.out);
 }
+template <typename F>
+void device_pointers(const ExpertMats& m, F&& f) {
+  f(m.w);
+}
+template <typename F>
+void device_pointers(const MoeGroups& g, F&& f) {
+  f(g.order), f(g.offsets), f(g.counts), f(g.active);
+}
 #endif
 
 // Value i of a row being quantized to 8 bits per 32 values (cuda::Q8Act),

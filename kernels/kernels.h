@@ -171,6 +171,48 @@ size_t attention_partials_floats(int T, int n_head, int head_dim, int n_split);
 int attention_splits(int T, int n_head, int n_ctx);
 
 
+// ---- mixture of experts ------------------------------------------------------
+// An expert tensor (ffn_{gate,up,down}_exps): n_expert matrices of n_out rows
+// of n_in values one after another, row_bytes apart; expert e's rows start
+// at row e * n_out.
+struct ExpertMats {
+  const uint8_t* w = nullptr;
+  TensorType type = TensorType::F32;
+  size_t row_bytes = 0;
+  int n_out = 0;  // rows per expert
+};
+// The (token, slot) pairs of a pass grouped by expert (pair p = t * K + j:
+// token t's j-th chosen expert), made on the device by launch_moe_group:
+// order (T * K): the pairs, expert by expert, ascending within each;
+// offsets, counts (E): where each expert's pairs start and how many;
+// active (E + 1): the experts with pairs, ascending, then their number.
+struct MoeGroups {
+  int* order = nullptr;
+  int* offsets = nullptr;
+  int* counts = nullptr;
+  int* active = nullptr;
+};
+constexpr int kMoeMaxUsed = 16;  // experts per token at most (Qwen3 MoE: 8, Mixtral: 2)
+// The router's choice: from its logits (T, E), softmax over the E experts,
+// the K most likely (ties: the lower index), their probabilities
+// (renormalised to sum 1 when norm), by ascending expert id.
+// sel, w: (T, K).
+cudaError_t launch_moe_route(const float* logits, int T, int E, int K, bool norm, int* sel, float* w, cudaStream_t s);
+// g from sel (T, K).
+cudaError_t launch_moe_group(const int* sel, int T, int K, int E, MoeGroups g, cudaStream_t s);
+// out[p, r] = act(gate_e.row(r) . x[p / K]) * (up_e.row(r) . x[p / K]) for
+// each pair p of each expert e, each expert's rows read once for up to 8 of
+// its pairs.   x: (T, n_in); out: (T * K, n_out). q8: as launch_matvec's.
+cudaError_t launch_moe_gated(ExpertMats gate, ExpertMats up, int n_in, const float* x, int T, int K, MoeGroups g, int E,
+                             bool gelu, float* out, cudaStream_t s, Q8Act q8 = {});
+// out[p, :] = down_e . h[p, :] for each pair p of each expert e.
+// h: (T * K, n_in); out: (T * K, n_out). q8: for T * K rows.
+cudaError_t launch_moe_down(ExpertMats down, int n_in, const float* h, int T, int K, MoeGroups g, int E, float* out,
+                            cudaStream_t s, Q8Act q8 = {});
+// out[t, :] = sum over j of w[t, j] * y[t * K + j, :] (j in order).
+// y: (T * K, D); w: (T, K); out: (T, D).
+cudaError_t launch_moe_combine(const float* y, const float* w, int T, int K, int D, float* out, cudaStream_t s);
+
 // ---- prefill matrix products through cuBLAS -------------------------------
 // out (T, n_out) = x (T, n_in) . W^T on the tensor cores: W dequantized to
 // BF16 in slabs of rows (w16: at least n_in values; the more, the fewer GEMM

@@ -1,160 +1,13 @@
+#include <type_traits>
+
 #include "common.cuh"
 #include "kernels.h"
+#include "matvec_rows.cuh"
 
 namespace phaselab::cuda {
 
 namespace {
-constexpr int kMaxTokens = 8;
 constexpr int kRowsPerBlock = 4;  // one warp per row
-
-// Lane l's part of the dot products of one weight row with T <= kMaxTokens
-// rows of x: it dequantizes sub-blocks l, l+32, ... once and uses them for
-// every token. acc[t] += the lane's share (summed across the warp later).
-__device__ __forceinline__ void row_partials(const uint8_t* wr, TensorType type, int n_in, const float* x, int T,
-                                             int lane, float* acc) {
-  float v[32];
-  for (int sb = lane; sb < n_in / 32; sb += 32) {
-    dequant_sub32(type, wr, sb, v);
-    for (int t = 0; t < T; t++) {
-      const float* xt = x + static_cast<size_t>(t) * n_in + sb * 32;
-      float s = 0.f;
-      for (int i = 0; i < 32; i++) s += v[i] * xt[i];
-      acc[t] += s;
-    }
-  }
-  // Float rows (F32/F16/BF16) may end in n_in % 32 values outside any
-  // sub-block (block formats never do).
-  for (int i = n_in / 32 * 32 + lane; i < n_in; i += 32) {
-    const float wv = load_float_weight(type, wr, i);
-    for (int t = 0; t < T; t++) acc[t] += wv * x[static_cast<size_t>(t) * n_in + i];
-  }
-}
-
-// ---- the integer path (Q8Act) ------------------------------------------------
-// A row is cut into units of 8 values (unit u: values 8u .. 8u + 7, inside
-// one 32-value block of x's scales). A unit of any supported format comes
-// out as 8 small integers in two words (w0: values 0-3, w1: 4-7, one byte
-// each) and two scales: the unit's dot product with x's quants q is
-// d_x * (a * sum(w q) + b * sum(q)), b carrying the formats' offsets and
-// mins. Each lane takes units lane, lane + 32, ...: a warp reads a row's
-// bytes in order.
-struct WeightUnit {
-  int w0, w1;
-  float a, b;
-};
-
-// 4 bytes from a 2-byte aligned address (blocks of 18, 22, 34 and 210 bytes).
-__device__ __forceinline__ int load_u16x2(const uint8_t* p) {
-  const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
-  return static_cast<int>(h[0] | (static_cast<uint32_t>(h[1]) << 16));
-}
-__device__ __forceinline__ int load_u32(const uint8_t* p) { return *reinterpret_cast<const int*>(p); }
-// Bits 0-3 of b to bit 4 of bytes 0-3.
-__device__ __forceinline__ int high_bits_to_bytes(uint32_t b) {
-  return static_cast<int>(((b & 1) << 4) | ((b & 2) << 11) | ((b & 4) << 18) | ((b & 8) << 25));
-}
-
-__device__ __forceinline__ WeightUnit load_unit(TensorType type, const uint8_t* wr, int u) {
-  WeightUnit r{0, 0, 0.f, 0.f};
-  switch (type) {
-    case TensorType::Q8_0: {  // 34 bytes: d, 32 int8
-      const uint8_t* b = wr + static_cast<size_t>(u / 4) * sizeof(BlockQ8_0);
-      const uint8_t* q = b + 2 + 8 * (u % 4);
-      r.w0 = load_u16x2(q);
-      r.w1 = load_u16x2(q + 4);
-      r.a = h2f(*reinterpret_cast<const uint16_t*>(b));
-      return r;
-    }
-    case TensorType::Q4_0:    // 18 bytes: d, 16 bytes of nibbles (values i and i + 16 in byte i)
-    case TensorType::Q5_0: {  // 22 bytes: d, 32 high bits, the same nibbles
-      const bool five = type == TensorType::Q5_0;
-      const uint8_t* b = wr + static_cast<size_t>(u / 4) * (five ? sizeof(BlockQ5_0) : sizeof(BlockQ4_0));
-      const int k = u % 4;  // values 8k .. 8k + 7: low nibbles of bytes 8(k&1).. for k < 2, high ones after
-      const uint8_t* q = b + (five ? 6 : 2) + 8 * (k & 1);
-      const int shift = 4 * (k >> 1);
-      r.w0 = (load_u16x2(q) >> shift) & 0x0F0F0F0F;
-      r.w1 = (load_u16x2(q + 4) >> shift) & 0x0F0F0F0F;
-      const float d = h2f(*reinterpret_cast<const uint16_t*>(b));
-      if (five) {
-        const uint32_t qh = static_cast<uint32_t>(load_u16x2(b + 2)) >> (8 * k);
-        r.w0 |= high_bits_to_bytes(qh & 0xF);
-        r.w1 |= high_bits_to_bytes((qh >> 4) & 0xF);
-      }
-      r.a = d;
-      r.b = five ? -16.f * d : -8.f * d;
-      return r;
-    }
-    case TensorType::Q4_K: {  // 144 bytes per 256: d, dmin, 12 bytes of 6-bit scales and mins, 128 of nibbles
-      const uint8_t* b = wr + static_cast<size_t>(u / 32) * sizeof(BlockQ4_K);
-      const int j = (u % 32) / 4, k = u % 4;  // sub-block j, its values 8k ..
-      const uint8_t* q = b + 16 + 32 * (j / 2) + 8 * k;
-      const int shift = 4 * (j % 2);
-      r.w0 = (load_u32(q) >> shift) & 0x0F0F0F0F;
-      r.w1 = (load_u32(q + 4) >> shift) & 0x0F0F0F0F;
-      int sc, m;
-      scale_min_k4(j, b + 4, &sc, &m);
-      r.a = h2f(*reinterpret_cast<const uint16_t*>(b)) * sc;
-      r.b = -h2f(*reinterpret_cast<const uint16_t*>(b + 2)) * m;
-      return r;
-    }
-    case TensorType::Q6_K: {  // 210 bytes per 256: ql[128], qh[64], 16 int8 scales, d
-      const uint8_t* b = wr + static_cast<size_t>(u / 32) * sizeof(BlockQ6_K);
-      const int sb = (u % 32) / 4, k = u % 4;
-      const int h = sb / 4, rr = sb % 4;
-      const uint8_t* ql = b + 64 * h + 32 * (rr & 1) + 8 * k;
-      const uint8_t* qh = b + 128 + 32 * h + 8 * k;
-      const int shift = rr < 2 ? 0 : 4;
-      r.w0 = ((load_u16x2(ql) >> shift) & 0x0F0F0F0F) | (((load_u16x2(qh) >> (2 * rr)) & 0x03030303) << 4);
-      r.w1 = ((load_u16x2(ql + 4) >> shift) & 0x0F0F0F0F) | (((load_u16x2(qh + 4) >> (2 * rr)) & 0x03030303) << 4);
-      const float d = h2f(*reinterpret_cast<const uint16_t*>(b + 208));
-      const int8_t sc = static_cast<int8_t>(b[192 + 8 * h + 2 * rr + k / 2]);
-      r.a = d * sc;
-      r.b = -32.f * d * sc;
-      return r;
-    }
-    default: return r;
-  }
-}
-
-__device__ __forceinline__ bool q8_type(TensorType t) {
-  return t == TensorType::Q8_0 || t == TensorType::Q4_0 || t == TensorType::Q5_0 || t == TensorType::Q4_K ||
-         t == TensorType::Q6_K;
-}
-
-// The integer path's row_partials: kUnroll units per lane loaded before any
-// is used (loads in flight, the point of a bandwidth-bound kernel).
-constexpr int kUnroll = 4;
-__device__ __forceinline__ void row_partials_q8(const uint8_t* wr, TensorType type, int n_in, const int8_t* xq,
-                                                const float* xd, int T, int lane, float* acc) {
-  const int n_units = n_in / 8;
-  for (int u0 = lane; u0 < n_units; u0 += 32 * kUnroll) {
-    WeightUnit wu[kUnroll];
-#pragma unroll
-    for (int k = 0; k < kUnroll; k++)
-      if (u0 + 32 * k < n_units) wu[k] = load_unit(type, wr, u0 + 32 * k);
-#pragma unroll
-    for (int k = 0; k < kUnroll; k++) {
-      const int u = u0 + 32 * k;
-      if (u >= n_units) break;
-      for (int t = 0; t < T; t++) {
-        const int8_t* xt = xq + static_cast<size_t>(t) * n_in + 8 * u;
-        const int x0 = load_u32(reinterpret_cast<const uint8_t*>(xt));
-        const int x1 = load_u32(reinterpret_cast<const uint8_t*>(xt + 4));
-        const int dot = __dp4a(wu[k].w0, x0, __dp4a(wu[k].w1, x1, 0));
-        const int sum = __dp4a(0x01010101, x0, __dp4a(0x01010101, x1, 0));
-        acc[t] += xd[static_cast<size_t>(t) * (n_in / 32) + u / 4] * (wu[k].a * static_cast<float>(dot) +
-                                                                      wu[k].b * static_cast<float>(sum));
-      }
-    }
-  }
-}
-
-// Either path for one row (xq null: the float path).
-__device__ __forceinline__ void row_dot(const uint8_t* wr, TensorType type, int n_in, const float* x,
-                                        const int8_t* xq, const float* xd, int T, int lane, float* acc) {
-  if (xq && q8_type(type)) row_partials_q8(wr, type, n_in, xq, xd, T, lane, acc);
-  else row_partials(wr, type, n_in, x, T, lane, acc);
-}
 
 // One warp per 32 values: max |x| / 127 and the values rounded to nearest even.
 __global__ void quantize_q8_kernel(const float* x, size_t n_blocks, int8_t* q, float* d) {
@@ -164,15 +17,36 @@ __global__ void quantize_q8_kernel(const float* x, size_t n_blocks, int8_t* q, f
   q8_store(x[blk * 32 + lane], q, d, blk * 32 + lane);
 }
 
-// One warp per output row.
-__global__ void matvec_kernel(const uint8_t* w, TensorType type, size_t row_bytes, int n_in, int n_out,
-                              const float* x, const int8_t* xq, const float* xd, int T, float* out) {
+// The kernels come in variants (Path, kT): Path::q8 (every matrix of the
+// launch on the integer path) carries no float path and so fewer
+// registers, more warps per SM and more loads in flight; Path::any picks
+// per matrix. kT = 1: a decode launch (one input row), else up to
+// kMaxTokens rows (T at run time).
+enum class Path { any, q8 };
+template <Path P, typename RowOf>
+__device__ __forceinline__ void row_product(const uint8_t* wr, TensorType type, int n_in, const float* x,
+                                            const int8_t* xq, const float* xd, int T, int lane, float* acc,
+                                            RowOf row_of) {
+  if constexpr (P == Path::q8) row_partials_q8(wr, type, n_in, xq, xd, T, lane, acc, row_of);
+  else row_dot_rows(wr, type, n_in, x, xq, xd, T, lane, acc, row_of);
+}
+
+// One warp per output row. kType >= 0: the weights' type known at compile
+// time (the integer path's decoding of one format alone: fewer registers,
+// more warps in flight; the logits' product is the largest of a decode
+// step); -1: type at run time.
+template <Path P, int kT, int kType = -1>
+__global__ void __launch_bounds__(32 * kRowsPerBlock)
+    matvec_kernel(const uint8_t* w, TensorType type_, size_t row_bytes, int n_in, int n_out, const float* x,
+                  const int8_t* xq, const float* xd, int T_, float* out) {
+  const int T = kT == 1 ? 1 : T_;
+  const TensorType type = kType >= 0 ? static_cast<TensorType>(kType) : type_;
   const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= n_out) return;
-  float acc[kMaxTokens];
-  for (int t = 0; t < kMaxTokens; t++) acc[t] = 0.f;
-  row_dot(w + static_cast<size_t>(row) * row_bytes, type, n_in, x, xq, xd, T, lane, acc);
+  float acc[kT];
+  for (int t = 0; t < kT; t++) acc[t] = 0.f;
+  row_product<P>(w + static_cast<size_t>(row) * row_bytes, type, n_in, x, xq, xd, T, lane, acc, IdentityRows{});
   for (int t = 0; t < T; t++) {
     const float r = warp_sum(acc[t]);
     if (lane == 0) out[static_cast<size_t>(t) * n_out + row] = r;
@@ -181,8 +55,11 @@ __global__ void matvec_kernel(const uint8_t* w, TensorType type, size_t row_byte
 
 // Up to three matrices with the same input in one launch (Q, K and V):
 // the warps take the rows of a, then b, then c.
-__global__ void matvec3_kernel(MatvecOut a, MatvecOut b, MatvecOut c, int n_in, const float* x, const int8_t* xq,
-                               const float* xd, int T) {
+template <Path P, int kT, int kType = -1>
+__global__ void __launch_bounds__(32 * kRowsPerBlock)
+    matvec3_kernel(MatvecOut a, MatvecOut b, MatvecOut c, int n_in, const float* x, const int8_t* xq, const float* xd,
+                   int T_) {
+  const int T = kT == 1 ? 1 : T_;
   int row = blockIdx.x * kRowsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   MatvecOut m = a;
@@ -195,9 +72,10 @@ __global__ void matvec3_kernel(MatvecOut a, MatvecOut b, MatvecOut c, int n_in, 
       if (row >= c.n_out) return;
     }
   }
-  float acc[kMaxTokens];
-  for (int t = 0; t < kMaxTokens; t++) acc[t] = 0.f;
-  row_dot(m.w + static_cast<size_t>(row) * m.row_bytes, m.type, n_in, x, xq, xd, T, lane, acc);
+  float acc[kT];
+  for (int t = 0; t < kT; t++) acc[t] = 0.f;
+  const TensorType type = kType >= 0 ? static_cast<TensorType>(kType) : m.type;
+  row_product<P>(m.w + static_cast<size_t>(row) * m.row_bytes, type, n_in, x, xq, xd, T, lane, acc, IdentityRows{});
   for (int t = 0; t < T; t++) {
     const float r = warp_sum(acc[t]);
     if (lane == 0) m.out[static_cast<size_t>(t) * m.n_out + row] = r;
@@ -206,35 +84,53 @@ __global__ void matvec3_kernel(MatvecOut a, MatvecOut b, MatvecOut c, int n_in, 
 
 // The gate and up rows r of a gated feed-forward in one warp:
 // out[t, r] = act(gate_r . x_t) * (up_r . x_t).
-__global__ void gated_matvec_kernel(const uint8_t* wg, TensorType tg, size_t rbg, const uint8_t* wu, TensorType tu,
-                                    size_t rbu, int n_in, int n_out, const float* x, const int8_t* xq, const float* xd,
-                                    int T, bool gelu, float* out) {
+template <Path P, int kT, int kType = -1>
+__global__ void __launch_bounds__(32 * kRowsPerBlock)
+    gated_matvec_kernel(const uint8_t* wg, TensorType tg_, size_t rbg, const uint8_t* wu, TensorType tu_, size_t rbu,
+                        int n_in, int n_out, const float* x, const int8_t* xq, const float* xd, int T_, bool gelu,
+                        float* out) {
+  const int T = kT == 1 ? 1 : T_;
+  const TensorType tg = kType >= 0 ? static_cast<TensorType>(kType) : tg_;
+  const TensorType tu = kType >= 0 ? static_cast<TensorType>(kType) : tu_;
   const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= n_out) return;
-  float ag[kMaxTokens], au[kMaxTokens];
-  for (int t = 0; t < kMaxTokens; t++) ag[t] = au[t] = 0.f;
-  row_dot(wg + static_cast<size_t>(row) * rbg, tg, n_in, x, xq, xd, T, lane, ag);
-  row_dot(wu + static_cast<size_t>(row) * rbu, tu, n_in, x, xq, xd, T, lane, au);
+  float ag[kT], au[kT];
+  for (int t = 0; t < kT; t++) ag[t] = au[t] = 0.f;
+  row_product<P>(wg + static_cast<size_t>(row) * rbg, tg, n_in, x, xq, xd, T, lane, ag, IdentityRows{});
+  row_product<P>(wu + static_cast<size_t>(row) * rbu, tu, n_in, x, xq, xd, T, lane, au, IdentityRows{});
   for (int t = 0; t < T; t++) {
     const float g = warp_sum(ag[t]), u = warp_sum(au[t]);
     if (lane == 0) out[static_cast<size_t>(t) * n_out + row] = (gelu ? gelu_tanh(g) : silu(g)) * u;
   }
 }
-// The integer path's input for a launch over T rows of n_in: quantized
-// here, once for all its matrices, when one of them can use it.
-struct Q8Input {
-  const int8_t* q = nullptr;
-  const float* d = nullptr;
-};
-Q8Input quantize_for(Q8Act q8, bool wanted, const float* x, int T, int n_in, cudaStream_t s, cudaError_t* err) {
-  *err = cudaSuccess;
-  if (!wanted || !q8.q || n_in % 32 != 0 || static_cast<size_t>(T) * n_in > q8.cap) return {};
-  if (q8.ready) return Q8Input{q8.q, q8.d};  // the kernel that wrote x quantized it
-  *err = launch_quantize_q8(x, T, n_in, q8, s);
-  return Q8Input{q8.q, q8.d};
-}
 
+// Calls f with the variant's constants: Path::q8 where the input is
+// quantized and every matrix takes the integer path; kT 1 for one row.
+template <typename F>
+cudaError_t with_variant(bool all_q8, int T, F&& f) {
+  if (all_q8) return T == 1 ? f(std::integral_constant<Path, Path::q8>{}, std::integral_constant<int, 1>{})
+                            : f(std::integral_constant<Path, Path::q8>{}, std::integral_constant<int, kMaxTokens>{});
+  return T == 1 ? f(std::integral_constant<Path, Path::any>{}, std::integral_constant<int, 1>{})
+                : f(std::integral_constant<Path, Path::any>{}, std::integral_constant<int, kMaxTokens>{});
+}
+// go(std::integral_constant<int, type>) for the integer path's formats
+// when P is Path::q8 and every matrix has that one format (same_type);
+// else go(std::integral_constant<int, -1>) (the type read at run time).
+template <Path P, typename G>
+cudaError_t with_type(bool same_type, TensorType type, G&& go) {
+  if constexpr (P == Path::q8) {
+    if (same_type) switch (type) {
+        case TensorType::Q8_0: return go(std::integral_constant<int, static_cast<int>(TensorType::Q8_0)>{});
+        case TensorType::Q4_0: return go(std::integral_constant<int, static_cast<int>(TensorType::Q4_0)>{});
+        case TensorType::Q5_0: return go(std::integral_constant<int, static_cast<int>(TensorType::Q5_0)>{});
+        case TensorType::Q4_K: return go(std::integral_constant<int, static_cast<int>(TensorType::Q4_K)>{});
+        case TensorType::Q6_K: return go(std::integral_constant<int, static_cast<int>(TensorType::Q6_K)>{});
+        default: break;
+      }
+  }
+  return go(std::integral_constant<int, -1>{});
+}
 }  // namespace
 
 bool q8_dot_supported(TensorType t) {
@@ -257,11 +153,21 @@ cudaError_t launch_matvec(const uint8_t* w, TensorType type, size_t row_bytes, i
   const unsigned blocks = (n_out + kRowsPerBlock - 1) / kRowsPerBlock;
   for (int t0 = 0; t0 < T; t0 += kMaxTokens) {
     const int n = T - t0 < kMaxTokens ? T - t0 : kMaxTokens;
-    PHASELAB_LAUNCH(matvec_kernel, blocks, 32 * kRowsPerBlock, 0, s)(
-        w, type, row_bytes, n_in, n_out, x + static_cast<size_t>(t0) * n_in,
-        xq.q ? xq.q + static_cast<size_t>(t0) * n_in : nullptr, xq.d ? xq.d + static_cast<size_t>(t0) * (n_in / 32) : nullptr,
-        n, out + static_cast<size_t>(t0) * n_out);
-    if (cudaError_t e2 = cudaGetLastError(); e2 != cudaSuccess) return e2;
+    const cudaError_t e2 = with_variant(xq.q != nullptr, n, [&](auto path, auto kt) {
+      constexpr Path P = decltype(path)::value;
+      constexpr int KT = decltype(kt)::value;
+      const float* xt = x + static_cast<size_t>(t0) * n_in;
+      const int8_t* qt = xq.q ? xq.q + static_cast<size_t>(t0) * n_in : nullptr;
+      const float* dt = xq.d ? xq.d + static_cast<size_t>(t0) * (n_in / 32) : nullptr;
+      float* ot = out + static_cast<size_t>(t0) * n_out;
+      auto go = [&](auto kind) {
+        PHASELAB_LAUNCH((matvec_kernel<P, KT, decltype(kind)::value>), blocks, 32 * kRowsPerBlock, 0, s)(
+            w, type, row_bytes, n_in, n_out, xt, qt, dt, n, ot);
+        return cudaGetLastError();
+      };
+      return with_type<P>(true, type, go);
+    });
+    if (e2 != cudaSuccess) return e2;
   }
   return cudaSuccess;
 }
@@ -281,10 +187,21 @@ cudaError_t launch_matvec3(MatvecOut a, MatvecOut b, MatvecOut c, int n_in, cons
     a2.out += static_cast<size_t>(t0) * a.n_out;
     b2.out += static_cast<size_t>(t0) * b.n_out;
     c2.out += static_cast<size_t>(t0) * c.n_out;
-    PHASELAB_LAUNCH(matvec3_kernel, blocks, 32 * kRowsPerBlock, 0, s)(
-        a2, b2, c2, n_in, x + static_cast<size_t>(t0) * n_in, xq.q ? xq.q + static_cast<size_t>(t0) * n_in : nullptr,
-        xq.d ? xq.d + static_cast<size_t>(t0) * (n_in / 32) : nullptr, n);
-    if (cudaError_t e2 = cudaGetLastError(); e2 != cudaSuccess) return e2;
+    const bool all_q8 = xq.q && q8_dot_supported(a.type) && (b.n_out == 0 || q8_dot_supported(b.type)) &&
+                        (c.n_out == 0 || q8_dot_supported(c.type));
+    const bool same = (b.n_out == 0 || b.type == a.type) && (c.n_out == 0 || c.type == a.type);
+    const cudaError_t e2 = with_variant(all_q8, n, [&](auto path, auto kt) {
+      constexpr Path P = decltype(path)::value;
+      constexpr int KT = decltype(kt)::value;
+      return with_type<P>(same, a.type, [&](auto kind) {
+        PHASELAB_LAUNCH((matvec3_kernel<P, KT, decltype(kind)::value>), blocks, 32 * kRowsPerBlock, 0, s)(
+            a2, b2, c2, n_in, x + static_cast<size_t>(t0) * n_in,
+            xq.q ? xq.q + static_cast<size_t>(t0) * n_in : nullptr,
+            xq.d ? xq.d + static_cast<size_t>(t0) * (n_in / 32) : nullptr, n);
+        return cudaGetLastError();
+      });
+    });
+    if (e2 != cudaSuccess) return e2;
   }
   return cudaSuccess;
 }
@@ -298,11 +215,20 @@ cudaError_t launch_matvec_gated(const uint8_t* w_gate, TensorType gate_type, siz
   const unsigned blocks = (n_out + kRowsPerBlock - 1) / kRowsPerBlock;
   for (int t0 = 0; t0 < T; t0 += kMaxTokens) {
     const int n = T - t0 < kMaxTokens ? T - t0 : kMaxTokens;
-    PHASELAB_LAUNCH(gated_matvec_kernel, blocks, 32 * kRowsPerBlock, 0, s)(
-        w_gate, gate_type, gate_row_bytes, w_up, up_type, up_row_bytes, n_in, n_out,
-        x + static_cast<size_t>(t0) * n_in, xq.q ? xq.q + static_cast<size_t>(t0) * n_in : nullptr,
-        xq.d ? xq.d + static_cast<size_t>(t0) * (n_in / 32) : nullptr, n, gelu, out + static_cast<size_t>(t0) * n_out);
-    if (cudaError_t e2 = cudaGetLastError(); e2 != cudaSuccess) return e2;
+    const bool all_q8 = xq.q && q8_dot_supported(gate_type) && q8_dot_supported(up_type);
+    const cudaError_t e2 = with_variant(all_q8, n, [&](auto path, auto kt) {
+      constexpr Path P = decltype(path)::value;
+      constexpr int KT = decltype(kt)::value;
+      return with_type<P>(gate_type == up_type, gate_type, [&](auto kind) {
+        PHASELAB_LAUNCH((gated_matvec_kernel<P, KT, decltype(kind)::value>), blocks, 32 * kRowsPerBlock, 0, s)(
+            w_gate, gate_type, gate_row_bytes, w_up, up_type, up_row_bytes, n_in, n_out,
+            x + static_cast<size_t>(t0) * n_in, xq.q ? xq.q + static_cast<size_t>(t0) * n_in : nullptr,
+            xq.d ? xq.d + static_cast<size_t>(t0) * (n_in / 32) : nullptr, n, gelu,
+            out + static_cast<size_t>(t0) * n_out);
+        return cudaGetLastError();
+      });
+    });
+    if (e2 != cudaSuccess) return e2;
   }
   return cudaSuccess;
 }

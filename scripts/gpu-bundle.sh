@@ -38,5 +38,11 @@ MODEL="$("$ROOT/scripts/fetch-model.sh" 2>/dev/null || true)"
 if [[ -n "$MODEL" ]]; then
   "$OUT/bin/phaselab-cli" twin export "$MODEL" "$OUT/default-model.twin.gguf"
 fi
+# A mixture-of-experts model to benchmark too (its spec; the GPU machine
+# builds the twin): PHASELAB_MOE_MODEL=path, e.g. the Qwen3-30B-A3B shape
+# twin that `build/tests/make_reference_models --qwen3moe-twin 12 OUT` writes.
+if [[ -n "${PHASELAB_MOE_MODEL:-}" ]]; then
+  "$OUT/bin/phaselab-cli" twin export "$PHASELAB_MOE_MODEL" "$OUT/moe-model.twin.gguf"
+fi
 du -sh "$OUT" >&2
 echo "gpu-bundle: ready; on the GPU machine run scripts/gpu-check.sh with carry [\"gpu-bundle\"]" >&2

@@ -33,6 +33,7 @@ if [[ -d "$ROOT/gpu-bundle/bin" ]]; then
     MODEL=/tmp/default-model-twin.gguf
     "$BIN/phaselab-cli" twin build "$ROOT/gpu-bundle/default-model.twin.gguf" "$MODEL" 2>&1 | tee "$OUTDIR/twin.txt"
   fi
+  MOE_SPEC="$ROOT/gpu-bundle/moe-model.twin.gguf"
   TEST_CUDA="$BIN/test_cuda"
   TEST_CUDA_OPS="$BIN/test_cuda_ops"
 else
@@ -89,4 +90,14 @@ if [[ -n "$MODEL" && -f "$MODEL" ]]; then
   } | tee "$OUTDIR/bench_cuda_variants.md"
 else
   echo "gpu-check: no default model (or twin) here; benchmarked stories260K only" >&2
+fi
+# A mixture-of-experts twin, where the bundle has its spec (gpu-bundle.sh's
+# PHASELAB_MOE_MODEL): built here, then prefill and decode on the GPU.
+if [[ -n "${MOE_SPEC:-}" && -f "$MOE_SPEC" ]]; then
+  {
+    echo "## mixture of experts: $(basename "$MOE_SPEC")"
+    timeout 120 "$BIN/phaselab-cli" twin build "$MOE_SPEC" /tmp/moe-twin.gguf 2>&1
+    timeout 60 "$BIN/phaselab-cli" bench -m /tmp/moe-twin.gguf --backend cuda -p 512 -n 128 -r 3 2>&1
+    PHASELAB_CUDA_PROFILE=1 timeout 60 "$BIN/phaselab-cli" bench -m /tmp/moe-twin.gguf --backend cuda -p 512 -n 32 -r 1 2>&1
+  } | tee "$OUTDIR/bench_moe.md"
 fi

@@ -223,7 +223,8 @@ class TestCuda : public QObject {
 
   void cuda_matches_cpu_reference_data() {
     QTest::addColumn<QString>("model");
-    for (const char* a : {"llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"}) QTest::newRow(a) << a;
+    for (const char* a : {"llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "qwen3moe", "qwen3moe-q4_k", "mixtral"})
+      QTest::newRow(a) << a;
     QTest::newRow("stories260K") << "stories260K";
     QTest::newRow("gemma3-270m") << "default";
   }
@@ -280,7 +281,9 @@ class TestCuda : public QObject {
     // Random weights (tiny models, a shape twin of the default model): near-ties
     // everywhere, so the logits' NMSE is the check; real models also compare
     // greedy tokens.
-    if (model.startsWith("llama") || model.startsWith("qwen") || model.startsWith("gemma") || model == "phi3") return;
+    if (model.startsWith("llama") || model.startsWith("qwen") || model.startsWith("gemma") || model == "phi3" ||
+        model == "mixtral")
+      return;
     if ((*m)->file().find("phaselab.twin_of")) return;
     (*cpu)->kv().clear();
     (*gpu)->kv().clear();
@@ -383,14 +386,19 @@ class TestCuda : public QObject {
     QTest::addColumn<QString>("model");
     QTest::newRow("stories260K") << "stories260K";
     QTest::newRow("gemma3") << "gemma3";
+    // Experts chosen per row and grouped by expert over the whole batch:
+    // each row's products and sums are still its solo ones (Q4_K experts:
+    // the integer path).
+    QTest::newRow("qwen3moe-q4_k") << "qwen3moe-q4_k";
   }
   void forward_batch_equals_solo_forward() {
     const CudaProbe p = probe_cuda(env_switches().library);
     REQUIRE_CUDA(p);
     QFETCH(QString, model);
     const bool windowed = model == "gemma3";
-    auto m = Model::load(windowed ? write_tiny_model(tiny_spec("gemma3"), "cuda_tiny_gemma3.gguf")
-                                  : test_data("stories260K.gguf"));
+    auto m = Model::load(model == "stories260K"
+                             ? test_data("stories260K.gguf")
+                             : write_tiny_model(tiny_spec(model.toStdString()), "cuda_tiny_" + model.toStdString() + ".gguf"));
     QVERIFY(m.is_ok());
     const int V = (*m)->config().n_vocab;
     CudaSwitches no_gemm = env_switches();

@@ -4,6 +4,8 @@
 // reports SKIP with the CUDA runtime's reason.
 #include <QtTest>
 
+#include <numeric>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -726,6 +728,95 @@ class TestCudaOps : public QObject {
     QCOMPARE(cuda::attention_tiled_splits(64, 4, 1, 4096, 132), 32);
     QCOMPARE(cuda::attention_tiled_splits(64, 4, 1, 40, 132), 1);
     QCOMPARE(cuda::attention_tiled_splits(512, 32, 8, 4096, 132), 1);  // 1024 blocks already
+  }
+
+  // Mixture of experts: the router's choice, the pairs grouped by expert,
+  // the experts' gated and down products (Q4_K gate, Q6_K up, Q8_0 down;
+  // the float path and the integer path) and each token's weighted sum,
+  // against a plain computation here.
+  void moe_kernels_data() {
+    QTest::addColumn<bool>("q8");
+    QTest::addColumn<bool>("norm");
+    QTest::addColumn<int>("T");
+    QTest::newRow("float path, renormalised") << false << true << 11;
+    QTest::newRow("integer path, renormalised") << true << true << 11;
+    QTest::newRow("float path, raw probabilities") << false << false << 11;
+    QTest::newRow("integer path, one token (decode)") << true << true << 1;
+    QTest::newRow("float path, one token (decode)") << false << true << 1;
+  }
+  void moe_kernels() {
+    REQUIRE_GPU();
+    QFETCH(bool, q8);
+    QFETCH(bool, norm);
+    QFETCH(int, T);
+    const int E = 6, K = 2, D = 256, F = 96;
+    const auto logits = randn(static_cast<size_t>(T) * E, 60, 2.f);
+    const Matrix gate = make_matrix(TensorType::Q4_K, D, E * F, 61), up = make_matrix(TensorType::Q6_K, D, E * F, 62),
+                 down = make_matrix(TensorType::Q8_0, F, E * D, 63);
+    const auto x = randn(static_cast<size_t>(T) * D, 64);
+    // Here: softmax, the K largest, renormalised or not, by ascending id.
+    std::vector<int> want_sel(static_cast<size_t>(T) * K);
+    std::vector<float> want_w(want_sel.size()), want_out(static_cast<size_t>(T) * D, 0.f);
+    for (int t = 0; t < T; t++) {
+      const float* l = &logits[static_cast<size_t>(t) * E];
+      const float mx = *std::max_element(l, l + E);
+      double sum = 0;
+      for (int e = 0; e < E; e++) sum += std::exp(l[e] - mx);
+      std::vector<int> ids(E);
+      for (int e = 0; e < E; e++) ids[e] = e;
+      std::stable_sort(ids.begin(), ids.end(), [&](int a, int b) { return l[a] > l[b]; });
+      ids.resize(K);
+      std::sort(ids.begin(), ids.end());
+      double ws = 0;
+      for (int j = 0; j < K; j++) ws += std::exp(l[ids[j]] - mx) / sum;
+      for (int j = 0; j < K; j++) {
+        want_sel[t * K + j] = ids[j];
+        want_w[t * K + j] = static_cast<float>(std::exp(l[ids[j]] - mx) / sum / (norm ? ws : 1.0));
+        const int e = ids[j];
+        std::vector<float> h(F);
+        for (int r = 0; r < F; r++) {
+          double g = 0, u = 0;
+          for (int i = 0; i < D; i++) {
+            g += static_cast<double>(gate.deq[(static_cast<size_t>(e) * F + r) * D + i]) * x[t * D + i];
+            u += static_cast<double>(up.deq[(static_cast<size_t>(e) * F + r) * D + i]) * x[t * D + i];
+          }
+          h[r] = ref::silu(static_cast<float>(g)) * static_cast<float>(u);
+        }
+        for (int r = 0; r < D; r++) {
+          double y = 0;
+          for (int i = 0; i < F; i++) y += static_cast<double>(down.deq[(static_cast<size_t>(e) * D + r) * F + i]) * h[i];
+          want_out[t * D + r] += want_w[t * K + j] * static_cast<float>(y);
+        }
+      }
+    }
+    Dev<float> dl(logits), dx(x), dw(static_cast<size_t>(T) * K), dh(static_cast<size_t>(T) * K * F),
+        dy(static_cast<size_t>(T) * K * D), dout(static_cast<size_t>(T) * D);
+    Dev<uint8_t> dg(gate.data), du(up.data), dd(down.data);
+    Dev<int> dsel(static_cast<size_t>(T) * K), order(static_cast<size_t>(T) * K), offsets(E), counts(E), active(E + 1);
+    const cuda::MoeGroups g{order.p, offsets.p, counts.p, active.p};
+    DevQ8 scratch(T * K, std::max(D, F));
+    const cuda::Q8Act act = q8 ? scratch.act() : cuda::Q8Act{};
+    CU(cuda::launch_moe_route(dl.p, T, E, K, norm, dsel.p, dw.p, nullptr));
+    CU(cuda::launch_moe_group(dsel.p, T, K, E, g, nullptr));
+    CU(cuda::launch_moe_gated({dg.p, TensorType::Q4_K, gate.row_bytes, F}, {du.p, TensorType::Q6_K, up.row_bytes, F}, D,
+                              dx.p, T, K, g, E, false, dh.p, nullptr, act));
+    CU(cuda::launch_moe_down({dd.p, TensorType::Q8_0, down.row_bytes, D}, F, dh.p, T, K, g, E, dy.p, nullptr, act));
+    CU(cuda::launch_moe_combine(dy.p, dw.p, T, K, D, dout.p, nullptr));
+    QCOMPARE(dsel.get(), want_sel);
+    CHECK_NMSE(want_w, dw.get(), 1e-12);
+    // The groups: every pair once, each expert's ascending, the active list.
+    const auto o = order.get(), c = counts.get(), off = offsets.get(), a = active.get();
+    int n_active = 0;
+    for (int e = 0; e < E; e++) {
+      for (int i = 0; i < c[e]; i++) QCOMPARE(want_sel[o[off[e] + i]], e);
+      for (int i = 1; i < c[e]; i++) QVERIFY(o[off[e] + i] > o[off[e] + i - 1]);
+      if (c[e] > 0) QCOMPARE(a[n_active++], e);
+    }
+    QCOMPARE(a[E], n_active);
+    QCOMPARE(std::accumulate(c.begin(), c.end(), 0), T * K);
+    const double e = nmse(want_out, dout.get());
+    qInfo("experts' output NMSE %.3g (%s path)", e, q8 ? "integer" : "float");
+    QVERIFY2(e <= (q8 ? 5e-4 : 1e-9), qPrintable(QString("NMSE %1").arg(e)));
   }
 
   void argmax_and_top_k() {

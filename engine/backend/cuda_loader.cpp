@@ -141,6 +141,24 @@ PhlCudaWeight weight_view(const WeightView& w) {
   return PhlCudaWeight{w.data, static_cast<uint32_t>(w.type), static_cast<int32_t>(w.n_in),
                        static_cast<int32_t>(w.n_out), w.row_bytes};
 }
+// An expert tensor's per-expert views as one matrix of all their rows (the
+// file holds them one after another: Model checks the 3-D tensor's shape).
+PhlCudaWeight experts_view(const std::vector<WeightView>& e) {
+  if (e.empty()) return PhlCudaWeight{};
+  PhlCudaWeight w = weight_view(e[0]);
+  w.n_out = static_cast<int32_t>(e[0].n_out * static_cast<int64_t>(e.size()));
+  return w;
+}
+
+// Whether the experts' views are one tensor's consecutive slices (the layout
+// experts_view hands over).
+bool experts_contiguous(const std::vector<WeightView>& e) {
+  for (size_t i = 1; i < e.size(); i++)
+    if (e[i].data != e[0].data + i * static_cast<size_t>(e[0].n_out) * e[0].row_bytes || e[i].type != e[0].type)
+      return false;
+  return true;
+}
+
 PhlCudaVector vector_view(const std::vector<float>& v) {
   return PhlCudaVector{v.empty() ? nullptr : v.data(), static_cast<int64_t>(v.size())};
 }
@@ -157,15 +175,17 @@ struct ModelView {
     model.config = PhlCudaConfig{c.n_layer, c.n_embd, c.n_head, c.n_head_kv, c.head_dim, c.n_ff, c.n_vocab, c.n_rot,
                                  c.rms_eps, c.embd_scale, c.attn_scale, c.attn_logit_softcap, c.final_logit_softcap,
                                  c.rope_attn_factor,
-                                 c.act == Activation::gelu_tanh, c.attn_bias, c.qk_norm, c.rope_neox, c.post_norms};
+                                 c.act == Activation::gelu_tanh, c.attn_bias, c.qk_norm, c.rope_neox, c.post_norms,
+                                 c.n_expert, c.n_expert_used, c.n_ff_exp, c.expert_weights_norm};
     for (int il = 0; il < c.n_layer; il++) {
       const LayerWeights& L = w.layers[il];
       layers.push_back(PhlCudaLayer{vector_view(L.attn_norm), vector_view(L.bq), vector_view(L.bk), vector_view(L.bv),
                                     vector_view(L.q_norm), vector_view(L.k_norm), vector_view(L.post_attn_norm),
                                     vector_view(L.ffn_norm), vector_view(L.post_ffw_norm), weight_view(L.wq),
                                     weight_view(L.wk), weight_view(L.wv), weight_view(L.wo), weight_view(L.w_gate),
-                                    weight_view(L.w_up), weight_view(L.w_down), c.window_of(il),
-                                    c.rope_base_of(il)});
+                                    weight_view(L.w_up), weight_view(L.w_down), weight_view(L.router),
+                                    experts_view(L.gate_exps), experts_view(L.up_exps), experts_view(L.down_exps),
+                                    c.window_of(il), c.rope_base_of(il)});
     }
     model.tok_embd = weight_view(w.tok_embd);
     model.output = weight_view(w.output);
@@ -362,9 +382,19 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(std::shared_ptr<const Model> 
                                                    const CudaSwitches& sw) {
   if (!model) return invalid_argument("no model");
   if (max_batch < 1) return invalid_argument("batch size must be at least 1");
-  if (model->config().is_moe())
-    return unsupported("CUDA: mixture-of-experts models (" + model->config().arch_str +
-                       ") run on the CPU backends only for now; use --backend cpu");
+  const ModelConfig& mc = model->config();
+  if (mc.is_moe()) {
+    // Softmax over all experts, SiLU experts without biases (Qwen3 MoE,
+    // Mixtral); gpt-oss's routing and biases are the CPU's for now.
+    if (mc.expert_gating != ExpertGating::softmax || mc.expert_bias || mc.expert_act != Activation::silu)
+      return unsupported("CUDA: " + mc.arch_str + "'s expert routing runs on the CPU backends only for now; use --backend cpu");
+    if (mc.n_expert_used > 16 || mc.n_expert_used < 1)
+      return unsupported("CUDA: at most 16 experts per token (the model has " + std::to_string(mc.n_expert_used) +
+                         "); use --backend cpu");
+    for (const LayerWeights& L : model->weights().layers)
+      if (!experts_contiguous(L.gate_exps) || !experts_contiguous(L.up_exps) || !experts_contiguous(L.down_exps))
+        return unsupported("CUDA: expert tensors not laid out one expert after another; use --backend cpu");
+  }
   for (const auto& t : model->file().tensors())
     if (t.type == TensorType::MXFP4)
       return unsupported("CUDA: MXFP4 tensors ('" + t.name + "') run on the CPU backends only for now; use --backend cpu");

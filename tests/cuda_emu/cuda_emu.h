@@ -35,6 +35,10 @@
 // block at a time.
 #undef __shared__
 #define __shared__ static thread_local
+// Occupancy hints mean nothing on the CPU.
+#ifndef __launch_bounds__
+#define __launch_bounds__(...)
+#endif
 
 // The built-in indices, set by the scheduler before it resumes a thread.
 extern thread_local uint3 threadIdx;

@@ -36,8 +36,10 @@ extern "C" {
 /* Bump on any change of a struct or a function below. 6: the C table (5 and
  * before: C++ objects crossed, with phaselab_cuda_abi()). 7: the reserve
  * carries old_tail's generation (a copy only from what the device holds).
- * 9: PhlCudaConfig.rope_attn_factor. 10: PhlCudaSwitches.q8_act, bf16_weights. */
-#define PHASELAB_CUDA_ABI_VERSION 10
+ * 9: PhlCudaConfig.rope_attn_factor. 10: PhlCudaSwitches.q8_act, bf16_weights.
+ * 11: mixture of experts (PhlCudaLayer's router and experts, PhlCudaConfig's
+ * expert counts). */
+#define PHASELAB_CUDA_ABI_VERSION 11
 /* Positions per K/V block: the host pool's (KvPool::kBlockTokens) and the
  * kernels' (cuda::kKvBlockTokens); both sides assert it. */
 #define PHASELAB_CUDA_KV_BLOCK_TOKENS 16
@@ -60,6 +62,11 @@ typedef struct PhlCudaVector {
 typedef struct PhlCudaLayer {
   PhlCudaVector attn_norm, bq, bk, bv, q_norm, k_norm, post_attn_norm, ffn_norm, post_ffw_norm;
   PhlCudaWeight wq, wk, wv, wo, w_gate, w_up, w_down;
+  /* A mixture-of-experts layer (router.data non-null; then no w_gate, w_up,
+   * w_down): the router [n_embd -> n_expert] and each expert tensor as one
+   * matrix of n_expert * rows-per-expert rows (expert e's from row e * n_ff_exp,
+   * or e * n_embd for down_exps). */
+  PhlCudaWeight router, gate_exps, up_exps, down_exps;
   int32_t window;   /* > 0: a sliding-window layer's window (ModelConfig::window_of) */
   float rope_base;  /* ModelConfig::rope_base_of */
 } PhlCudaLayer;
@@ -71,6 +78,11 @@ typedef struct PhlCudaConfig {
   float rope_attn_factor; /* cos and sin times this (phi3; else 1) */
   int32_t gelu; /* GELU-tanh gating, else SiLU */
   int32_t attn_bias, qk_norm, rope_neox, post_norms;
+  /* Mixture of experts (0: dense): experts per layer and per token, each
+   * expert's width, and whether the chosen experts' weights are renormalised
+   * to sum 1 (softmax gating over all experts, SiLU experts, no biases: the
+   * engine refuses other kinds). */
+  int32_t n_expert, n_expert_used, n_ff_exp, expert_weights_norm;
 } PhlCudaConfig;
 
 /* The model's weights, in host memory for the length of create(). */

@@ -57,9 +57,23 @@ Status CudaDevice::init() {
   }
   // The integer path's 8-bit input rows (a decode pass's products; the
   // padded graphs' too).
+  if (c_.n_expert > 0) {
+    const size_t E = c_.n_expert, K = c_.n_expert_used;
+    PHASELAB_TRY(alloc(&router_, B * E));
+    PHASELAB_TRY(alloc(&moe_w_, B * K));
+    PHASELAB_TRY(alloc(&moe_h_, B * K * c_.n_ff_exp));
+    PHASELAB_TRY(alloc(&moe_y_, B * K * c_.n_embd));
+    int32_t* ints = nullptr;  // sel (B * K), order (B * K), offsets, counts (E), active (E + 1)
+    const size_t n_ints = 2 * B * K + 3 * E + 1;
+    CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&ints), n_ints * sizeof(int32_t)));
+    allocations_.push_back(ints);
+    moe_sel_ = ints;
+    moe_groups_ = cuda::MoeGroups{ints + B * K, ints + 2 * B * K, ints + 2 * B * K + E, ints + 2 * B * K + 2 * E};
+  }
   if (use_q8_) {
     const size_t max_in = std::max({c_.n_embd, c_.n_embd_q(), c_.n_ff});
-    q8_.cap = B * max_in;
+    // (The experts' hidden rows too: B * K rows of n_ff_exp.)
+    q8_.cap = B * std::max(max_in, static_cast<size_t>(c_.n_expert_used) * c_.n_ff_exp);
     CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&q8_.q), q8_.cap));
     allocations_.push_back(q8_.q);
     PHASELAB_TRY(alloc(&q8_.d, q8_.cap / 32 + 1));

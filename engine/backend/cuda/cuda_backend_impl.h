@@ -80,6 +80,10 @@ struct DevLayer {
   float *attn_norm = nullptr, *bq = nullptr, *bk = nullptr, *bv = nullptr, *q_norm = nullptr, *k_norm = nullptr;
   float *post_attn_norm = nullptr, *ffn_norm = nullptr, *post_ffw_norm = nullptr;
   DevWeight wq, wk, wv, wo, w_gate, w_up, w_down;
+  // A mixture-of-experts layer: the router, and each expert tensor as one
+  // matrix of all the experts' rows (PhlCudaLayer).
+  DevWeight router, gate_exps, up_exps, down_exps;
+  bool moe() const { return router.data != nullptr; }
 };
 
 // The library's side of cuda_abi.h (PhlCudaDevice): the device, driven by
@@ -286,6 +290,17 @@ class CudaDevice {
   // Work buffers for a batch of T <= max_batch rows (as in the CPU backend).
   float *x_ = nullptr, *xb_ = nullptr, *xb2_ = nullptr, *q_ = nullptr, *k_ = nullptr, *v_ = nullptr;
   float *hb_ = nullptr, *hb2_ = nullptr, *logits_ = nullptr;
+  // Mixture of experts (c_.n_expert > 0), for B rows of K chosen experts:
+  // the router's logits (B, E), the choice and its weights (B, K), the
+  // pairs grouped by expert, the experts' hidden rows (B * K, n_ff_exp) and
+  // outputs (B * K, n_embd).
+  float *router_ = nullptr, *moe_w_ = nullptr, *moe_h_ = nullptr, *moe_y_ = nullptr;
+  int32_t* moe_sel_ = nullptr;
+  cuda::MoeGroups moe_groups_{};
+  Status moe_block(const DevLayer& L, int T, bool gemm, cuda::Q8Act xb_q8);
+  static cuda::ExpertMats experts(const DevWeight& w, int rows_per_expert) {
+    return cuda::ExpertMats{w.data, w.type, w.row_bytes, rows_per_expert};
+  }
   // The rows of a pass, max_batch entries per field: tokens, positions,
   // table offsets (the RowMap), logits rows; then the argmaxes. meta_stage_:
   // its pinned host copy (the first kUploadFields fields travel per pass).

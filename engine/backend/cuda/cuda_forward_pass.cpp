@@ -21,6 +21,24 @@ Status CudaDevice::matvec(const DevWeight& w, const float* x, int T, float* out,
   return Status::ok();
 }
 
+// A mixture-of-experts FFN for the pass's T rows (xb_: their normed input)
+// into xb2_: the router's logits, its choice per row, the pairs grouped by
+// expert, the chosen experts' gated products and down products (each
+// expert's rows read once for up to 8 of its pairs), each row's weighted
+// sum. Sizes stay on the device: a captured graph serves any choice.
+Status CudaDevice::moe_block(const DevLayer& L, int T, bool gemm, cuda::Q8Act xb_q8) {
+  const int D = c_.n_embd, E = c_.n_expert, K = c_.n_expert_used, F = c_.n_ff_exp;
+  PHASELAB_TRY(matvec(L.router, xb_, T, router_, gemm));  // (T, E)
+  CUDA_TRY(cuda::launch_moe_route(router_, T, E, K, c_.expert_weights_norm != 0, moe_sel_, moe_w_, stream_));
+  CUDA_TRY(cuda::launch_moe_group(moe_sel_, T, K, E, moe_groups_, stream_));
+  if (gemm) xb_q8.ready = false;  // (the norms write xb in 8 bits only in matrix-vector passes)
+  CUDA_TRY(cuda::launch_moe_gated(experts(L.gate_exps, F), experts(L.up_exps, F), D, xb_, T, K, moe_groups_, E,
+                                  c_.gelu != 0, moe_h_, stream_, xb_q8));
+  CUDA_TRY(cuda::launch_moe_down(experts(L.down_exps, D), F, moe_h_, T, K, moe_groups_, E, moe_y_, stream_, q8_));
+  CUDA_TRY(cuda::launch_moe_combine(moe_y_, moe_w_, T, K, D, xb2_, stream_));
+  return Status::ok();
+}
+
 // Attention of layer il for the pass's rows: one launch of the per-query
 // kernel for rows [0, n_small), the tiled kernel for each prefill part.
 Status CudaDevice::attention(int il, const Pass& ps) {
@@ -92,7 +110,10 @@ Status CudaDevice::enqueue(const Pass& ps) {
     CUDA_TRY(cuda::launch_add_rmsnorm(x_, xb2_, c_.post_norms ? L.post_attn_norm : nullptr, L.ffn_norm, xb_, T, D,
                                       c_.rms_eps, stream_, norm_q8));
     PHASELAB_TRY(prof_.mark("norms + residual adds", stream_));
-    if (ps.gemm) {
+    if (L.moe()) {
+      PHASELAB_TRY(moe_block(L, T, ps.gemm, xb_q8));
+      PHASELAB_TRY(prof_.mark("experts (router, gate + up, down, sum)", stream_));
+    } else if (ps.gemm) {
       PHASELAB_TRY(matvec(L.w_gate, xb_, T, hb_, true));
       PHASELAB_TRY(matvec(L.w_up, xb_, T, hb2_, true));
       CUDA_TRY(cuda::launch_gated_act(hb_, hb2_, static_cast<size_t>(T) * c_.n_ff, gelu, stream_));
@@ -101,9 +122,11 @@ Status CudaDevice::enqueue(const Pass& ps) {
                                          L.w_up.row_bytes, L.w_gate.n_in, L.w_gate.n_out, xb_, T, gelu, hb_, stream_,
                                          xb_q8));
     }
-    PHASELAB_TRY(prof_.mark("FFN gate + up + activation", stream_));
-    PHASELAB_TRY(matvec(L.w_down, hb_, T, xb2_, ps.gemm));
-    PHASELAB_TRY(prof_.mark("FFN down", stream_));
+    if (!L.moe()) {
+      PHASELAB_TRY(prof_.mark("FFN gate + up + activation", stream_));
+      PHASELAB_TRY(matvec(L.w_down, hb_, T, xb2_, ps.gemm));
+      PHASELAB_TRY(prof_.mark("FFN down", stream_));
+    }
     // Post-FFN norm, residual add and the next layer's attention norm (the
     // output norm after the last layer) in one pass.
     const float* next_norm = il + 1 < c_.n_layer ? layers_[il + 1].attn_norm : output_norm_;

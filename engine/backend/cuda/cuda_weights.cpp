@@ -38,6 +38,12 @@ Status CudaDevice::upload_weights() {
     PHASELAB_TRY(upload(L.w_gate, &d.w_gate));
     PHASELAB_TRY(upload(L.w_up, &d.w_up));
     PHASELAB_TRY(upload(L.w_down, &d.w_down));
+    if (L.router.data) {
+      PHASELAB_TRY(upload(L.router, &d.router));
+      PHASELAB_TRY(upload(L.gate_exps, &d.gate_exps));
+      PHASELAB_TRY(upload(L.up_exps, &d.up_exps));
+      PHASELAB_TRY(upload(L.down_exps, &d.down_exps));
+    }
   }
   return Status::ok();
 }
@@ -79,7 +85,11 @@ uint64_t CudaDevice::work_bytes() const {
   const uint64_t B = max_batch_;
   const uint64_t max_in = std::max({c_.n_embd, c_.n_embd_q(), c_.n_ff});
   const uint64_t gemm = max_batch_ >= gemm_min_tokens_ ? 2 * (std::max<uint64_t>(kW16Elems, max_in * 64) + B * max_in) : 0;
-  return 4 * B * (3ull * c_.n_embd + c_.n_embd_q() + 2ull * c_.n_embd_kv() + 2ull * c_.n_ff + c_.n_vocab) + gemm;
+  const uint64_t E = c_.n_expert, K = c_.n_expert_used;
+  const uint64_t moe = E > 0 ? 4 * B * (E + 2 * K + K * c_.n_ff_exp + K * c_.n_embd) + 4 * (B * K + 3 * E + 1) : 0;
+  const uint64_t q8 = B * std::max<uint64_t>(max_in, K * c_.n_ff_exp) * 9 / 8;
+  return 4 * B * (3ull * c_.n_embd + c_.n_embd_q() + 2ull * c_.n_embd_kv() + 2ull * c_.n_ff + c_.n_vocab) + gemm + moe +
+         q8;
 }
 
 Status CudaDevice::alloc(float** p, size_t n) {
@@ -96,6 +106,10 @@ void CudaDevice::free_device(void* p) {
 
 Status CudaDevice::upload(const PhlCudaWeight& w, DevWeight* d) {
   const size_t bytes = w.row_bytes * static_cast<size_t>(w.n_out);
+  if (bytes == 0 || !w.data) {  // a matrix the layer does not have (a MoE layer's dense FFN)
+    *d = DevWeight{};
+    return Status::ok();
+  }
   CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&d->data), bytes));
   allocations_.push_back(d->data);
   CUDA_TRY(cudaMemcpy(d->data, w.data, bytes, cudaMemcpyHostToDevice));
