@@ -1,3 +1,5 @@
+#include <cmath>
+
 #include "common.cuh"
 #include "kernels.h"
 
@@ -10,7 +12,7 @@ namespace {
 __global__ void qk_norm_rope_store_kernel(float* q, float* k, const float* v, const float* q_norm, const float* k_norm,
                                           KvPages cache, RowMap rows, int n_head, int n_head_kv, int head_dim,
                                           int n_rot, float base, const float* freq_factors, float mscale,
-                                          bool neox, float eps) {
+                                          bool neox, float eps, const double* inv_freq) {
   PHASELAB_DYNAMIC_SHARED(float, head);  // head_dim floats
   __shared__ float shared[32];
   const int per_token = n_head + n_head_kv;
@@ -21,6 +23,32 @@ __global__ void qk_norm_rope_store_kernel(float* q, float* k, const float* v, co
   float* ptr = is_k ? k + static_cast<size_t>(t) * NKV + kh * head_dim : q + static_cast<size_t>(t) * NQ + hh * head_dim;
   const float* norm = is_k ? k_norm : q_norm;
   for (int i = threadIdx.x; i < head_dim; i += blockDim.x) head[i] = ptr[i];
+  const int pos = rows.pos[t], half = n_rot / 2;
+  // This thread's pairs' cosines and sines first (no dependence on the
+  // head): with the table, the angle reduced to [-pi, pi] in double and its
+  // sine and cosine taken in float.
+  constexpr int kMaxPairsPerThread = 4;  // half <= 4 * blockDim (head_dim <= 1024)
+  float cs[kMaxPairsPerThread], sns[kMaxPairsPerThread];
+#pragma unroll
+  for (int j = 0; j < kMaxPairsPerThread; j++) {
+    const int i = threadIdx.x + j * blockDim.x;
+    if (i >= half) break;
+    if (inv_freq) {
+      const double theta = static_cast<double>(pos) * inv_freq[i];
+      constexpr double kTwoPi = 6.283185307179586;
+      const double r = fma(-rint(theta / kTwoPi), kTwoPi, theta);
+      float sn, c;
+      sincosf(static_cast<float>(r), &sn, &c);
+      cs[j] = c * mscale;
+      sns[j] = sn * mscale;
+    } else {
+      double freq = pow(static_cast<double>(base), -2.0 * i / n_rot);
+      if (freq_factors) freq /= freq_factors[i];
+      const double theta = static_cast<double>(pos) * freq;
+      cs[j] = static_cast<float>(cos(theta)) * mscale;
+      sns[j] = static_cast<float>(sin(theta)) * mscale;
+    }
+  }
   __syncthreads();
   if (norm) {  // the same for the whole block
     float ss = 0.f;
@@ -29,12 +57,11 @@ __global__ void qk_norm_rope_store_kernel(float* q, float* k, const float* v, co
     for (int i = threadIdx.x; i < head_dim; i += blockDim.x) head[i] = head[i] * scale * norm[i];
     __syncthreads();
   }
-  const int pos = rows.pos[t], half = n_rot / 2;
-  for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    double freq = pow(static_cast<double>(base), -2.0 * i / n_rot);
-    if (freq_factors) freq /= freq_factors[i];
-    const double theta = static_cast<double>(pos) * freq;
-    const float c = static_cast<float>(cos(theta)) * mscale, sn = static_cast<float>(sin(theta)) * mscale;
+#pragma unroll
+  for (int j = 0; j < kMaxPairsPerThread; j++) {
+    const int i = threadIdx.x + j * blockDim.x;
+    if (i >= half) break;
+    const float c = cs[j], sn = sns[j];
     const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
     const float x0 = head[a], x1 = head[b];
     head[a] = x0 * c - x1 * sn;
@@ -63,12 +90,21 @@ __global__ void qk_norm_rope_store_kernel(float* q, float* k, const float* v, co
 cudaError_t launch_qk_norm_rope_store(float* q, float* k, const float* v, const float* q_norm, const float* k_norm,
                                       KvPages cache, RowMap rows, int T, int n_head, int n_head_kv, int head_dim,
                                       int n_rot, float base, const float* freq_factors, float mscale, bool neox,
-                                      float eps, cudaStream_t s) {
-  if (!rows.pos || !rows.table_at || !cache.table || (cache.elem == KvElem::q8_0 && head_dim % 32 != 0))
+                                      float eps, cudaStream_t s, const double* inv_freq) {
+  if (!rows.pos || !rows.table_at || !cache.table || (cache.elem == KvElem::q8_0 && head_dim % 32 != 0) ||
+      n_rot / 2 > 4 * 128)
     return cudaErrorInvalidValue;
   PHASELAB_LAUNCH(qk_norm_rope_store_kernel, T * (n_head + n_head_kv), 128, head_dim * sizeof(float), s)(
-      q, k, v, q_norm, k_norm, cache, rows, n_head, n_head_kv, head_dim, n_rot, base, freq_factors, mscale, neox, eps);
+      q, k, v, q_norm, k_norm, cache, rows, n_head, n_head_kv, head_dim, n_rot, base, freq_factors, mscale, neox, eps,
+      inv_freq);
   return cudaGetLastError();
+}
+
+void rope_inv_freq(double base, int n_rot, const float* freq_factors, double* out) {
+  for (int i = 0; i < n_rot / 2; i++) {
+    out[i] = std::pow(base, -2.0 * i / n_rot);
+    if (freq_factors) out[i] /= freq_factors[i];
+  }
 }
 
 }  // namespace phaselab::cuda

@@ -295,9 +295,16 @@ class TestCudaOps : public QObject {
 #endif
   }
 
+  void rmsnorm_data() {
+    QTest::addColumn<int>("n");
+    QTest::newRow("640 (row in registers, 256 threads)") << 640;
+    QTest::newRow("5000 (row in registers, 1024 threads)") << 5000;
+    QTest::newRow("9000 (the looping kernel)") << 9000;
+  }
   void rmsnorm() {
     REQUIRE_GPU();
-    const int rows = 7, n = 640;
+    QFETCH(int, n);
+    const int rows = 7;
     const auto x = randn(static_cast<size_t>(rows) * n, 1, 3.f), w = randn(n, 2);
     Dev<float> dx(x), dw(w), dout(x.size());
     CU(cuda::launch_rmsnorm(dx.p, dw.p, dout.p, rows, n, 1e-6f, nullptr));
@@ -308,13 +315,17 @@ class TestCudaOps : public QObject {
 
   void add_rmsnorm_data() {
     QTest::addColumn<bool>("post_norm");
-    QTest::newRow("Gemma: post-norm, add, pre-norm") << true;
-    QTest::newRow("llama: add, pre-norm") << false;
+    QTest::addColumn<int>("n");
+    QTest::newRow("Gemma: post-norm, add, pre-norm") << true << 640;
+    QTest::newRow("llama: add, pre-norm") << false << 640;
+    QTest::newRow("post-norm, 1024 threads") << true << 4096;
+    QTest::newRow("post-norm, the looping kernel") << true << 8224;
   }
   void add_rmsnorm() {
     REQUIRE_GPU();
     QFETCH(bool, post_norm);
-    const int rows = 5, n = 640;
+    QFETCH(int, n);
+    const int rows = 5;
     const auto x = randn(static_cast<size_t>(rows) * n, 20, 4.f), y = randn(x.size(), 21, 2.f);
     const auto pw = randn(n, 22), w = randn(n, 23);
     Dev<float> dx(x), dy(y), dpw(pw), dw(w), dout(x.size());
@@ -409,6 +420,19 @@ class TestCudaOps : public QObject {
       CHECK_NMSE(round_as(wkc, e), kc.get(), e == cuda::KvElem::f32 ? 1e-7 : e == cuda::KvElem::f16 ? 1e-6 : 1e-4);
       QVERIFY(vc.get() == round_as(wvc, e));  // V is copied as it is, rounded (quantized) as the host does
     }
+    // The same with the inverse frequencies from a table (the backend's
+    // way): the angles reduced in double, sines and cosines in float.
+    std::vector<double> inv(n_rot / 2);
+    cuda::rope_inv_freq(base, n_rot, freq_factors ? ff.data() : nullptr, inv.data());
+    Dev<double> dinv(inv);
+    const std::vector<float> zeros(cache.floats(), 0.f);
+    DevKv kc(zeros, cuda::KvElem::f32), vc(zeros, cuda::KvElem::f32);
+    Dev<float> dq3(q);
+    CU(cuda::launch_qk_norm_rope_store(dq3.p, dk.p, dv.p, qk_norm ? dqn.p : nullptr, qk_norm ? dkn.p : nullptr,
+                                       cache.pages(kc.p, vc.p, dtable.p, cuda::KvElem::f32), rows.map(), T, NH, NKVH,
+                                       HD, n_rot, base, nullptr, mscale, neox, eps, nullptr, dinv.p));
+    CHECK_NMSE(wq, dq3.get(), 1e-7);
+    CHECK_NMSE(wkc, kc.get(), 1e-7);
   }
 
   // Q, K and V in one launch: three matrices of different types and sizes.

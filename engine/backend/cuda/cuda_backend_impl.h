@@ -84,6 +84,8 @@ struct DevLayer {
   // matrix of all the experts' rows (PhlCudaLayer).
   DevWeight router, gate_exps, up_exps, down_exps;
   bool moe() const { return router.data != nullptr; }
+  double* rope_inv_freq = nullptr;  // (n_rot / 2) cuda::rope_inv_freq of this layer's base
+
 };
 
 // The library's side of cuda_abi.h (PhlCudaDevice): the device, driven by

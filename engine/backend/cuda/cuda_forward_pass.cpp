@@ -100,7 +100,7 @@ Status CudaDevice::enqueue(const Pass& ps) {
     CUDA_TRY(cuda::launch_qk_norm_rope_store(q_, k_, v_, c_.qk_norm ? L.q_norm : nullptr, c_.qk_norm ? L.k_norm : nullptr,
                                              pages(il), row_map(), T, c_.n_head, c_.n_head_kv, HD, c_.n_rot, base,
                                              rope_ff_, c_.rope_attn_factor, c_.rope_neox, c_.rms_eps,
-                                             stream_));
+                                             stream_, L.rope_inv_freq));
     PHASELAB_TRY(prof_.mark("QK-norm + RoPE + K/V store", stream_));
     PHASELAB_TRY(attention(il, ps));
     PHASELAB_TRY(prof_.mark("attention", stream_));

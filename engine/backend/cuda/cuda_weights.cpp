@@ -22,6 +22,14 @@ Status CudaDevice::upload_weights() {
     DevLayer& d = layers_[il];
     layer_window_[il] = L.window;
     layer_rope_base_[il] = L.rope_base;
+    {  // RoPE's inverse frequencies, in double, once (not a pow per pair per pass)
+      std::vector<double> inv(std::max(1, c_.n_rot / 2));
+      cuda::rope_inv_freq(L.rope_base, c_.n_rot, w.rope_freq_factors.n > 0 ? w.rope_freq_factors.data : nullptr,
+                          inv.data());
+      CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&d.rope_inv_freq), inv.size() * sizeof(double)));
+      allocations_.push_back(d.rope_inv_freq);
+      CUDA_TRY(cudaMemcpy(d.rope_inv_freq, inv.data(), inv.size() * sizeof(double), cudaMemcpyHostToDevice));
+    }
     PHASELAB_TRY(upload_vec(L.attn_norm, &d.attn_norm));
     PHASELAB_TRY(upload_vec(L.bq, &d.bq));
     PHASELAB_TRY(upload_vec(L.bk, &d.bk));
