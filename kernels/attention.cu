@@ -18,7 +18,7 @@ constexpr int kKeysAtOnce = 4;  // keys a decode warp takes per step
 template <int EPL, KvElem E>
 __global__ void attention_kernel(const float* q, KvPages cache, RowMap rows, float* out, float* partials, int T,
                                  int n_head, int n_head_kv, int head_dim,
-                                 int window, float scale, float softcap, int n_split) {
+                                 int window, float scale, float softcap, int n_split, int8_t* q8, float* q8d) {
   const int warp = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (warp >= T * n_head * n_split) return;
@@ -90,7 +90,9 @@ __global__ void attention_kernel(const float* q, KvPages cache, RowMap rows, flo
 #pragma unroll
     for (int e = 0; e < EPL; e++) {
       const int i = lane + 32 * e;
-      if (i < head_dim) oh[i] = acc[e] * inv;
+      if (i >= head_dim) break;  // (head_dim % 32 == 0 where q8: whole warps)
+      oh[i] = acc[e] * inv;
+      if (q8) q8_store(acc[e] * inv, q8, q8d, (static_cast<size_t>(t) * n_head + h) * head_dim + i);
     }
     return;
   }
@@ -113,7 +115,7 @@ __global__ void attention_kernel(const float* q, KvPages cache, RowMap rows, flo
 // walking the ranges one after another waited on each: 37 us per layer for
 // Gemma 3 270M's decode on an H200).
 __global__ void attention_merge_kernel(const float* partials, float* out, int T, int n_head, int head_dim,
-                                       int n_split) {
+                                       int n_split, int8_t* q8, float* q8d) {
   __shared__ float weight[64];
   const int th = blockIdx.x;
   const size_t stride = static_cast<size_t>(head_dim) + 2;
@@ -143,17 +145,18 @@ __global__ void attention_merge_kernel(const float* partials, float* out, int T,
 #pragma unroll 8
   for (int s = 0; s < n_split; s++) a += weight[s] * p[s * stride + 2 + i];
   out[static_cast<size_t>(th) * head_dim + i] = a;
+  if (q8) q8_store(a, q8, q8d, static_cast<size_t>(th) * head_dim + i);  // (head_dim % 32 == 0: whole warps)
 }
 
 // After a launch of either attention kernel (its error e): with n_split > 1
 // the merge of the partial results into out.
 cudaError_t merge_after(cudaError_t e, const float* partials, float* out, int T, int n_head, int head_dim, int n_split,
-                        cudaStream_t s) {
+                        cudaStream_t s, int8_t* q8 = nullptr, float* q8d = nullptr) {
   if (e != cudaSuccess || n_split == 1) return e;
   if (n_split > 64) return cudaErrorInvalidValue;
   const unsigned threads = static_cast<unsigned>(std::max(32, (head_dim + 31) / 32 * 32));
   PHASELAB_LAUNCH(attention_merge_kernel, static_cast<unsigned>(T * n_head), threads, 0, s)(partials, out, T, n_head,
-                                                                                         head_dim, n_split);
+                                                                                         head_dim, n_split, q8, q8d);
   return cudaGetLastError();
 }
 
@@ -300,13 +303,15 @@ cudaError_t launch_attention_tiled_epl(const float* q, KvPages cache, RowMap row
 template <int EPL, KvElem E>
 cudaError_t launch_attention_epl(const float* q, KvPages cache, RowMap rows, float* out, float* partials, int T,
                                  int n_head, int n_head_kv, int head_dim,
-                                 int window, float scale, float softcap, int n_split, cudaStream_t s) {
+                                 int window, float scale, float softcap, int n_split, cudaStream_t s,
+                                 int8_t* q8, float* q8d) {
   const int warps = T * n_head * n_split;
   const unsigned blocks = static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
   auto* const attention = &attention_kernel<EPL, E>;
   PHASELAB_LAUNCH(attention, blocks, 32 * kWarpsPerBlock, 0, s)(q, cache, rows, out, partials, T, n_head,
-                                                               n_head_kv, head_dim, window, scale, softcap, n_split);
-  return merge_after(cudaGetLastError(), partials, out, T, n_head, head_dim, n_split, s);
+                                                               n_head_kv, head_dim, window, scale, softcap, n_split,
+                                                               n_split == 1 ? q8 : nullptr, q8d);
+  return merge_after(cudaGetLastError(), partials, out, T, n_head, head_dim, n_split, s, q8, q8d);
 }
 
 // f(std::integral_constant<int, E>) for the smallest E of 1, 2, 4, 8, 16 with
@@ -345,14 +350,16 @@ int attention_splits(int T, int n_head, int n_ctx) {
 }
 
 cudaError_t launch_attention(const float* q, KvPages cache, RowMap rows, float* out, float* partials, int T, int n_head, int n_head_kv, int head_dim, int window, float scale,
-                             float softcap, int n_split, cudaStream_t s) {
+                             float softcap, int n_split, cudaStream_t s, Q8Act q8_out) {
   if (n_split < 1 || (n_split > 1 && !partials) || head_dim > 512 || n_head % n_head_kv != 0 || !cache.table ||
-      !rows.pos || !rows.table_at || (cache.elem == KvElem::q8_0 && head_dim % 32 != 0))
+      !rows.pos || !rows.table_at || (cache.elem == KvElem::q8_0 && head_dim % 32 != 0) ||
+      (q8_out.q && (head_dim % 32 != 0 || static_cast<size_t>(T) * n_head * head_dim > q8_out.cap)))
     return cudaErrorInvalidValue;
   return with_epl(head_dim, [&](auto epl) {
     return with_elem(cache.elem, [&](auto elem) {
       return launch_attention_epl<decltype(epl)::value, decltype(elem)::value>(
-          q, cache, rows, out, partials, T, n_head, n_head_kv, head_dim, window, scale, softcap, n_split, s);
+          q, cache, rows, out, partials, T, n_head, n_head_kv, head_dim, window, scale, softcap, n_split, s, q8_out.q,
+          q8_out.d);
     });
   });
 }

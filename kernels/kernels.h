@@ -149,9 +149,11 @@ cudaError_t launch_matvec_gated(const uint8_t* w_gate, TensorType gate_type, siz
 // q: (T, n_head, head_dim); cache rows: (n_head_kv, head_dim);
 // out: (T, n_head, head_dim). window > 0: keys at
 // pos - k_pos >= window are masked. head_dim <= 512.
+// q8_out (head_dim % 32 == 0): out is also written in 8 bits, as
+// launch_rmsnorm's q8_out.
 cudaError_t launch_attention(const float* q, KvPages cache, RowMap rows, float* out, float* partials, int T, int n_head,
                              int n_head_kv, int head_dim, int window, float scale, float softcap, int n_split,
-                             cudaStream_t s);
+                             cudaStream_t s, Q8Act q8_out = {});
 // The same for a prefill chunk, tiled: the T rows are one sequence's, at
 // consecutive positions (rows.pos[0] + t). One block per (tile of queries, KV
 // head, key range) loads each tile of key and value rows into shared memory

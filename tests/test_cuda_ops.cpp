@@ -611,6 +611,23 @@ class TestCudaOps : public QObject {
     CHECK_NMSE(want, dout2.get(), 5e-4);
   }
 
+  // A decoded token's wide rows (2048 values: the kernel that loads 8 units
+  // per lane at once) on the integer path, per format.
+  void wide_rows_integer_path() {
+    REQUIRE_GPU();
+    const int n_in = 2048, n_out = 19;
+    const auto x = randn(n_in, 71);
+    for (TensorType t : {TensorType::Q8_0, TensorType::Q4_0, TensorType::Q5_0, TensorType::Q4_K, TensorType::Q6_K}) {
+      const Matrix m = make_matrix(t, n_in, n_out, 72);
+      Dev<uint8_t> dw(m.data);
+      Dev<float> dx(x), dout(n_out);
+      DevQ8 q8(1, n_in);
+      CU(cuda::launch_matvec(dw.p, t, m.row_bytes, n_in, n_out, dx.p, 1, dout.p, nullptr, q8.act()));
+      const double e = nmse(ref_matmul(m, n_in, n_out, q8_rounded(x), 1), dout.get());
+      QVERIFY2(e <= 1e-10, qPrintable(QString("%1: NMSE %2").arg(QString::fromStdString(std::string(tensor_type_name(t)))).arg(e)));
+    }
+  }
+
   void attention_data() {
     QTest::addColumn<int>("n_head");
     QTest::addColumn<int>("n_head_kv");
@@ -702,6 +719,16 @@ class TestCudaOps : public QObject {
                                 n_split, nullptr));
       CU(cudaDeviceSynchronize());
       CHECK_NMSE(want, dout.get(), 5e-4);
+      if (HD % 32 == 0) {  // the output's 8-bit copy, bitwise launch_quantize_q8's of the output
+        DevQ8 fused(T, n_head * HD), separate(T, n_head * HD);
+        Dev<float> dout3(q.size());
+        CU(cuda::launch_attention(dq.p, pages, rows.map(), dout3.p, part.p, T, n_head, n_head_kv, HD, window, scale,
+                                  softcap, n_split, nullptr, fused.act()));
+        CU(cuda::launch_quantize_q8(dout3.p, T, n_head * HD, separate.act(), nullptr));
+        QVERIFY(dout3.get() == dout.get());
+        QVERIFY(fused.q.get() == separate.q.get());
+        QVERIFY(fused.d.get() == separate.d.get());
+      }
       // The tiled prefill kernel, on the same inputs, with as many key ranges.
       QVERIFY(cuda::attention_tiled_fits(n_head, n_head_kv, HD));
       Dev<float> dout2(q.size());

@@ -274,8 +274,9 @@ class CudaDevice {
   cuda::RowMap row_map(int r = 0) const { return cuda::RowMap{meta_ + max_batch_ + r, meta_ + 2 * max_batch_ + r}; }
 
   // cuda_forward_pass.cpp: every kernel of a pass.
-  Status matvec(const DevWeight& w, const float* x, int T, float* out, bool gemm);
-  Status attention(int il, const Pass& ps);
+  // x_q8: x's 8-bit copy is already in q8_ (written by the kernel that wrote x).
+  Status matvec(const DevWeight& w, const float* x, int T, float* out, bool gemm, bool x_q8 = false);
+  Status attention(int il, const Pass& ps, cuda::Q8Act q8_out = {});
   Status enqueue(const Pass& ps);
 
   const PhlCudaModel* model_;  // until init() returns

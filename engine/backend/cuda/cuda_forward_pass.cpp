@@ -7,7 +7,7 @@ namespace phaselab {
 
 // out (T, n_out) = x (T, n_in) . W^T: cuBLAS where the pass says so
 // (Pass::gemm), else the matrix-vector kernel.
-Status CudaDevice::matvec(const DevWeight& w, const float* x, int T, float* out, bool gemm) {
+Status CudaDevice::matvec(const DevWeight& w, const float* x, int T, float* out, bool gemm, bool x_q8) {
   if (gemm && w.bf16) {
     CUDA_TRY(cuda::launch_gemm_bf16_resident(cublas_, w.bf16, w.n_in, w.n_out, x, T, out, x16_, stream_));
     return Status::ok();
@@ -17,7 +17,9 @@ Status CudaDevice::matvec(const DevWeight& w, const float* x, int T, float* out,
                                    x16_, stream_));
     return Status::ok();
   }
-  CUDA_TRY(cuda::launch_matvec(w.data, w.type, w.row_bytes, w.n_in, w.n_out, x, T, out, stream_, q8_));
+  cuda::Q8Act q8 = q8_;
+  q8.ready = x_q8;
+  CUDA_TRY(cuda::launch_matvec(w.data, w.type, w.row_bytes, w.n_in, w.n_out, x, T, out, stream_, q8));
   return Status::ok();
 }
 
@@ -41,12 +43,12 @@ Status CudaDevice::moe_block(const DevLayer& L, int T, bool gemm, cuda::Q8Act xb
 
 // Attention of layer il for the pass's rows: one launch of the per-query
 // kernel for rows [0, n_small), the tiled kernel for each prefill part.
-Status CudaDevice::attention(int il, const Pass& ps) {
+Status CudaDevice::attention(int il, const Pass& ps, cuda::Q8Act q8_out) {
   const int NQ = c_.n_embd_q(), HD = c_.head_dim, window = layer_window_[il];
   if (ps.n_small > 0)
     CUDA_TRY(cuda::launch_attention(q_, pages(il), row_map(), xb_, scratch_, ps.n_small, c_.n_head, c_.n_head_kv, HD,
                                     window, c_.attn_scale, c_.attn_logit_softcap,
-                                    cuda::attention_splits(ps.n_small, c_.n_head, ps.split_ctx), stream_));
+                                    cuda::attention_splits(ps.n_small, c_.n_head, ps.split_ctx), stream_, q8_out));
   for (const TiledChunk& t : tiled_) {
     const size_t off = static_cast<size_t>(t.row) * NQ;
     CUDA_TRY(cuda::launch_attention_tiled(
@@ -102,9 +104,12 @@ Status CudaDevice::enqueue(const Pass& ps) {
                                              rope_ff_, c_.rope_attn_factor, c_.rope_neox, c_.rms_eps,
                                              stream_, L.rope_inv_freq));
     PHASELAB_TRY(prof_.mark("QK-norm + RoPE + K/V store", stream_));
-    PHASELAB_TRY(attention(il, ps));
+    // In a pass of matrix-vector products with no tiled (prefill) part the
+    // attention kernels write their output in 8 bits too, for wo.
+    const bool attn_q8 = fuse_q8 && tiled_.empty() && HD % 32 == 0;
+    PHASELAB_TRY(attention(il, ps, attn_q8 ? q8_ : cuda::Q8Act{}));
     PHASELAB_TRY(prof_.mark("attention", stream_));
-    PHASELAB_TRY(matvec(L.wo, xb_, T, xb2_, ps.gemm));
+    PHASELAB_TRY(matvec(L.wo, xb_, T, xb2_, ps.gemm, attn_q8));
     PHASELAB_TRY(prof_.mark("output projection", stream_));
     // Post-attention norm, residual add and the feed-forward's norm in one pass.
     CUDA_TRY(cuda::launch_add_rmsnorm(x_, xb2_, c_.post_norms ? L.post_attn_norm : nullptr, L.ffn_norm, xb_, T, D,
