@@ -23,11 +23,11 @@ __global__ void quantize_q8_kernel(const float* x, size_t n_blocks, int8_t* q, f
 // per matrix. kT = 1: a decode launch (one input row), else up to
 // kMaxTokens rows (T at run time).
 enum class Path { any, q8 };
-template <Path P, int kUnrollFor = 4, typename RowOf>
+template <Path P, typename RowOf>
 __device__ __forceinline__ void row_product(const uint8_t* wr, TensorType type, int n_in, const float* x,
                                             const int8_t* xq, const float* xd, int T, int lane, float* acc,
                                             RowOf row_of) {
-  if constexpr (P == Path::q8) row_partials_q8<kUnrollFor>(wr, type, n_in, xq, xd, T, lane, acc, row_of);
+  if constexpr (P == Path::q8) row_partials_q8(wr, type, n_in, xq, xd, T, lane, acc, row_of);
   else row_dot_rows(wr, type, n_in, x, xq, xd, T, lane, acc, row_of);
 }
 
@@ -35,7 +35,7 @@ __device__ __forceinline__ void row_product(const uint8_t* wr, TensorType type, 
 // time (the integer path's decoding of one format alone: fewer registers,
 // more warps in flight; the logits' product is the largest of a decode
 // step); -1: type at run time.
-template <Path P, int kT, int kType = -1, int kU = 4>
+template <Path P, int kT, int kType = -1>
 __global__ void __launch_bounds__(32 * kRowsPerBlock)
     matvec_kernel(const uint8_t* w, TensorType type_, size_t row_bytes, int n_in, int n_out, const float* x,
                   const int8_t* xq, const float* xd, int T_, float* out) {
@@ -46,7 +46,7 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
   if (row >= n_out) return;
   float acc[kT];
   for (int t = 0; t < kT; t++) acc[t] = 0.f;
-  row_product<P, kU>(w + static_cast<size_t>(row) * row_bytes, type, n_in, x, xq, xd, T, lane, acc, IdentityRows{});
+  row_product<P>(w + static_cast<size_t>(row) * row_bytes, type, n_in, x, xq, xd, T, lane, acc, IdentityRows{});
   for (int t = 0; t < T; t++) {
     const float r = warp_sum(acc[t]);
     if (lane == 0) out[static_cast<size_t>(t) * n_out + row] = r;
@@ -75,7 +75,7 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
   float acc[kT];
   for (int t = 0; t < kT; t++) acc[t] = 0.f;
   const TensorType type = kType >= 0 ? static_cast<TensorType>(kType) : m.type;
-  row_product<P, 4>(m.w + static_cast<size_t>(row) * m.row_bytes, type, n_in, x, xq, xd, T, lane, acc, IdentityRows{});
+  row_product<P>(m.w + static_cast<size_t>(row) * m.row_bytes, type, n_in, x, xq, xd, T, lane, acc, IdentityRows{});
   for (int t = 0; t < T; t++) {
     const float r = warp_sum(acc[t]);
     if (lane == 0) m.out[static_cast<size_t>(t) * m.n_out + row] = r;
@@ -97,8 +97,8 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
   if (row >= n_out) return;
   float ag[kT], au[kT];
   for (int t = 0; t < kT; t++) ag[t] = au[t] = 0.f;
-  row_product<P, 4>(wg + static_cast<size_t>(row) * rbg, tg, n_in, x, xq, xd, T, lane, ag, IdentityRows{});
-  row_product<P, 4>(wu + static_cast<size_t>(row) * rbu, tu, n_in, x, xq, xd, T, lane, au, IdentityRows{});
+  row_product<P>(wg + static_cast<size_t>(row) * rbg, tg, n_in, x, xq, xd, T, lane, ag, IdentityRows{});
+  row_product<P>(wu + static_cast<size_t>(row) * rbu, tu, n_in, x, xq, xd, T, lane, au, IdentityRows{});
   for (int t = 0; t < T; t++) {
     const float g = warp_sum(ag[t]), u = warp_sum(au[t]);
     if (lane == 0) out[static_cast<size_t>(t) * n_out + row] = (gelu ? gelu_tanh(g) : silu(g)) * u;
@@ -160,17 +160,11 @@ cudaError_t launch_matvec(const uint8_t* w, TensorType type, size_t row_bytes, i
       const int8_t* qt = xq.q ? xq.q + static_cast<size_t>(t0) * n_in : nullptr;
       const float* dt = xq.d ? xq.d + static_cast<size_t>(t0) * (n_in / 32) : nullptr;
       float* ot = out + static_cast<size_t>(t0) * n_out;
-      // A decoded token's wide rows (FFN down: 8 or more units per lane)
-      // load 8 units per lane at once: one round trip to memory per row.
+      // (Loading 8 units per lane at once for a decoded token's 2048-wide
+      // rows, Gemma 3 270M's FFN down, took 7.6-8.8 us per launch on an
+      // H200 against 7.5-8.3 with 4: not kept.)
       auto go = [&](auto kind) {
-        if constexpr (KT == 1 && P == Path::q8 && decltype(kind)::value >= 0) {
-          if (n_in >= 2048) {
-            PHASELAB_LAUNCH((matvec_kernel<P, KT, decltype(kind)::value, 8>), blocks, 32 * kRowsPerBlock, 0, s)(
-                w, type, row_bytes, n_in, n_out, xt, qt, dt, n, ot);
-            return cudaGetLastError();
-          }
-        }
-        PHASELAB_LAUNCH((matvec_kernel<P, KT, decltype(kind)::value, 4>), blocks, 32 * kRowsPerBlock, 0, s)(
+        PHASELAB_LAUNCH((matvec_kernel<P, KT, decltype(kind)::value>), blocks, 32 * kRowsPerBlock, 0, s)(
             w, type, row_bytes, n_in, n_out, xt, qt, dt, n, ot);
         return cudaGetLastError();
       };

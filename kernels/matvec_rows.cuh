@@ -128,9 +128,7 @@ __device__ __forceinline__ bool q8_type(TensorType t) {
 }
 
 // The integer path's row_partials: kUnroll units per lane loaded before any
-// is used (loads in flight, the point of a bandwidth-bound kernel): 4 in
-// general, 8 for one input row (decode: a 2048-wide row is then read in one
-// round trip to memory, not two).
+// is used (loads in flight, the point of a bandwidth-bound kernel).
 template <int kUnroll = 4, typename RowOf>
 __device__ __forceinline__ void row_partials_q8(const uint8_t* wr, TensorType type, int n_in, const int8_t* xq,
                                                 const float* xd, int T, int lane, float* acc, RowOf row_of) {

@@ -135,8 +135,8 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
 #pragma unroll
     for (int i = 0; i < kP; i++) acc_a[i] = acc_b[i] = 0.f;
     if constexpr (kQ8) {
-      row_partials_q8<kP == 1 ? 8 : 4>(wa, ta, n_in, xq, xd, m, lane, acc_a, row_of);
-      if (kGated) row_partials_q8<kP == 1 ? 8 : 4>(wb, tb, n_in, xq, xd, m, lane, acc_b, row_of);
+      row_partials_q8(wa, ta, n_in, xq, xd, m, lane, acc_a, row_of);
+      if (kGated) row_partials_q8(wb, tb, n_in, xq, xd, m, lane, acc_b, row_of);
     } else {
       row_dot_rows(wa, ta, n_in, x, xq, xd, m, lane, acc_a, row_of);
       if (kGated) row_dot_rows(wb, tb, n_in, x, xq, xd, m, lane, acc_b, row_of);

@@ -611,8 +611,8 @@ class TestCudaOps : public QObject {
     CHECK_NMSE(want, dout2.get(), 5e-4);
   }
 
-  // A decoded token's wide rows (2048 values: the kernel that loads 8 units
-  // per lane at once) on the integer path, per format.
+  // A decoded token's wide rows (2048 values: several loops of units per
+  // lane) on the integer path, per format.
   void wide_rows_integer_path() {
     REQUIRE_GPU();
     const int n_in = 2048, n_out = 19;
