@@ -52,6 +52,7 @@ class StepProfile {
   void print() const;
 
  private:
+  std::map<std::string, long> warmed_;  // passes seen per phase (the first is left out)
   struct Total {
     double ms = 0;
     long calls = 0;
