@@ -116,6 +116,42 @@ class TestCuda : public QObject {
     QVERIFY(make_cuda_backend(*m, 8, env_switches()).is_ok());
   }
 
+  // The prefill's resident BF16 weight copies give way to the K/V cache:
+  // with the device memory cut to what the backend holds, the first pass
+  // (which makes the device pool) gives the copies back rather than fail,
+  // and prefill goes on, dequantizing slabs again, with the same logits.
+  // Only the emulator's memory can be cut.
+  void bf16_copies_give_way_to_the_kv_cache() {
+    const CudaProbe p = probe_cuda(env_switches().library);
+    REQUIRE_CUDA(p);
+    if (!on_emulator(p)) QSKIP("only the emulator's device memory can be shrunk (PHASELAB_EMU_DEVICE_MIB)");
+    TinySpec spec = tiny_spec("llama");
+    spec.n_embd = 512;  // BF16 copies of about 9 MiB: more than the MiB the cut rounds to
+    spec.n_head = 8;
+    spec.n_head_kv = 4;
+    spec.head_dim = 64;
+    spec.n_ff = 1024;
+    spec.n_layer = 2;
+    auto m = Model::load(write_tiny_model(spec, "cuda_tiny_bf16_room.gguf"));
+    QVERIFY2(m.is_ok(), m.status().message().c_str());
+    auto gb = make_cuda_backend(*m, 64, env_switches());
+    QVERIFY2(gb.is_ok(), gb.status().message().c_str());
+    auto gpu = Session::create(*m, std::move(*gb), 64);
+    auto cpu = Session::create(*m, std::move(*make_cpu_reference_backend(*m, 2, 64)), 64);
+    QVERIFY(gpu.is_ok() && cpu.is_ok());
+    const CudaProbe held = probe_cuda(env_switches().library);
+    const uint64_t used = held.total_mem - held.free_mem;
+    qputenv("PHASELAB_EMU_DEVICE_MIB", QByteArray::number(static_cast<qulonglong>(used >> 20)));
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 24; i++) prompt.push_back(static_cast<int32_t>((i * 37 + 5) % (*m)->config().n_vocab));
+    std::vector<float> a, b;
+    const Status st = (*gpu)->eval(prompt, &b);
+    qunsetenv("PHASELAB_EMU_DEVICE_MIB");
+    QVERIFY2(st.is_ok(), st.message().c_str());
+    QVERIFY((*cpu)->eval(prompt, &a));
+    QVERIFY(nmse(a, b) <= 5e-4);
+  }
+
   // The engine's exact invariants with the CUDA backend (stories260K):
   // speculative greedy equals plain greedy (batched verification, the
   // device cache cut back after rejections), the KV cache off equals on,

@@ -222,6 +222,7 @@ class CudaDevice {
   // The layer matrices' resident BF16 copies, where memory allows
   // (CudaSwitches::bf16_weights); bytes they take (0: none made).
   Status make_bf16_weights();
+  void drop_bf16_weights();
   uint64_t bf16_bytes_ = 0;
 
   size_t partials_floats(int n_ctx) const;  // (cuda_device_kv.cpp)

@@ -28,6 +28,10 @@ Status CudaDevice::mirror_pool(const PhlCudaPool& pool) {
   CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
   const size_t scratch_n = std::max<size_t>(partials_floats(table_cap * kBlock), 1);
   const size_t need = layout.bytes() + scratch_n * sizeof(float) + 4 * static_cast<size_t>(table_cap) * sizeof(int32_t);
+  if (need > free_b && bf16_bytes_ > 0) {  // the K/V before the prefill's BF16 copies
+    drop_bf16_weights();
+    CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
+  }
   if (need > free_b)
     return out_of_memory("the KV cache for " + std::to_string(pool.n_blocks * kBlock) + " positions needs " +
                          std::to_string(need >> 20) + " MiB of GPU memory, " + std::to_string(free_b >> 20) +

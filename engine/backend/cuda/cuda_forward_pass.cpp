@@ -34,8 +34,9 @@ Status CudaDevice::moe_block(const DevLayer& L, int T, bool gemm, cuda::Q8Act xb
   CUDA_TRY(cuda::launch_moe_route(router_, T, E, K, c_.expert_weights_norm != 0, moe_sel_, moe_w_, stream_));
   CUDA_TRY(cuda::launch_moe_group(moe_sel_, T, K, E, moe_groups_, stream_));
   if (gemm) xb_q8.ready = false;  // (the norms write xb in 8 bits only in matrix-vector passes)
+  // (SiLU experts: the loader refuses other kinds; c_.gelu is the dense layers'.)
   CUDA_TRY(cuda::launch_moe_gated(experts(L.gate_exps, F), experts(L.up_exps, F), D, xb_, T, K, moe_groups_, E,
-                                  c_.gelu != 0, moe_h_, stream_, xb_q8));
+                                  /*gelu=*/false, moe_h_, stream_, xb_q8));
   CUDA_TRY(cuda::launch_moe_down(experts(L.down_exps, D), F, moe_h_, T, K, moe_groups_, E, moe_y_, stream_, q8_));
   CUDA_TRY(cuda::launch_moe_combine(moe_y_, moe_w_, T, K, D, xb2_, stream_));
   return Status::ok();

@@ -1,6 +1,8 @@
 // The CUDA backend's device memory: the weights' upload, the work buffers' sizes
 // and the allocations it keeps (freed with the backend).
 
+#include <cstdio>
+
 #include "cuda_backend_impl.h"
 
 namespace phaselab {
@@ -62,6 +64,9 @@ Status CudaDevice::upload_weights() {
 // prefill's time on a small model). Only where the GPU has room: at most
 // half of what is free now, leaving at least 1 GiB for the K/V pools.
 Status CudaDevice::make_bf16_weights() {
+  // The uploads (cudaMemcpy from pageable memory, the legacy stream) may
+  // still be landing: stream_ does not wait for them by itself.
+  CUDA_TRY(cudaDeviceSynchronize());
   uint64_t need = 0;
   auto each = [&](auto&& f) {
     for (DevLayer& L : layers_)
@@ -87,6 +92,23 @@ Status CudaDevice::make_bf16_weights() {
   });
   if (st.is_ok()) bf16_bytes_ = need;
   return st;
+}
+
+// The BF16 copies given back (the K/V cache comes first: mirror_pool calls
+// this when a pool does not fit beside them); prefill then dequantizes
+// slabs per product again.
+void CudaDevice::drop_bf16_weights() {
+  if (bf16_bytes_ == 0) return;
+  cudaStreamSynchronize(stream_);
+  for (DevLayer& L : layers_)
+    for (DevWeight* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
+      if (w->bf16) {
+        free_device(w->bf16);
+        w->bf16 = nullptr;
+      }
+  std::fprintf(stderr, "phaselab: CUDA: the prefill's BF16 weight copies (%llu MiB) were given back for the K/V cache\n",
+               static_cast<unsigned long long>(bf16_bytes_ >> 20));
+  bf16_bytes_ = 0;
 }
 
 uint64_t CudaDevice::work_bytes() const {
