@@ -39,6 +39,10 @@
 
 #include "cuda_emu.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#endif
+
 thread_local uint3 threadIdx;
 thread_local uint3 blockIdx;
 thread_local uint3 blockDim;
@@ -120,6 +124,12 @@ void* guarded_alloc(size_t size, Mapping* m) {
     return nullptr;
   }
   m->base = base;
+#if defined(__SANITIZE_ADDRESS__)
+  // A fresh mapping may reuse the addresses of a library that was
+  // dlclose'd earlier (the loader closes CUDA libraries it refuses), whose
+  // globals' redzones ASan left poisoned: the mapping is addressable.
+  __asan_unpoison_memory_region(b + page, body);
+#endif
   const uintptr_t end = reinterpret_cast<uintptr_t>(b + page + body);
   return reinterpret_cast<void*>((end - size) & ~uintptr_t{15});
 }
