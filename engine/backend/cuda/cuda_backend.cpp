@@ -55,8 +55,6 @@ Status CudaDevice::init() {
     allocations_.push_back(x16_);
     if (use_bf16_weights_) PHASELAB_TRY(make_bf16_weights());
   }
-  // The integer path's 8-bit input rows (a decode pass's products; the
-  // padded graphs' too).
   if (c_.n_expert > 0) {
     const size_t E = c_.n_expert, K = c_.n_expert_used;
     PHASELAB_TRY(alloc(&router_, B * E));
@@ -70,6 +68,8 @@ Status CudaDevice::init() {
     moe_sel_ = ints;
     moe_groups_ = cuda::MoeGroups{ints + B * K, ints + 2 * B * K, ints + 2 * B * K + E, ints + 2 * B * K + 2 * E};
   }
+  // The integer path's 8-bit input rows (a decode pass's products; the
+  // padded graphs' too).
   if (use_q8_) {
     const size_t max_in = std::max({c_.n_embd, c_.n_embd_q(), c_.n_ff});
     // (The experts' hidden rows too: B * K rows of n_ff_exp.)

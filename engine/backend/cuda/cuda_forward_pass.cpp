@@ -33,7 +33,6 @@ Status CudaDevice::moe_block(const DevLayer& L, int T, bool gemm, cuda::Q8Act xb
   PHASELAB_TRY(matvec(L.router, xb_, T, router_, gemm));  // (T, E)
   CUDA_TRY(cuda::launch_moe_route(router_, T, E, K, c_.expert_weights_norm != 0, moe_sel_, moe_w_, stream_));
   CUDA_TRY(cuda::launch_moe_group(moe_sel_, T, K, E, moe_groups_, stream_));
-  if (gemm) xb_q8.ready = false;  // (the norms write xb in 8 bits only in matrix-vector passes)
   // (SiLU experts: the loader refuses other kinds; c_.gelu is the dense layers'.)
   CUDA_TRY(cuda::launch_moe_gated(experts(L.gate_exps, F), experts(L.up_exps, F), D, xb_, T, K, moe_groups_, E,
                                   /*gelu=*/false, moe_h_, stream_, xb_q8));
