@@ -5,15 +5,18 @@ namespace phaselab::cuda {
 
 namespace {
 __global__ void gated_act_kernel(float* g, const float* u, size_t n, bool gelu) {
+  grid_dependency_sync();
   const size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
   g[i] = (gelu ? gelu_tanh(g[i]) : silu(g[i])) * u[i];
 }
 __global__ void add_bias_kernel(float* x, const float* b, int n, size_t total) {
+  grid_dependency_sync();
   const size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
   if (i < total) x[i] += b[i % n];
 }
 __global__ void softcap_kernel(float* y, size_t n, float cap) {
+  grid_dependency_sync();
   const size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
   if (i < n) y[i] = cap * tanhf(y[i] / cap);
 }

@@ -15,23 +15,46 @@ constexpr int kKeysAtOnce = 4;  // keys a decode warp takes per step
 // warp in coalesced 128-byte pieces, its score summed across lanes, and the
 // running maximum m, normalizer l and output rescaled as keys stream past
 // (online softmax). partials (n_split > 1): per warp [m, l, out[head_dim]].
-template <int EPL, KvElem E>
+// The merge of those (merge_partials) as the kernel's tail (kMerge: the
+// last block of each (query, head)'s ranges to finish; n_split a multiple
+// of kWarpsPerBlock, head_counters: T * n_head counters), or a second
+// kernel's work.
+__device__ __forceinline__ void merge_partials(const float* partials, float* out, int th, int head_dim, int n_split,
+                                               int8_t* q8, float* q8d);
+template <int EPL, KvElem E, bool kMerge = false>
 __global__ void attention_kernel(const float* q, KvPages cache, RowMap rows, float* out, float* partials, int T,
-                                 int n_head, int n_head_kv, int head_dim,
-                                 int window, float scale, float softcap, int n_split, int8_t* q8, float* q8d) {
+                                 int n_head, int n_head_kv, int head_dim, int window, float scale, float softcap,
+                                 int n_split, int8_t* q8, float* q8d, unsigned* head_counters) {
   const int warp = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  if (warp >= T * n_head * n_split) return;
+  if (warp >= T * n_head * n_split) {  // (never with kMerge: whole blocks)
+    grid_dependency_sync();
+    return;
+  }
   const int split = warp % n_split, th = warp / n_split;
   const int t = th / n_head, h = th % n_head;
   const int kvh = h / (n_head / n_head_kv);
   const int n_embd_kv = n_head_kv * head_dim;
+  // (The rows' positions and block tables come from the host before the
+  // pass, not from the previous kernel: read before its end.)
   const int pos = rows.pos[t];
   const int* table = cache.table + rows.table_at[t];
   const int j0 = window > 0 ? max(0, pos - window + 1) : 0;
   const int n_keys = pos + 1 - j0;
   const int chunk = (n_keys + n_split - 1) / n_split;
   const int js = j0 + split * chunk, je = min(pos + 1, js + chunk);
+  // The range's K and V rows into L2 while the previous kernel ends, all
+  // but the row of pos itself, which that kernel writes.
+  {
+    const size_t row_bytes = kv_values_bytes(E, head_dim);
+    const int jp = min(je, pos);
+    for (int j = js; j < jp; j++) {
+      const size_t r = kv_row(table, cache.block_stride, j, n_embd_kv) + kvh * head_dim;
+      prefetch_l2(static_cast<const uint8_t*>(cache.k) + kv_values_bytes(E, r), row_bytes, lane);
+      prefetch_l2(static_cast<const uint8_t*>(cache.v) + kv_values_bytes(E, r), row_bytes, lane);
+    }
+  }
+  grid_dependency_sync();
 
   const float* qh = q + (static_cast<size_t>(t) * n_head + h) * head_dim;
   float qv[EPL], acc[EPL];
@@ -106,18 +129,24 @@ __global__ void attention_kernel(const float* q, KvPages cache, RowMap rows, flo
     const int i = lane + 32 * e;
     if (i < head_dim) part[2 + i] = acc[e];
   }
+  if constexpr (kMerge) {
+    const int th0 = blockIdx.x * kWarpsPerBlock / n_split;  // the block's (query, head)
+    if (!last_block_done(head_counters + th0, n_split / kWarpsPerBlock)) return;
+    merge_partials(partials, out, th0, head_dim, n_split, q8, q8d);
+  }
 }
 
-// One block per (query, head), a thread per dimension: merges its n_split
-// (<= 64) partial results. The first warp turns each range's [m, l] into
-// its weight exp(m - max) / L (lane s: ranges s and s + 32); then every thread sums its
-// dimension over the ranges, the loads independent of each other (a warp
-// walking the ranges one after another waited on each: 37 us per layer for
-// Gemma 3 270M's decode on an H200).
-__global__ void attention_merge_kernel(const float* partials, float* out, int T, int n_head, int head_dim,
-                                       int n_split, int8_t* q8, float* q8d) {
+// Merges (query, head) th's n_split (<= 64) partial results (read through
+// L2: other blocks may have written them) by the threads of a block. The
+// first warp turns each range's [m, l] into its weight exp(m - max) / L
+// (lane s: ranges s and s + 32); then each thread sums its dimensions over
+// the ranges, the loads independent of each other (a warp walking the
+// ranges one after another waited on each: 37 us per layer for Gemma 3
+// 270M's decode on an H200). Every dimension's sum runs over the ranges in
+// order, whatever the block's size: the same values in either kernel.
+__device__ __forceinline__ void merge_partials(const float* partials, float* out, int th, int head_dim, int n_split,
+                                               int8_t* q8, float* q8d) {
   __shared__ float weight[64];
-  const int th = blockIdx.x;
   const size_t stride = static_cast<size_t>(head_dim) + 2;
   const float* p = partials + static_cast<size_t>(th) * n_split * stride;
   if (threadIdx.x < 32) {  // lane s: ranges s and s + 32
@@ -125,8 +154,8 @@ __global__ void attention_merge_kernel(const float* partials, float* out, int T,
     float m[2], l[2];
     for (int h = 0; h < 2; h++) {
       const int r = s + 32 * h;
-      m[h] = r < n_split ? p[r * stride] : -INFINITY;  // -inf: an empty range
-      l[h] = r < n_split ? p[r * stride + 1] : 0.f;
+      m[h] = r < n_split ? __ldcg(p + r * stride) : -INFINITY;  // -inf: an empty range
+      l[h] = r < n_split ? __ldcg(p + r * stride + 1) : 0.f;
     }
     float mx = fmaxf(m[0], m[1]);
     for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
@@ -139,13 +168,21 @@ __global__ void attention_merge_kernel(const float* partials, float* out, int T,
     for (int h = 0; h < 2; h++) weight[s + 32 * h] = L > 0.f ? e[h] / L : 0.f;
   }
   __syncthreads();
-  const int i = threadIdx.x;
-  if (i >= head_dim) return;
-  float a = 0.f;
+  // (head_dim % 32 == 0 where q8: whole warps, lane i % 32)
+  for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
+    float a = 0.f;
 #pragma unroll 8
-  for (int s = 0; s < n_split; s++) a += weight[s] * p[s * stride + 2 + i];
-  out[static_cast<size_t>(th) * head_dim + i] = a;
-  if (q8) q8_store(a, q8, q8d, static_cast<size_t>(th) * head_dim + i);  // (head_dim % 32 == 0: whole warps)
+    for (int s = 0; s < n_split; s++) a += weight[s] * __ldcg(p + s * stride + 2 + i);
+    out[static_cast<size_t>(th) * head_dim + i] = a;
+    if (q8) q8_store(a, q8, q8d, static_cast<size_t>(th) * head_dim + i);
+  }
+}
+
+// One block per (query, head), a thread per dimension.
+__global__ void attention_merge_kernel(const float* partials, float* out, int T, int n_head, int head_dim,
+                                       int n_split, int8_t* q8, float* q8d) {
+  grid_dependency_sync();
+  merge_partials(partials, out, blockIdx.x, head_dim, n_split, q8, q8d);
 }
 
 // After a launch of either attention kernel (its error e): with n_split > 1
@@ -181,6 +218,7 @@ template <int EPL, KvElem E>
 __global__ void attention_tiled_kernel(const float* q, KvPages cache, RowMap rows, float* out, float* partials, int T,
                                        int n_head, int n_head_kv, int head_dim, int window,
                                        float scale, float softcap, int qtile, int kt, int n_split) {
+  grid_dependency_sync();
   PHASELAB_DYNAMIC_SHARED(float, tile);  // K rows then V rows: (2, kt, head_dim)
   float* ks = tile;
   float* vs = tile + static_cast<size_t>(kt) * head_dim;
@@ -304,13 +342,20 @@ template <int EPL, KvElem E>
 cudaError_t launch_attention_epl(const float* q, KvPages cache, RowMap rows, float* out, float* partials, int T,
                                  int n_head, int n_head_kv, int head_dim,
                                  int window, float scale, float softcap, int n_split, cudaStream_t s,
-                                 int8_t* q8, float* q8d) {
+                                 int8_t* q8, float* q8d, unsigned* head_counters) {
   const int warps = T * n_head * n_split;
   const unsigned blocks = static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  if (head_counters && n_split > 1 && n_split % kWarpsPerBlock == 0 && n_split <= 64) {  // the merge as the tail
+    auto* const attention = &attention_kernel<EPL, E, true>;
+    PHASELAB_LAUNCH(attention, blocks, 32 * kWarpsPerBlock, 0, s)(q, cache, rows, out, partials, T, n_head,
+                                                                 n_head_kv, head_dim, window, scale, softcap, n_split,
+                                                                 q8, q8d, head_counters);
+    return cudaGetLastError();
+  }
   auto* const attention = &attention_kernel<EPL, E>;
   PHASELAB_LAUNCH(attention, blocks, 32 * kWarpsPerBlock, 0, s)(q, cache, rows, out, partials, T, n_head,
                                                                n_head_kv, head_dim, window, scale, softcap, n_split,
-                                                               n_split == 1 ? q8 : nullptr, q8d);
+                                                               n_split == 1 ? q8 : nullptr, q8d, nullptr);
   return merge_after(cudaGetLastError(), partials, out, T, n_head, head_dim, n_split, s, q8, q8d);
 }
 
@@ -350,7 +395,7 @@ int attention_splits(int T, int n_head, int n_ctx) {
 }
 
 cudaError_t launch_attention(const float* q, KvPages cache, RowMap rows, float* out, float* partials, int T, int n_head, int n_head_kv, int head_dim, int window, float scale,
-                             float softcap, int n_split, cudaStream_t s, Q8Act q8_out) {
+                             float softcap, int n_split, cudaStream_t s, Q8Act q8_out, unsigned* head_counters) {
   if (n_split < 1 || (n_split > 1 && !partials) || head_dim > 512 || n_head % n_head_kv != 0 || !cache.table ||
       !rows.pos || !rows.table_at || (cache.elem == KvElem::q8_0 && head_dim % 32 != 0) ||
       (q8_out.q && (head_dim % 32 != 0 || static_cast<size_t>(T) * n_head * head_dim > q8_out.cap)))
@@ -359,7 +404,7 @@ cudaError_t launch_attention(const float* q, KvPages cache, RowMap rows, float* 
     return with_elem(cache.elem, [&](auto elem) {
       return launch_attention_epl<decltype(epl)::value, decltype(elem)::value>(
           q, cache, rows, out, partials, T, n_head, n_head_kv, head_dim, window, scale, softcap, n_split, s, q8_out.q,
-          q8_out.d);
+          q8_out.d, head_counters);
     });
   });
 }

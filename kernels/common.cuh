@@ -20,11 +20,80 @@
   ::phaselab::emu::launcher(#kernel, kernel, grid, block, smem, stream)
 #define PHASELAB_DYNAMIC_SHARED(type, name) type* name = static_cast<type*>(::phaselab::emu::dynamic_shared())
 #else
-#define PHASELAB_LAUNCH(kernel, grid, block, smem, stream) kernel<<<grid, block, smem, stream>>>
+#define PHASELAB_LAUNCH(kernel, grid, block, smem, stream) \
+  ::phaselab::cuda::launch_after_previous(kernel, grid, block, smem, stream)
 #define PHASELAB_DYNAMIC_SHARED(type, name) extern __shared__ type name[]
 #endif
 
 namespace phaselab::cuda {
+
+// ---- programmatic dependent launch (Hopper and later) ------------------------
+// A decode step is ~200 short kernels, each a few microseconds: the gap
+// between one kernel's end and the next one's start is a large part of a
+// step. Launched with cudaLaunchAttributeProgrammaticStreamSerialization,
+// a kernel may start while the previous one in the stream still runs; it
+// then waits in grid_dependency_sync() (griddepcontrol.wait: the previous
+// grid complete and its writes visible) before it touches memory, so only
+// its launch and scheduling overlap. Every kernel calls it first, before
+// any load or store (a kernel that did not would race with its
+// predecessor), and then lets its own successor launch. Without the
+// attribute (older GPUs, PHASELAB_CUDA_PDL=0, the emulator) both are no-ops.
+__device__ __forceinline__ void grid_dependency_sync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
+// A warp's request that the bytes [p, p + n) be brought into L2: issued
+// before grid_dependency_sync() for what does not depend on the previous
+// kernel (a matrix-vector kernel's weight rows), so that their fetch from
+// memory overlaps the previous kernel's end rather than following it.
+__device__ __forceinline__ void prefetch_l2(const uint8_t* p, size_t n, int lane) {
+#if defined(__CUDA_ARCH__)
+  for (size_t off = static_cast<size_t>(lane) * 128; off < n; off += 32 * 128)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p + off));
+#else
+  (void)p, (void)n, (void)lane;
+#endif
+}
+
+#ifndef PHASELAB_CUDA_EMULATOR
+// Whether launches carry the attribute: compute capability 9.0 or later and
+// PHASELAB_CUDA_PDL not 0 (read once per process).
+bool dependent_launch_enabled();
+
+// kernel<<<grid, block, smem, stream>>>(args...) as
+// launch_after_previous(kernel, grid, block, smem, stream)(args...), with
+// the attribute where dependent_launch_enabled(). Errors as a <<<>>>
+// launch's: cudaGetLastError() after the call.
+template <typename... P>
+struct DependentLaunch {
+  void (*kernel)(P...);
+  dim3 grid, block;
+  size_t smem;
+  cudaStream_t stream;
+  template <typename... A>
+  void operator()(A&&... args) const {
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = dependent_launch_enabled() ? 1 : 0;
+    (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<A&&>(args)...);
+  }
+};
+template <typename... P>
+DependentLaunch<P...> launch_after_previous(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
+                                            cudaStream_t stream) {
+  return {kernel, grid, block, smem, stream};
+}
+#endif
 
 __device__ __forceinline__ float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 __device__ __forceinline__ float bf2f(uint16_t h) { return __uint_as_float(static_cast<uint32_t>(h) << 16); }
@@ -43,8 +112,16 @@ __device__ __forceinline__ float kv_get(const void* p, size_t i) {
 // Values i0 .. i0 + 32 (i0 a multiple of 32) of a Q8_0 cache from x[32], as
 // the CPU's quantize_row: scale = max |x| / 127, each value rounded (half
 // away from zero) after multiplying by 1 / scale.
-__device__ __forceinline__ void kv_put_q8_0_block(void* p, size_t i0, const float* x) {
+// kFromL2: x is global memory other blocks of the grid wrote (read
+// through L2), else any memory.
+template <bool kFromL2 = false>
+__device__ __forceinline__ void kv_put_q8_0_block(void* p, size_t i0, const float* x_in) {
   uint8_t* b = static_cast<uint8_t*>(p) + i0 / 32 * 34;
+  float x[32];
+  for (int j = 0; j < 32; j++) {
+    if constexpr (kFromL2) x[j] = __ldcg(x_in + j);
+    else x[j] = x_in[j];
+  }
   float amax = 0.f;
   for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
   const float d = amax / 127.f, id = d != 0.f ? 1.f / d : 0.f;
@@ -105,6 +182,15 @@ void device_pointers(const MatvecOut& m, F&& f) {
   f(m.w), f(m.out);
 }
 template <typename F>
+void device_pointers(const QkRope& p, F&& f) {
+  f(p.q_norm), f(p.k_norm), f(p.cache.k), f(p.cache.v), f(p.cache.table), f(p.rows.pos), f(p.rows.table_at),
+      f(p.freq_factors), f(p.inv_freq), f(p.head_counters);
+}
+template <typename F>
+void device_pointers(const AddNormTail& t, F&& f) {
+  f(t.x), f(t.post_w), f(t.w), f(t.out), f(t.q8_out.q), f(t.q8_out.d), f(t.counter);
+}
+template <typename F>
 void device_pointers(const ExpertMats& m, F&& f) {
   f(m.w);
 }
@@ -125,6 +211,72 @@ __device__ __forceinline__ void q8_store(float v, int8_t* q, float* d, size_t i)
   const float dd = amax / 127.f, id = dd != 0.f ? 1.f / dd : 0.f;
   q[i] = static_cast<int8_t>(__float2int_rn(v * id));
   if (i % 32 == 0) d[i / 32] = dd;
+}
+
+// Whether this block is the last of the n blocks counted on *counter to get
+// here; every thread of the block calls it. The writes each block made
+// before are visible to the last one (each thread fences before the count;
+// the last block reads them through L2: __ldcg). The last block resets the
+// counter to zero for the next launch that uses it.
+__device__ __forceinline__ bool last_block_done(unsigned* counter, unsigned n) {
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last = atomicAdd(counter, 1u) == n - 1;
+    if (last) *counter = 0;
+  }
+  __syncthreads();
+  const bool r = last;
+  if (r) __threadfence();
+  return r;
+}
+
+// One row's x += y' (y' = rmsnorm(y) * post_w, or y itself without post_w),
+// then out = rmsnorm(x) * w, by the blockDim.x threads of a block (a
+// multiple of 32) with the row in registers: n <= kPer * blockDim.x. Every
+// load of the row is issued at the start, so that a decoded token's norm
+// waits on memory once rather than once per phase. y is read through L2
+// (it may come from other blocks of the grid: matvec.cu's tails). q8: out
+// in 8 bits too, from value q8_off (n % 32 == 0: whole warps).
+template <int kPer>
+__device__ __forceinline__ void add_rmsnorm_row(float* xr, const float* yr, const float* post_w, const float* w,
+                                                float* orow, int n, float eps, int8_t* q8, float* q8d, size_t q8_off,
+                                                float* shared32) {
+  float xv[kPer], yv[kPer], pv[kPer], wv[kPer];
+#pragma unroll
+  for (int k = 0; k < kPer; k++) {
+    const int i = threadIdx.x + k * blockDim.x;
+    const bool in = i < n;
+    xv[k] = in ? xr[i] : 0.f;
+    yv[k] = in ? __ldcg(yr + i) : 0.f;
+    pv[k] = in && post_w ? post_w[i] : 0.f;
+    wv[k] = in ? w[i] : 0.f;
+  }
+  if (post_w) {
+    float ss = 0.f;
+#pragma unroll
+    for (int k = 0; k < kPer; k++) ss += yv[k] * yv[k];
+    const float ys = rsqrtf(block_sum(ss, shared32) / n + eps);
+#pragma unroll
+    for (int k = 0; k < kPer; k++) yv[k] = yv[k] * ys * pv[k];
+  }
+  float ss = 0.f;
+#pragma unroll
+  for (int k = 0; k < kPer; k++) {
+    xv[k] += yv[k];
+    ss += xv[k] * xv[k];
+  }
+  const float scale = rsqrtf(block_sum(ss, shared32) / n + eps);
+#pragma unroll
+  for (int k = 0; k < kPer; k++) {
+    const int i = threadIdx.x + k * blockDim.x;
+    if (i >= n) break;  // (n % 32 == 0 where q8: whole warps)
+    xr[i] = xv[k];
+    const float o = xv[k] * scale * wv[k];
+    orow[i] = o;
+    if (q8) q8_store(o, q8, q8d, q8_off + i);
+  }
 }
 
 // Offset (floats) of position pos's row in a layer of the paged cache.

@@ -6,6 +6,7 @@ namespace phaselab::cuda {
 namespace {
 __global__ void embedding_kernel(const uint8_t* embd, TensorType type, size_t row_bytes, const int32_t* tokens,
                                  int n_embd, float scale, float* x) {
+  grid_dependency_sync();
   const int t = blockIdx.x;
   const uint8_t* row = embd + static_cast<size_t>(tokens[t]) * row_bytes;
   float v[32];
@@ -19,6 +20,7 @@ __global__ void embedding_kernel(const uint8_t* embd, TensorType type, size_t ro
 
 // One block per output row.
 __global__ void gather_rows_kernel(const float* x, const int* rows, int n, float* out) {
+  grid_dependency_sync();
   const float* src = x + static_cast<size_t>(rows[blockIdx.x]) * n;
   float* dst = out + static_cast<size_t>(blockIdx.x) * n;
   for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];

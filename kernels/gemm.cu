@@ -9,6 +9,7 @@ namespace {
 // stored as BF16.
 __global__ void dequant_bf16_kernel(const uint8_t* w, TensorType type, size_t row_bytes, int n_in, int rows,
                                     __nv_bfloat16* out) {
+  grid_dependency_sync();
   const int per_row = n_in / 32;
   const size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
   if (i >= static_cast<size_t>(rows) * per_row) return;
@@ -23,6 +24,7 @@ __global__ void dequant_bf16_kernel(const uint8_t* w, TensorType type, size_t ro
 // One thread per value of a float row (F32/F16/BF16: any n_in).
 __global__ void float_rows_bf16_kernel(const uint8_t* w, TensorType type, size_t row_bytes, int n_in, int rows,
                                        __nv_bfloat16* out) {
+  grid_dependency_sync();
   const size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
   if (i >= static_cast<size_t>(rows) * n_in) return;
   const int r = static_cast<int>(i / n_in), c = static_cast<int>(i % n_in);
@@ -30,6 +32,7 @@ __global__ void float_rows_bf16_kernel(const uint8_t* w, TensorType type, size_t
 }
 
 __global__ void to_bf16_kernel(const float* x, size_t n, __nv_bfloat16* out) {
+  grid_dependency_sync();
   const size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
   if (i < n) out[i] = __float2bfloat16_rn(x[i]);
 }

@@ -69,7 +69,7 @@ constexpr int kKvBlockTokens = 16;
 // alike in every type: value i of a Q8_0 cache is in block i / 32.
 enum class KvElem : int { f32 = 0, f16 = 1, bf16 = 2, q8_0 = 3 };
 // Bytes of n values (n a multiple of 32 for Q8_0).
-inline size_t kv_values_bytes(KvElem e, size_t n) {
+__host__ __device__ inline size_t kv_values_bytes(KvElem e, size_t n) {
   return e == KvElem::f32 ? 4 * n : e == KvElem::q8_0 ? n / 32 * 34 : 2 * n;
 }
 struct KvPages {
@@ -108,6 +108,24 @@ cudaError_t launch_qk_norm_rope_store(float* q, float* k, const float* v, const 
                                       float eps, cudaStream_t s, const double* inv_freq = nullptr);
 // The table launch_qk_norm_rope_store takes, on the host (n_rot / 2 values).
 void rope_inv_freq(double base, int n_rot, const float* freq_factors, double* out);
+// launch_qk_norm_rope_store's arguments but q, k, v and T: what a
+// launch_matvec3 of Q, K and V does after its products (its tail).
+// head_counters: n_head + n_head_kv unsigneds of device memory, zero before
+// the first use and left at zero.
+struct QkRope {
+  const float* q_norm = nullptr;
+  const float* k_norm = nullptr;
+  KvPages cache{};
+  RowMap rows{};
+  int n_head = 0, n_head_kv = 0, head_dim = 0, n_rot = 0;
+  float base = 0.f;
+  const float* freq_factors = nullptr;
+  float mscale = 1.f;
+  bool neox = false;
+  float eps = 0.f;
+  const double* inv_freq = nullptr;
+  unsigned* head_counters = nullptr;
+};
 
 // g = act(g) * u over n values (act: GELU-tanh or SiLU)
 cudaError_t launch_gated_act(float* g, const float* u, size_t n, bool gelu, cudaStream_t s);
@@ -118,8 +136,29 @@ cudaError_t launch_softcap(float* y, size_t n, float cap, cudaStream_t s);
 
 // out[t, r] = W.row(r) . x[t, :] for T tokens: one warp per row, the weight
 // row read once for up to 8 tokens at a time.   x: (T, n_in); out: (T, n_out)
+//
+// tail (optional): then launch_add_rmsnorm(tail->x, out, tail->post_w,
+// tail->w, tail->out, T, n_out, tail->eps, s, tail->q8_out). For one row
+// (T == 1) and a width add_norm_tail_fits, the launch's last block to
+// finish does it instead of a launch of its own: a decoded token's residual
+// adds and norms after the output projection and the FFN down cost no
+// launch, with the values launch_add_rmsnorm gives, bitwise. counter: one
+// unsigned of device memory, zero before the first use; the last block
+// leaves it at zero again (one counter serves every launch of a stream,
+// which run one after another).
+struct AddNormTail {
+  float* x = nullptr;  // the residual stream (T, n_out), updated
+  const float* post_w = nullptr;
+  const float* w = nullptr;
+  float* out = nullptr;  // (T, n_out)
+  float eps = 0.f;
+  Q8Act q8_out{};
+  unsigned* counter = nullptr;
+};
+// Whether a product of n_out rows can take its tail in its last block.
+bool add_norm_tail_fits(int n_out);
 cudaError_t launch_matvec(const uint8_t* w, TensorType type, size_t row_bytes, int n_in, int n_out, const float* x,
-                          int T, float* out, cudaStream_t s, Q8Act q8 = {});
+                          int T, float* out, cudaStream_t s, Q8Act q8 = {}, const AddNormTail* tail = nullptr);
 
 // One matrix of a launch_matvec3: n_out rows in its block format, and where
 // its (T, n_out) products go. n_out = 0: no matrix.
@@ -131,14 +170,24 @@ struct MatvecOut {
   float* out = nullptr;
 };
 // Three matrix-vector products of the same input in one launch (Q, K, V).
+// rope (optional): then launch_qk_norm_rope_store(a.out, b.out, c.out, ...)
+// with its arguments; for one row (T == 1) done by the launch itself, each
+// head by the last of its rows' blocks to finish (the K head's with the V
+// head's), with the values the separate launch gives, bitwise.
 cudaError_t launch_matvec3(MatvecOut a, MatvecOut b, MatvecOut c, int n_in, const float* x, int T, cudaStream_t s,
-                           Q8Act q8 = {});
+                           Q8Act q8 = {}, const QkRope* rope = nullptr);
 
 // out[t, r] = act(W_gate.row(r) . x[t, :]) * (W_up.row(r) . x[t, :]): the
 // gated feed-forward's two products and its activation in one kernel.
+// q8_out (optional; its own buffer, not q8's, and n_out a multiple of 32):
+// out also in 8 bits for the down product (pass it q8_out with ready set),
+// each 32 rows quantized by the last of their blocks to finish.
+// group_counters: n_out / 32 unsigneds of device memory, zero before the
+// first use and left at zero.
 cudaError_t launch_matvec_gated(const uint8_t* w_gate, TensorType gate_type, size_t gate_row_bytes, const uint8_t* w_up,
                                 TensorType up_type, size_t up_row_bytes, int n_in, int n_out, const float* x, int T,
-                                bool gelu, float* out, cudaStream_t s, Q8Act q8 = {});
+                                bool gelu, float* out, cudaStream_t s, Q8Act q8 = {}, Q8Act q8_out = {},
+                                unsigned* group_counters = nullptr);
 
 // Causal attention of T queries over the paged cache, each at its row's
 // position over its own sequence's keys (rows of any sequences), flash style: one warp per (query, head, split) streams its keys with
@@ -150,10 +199,13 @@ cudaError_t launch_matvec_gated(const uint8_t* w_gate, TensorType gate_type, siz
 // out: (T, n_head, head_dim). window > 0: keys at
 // pos - k_pos >= window are masked. head_dim <= 512.
 // q8_out (head_dim % 32 == 0): out is also written in 8 bits, as
-// launch_rmsnorm's q8_out.
+// launch_rmsnorm's q8_out. head_counters (optional; T * n_head unsigneds of
+// device memory, zero before the first use and left at zero): the merge is
+// done by the kernel itself, by the last block of each query and head's
+// ranges to finish, where n_split is a multiple of 4 (the same values).
 cudaError_t launch_attention(const float* q, KvPages cache, RowMap rows, float* out, float* partials, int T, int n_head,
                              int n_head_kv, int head_dim, int window, float scale, float softcap, int n_split,
-                             cudaStream_t s, Q8Act q8_out = {});
+                             cudaStream_t s, Q8Act q8_out = {}, unsigned* head_counters = nullptr);
 // The same for a prefill chunk, tiled: the T rows are one sequence's, at
 // consecutive positions (rows.pos[0] + t). One block per (tile of queries, KV
 // head, key range) loads each tile of key and value rows into shared memory

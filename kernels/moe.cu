@@ -21,6 +21,7 @@ constexpr int kPairsAtOnce = 8;   // pairs of an expert sharing one read of its 
 // lower index), their probabilities (renormalised to sum 1 when norm,
 // dividing by at least 6.1e-5 as the CPU does), sorted by expert id.
 __global__ void moe_route_kernel(const float* logits, int T, int E, int K, bool norm, int* sel, float* w) {
+  grid_dependency_sync();
   const int t = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (t >= T) return;  // (whole warps)
@@ -78,6 +79,7 @@ __global__ void moe_route_kernel(const float* logits, int T, int E, int K, bool 
 // One block: each expert's pairs counted, the offsets, the list of experts
 // with pairs, then each expert's pairs in ascending order (thread per expert).
 __global__ void moe_group_kernel(const int* sel, int n_pairs, int E, MoeGroups g) {
+  grid_dependency_sync();
   for (int e = threadIdx.x; e < E; e += blockDim.x) {
     int c = 0;
     for (int p = 0; p < n_pairs; p++) c += sel[p] == e;
@@ -111,6 +113,7 @@ template <bool kGated, bool kQ8, int kType, int kP>
 __global__ void __launch_bounds__(32 * kRowsPerBlock)
     moe_matvec_kernel(ExpertMats a, ExpertMats b, int n_in, const float* x, const int8_t* xq, const float* xd,
                       int in_div, MoeGroups g, int E, bool gelu, float* out) {
+  grid_dependency_sync();
   const int slot = blockIdx.y;
   if (slot >= g.active[E]) return;
   const int e = g.active[slot];
@@ -173,6 +176,7 @@ cudaError_t with_moe_variant(bool all_q8, bool same_type, TensorType type, int T
 
 // out[t, i] = sum over j of w[t, j] * y[t * K + j, i], in the order of j.
 __global__ void moe_combine_kernel(const float* y, const float* w, int T, int K, int D, float* out) {
+  grid_dependency_sync();
   const size_t idx = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
   if (idx >= static_cast<size_t>(T) * D) return;
   const size_t t = idx / D, i = idx % D;

@@ -5,6 +5,7 @@ namespace phaselab::cuda {
 
 namespace {
 __global__ void rmsnorm_kernel(const float* x, const float* w, float* out, int n, float eps, int8_t* q8, float* q8d) {
+  grid_dependency_sync();
   __shared__ float shared[32];
   const float* xr = x + static_cast<size_t>(blockIdx.x) * n;
   float* orow = out + static_cast<size_t>(blockIdx.x) * n;
@@ -23,6 +24,7 @@ __global__ void rmsnorm_kernel(const float* x, const float* w, float* out, int n
 // out = rmsnorm(x) * w. Each thread reads back only the x values it wrote.
 __global__ void add_rmsnorm_kernel(float* x, const float* y, const float* post_w, const float* w, float* out, int n,
                                    float eps, int8_t* q8, float* q8d) {
+  grid_dependency_sync();
   __shared__ float shared[32];
   float* xr = x + static_cast<size_t>(blockIdx.x) * n;
   const float* yr = y + static_cast<size_t>(blockIdx.x) * n;
@@ -55,49 +57,16 @@ __global__ void add_rmsnorm_kernel(float* x, const float* y, const float* post_w
 template <int kPer>
 __global__ void add_rmsnorm_reg_kernel(float* x, const float* y, const float* post_w, const float* w, float* out,
                                        int n, float eps, int8_t* q8, float* q8d) {
+  grid_dependency_sync();
   __shared__ float shared[32];
-  float* xr = x + static_cast<size_t>(blockIdx.x) * n;
-  const float* yr = y + static_cast<size_t>(blockIdx.x) * n;
-  float* orow = out + static_cast<size_t>(blockIdx.x) * n;
-  float xv[kPer], yv[kPer], pv[kPer], wv[kPer];
-#pragma unroll
-  for (int k = 0; k < kPer; k++) {
-    const int i = threadIdx.x + k * blockDim.x;
-    const bool in = i < n;
-    xv[k] = in ? xr[i] : 0.f;
-    yv[k] = in ? yr[i] : 0.f;
-    pv[k] = in && post_w ? post_w[i] : 0.f;
-    wv[k] = in ? w[i] : 0.f;
-  }
-  if (post_w) {
-    float ss = 0.f;
-#pragma unroll
-    for (int k = 0; k < kPer; k++) ss += yv[k] * yv[k];
-    const float ys = rsqrtf(block_sum(ss, shared) / n + eps);
-#pragma unroll
-    for (int k = 0; k < kPer; k++) yv[k] = yv[k] * ys * pv[k];
-  }
-  float ss = 0.f;
-#pragma unroll
-  for (int k = 0; k < kPer; k++) {
-    xv[k] += yv[k];
-    ss += xv[k] * xv[k];
-  }
-  const float scale = rsqrtf(block_sum(ss, shared) / n + eps);
-#pragma unroll
-  for (int k = 0; k < kPer; k++) {
-    const int i = threadIdx.x + k * blockDim.x;
-    if (i >= n) break;  // (n % 32 == 0 where q8: whole warps)
-    xr[i] = xv[k];
-    const float o = xv[k] * scale * wv[k];
-    orow[i] = o;
-    if (q8) q8_store(o, q8, q8d, static_cast<size_t>(blockIdx.x) * n + i);
-  }
+  const size_t off = static_cast<size_t>(blockIdx.x) * n;
+  add_rmsnorm_row<kPer>(x + off, y + off, post_w, w, out + off, n, eps, q8, q8d, off, shared);
 }
 
 template <int kPer>
 __global__ void rmsnorm_reg_kernel(const float* x, const float* w, float* out, int n, float eps, int8_t* q8,
                                    float* q8d) {
+  grid_dependency_sync();
   __shared__ float shared[32];
   const float* xr = x + static_cast<size_t>(blockIdx.x) * n;
   float* orow = out + static_cast<size_t>(blockIdx.x) * n;
@@ -123,7 +92,12 @@ __global__ void rmsnorm_reg_kernel(const float* x, const float* w, float* out, i
 }
 
 constexpr int kRegPer = 8;        // values per thread in the register kernels
-constexpr int kRegThreads = 256;  // their block: rows of up to 2048 values
+// Their block: rows of up to 1024 values take 128 threads, as a matrix-
+// vector product's tail does (matvec.cu: the same values, bitwise, whether
+// a decoded token's norm is a tail or not, so that batched passes equal solo
+// ones); up to 2048, 256.
+constexpr int kRegThreadsNarrow = 128;
+constexpr int kRegThreads = 256;
 constexpr int kRegThreadsWide = 1024;  // ... or of up to 8192
 
 // The 8-bit copy's arguments, or null ones (none wanted); false where it
@@ -145,7 +119,9 @@ cudaError_t launch_add_rmsnorm(float* x, const float* y, const float* post_w, co
   float* d;
   if (!q8_args(q8_out, rows, n, &q, &d)) return cudaErrorInvalidValue;
   if (n <= kRegPer * kRegThreadsWide) {
-    const int threads = n <= kRegPer * kRegThreads ? kRegThreads : kRegThreadsWide;
+    const int threads = n <= kRegPer * kRegThreadsNarrow ? kRegThreadsNarrow
+                        : n <= kRegPer * kRegThreads     ? kRegThreads
+                                                         : kRegThreadsWide;
     PHASELAB_LAUNCH(add_rmsnorm_reg_kernel<kRegPer>, rows, threads, 0, s)(x, y, post_w, w, out, n, eps, q, d);
   } else {
     PHASELAB_LAUNCH(add_rmsnorm_kernel, rows, 256, 0, s)(x, y, post_w, w, out, n, eps, q, d);

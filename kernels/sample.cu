@@ -56,6 +56,7 @@ __device__ void block_argmax(const float* x, int n, float below_v, int below_i, 
 
 // One block per row of n values.
 __global__ void argmax_kernel(const float* x, int n, int* out) {
+  grid_dependency_sync();
   __shared__ float sv[32];
   __shared__ int si[32];
   __shared__ float bv;
@@ -66,6 +67,7 @@ __global__ void argmax_kernel(const float* x, int n, int* out) {
 
 // k passes of the block argmax (k is small), then the draw on one thread.
 __global__ void top_k_kernel(const float* x, int n, int k, float temperature, float u, int* out) {
+  grid_dependency_sync();
   __shared__ float sv[32];
   __shared__ int si[32];
   __shared__ float top_v[kMaxTopK];

@@ -418,19 +418,28 @@ class TestCuda : public QObject {
   // sequences outgrow their window and the pool has window parts for only
   // a few blocks: parts the sequences give back are taken by other
   // sequences' new blocks, on the device as on the host.
+  //
+  // With every fused tail on (CudaSwitches::fused_tails 15) a solo decode
+  // step runs its norms, RoPE and attention merge as the tails of the
+  // kernels before them, where a batched pass of several rows launches them
+  // apart: equal logits show the tails give the separate kernels' values.
   void forward_batch_equals_solo_forward_data() {
     QTest::addColumn<QString>("model");
-    QTest::newRow("stories260K") << "stories260K";
-    QTest::newRow("gemma3") << "gemma3";
+    QTest::addColumn<int>("tails");
+    QTest::newRow("stories260K") << "stories260K" << CudaSwitches{}.fused_tails;
+    QTest::newRow("gemma3") << "gemma3" << CudaSwitches{}.fused_tails;
+    QTest::newRow("gemma3, every tail fused") << "gemma3" << 15;
     // Experts chosen per row and grouped by expert over the whole batch:
     // each row's products and sums are still its solo ones (Q4_K experts:
     // the integer path).
-    QTest::newRow("qwen3moe-q4_k") << "qwen3moe-q4_k";
+    QTest::newRow("qwen3moe-q4_k") << "qwen3moe-q4_k" << CudaSwitches{}.fused_tails;
+    QTest::newRow("qwen3moe-q4_k, every tail fused") << "qwen3moe-q4_k" << 15;
   }
   void forward_batch_equals_solo_forward() {
     const CudaProbe p = probe_cuda(env_switches().library);
     REQUIRE_CUDA(p);
     QFETCH(QString, model);
+    QFETCH(int, tails);
     const bool windowed = model == "gemma3";
     auto m = Model::load(model == "stories260K"
                              ? test_data("stories260K.gguf")
@@ -439,6 +448,7 @@ class TestCuda : public QObject {
     const int V = (*m)->config().n_vocab;
     CudaSwitches no_gemm = env_switches();
     no_gemm.gemm_min_rows = 1000;
+    no_gemm.fused_tails = tails;
     auto solo_b = make_cuda_backend(*m, 64, no_gemm);
     auto batch_b = make_cuda_backend(*m, 64, no_gemm);
     QVERIFY(solo_b.is_ok() && batch_b.is_ok());

@@ -318,6 +318,7 @@ class TestCudaOps : public QObject {
     QTest::addColumn<int>("n");
     QTest::newRow("Gemma: post-norm, add, pre-norm") << true << 640;
     QTest::newRow("llama: add, pre-norm") << false << 640;
+    QTest::newRow("post-norm, 256 threads") << true << 2048;
     QTest::newRow("post-norm, 1024 threads") << true << 4096;
     QTest::newRow("post-norm, the looping kernel") << true << 8224;
   }
@@ -435,6 +436,79 @@ class TestCudaOps : public QObject {
     CHECK_NMSE(wkc, kc.get(), 1e-7);
   }
 
+  // Q, K and V with their QK-norm, RoPE and cache store as the product's
+  // tails (QkRope; one token: each head by the last of its blocks) against
+  // the product and launch_qk_norm_rope_store launched apart: q, k, v and
+  // the cache bitwise equal, in every cache type, the counters back at
+  // zero (and a second launch alike); 3 tokens take the separate launch.
+  void qkv_products_with_rope_tail() {
+    REQUIRE_GPU();
+    const int n_in = 256, NH = 4, NKVH = 2, HD = 64, NQ = NH * HD, NKV = NKVH * HD, n_rot = HD;
+    const Matrix mq = make_matrix(TensorType::Q8_0, n_in, NQ, 60), mk = make_matrix(TensorType::Q4_K, n_in, NKV, 61),
+                 mv = make_matrix(TensorType::Q8_0, n_in, NKV, 62);
+    Dev<uint8_t> dmq(mq.data), dmk(mk.data), dmv(mv.data);
+    const auto qn = randn(HD, 63), kn = randn(HD, 64);
+    Dev<float> dqn(qn), dkn(kn);
+    const PagedCache cache(32, NKV);
+    Dev<int> dtable(cache.table);
+    for (int T : {1, 3}) {
+      const auto x = randn(static_cast<size_t>(T) * n_in, 65 + T);
+      Dev<float> dx(x);
+      std::vector<int> pos, seq;
+      for (int t = 0; t < T; t++) pos.push_back(15 + t), seq.push_back(t % 2);
+      const DevRows rows(cache, pos, seq);
+      Dev<unsigned> counters(std::vector<unsigned>(NH + NKVH, 0));
+      for (const cuda::KvElem e : kElems) {
+        const std::vector<float> zeros(cache.floats(), 0.f);
+        auto rope_of = [&](const DevKv& kc, const DevKv& vc) {
+          cuda::QkRope r;
+          r.q_norm = dqn.p;
+          r.k_norm = dkn.p;
+          r.cache = cache.pages(kc.p, vc.p, dtable.p, e);
+          r.rows = rows.map();
+          r.n_head = NH;
+          r.n_head_kv = NKVH;
+          r.head_dim = HD;
+          r.n_rot = n_rot;
+          r.base = 1e4f;
+          r.neox = true;
+          r.eps = 1e-6f;
+          r.head_counters = counters.p;
+          return r;
+        };
+        // Apart.
+        DevKv kc1(zeros, e), vc1(zeros, e);
+        Dev<float> q1(static_cast<size_t>(T) * NQ), k1(static_cast<size_t>(T) * NKV), v1(k1.n);
+        DevQ8 in1(T, n_in);
+        CU(cuda::launch_matvec3({dmq.p, TensorType::Q8_0, mq.row_bytes, NQ, q1.p},
+                                {dmk.p, TensorType::Q4_K, mk.row_bytes, NKV, k1.p},
+                                {dmv.p, TensorType::Q8_0, mv.row_bytes, NKV, v1.p}, n_in, dx.p, T, nullptr, in1.act()));
+        const cuda::QkRope r1 = rope_of(kc1, vc1);
+        CU(cuda::launch_qk_norm_rope_store(q1.p, k1.p, v1.p, r1.q_norm, r1.k_norm, r1.cache, r1.rows, T, NH, NKVH, HD,
+                                           n_rot, r1.base, nullptr, 1.f, true, r1.eps, nullptr));
+        for (int launch = 0; launch < 2; launch++) {
+          DevKv kc2(zeros, e), vc2(zeros, e);
+          Dev<float> q2(q1.n), k2(k1.n), v2(v1.n);
+          DevQ8 in2(T, n_in);
+          const cuda::QkRope r2 = rope_of(kc2, vc2);
+          CU(cuda::launch_matvec3({dmq.p, TensorType::Q8_0, mq.row_bytes, NQ, q2.p},
+                                  {dmk.p, TensorType::Q4_K, mk.row_bytes, NKV, k2.p},
+                                  {dmv.p, TensorType::Q8_0, mv.row_bytes, NKV, v2.p}, n_in, dx.p, T, nullptr, in2.act(),
+                                  &r2));
+          QVERIFY(q2.get() == q1.get());
+          QVERIFY(k2.get() == k1.get());
+          QVERIFY(v2.get() == v1.get());
+          QVERIFY(kc2.get() == kc1.get());
+          QVERIFY(vc2.get() == vc1.get());
+          const auto c = counters.get();
+          QVERIFY(std::all_of(c.begin(), c.end(), [](unsigned u) { return u == 0; }));
+        }
+        const auto kc = kc1.get();
+        QVERIFY(std::any_of(kc.begin(), kc.end(), [](float f) { return f != 0.f; }));  // (something was stored)
+      }
+    }
+  }
+
   // Q, K and V in one launch: three matrices of different types and sizes.
   void three_matrix_products() {
     REQUIRE_GPU();
@@ -489,6 +563,93 @@ class TestCudaOps : public QObject {
       const auto rg = ref_matmul(g, n_in, n_out, xr, T), ru = ref_matmul(u, n_in, n_out, xr, T);
       for (size_t i = 0; i < want.size(); i++) want[i] = (gelu ? ref::gelu_tanh(rg[i]) : ref::silu(rg[i])) * ru[i];
       CHECK_NMSE(want, dout.get(), 1e-10);
+    }
+  }
+
+  // The gated kernel's 8-bit output (q8_out), each 32 rows quantized by
+  // the last of their blocks: bitwise what launch_quantize_q8 makes of the
+  // float output, the counters back at zero, and again on a second launch.
+  void gated_products_write_8_bits() {
+    REQUIRE_GPU();
+    const int n_in = 256, n_out = 96;
+    const Matrix g = make_matrix(TensorType::Q4_K, n_in, n_out, 33), u = make_matrix(TensorType::Q8_0, n_in, n_out, 34);
+    Dev<uint8_t> dg(g.data), du(u.data);
+    for (int T : {1, 11}) {
+      const auto x = randn(static_cast<size_t>(T) * n_in, 35 + T);
+      Dev<float> dx(x), dout(static_cast<size_t>(T) * n_out);
+      Dev<unsigned> counters(std::vector<unsigned>(n_out / 32, 0));
+      DevQ8 in(T, n_in), fused(T, n_out), separate(T, n_out);
+      for (int launch = 0; launch < 2; launch++) {
+        CU(cuda::launch_matvec_gated(dg.p, TensorType::Q4_K, g.row_bytes, du.p, TensorType::Q8_0, u.row_bytes, n_in,
+                                     n_out, dx.p, T, true, dout.p, nullptr, in.act(), fused.act(), counters.p));
+        CU(cuda::launch_quantize_q8(dout.p, T, n_out, separate.act(), nullptr));
+        QVERIFY(fused.q.get() == separate.q.get());
+        QVERIFY(fused.d.get() == separate.d.get());
+        const auto c = counters.get();
+        QVERIFY(std::all_of(c.begin(), c.end(), [](unsigned v) { return v == 0; }));
+        cudaMemset(fused.q.p, 0, fused.q.n);  // (the second launch must write it again)
+        cudaMemset(fused.d.p, 0, fused.d.n * sizeof(float));
+      }
+    }
+    // Rows not a multiple of 32: refused.
+    Dev<float> dx(randn(n_in, 36)), dout(45);
+    DevQ8 in(1, n_in), out8(1, 64);
+    Dev<unsigned> counters(std::vector<unsigned>(2, 0));
+    QCOMPARE(cuda::launch_matvec_gated(dg.p, TensorType::Q4_K, g.row_bytes, du.p, TensorType::Q8_0, u.row_bytes, n_in,
+                                       45, dx.p, 1, true, dout.p, nullptr, in.act(), out8.act(), counters.p),
+             cudaErrorInvalidValue);
+  }
+
+  // A product with the residual add and norms as its tail (AddNormTail),
+  // against the product and launch_add_rmsnorm launched apart: the same
+  // product, residual and output, bitwise (so that a decode pass of one
+  // sequence equals its row in a batched pass), the tail's 8-bit copy
+  // bitwise what launch_quantize_q8 makes of its output, the counter back
+  // at zero. Several rows, and widths the tail cannot take, get the
+  // separate launch.
+  void product_with_norm_tail_data() {
+    QTest::addColumn<int>("T");
+    QTest::addColumn<int>("n_out");
+    QTest::addColumn<bool>("post_norm");
+    QTest::newRow("decode, Gemma's post-norm") << 1 << 640 << true;
+    QTest::newRow("decode, llama") << 1 << 640 << false;
+    QTest::newRow("decode, 1024 wide") << 1 << 1024 << true;
+    QTest::newRow("3 rows: the separate launch") << 3 << 640 << true;
+    QTest::newRow("11 rows, two launches") << 11 << 640 << true;
+    QTest::newRow("too wide: the separate launch") << 1 << 2048 << true;
+  }
+  void product_with_norm_tail() {
+    REQUIRE_GPU();
+    QFETCH(int, T);
+    QFETCH(int, n_out);
+    QFETCH(bool, post_norm);
+    const int n_in = 256;
+    const Matrix m = make_matrix(TensorType::Q6_K, n_in, n_out, 50);
+    const auto x = randn(static_cast<size_t>(T) * n_in, 51), res = randn(static_cast<size_t>(T) * n_out, 52, 3.f);
+    const auto pw = randn(n_out, 53), w = randn(n_out, 54);
+    Dev<uint8_t> dm(m.data);
+    Dev<float> dx(x), dpw(pw), dw(w);
+    // Apart.
+    Dev<float> res1(res), prod1(res.size()), out1(res.size());
+    DevQ8 in1(T, n_in), q1(T, n_out);
+    CU(cuda::launch_matvec(dm.p, TensorType::Q6_K, m.row_bytes, n_in, n_out, dx.p, T, prod1.p, nullptr, in1.act()));
+    CU(cuda::launch_add_rmsnorm(res1.p, prod1.p, post_norm ? dpw.p : nullptr, dw.p, out1.p, T, n_out, 1e-6f, nullptr,
+                                q1.act()));
+    // As a tail, twice (the counter serves the second launch too).
+    Dev<unsigned> counter(std::vector<unsigned>(1, 0));
+    for (int launch = 0; launch < 2; launch++) {
+      Dev<float> res2(res), prod2(res.size()), out2(res.size());
+      DevQ8 in2(T, n_in), q2(T, n_out), sep(T, n_out);
+      cuda::AddNormTail tail{res2.p, post_norm ? dpw.p : nullptr, dw.p, out2.p, 1e-6f, q2.act(), counter.p};
+      CU(cuda::launch_matvec(dm.p, TensorType::Q6_K, m.row_bytes, n_in, n_out, dx.p, T, prod2.p, nullptr, in2.act(),
+                             &tail));
+      QVERIFY(prod2.get() == prod1.get());
+      QVERIFY(res2.get() == res1.get());
+      QVERIFY(out2.get() == out1.get());
+      CU(cuda::launch_quantize_q8(out2.p, T, n_out, sep.act(), nullptr));
+      QVERIFY(q2.q.get() == sep.q.get());
+      QVERIFY(q2.d.get() == sep.d.get());
+      QCOMPARE(counter.get()[0], 0u);
     }
   }
 
@@ -641,6 +802,8 @@ class TestCudaOps : public QObject {
     QTest::newRow("Gemma 3 shape, 3 ranges") << 4 << 1 << 256 << 0 << 0.f << 3 << 5 << 20;
     QTest::newRow("sliding window 8, 2 ranges") << 4 << 2 << 64 << 8 << 0.f << 2 << 5 << 20;
     QTest::newRow("softcap 50, more ranges than keys") << 2 << 2 << 128 << 0 << 50.f << 40 << 5 << 20;
+    QTest::newRow("Gemma 3 shape, 8 ranges (merged in the kernel)") << 4 << 1 << 256 << 0 << 0.f << 8 << 5 << 20;
+    QTest::newRow("window 8, 4 ranges (merged in the kernel)") << 4 << 2 << 64 << 8 << 0.f << 4 << 3 << 20;
     QTest::newRow("tiny heads (8 dims)") << 8 << 8 << 8 << 0 << 0.f << 1 << 5 << 20;
     QTest::newRow("head_dim 80 (partly filled lanes)") << 4 << 4 << 80 << 0 << 0.f << 2 << 5 << 20;
     QTest::newRow("prefill from 0, Gemma 3 shape") << 4 << 1 << 256 << 0 << 0.f << 1 << 37 << 0;
@@ -728,6 +891,20 @@ class TestCudaOps : public QObject {
         QVERIFY(dout3.get() == dout.get());
         QVERIFY(fused.q.get() == separate.q.get());
         QVERIFY(fused.d.get() == separate.d.get());
+        // The merge as the kernel's tail (head_counters): the same values,
+        // bitwise, with the 8-bit copy; the counters back at zero, twice.
+        Dev<unsigned> counters(std::vector<unsigned>(static_cast<size_t>(T) * n_head, 0));
+        for (int launch = 0; launch < 2; launch++) {
+          DevQ8 tail_q8(T, n_head * HD);
+          Dev<float> dout4(q.size());
+          CU(cuda::launch_attention(dq.p, pages, rows.map(), dout4.p, part.p, T, n_head, n_head_kv, HD, window, scale,
+                                    softcap, n_split, nullptr, tail_q8.act(), counters.p));
+          QVERIFY(dout4.get() == dout.get());
+          QVERIFY(tail_q8.q.get() == separate.q.get());
+          QVERIFY(tail_q8.d.get() == separate.d.get());
+          const auto c = counters.get();
+          QVERIFY(std::all_of(c.begin(), c.end(), [](unsigned u) { return u == 0; }));
+        }
       }
       // The tiled prefill kernel, on the same inputs, with as many key ranges.
       QVERIFY(cuda::attention_tiled_fits(n_head, n_head_kv, HD));

@@ -40,6 +40,7 @@ BackendOptions backend_options_from_environment() {
   o.cuda.profile = env_flag("PHASELAB_CUDA_PROFILE", false);
   o.cuda.q8_act = env_flag("PHASELAB_CUDA_Q8", o.cuda.q8_act);
   o.cuda.bf16_weights = env_flag("PHASELAB_CUDA_BF16_WEIGHTS", o.cuda.bf16_weights);
+  if (const char* v = env("PHASELAB_CUDA_FUSED_TAILS"); v && *v) o.cuda.fused_tails = std::atoi(v) & 15;
   if (const char* v = env("PHASELAB_CUDA_LIB"); v && *v) o.cuda.library = v;
   return o;
 }

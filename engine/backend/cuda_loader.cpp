@@ -405,7 +405,8 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(std::shared_ptr<const Model> 
   if (!probe.available) return unsupported("CUDA: " + probe.reason);
   const PhlCudaTable* t = library(sw.library).table;
   const ModelView view(*model);
-  const PhlCudaSwitches s{sw.graphs, sw.tiled_attention, sw.gemm_min_rows, sw.profile, sw.q8_act, sw.bf16_weights};
+  const PhlCudaSwitches s{sw.graphs, sw.tiled_attention, sw.gemm_min_rows, sw.profile, sw.q8_act, sw.bf16_weights,
+                          sw.fused_tails};
   PhlCudaDevice* dev = nullptr;
   char err[1024] = {0};
   // (Any failure here is "unsupported": the caller may fall back to the CPU.)

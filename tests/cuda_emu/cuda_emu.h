@@ -22,6 +22,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -146,6 +147,15 @@ inline int __dp4a(int a, int b, int c) {
   for (int i = 0; i < 4; i++)
     c += static_cast<int>(static_cast<int8_t>(a >> (8 * i))) * static_cast<int>(static_cast<int8_t>(b >> (8 * i)));
   return c;
+}
+// Atomics and fences: the blocks of a grid run on several CPU threads at
+// once (a grid's last-block tails count finished blocks with these).
+inline unsigned atomicAdd(unsigned* p, unsigned v) { return std::atomic_ref<unsigned>(*p).fetch_add(v); }
+inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+// A load that bypasses L1 (the CPU has one coherent cache).
+template <typename T>
+inline T __ldcg(const T* p) {
+  return *p;
 }
 // Rounded to the nearest integer, ties to even (the default rounding mode).
 inline int __float2int_rn(float x) { return static_cast<int>(std::nearbyint(x)); }

@@ -38,8 +38,8 @@ extern "C" {
  * carries old_tail's generation (a copy only from what the device holds).
  * 9: PhlCudaConfig.rope_attn_factor. 10: PhlCudaSwitches.q8_act, bf16_weights.
  * 11: mixture of experts (PhlCudaLayer's router and experts, PhlCudaConfig's
- * expert counts). */
-#define PHASELAB_CUDA_ABI_VERSION 11
+ * expert counts). 12: PhlCudaSwitches.fused_tails. */
+#define PHASELAB_CUDA_ABI_VERSION 12
 /* Positions per K/V block: the host pool's (KvPool::kBlockTokens) and the
  * kernels' (cuda::kKvBlockTokens); both sides assert it. */
 #define PHASELAB_CUDA_KV_BLOCK_TOKENS 16
@@ -98,7 +98,7 @@ typedef struct PhlCudaModel {
 /* phaselab::CudaSwitches but the library, which the loader chose. */
 typedef struct PhlCudaSwitches {
   int32_t graphs, tiled_attention, gemm_min_rows, profile;
-  int32_t q8_act, bf16_weights;
+  int32_t q8_act, bf16_weights, fused_tails;
 } PhlCudaSwitches;
 
 /* The host's KvPool as the device mirrors it: known by id, laid out by its

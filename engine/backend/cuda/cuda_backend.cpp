@@ -78,6 +78,22 @@ Status CudaDevice::init() {
     allocations_.push_back(q8_.q);
     PHASELAB_TRY(alloc(&q8_.d, q8_.cap / 32 + 1));
   }
+  if (fused_tails_ != 0) {
+    const size_t n_groups = c_.n_ff > 0 && c_.n_ff % 32 == 0 ? c_.n_ff / 32 : 0;
+    if (use_q8_ && n_groups > 0) {
+      q8_ffn_.cap = B * c_.n_ff;
+      CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&q8_ffn_.q), q8_ffn_.cap));
+      allocations_.push_back(q8_ffn_.q);
+      PHASELAB_TRY(alloc(&q8_ffn_.d, q8_ffn_.cap / 32 + 1));
+    }
+    const size_t n_counters = 1 + n_groups + c_.n_head + c_.n_head_kv + B * c_.n_head;
+    CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&tail_counter_), n_counters * sizeof(unsigned)));
+    allocations_.push_back(tail_counter_);
+    CUDA_TRY(cudaMemset(tail_counter_, 0, n_counters * sizeof(unsigned)));
+    ffn_group_counters_ = tail_counter_ + 1;
+    head_counters_ = ffn_group_counters_ + n_groups;
+    attn_counters_ = head_counters_ + c_.n_head + c_.n_head_kv;
+  }
   // The uploads (pageable memory, legacy stream) finish before stream_'s
   // first kernel reads them.
   CUDA_TRY(cudaDeviceSynchronize());

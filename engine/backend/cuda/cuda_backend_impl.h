@@ -105,6 +105,7 @@ class CudaDevice {
         use_tiled_attention_(sw.tiled_attention != 0),
         use_graph_(sw.graphs != 0),
         use_q8_(sw.q8_act != 0),
+        fused_tails_(sw.fused_tails),
         use_bf16_weights_(sw.bf16_weights != 0) {}
 
   ~CudaDevice() {
@@ -275,9 +276,14 @@ class CudaDevice {
   cuda::RowMap row_map(int r = 0) const { return cuda::RowMap{meta_ + max_batch_ + r, meta_ + 2 * max_batch_ + r}; }
 
   // cuda_forward_pass.cpp: every kernel of a pass.
-  // x_q8: x's 8-bit copy is already in q8_ (written by the kernel that wrote x).
-  Status matvec(const DevWeight& w, const float* x, int T, float* out, bool gemm, bool x_q8 = false);
+  // x_q8: x's 8-bit copy is already in q8 (q8_ where null; written by the
+  // kernel that wrote x). tail: the residual add and norms after the
+  // product (cuda::AddNormTail), in its last block where the pass is one of
+  // matrix-vector products, else launched after it.
+  Status matvec(const DevWeight& w, const float* x, int T, float* out, bool gemm, bool x_q8 = false,
+                const cuda::AddNormTail* tail = nullptr, const cuda::Q8Act* q8 = nullptr);
   Status attention(int il, const Pass& ps, cuda::Q8Act q8_out = {});
+  cuda::QkRope qk_rope(int il) const;
   Status enqueue(const Pass& ps);
 
   const PhlCudaModel* model_;  // until init() returns
@@ -322,6 +328,22 @@ class CudaDevice {
   // input rows in 8 bits; q8_.q null when off.
   cuda::Q8Act q8_{};
   bool use_q8_;
+  // Fused tails (CudaSwitches::fused_tails): in a decode pass of one token
+  // the matrix-vector kernels' last blocks run the norms after the output
+  // projection and the FFN down (tail_counter_: their count of finished
+  // blocks), and the Q/K/V product's last block of each head its QK-norm,
+  // RoPE and cache store (head_counters_); in any pass of matrix-vector
+  // products the gated FFN kernel writes its activation in 8 bits for the
+  // down product (q8_ffn_, beside q8_, which holds its input meanwhile;
+  // ffn_group_counters_: one per 32 rows), and the attention kernel merges
+  // its key ranges itself (attn_counters_: one per row and head).
+  int fused_tails_;  // the mask: kTailNorms, kTailRope, kTailFfnQ8, kTailAttnMerge
+  static constexpr int kTailNorms = 1, kTailRope = 2, kTailFfnQ8 = 4, kTailAttnMerge = 8;
+  cuda::Q8Act q8_ffn_{};
+  unsigned* tail_counter_ = nullptr;
+  unsigned* ffn_group_counters_ = nullptr;
+  unsigned* head_counters_ = nullptr;
+  unsigned* attn_counters_ = nullptr;
   bool use_bf16_weights_;
   // Prefill attention from kTiledAttentionMin tokens of a sequence: the
   // tiled kernel (CudaSwitches::tiled_attention off: the one-warp-per-query

@@ -211,6 +211,13 @@ struct CudaSwitches {
   // the GPU has memory to spare (half of what is free, leaving 1 GiB), rather
   // than dequantizing slabs per pass (PHASELAB_CUDA_BF16_WEIGHTS=0: off).
   bool bf16_weights = true;
+  // Work done by the last blocks of the kernel before it rather than by a
+  // launch of its own (PHASELAB_CUDA_FUSED_TAILS: a mask of these, 0 none):
+  // 1 a decoded token's residual adds and norms (after the output projection
+  // and the FFN down), 2 its QK-norm, RoPE and K/V store (after the Q/K/V
+  // product), 4 the FFN activation's 8-bit copy for the down product, 8 the
+  // merge of the attention's key ranges.
+  int fused_tails = 4;
   std::string library;          // libphaselab_cuda.so to load; "" the installed one (PHASELAB_CUDA_LIB)
 };
 
