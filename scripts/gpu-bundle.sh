@@ -31,18 +31,20 @@ for exe in "$OUT/bin/phaselab-cli" "$OUT/bin/test_cuda" "$OUT/bin/test_cuda_ops"
   ldd "$exe" | awk '/=> \//{print $3}'
 done | sort -u | grep -v -E '/(libc|libm|libdl|librt|libpthread|ld-linux.*|libgcc_s|libstdc\+\+|libcuda|libcudart|libcublas|libcublasLt)\.so' \
   | while read -r lib; do cp -L "$lib" "$OUT/lib/"; done
-# Compressed: the carried files may total 64 MiB (ICU's data alone is 30 MiB).
+# Compressed: the carried files may total 64 MiB with the working tree (ICU's
+# data alone is 30 MiB; the executables' GPU code compresses well too).
 tar -C "$OUT" -cJf "$OUT/lib.tar.xz" lib && rm -rf "$OUT/lib"
 
 MODEL="$("$ROOT/scripts/fetch-model.sh" 2>/dev/null || true)"
 if [[ -n "$MODEL" ]]; then
-  "$OUT/bin/phaselab-cli" twin export "$MODEL" "$OUT/default-model.twin.gguf"
+  "$BUILD/app/phaselab-cli" twin export "$MODEL" "$OUT/default-model.twin.gguf"
 fi
 # A mixture-of-experts model to benchmark too (its spec; the GPU machine
 # builds the twin): PHASELAB_MOE_MODEL=path, e.g. the Qwen3-30B-A3B shape
 # twin that `build/tests/make_reference_models --qwen3moe-twin 12 OUT` writes.
 if [[ -n "${PHASELAB_MOE_MODEL:-}" ]]; then
-  "$OUT/bin/phaselab-cli" twin export "$PHASELAB_MOE_MODEL" "$OUT/moe-model.twin.gguf"
+  "$BUILD/app/phaselab-cli" twin export "$PHASELAB_MOE_MODEL" "$OUT/moe-model.twin.gguf"
 fi
+tar -C "$OUT" -cJf "$OUT/bin.tar.xz" bin && rm -rf "$OUT/bin"
 du -sh "$OUT" >&2
 echo "gpu-bundle: ready; on the GPU machine run scripts/gpu-check.sh with carry [\"gpu-bundle\"]" >&2

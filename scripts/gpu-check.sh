@@ -18,9 +18,10 @@ mkdir -p "$OUTDIR"
 export PATH="/usr/local/cuda/bin:$PATH"
 nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv | tee "$OUTDIR/gpu.txt"
 
-if [[ -d "$ROOT/gpu-bundle/bin" ]]; then
-  BIN="$ROOT/gpu-bundle/bin"
-  mkdir -p /tmp/phaselab-gpu && tar -C /tmp/phaselab-gpu -xJf "$ROOT/gpu-bundle/lib.tar.xz"
+if [[ -f "$ROOT/gpu-bundle/bin.tar.xz" ]]; then
+  BIN=/tmp/phaselab-gpu/bin
+  mkdir -p /tmp/phaselab-gpu && tar -C /tmp/phaselab-gpu -xJf "$ROOT/gpu-bundle/lib.tar.xz" \
+    && tar -C /tmp/phaselab-gpu -xJf "$ROOT/gpu-bundle/bin.tar.xz"
   # cudart and cuBLAS come from the machine: the CUDA toolkit, or the
   # nvidia-* Python wheels of a PyTorch image.
   CUDA_LIBS="/usr/local/cuda/lib64"
@@ -79,6 +80,14 @@ if [[ -n "$MODEL" && -f "$MODEL" ]]; then
     PHASELAB_CUDA_Q8=0 timeout 30 "$BIN/phaselab-cli" bench -m "$MODEL" --backend cuda -p 0 -n 128 -r 3 2>&1
     echo "## prefill without resident BF16 weights (PHASELAB_CUDA_BF16_WEIGHTS=0: slabs dequantized per pass)"
     PHASELAB_CUDA_BF16_WEIGHTS=0 timeout 30 "$BIN/phaselab-cli" bench -m "$MODEL" --backend cuda -p 512 -n 0 -r 3 2>&1
+    echo "## decode without programmatic dependent launch (PHASELAB_CUDA_PDL=0: each kernel launched after the last ends)"
+    PHASELAB_CUDA_PDL=0 timeout 30 "$BIN/phaselab-cli" bench -m "$MODEL" --backend cuda -p 0 -n 128 -r 3 2>&1
+    echo "## decode with fused tails (PHASELAB_CUDA_FUSED_TAILS: 1 norms, 2 RoPE, 4 FFN 8-bit copy, 8 attention merge)"
+    for round in 1 2 3; do  # alternating: one process per figure, each mask once a round
+      for tails in 0 4 8 12; do
+        echo "round $round, tails $tails: $(PHASELAB_CUDA_FUSED_TAILS=$tails timeout 30 "$BIN/phaselab-cli" bench -m "$MODEL" --backend cuda -p 0 -n 128 -r 3 2>&1 | grep '| tg128' | awk -F'|' '{print $8}')"
+      done
+    done
     echo "## decode without the CUDA graph (PHASELAB_CUDA_GRAPHS=0)"
     PHASELAB_CUDA_GRAPHS=0 timeout 30 "$BIN/phaselab-cli" bench -m "$MODEL" --backend cuda -p 0 -n 128 -r 3 2>&1
     echo "## prefill without cuBLAS (PHASELAB_CUDA_GEMM_MIN=100000)"
@@ -90,6 +99,22 @@ if [[ -n "$MODEL" && -f "$MODEL" ]]; then
   } | tee "$OUTDIR/bench_cuda_variants.md"
 else
   echo "gpu-check: no default model (or twin) here; benchmarked stories260K only" >&2
+fi
+# Another engine on the same model and GPU, alternating with PhaseLab, where
+# PHASELAB_REFERENCE_LLAMA_BENCH names a llama.cpp llama-bench built for
+# this GPU (the project neither ships nor builds one: bring your own).
+if [[ -n "${PHASELAB_REFERENCE_LLAMA_BENCH:-}" && -x "$PHASELAB_REFERENCE_LLAMA_BENCH" && -n "$MODEL" && -f "$MODEL" ]]; then
+  {
+    for round in 1 2; do
+      echo "## round $round: PhaseLab (bench --backend cuda -p 512 -n 128 -r 5)"
+      timeout 60 "$BIN/phaselab-cli" bench -m "$MODEL" --backend cuda -p 512 -n 128 -r 5 2>&1 | grep -E '\| (pp|tg)'
+      echo "## round $round: llama-bench (-p 512 -n 128 -r 5 -ngl 99)"
+      timeout 90 "$PHASELAB_REFERENCE_LLAMA_BENCH" -m "$MODEL" -p 512 -n 128 -r 5 -ngl 99 2>>"$OUTDIR/llama-bench.err"
+    done
+    echo "## at depth 2000: PhaseLab, then llama-bench (-d 2000)"
+    timeout 60 "$BIN/phaselab-cli" bench -m "$MODEL" --backend cuda -p 512 -n 128 -d 2000 -r 3 2>&1 | grep -E '\| (pp|tg)'
+    timeout 90 "$PHASELAB_REFERENCE_LLAMA_BENCH" -m "$MODEL" -p 512 -n 128 -d 2000 -r 3 -ngl 99 2>>"$OUTDIR/llama-bench.err"
+  } 2>&1 | tee "$OUTDIR/reference.md"
 fi
 # A mixture-of-experts twin, where the bundle has its spec (gpu-bundle.sh's
 # PHASELAB_MOE_MODEL): built here, then prefill and decode on the GPU.
