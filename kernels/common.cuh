@@ -33,11 +33,14 @@ namespace phaselab::cuda {
 // step. Launched with cudaLaunchAttributeProgrammaticStreamSerialization,
 // a kernel may start while the previous one in the stream still runs; it
 // then waits in grid_dependency_sync() (griddepcontrol.wait: the previous
-// grid complete and its writes visible) before it touches memory, so only
-// its launch and scheduling overlap. Every kernel calls it first, before
-// any load or store (a kernel that did not would race with its
-// predecessor), and then lets its own successor launch. Without the
-// attribute (older GPUs, PHASELAB_CUDA_PDL=0, the emulator) both are no-ops.
+// grid complete and its writes visible) before it touches memory that
+// kernel may write, so only its launch and scheduling overlap, and what
+// needs nothing of that kernel: the weights, and the pass's row positions
+// and block tables (copied in before the pass's first kernel). Every kernel
+// calls it before any other load or store (a kernel that did not would race
+// with its predecessor), and then lets its own successor launch. Without
+// the attribute (older GPUs, PHASELAB_CUDA_PDL=0, the emulator) both are
+// no-ops.
 __device__ __forceinline__ void grid_dependency_sync() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -47,8 +50,9 @@ __device__ __forceinline__ void grid_dependency_sync() {
 
 // A warp's request that the bytes [p, p + n) be brought into L2: issued
 // before grid_dependency_sync() for what does not depend on the previous
-// kernel (a matrix-vector kernel's weight rows), so that their fetch from
-// memory overlaps the previous kernel's end rather than following it.
+// kernel (a matrix-vector kernel's weight rows, the decode attention's
+// older K/V rows), so that their fetch from memory overlaps the previous
+// kernel's end rather than following it.
 __device__ __forceinline__ void prefetch_l2(const uint8_t* p, size_t n, int lane) {
 #if defined(__CUDA_ARCH__)
   for (size_t off = static_cast<size_t>(lane) * 128; off < n; off += 32 * 128)
