@@ -388,7 +388,7 @@ size_t attention_partials_floats(int T, int n_head, int head_dim, int n_split) {
 
 int attention_splits(int T, int n_head, int n_ctx) {
   if (T * n_head >= 1024) return 1;
-  const int by_warps = (512 + T * n_head - 1) / (T * n_head);
+  const int by_warps = (256 + T * n_head - 1) / (T * n_head);
   const int by_keys = (n_ctx + 15) / 16;
   const int n = by_warps < by_keys ? by_warps : by_keys;
   return n < 1 ? 1 : n > 64 ? 64 : n;

@@ -226,11 +226,11 @@ int attention_tiled_splits(int T, int n_head, int n_head_kv, int n_keys, int sm_
 // Floats of partials for T queries and n_split ranges (0 when n_split == 1).
 size_t attention_partials_floats(int T, int n_head, int head_dim, int n_split);
 // Ranges per query: 1 when T * n_head warps already fill the GPU, else
-// enough for about 512 warps in all, each range at least 16 of n_ctx keys,
+// enough for about 256 warps in all, each range at least 16 of n_ctx keys,
 // at most 64 (what the merge takes). (One warp walks its keys one after
 // another: Gemma 3 270M's 4 heads in one range each took 19 us per layer on
-// an H200 at 128 keys; at depth 2000, 64 ranges decode 1101-1107 tokens/s
-// against 923-930 with at most 32, and 679-681 with 16.)
+// an H200 at 128 keys; at depth 2000, its 64 ranges decode 1101-1107
+// tokens/s against 923-930 with at most 32, and 679-681 with 16.)
 int attention_splits(int T, int n_head, int n_ctx);
 
 

@@ -942,11 +942,11 @@ class TestCudaOps : public QObject {
 
   void splits_policy() {
     // Host-side policy, checked everywhere: one range when the batch fills
-    // the GPU, else about 512 warps, at least 16 keys per range, at most 64.
+    // the GPU, else about 256 warps, at least 16 keys per range, at most 64.
     QCOMPARE(cuda::attention_splits(512, 4, 4096), 1);
     QCOMPARE(cuda::attention_splits(1, 4, 4096), 64);
     QCOMPARE(cuda::attention_splits(1, 4, 100), 7);
-    QCOMPARE(cuda::attention_splits(16, 4, 4096), 8);
+    QCOMPARE(cuda::attention_splits(16, 4, 4096), 4);
     QCOMPARE(cuda::attention_splits(1, 4, 1 << 20), 64);
     QCOMPARE(cuda::attention_partials_floats(1, 4, 256, 1), size_t{0});
     QCOMPARE(cuda::attention_partials_floats(2, 4, 256, 3), size_t{2 * 4 * 3 * 258});
