@@ -9,6 +9,7 @@ namespace {
 
 constexpr int kWarpsPerBlock = 4;
 constexpr int kKeysAtOnce = 4;  // keys a decode warp takes per step
+constexpr int kPrefetchKeys = 32;  // K/V rows a decode warp asks of L2 before the previous kernel ends
 
 // One warp per (query t, head h, split s). Lane l holds dims l, l+32, ... of
 // the query and of the output (EPL of them): each key row is read by the
@@ -44,10 +45,12 @@ __global__ void attention_kernel(const float* q, KvPages cache, RowMap rows, flo
   const int chunk = (n_keys + n_split - 1) / n_split;
   const int js = j0 + split * chunk, je = min(pos + 1, js + chunk);
   // The range's K and V rows into L2 while the previous kernel ends, all
-  // but the row of pos itself, which that kernel writes.
+  // but the row of pos itself, which that kernel writes; at most
+  // kPrefetchKeys of them (a range of a whole long context would stall the
+  // warp here and overflow L2).
   {
     const size_t row_bytes = kv_values_bytes(E, head_dim);
-    const int jp = min(je, pos);
+    const int jp = min(min(je, pos), js + kPrefetchKeys);
     for (int j = js; j < jp; j++) {
       const size_t r = kv_row(table, cache.block_stride, j, n_embd_kv) + kvh * head_dim;
       prefetch_l2(static_cast<const uint8_t*>(cache.k) + kv_values_bytes(E, r), row_bytes, lane);

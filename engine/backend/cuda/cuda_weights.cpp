@@ -118,8 +118,11 @@ uint64_t CudaDevice::work_bytes() const {
   const uint64_t E = c_.n_expert, K = c_.n_expert_used;
   const uint64_t moe = E > 0 ? 4 * B * (E + 2 * K + K * c_.n_ff_exp + K * c_.n_embd) + 4 * (B * K + 3 * E + 1) : 0;
   const uint64_t q8 = B * std::max<uint64_t>(max_in, K * c_.n_ff_exp) * 9 / 8;
+  // The tails' 8-bit FFN activations and counters (CudaSwitches::fused_tails).
+  const uint64_t tails =
+      fused_tails_ != 0 ? B * c_.n_ff * 9 / 8 + 4 * (1 + c_.n_ff / 32 + c_.n_head + c_.n_head_kv + B * c_.n_head) : 0;
   return 4 * B * (3ull * c_.n_embd + c_.n_embd_q() + 2ull * c_.n_embd_kv() + 2ull * c_.n_ff + c_.n_vocab) + gemm + moe +
-         q8;
+         q8 + tails;
 }
 
 Status CudaDevice::alloc(float** p, size_t n) {
