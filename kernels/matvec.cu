@@ -310,11 +310,11 @@ cudaError_t launch_matvec_gated(const uint8_t* w_gate, TensorType gate_type, siz
                                 TensorType up_type, size_t up_row_bytes, int n_in, int n_out, const float* x, int T,
                                 bool gelu, float* out, cudaStream_t s, Q8Act q8, Q8Act q8_out,
                                 unsigned* group_counters) {
+  if (q8_out.q && (n_out % 32 != 0 || static_cast<size_t>(T) * n_out > q8_out.cap)) return cudaErrorInvalidValue;
   cudaError_t e;
   const Q8Input xq = quantize_for(q8, q8_dot_supported(gate_type) || q8_dot_supported(up_type), x, T, n_in, s, &e);
   if (e != cudaSuccess) return e;
-  const bool q8_fused = q8_out.q && group_counters && n_out % 32 == 0;
-  if (q8_out.q && (n_out % 32 != 0 || static_cast<size_t>(T) * n_out > q8_out.cap)) return cudaErrorInvalidValue;
+  const bool q8_fused = q8_out.q && group_counters;
   const unsigned blocks = (n_out + kRowsPerBlock - 1) / kRowsPerBlock;
   for (int t0 = 0; t0 < T; t0 += kMaxTokens) {
     const int n = T - t0 < kMaxTokens ? T - t0 : kMaxTokens;
@@ -324,19 +324,14 @@ cudaError_t launch_matvec_gated(const uint8_t* w_gate, TensorType gate_type, siz
       constexpr int KT = decltype(kt)::value;
       return with_type<P>(gate_type == up_type, gate_type, [&](auto kind) {
         const size_t off = static_cast<size_t>(t0) * n_out;
-        if (q8_fused) {
-          PHASELAB_LAUNCH((gated_matvec_kernel<P, KT, decltype(kind)::value, true>), blocks, 32 * kRowsPerBlock, 0,
-                          s)(w_gate, gate_type, gate_row_bytes, w_up, up_type, up_row_bytes, n_in, n_out,
-                             x + static_cast<size_t>(t0) * n_in, xq.q ? xq.q + static_cast<size_t>(t0) * n_in : nullptr,
-                             xq.d ? xq.d + static_cast<size_t>(t0) * (n_in / 32) : nullptr, n, gelu, out + off,
-                             q8_out.q + off, q8_out.d + off / 32, group_counters);
-        } else {
-          PHASELAB_LAUNCH((gated_matvec_kernel<P, KT, decltype(kind)::value>), blocks, 32 * kRowsPerBlock, 0, s)(
-              w_gate, gate_type, gate_row_bytes, w_up, up_type, up_row_bytes, n_in, n_out,
-              x + static_cast<size_t>(t0) * n_in, xq.q ? xq.q + static_cast<size_t>(t0) * n_in : nullptr,
-              xq.d ? xq.d + static_cast<size_t>(t0) * (n_in / 32) : nullptr, n, gelu, out + off, nullptr, nullptr,
-              nullptr);
-        }
+        auto* const gated = q8_fused ? &gated_matvec_kernel<P, KT, decltype(kind)::value, true>
+                                     : &gated_matvec_kernel<P, KT, decltype(kind)::value>;
+        PHASELAB_LAUNCH(gated, blocks, 32 * kRowsPerBlock, 0, s)(
+            w_gate, gate_type, gate_row_bytes, w_up, up_type, up_row_bytes, n_in, n_out,
+            x + static_cast<size_t>(t0) * n_in, xq.q ? xq.q + static_cast<size_t>(t0) * n_in : nullptr,
+            xq.d ? xq.d + static_cast<size_t>(t0) * (n_in / 32) : nullptr, n, gelu, out + off,
+            q8_fused ? q8_out.q + off : nullptr, q8_fused ? q8_out.d + off / 32 : nullptr,
+            q8_fused ? group_counters : nullptr);
         return cudaGetLastError();
       });
     });
