@@ -262,10 +262,11 @@ class TestCpuKernels : public QObject {
     int checked = 0;
     for (const Kernels* k : simd_kernels()) {
       const RepackedFormat f = repacked_format(*k, tt, n);
-      if (!f.repack || !f.dot_rows4) continue;
+      if (!f.repack || !f.dot_tile) continue;
       checked++;
-      const int R = k->repacked_rows;
+      const int R = k->repacked_rows, NT = k->repacked_tokens;
       QVERIFY(R >= 1 && R <= 4);
+      QVERIFY(NT == 4 || NT == 8);
       const size_t rb = f.row_bytes;
       std::vector<uint8_t> packed(rb * R);
       for (int r = 0; r < R; r++) {
@@ -274,19 +275,19 @@ class TestCpuKernels : public QObject {
         QVERIFY(quantize_row(tt, wf.data(), w.data(), n));
         f.repack(w.data(), packed.data() + r * rb, n);
       }
-      const auto x = randn(4 * n, 77);
-      std::vector<ActQ8> a(4 * nb);
-      k->quantize_act(x.data(), a.data(), 4 * n);
-      std::vector<ActGroup> g(4 * gs);
-      for (int t = 0; t < 4; t++) group_act(&a[t * nb], &g[t * gs], nb);
-      float many[16];
-      f.dot_rows4(packed.data(), rb, g.data(), gs, a.data(), nb, n, many);
+      const auto x = randn(NT * n, 77);
+      std::vector<ActQ8> a(NT * nb);
+      k->quantize_act(x.data(), a.data(), NT * n);
+      std::vector<ActGroup> g(NT * gs);
+      for (int t = 0; t < NT; t++) group_act(&a[t * nb], &g[t * gs], nb);
+      float many[32];
+      f.dot_tile(packed.data(), rb, g.data(), gs, a.data(), nb, n, many);
       for (int r = 0; r < R; r++)
-        for (int t = 0; t < 4; t++) {
+        for (int t = 0; t < NT; t++) {
           float v;
           f.dot1(packed.data() + r * rb, &g[t * gs], 0, &a[t * nb], 0, n, &v);
-          QVERIFY2(std::memcmp(&v, &many[r * 4 + t], sizeof(float)) == 0,
-                   qPrintable(QString("%1 row %2 token %3: %4 vs %5").arg(k->isa).arg(r).arg(t).arg(v).arg(many[r * 4 + t])));
+          QVERIFY2(std::memcmp(&v, &many[r * NT + t], sizeof(float)) == 0,
+                   qPrintable(QString("%1 row %2 token %3: %4 vs %5").arg(k->isa).arg(r).arg(t).arg(v).arg(many[r * NT + t])));
         }
     }
     if (checked == 0 && !simd_kernels().empty()) {

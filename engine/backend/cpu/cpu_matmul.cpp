@@ -17,11 +17,15 @@ namespace {
 // while every row of a thread's chunk passes over them (a row is a few
 // hundred bytes; 512 tokens of activations are hundreds of KiB, which
 // would otherwise come from L2 for every row): 1.3x on pp512.
-constexpr int kMaxRows = 4;  // bound on Kernels::repacked_rows
-constexpr int64_t kL1TileBytes = 16 * 1024;  // half of a 32 KiB L1d (48 KiB on recent cores)
-// Tokens per tile for tok_bytes of activations per token: a multiple of 4.
-int token_tile(int64_t tok_bytes) {
-  return static_cast<int>(std::max<int64_t>(4, kL1TileBytes / tok_bytes / 4 * 4));
+constexpr int kMaxRows = 4;        // bound on Kernels::repacked_rows
+constexpr int kMaxTileTokens = 8;  // bound on Kernels::repacked_tokens
+// Three quarters of a 32 KiB L1d (48 KiB on recent cores): 16 tokens of
+// Gemma 3's 640-wide rows, two calls of the AVX-512 kernels' 8 tokens.
+constexpr int64_t kL1TileBytes = 24 * 1024;
+// Tokens per tile for tok_bytes of activations per token: a multiple of
+// unit (the kernels' tokens per call), at least unit.
+int token_tile(int64_t tok_bytes, int unit = 4) {
+  return static_cast<int>(std::max<int64_t>(unit, kL1TileBytes / tok_bytes / unit * unit));
 }
 
 // The rows a decode batch (of at most kPrefetchMaxTokens tokens, so one
@@ -213,31 +217,39 @@ void CpuBackend::matmul_repacked(const WeightView& W, const Repacked& rp, const 
     lo_groups_of_ = in;
   }
   const cpu::DotR8Fn dot1 = rp.f.dot1, dot4 = rp.f.dot4;
-  const cpu::DotR8RowsFn dot_rows4 = rp.f.dot_rows4;
+  const cpu::DotR8RowsFn dot_tile = rp.f.dot_tile;
   const size_t row_bytes = rp.f.row_bytes;
-  const int tile = token_tile(gs * static_cast<int64_t>(sizeof(cpu::ActGroup)) * (precise ? 2 : 1));
+  const int tile =
+      token_tile(gs * static_cast<int64_t>(sizeof(cpu::ActGroup)) * (precise ? 2 : 1), k_fast_->repacked_tokens);
   for_rows(n_out, [&](int64_t r0, int64_t r1, int) {
     float v4[4], lo4[4];
     for (int t0 = 0; t0 < T; t0 += tile) {
       const int t1 = std::min(T, t0 + tile);
       int64_t r = r0;
-      // Several rows at once where the kernels take them: each token's
-      // activations are loaded once for all of them.
-      const int R = k_fast_->repacked_rows;
-      if (R > 1 && dot_rows4 && (t1 - t0) >= 4)
+      // Several rows and tokens at once where the kernels take them: each
+      // token's activations are loaded once for all the rows, each row's
+      // weights once for all the tokens.
+      const int R = k_fast_->repacked_rows, NT = k_fast_->repacked_tokens;
+      if (R > 1 && dot_tile && (t1 - t0) >= NT)
         for (; r + R <= r1; r += R) {
           const uint8_t* row = rp.data.data() + r * row_bytes;
           if (T <= kPrefetchMaxTokens)
             prefetch_rows(row + kPrefetchRows * row_bytes, R * row_bytes, rp.data.data() + r1 * row_bytes);
-          float vr[4 * kMaxRows], lor[4 * kMaxRows];
+          float vr[kMaxTileTokens * kMaxRows], lor[kMaxTileTokens * kMaxRows];
           int t = t0;
-          for (; t + 4 <= t1; t += 4) {
-            dot_rows4(row, row_bytes, &act_g_[t * gs], gs, &act_[t * nb], nb, n_in, vr);
-            if (precise) dot_rows4(row, row_bytes, &act_lo_g_[t * gs], gs, &act_lo_[t * nb], nb, n_in, lor);
+          for (; t + NT <= t1; t += NT) {
+            dot_tile(row, row_bytes, &act_g_[t * gs], gs, &act_[t * nb], nb, n_in, vr);
+            if (precise) dot_tile(row, row_bytes, &act_lo_g_[t * gs], gs, &act_lo_[t * nb], nb, n_in, lor);
             for (int i = 0; i < R; i++)
-              for (int j = 0; j < 4; j++)
-                out[(t + j) * n_out + r + i] = precise ? vr[i * 4 + j] + lor[i * 4 + j] : vr[i * 4 + j];
+              for (int j = 0; j < NT; j++)
+                out[(t + j) * n_out + r + i] = precise ? vr[i * NT + j] + lor[i * NT + j] : vr[i * NT + j];
           }
+          for (; t + 4 <= t1; t += 4)
+            for (int i = 0; i < R; i++) {
+              dot4(row + i * row_bytes, &act_g_[t * gs], gs, &act_[t * nb], nb, n_in, v4);
+              if (precise) dot4(row + i * row_bytes, &act_lo_g_[t * gs], gs, &act_lo_[t * nb], nb, n_in, lo4);
+              for (int j = 0; j < 4; j++) out[(t + j) * n_out + r + i] = precise ? v4[j] + lo4[j] : v4[j];
+            }
           for (; t < t1; t++)
             for (int i = 0; i < R; i++) {
               dot1(row + i * row_bytes, &act_g_[t * gs], 0, &act_[t * nb], 0, n_in, v4);
