@@ -929,6 +929,35 @@ class TestCli : public QObject {
       }());
     }
   }
+
+  // loadtest samples as an OpenAI client when asked (temperature, top_p),
+  // every answer max_tokens long with --ignore-eos; bad values are refused
+  // before any connection.
+  void loadtest_samples_and_runs_every_answer_to_its_length() {
+    expect_bad_input(cli({"loadtest", "--url", "http://127.0.0.1:1/v1", "--temperature", "3"}));
+    expect_bad_input(cli({"loadtest", "--url", "http://127.0.0.1:1/v1", "--top-p", "1.5"}));
+    QProcess srv;
+    srv.start(PHASELAB_CLI_PATH, {"serve", "-m", stories(), "--port", "0", "-t", "2"});
+    QVERIFY(srv.waitForStarted());
+    QString url;
+    for (int i = 0; i < 300 && url.isEmpty(); i++) {
+      srv.waitForReadyRead(100);
+      url = QString::fromUtf8(srv.readLine()).trimmed();
+    }
+    QVERIFY2(url.startsWith("http://127.0.0.1:"), qPrintable(url));
+    const Run r = cli({"loadtest", "--url", url, "--completions", "--clients", "3", "--requests", "2", "-n", "12",
+                       "--ignore-eos", "--temperature", "1", "--top-p", "0.95", "--json"});
+    srv.terminate();
+    QVERIFY(srv.waitForFinished(30000));
+    QVERIFY2(r.code == 0, qPrintable(r.err + r.out));
+    const QJsonObject o = QJsonDocument::fromJson(r.out.toUtf8()).object();
+    QCOMPARE(o["ok"].toInt(), 6);
+    QCOMPARE(o["errors"].toInt(), 0);
+    QCOMPARE(o["generated_tokens"].toInt(), 6 * 12);
+    QCOMPARE(o["temperature"].toDouble(), 1.0);
+    QCOMPARE(o["top_p"].toDouble(), 0.95);
+    QVERIFY(o["ignore_eos"].toBool());
+  }
 };
 
 QTEST_GUILESS_MAIN(TestCli)

@@ -149,12 +149,16 @@ int cmd_serve(int argc, char** argv) {
 
 namespace {
 
-// What loadtest does: clients x requests streamed, greedy requests.
+// What loadtest does: clients x requests streamed, greedy unless a
+// temperature is given (then as an OpenAI client samples: temperature and
+// top_p only, no top_k or min_p).
 struct LoadPlan {
   RemoteEndpoint ep;
   std::string prompt;
   bool completions = false;  // /v1/completions instead of /v1/chat/completions
   int clients = 0, requests = 0, n_predict = 0;
+  double temperature = 0, top_p = 1;
+  bool ignore_eos = false;  // every answer max_tokens long (servers that read ignore_eos)
 };
 
 // What it measured.
@@ -187,8 +191,12 @@ LoadOutcome run_load(const LoadPlan& plan) {
       for (int r = 0; r < plan.requests; r++) {
         GenerateOptions opt;
         opt.n_predict = plan.n_predict;
-        opt.sampling.temperature = 0;
-        opt.sampling.seed = 0;
+        opt.ignore_eos = plan.ignore_eos;
+        opt.sampling.temperature = static_cast<float>(plan.temperature);
+        opt.sampling.top_p = static_cast<float>(plan.top_p);
+        opt.sampling.top_k = 0;
+        opt.sampling.min_p = 0;
+        opt.sampling.seed = static_cast<uint64_t>(c) * 1000003u + static_cast<uint64_t>(r);
         const std::string text = plan.prompt + " (client " + std::to_string(c) + ", request " + std::to_string(r) + ")";
         const auto t_req = Clock::now();
         auto res = plan.completions ? (*client)->complete(text, opt, nullptr)
@@ -229,6 +237,9 @@ void print_load_report(const LoadPlan& plan, const LoadOutcome& o, bool json) {
                         {"clients", plan.clients},
                         {"requests_per_client", plan.requests},
                         {"max_tokens", plan.n_predict},
+                        {"temperature", plan.temperature},
+                        {"top_p", plan.top_p},
+                        {"ignore_eos", plan.ignore_eos},
                         {"requests", total},
                         {"ok", o.samples.size()},
                         {"errors", o.errors.size()},
@@ -241,8 +252,11 @@ void print_load_report(const LoadPlan& plan, const LoadOutcome& o, bool json) {
     if (!o.errors.empty()) j["first_error"] = o.errors.front();
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("%s (%s): %d clients x %d requests, max_tokens %d\n", ep.url.c_str(), ep.model.c_str(), plan.clients,
-                plan.requests, plan.n_predict);
+    std::printf("%s (%s): %d clients x %d requests, max_tokens %d, %s\n", ep.url.c_str(), ep.model.c_str(), plan.clients,
+                plan.requests, plan.n_predict,
+                plan.temperature > 0 ? ("temperature " + std::to_string(plan.temperature).substr(0, 4) + " top_p " +
+                                        std::to_string(plan.top_p).substr(0, 4)).c_str()
+                                     : "greedy");
     std::printf("  %zu ok, %zu errors in %.2f s; %lld tokens generated = %.1f tokens/s in all\n", o.samples.size(),
                 o.errors.size(), o.wall_s, tokens, tps);
     std::printf("  TTFT ms   p50 %.1f  p90 %.1f  p99 %.1f\n", percentile(ttft, 0.5), percentile(ttft, 0.90),
@@ -265,6 +279,9 @@ int cmd_loadtest(int argc, char** argv) {
                            {"--n-predict", "-n", true},
                            {"--prompt", "-p", true},
                            {"--completions", "", false},
+                           {"--temperature", "", true},
+                           {"--top-p", "", true},
+                           {"--ignore-eos", "", false},
                            {"--json", "", false},
                            {"--help", "-h", false}});
   if (!args) return report(args.status());
@@ -272,7 +289,8 @@ int cmd_loadtest(int argc, char** argv) {
     std::printf(
         "usage: phaselab-cli loadtest --url URL [--clients 32] [--requests 20] [-n 32] [--json]\n"
         "  Many concurrent clients against an OpenAI-compatible server (PhaseLab's, vLLM, SGLang, llama-server,\n"
-        "  Dynamo): each client sends its requests one after another, streamed, greedy. Reports errors, TTFT\n"
+        "  Dynamo): each client sends its requests one after another, streamed (greedy unless --temperature).\n"
+        "  Reports errors, TTFT\n"
         "  (p50/p90/p99), time per output token and aggregate generated tokens/s, all measured here.\n"
         "      --url URL            the API's base (e.g. http://127.0.0.1:8080/v1)\n"
         "      --api-key KEY        sent as 'Authorization: Bearer KEY'\n"
@@ -282,6 +300,10 @@ int cmd_loadtest(int argc, char** argv) {
         "  -n, --n-predict N        max_tokens of each request (default 32)\n"
         "  -p, --prompt TEXT        the user message (each request adds its client and request number)\n"
         "      --completions        use /v1/completions instead of /v1/chat/completions\n"
+        "      --temperature T      sample at temperature T (default 0: greedy), as an OpenAI client does:\n"
+        "                           temperature and top_p only (each request its own seed)\n"
+        "      --top-p P            nucleus sampling with --temperature (default 1: off)\n"
+        "      --ignore-eos         ask for answers of exactly max_tokens (servers that read ignore_eos)\n"
         "      --json               one JSON object with every figure on stdout\n");
     return kExitOk;
   }
@@ -290,7 +312,9 @@ int cmd_loadtest(int argc, char** argv) {
   auto clients = args->get_int("--clients", 32, 1, 1024);
   auto requests = args->get_int("--requests", 20, 1, 100000);
   auto n_predict = args->get_int("--n-predict", 32, 1, 1 << 20);
-  for (const Status& st : {clients.status(), requests.status(), n_predict.status()})
+  auto temperature = args->get_double("--temperature", 0, 0, 2);
+  auto top_p = args->get_double("--top-p", 1, 0, 1);
+  for (const Status& st : {clients.status(), requests.status(), n_predict.status(), temperature.status(), top_p.status()})
     if (!st.is_ok()) return report(st);
   RemoteEndpoint ep{*url, args->get_or("--api-key", ""), args->get_or("--model", ""), 600};
   auto probe = RemoteClient::connect(ep);
@@ -299,7 +323,8 @@ int cmd_loadtest(int argc, char** argv) {
   const std::string prompt = args->get_or("--prompt", "Tell me a short fact about the sea.");
   const bool completions = args->has("--completions");
 
-  const LoadPlan plan{ep, prompt, completions, *clients, *requests, *n_predict};
+  const LoadPlan plan{ep,      prompt, completions, *clients, *requests, *n_predict, *temperature, *top_p,
+                      args->has("--ignore-eos")};
   const LoadOutcome outcome = run_load(plan);
   print_load_report(plan, outcome, args->has("--json"));
   return outcome.errors.empty() ? kExitOk : kExitFailure;

@@ -13,7 +13,7 @@ namespace {
 // up, no library call): x = n ln2 + r with |r| <= ln2/2, e^r by its Taylor
 // polynomial to r^6 (relative error < 2e-7, float's own), 2^n in the
 // exponent bits. Below -87 the result is flushed to 0 (float's normal range).
-inline float exp_nonpositive(float x) {
+[[gnu::always_inline]] inline float exp_nonpositive(float x) {
   const bool tiny = !(x >= -87.f);  // NaN too
   x = tiny ? -87.f : x;
   // n = round(x / ln2): adding 1.5 * 2^23 rounds to an integer in float.
@@ -25,8 +25,18 @@ inline float exp_nonpositive(float x) {
   return tiny ? 0.f : p * scale;
 }
 
+// The passes over the whole vocabulary, compiled for AVX-512, AVX2 and the
+// baseline, the best chosen when the program loads (GCC's target_clones; the
+// arithmetic per lane is the same in each). A 262144-entry softmax sum on
+// one Zen 5 core: see docs/benchmarks.md.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define PHASELAB_VOCAB_PASS [[gnu::target_clones("avx512f", "avx2", "default")]]
+#else
+#define PHASELAB_VOCAB_PASS
+#endif
+
 // The largest logit (NaN ignored), in 16 independent lanes.
-float max_logit(const float* x, int n) {
+PHASELAB_VOCAB_PASS float max_logit(const float* x, int n) {
   constexpr int L = 16;
   float lane[L];
   for (float& m : lane) m = -std::numeric_limits<float>::infinity();
@@ -45,7 +55,7 @@ float max_logit(const float* x, int n) {
 constexpr int kExpBlock = 1024;
 
 template <bool kStore>
-double sum_exp(const float* x, int n, float mx, float inv_t, float* out, std::vector<double>* block_sums = nullptr) {
+[[gnu::always_inline]] inline double sum_exp_body(const float* x, int n, float mx, float inv_t, float* out, std::vector<double>* block_sums) {
   constexpr int L = 16, kBlock = kExpBlock;
   double sum = 0;
   if (block_sums) block_sums->clear();
@@ -72,6 +82,37 @@ double sum_exp(const float* x, int n, float mx, float inv_t, float* out, std::ve
   }
   if (block_sums && tail > 0) block_sums->push_back(tail);
   return sum + tail;
+}
+
+PHASELAB_VOCAB_PASS double sum_exp_stored(const float* x, int n, float mx, float inv_t, float* out,
+                                          std::vector<double>* block_sums) {
+  return sum_exp_body<true>(x, n, mx, inv_t, out, block_sums);
+}
+PHASELAB_VOCAB_PASS double sum_exp_only(const float* x, int n, float mx, float inv_t) {
+  return sum_exp_body<false>(x, n, mx, inv_t, nullptr, nullptr);
+}
+
+// Appends (x[i], i) for every x[i] >= cutoff, in id order. Blocks of 16 with
+// none above the cutoff (most of a vocabulary) cost one vector compare.
+PHASELAB_VOCAB_PASS void gather_above(const float* x, int n, float cutoff, std::vector<std::pair<float, int32_t>>* out) {
+  constexpr int L = 16;
+  int i = 0;
+  for (; i + L <= n; i += L) {
+    int any = 0;
+    for (int l = 0; l < L; l++) any |= x[i + l] >= cutoff;
+    if (!any) continue;
+    for (int l = 0; l < L; l++)
+      if (x[i + l] >= cutoff) out->emplace_back(x[i + l], i + l);
+  }
+  for (; i < n; i++)
+    if (x[i] >= cutoff) out->emplace_back(x[i], i);
+}
+
+// sum of exp(c.first - mx) over the candidates (float terms, double sum).
+double candidate_mass(const std::vector<std::pair<float, int32_t>>& cand, float mx) {
+  double mass = 0;
+  for (const auto& c : cand) mass += exp_nonpositive(c.first - mx);
+  return mass;
 }
 
 }  // namespace
@@ -194,7 +235,7 @@ int32_t Sampler::draw_untruncated(const float* logits) {
   const float mx = max_logit(logits, n);
   if (!std::isfinite(mx)) return argmax(logits, n);
   scratch_.resize(static_cast<size_t>(n));
-  const double total = sum_exp<true>(logits, n, mx, 1.f / p_.temperature, scratch_.data(), &block_sums_);
+  const double total = sum_exp_stored(logits, n, mx, 1.f / p_.temperature, scratch_.data(), &block_sums_);
   const double r = uniform() * total;
   double cum = 0;
   size_t b = 0;
@@ -262,7 +303,7 @@ void Sampler::chain(float* logits) {
   if (!use_k && !use_p && !use_min) {
     cand_.resize(static_cast<size_t>(n));
     scratch_.resize(static_cast<size_t>(n));
-    const double total = sum_exp<true>(logits, n, mx, inv_t, scratch_.data());
+    const double total = sum_exp_stored(logits, n, mx, inv_t, scratch_.data(), nullptr);
     const float inv = static_cast<float>(1.0 / total);
     for (int i = 0; i < n; i++) cand_[i] = {scratch_[i] * inv, i};
     return;
@@ -270,7 +311,7 @@ void Sampler::chain(float* logits) {
 
   // The softmax denominator over the whole vocabulary, which top-p divides
   // by when top-k is off.
-  const double total = use_p && !use_k ? sum_exp<false>(logits, n, mx, 1.f, nullptr) : 0.0;
+  const double total = use_p && !use_k ? sum_exp_only(logits, n, mx, 1.f) : 0.0;
   const float min_cutoff = use_min ? mx + std::log(p_.min_p) : -std::numeric_limits<float>::infinity();
   // min-p's threshold bounds the kept tokens unless top-p must see all of
   // top-k's k to normalise (then the k are gathered first).
@@ -284,15 +325,10 @@ void Sampler::chain(float* logits) {
       complete = true;
     }
     cand_.clear();
-    for (int i = 0; i < n; i++)
-      if (logits[i] >= cutoff) cand_.emplace_back(logits[i], i);
+    gather_above(logits, n, cutoff, &cand_);
     if (complete) break;
     if (use_k && cand_.size() >= static_cast<size_t>(p_.top_k)) break;
-    if (!use_k && use_p) {
-      double mass = 0;
-      for (const auto& c : cand_) mass += std::exp(static_cast<double>(c.first - mx));
-      if (mass >= p_.top_p * total) break;
-    }
+    if (!use_k && use_p && candidate_mass(cand_, mx) >= p_.top_p * total) break;
   }
 
   auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
@@ -301,6 +337,21 @@ void Sampler::chain(float* logits) {
   if (use_k && static_cast<size_t>(p_.top_k) < kept) {
     std::partial_sort(cand_.begin(), cand_.begin() + p_.top_k, cand_.end(), by_logit);
     kept = static_cast<size_t>(p_.top_k);
+  } else if (use_p && !use_k) {
+    // Only top-p's prefix needs its order: the largest 64, 256, 1024, ...
+    // sorted until they hold top_p of the mass (the cut below then falls
+    // inside them), so a gathered set of thousands is not sorted whole.
+    size_t sorted = 0;
+    for (size_t want = 64; sorted < cand_.size(); want *= 4) {
+      const size_t k = std::min(want, cand_.size());
+      std::partial_sort(cand_.begin() + static_cast<std::ptrdiff_t>(sorted), cand_.begin() + static_cast<std::ptrdiff_t>(k),
+                        cand_.end(), by_logit);
+      sorted = k;
+      double cum = 0;
+      for (size_t i = 0; i < k && cum < p_.top_p; i++) cum += std::exp(static_cast<double>(cand_[i].first - mx)) / total;
+      if (cum >= p_.top_p) break;
+    }
+    kept = sorted;
   } else {
     std::sort(cand_.begin(), cand_.end(), by_logit);
   }
