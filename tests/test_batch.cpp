@@ -294,7 +294,8 @@ class TestBatch : public QObject {
   }
 
   // Requests joining and leaving mid-run, chunked prefill under a small
-  // token budget: every sequence's greedy tokens equal its solo run's.
+  // token budget: every sequence's tokens (greedy or seeded samples) equal
+  // its solo run's.
   void scheduler_greedy_equals_solo_data() { add_model_rows(); }
   void scheduler_greedy_equals_solo() {
     QFETCH(QString, model);
@@ -306,9 +307,18 @@ class TestBatch : public QObject {
     const int preds[] = {12, 5, 20, 9, 15, 3, 11};
     const int at[] = {0, 0, 0, 2, 5, 6, 19};
     for (int i = 0; i < 7; i++) reqs.push_back({prompt_of(lens[i], i, V), greedy(preds[i]), at[i]});
-    // One request samples (seeded): its own sampler gives the same draw as alone.
+    // Some requests sample (seeded): each one's own sampler gives the same
+    // draws as alone, although a pass's draws run in parallel on the
+    // backend's threads (EngineLoop::postprocess).
     reqs[3].opt.sampling.temperature = 0.9f;
     reqs[3].opt.sampling.seed = 42;
+    for (int i : {0, 2}) {  // as an OpenAI client asks: temperature 1, top-p 0.95
+      reqs[i].opt.sampling.temperature = 1.f;
+      reqs[i].opt.sampling.top_p = 0.95f;
+      reqs[i].opt.sampling.top_k = 0;
+      reqs[i].opt.sampling.min_p = 0;
+      reqs[i].opt.sampling.seed = 7 + i;
+    }
     // Two share a 20-token beginning (prefix reuse across sequences).
     reqs[6].prompt = reqs[1].prompt;
     reqs[6].prompt.resize(35);

@@ -186,7 +186,9 @@ class EngineLoop {
   void end_for_kv_full(std::unique_ptr<Sequence> s, const std::string& what);
   // engine_loop.cpp: after the pass.
   void postprocess();
-  void sample_and_append(Sequence& s, size_t chunk);
+  // drawn >= 0: the token already drawn for the chunk (postprocess's
+  // parallel draws); otherwise it is chosen here.
+  void sample_and_append(Sequence& s, size_t chunk, int32_t drawn = -1);
   void verify_and_append(Sequence& s);
   bool append(Sequence& s, int32_t id);  // true: the sequence is done
   void after_tokens(Sequence& s);
@@ -215,6 +217,8 @@ class EngineLoop {
   std::vector<float> logits_;          // (max_seqs, n_vocab) the mode-last rows
   std::vector<int32_t> argmax_;        // (max_seqs) greedy picks made by the backend
   std::vector<float> raw_row_;         // (n_vocab) a row's logits before sampling, for logprobs
+  std::vector<size_t> draw_chunks_;    // (max_seqs) the chunks whose tokens are drawn in parallel
+  std::vector<int32_t> drawn_;         // (max_seqs) their tokens, by chunk; -1: not drawn yet
   Status plan_status_;                 // a draft source's error while planning
   PassTimer timer_;                    // chunked:auto's measurements
 };

@@ -53,6 +53,9 @@ class CpuBackend final : public Backend {
   }
   HostKvStore& kv_store() { return kv_store_; }
   bool pin_threads(const std::vector<int>& cpus) override { return pool_.pin(cpus); }
+  void run_host_tasks(int n, const std::function<void(int)>& fn) override {
+    pool_.for_chunks(n, [&](int i, int) { fn(i); });
+  }
   // The KV transfer (cpu_kv_rows.cpp).
   bool can_transfer_kv() const override { return true; }
   Status read_kv_rows(const KvCache& kv, int pos0, int n, const KvRows& rows) override;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -138,6 +139,14 @@ class Backend {
   virtual uint64_t kv_bytes(const KvPool& pool) const {
     (void)pool;
     return 0;
+  }
+  // Runs fn(i) once for every i in [0, n), on the backend's host threads
+  // where it has them (the CPU backends' pool: no thread is started and
+  // nothing allocated per call), else one after another on the calling
+  // thread; waits for all. fn must not throw. The engine loop draws the
+  // tokens of a pass's sequences this way.
+  virtual void run_host_tasks(int n, const std::function<void(int)>& fn) {
+    for (int i = 0; i < n; i++) fn(i);
   }
   // Pins the backend's worker threads to cpus (the thread that calls
   // forward pins itself: pin_this_thread, thread_pool.h); false for a
