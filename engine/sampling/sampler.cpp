@@ -54,8 +54,12 @@ PHASELAB_VOCAB_PASS float max_logit(const float* x, int n) {
 // partial sums to ~1e-7), the blocks added in double.
 constexpr int kExpBlock = 1024;
 
-template <bool kStore>
-[[gnu::always_inline]] inline double sum_exp_body(const float* x, int n, float mx, float inv_t, float* out, std::vector<double>* block_sums) {
+// kGather: also appends (x[i], i) for every x[i] >= cutoff to cand, in id
+// order (the top-p pass: the sum and the first candidates in one read).
+template <bool kStore, bool kGather = false>
+[[gnu::always_inline]] inline double sum_exp_body(const float* x, int n, float mx, float inv_t, float* out,
+                                                  std::vector<double>* block_sums, float cutoff = 0.f,
+                                                  std::vector<std::pair<float, int32_t>>* cand = nullptr) {
   constexpr int L = 16, kBlock = kExpBlock;
   double sum = 0;
   if (block_sums) block_sums->clear();
@@ -68,6 +72,13 @@ template <bool kStore>
       for (int l = 0; l < L; l++) lane[l] += e[l];
       if constexpr (kStore)
         for (int l = 0; l < L; l++) out[j + l] = e[l];
+      if constexpr (kGather) {
+        int any = 0;
+        for (int l = 0; l < L; l++) any |= x[j + l] >= cutoff;
+        if (any)
+          for (int l = 0; l < L; l++)
+            if (x[j + l] >= cutoff) cand->emplace_back(x[j + l], j + l);
+      }
     }
     double block = 0;
     for (int l = 0; l < L; l++) block += lane[l];
@@ -78,6 +89,8 @@ template <bool kStore>
   for (; i < n; i++) {
     const float e = exp_nonpositive((x[i] - mx) * inv_t);
     if constexpr (kStore) out[i] = e;
+    if constexpr (kGather)
+      if (x[i] >= cutoff) cand->emplace_back(x[i], i);
     tail += e;
   }
   if (block_sums && tail > 0) block_sums->push_back(tail);
@@ -88,8 +101,9 @@ PHASELAB_VOCAB_PASS double sum_exp_stored(const float* x, int n, float mx, float
                                           std::vector<double>* block_sums) {
   return sum_exp_body<true>(x, n, mx, inv_t, out, block_sums);
 }
-PHASELAB_VOCAB_PASS double sum_exp_only(const float* x, int n, float mx, float inv_t) {
-  return sum_exp_body<false>(x, n, mx, inv_t, nullptr, nullptr);
+PHASELAB_VOCAB_PASS double sum_exp_gather(const float* x, int n, float mx, float cutoff,
+                                          std::vector<std::pair<float, int32_t>>* cand) {
+  return sum_exp_body<false, true>(x, n, mx, 1.f, nullptr, nullptr, cutoff, cand);
 }
 
 // Appends (x[i], i) for every x[i] >= cutoff, in id order. Blocks of 16 with
@@ -311,21 +325,32 @@ void Sampler::chain(float* logits) {
 
   // The softmax denominator over the whole vocabulary, which top-p divides
   // by when top-k is off.
-  const double total = use_p && !use_k ? sum_exp_only(logits, n, mx, 1.f) : 0.0;
+  // (The first gather comes with it, in the same pass.)
   const float min_cutoff = use_min ? mx + std::log(p_.min_p) : -std::numeric_limits<float>::infinity();
   // min-p's threshold bounds the kept tokens unless top-p must see all of
   // top-k's k to normalise (then the k are gathered first).
   const bool min_bounds = use_min && !(use_k && use_p);
-  for (float delta = 8.f;; delta *= 2.f) {
+  auto cutoff_at = [&](float delta, bool* complete) {
     const bool every = delta > 64.f;
     float cutoff = every ? -std::numeric_limits<float>::infinity() : mx - delta;
-    bool complete = every;
+    *complete = every;
     if (min_bounds && min_cutoff >= cutoff) {
       cutoff = min_cutoff;
-      complete = true;
+      *complete = true;
     }
-    cand_.clear();
-    gather_above(logits, n, cutoff, &cand_);
+    return cutoff;
+  };
+  const bool top_p_alone = use_p && !use_k;
+  bool first_complete = false;
+  cand_.clear();
+  const double total = top_p_alone ? sum_exp_gather(logits, n, mx, cutoff_at(8.f, &first_complete), &cand_) : 0.0;
+  for (float delta = 8.f;; delta *= 2.f) {
+    bool complete = false;
+    const float cutoff = cutoff_at(delta, &complete);
+    if (!(top_p_alone && delta == 8.f)) {  // (gathered with the sum)
+      cand_.clear();
+      gather_above(logits, n, cutoff, &cand_);
+    }
     if (complete) break;
     if (use_k && cand_.size() >= static_cast<size_t>(p_.top_k)) break;
     if (!use_k && use_p && candidate_mass(cand_, mx) >= p_.top_p * total) break;
