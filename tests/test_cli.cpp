@@ -935,7 +935,9 @@ class TestCli : public QObject {
   // before any connection.
   void loadtest_samples_and_runs_every_answer_to_its_length() {
     expect_bad_input(cli({"loadtest", "--url", "http://127.0.0.1:1/v1", "--temperature", "3"}));
-    expect_bad_input(cli({"loadtest", "--url", "http://127.0.0.1:1/v1", "--top-p", "1.5"}));
+    expect_bad_input(cli({"loadtest", "--url", "http://127.0.0.1:1/v1", "--temperature", "1", "--top-p", "1.5"}));
+    expect_bad_input(cli({"loadtest", "--url", "http://127.0.0.1:1/v1", "--temperature", "1", "--top-p", "0"}));
+    expect_bad_input(cli({"loadtest", "--url", "http://127.0.0.1:1/v1", "--top-p", "0.9"}));  // greedy would ignore it
     QProcess srv;
     srv.start(PHASELAB_CLI_PATH, {"serve", "-m", stories(), "--port", "0", "-t", "2"});
     QVERIFY(srv.waitForStarted());

@@ -280,14 +280,19 @@ class TestCpuKernels : public QObject {
       k->quantize_act(x.data(), a.data(), NT * n);
       std::vector<ActGroup> g(NT * gs);
       for (int t = 0; t < NT; t++) group_act(&a[t * nb], &g[t * gs], nb);
-      float many[32];
+      float many[32], four[16];
       f.dot_tile(packed.data(), rb, g.data(), gs, a.data(), nb, n, many);
+      QVERIFY(f.dot_tile4);
+      f.dot_tile4(packed.data(), rb, g.data(), gs, a.data(), nb, n, four);  // the first 4 tokens
       for (int r = 0; r < R; r++)
         for (int t = 0; t < NT; t++) {
           float v;
           f.dot1(packed.data() + r * rb, &g[t * gs], 0, &a[t * nb], 0, n, &v);
           QVERIFY2(std::memcmp(&v, &many[r * NT + t], sizeof(float)) == 0,
                    qPrintable(QString("%1 row %2 token %3: %4 vs %5").arg(k->isa).arg(r).arg(t).arg(v).arg(many[r * NT + t])));
+          if (t < 4)
+            QVERIFY2(std::memcmp(&v, &four[r * 4 + t], sizeof(float)) == 0,
+                     qPrintable(QString("%1 4-token tile, row %2 token %3: %4 vs %5").arg(k->isa).arg(r).arg(t).arg(v).arg(four[r * 4 + t])));
         }
     }
     if (checked == 0 && !simd_kernels().empty()) {

@@ -316,6 +316,9 @@ int cmd_loadtest(int argc, char** argv) {
   auto top_p = args->get_double("--top-p", 1, 0, 1);
   for (const Status& st : {clients.status(), requests.status(), n_predict.status(), temperature.status(), top_p.status()})
     if (!st.is_ok()) return report(st);
+  if (*top_p <= 0) return usage_error("--top-p must be above 0 (1 turns it off)");
+  if (args->has("--top-p") && *temperature <= 0)
+    return usage_error("--top-p applies to sampling: give a --temperature above 0 too");
   RemoteEndpoint ep{*url, args->get_or("--api-key", ""), args->get_or("--model", ""), 600};
   auto probe = RemoteClient::connect(ep);
   if (!probe) return report(probe.status());

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <new>
 #include <string>
 
 namespace phaselab {
@@ -159,7 +160,14 @@ void EngineLoop::postprocess() {
     backend_.run_host_tasks(static_cast<int>(draw_chunks_.size()), [&](int j) {
       const size_t c = draw_chunks_[static_cast<size_t>(j)];
       Sequence& s = *chunk_seq_[c];
-      drawn_[c] = s.sampler.sample(chunks_[c].logits, s.tokens);
+      // A sampler's first untruncated draw allocates its scratch; should that
+      // fail, the serial loop below draws again (nothing was consumed yet)
+      // and reports it on this thread.
+      try {
+        drawn_[c] = s.sampler.sample(chunks_[c].logits, s.tokens);
+      } catch (const std::bad_alloc&) {
+        drawn_[c] = -1;
+      }
     });
   for (size_t c = 0; c < chunks_.size(); c++) {
     Sequence& s = *chunk_seq_[c];

@@ -341,9 +341,9 @@ void Sampler::chain(float* logits) {
     return cutoff;
   };
   const bool top_p_alone = use_p && !use_k;
-  bool first_complete = false;
+  bool unused = false;
   cand_.clear();
-  const double total = top_p_alone ? sum_exp_gather(logits, n, mx, cutoff_at(8.f, &first_complete), &cand_) : 0.0;
+  const double total = top_p_alone ? sum_exp_gather(logits, n, mx, cutoff_at(8.f, &unused), &cand_) : 0.0;
   for (float delta = 8.f;; delta *= 2.f) {
     bool complete = false;
     const float cutoff = cutoff_at(delta, &complete);
@@ -353,7 +353,10 @@ void Sampler::chain(float* logits) {
     }
     if (complete) break;
     if (use_k && cand_.size() >= static_cast<size_t>(p_.top_k)) break;
-    if (!use_k && use_p && candidate_mass(cand_, mx) >= p_.top_p * total) break;
+    // (A margin over the float terms' rounding: the cut below, in double,
+    // must find top_p inside what is gathered, as it did when this check
+    // summed double exponentials.)
+    if (!use_k && use_p && candidate_mass(cand_, mx) >= p_.top_p * total * (1 + 1e-5)) break;
   }
 
   auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };

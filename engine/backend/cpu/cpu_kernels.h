@@ -204,6 +204,12 @@ struct Kernels {
   DotR8RowsFn dot_q4_k_r8_tile = nullptr;
   DotR8RowsFn dot_q5_k_r8_tile = nullptr;
   DotR8RowsFn dot_q6_k_r8_tile = nullptr;
+  // The same for repacked_rows rows x 4 tokens (a tile's last 4 to 7 tokens,
+  // decode batches of 4 to 7): out[r * 4 + j].
+  DotR8RowsFn dot_grouped_tile4[kTypeSlots] = {};
+  DotR8RowsFn dot_q4_k_r8_tile4 = nullptr;
+  DotR8RowsFn dot_q5_k_r8_tile4 = nullptr;
+  DotR8RowsFn dot_q6_k_r8_tile4 = nullptr;
 };
 
 // How a block format is repacked at load and multiplied afterwards by the
@@ -214,7 +220,8 @@ struct RepackedFormat {
   void (*repack)(const uint8_t* src, uint8_t* dst, int64_t n) = nullptr;
   size_t row_bytes = 0;
   DotR8Fn dot1 = nullptr, dot4 = nullptr;
-  DotR8RowsFn dot_tile = nullptr;  // k.repacked_rows rows x k.repacked_tokens tokens
+  DotR8RowsFn dot_tile = nullptr;   // k.repacked_rows rows x k.repacked_tokens tokens
+  DotR8RowsFn dot_tile4 = nullptr;  // k.repacked_rows rows x 4 tokens
 };
 RepackedFormat repacked_format(const Kernels& k, TensorType t, int64_t n);
 

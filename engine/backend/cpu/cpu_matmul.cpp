@@ -217,7 +217,7 @@ void CpuBackend::matmul_repacked(const WeightView& W, const Repacked& rp, const 
     lo_groups_of_ = in;
   }
   const cpu::DotR8Fn dot1 = rp.f.dot1, dot4 = rp.f.dot4;
-  const cpu::DotR8RowsFn dot_tile = rp.f.dot_tile;
+  const cpu::DotR8RowsFn dot_tile = rp.f.dot_tile, dot_tile4 = rp.f.dot_tile4;
   const size_t row_bytes = rp.f.row_bytes;
   const int tile =
       token_tile(gs * static_cast<int64_t>(sizeof(cpu::ActGroup)) * (precise ? 2 : 1), k_fast_->repacked_tokens);
@@ -230,7 +230,7 @@ void CpuBackend::matmul_repacked(const WeightView& W, const Repacked& rp, const 
       // token's activations are loaded once for all the rows, each row's
       // weights once for all the tokens.
       const int R = k_fast_->repacked_rows, NT = k_fast_->repacked_tokens;
-      if (R > 1 && dot_tile && (t1 - t0) >= NT)
+      if (R > 1 && dot_tile && dot_tile4 && (t1 - t0) >= 4)
         for (; r + R <= r1; r += R) {
           const uint8_t* row = rp.data.data() + r * row_bytes;
           if (T <= kPrefetchMaxTokens)
@@ -244,12 +244,13 @@ void CpuBackend::matmul_repacked(const WeightView& W, const Repacked& rp, const 
               for (int j = 0; j < NT; j++)
                 out[(t + j) * n_out + r + i] = precise ? vr[i * NT + j] + lor[i * NT + j] : vr[i * NT + j];
           }
-          for (; t + 4 <= t1; t += 4)
-            for (int i = 0; i < R; i++) {
-              dot4(row + i * row_bytes, &act_g_[t * gs], gs, &act_[t * nb], nb, n_in, v4);
-              if (precise) dot4(row + i * row_bytes, &act_lo_g_[t * gs], gs, &act_lo_[t * nb], nb, n_in, lo4);
-              for (int j = 0; j < 4; j++) out[(t + j) * n_out + r + i] = precise ? v4[j] + lo4[j] : v4[j];
-            }
+          for (; t + 4 <= t1; t += 4) {
+            dot_tile4(row, row_bytes, &act_g_[t * gs], gs, &act_[t * nb], nb, n_in, vr);
+            if (precise) dot_tile4(row, row_bytes, &act_lo_g_[t * gs], gs, &act_lo_[t * nb], nb, n_in, lor);
+            for (int i = 0; i < R; i++)
+              for (int j = 0; j < 4; j++)
+                out[(t + j) * n_out + r + i] = precise ? vr[i * 4 + j] + lor[i * 4 + j] : vr[i * 4 + j];
+          }
           for (; t < t1; t++)
             for (int i = 0; i < R; i++) {
               dot1(row + i * row_bytes, &act_g_[t * gs], 0, &act_[t * nb], 0, n_in, v4);

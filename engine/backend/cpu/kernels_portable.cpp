@@ -537,16 +537,19 @@ RepackedFormat repacked_format(const Kernels& k, TensorType t, int64_t n) {
            : t == TensorType::Q8_0 ? repack_q8_0_u8_row
            : t == TensorType::Q4_0 ? repack_q4_0_row
                                    : repack_mxfp4_row,
-           grouped_row_bytes(t, n), k.dot_grouped_x1[ti], k.dot_grouped_x4[ti], k.dot_grouped_tile[ti]};
+           grouped_row_bytes(t, n), k.dot_grouped_x1[ti], k.dot_grouped_x4[ti], k.dot_grouped_tile[ti], k.dot_grouped_tile4[ti]};
       break;
     case TensorType::Q4_K:
-      f = {repack_q4_k_row, super_blocks * kGroupBytesQ4_K, k.dot_q4_k_r8_x1, k.dot_q4_k_r8_x4, k.dot_q4_k_r8_tile};
+      f = {repack_q4_k_row, super_blocks * kGroupBytesQ4_K, k.dot_q4_k_r8_x1, k.dot_q4_k_r8_x4, k.dot_q4_k_r8_tile,
+           k.dot_q4_k_r8_tile4};
       break;
     case TensorType::Q5_K:
-      f = {repack_q5_k_row, super_blocks * kGroupBytesQ5_K, k.dot_q5_k_r8_x1, k.dot_q5_k_r8_x4, k.dot_q5_k_r8_tile};
+      f = {repack_q5_k_row, super_blocks * kGroupBytesQ5_K, k.dot_q5_k_r8_x1, k.dot_q5_k_r8_x4, k.dot_q5_k_r8_tile,
+           k.dot_q5_k_r8_tile4};
       break;
     case TensorType::Q6_K:
-      f = {repack_q6_k_row, super_blocks * kGroupBytesQ6_K, k.dot_q6_k_r8_x1, k.dot_q6_k_r8_x4, k.dot_q6_k_r8_tile};
+      f = {repack_q6_k_row, super_blocks * kGroupBytesQ6_K, k.dot_q6_k_r8_x1, k.dot_q6_k_r8_x4, k.dot_q6_k_r8_tile,
+           k.dot_q6_k_r8_tile4};
       break;
     default:
       return {};
