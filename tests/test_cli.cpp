@@ -41,6 +41,19 @@ Run cli(const QStringList& args, const QByteArray& stdin_data = {}, const QProce
 
 QString stories() { return QString::fromStdString(test_data("stories260K.gguf")); }
 
+// Starts `serve` on stories260K on a free port (plus extra arguments) and
+// returns the URL it prints, or "" when it printed none within 30 s.
+QString start_server(QProcess& srv, const QStringList& extra = {}) {
+  srv.start(PHASELAB_CLI_PATH, QStringList{"serve", "-m", stories(), "--port", "0", "-t", "2"} + extra);
+  if (!srv.waitForStarted()) return {};
+  QString url;
+  for (int i = 0; i < 300 && url.isEmpty(); i++) {
+    srv.waitForReadyRead(100);
+    url = QString::fromUtf8(srv.readLine()).trimmed();
+  }
+  return url;
+}
+
 // For inputs that used to hang: a run that does not finish in `ms` is killed
 // and reported as code -2.
 Run cli_within(const QStringList& args, int ms, const QByteArray& stdin_data = {}) {
@@ -898,13 +911,7 @@ class TestCli : public QObject {
   // workload to it (a PhaseLab server on a free port).
   void bench_serving_against_serve_with_a_policy() {
     QProcess srv;
-    srv.start(PHASELAB_CLI_PATH, {"serve", "-m", stories(), "--port", "0", "-t", "2", "--policy", "disaggregated:1+1"});
-    QVERIFY(srv.waitForStarted());
-    QString url;
-    for (int i = 0; i < 300 && url.isEmpty(); i++) {
-      srv.waitForReadyRead(100);
-      url = QString::fromUtf8(srv.readLine()).trimmed();
-    }
+    const QString url = start_server(srv, {"--policy", "disaggregated:1+1"});
     QVERIFY2(url.startsWith("http://127.0.0.1:"), qPrintable(url));
     const Run r = cli({"bench", "--serving", "--url", url, "-m", stories(), "--streams", "2", "--chat-prompt", "8",
                        "--chat-answer", "8", "--long-prompt", "100", "--long-answer", "4", "--long-start", "0.01",
@@ -939,13 +946,7 @@ class TestCli : public QObject {
     expect_bad_input(cli({"loadtest", "--url", "http://127.0.0.1:1/v1", "--temperature", "1", "--top-p", "0"}));
     expect_bad_input(cli({"loadtest", "--url", "http://127.0.0.1:1/v1", "--top-p", "0.9"}));  // greedy would ignore it
     QProcess srv;
-    srv.start(PHASELAB_CLI_PATH, {"serve", "-m", stories(), "--port", "0", "-t", "2"});
-    QVERIFY(srv.waitForStarted());
-    QString url;
-    for (int i = 0; i < 300 && url.isEmpty(); i++) {
-      srv.waitForReadyRead(100);
-      url = QString::fromUtf8(srv.readLine()).trimmed();
-    }
+    const QString url = start_server(srv);
     QVERIFY2(url.startsWith("http://127.0.0.1:"), qPrintable(url));
     const Run r = cli({"loadtest", "--url", url, "--completions", "--clients", "3", "--requests", "2", "-n", "12",
                        "--ignore-eos", "--temperature", "1", "--top-p", "0.95", "--json"});

@@ -237,20 +237,18 @@ void CpuBackend::matmul_repacked(const WeightView& W, const Repacked& rp, const 
             prefetch_rows(row + kPrefetchRows * row_bytes, R * row_bytes, rp.data.data() + r1 * row_bytes);
           float vr[kMaxTileTokens * kMaxRows], lor[kMaxTileTokens * kMaxRows];
           int t = t0;
-          for (; t + NT <= t1; t += NT) {
-            dot_tile(row, row_bytes, &act_g_[t * gs], gs, &act_[t * nb], nb, n_in, vr);
-            if (precise) dot_tile(row, row_bytes, &act_lo_g_[t * gs], gs, &act_lo_[t * nb], nb, n_in, lor);
-            for (int i = 0; i < R; i++)
-              for (int j = 0; j < NT; j++)
-                out[(t + j) * n_out + r + i] = precise ? vr[i * NT + j] + lor[i * NT + j] : vr[i * NT + j];
-          }
-          for (; t + 4 <= t1; t += 4) {
-            dot_tile4(row, row_bytes, &act_g_[t * gs], gs, &act_[t * nb], nb, n_in, vr);
-            if (precise) dot_tile4(row, row_bytes, &act_lo_g_[t * gs], gs, &act_lo_[t * nb], nb, n_in, lor);
-            for (int i = 0; i < R; i++)
-              for (int j = 0; j < 4; j++)
-                out[(t + j) * n_out + r + i] = precise ? vr[i * 4 + j] + lor[i * 4 + j] : vr[i * 4 + j];
-          }
+          // R rows x w tokens from t with kernel fn (out of fn: [row][token]).
+          auto tiles = [&](cpu::DotR8RowsFn fn, int w) {
+            for (; t + w <= t1; t += w) {
+              fn(row, row_bytes, &act_g_[t * gs], gs, &act_[t * nb], nb, n_in, vr);
+              if (precise) fn(row, row_bytes, &act_lo_g_[t * gs], gs, &act_lo_[t * nb], nb, n_in, lor);
+              for (int i = 0; i < R; i++)
+                for (int j = 0; j < w; j++)
+                  out[(t + j) * n_out + r + i] = precise ? vr[i * w + j] + lor[i * w + j] : vr[i * w + j];
+            }
+          };
+          tiles(dot_tile, NT);
+          tiles(dot_tile4, 4);
           for (; t < t1; t++)
             for (int i = 0; i < R; i++) {
               dot1(row + i * row_bytes, &act_g_[t * gs], 0, &act_[t * nb], 0, n_in, v4);
