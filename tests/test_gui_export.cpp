@@ -38,6 +38,10 @@ RequestStats sampleStats() {
   return st;
 }
 
+// A reasoning model's reasoning with what could break a Markdown export: a
+// heading, a blank line, a fence it leaves open.
+const QString kReasoning = QStringLiteral("# Plan\nThe user wants a borrow.\n\nShow it:\n```\nlet r");
+
 // A conversation with every kind of message, settings off their defaults.
 qint64 fillConversation(ConversationStore& s) {
   ConversationSettings cs;
@@ -50,7 +54,7 @@ qint64 fillConversation(ConversationStore& s) {
   s.addMessage(c, QStringLiteral("user"), QStringLiteral("Show me a borrow:\n\n```rust\nlet r = &x;\n```\n"));
   const qint64 a = s.addMessage(c, QStringLiteral("assistant"), QString(), QStringLiteral("streaming"));
   s.finishMessage(a, QStringLiteral("Here:\n\n```rust\nfn f<'a>(x: &'a str) -> &'a str { x }\n```"),
-                  QStringLiteral("done"), sampleStats());
+                  QStringLiteral("done"), sampleStats(), kReasoning);
   s.addMessage(c, QStringLiteral("user"), QString());  // an empty message survives too
   const qint64 b = s.addMessage(c, QStringLiteral("assistant"), QString(), QStringLiteral("streaming"));
   RequestStats stopped;
@@ -146,6 +150,7 @@ class TestGuiExport : public QObject {
       QCOMPARE(mb[i].content, ma[i].content);
       QCOMPARE(mb[i].state, ma[i].state);
       QCOMPARE(mb[i].hasStats, ma[i].hasStats);
+      QCOMPARE(mb[i].reasoning, ma[i].reasoning);
       QCOMPARE(mb[i].stats.summary(), ma[i].stats.summary());
     }
   }
@@ -166,6 +171,8 @@ class TestGuiExport : public QObject {
     QCOMPARE(msgs[2][QStringLiteral("role")].toString(), QStringLiteral("assistant"));
     QCOMPARE(msgs[2][QStringLiteral("stats")].toObject(), sampleStats().toJson());
     QVERIFY(!msgs[1].toObject().contains(QStringLiteral("stats")));
+    QCOMPARE(msgs[2][QStringLiteral("reasoning")].toString(), kReasoning);
+    QVERIFY(!msgs[4].toObject().contains(QStringLiteral("reasoning")));  // none: no key
     QCOMPARE(msgs[4][QStringLiteral("state")].toString(), QStringLiteral("stopped"));
 
     // Defaults: null system prompt and template.
@@ -238,6 +245,12 @@ class TestGuiExport : public QObject {
     QVERIFY(md.contains(QStringLiteral("```rust\nfn f<'a>(x: &'a str) -> &'a str { x }\n```")));
     QVERIFY(md.contains(QStringLiteral("```\nstill code\n```")));
     QCOMPARE(md.count(QStringLiteral("```")) % 2, 0);
+    // The reasoning, quoted line by line above its answer: its heading is no
+    // heading of the export, its open fence is closed inside the quote.
+    QVERIFY2(md.contains(QStringLiteral("## Assistant\n\n> *Reasoning:*\n>\n> # Plan\n> The user wants a borrow.\n>\n"
+                                        "> Show it:\n> ```\n> let r\n> ```\n\nHere:")),
+             qPrintable(md));
+    QVERIFY(!md.contains(QStringLiteral("\n# Plan")));
   }
 
   void markdown_of_a_default_conversation_is_plain() {
@@ -292,6 +305,12 @@ class TestGuiExport : public QObject {
         "messages[0].content");
     row("lone surrogate", R"({"format":"phaselab.conversation","version":1,"title":"t","messages":[{"role":"user","content":"\ud800"}]})",
         "messages[0].content");
+    row("reasoning number", bytes(withMessageValue(ok, QStringLiteral("reasoning"), 7)), "messages[0].reasoning");
+    row("huge reasoning",
+        bytes(withMessageValue(ok, QStringLiteral("reasoning"), QString((1 << 20) + 1, QLatin1Char('r')))),
+        "messages[0].reasoning");
+    row("nul in reasoning", bytes(withMessageValue(ok, QStringLiteral("reasoning"), QString(QChar(u'\0')))),
+        "messages[0].reasoning");
     row("unknown state", bytes(withMessageValue(ok, QStringLiteral("state"), QStringLiteral("weird"))), "messages[0].state");
     row("stats string", bytes(withMessageValue(ok, QStringLiteral("stats"), QStringLiteral("fast"))), "messages[0].stats");
     row("stats negative", bytes(withMessageValue(ok, QStringLiteral("stats"), QJsonObject{{QStringLiteral("n_prompt"), -1}})),

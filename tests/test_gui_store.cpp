@@ -4,6 +4,8 @@
 #include <QCryptographicHash>
 #include <QDir>
 #include <QFile>
+#include <QLabel>
+#include <QSignalSpy>
 #include <QProcess>
 #include <QRandomGenerator>
 #include <unistd.h>
@@ -17,6 +19,8 @@
 #include "engine_controller.h"
 #include "gui_test_util.h"
 #include "main_window.h"
+#include "message_widget.h"
+#include "chat_view.h"
 
 using namespace phaselab::ui;
 
@@ -509,7 +513,7 @@ class TestGuiStore : public QObject {
     {
       ConversationStore s;
       QVERIFY(s.open(path));
-      QCOMPARE(s.schemaVersion(), 5);
+      QCOMPARE(s.schemaVersion(), ConversationStore::kSchemaVersion);
       QVERIFY(s.saveCompareRun(QStringLiteral("compare"), "{}", "[]") > 0);
       const qint64 a = s.saveServingRun(QStringLiteral("lab one"), "{\"streams\":4}", "{\"rows\":[]}");
       const qint64 b = s.saveServingRun(QStringLiteral("lab two"), "{}", "{}");
@@ -528,6 +532,7 @@ class TestGuiStore : public QObject {
       db.setDatabaseName(path);
       QVERIFY(db.open());
       QVERIFY(QSqlQuery(db).exec(QStringLiteral("DROP TABLE serving_runs")));
+      QVERIFY(QSqlQuery(db).exec(QStringLiteral("ALTER TABLE messages DROP COLUMN reasoning")));
       QVERIFY(QSqlQuery(db).exec(QStringLiteral("UPDATE schema_version SET version = 4")));
       db.close();
     }
@@ -535,7 +540,7 @@ class TestGuiStore : public QObject {
     {
       ConversationStore s;
       QVERIFY2(s.open(path), qPrintable(s.lastError()));
-      QCOMPARE(s.schemaVersion(), 5);
+      QCOMPARE(s.schemaVersion(), ConversationStore::kSchemaVersion);
       QCOMPARE(s.compareRuns().size(), 1);
       QCOMPARE(s.servingRuns().size(), 0);
       QVERIFY(s.saveServingRun(QStringLiteral("after upgrade"), "{}", "{}") > 0);
@@ -551,6 +556,172 @@ class TestGuiStore : public QObject {
     ConversationStore damaged;
     QVERIFY(!damaged.open(path));
     QVERIFY2(damaged.lastError().contains(QLatin1String("serving_runs")), qPrintable(damaged.lastError()));
+  }
+
+  // Schema 6: an answer's reasoning is saved beside its text (NULL when
+  // there is none), found by the search, and kept by a reopen; a version-5
+  // file gains the column and keeps its rows; a version-6 file without the
+  // column is refused as damaged, and left as it was.
+  void reasoning_round_trip_and_migration() {
+    const QString path = freshPath();
+    qint64 conv = 0, user = 0, answer = 0, plain = 0;
+    {
+      ConversationStore s;
+      QVERIFY(s.open(path));
+      conv = s.createConversation(QStringLiteral("weather"));
+      user = s.addMessage(conv, QStringLiteral("user"), QStringLiteral("Rain tomorrow?"));
+      answer = s.addMessage(conv, QStringLiteral("assistant"), QString(), QStringLiteral("streaming"));
+      QVERIFY(s.updateAnswer(answer, QStringLiteral("Prob"), QStringLiteral("The user asks about rain."),
+                             QStringLiteral("streaming")));
+      QCOMPARE(s.messages(conv)[1].reasoning, QStringLiteral("The user asks about rain."));
+      RequestStats st;
+      st.nGenerated = 9;
+      QVERIFY(s.finishMessage(answer, QStringLiteral("Probably."), QStringLiteral("done"), st,
+                              QStringLiteral("The user asks about rain. Barometer falling.")));
+      plain = s.addMessage(conv, QStringLiteral("assistant"), QStringLiteral("No reasoning here."));
+      QVERIFY(s.finishMessage(plain, QStringLiteral("No reasoning here."), QStringLiteral("done"), st));
+    }
+    {
+      RawDb raw(path);
+      QVERIFY(raw.value(QStringLiteral("SELECT reasoning IS NULL FROM messages WHERE id = %1").arg(plain)).toBool());
+      QVERIFY(raw.value(QStringLiteral("SELECT reasoning IS NULL FROM messages WHERE id = %1").arg(user)).toBool());
+    }
+    {
+      ConversationStore s;
+      QVERIFY(s.open(path));
+      const auto msgs = s.messages(conv);
+      QCOMPARE(msgs.size(), 3);
+      QCOMPARE(msgs[1].content, QStringLiteral("Probably."));
+      QCOMPARE(msgs[1].reasoning, QStringLiteral("The user asks about rain. Barometer falling."));
+      QCOMPARE(msgs[1].stats.nGenerated, 9);
+      QVERIFY(msgs[0].reasoning.isEmpty());
+      QVERIFY(msgs[2].reasoning.isEmpty());
+      QCOMPARE(s.conversations(QStringLiteral("Barometer")).size(), 1);  // the search reads reasoning too
+      QCOMPARE(s.conversations(QStringLiteral("Hygrometer")).size(), 0);
+      // A user message's edit leaves no reasoning behind.
+      QVERIFY(s.updateMessage(user, QStringLiteral("Snow tomorrow?"), QStringLiteral("done")));
+      QVERIFY(s.messages(conv)[0].reasoning.isEmpty());
+    }
+    // Back to what PhaseLab with schema 5 wrote: the rows stay, the column
+    // comes back empty.
+    {
+      RawDb raw(path);
+      QVERIFY(raw.exec(QStringLiteral("ALTER TABLE messages DROP COLUMN reasoning")));
+      QVERIFY(raw.exec(QStringLiteral("UPDATE schema_version SET version = 5")));
+    }
+    {
+      ConversationStore s;
+      QVERIFY2(s.open(path), qPrintable(s.lastError()));
+      QCOMPARE(s.schemaVersion(), ConversationStore::kSchemaVersion);
+      const auto msgs = s.messages(conv);
+      QCOMPARE(msgs.size(), 3);
+      QCOMPARE(msgs[1].content, QStringLiteral("Probably."));
+      QVERIFY(msgs[1].reasoning.isEmpty());
+      QVERIFY(s.finishMessage(answer, QStringLiteral("Probably."), QStringLiteral("done"), msgs[1].stats,
+                              QStringLiteral("again")));
+      QCOMPARE(s.messages(conv)[1].reasoning, QStringLiteral("again"));
+    }
+    // A reasoning value no PhaseLab writes (a blob): the message is shown
+    // without it.
+    {
+      RawDb raw(path);
+      QVERIFY(raw.exec(QStringLiteral("UPDATE messages SET reasoning = X'00FF' WHERE id = %1").arg(answer)));
+    }
+    {
+      ConversationStore s;
+      QVERIFY(s.open(path));
+      const auto msgs = s.messages(conv);
+      QCOMPARE(msgs.size(), 3);
+      QCOMPARE(msgs[1].content, QStringLiteral("Probably."));
+      QVERIFY(msgs[1].reasoning.isEmpty());
+    }
+    // Schema 6 without the column: damaged, named, not written.
+    {
+      RawDb raw(path);
+      QVERIFY(raw.exec(QStringLiteral("ALTER TABLE messages DROP COLUMN reasoning")));
+      raw.exec(QStringLiteral("PRAGMA wal_checkpoint(TRUNCATE)"));
+    }
+    const QByteArray before = fileHash(path);
+    ConversationStore damaged;
+    QVERIFY(!damaged.open(path));
+    QVERIFY2(damaged.lastError().contains(QLatin1String("reasoning")), qPrintable(damaged.lastError()));
+    QCOMPARE(fileHash(path), before);
+  }
+
+  // Through the window: a reasoning model's reasoning (here sent as the
+  // engine sends gpt-oss's analysis channel) shows on the answer's card,
+  // reaches the database while the answer streams and when it ends, stays
+  // out of the answer's text, and is on the card again after a restart.
+  void reasoning_is_saved_with_the_streaming_answer() {
+    const QString path = freshPath();
+    qint64 conv = 0;
+    QString answerText;
+    {
+      MainWindow w(windowOn(path));
+      w.show();
+      QSignalSpy ready(&w, &MainWindow::modelReady);
+      EngineConfig c;
+      c.threads = 1;
+      w.setEngineConfig(c);
+      w.loadModel(testing::stories());
+      QVERIFY(ready.wait(20000));
+      GenerationSettings g;
+      g.temperature = 0;
+      g.maxTokens = 24;
+      g.ignoreEos = true;
+      w.setGenerationSettings(g);
+      QString savedWhileStreaming, stateWhileStreaming;
+      bool injected = false;
+      // At the answer's first tokens (before its end can arrive: the
+      // engine's signals come in order), as the engine would send it.
+      connect(w.engine(), &EngineController::tokensReady, this, [&](int requestId, const QString&, int) {
+        if (injected) return;
+        injected = true;
+        emit w.engine()->reasoningReady(requestId, QStringLiteral("  The user"));
+        emit w.engine()->reasoningReady(requestId + 1000, QStringLiteral(" (another request's)"));
+        emit w.engine()->reasoningReady(requestId, QStringLiteral(" wants a story."));
+        w.chatSession()->flush();
+        RawDb raw(path);
+        savedWhileStreaming = raw.value(QStringLiteral("SELECT reasoning FROM messages WHERE role = 'assistant'")).toString();
+        stateWhileStreaming = raw.value(QStringLiteral("SELECT state FROM messages WHERE role = 'assistant'")).toString();
+      });
+      QSignalSpy finished(w.chatSession(), &ChatSession::answerFinished);
+      QVERIFY2(w.sendMessage(QStringLiteral("Once upon a time")), qPrintable(w.lastError()));
+      QVERIFY(finished.wait(30000));
+      QVERIFY(injected);
+      QCOMPARE(stateWhileStreaming, QStringLiteral("streaming"));
+      QCOMPARE(savedWhileStreaming, QStringLiteral("The user wants a story."));
+      const MessageRecord answer = finished.last().at(1).value<MessageRecord>();
+      QCOMPARE(answer.reasoning, QStringLiteral("The user wants a story."));
+      QVERIFY(!answer.content.isEmpty());
+      QVERIFY2(!answer.content.contains(QLatin1String("story.")), qPrintable(answer.content));
+      answerText = answer.content;
+      conv = w.chatSession()->conversationId();
+      auto cards = w.chatView()->findChildren<MessageWidget*>();
+      QCOMPARE(cards.size(), 2);
+      QCOMPARE(cards[1]->reasoning(), QStringLiteral("The user wants a story."));
+      QCOMPARE(cards[1]->text(), answerText);
+    }
+    {
+      ConversationStore s;
+      QVERIFY(s.open(path));
+      const auto msgs = s.messages(conv);
+      QCOMPARE(msgs.size(), 2);
+      QCOMPARE(msgs[1].state, QStringLiteral("done"));
+      QCOMPARE(msgs[1].reasoning, QStringLiteral("The user wants a story."));
+      QCOMPARE(msgs[1].content, answerText);
+    }
+    MainWindow w(windowOn(path));
+    w.show();
+    w.chatSession()->openConversation(conv);
+    const auto cards = w.chatView()->findChildren<MessageWidget*>();
+    QCOMPARE(cards.size(), 2);
+    QVERIFY(cards[0]->reasoning().isEmpty());
+    QCOMPARE(cards[1]->reasoning(), QStringLiteral("The user wants a story."));
+    auto* line = cards[1]->findChild<QLabel*>(QStringLiteral("messageReasoning"));
+    QVERIFY(line && line->isVisible());
+    QVERIFY2(line->text().contains(QLatin1String("The user wants a story.")), qPrintable(line->text()));
+    QVERIFY(!cards[0]->findChild<QLabel*>(QStringLiteral("messageReasoning"))->isVisible());
   }
 };
 

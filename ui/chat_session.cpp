@@ -11,9 +11,8 @@ ChatSession::ChatSession(ConversationStore* store, EngineController* engine, QOb
   connect(&m_saveTimer, &QTimer::timeout, this, &ChatSession::saveStreaming);
   connect(m_engine, &EngineController::tokensReady, this,
           [this](int requestId, const QString& delta, int) { onTokens(requestId, delta); });
-  connect(m_engine, &EngineController::reasoningReady, this, [this](int requestId, const QString& delta) {
-    if (requestId == m_requestId && m_streamingId != 0) emit reasoningDelta(m_streamingId, delta);
-  });
+  connect(m_engine, &EngineController::reasoningReady, this,
+          [this](int requestId, const QString& delta) { onReasoning(requestId, delta); });
   connect(m_engine, &EngineController::generationFinished, this, &ChatSession::onFinished);
 }
 
@@ -123,6 +122,7 @@ bool ChatSession::startAnswer() {
   m_requestId = request;
   m_streamingId = answer.id;
   m_streamingText.clear();
+  m_streamingReasoning.clear();
   m_messages.push_back(answer);
   emit messageAdded(answer);
   emit conversationsChanged();
@@ -177,9 +177,24 @@ void ChatSession::onTokens(int requestId, const QString& delta) {
   if (!m_saveTimer.isActive()) m_saveTimer.start();
 }
 
+void ChatSession::onReasoning(int requestId, const QString& delta) {
+  if (requestId != m_requestId || m_streamingId == 0) return;
+  QString d = delta;
+  // Like the answer, the reasoning starts at its first visible character.
+  if (m_streamingReasoning.isEmpty()) {
+    qsizetype i = 0;
+    while (i < d.size() && d[i].isSpace()) i++;
+    d.remove(0, i);
+    if (d.isEmpty()) return;
+  }
+  m_streamingReasoning += d;
+  emit reasoningDelta(m_streamingId, d);
+  if (!m_saveTimer.isActive()) m_saveTimer.start();
+}
+
 void ChatSession::saveStreaming() {
   if (m_streamingId == 0) return;
-  m_store->updateMessage(m_streamingId, m_streamingText, QStringLiteral("streaming"));
+  m_store->updateAnswer(m_streamingId, m_streamingText, m_streamingReasoning, QStringLiteral("streaming"));
 }
 
 void ChatSession::onFinished(int requestId, const RequestStats& stats) {
@@ -188,11 +203,12 @@ void ChatSession::onFinished(int requestId, const RequestStats& stats) {
   const QString state = !stats.error.isEmpty()                           ? QStringLiteral("error")
                         : stats.stopReason == QLatin1String("cancelled") ? QStringLiteral("stopped")
                                                                          : QStringLiteral("done");
-  m_store->finishMessage(m_streamingId, m_streamingText, state, stats);
+  m_store->finishMessage(m_streamingId, m_streamingText, state, stats, m_streamingReasoning);
   const int i = indexOf(m_streamingId);
   MessageRecord rec;
   if (i >= 0) {
     m_messages[i].content = m_streamingText;
+    m_messages[i].reasoning = m_streamingReasoning;
     m_messages[i].state = state;
     m_messages[i].stats = stats;
     m_messages[i].hasStats = true;

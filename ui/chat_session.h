@@ -59,7 +59,9 @@ class ChatSession : public QObject {
   void messageRemoved(qint64 id);
   void messageEdited(qint64 id, const QString& content);
   void answerDelta(qint64 messageId, const QString& delta);
-  // A harmony model's (gpt-oss) reasoning: shown with the answer, not saved.
+  // A reasoning model's reasoning (gpt-oss's analysis channel, a remote
+  // server's reasoning_content): shown above the answer, saved beside it
+  // (MessageRecord::reasoning), never part of its text.
   void reasoningDelta(qint64 messageId, const QString& delta);
   void answerFinished(qint64 messageId, const phaselab::ui::MessageRecord& message);
   void errorOccurred(const QString& message);
@@ -67,6 +69,7 @@ class ChatSession : public QObject {
  private:
   bool startAnswer();
   void onTokens(int requestId, const QString& delta);
+  void onReasoning(int requestId, const QString& delta);
   void onFinished(int requestId, const RequestStats& stats);
   void saveStreaming();
   int indexOf(qint64 messageId) const;
@@ -80,6 +83,7 @@ class ChatSession : public QObject {
   qint64 m_streamingId = 0;  // the assistant message being written
   int m_requestId = 0;
   QString m_streamingText;
+  QString m_streamingReasoning;
   QTimer m_saveTimer;
 };
 

@@ -68,6 +68,19 @@ QString closeOpenFence(const QString& text) {
   return out + QString(openLen, openChar);
 }
 
+// A reasoning model's reasoning as a block quote above the answer: every
+// line quoted (a blank one as ">" alone), so no line of it can end the
+// quote, start a heading of the export or open a fence that swallows the
+// answer.
+QString quoteReasoning(const QString& reasoning) {
+  QString md = QStringLiteral("> *Reasoning:*\n>\n");
+  QString text = reasoning;
+  text.replace(QStringLiteral("\r\n"), QStringLiteral("\n")).replace(QLatin1Char('\r'), QLatin1Char('\n'));
+  for (const QString& line : closeOpenFence(text).split(QLatin1Char('\n')))
+    md += line.isEmpty() ? QStringLiteral(">\n") : QStringLiteral("> %1\n").arg(line);
+  return md + QStringLiteral("\n");
+}
+
 QString isoUtc(const QDateTime& t) { return t.toTimeZone(QTimeZone::utc()).toString(Qt::ISODateWithMs); }
 
 QJsonObject toJsonObject(const ConversationRecord& c, const ConversationSettings& s, const QList<MessageRecord>& msgs) {
@@ -86,6 +99,7 @@ QJsonObject toJsonObject(const ConversationRecord& c, const ConversationSettings
     jm[QStringLiteral("content")] = m.content.isNull() ? QStringLiteral("") : m.content;
     jm[QStringLiteral("state")] = m.state.isEmpty() ? QStringLiteral("done") : m.state;
     if (m.hasStats) jm[QStringLiteral("stats")] = m.stats.toJson();
+    if (!m.reasoning.isEmpty()) jm[QStringLiteral("reasoning")] = m.reasoning;
     arr.append(jm);
   }
   o[QStringLiteral("messages")] = arr;
@@ -258,6 +272,9 @@ struct Checker {
         if (!stats(mf + QStringLiteral(".stats"), jm[QStringLiteral("stats")], &m.stats)) return false;
         m.hasStats = true;
       }
+      if (jm.contains(QStringLiteral("reasoning")) &&
+          !text(mf + QStringLiteral(".reasoning"), jm[QStringLiteral("reasoning")], kMaxContentChars, &m.reasoning))
+        return false;
       out->messages.push_back(m);
     }
     return true;
@@ -278,6 +295,7 @@ QString toMarkdown(const ConversationRecord& c, const ConversationSettings& s, c
     md += QStringLiteral("## %1").arg(roleHeading(m.role));
     if (!m.state.isEmpty() && m.state != QLatin1String("done")) md += QStringLiteral(" (%1)").arg(escapeInline(m.state));
     md += QStringLiteral("\n\n");
+    if (!m.reasoning.isEmpty()) md += quoteReasoning(m.reasoning);
     if (!m.content.isEmpty()) md += closeOpenFence(m.content) + QStringLiteral("\n\n");
     if (m.role == QLatin1String("assistant") && m.hasStats)
       md += QStringLiteral("*%1*\n\n").arg(escapeInline(m.stats.summary()));

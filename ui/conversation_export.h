@@ -19,6 +19,8 @@
 //                  absent: done. streaming is imported as interrupted: nothing
 //                  streams into an imported conversation.
 //     stats        object, RequestStats::toJson()'s keys; absent: none
+//     reasoning    string, at most kMaxContentChars: a reasoning model's
+//                  reasoning beside the answer; absent or "": none
 // A file may hold an array of such objects instead (exportAll()): an import
 // adds all of them or none. Keys this version does not know are ignored, so
 // that a later version can add optional keys without a version bump.

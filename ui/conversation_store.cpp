@@ -9,6 +9,7 @@
 #include <QSqlQuery>
 #include <QVariant>
 #include <atomic>
+#include <tuple>
 
 #include "phaselab/log.h"
 
@@ -59,6 +60,9 @@ const char* const kMigrations[] = {
     "  title TEXT NOT NULL,"
     "  options TEXT NOT NULL,"
     "  rows TEXT NOT NULL);",
+    // 5 -> 6: a reasoning model's reasoning beside its answer (gpt-oss's
+    // analysis channel, a remote server's reasoning_content); NULL: none.
+    "ALTER TABLE messages ADD COLUMN reasoning TEXT;",
 };
 static_assert(std::size(kMigrations) == ConversationStore::kSchemaVersion);
 
@@ -214,6 +218,20 @@ bool ConversationStore::checkBeforeWriting(bool existing) {
       m_lastError = QStringLiteral("the database is damaged: its table '%1' is missing").arg(QString::fromLatin1(table));
       return false;
     }
+  // Columns added to an existing table: without one, every read of the
+  // table would fail and the conversations would look empty.
+  for (const auto& [since, table, column] : {std::tuple{6, "messages", "reasoning"}}) {
+    if (version < since) continue;
+    QSqlQuery c(QSqlDatabase::database(m_connection, false));
+    c.prepare(QStringLiteral("SELECT COUNT(*) FROM pragma_table_info(?) WHERE name = ?"));
+    c.addBindValue(QString::fromLatin1(table));
+    c.addBindValue(QString::fromLatin1(column));
+    if (!c.exec() || !c.next() || c.value(0).toInt() != 1) {
+      m_lastError = QStringLiteral("the database is damaged: its table '%1' has no column '%2'")
+                        .arg(QString::fromLatin1(table), QString::fromLatin1(column));
+      return false;
+    }
+  }
   return true;
 }
 
@@ -293,10 +311,11 @@ bool ConversationStore::migrate() {
 QList<ConversationRecord> ConversationStore::conversations(const QString& filter) const {
   QList<ConversationRecord> out;
   QSqlQuery q(QSqlDatabase::database(m_connection, false));
-  // The search matches titles and message text.
+  // The search matches titles, message text and reasoning.
   q.prepare(QStringLiteral(
       "SELECT id, title, created_at, updated_at FROM conversations WHERE :f = '' OR title LIKE :p ESCAPE '\\' "
-      "OR id IN (SELECT conversation_id FROM messages WHERE content LIKE :p ESCAPE '\\') "
+      "OR id IN (SELECT conversation_id FROM messages WHERE content LIKE :p ESCAPE '\\' "
+      "OR reasoning LIKE :p ESCAPE '\\') "
       "ORDER BY updated_at DESC, id DESC"));
   QString pattern = filter;
   pattern.replace('\\', QStringLiteral("\\\\")).replace('%', QStringLiteral("\\%")).replace('_', QStringLiteral("\\_"));
@@ -435,8 +454,8 @@ bool ConversationStore::insertConversations(const QList<ConversationData>& items
     if (!c.exec()) return fail(c);
     const qint64 id = c.lastInsertId().toLongLong();
     QSqlQuery m(db);
-    m.prepare(QStringLiteral("INSERT INTO messages (conversation_id, role, content, state, stats, created_at) "
-                             "VALUES (?, ?, ?, ?, ?, ?)"));
+    m.prepare(QStringLiteral("INSERT INTO messages (conversation_id, role, content, state, stats, reasoning, created_at) "
+                             "VALUES (?, ?, ?, ?, ?, ?, ?)"));
     for (const MessageRecord& msg : item.messages) {
       m.addBindValue(id);
       m.addBindValue(msg.role);
@@ -444,6 +463,7 @@ bool ConversationStore::insertConversations(const QList<ConversationData>& items
       m.addBindValue(msg.state.isEmpty() ? QStringLiteral("done") : msg.state);
       m.addBindValue(msg.hasStats ? QVariant(QString::fromUtf8(QJsonDocument(msg.stats.toJson()).toJson(QJsonDocument::Compact)))
                                   : QVariant(QString()));
+      m.addBindValue(textOrNull(!msg.reasoning.isEmpty(), msg.reasoning));
       m.addBindValue(now);
       if (!m.exec()) return fail(m);
     }
@@ -476,7 +496,7 @@ bool ConversationStore::deleteConversation(qint64 id) {
 QList<MessageRecord> ConversationStore::messages(qint64 conversationId) const {
   QList<MessageRecord> out;
   QSqlQuery q(QSqlDatabase::database(m_connection, false));
-  q.prepare(QStringLiteral("SELECT id, role, content, state, stats, typeof(content) FROM messages "
+  q.prepare(QStringLiteral("SELECT id, role, content, state, stats, typeof(content), reasoning, typeof(reasoning) FROM messages "
                            "WHERE conversation_id = ? ORDER BY id"));
   q.addBindValue(conversationId);
   if (!q.exec()) {
@@ -499,6 +519,13 @@ QList<MessageRecord> ConversationStore::messages(qint64 conversationId) const {
       spdlog::warn("conversation store: skipping message {}: content is {} instead of text", m.id,
                    q.value(5).toString().toStdString());
       continue;
+    }
+    const QString reasoningType = q.value(7).toString();
+    if (reasoningType == QLatin1String("text")) {
+      m.reasoning = q.value(6).toString();
+    } else if (reasoningType != QLatin1String("null")) {
+      spdlog::warn("conversation store: message {} has reasoning of type {}, showing it without", m.id,
+                   reasoningType.toStdString());
     }
     const QString stats = q.value(4).toString();
     if (!stats.isEmpty()) {
@@ -555,13 +582,28 @@ bool ConversationStore::updateMessage(qint64 id, const QString& content, const Q
   return true;
 }
 
-bool ConversationStore::finishMessage(qint64 id, const QString& content, const QString& state,
-                                      const RequestStats& stats) {
+bool ConversationStore::updateAnswer(qint64 id, const QString& content, const QString& reasoning, const QString& state) {
   QSqlQuery q(QSqlDatabase::database(m_connection, false));
-  q.prepare(QStringLiteral("UPDATE messages SET content = ?, state = ?, stats = ? WHERE id = ?"));
+  q.prepare(QStringLiteral("UPDATE messages SET content = ?, reasoning = ?, state = ? WHERE id = ?"));
+  q.addBindValue(content.isNull() ? QStringLiteral("") : content);
+  q.addBindValue(textOrNull(!reasoning.isEmpty(), reasoning));
+  q.addBindValue(state);
+  q.addBindValue(id);
+  if (!q.exec()) {
+    m_lastError = q.lastError().text();
+    return false;
+  }
+  return true;
+}
+
+bool ConversationStore::finishMessage(qint64 id, const QString& content, const QString& state,
+                                      const RequestStats& stats, const QString& reasoning) {
+  QSqlQuery q(QSqlDatabase::database(m_connection, false));
+  q.prepare(QStringLiteral("UPDATE messages SET content = ?, state = ?, stats = ?, reasoning = ? WHERE id = ?"));
   q.addBindValue(content.isNull() ? QStringLiteral("") : content);
   q.addBindValue(state);
   q.addBindValue(QString::fromUtf8(QJsonDocument(stats.toJson()).toJson(QJsonDocument::Compact)));
+  q.addBindValue(textOrNull(!reasoning.isEmpty(), reasoning));
   q.addBindValue(id);
   if (!q.exec()) {
     m_lastError = q.lastError().text();

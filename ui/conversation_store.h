@@ -56,6 +56,7 @@ struct MessageRecord {
   QString role;     // user | assistant | system
   QString content;
   QString state;    // done | streaming | stopped | interrupted | error
+  QString reasoning;  // a reasoning model's reasoning (not part of content); empty: none
   bool hasStats = false;
   RequestStats stats;
 };
@@ -63,7 +64,7 @@ struct MessageRecord {
 class ConversationStore : public QObject {
   Q_OBJECT
  public:
-  static constexpr int kSchemaVersion = 5;
+  static constexpr int kSchemaVersion = 6;
 
   explicit ConversationStore(QObject* parent = nullptr);
   ~ConversationStore() override;
@@ -104,8 +105,12 @@ class ConversationStore : public QObject {
   QList<MessageRecord> messages(qint64 conversationId) const;
   qint64 addMessage(qint64 conversationId, const QString& role, const QString& content,
                     const QString& state = QStringLiteral("done"));
+  // A user message's new text (its reasoning stays none).
   bool updateMessage(qint64 id, const QString& content, const QString& state);
-  bool finishMessage(qint64 id, const QString& content, const QString& state, const RequestStats& stats);
+  // A streaming answer's text and reasoning so far (empty reasoning: none).
+  bool updateAnswer(qint64 id, const QString& content, const QString& reasoning, const QString& state);
+  bool finishMessage(qint64 id, const QString& content, const QString& state, const RequestStats& stats,
+                     const QString& reasoning = {});
   bool deleteMessage(qint64 id);
   // Deletes the messages of a conversation that come after message id.
   bool deleteMessagesAfter(qint64 conversationId, qint64 id);
@@ -122,7 +127,7 @@ class ConversationStore : public QObject {
   // Whole conversations written at once (import): all of them or, on any
   // failure, none (one transaction). record.createdAt is kept when valid;
   // updatedAt is now, so they come first in the list. Messages keep their
-  // role, content, state and stats. ids gets the new conversations' ids.
+  // role, content, reasoning, state and stats. ids gets the new conversations' ids.
   struct ConversationData {
     ConversationRecord record;
     ConversationSettings settings;

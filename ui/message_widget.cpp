@@ -41,6 +41,7 @@ MessageWidget::MessageWidget(const MessageRecord& message, QWidget* parent) : QF
   m_reasoning->setAccessibleName(tr("The model's reasoning"));
   m_reasoning->hide();
   layout->addWidget(m_reasoning);
+  showReasoning();  // a saved answer's reasoning
 
   m_body = new QTextBrowser;
   m_body->setObjectName(QStringLiteral("messageBody"));
@@ -128,15 +129,23 @@ void MessageWidget::applyAppearance() {
 QString MessageWidget::statsText() const { return m_stats->text(); }
 
 void MessageWidget::appendReasoning(const QString& delta) {
-  if (m_reasoningText.isEmpty()) {
+  if (m_message.reasoning.isEmpty()) {
     QString d = delta;
     while (!d.isEmpty() && d.front().isSpace()) d.remove(0, 1);
     if (d.isEmpty()) return;
-    m_reasoningText = d;
+    m_message.reasoning = d;
   } else {
-    m_reasoningText += delta;
+    m_message.reasoning += delta;
   }
-  m_reasoning->setText(tr("Reasoning: %1").arg(m_reasoningText));
+  showReasoning();
+}
+
+void MessageWidget::showReasoning() {
+  if (m_message.reasoning.isEmpty()) {
+    m_reasoning->hide();
+    return;
+  }
+  m_reasoning->setText(tr("Reasoning: %1").arg(m_message.reasoning));
   m_reasoning->show();
 }
 
@@ -151,7 +160,10 @@ void MessageWidget::setText(const QString& text) {
 }
 
 void MessageWidget::finish(const MessageRecord& message) {
+  const QString streamed = m_message.reasoning;
   m_message = message;
+  if (m_message.reasoning.isEmpty()) m_message.reasoning = streamed;
+  showReasoning();
   m_renderTimer.stop();
   render();
   updateFooter();

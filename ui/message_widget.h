@@ -28,10 +28,11 @@ class MessageWidget : public QFrame {
   QString statsText() const;
 
   void appendText(const QString& delta);
-  // A harmony model's (gpt-oss) reasoning, shown dimmed above the answer
-  // while it streams (it is not part of the saved message).
+  // A reasoning model's reasoning, shown dimmed above the answer as it
+  // streams and when a saved answer has some (MessageRecord::reasoning);
+  // never part of the message's text.
   void appendReasoning(const QString& delta);
-  QString reasoning() const { return m_reasoningText; }
+  QString reasoning() const { return m_message.reasoning; }
   void setText(const QString& text);
   void finish(const MessageRecord& message);
   void setRegenerateEnabled(bool enabled);
@@ -49,11 +50,11 @@ class MessageWidget : public QFrame {
   void applyAppearance();
   void fitHeight();
   void updateFooter();
+  void showReasoning();
 
   MessageRecord m_message;
   QLabel* m_role = nullptr;
-  QLabel* m_reasoning = nullptr;  // hidden until a harmony model reasons
-  QString m_reasoningText;
+  QLabel* m_reasoning = nullptr;  // hidden while the message has no reasoning
   QTextBrowser* m_body = nullptr;
   QLabel* m_stats = nullptr;
   QToolButton* m_copy = nullptr;
