@@ -51,7 +51,7 @@ class TestBackendFactory : public QObject {
   void the_documented_variables_set_the_switches() {
     setenv("PHASELAB_CPU_ISA", "avx2", 1);
     setenv("PHASELAB_CPU_REPACK", "0", 1);
-    setenv("PHASELAB_CPU_HUGEPAGES", "1", 1);
+    setenv("PHASELAB_CPU_HUGEPAGES", "0", 1);  // on by default
     setenv("PHASELAB_CPU_PREFETCH_ROWS", "9", 1);
     setenv("PHASELAB_CUDA_GRAPHS", "0", 1);
     setenv("PHASELAB_CUDA_ATTN_TILED", "0", 1);
@@ -63,7 +63,7 @@ class TestBackendFactory : public QObject {
     const BackendOptions o = backend_options_from_environment();
     QCOMPARE(o.cpu.isa_cap, std::string("avx2"));
     QVERIFY(!o.cpu.repack);
-    QVERIFY(o.cpu.huge_pages);
+    QVERIFY(!o.cpu.huge_pages);
     QCOMPARE(o.cpu.decode_prefetch_rows, 9);
     QVERIFY(!o.cuda.graphs);
     QVERIFY(!o.cuda.tiled_attention);
@@ -143,9 +143,17 @@ class TestBackendFactory : public QObject {
   // The decode path's switches change where the weights live and what is
   // prefetched, never the arithmetic: decoded logits are bitwise equal with
   // huge pages on or off and any prefetch distance (a tiny qwen2, whose Q4_K
-  // matrices are repacked).
+  // matrices are repacked; a tiny Qwen3 MoE, whose Q4_K experts are repacked
+  // into one buffer per layer's tensor and decoded by matvec_many).
+  void decode_switches_leave_the_logits_bitwise_equal_data() {
+    QTest::addColumn<QString>("arch");
+    QTest::newRow("qwen2") << "qwen2";
+    QTest::newRow("qwen3moe-q4_k") << "qwen3moe-q4_k";
+  }
   void decode_switches_leave_the_logits_bitwise_equal() {
-    const std::string path = testing::write_tiny_model(testing::tiny_spec("qwen2"), "tiny_switches_qwen2.gguf");
+    QFETCH(QString, arch);
+    const std::string path = testing::write_tiny_model(testing::tiny_spec(arch.toStdString()),
+                                                       "tiny_switches_" + arch.toStdString() + ".gguf");
     auto model = Model::load(path);
     QVERIFY2(model.is_ok(), model.status().message().c_str());
     std::shared_ptr<const Model> m(*model);

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <deque>
 #include <unordered_map>
 #include <vector>
 
@@ -195,8 +196,10 @@ class CpuBackend final : public Backend {
     void* map_ = nullptr;
     size_t map_n_ = 0;
   };
+  // A matrix's repacked rows: n_out rows of f.row_bytes at rows, in one of
+  // repack_buffers_ (a layer's experts share one, one after another).
   struct Repacked {
-    WeightBuffer data;
+    const uint8_t* rows = nullptr;
     cpu::RepackedFormat f;
   };
   // out[t, r] = W.row(r) · in[t, :] for T tokens. same_input: in is what the
@@ -296,6 +299,7 @@ class CpuBackend final : public Backend {
   std::vector<cpu::ActQ8> act_lo_;               // (T, n_in / 32) residual quantization (precise products)
   const float* lo_of_ = nullptr;                 // which input act_lo_ holds
   std::unordered_map<const uint8_t*, Repacked> repacked_;  // original data -> repacked rows
+  std::deque<WeightBuffer> repack_buffers_;                 // the memory repacked_ points into
   std::vector<cpu::ActGroup> act_g_, act_lo_g_;  // (T, groups) of act_ and act_lo_ for repacked rows
   const float* groups_of_ = nullptr;             // which input act_g_ holds
   const float* lo_groups_of_ = nullptr;

@@ -129,30 +129,53 @@ void CpuBackend::quantize_input(const float* in, int T, int64_t n_in, bool preci
 // kernels (Repacked), at load. The original pages are released: this
 // backend never reads them again.
 void CpuBackend::repack_weights() {
-  auto repack = [&](const WeightView& W) {
-    if (repacked_.count(W.data)) return;
-    Repacked rp;
-    rp.f = cpu::repacked_format(*k_fast_, W.type, W.n_in);
-    if (!rp.f.repack) return;
-    const size_t rb = rp.f.row_bytes;
-    if (!rp.data.allocate(rb * static_cast<size_t>(W.n_out), huge_pages_)) return;  // the file's layout then
-    // The file's pages are released slab by slab as they are rewritten,
-    // so that a large matrix is not resident twice: Gemma 3 270M's tied
-    // output matrix (178 MB) took peak RSS from ~320 to ~490 MiB. Each
-    // release starts at the matrix's start, so no page at a slab's edge is kept.
-    constexpr int64_t kSlabRows = 4096;
-    for (int64_t r0 = 0; r0 < W.n_out; r0 += kSlabRows) {
-      const int64_t r1 = std::min(W.n_out, r0 + kSlabRows);
-      for (int64_t r = r0; r < r1; r++) rp.f.repack(W.row(r), rp.data.data() + r * rb, W.n_in);
-      release_pages(W.data, W.row_bytes * static_cast<size_t>(r1));
+  // Matrices of one type and width (one matrix, or a layer's experts: the
+  // slices of one 3-D tensor) into one buffer, one after another: a layer's
+  // experts then share huge pages instead of each taking a mapping of its
+  // own below the 2 MiB a huge page needs.
+  auto repack = [&](const WeightView* Ws, size_t n) {
+    if (n == 0 || repacked_.count(Ws[0].data)) return;
+    const cpu::RepackedFormat f = cpu::repacked_format(*k_fast_, Ws[0].type, Ws[0].n_in);
+    if (!f.repack) return;
+    const size_t rb = f.row_bytes;
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+      if (Ws[i].type != Ws[0].type || Ws[i].n_in != Ws[0].n_in) return;  // not one tensor's slices: the file's layout
+      total += rb * static_cast<size_t>(Ws[i].n_out);
     }
-    repacked_.emplace(W.data, std::move(rp));
+    WeightBuffer& buf = repack_buffers_.emplace_back();
+    if (!buf.allocate(total, huge_pages_)) {  // the file's layout then
+      repack_buffers_.pop_back();
+      return;
+    }
+    uint8_t* dst = buf.data();
+    const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    const uint8_t* from = Ws[0].data;  // the file's bytes not yet released, in W's run of contiguous matrices
+    for (size_t i = 0; i < n; i++) {
+      const WeightView& W = Ws[i];
+      if (i > 0 && W.data != Ws[i - 1].row(Ws[i - 1].n_out)) from = W.data;
+      // The file's pages are released slab by slab as they are rewritten,
+      // so that a large matrix is not resident twice: Gemma 3 270M's tied
+      // output matrix (178 MB) took peak RSS from ~320 to ~490 MiB. Each
+      // release starts in the page where the last one ended, so no page at
+      // a slab's or an expert's edge is kept.
+      constexpr int64_t kSlabRows = 4096;
+      for (int64_t r0 = 0; r0 < W.n_out; r0 += kSlabRows) {
+        const int64_t r1 = std::min(W.n_out, r0 + kSlabRows);
+        for (int64_t r = r0; r < r1; r++) f.repack(W.row(r), dst + r * rb, W.n_in);
+        const uint8_t* end = W.row(r1);
+        release_pages(from, static_cast<size_t>(end - from));
+        from = std::max(from, end - reinterpret_cast<uintptr_t>(end) % page);
+      }
+      repacked_.emplace(W.data, Repacked{dst, f});
+      dst += rb * static_cast<size_t>(W.n_out);
+    }
   };
   for (const LayerWeights& L : w_.layers) {
     for (const WeightView* W : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
-      if (W->present()) repack(*W);
-    for (const auto* experts : {&L.gate_exps, &L.up_exps, &L.down_exps})  // each expert's slice
-      for (const WeightView& W : *experts) repack(W);
+      if (W->present()) repack(W, 1);
+    for (const auto* experts : {&L.gate_exps, &L.up_exps, &L.down_exps})  // the experts' slices
+      repack(experts->data(), experts->size());
   }
   // The output matrix too: with a large vocabulary it is the largest
   // product of a decode pass over many sequences. Tied to the token
@@ -160,10 +183,10 @@ void CpuBackend::repack_weights() {
   // the lookup then reads the repacked rows (a tied Q8_0 matrix: Gemma 3),
   // so that the file's copy, released, is never read again (from the
   // file's pages, 8000 random tokens had brought 160 MiB of it back).
-  repack(w_.output);
+  repack(&w_.output, 1);
   if (auto rp = repacked_.find(w_.output.data);
       rp != repacked_.end() && w_.output.data == w_.tok_embd.data && w_.tok_embd.type == TensorType::Q8_0) {
-    embd_repacked_ = rp->second.data.data();
+    embd_repacked_ = rp->second.rows;
     embd_row_bytes_ = rp->second.f.row_bytes;
   }
 }
@@ -232,9 +255,9 @@ void CpuBackend::matmul_repacked(const WeightView& W, const Repacked& rp, const 
       const int R = k_fast_->repacked_rows, NT = k_fast_->repacked_tokens;
       if (R > 1 && dot_tile && dot_tile4 && (t1 - t0) >= 4)
         for (; r + R <= r1; r += R) {
-          const uint8_t* row = rp.data.data() + r * row_bytes;
+          const uint8_t* row = rp.rows + r * row_bytes;
           if (T <= kPrefetchMaxTokens)
-            prefetch_rows(row + kPrefetchRows * row_bytes, R * row_bytes, rp.data.data() + r1 * row_bytes);
+            prefetch_rows(row + kPrefetchRows * row_bytes, R * row_bytes, rp.rows + r1 * row_bytes);
           float vr[kMaxTileTokens * kMaxRows], lor[kMaxTileTokens * kMaxRows];
           int t = t0;
           // R rows x w tokens from t with kernel fn (out of fn: [row][token]).
@@ -258,8 +281,8 @@ void CpuBackend::matmul_repacked(const WeightView& W, const Repacked& rp, const 
         }
       const int ahead = t1 - t0 == 1 ? decode_prefetch_rows_ : 0;
       for (; r < r1; r++) {
-        const uint8_t* row = rp.data.data() + r * row_bytes;
-        if (ahead > 0) prefetch_rows(row + ahead * row_bytes, row_bytes, rp.data.data() + r1 * row_bytes);
+        const uint8_t* row = rp.rows + r * row_bytes;
+        if (ahead > 0) prefetch_rows(row + ahead * row_bytes, row_bytes, rp.rows + r1 * row_bytes);
         int t = t0;
         for (; t + 4 <= t1; t += 4) {
           dot4(row, &act_g_[t * gs], gs, &act_[t * nb], nb, n_in, v4);
@@ -311,9 +334,9 @@ void CpuBackend::matvec_many(MatvecJob* jobs, int n_jobs, const float* const* in
       const cpu::ActQ8* act = &many_act_[jb.input * nb];
       if (jb.rp) {
         const size_t rb = jb.rp->f.row_bytes;
-        const uint8_t* row = jb.rp->data.data() + r * rb;
+        const uint8_t* row = jb.rp->rows + r * rb;
         if (decode_prefetch_rows_ > 0)  // as a lone token's matmul does (CpuSwitches::decode_prefetch_rows)
-          prefetch_rows(row + decode_prefetch_rows_ * rb, rb, jb.rp->data.data() + W.n_out * rb);
+          prefetch_rows(row + decode_prefetch_rows_ * rb, rb, jb.rp->rows + W.n_out * rb);
         jb.rp->f.dot1(row, &many_act_g_[jb.input * gs], 0, act, 0, n_in, v);
         jb.out[r] = v[0];
       } else if (cpu::uses_q8_activations(W.type)) {
