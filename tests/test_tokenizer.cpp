@@ -457,6 +457,69 @@ class TestTokenizer : public QObject {
     QVERIFY(res2.reasoning.empty());
   }
 
+  // A reply with <think> tags (Qwen3, DeepSeek-R1) through AnswerBuilder:
+  // the text between the tags is the reasoning, the rest the answer, the
+  // tags and the blank lines after each neither; stop strings see only the
+  // answer. A prompt that leaves a block open (DeepSeek-R1's generation
+  // prompt ends "<think>\n") starts the reply in it; one that closes it
+  // (Qwen3 with thinking off) does not. Without both tags in the
+  // vocabulary, the same ids are all answer.
+  void think_tags_split_answer_from_reasoning() {
+    auto make = [](bool both) {
+      GgufWriter w = tiny_bpe_writer();
+      std::vector<std::string> toks = {"a", "b", "ab", "\xc4\x8a", "\xc4\xa0", "<think>"};  // Ċ (newline), Ġ (space)
+      if (both) toks.push_back("</think>");
+      std::vector<int32_t> types(toks.size(), 1);
+      for (size_t i = 5; i < types.size(); i++) types[i] = 4;  // user-defined, as Qwen3's GGUFs have them
+      w.set("tokenizer.ggml.tokens", GgufWriteValue::string_array(toks));
+      w.set("tokenizer.ggml.token_type", GgufWriteValue::i32_array(types));
+      return from_writer(w);
+    };
+    auto tok = make(true);
+    QVERIFY2(tok.is_ok(), tok.status().message().c_str());
+    enum : int32_t { a, b, ab, nl, sp, open, close };
+    auto run = [&](std::vector<int32_t> prompt, const std::vector<int32_t>& ids, const Tokenizer& t,
+                   std::vector<std::string> stop = {}) {
+      GenerateOptions opt;
+      opt.n_predict = 100;
+      opt.stop = stop;
+      GenerateResult r;
+      std::string streamed, streamed_reasoning;
+      AnswerBuilder builder(t, opt, r, prompt, 1000);
+      for (int32_t id : ids)
+        if (builder.push(id, 1.0, 1, 0, [&](const TokenEvent& e) {
+              streamed += e.text;
+              streamed_reasoning += e.reasoning;
+            }))
+          break;
+      if (streamed != r.text || streamed_reasoning != r.reasoning) qFatal("streamed text differs from the result's");
+      return r;
+    };
+    // Qwen3 thinking: <think>\n reasoning \n</think>\n\n answer.
+    GenerateResult r = run({a}, {open, nl, a, sp, b, nl, close, nl, nl, ab, sp, a}, *tok.value());
+    QCOMPARE(r.reasoning, std::string("a b\n"));
+    QCOMPARE(r.text, std::string("ab a"));
+    // DeepSeek-R1: the prompt opened the block.
+    r = run({a, open, nl}, {b, sp, a, close, nl, a}, *tok.value());
+    QCOMPARE(r.reasoning, std::string("b a"));
+    QCOMPARE(r.text, std::string("a"));
+    // Qwen3 with thinking off: the prompt closed it.
+    r = run({open, nl, nl, close, nl, nl}, {a, b}, *tok.value());
+    QVERIFY(r.reasoning.empty());
+    QCOMPARE(r.text, std::string("ab"));
+    // A stop string inside the reasoning stops nothing; in the answer it does.
+    r = run({a}, {open, b, a, close, a, b, a, a}, *tok.value(), {"ba"});
+    QCOMPARE(r.reasoning, std::string("ba"));
+    QCOMPARE(r.text, std::string("a"));
+    QCOMPARE(r.metrics.stop_reason, StopReason::stop_string);
+    // One tag alone in the vocabulary: no routing, all answer.
+    auto half = make(false);
+    QVERIFY2(half.is_ok(), half.status().message().c_str());
+    r = run({a}, {open, a, b}, *half.value());
+    QVERIFY(r.reasoning.empty());
+    QCOMPARE(r.text, std::string("<think>ab"));
+  }
+
   // max_token_text_bytes(): no text of B bytes encodes to fewer than
   // B / (max_token_text_bytes() / 2) tokens (the bound without its headroom),
   // on inputs built to make tokens as long as they get: every conformance

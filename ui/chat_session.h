@@ -59,8 +59,9 @@ class ChatSession : public QObject {
   void messageRemoved(qint64 id);
   void messageEdited(qint64 id, const QString& content);
   void answerDelta(qint64 messageId, const QString& delta);
-  // A reasoning model's reasoning (gpt-oss's analysis channel, a remote
-  // server's reasoning_content): shown above the answer, saved beside it
+  // A reasoning model's reasoning (gpt-oss's analysis channel, a Qwen3's
+  // or DeepSeek-R1's <think> block, a remote server's reasoning_content):
+  // shown above the answer, saved beside it
   // (MessageRecord::reasoning), never part of its text.
   void reasoningDelta(qint64 messageId, const QString& delta);
   void answerFinished(qint64 messageId, const phaselab::ui::MessageRecord& message);

@@ -61,7 +61,8 @@ const char* const kMigrations[] = {
     "  options TEXT NOT NULL,"
     "  rows TEXT NOT NULL);",
     // 5 -> 6: a reasoning model's reasoning beside its answer (gpt-oss's
-    // analysis channel, a remote server's reasoning_content); NULL: none.
+    // analysis channel, a <think> block, a remote server's
+    // reasoning_content); NULL: none.
     "ALTER TABLE messages ADD COLUMN reasoning TEXT;",
 };
 static_assert(std::size(kMigrations) == ConversationStore::kSchemaVersion);

@@ -62,7 +62,7 @@ class EngineController : public QObject {
   void modelLoadCancelled();
   void modelUnloaded();
   void tokensReady(int requestId, const QString& delta, int nTokens);
-  void reasoningReady(int requestId, const QString& delta);  // a harmony model's reasoning
+  void reasoningReady(int requestId, const QString& delta);  // a reasoning model's reasoning
   void metricsUpdated(const phaselab::ui::LiveMetrics& metrics);
   void generationFinished(int requestId, const phaselab::ui::RequestStats& stats);
   void errorOccurred(const QString& message);

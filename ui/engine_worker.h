@@ -61,7 +61,8 @@ class EngineWorker : public QObject {
   // delta: the text released since the previous delta (whole UTF-8 characters);
   // nTokens: tokens generated so far in this request.
   void tokensReady(int requestId, const QString& delta, int nTokens);
-  // A harmony model's (gpt-oss) reasoning, outside the answer's text.
+  // A reasoning model's reasoning (gpt-oss's analysis channel, a <think>
+  // block), outside the answer's text.
   void reasoningReady(int requestId, const QString& delta);
   void metricsUpdated(const phaselab::ui::LiveMetrics& metrics);
   void generationFinished(int requestId, const phaselab::ui::RequestStats& stats);

@@ -98,7 +98,7 @@ void chat_loop(std::vector<ChatMessage>& history, const AnswerFn& answer) {
   }
 }
 
-// The answer to stdout; a harmony model's reasoning (gpt-oss) to stderr,
+// The answer to stdout; a reasoning model's reasoning (gpt-oss, a <think> block) to stderr,
 // dimmed on a terminal, so that stdout stays the answer alone.
 void print_token(const TokenEvent& e) {
   if (!e.reasoning.empty()) {

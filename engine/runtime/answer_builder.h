@@ -12,6 +12,7 @@
 #include "phaselab/tokenizer.h"
 #include "harmony_channels.h"
 #include "stop_matcher.h"
+#include "think_tags.h"
 
 namespace phaselab {
 
@@ -24,6 +25,8 @@ class AnswerBuilder {
       : tok_(tok), opt_(opt), res_(res), history_(history), n_ctx_(n_ctx), detok_(tok), stops_(opt.stop),
         harmony_(HarmonyChannels::of(tok)) {
     if (harmony_) harmony_->begin(history_, tok_);
+    if (!harmony_) think_ = ThinkTags::of(tok);
+    if (think_) think_->begin(history_);
   }
 
   // Appends the token sampled t_ms after submission. n_prefilled: the prompt
@@ -54,10 +57,12 @@ class AnswerBuilder {
     }
     piece_ = detok_.push(id);
     // A harmony reply (gpt-oss): only its final channel is the answer; the
-    // others are reasoning, outside the stop strings and the answer's text.
+    // others are reasoning. A reply with <think> tags (Qwen3, DeepSeek-R1):
+    // the text between them is reasoning. Reasoning is outside the stop
+    // strings and the answer's text.
     std::string_view answer = piece_, reasoning;
-    if (harmony_) {
-      const HarmonyChannels::Route r = harmony_->push(id, piece_);
+    if (harmony_ || think_) {
+      const HarmonyChannels::Route r = harmony_ ? harmony_->push(id, piece_) : think_->push(id, piece_);
       answer = r.answer;
       reasoning = r.reasoning;
       res_.reasoning += reasoning;
@@ -92,6 +97,7 @@ class AnswerBuilder {
   IncrementalDetokenizer detok_;
   StopMatcher stops_;
   std::optional<HarmonyChannels> harmony_;
+  std::optional<ThinkTags> think_;  // only without harmony's markers
   std::string piece_, shown_;
   double t_first_ = 0, t_last_ = 0;
 };
