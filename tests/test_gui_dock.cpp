@@ -15,6 +15,7 @@
 #include <QSignalSpy>
 #include <QTemporaryDir>
 #include <QTest>
+#include <QToolButton>
 #include <QLabel>
 #include <QTextBrowser>
 #include <QValueAxis>
@@ -415,6 +416,43 @@ class TestGuiDock : public QObject {
     QCOMPARE(card.reasoning(), QStringLiteral("The user greets me."));
     QVERIFY2(line->text().contains(QStringLiteral("The user greets me.")), qPrintable(line->text()));
     QCOMPARE(card.text(), QStringLiteral("Hello!"));
+    auto* toggle = card.findChild<QToolButton*>(QStringLiteral("messageReasoningToggle"));
+    QVERIFY(toggle && toggle->isVisible());
+    QVERIFY(card.isReasoningOpen());
+
+    // Done: the reasoning closes to its toggle, which says how long it is
+    // and opens it again.
+    MessageRecord done = m;
+    done.content = QStringLiteral("Hello!");
+    done.state = QStringLiteral("done");
+    card.finish(done);
+    QCOMPARE(card.reasoning(), QStringLiteral("The user greets me."));  // kept from the stream
+    QVERIFY(!card.isReasoningOpen());
+    QVERIFY(!line->isVisible());
+    QVERIFY(toggle->isVisible());
+    QVERIFY2(toggle->text().contains(QLatin1String("4 words")), qPrintable(toggle->text()));
+    toggle->click();
+    QVERIFY(card.isReasoningOpen());
+    QVERIFY(line->isVisible());
+    QVERIFY2(line->text().contains(QStringLiteral("The user greets me.")), qPrintable(line->text()));
+    toggle->click();
+    QVERIFY(!line->isVisible());
+
+    // Opened by the person while it streams: the end leaves it open.
+    MessageWidget watched(m);
+    watched.show();
+    watched.appendReasoning(QStringLiteral("Thinking."));
+    auto* t2 = watched.findChild<QToolButton*>(QStringLiteral("messageReasoningToggle"));
+    t2->click();  // closes
+    t2->click();  // opens again
+    watched.finish(done);
+    QVERIFY(watched.isReasoningOpen());
+
+    // A card without reasoning has neither line nor toggle.
+    MessageWidget plain(done);
+    plain.show();
+    QVERIFY(!plain.findChild<QToolButton*>(QStringLiteral("messageReasoningToggle"))->isVisible());
+    QVERIFY(!plain.findChild<QLabel*>(QStringLiteral("messageReasoning"))->isVisible());
   }
 
   // Item 14: a card shown while the theme switches to dark paints its text

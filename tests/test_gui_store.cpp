@@ -13,6 +13,7 @@
 #include <QSqlQuery>
 #include <QTemporaryDir>
 #include <QTest>
+#include <QToolButton>
 
 #include "chat_session.h"
 #include "conversation_store.h"
@@ -694,7 +695,7 @@ class TestGuiStore : public QObject {
       const MessageRecord answer = finished.last().at(1).value<MessageRecord>();
       QCOMPARE(answer.reasoning, QStringLiteral("The user wants a story."));
       QVERIFY(!answer.content.isEmpty());
-      QVERIFY2(!answer.content.contains(QLatin1String("story.")), qPrintable(answer.content));
+      QVERIFY2(!answer.content.contains(QLatin1String("The user wants")), qPrintable(answer.content));
       answerText = answer.content;
       conv = w.chatSession()->conversationId();
       auto cards = w.chatView()->findChildren<MessageWidget*>();
@@ -718,10 +719,17 @@ class TestGuiStore : public QObject {
     QCOMPARE(cards.size(), 2);
     QVERIFY(cards[0]->reasoning().isEmpty());
     QCOMPARE(cards[1]->reasoning(), QStringLiteral("The user wants a story."));
+    // A saved answer's reasoning is closed to its toggle, which opens it.
     auto* line = cards[1]->findChild<QLabel*>(QStringLiteral("messageReasoning"));
-    QVERIFY(line && line->isVisible());
+    auto* toggle = cards[1]->findChild<QToolButton*>(QStringLiteral("messageReasoningToggle"));
+    QVERIFY(line && toggle);
+    QVERIFY(toggle->isVisible());
+    QVERIFY(!line->isVisible());
+    toggle->click();
+    QVERIFY(line->isVisible());
     QVERIFY2(line->text().contains(QLatin1String("The user wants a story.")), qPrintable(line->text()));
     QVERIFY(!cards[0]->findChild<QLabel*>(QStringLiteral("messageReasoning"))->isVisible());
+    QVERIFY(!cards[0]->findChild<QToolButton*>(QStringLiteral("messageReasoningToggle"))->isVisible());
   }
 };
 

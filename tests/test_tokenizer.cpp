@@ -479,10 +479,11 @@ class TestTokenizer : public QObject {
     QVERIFY2(tok.is_ok(), tok.status().message().c_str());
     enum : int32_t { a, b, ab, nl, sp, open, close };
     auto run = [&](std::vector<int32_t> prompt, const std::vector<int32_t>& ids, const Tokenizer& t,
-                   std::vector<std::string> stop = {}) {
+                   std::vector<std::string> stop = {}, bool chat = true) {
       GenerateOptions opt;
       opt.n_predict = 100;
       opt.stop = stop;
+      opt.think_is_reasoning = chat;
       GenerateResult r;
       std::string streamed, streamed_reasoning;
       AnswerBuilder builder(t, opt, r, prompt, 1000);
@@ -495,10 +496,32 @@ class TestTokenizer : public QObject {
       if (streamed != r.text || streamed_reasoning != r.reasoning) qFatal("streamed text differs from the result's");
       return r;
     };
-    // Qwen3 thinking: <think>\n reasoning \n</think>\n\n answer.
+    // Qwen3 thinking: <think>\n reasoning \n</think>\n\n answer. The
+    // whitespace around the reasoning and before the answer is dropped.
     GenerateResult r = run({a}, {open, nl, a, sp, b, nl, close, nl, nl, ab, sp, a}, *tok.value());
-    QCOMPARE(r.reasoning, std::string("a b\n"));
+    QCOMPARE(r.reasoning, std::string("a b"));
     QCOMPARE(r.text, std::string("ab a"));
+    // Whitespace inside the reasoning stays, however it is split into tokens.
+    r = run({a}, {open, a, sp, nl, sp, b, sp, close, a}, *tok.value());
+    QCOMPARE(r.reasoning, std::string("a \n b"));
+    QCOMPARE(r.text, std::string("a"));
+    // Two blocks: one reasoning, a paragraph apart.
+    r = run({a}, {open, a, close, b, open, nl, b, nl, close, a}, *tok.value());
+    QCOMPARE(r.reasoning, std::string("a\n\nb"));
+    QCOMPARE(r.text, std::string("ba"));
+    // A closing tag with no block open (a model that reasons without its
+    // opening tag): the text as written, all answer.
+    r = run({a}, {a, close, b}, *tok.value());
+    QVERIFY(r.reasoning.empty());
+    QCOMPARE(r.text, std::string("a</think>b"));
+    // A tag typed earlier in the prompt does not open a block for the reply.
+    r = run({open, a, b}, {a, b}, *tok.value());
+    QVERIFY(r.reasoning.empty());
+    QCOMPARE(r.text, std::string("ab"));
+    // Raw text (a completion, a notebook): tags and all, as written.
+    r = run({a}, {open, a, close, b}, *tok.value(), {}, false);
+    QVERIFY(r.reasoning.empty());
+    QCOMPARE(r.text, std::string("<think>a</think>b"));
     // DeepSeek-R1: the prompt opened the block.
     r = run({a, open, nl}, {b, sp, a, close, nl, a}, *tok.value());
     QCOMPARE(r.reasoning, std::string("b a"));

@@ -540,6 +540,7 @@ void EngineWorker::generateImpl(int requestId, const QList<ChatTurn>& turns, con
   if (!m_session && !remote) return fail(QStringLiteral("no model is loaded: open one with File > Open Model (Ctrl+O)"));
   const bool notebook = settings.mode == QLatin1String("notebook");
   GenerateOptions opt = generateOptions(settings);
+  opt.think_is_reasoning = !notebook;  // a notebook shows the text as the model writes it
   // Local: the prompt's tokens and the template's stop strings. Remote: the
   // messages (the server applies its own chat template), or the notebook's text.
   const PromptInput input = promptInput(turns, settings, notebook);

@@ -8,6 +8,7 @@
 #include <QFontDatabase>
 #include <QHBoxLayout>
 #include <QLabel>
+#include <QRegularExpression>
 #include <QTextBlock>
 #include <QTextBrowser>
 #include <QTextCursor>
@@ -31,6 +32,21 @@ MessageWidget::MessageWidget(const MessageRecord& message, QWidget* parent) : QF
   m_role->setFont(bold);
   layout->addWidget(m_role);
 
+  // A reasoning model's reasoning: a toggle (open while the answer streams,
+  // closed once it is done and on a saved answer) over the text itself.
+  m_reasoningToggle = new QToolButton;
+  m_reasoningToggle->setObjectName(QStringLiteral("messageReasoningToggle"));
+  m_reasoningToggle->setAutoRaise(true);
+  m_reasoningToggle->setToolButtonStyle(Qt::ToolButtonTextBesideIcon);
+  m_reasoningToggle->setCheckable(true);
+  m_reasoningToggle->setForegroundRole(QPalette::PlaceholderText);
+  m_reasoningToggle->hide();
+  connect(m_reasoningToggle, &QToolButton::clicked, this, [this](bool open) {
+    m_reasoningChosen = true;
+    setReasoningOpen(open);
+  });
+  layout->addWidget(m_reasoningToggle, 0, Qt::AlignLeft);
+
   m_reasoning = new QLabel;
   m_reasoning->setObjectName(QStringLiteral("messageReasoning"));
   m_reasoning->setWordWrap(true);
@@ -41,6 +57,7 @@ MessageWidget::MessageWidget(const MessageRecord& message, QWidget* parent) : QF
   m_reasoning->setAccessibleName(tr("The model's reasoning"));
   m_reasoning->hide();
   layout->addWidget(m_reasoning);
+  setReasoningOpen(message.state == QLatin1String("streaming"));
   showReasoning();  // a saved answer's reasoning
 
   m_body = new QTextBrowser;
@@ -141,12 +158,29 @@ void MessageWidget::appendReasoning(const QString& delta) {
 }
 
 void MessageWidget::showReasoning() {
-  if (m_message.reasoning.isEmpty()) {
-    m_reasoning->hide();
-    return;
+  const bool has = !m_message.reasoning.isEmpty();
+  m_reasoningToggle->setVisible(has);
+  m_reasoning->setVisible(has && m_reasoningOpen);
+  if (!has) return;
+  if (m_message.state == QLatin1String("streaming")) {
+    m_reasoningToggle->setText(tr("Reasoning…"));
+  } else {
+    static const QRegularExpression space(QStringLiteral("\\s+"));
+    const auto words = m_message.reasoning.split(space, Qt::SkipEmptyParts).size();
+    m_reasoningToggle->setText(words == 1 ? tr("Reasoning (1 word)") : tr("Reasoning (%1 words)").arg(words));
   }
-  m_reasoning->setText(tr("Reasoning: %1").arg(m_message.reasoning));
-  m_reasoning->show();
+  if (m_reasoningOpen) m_reasoning->setText(m_message.reasoning);
+}
+
+bool MessageWidget::isReasoningOpen() const { return m_reasoningOpen; }
+
+void MessageWidget::setReasoningOpen(bool open) {
+  m_reasoningOpen = open;
+  m_reasoningToggle->setChecked(open);
+  m_reasoningToggle->setArrowType(open ? Qt::DownArrow : Qt::RightArrow);
+  m_reasoningToggle->setToolTip(open ? tr("Hide the model's reasoning") : tr("Show the model's reasoning"));
+  m_reasoningToggle->setAccessibleName(m_reasoningToggle->toolTip());
+  showReasoning();
 }
 
 void MessageWidget::appendText(const QString& delta) {
@@ -163,6 +197,9 @@ void MessageWidget::finish(const MessageRecord& message) {
   const QString streamed = m_message.reasoning;
   m_message = message;
   if (m_message.reasoning.isEmpty()) m_message.reasoning = streamed;
+  // The answer is what is left to read: its reasoning closes, unless the
+  // person opened or closed it themselves meanwhile.
+  if (!m_reasoningChosen) setReasoningOpen(false);
   showReasoning();
   m_renderTimer.stop();
   render();

@@ -33,6 +33,10 @@ class MessageWidget : public QFrame {
   // never part of the message's text.
   void appendReasoning(const QString& delta);
   QString reasoning() const { return m_message.reasoning; }
+  // Whether the reasoning's text is shown (its toggle is): open while the
+  // answer streams, closed when it is done and on a saved answer.
+  bool isReasoningOpen() const;
+  void setReasoningOpen(bool open);
   void setText(const QString& text);
   void finish(const MessageRecord& message);
   void setRegenerateEnabled(bool enabled);
@@ -54,7 +58,10 @@ class MessageWidget : public QFrame {
 
   MessageRecord m_message;
   QLabel* m_role = nullptr;
-  QLabel* m_reasoning = nullptr;  // hidden while the message has no reasoning
+  QToolButton* m_reasoningToggle = nullptr;  // hidden while the message has no reasoning
+  QLabel* m_reasoning = nullptr;             // shown while the toggle is open
+  bool m_reasoningOpen = false;
+  bool m_reasoningChosen = false;  // the person used the toggle: finish() leaves it as it is
   QTextBrowser* m_body = nullptr;
   QLabel* m_stats = nullptr;
   QToolButton* m_copy = nullptr;

@@ -217,6 +217,7 @@ int cmd_generate(int argc, char** argv) {
     msgs.push_back({"user", prompt_text});
     input = PromptInput::chat_of(std::move(msgs));
   }
+  opt.think_is_reasoning = args->has("--chat");  // a raw prompt's continuation is the text as written
   if (args->has("--remote")) return generate_remote(*args, input, opt);
   auto setup = open_session(*args);
   if (!setup) return report(setup.status());

@@ -25,8 +25,8 @@ class AnswerBuilder {
       : tok_(tok), opt_(opt), res_(res), history_(history), n_ctx_(n_ctx), detok_(tok), stops_(opt.stop),
         harmony_(HarmonyChannels::of(tok)) {
     if (harmony_) harmony_->begin(history_, tok_);
-    if (!harmony_) think_ = ThinkTags::of(tok);
-    if (think_) think_->begin(history_);
+    if (!harmony_ && opt.think_is_reasoning) think_ = ThinkTags::of(tok);
+    if (think_) think_->begin(history_, tok_);
   }
 
   // Appends the token sampled t_ms after submission. n_prefilled: the prompt
@@ -97,7 +97,7 @@ class AnswerBuilder {
   IncrementalDetokenizer detok_;
   StopMatcher stops_;
   std::optional<HarmonyChannels> harmony_;
-  std::optional<ThinkTags> think_;  // only without harmony's markers
+  std::optional<ThinkTags> think_;  // only without harmony's markers, and for a chat reply
   std::string piece_, shown_;
   double t_first_ = 0, t_last_ = 0;
 };

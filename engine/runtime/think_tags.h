@@ -7,6 +7,7 @@
 #pragma once
 
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -29,25 +30,38 @@ class ThinkTags {
   }
 
   // Where the reply starts, from its prompt: inside a block when the prompt
-  // opened one it did not close (a generation prompt ending "<think>\n", as
-  // DeepSeek-R1's does), else in the answer (Qwen3's "<think>\n\n</think>"
-  // with thinking off closes it).
-  void begin(const std::vector<TokenId>& prompt) {
-    thinking_ = false;
-    for (TokenId id : prompt) {
-      if (id == open_id_) thinking_ = true;
-      if (id == close_id_) thinking_ = false;
+  // ends with an open tag (apart from whitespace: a generation prompt
+  // ending "<think>\n", as DeepSeek-R1's does), else in the answer. A tag
+  // earlier in the prompt (typed in a message, an earlier turn) does not count.
+  void begin(const std::vector<TokenId>& prompt, const Tokenizer& tok) {
+    thinking_ = opened_ = false;
+    for (auto it = prompt.rbegin(); it != prompt.rend(); ++it) {
+      if (*it == open_id_) thinking_ = opened_ = true;
+      if (*it == open_id_ || *it == close_id_) break;
+      if (tok.token_to_piece(*it).find_first_not_of(" \t\r\n") != std::string::npos) break;
     }
     trim_ = thinking_;
+    pending_.clear();
   }
 
   // Token id released piece (its text, possibly empty). The tags themselves
-  // are neither answer nor reasoning, and the blank lines a model writes
-  // after each (the reasoning's first, the answer's first) are dropped.
+  // are neither answer nor reasoning; the whitespace a model writes after
+  // each tag and before a closing one is dropped, and a second block's
+  // reasoning starts on a new paragraph. A closing tag with no block open
+  // (a model that began reasoning without its tag) is the answer's text, as
+  // written: what came before it was streamed as answer already.
   Route push(TokenId id, std::string_view piece) {
-    if (id == open_id_ || id == close_id_) {
-      thinking_ = id == open_id_;
+    if (id == open_id_) {
+      thinking_ = trim_ = true;
+      paragraph_ = opened_;
+      opened_ = true;
+      pending_.clear();
+      return {};
+    }
+    if (id == close_id_ && thinking_) {
+      thinking_ = false;
       trim_ = true;
+      pending_.clear();  // the reasoning's trailing whitespace
       return {};
     }
     if (trim_) {
@@ -55,15 +69,31 @@ class ThinkTags {
       if (i == std::string_view::npos) return {};
       piece.remove_prefix(i);
       trim_ = false;
+      if (thinking_ && paragraph_) pending_ = "\n\n";
+      paragraph_ = false;
     }
-    if (thinking_) return {{}, piece};
-    return {piece, {}};
+    if (!thinking_) return {piece, {}};
+    // Reasoning: whitespace at the piece's end waits for more text, so that
+    // none is left before the block's closing tag.
+    const size_t keep = piece.find_last_not_of(" \t\r\n");
+    if (keep == std::string_view::npos) {
+      pending_ += piece;
+      return {};
+    }
+    out_ = pending_;
+    out_ += piece.substr(0, keep + 1);
+    pending_.assign(piece.substr(keep + 1));
+    return {{}, out_};
   }
 
  private:
   TokenId open_id_ = -1, close_id_ = -1;
   bool thinking_ = false;
-  bool trim_ = false;  // at a block's or the answer's start: whitespace is not text yet
+  bool opened_ = false;     // a block was opened in this reply (or by its prompt)
+  bool paragraph_ = false;  // the block being opened is not the reply's first
+  bool trim_ = false;       // at a block's or the answer's start: whitespace is not text yet
+  std::string pending_;     // the reasoning's whitespace not released yet
+  std::string out_;         // the text a Route points into
 };
 
 }  // namespace phaselab

@@ -437,6 +437,9 @@ bool parse_request(Endpoint ep, const json& j, const Tokenizer& tok, const ChatF
     }
   }
   if (!ck.boolean("ignore_eos", &out->options.ignore_eos)) return false;
+  // A completion is the text as written; a chat reply's <think> block goes
+  // out as reasoning_content.
+  out->options.think_is_reasoning = ep == Endpoint::chat;
   if (!check_client_fields(ck)) return false;
   if (!parse_sampling(ck, defaults, tok, &out->options.sampling)) return false;
   if (!parse_counts(ck, ep, limits, defaults, out)) return false;

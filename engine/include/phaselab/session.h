@@ -26,6 +26,10 @@ struct GenerateOptions {
   bool prefix_cache = true;        // reuse cached blocks of earlier requests (else prefill everything)
   DraftSource* draft = nullptr;    // speculative decoding (needs the KV cache); null: off
   int spec_k = 4;                  // tokens drafted per target pass
+  // A chat reply's <think> block (Qwen3, DeepSeek-R1) is its reasoning
+  // (GenerateResult::reasoning), not its text. false: the text as the model
+  // writes it, tags included (raw completions, a notebook).
+  bool think_is_reasoning = true;
   // Log-probabilities of the generated tokens (GenerateResult::logprobs,
   // TokenEvent::logprob): -1 none; 0..kMaxTopLogprobs the chosen token's and
   // that many most likely alternatives'. Not with a draft (speculative decoding).
