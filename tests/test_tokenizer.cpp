@@ -505,10 +505,15 @@ class TestTokenizer : public QObject {
     r = run({a}, {open, a, sp, nl, sp, b, sp, close, a}, *tok.value());
     QCOMPARE(r.reasoning, std::string("a \n b"));
     QCOMPARE(r.text, std::string("a"));
-    // Two blocks: one reasoning, a paragraph apart.
+    // Two blocks: one reasoning, a paragraph apart; an empty first block
+    // (or one the prompt opened) leaves no blank lines in front.
     r = run({a}, {open, a, close, b, open, nl, b, nl, close, a}, *tok.value());
     QCOMPARE(r.reasoning, std::string("a\n\nb"));
     QCOMPARE(r.text, std::string("ba"));
+    r = run({a}, {open, nl, nl, close, open, b, close, a}, *tok.value());
+    QCOMPARE(r.reasoning, std::string("b"));
+    r = run({a, open, nl}, {open, b, close, a}, *tok.value());
+    QCOMPARE(r.reasoning, std::string("b"));
     // A closing tag with no block open (a model that reasons without its
     // opening tag): the text as written, all answer.
     r = run({a}, {a, close, b}, *tok.value());

@@ -39,7 +39,6 @@ MessageWidget::MessageWidget(const MessageRecord& message, QWidget* parent) : QF
   m_reasoningToggle->setAutoRaise(true);
   m_reasoningToggle->setToolButtonStyle(Qt::ToolButtonTextBesideIcon);
   m_reasoningToggle->setCheckable(true);
-  m_reasoningToggle->setForegroundRole(QPalette::PlaceholderText);
   m_reasoningToggle->hide();
   connect(m_reasoningToggle, &QToolButton::clicked, this, [this](bool open) {
     m_reasoningChosen = true;
@@ -57,8 +56,7 @@ MessageWidget::MessageWidget(const MessageRecord& message, QWidget* parent) : QF
   m_reasoning->setAccessibleName(tr("The model's reasoning"));
   m_reasoning->hide();
   layout->addWidget(m_reasoning);
-  setReasoningOpen(message.state == QLatin1String("streaming"));
-  showReasoning();  // a saved answer's reasoning
+  setReasoningOpen(message.state == QLatin1String("streaming"));  // shows a saved answer's reasoning
 
   m_body = new QTextBrowser;
   m_body->setObjectName(QStringLiteral("messageBody"));
@@ -140,6 +138,11 @@ void MessageWidget::applyAppearance() {
   QFont italic = QApplication::font();
   italic.setItalic(true);
   m_reasoning->setFont(italic);
+  // The toggle's label dimmed like the text it opens (a tool button draws
+  // its label in ButtonText).
+  QPalette dim = pal;
+  dim.setColor(QPalette::ButtonText, pal.color(QPalette::PlaceholderText));
+  m_reasoningToggle->setPalette(dim);
   m_body->setFont(QApplication::font());
 }
 

@@ -42,9 +42,11 @@ nlohmann::json error_record(size_t index, const InputLine& in, const std::string
 
 nlohmann::json result_record(size_t index, const InputLine& in, const GenerateResult& r) {
   const RequestMetrics& m = r.metrics;
-  return {{"index", index},          {"text", r.text},         {"tokens", m.n_generated},
-          {"prompt_tokens", m.n_prompt}, {"ttft_ms", m.ttft_ms}, {"stop_reason", to_string(m.stop_reason)},
-          {"line_fnv1a64", hex64(in.hash)}};
+  nlohmann::json j = {{"index", index},          {"text", r.text},         {"tokens", m.n_generated},
+                      {"prompt_tokens", m.n_prompt}, {"ttft_ms", m.ttft_ms}, {"stop_reason", to_string(m.stop_reason)},
+                      {"line_fnv1a64", hex64(in.hash)}};
+  if (!r.reasoning.empty()) j["reasoning"] = r.reasoning;  // a chat line's reasoning (gpt-oss, a <think> block)
+  return j;
 }
 
 void print_help() {
@@ -58,9 +60,11 @@ void print_help() {
       "  one output per line, not n choices), and an absent field takes the options below, not OpenAI's\n"
       "  defaults (the same --seed for every line).\n"
       "  Each output line: {\"index\", \"text\", \"tokens\", \"prompt_tokens\", \"ttft_ms\", \"stop_reason\",\n"
-      "  \"line_fnv1a64\"}; a bad line gives {\"index\", \"line\", \"line_fnv1a64\", \"error\"} and the others still\n"
-      "  run (exit code 2). Lines are written as they finish, so in completion order: \"index\" is the\n"
-      "  request's place among IN's non-blank lines (for input order: jq -s -c 'sort_by(.index)[]' OUT).\n"
+      "  \"line_fnv1a64\"}, and \"reasoning\" where a reasoning model's chat reply had some (gpt-oss, a\n"
+      "  <think> block: not part of \"text\"); a bad line gives {\"index\", \"line\", \"line_fnv1a64\",\n"
+      "  \"error\"} and the others still run (exit code 2). Lines are written as they finish, so in\n"
+      "  completion order: \"index\" is the request's place among IN's non-blank lines (for input\n"
+      "  order: jq -s -c 'sort_by(.index)[]' OUT).\n"
       "  \"line_fnv1a64\" is the 64-bit FNV-1a hash (16 hex digits) of the input line's exact bytes.\n"
       "  OUT is locked while batch writes it; an OUT that is not empty is refused unless one of:\n"
       "      --resume             continue OUT after a crash or a kill: keep its whole lines (they must\n"

@@ -133,10 +133,7 @@ int generate_remote(const Args& args, const PromptInput& input, const GenerateOp
   const bool json = args.has("--json");
   const bool stream = !(json && args.has("--quiet"));
   auto on_token = [&](const TokenEvent& e) {
-    if (stream && !e.text.empty()) {
-      std::fwrite(e.text.data(), 1, e.text.size(), stdout);
-      std::fflush(stdout);
-    }
+    if (stream) print_token(e);
   };
   std::signal(SIGINT, on_sigint);
   // The server applies its own chat template to the messages.
@@ -152,6 +149,7 @@ int generate_remote(const Args& args, const PromptInput& input, const GenerateOp
                         {"n_prompt", m.n_prompt},          {"n_generated", m.n_generated}, {"ttft_ms", m.ttft_ms},
                         {"decode_tps", m.decode_tps},      {"tpot_ms", m.tpot_ms},         {"stop_reason", to_string(m.stop_reason)},
                         {"server_timings", res->server_timings}};
+    if (!res->result.reasoning.empty()) j["reasoning"] = res->result.reasoning;
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   }
   return kExitOk;
@@ -234,10 +232,7 @@ int cmd_generate(int argc, char** argv) {
   const bool stream = !(json && args->has("--quiet"));
   std::signal(SIGINT, on_sigint);
   auto res = session.generate(prompt, opt, [&](const TokenEvent& e) {
-    if (stream && !e.text.empty()) {
-      std::fwrite(e.text.data(), 1, e.text.size(), stdout);
-      std::fflush(stdout);
-    }
+    if (stream) print_token(e);
   }, &g_cancel);
   std::signal(SIGINT, SIG_DFL);
   if (!res) return report(res.status());
@@ -251,7 +246,7 @@ int cmd_generate(int argc, char** argv) {
     j["prompt_tokens"] = prompt;
     j["tokens"] = res->tokens;
     j["text"] = res->text;
-    if (!res->reasoning.empty()) j["reasoning"] = res->reasoning;  // a harmony model's analysis
+    if (!res->reasoning.empty()) j["reasoning"] = res->reasoning;  // gpt-oss's analysis, a <think> block
     j["n_prompt"] = m.n_prompt;
     j["n_reused"] = m.n_reused;
     j["n_generated"] = m.n_generated;

@@ -34,11 +34,12 @@ class ThinkTags {
   // ending "<think>\n", as DeepSeek-R1's does), else in the answer. A tag
   // earlier in the prompt (typed in a message, an earlier turn) does not count.
   void begin(const std::vector<TokenId>& prompt, const Tokenizer& tok) {
-    thinking_ = opened_ = false;
+    thinking_ = said_ = paragraph_ = false;
     for (auto it = prompt.rbegin(); it != prompt.rend(); ++it) {
-      if (*it == open_id_) thinking_ = opened_ = true;
+      if (*it == open_id_) thinking_ = true;
       if (*it == open_id_ || *it == close_id_) break;
-      if (tok.token_to_piece(*it).find_first_not_of(" \t\r\n") != std::string::npos) break;
+      // A control token ("<|im_end|>") counts as text here: a tag before one was typed in a message.
+      if (tok.token_to_piece(*it, true).find_first_not_of(" \t\r\n") != std::string::npos) break;
     }
     trim_ = thinking_;
     pending_.clear();
@@ -46,15 +47,14 @@ class ThinkTags {
 
   // Token id released piece (its text, possibly empty). The tags themselves
   // are neither answer nor reasoning; the whitespace a model writes after
-  // each tag and before a closing one is dropped, and a second block's
-  // reasoning starts on a new paragraph. A closing tag with no block open
+  // each tag and before a closing one is dropped, and a block after
+  // reasoning already written starts on a new paragraph. A closing tag with no block open
   // (a model that began reasoning without its tag) is the answer's text, as
   // written: what came before it was streamed as answer already.
   Route push(TokenId id, std::string_view piece) {
     if (id == open_id_) {
       thinking_ = trim_ = true;
-      paragraph_ = opened_;
-      opened_ = true;
+      paragraph_ = said_;
       pending_.clear();
       return {};
     }
@@ -83,14 +83,15 @@ class ThinkTags {
     out_ = pending_;
     out_ += piece.substr(0, keep + 1);
     pending_.assign(piece.substr(keep + 1));
+    said_ = true;
     return {{}, out_};
   }
 
  private:
   TokenId open_id_ = -1, close_id_ = -1;
   bool thinking_ = false;
-  bool opened_ = false;     // a block was opened in this reply (or by its prompt)
-  bool paragraph_ = false;  // the block being opened is not the reply's first
+  bool said_ = false;       // this reply has written reasoning
+  bool paragraph_ = false;  // the block being opened follows reasoning already written
   bool trim_ = false;       // at a block's or the answer's start: whitespace is not text yet
   std::string pending_;     // the reasoning's whitespace not released yet
   std::string out_;         // the text a Route points into

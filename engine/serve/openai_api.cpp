@@ -577,7 +577,7 @@ json choice_json(Endpoint ep, int index, const GenerateResult& r, const Tokenize
   json choice = {{"index", index}, {"finish_reason", finish_reason(r.metrics.stop_reason)}, {"logprobs", nullptr}};
   if (ep == Endpoint::chat) {
     choice["message"] = {{"role", "assistant"}, {"content", r.text}};
-    // A harmony model's reasoning, as llama-server and vLLM return it.
+    // A reasoning model's reasoning (gpt-oss, a <think> block), as llama-server and vLLM return it.
     if (!r.reasoning.empty()) choice["message"]["reasoning_content"] = r.reasoning;
   } else {
     choice["text"] = r.text;

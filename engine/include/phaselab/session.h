@@ -27,8 +27,9 @@ struct GenerateOptions {
   DraftSource* draft = nullptr;    // speculative decoding (needs the KV cache); null: off
   int spec_k = 4;                  // tokens drafted per target pass
   // A chat reply's <think> block (Qwen3, DeepSeek-R1) is its reasoning
-  // (GenerateResult::reasoning), not its text. false: the text as the model
-  // writes it, tags included (raw completions, a notebook).
+  // (GenerateResult::reasoning), not its text. false: the <think> block
+  // stays in the text, tags included (raw completions, a notebook). A
+  // harmony reply (gpt-oss) is split by its channels either way.
   bool think_is_reasoning = true;
   // Log-probabilities of the generated tokens (GenerateResult::logprobs,
   // TokenEvent::logprob): -1 none; 0..kMaxTopLogprobs the chosen token's and
@@ -93,8 +94,8 @@ struct TokenEvent {
   double t_ms;            // since the request was submitted
   const RequestMetrics* metrics = nullptr;  // the request's metrics so far (rates current, see update_rates)
   const TokenLogprob* logprob = nullptr;    // when GenerateOptions::logprobs >= 0; valid during the callback only
-  // Reasoning this token released (a harmony model's analysis channel), not
-  // part of text; empty for other models.
+  // Reasoning this token released (a harmony model's analysis channel, a
+  // chat reply's <think> block), not part of text; empty for other models.
   std::string_view reasoning;
 };
 using TokenCallback = std::function<void(const TokenEvent&)>;
@@ -102,7 +103,7 @@ using TokenCallback = std::function<void(const TokenEvent&)>;
 struct GenerateResult {
   std::vector<int32_t> tokens;  // generated ids (the stop token included)
   std::string text;             // generated text (stop string excluded)
-  std::string reasoning;        // a harmony model's (gpt-oss) text outside its final channel; else empty
+  std::string reasoning;        // gpt-oss's text outside its final channel, a chat reply's <think> block; else empty
   RequestMetrics metrics;
   std::vector<TokenLogprob> logprobs;  // one per token of tokens when GenerateOptions::logprobs >= 0, else empty
   // When each token of tokens was chosen, in ms since the request was
