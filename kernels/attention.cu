@@ -25,7 +25,7 @@ __device__ __forceinline__ void merge_partials(const float* partials, float* out
 template <int EPL, KvElem E, bool kMerge = false>
 __global__ void attention_kernel(const float* q, KvPages cache, RowMap rows, float* out, float* partials, int T,
                                  int n_head, int n_head_kv, int head_dim, int window, float scale, float softcap,
-                                 int n_split, int8_t* q8, float* q8d, unsigned* head_counters) {
+                                 int n_split, int8_t* q8, float* q8d, unsigned* head_counters, const float* sinks) {
   const int warp = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (warp >= T * n_head * n_split) {  // (never with kMerge: whole blocks)
@@ -69,7 +69,13 @@ __global__ void attention_kernel(const float* q, KvPages cache, RowMap rows, flo
   }
   // kKeysAtOnce keys per step, their loads and warp sums independent of
   // each other (one key at a time waited on each load and each sum in turn).
+  // A head's sink logit (gpt-oss) starts the first range's softmax as a key
+  // of weight exp(sink) and no value: in its maximum and denominator once.
   float m = -INFINITY, l = 0.f;
+  if (sinks && split == 0) {
+    m = sinks[h];
+    l = 1.f;
+  }
   for (int j0 = js; j0 < je; j0 += kKeysAtOnce) {
     size_t row[kKeysAtOnce];
     float s[kKeysAtOnce];
@@ -220,7 +226,8 @@ constexpr int kTiledRows = kTiledWarps * kTiledRowsPerWarp;
 template <int EPL, KvElem E>
 __global__ void attention_tiled_kernel(const float* q, KvPages cache, RowMap rows, float* out, float* partials, int T,
                                        int n_head, int n_head_kv, int head_dim, int window,
-                                       float scale, float softcap, int qtile, int kt, int n_split) {
+                                       float scale, float softcap, int qtile, int kt, int n_split,
+                                       const float* sinks) {
   grid_dependency_sync();
   PHASELAB_DYNAMIC_SHARED(float, tile);  // K rows then V rows: (2, kt, head_dim)
   float* ks = tile;
@@ -242,8 +249,9 @@ __global__ void attention_tiled_kernel(const float* q, KvPages cache, RowMap row
     const int t = t0 + (have ? r / G : 0), h = kvh * G + (have ? r % G : 0);
     pos[k] = pos0 + t;
     lo[k] = window > 0 ? max(0, pos[k] - window + 1) : 0;
-    m[k] = -INFINITY;
-    l[k] = 0.f;
+    const bool sink = sinks && have && blockIdx.z == 0;  // (as attention_kernel: the first range's)
+    m[k] = sink ? sinks[h] : -INFINITY;
+    l[k] = sink ? 1.f : 0.f;
     const float* qh = q + (static_cast<size_t>(t) * n_head + h) * head_dim;
 #pragma unroll
     for (int e = 0; e < EPL; e++) {
@@ -329,7 +337,7 @@ int tiled_query_tile(int n_head, int n_head_kv) { return max(1, kTiledRows / (n_
 template <int EPL, KvElem E>
 cudaError_t launch_attention_tiled_epl(const float* q, KvPages cache, RowMap rows, float* out, float* partials, int T,
                                        int n_head, int n_head_kv, int head_dim, int window,
-                                       float scale, float softcap, int n_split, cudaStream_t s) {
+                                       float scale, float softcap, int n_split, cudaStream_t s, const float* sinks) {
   const int qtile = tiled_query_tile(n_head, n_head_kv);
   const int kt = head_dim <= 256 ? 16 : 8;  // two tiles of kt rows within 48 KiB
   const dim3 grid(static_cast<unsigned>((T + qtile - 1) / qtile), static_cast<unsigned>(n_head_kv),
@@ -337,7 +345,7 @@ cudaError_t launch_attention_tiled_epl(const float* q, KvPages cache, RowMap row
   const size_t smem = 2 * static_cast<size_t>(kt) * head_dim * sizeof(float);
   auto* const attention_tiled = &attention_tiled_kernel<EPL, E>;  // (no comma in the macro's argument)
   PHASELAB_LAUNCH(attention_tiled, grid, 32 * kTiledWarps, smem, s)(
-      q, cache, rows, out, partials, T, n_head, n_head_kv, head_dim, window, scale, softcap, qtile, kt, n_split);
+      q, cache, rows, out, partials, T, n_head, n_head_kv, head_dim, window, scale, softcap, qtile, kt, n_split, sinks);
   return merge_after(cudaGetLastError(), partials, out, T, n_head, head_dim, n_split, s);
 }
 
@@ -345,20 +353,20 @@ template <int EPL, KvElem E>
 cudaError_t launch_attention_epl(const float* q, KvPages cache, RowMap rows, float* out, float* partials, int T,
                                  int n_head, int n_head_kv, int head_dim,
                                  int window, float scale, float softcap, int n_split, cudaStream_t s,
-                                 int8_t* q8, float* q8d, unsigned* head_counters) {
+                                 int8_t* q8, float* q8d, unsigned* head_counters, const float* sinks) {
   const int warps = T * n_head * n_split;
   const unsigned blocks = static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
   if (head_counters && n_split > 1 && n_split % kWarpsPerBlock == 0 && n_split <= 64) {  // the merge as the tail
     auto* const attention = &attention_kernel<EPL, E, true>;
     PHASELAB_LAUNCH(attention, blocks, 32 * kWarpsPerBlock, 0, s)(q, cache, rows, out, partials, T, n_head,
                                                                  n_head_kv, head_dim, window, scale, softcap, n_split,
-                                                                 q8, q8d, head_counters);
+                                                                 q8, q8d, head_counters, sinks);
     return cudaGetLastError();
   }
   auto* const attention = &attention_kernel<EPL, E>;
   PHASELAB_LAUNCH(attention, blocks, 32 * kWarpsPerBlock, 0, s)(q, cache, rows, out, partials, T, n_head,
                                                                n_head_kv, head_dim, window, scale, softcap, n_split,
-                                                               n_split == 1 ? q8 : nullptr, q8d, nullptr);
+                                                               n_split == 1 ? q8 : nullptr, q8d, nullptr, sinks);
   return merge_after(cudaGetLastError(), partials, out, T, n_head, head_dim, n_split, s, q8, q8d);
 }
 
@@ -398,7 +406,8 @@ int attention_splits(int T, int n_head, int n_ctx) {
 }
 
 cudaError_t launch_attention(const float* q, KvPages cache, RowMap rows, float* out, float* partials, int T, int n_head, int n_head_kv, int head_dim, int window, float scale,
-                             float softcap, int n_split, cudaStream_t s, Q8Act q8_out, unsigned* head_counters) {
+                             float softcap, int n_split, cudaStream_t s, Q8Act q8_out, unsigned* head_counters,
+                             const float* sinks) {
   if (n_split < 1 || (n_split > 1 && !partials) || head_dim > 512 || n_head % n_head_kv != 0 || !cache.table ||
       !rows.pos || !rows.table_at || (cache.elem == KvElem::q8_0 && head_dim % 32 != 0) ||
       (q8_out.q && (head_dim % 32 != 0 || static_cast<size_t>(T) * n_head * head_dim > q8_out.cap)))
@@ -407,7 +416,7 @@ cudaError_t launch_attention(const float* q, KvPages cache, RowMap rows, float* 
     return with_elem(cache.elem, [&](auto elem) {
       return launch_attention_epl<decltype(epl)::value, decltype(elem)::value>(
           q, cache, rows, out, partials, T, n_head, n_head_kv, head_dim, window, scale, softcap, n_split, s, q8_out.q,
-          q8_out.d, head_counters);
+          q8_out.d, head_counters, sinks);
     });
   });
 }
@@ -425,7 +434,7 @@ int attention_tiled_splits(int T, int n_head, int n_head_kv, int n_keys, int sm_
 
 cudaError_t launch_attention_tiled(const float* q, KvPages cache, RowMap rows, float* out, float* partials, int T,
                                    int n_head, int n_head_kv, int head_dim, int window, float scale, float softcap,
-                                   int n_split, cudaStream_t s) {
+                                   int n_split, cudaStream_t s, const float* sinks) {
   if (!attention_tiled_fits(n_head, n_head_kv, head_dim) || !cache.table || !rows.pos || !rows.table_at || T < 1 ||
       n_split < 1 || (cache.elem == KvElem::q8_0 && head_dim % 32 != 0) ||
       (n_split > 1 && !partials))
@@ -433,7 +442,7 @@ cudaError_t launch_attention_tiled(const float* q, KvPages cache, RowMap rows, f
   return with_epl(head_dim, [&](auto epl) {
     return with_elem(cache.elem, [&](auto elem) {
       return launch_attention_tiled_epl<decltype(epl)::value, decltype(elem)::value>(
-          q, cache, rows, out, partials, T, n_head, n_head_kv, head_dim, window, scale, softcap, n_split, s);
+          q, cache, rows, out, partials, T, n_head, n_head_kv, head_dim, window, scale, softcap, n_split, s, sinks);
     });
   });
 }

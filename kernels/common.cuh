@@ -196,7 +196,7 @@ void device_pointers(const AddNormTail& t, F&& f) {
 }
 template <typename F>
 void device_pointers(const ExpertMats& m, F&& f) {
-  f(m.w);
+  f(m.w), f(m.bias);
 }
 template <typename F>
 void device_pointers(const MoeGroups& g, F&& f) {
@@ -294,6 +294,43 @@ __device__ __forceinline__ float gelu_tanh(float x) {
   return 0.5f * x * (1.f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
 }
 __device__ __forceinline__ float silu(float x) { return x / (1.f + expf(-x)); }
+// gpt-oss's gate (ref::swiglu_oai): g' = min(g, 7), u' = clamp(u, -7, 7),
+// g' * sigmoid(1.702 g') * (u' + 1).
+__device__ __forceinline__ float swiglu_oai(float g, float u) {
+  const float x = fminf(g, 7.f), y = fminf(fmaxf(u, -7.f), 7.f);
+  return x / (1.f + expf(-1.702f * x)) * (y + 1.f);
+}
+// act(g) * u for a gated feed-forward's activation.
+__device__ __forceinline__ float gate_act(GateAct act, float g, float u) {
+  switch (act) {
+    case GateAct::gelu_tanh: return gelu_tanh(g) * u;
+    case GateAct::swiglu_oai: return swiglu_oai(g, u);
+    default: return silu(g) * u;
+  }
+}
+
+// ---- MXFP4 (BlockMXFP4: an E8M0 exponent, 32 E2M1 nibbles) -----------------
+// The block's scale halved, 2^(e - 128), as mxfp4_half_scale on the host
+// (e = 0 and 1: the subnormals 2^-128 and 2^-127).
+__device__ __forceinline__ float mxfp4_half_scale_dev(uint8_t e) {
+  return __uint_as_float(e < 2 ? (0x00200000u << e) : (static_cast<uint32_t>(e - 1) << 23));
+}
+// Four nibbles (bits 0-3 of each byte of b; the other bits 0) to their
+// values kMxfp4Values (twice E2M1: -12 .. 12), one signed byte each: the
+// magnitude by a byte permutation of a table in two words, the sign (bit 3)
+// choosing between the positive and the negative table.
+__device__ __forceinline__ int mxfp4_bytes(uint32_t b) {
+  const uint32_t sel = (b & 0x7u) | ((b >> 4) & 0x70u) | ((b >> 8) & 0x700u) | ((b >> 12) & 0x7000u);
+  const uint32_t pos = __byte_perm(0x03020100u, 0x0C080604u, sel);  // 0 1 2 3 | 4 6 8 12
+  const uint32_t neg = __byte_perm(0xFDFEFF00u, 0xF4F8FAFCu, sel);  // their negatives
+  const uint32_t m = ((b >> 3) & 0x01010101u) * 0xFFu;
+  return static_cast<int>((pos & ~m) | (neg & m));
+}
+// 4 bytes from any address (MXFP4's 17-byte blocks leave its nibbles unaligned).
+__device__ __forceinline__ uint32_t load_bytes4(const uint8_t* p) {
+  return p[0] | (static_cast<uint32_t>(p[1]) << 8) | (static_cast<uint32_t>(p[2]) << 16) |
+         (static_cast<uint32_t>(p[3]) << 24);
+}
 
 // Value i of a row of F32, F16 or BF16 (0 for block formats).
 __device__ __forceinline__ float load_float_weight(TensorType type, const uint8_t* row, int i) {
@@ -381,6 +418,19 @@ __device__ __forceinline__ void dequant_sub32(TensorType type, const uint8_t* ro
         int q = (qs[i] >> shift) & 0xF;
         if (five) q |= ((qh[i] >> j) & 1) << 4;
         out[i] = d * sc * q - dmin * m;
+      }
+      return;
+    }
+    case TensorType::MXFP4: {
+      const BlockMXFP4& b = reinterpret_cast<const BlockMXFP4*>(row)[sb];
+      const float d = mxfp4_half_scale_dev(b.e);
+      for (int i = 0; i < 16; i += 4) {
+        const uint32_t q = load_bytes4(b.qs + i);
+        const int lo = mxfp4_bytes(q & 0x0F0F0F0Fu), hi = mxfp4_bytes((q >> 4) & 0x0F0F0F0Fu);
+        for (int j = 0; j < 4; j++) {
+          out[i + j] = d * static_cast<float>(static_cast<int8_t>(lo >> (8 * j)));
+          out[i + j + 16] = d * static_cast<float>(static_cast<int8_t>(hi >> (8 * j)));
+        }
       }
       return;
     }

@@ -127,6 +127,11 @@ struct QkRope {
   unsigned* head_counters = nullptr;
 };
 
+// A gated feed-forward's activation: out = act(g) * u, or gpt-oss's clamped
+// form g' * sigmoid(1.702 g') * (u' + 1) with g' = min(g, 7), u' = clamp(u,
+// -7, 7) (the CPU reference's Activation).
+enum class GateAct : int { silu = 0, gelu_tanh = 1, swiglu_oai = 2 };
+
 // g = act(g) * u over n values (act: GELU-tanh or SiLU)
 cudaError_t launch_gated_act(float* g, const float* u, size_t n, bool gelu, cudaStream_t s);
 // x[t, :] += b over T rows of n values
@@ -203,9 +208,13 @@ cudaError_t launch_matvec_gated(const uint8_t* w_gate, TensorType gate_type, siz
 // device memory, zero before the first use and left at zero): the merge is
 // done by the kernel itself, by the last block of each query and head's
 // ranges to finish, where n_split is a multiple of 4 (the same values).
+// sinks (optional; n_head floats of device memory, gpt-oss): each head's
+// learned logit joins its softmax's maximum and denominator (the weights
+// sum to less than 1), as the CPU reference does.
 cudaError_t launch_attention(const float* q, KvPages cache, RowMap rows, float* out, float* partials, int T, int n_head,
                              int n_head_kv, int head_dim, int window, float scale, float softcap, int n_split,
-                             cudaStream_t s, Q8Act q8_out = {}, unsigned* head_counters = nullptr);
+                             cudaStream_t s, Q8Act q8_out = {}, unsigned* head_counters = nullptr,
+                             const float* sinks = nullptr);
 // The same for a prefill chunk, tiled: the T rows are one sequence's, at
 // consecutive positions (rows.pos[0] + t). One block per (tile of queries, KV
 // head, key range) loads each tile of key and value rows into shared memory
@@ -218,7 +227,7 @@ cudaError_t launch_attention(const float* q, KvPages cache, RowMap rows, float* 
 // heads per KV head, head_dim <= 512).
 cudaError_t launch_attention_tiled(const float* q, KvPages cache, RowMap rows, float* out, float* partials, int T,
                                    int n_head, int n_head_kv, int head_dim, int window, float scale, float softcap,
-                                   int n_split, cudaStream_t s);
+                                   int n_split, cudaStream_t s, const float* sinks = nullptr);
 bool attention_tiled_fits(int n_head, int n_head_kv, int head_dim);
 // Key ranges for the tiled kernel: about 4 blocks per SM, at least 64 of the
 // n_keys keys per range, at most 32 ranges.
@@ -243,6 +252,7 @@ struct ExpertMats {
   TensorType type = TensorType::F32;
   size_t row_bytes = 0;
   int n_out = 0;  // rows per expert
+  const float* bias = nullptr;  // (n_expert * n_out) each expert's bias (gpt-oss), or null
 };
 // The (token, slot) pairs of a pass grouped by expert (pair p = t * K + j:
 // token t's j-th chosen expert), made on the device by launch_moe_group:
@@ -258,17 +268,21 @@ struct MoeGroups {
 constexpr int kMoeMaxUsed = 16;  // experts per token at most (Qwen3 MoE: 8, Mixtral: 2)
 // The router's choice: from its logits (T, E), softmax over the E experts,
 // the K most likely (ties: the lower index), their probabilities
-// (renormalised to sum 1 when norm), by ascending expert id.
+// (renormalised to sum 1 when norm), by ascending expert id. top_k_first
+// (gpt-oss's ExpertGating::softmax_top_k): the K largest logits, then a
+// softmax over those K.
 // sel, w: (T, K).
-cudaError_t launch_moe_route(const float* logits, int T, int E, int K, bool norm, int* sel, float* w, cudaStream_t s);
+cudaError_t launch_moe_route(const float* logits, int T, int E, int K, bool norm, bool top_k_first, int* sel, float* w,
+                             cudaStream_t s);
 // g from sel (T, K).
 cudaError_t launch_moe_group(const int* sel, int T, int K, int E, MoeGroups g, cudaStream_t s);
-// out[p, r] = act(gate_e.row(r) . x[p / K]) * (up_e.row(r) . x[p / K]) for
-// each pair p of each expert e, each expert's rows read once for up to 8 of
-// its pairs.   x: (T, n_in); out: (T * K, n_out). q8: as launch_matvec's.
+// out[p, r] = act(gate_e.row(r) . x[p / K], up_e.row(r) . x[p / K]) for
+// each pair p of each expert e (each product plus its expert's bias where
+// the matrices have one), each expert's rows read once for up to 8 of its
+// pairs.   x: (T, n_in); out: (T * K, n_out). q8: as launch_matvec's.
 cudaError_t launch_moe_gated(ExpertMats gate, ExpertMats up, int n_in, const float* x, int T, int K, MoeGroups g, int E,
-                             bool gelu, float* out, cudaStream_t s, Q8Act q8 = {});
-// out[p, :] = down_e . h[p, :] for each pair p of each expert e.
+                             GateAct act, float* out, cudaStream_t s, Q8Act q8 = {});
+// out[p, :] = down_e . h[p, :] (+ its bias) for each pair p of each expert e.
 // h: (T * K, n_in); out: (T * K, n_out). q8: for T * K rows.
 cudaError_t launch_moe_down(ExpertMats down, int n_in, const float* h, int T, int K, MoeGroups g, int E, float* out,
                             cudaStream_t s, Q8Act q8 = {});

@@ -197,7 +197,7 @@ cudaError_t with_type(bool same_type, TensorType type, G&& go) {
 
 bool q8_dot_supported(TensorType t) {
   return t == TensorType::Q8_0 || t == TensorType::Q4_0 || t == TensorType::Q5_0 || t == TensorType::Q4_K ||
-         t == TensorType::Q6_K;
+         t == TensorType::Q6_K || t == TensorType::MXFP4;
 }
 
 cudaError_t launch_quantize_q8(const float* x, int T, int n, Q8Act q8, cudaStream_t s) {

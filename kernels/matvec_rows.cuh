@@ -118,13 +118,23 @@ __device__ __forceinline__ WeightUnit load_unit(TensorType type, const uint8_t* 
       r.b = -32.f * d * sc;
       return r;
     }
+    case TensorType::MXFP4: {  // 17 bytes: E8M0 exponent, Q4_0's nibble order (values i and i + 16 in byte i)
+      const uint8_t* b = wr + static_cast<size_t>(u / 4) * sizeof(BlockMXFP4);
+      const int k = u % 4;
+      const uint8_t* q = b + 1 + 8 * (k & 1);
+      const int shift = 4 * (k >> 1);
+      r.w0 = mxfp4_bytes((load_bytes4(q) >> shift) & 0x0F0F0F0Fu);
+      r.w1 = mxfp4_bytes((load_bytes4(q + 4) >> shift) & 0x0F0F0F0Fu);
+      r.a = mxfp4_half_scale_dev(b[0]);
+      return r;
+    }
     default: return r;
   }
 }
 
 __device__ __forceinline__ bool q8_type(TensorType t) {
   return t == TensorType::Q8_0 || t == TensorType::Q4_0 || t == TensorType::Q5_0 || t == TensorType::Q4_K ||
-         t == TensorType::Q6_K;
+         t == TensorType::Q6_K || t == TensorType::MXFP4;
 }
 
 // The integer path's row_partials: kUnroll units per lane loaded before any

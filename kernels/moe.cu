@@ -19,8 +19,10 @@ constexpr int kPairsAtOnce = 8;   // pairs of an expert sharing one read of its 
 
 // One warp per token: softmax over the E logits, the K largest (ties: the
 // lower index), their probabilities (renormalised to sum 1 when norm,
-// dividing by at least 6.1e-5 as the CPU does), sorted by expert id.
-__global__ void moe_route_kernel(const float* logits, int T, int E, int K, bool norm, int* sel, float* w) {
+// dividing by at least 6.1e-5 as the CPU does), sorted by expert id. With
+// top_k_first (gpt-oss) the K largest logits, then a softmax over those K.
+__global__ void moe_route_kernel(const float* logits, int T, int E, int K, bool norm, bool top_k_first, int* sel,
+                                 float* w) {
   grid_dependency_sync();
   const int t = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
@@ -55,10 +57,16 @@ __global__ void moe_route_kernel(const float* logits, int T, int E, int K, bool 
       }
     }
     chosen[k] = best_e;
-    prob[k] = expf(best - mx) / sum;
+    prob[k] = top_k_first ? best : expf(best - mx) / sum;
     wsum += prob[k];
   }
   if (lane != 0) return;
+  if (top_k_first) {  // (as the CPU: the first chosen is the largest)
+    const float top = prob[0];
+    float s = 0.f;
+    for (int k = 0; k < K; k++) s += (prob[k] = expf(prob[k] - top));
+    for (int k = 0; k < K; k++) prob[k] /= s;
+  }
   const float inv = norm ? 1.f / fmaxf(wsum, 6.1e-5f) : 1.f;
   for (int k = 0; k < K; k++) prob[k] *= inv;
   for (int k = 1; k < K; k++)  // ascending expert order (insertion sort: K is small)
@@ -112,7 +120,7 @@ __global__ void moe_group_kernel(const int* sel, int n_pairs, int E, MoeGroups g
 template <bool kGated, bool kQ8, int kType, int kP>
 __global__ void __launch_bounds__(32 * kRowsPerBlock)
     moe_matvec_kernel(ExpertMats a, ExpertMats b, int n_in, const float* x, const int8_t* xq, const float* xd,
-                      int in_div, MoeGroups g, int E, bool gelu, float* out) {
+                      int in_div, MoeGroups g, int E, GateAct act, float* out) {
   grid_dependency_sync();
   const int slot = blockIdx.y;
   if (slot >= g.active[E]) return;
@@ -144,10 +152,12 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
       row_dot_rows(wa, ta, n_in, x, xq, xd, m, lane, acc_a, row_of);
       if (kGated) row_dot_rows(wb, tb, n_in, x, xq, xd, m, lane, acc_b, row_of);
     }
+    // (Each expert's biases, where the model has them, before the activation.)
+    const float bias_a = a.bias ? a.bias[static_cast<size_t>(e) * a.n_out + row] : 0.f;
+    const float bias_b = kGated && b.bias ? b.bias[static_cast<size_t>(e) * b.n_out + row] : 0.f;
     for (int i = 0; i < m; i++) {
-      const float va = warp_sum(acc_a[i]);
-      float v = va;
-      if (kGated) v = (gelu ? gelu_tanh(va) : silu(va)) * warp_sum(acc_b[i]);
+      float v = warp_sum(acc_a[i]) + bias_a;
+      if (kGated) v = gate_act(act, v, warp_sum(acc_b[i]) + bias_b);
       if (lane == 0) out[static_cast<size_t>(pair[i]) * a.n_out + row] = v;
     }
   }
@@ -168,6 +178,7 @@ cudaError_t with_moe_variant(bool all_q8, bool same_type, TensorType type, int T
       case TensorType::Q5_0: return by_pairs(Yes{}, std::integral_constant<int, static_cast<int>(TensorType::Q5_0)>{});
       case TensorType::Q4_K: return by_pairs(Yes{}, std::integral_constant<int, static_cast<int>(TensorType::Q4_K)>{});
       case TensorType::Q6_K: return by_pairs(Yes{}, std::integral_constant<int, static_cast<int>(TensorType::Q6_K)>{});
+      case TensorType::MXFP4: return by_pairs(Yes{}, std::integral_constant<int, static_cast<int>(TensorType::MXFP4)>{});
       default: break;
     }
   if (all_q8) return by_pairs(Yes{}, std::integral_constant<int, -1>{});
@@ -187,9 +198,11 @@ __global__ void moe_combine_kernel(const float* y, const float* w, int T, int K,
 
 }  // namespace
 
-cudaError_t launch_moe_route(const float* logits, int T, int E, int K, bool norm, int* sel, float* w, cudaStream_t s) {
+cudaError_t launch_moe_route(const float* logits, int T, int E, int K, bool norm, bool top_k_first, int* sel, float* w,
+                             cudaStream_t s) {
   if (K < 1 || K > kMoeMaxUsed || K > E) return cudaErrorInvalidValue;
-  PHASELAB_LAUNCH(moe_route_kernel, static_cast<unsigned>((T + 3) / 4), 128, 0, s)(logits, T, E, K, norm, sel, w);
+  PHASELAB_LAUNCH(moe_route_kernel, static_cast<unsigned>((T + 3) / 4), 128, 0, s)(logits, T, E, K, norm, top_k_first,
+                                                                                  sel, w);
   return cudaGetLastError();
 }
 
@@ -199,7 +212,7 @@ cudaError_t launch_moe_group(const int* sel, int T, int K, int E, MoeGroups g, c
 }
 
 cudaError_t launch_moe_gated(ExpertMats gate, ExpertMats up, int n_in, const float* x, int T, int K, MoeGroups g, int E,
-                             bool gelu, float* out, cudaStream_t s, Q8Act q8) {
+                             GateAct act, float* out, cudaStream_t s, Q8Act q8) {
   if (gate.n_out != up.n_out) return cudaErrorInvalidValue;
   cudaError_t e;
   const Q8Input xq = quantize_for(q8, q8_dot_supported(gate.type) || q8_dot_supported(up.type), x, T, n_in, s, &e);
@@ -208,7 +221,7 @@ cudaError_t launch_moe_gated(ExpertMats gate, ExpertMats up, int n_in, const flo
   const bool all_q8 = xq.q && q8_dot_supported(gate.type) && q8_dot_supported(up.type);
   return with_moe_variant(all_q8, gate.type == up.type, gate.type, T, [&](auto q8v, auto kind, auto kp) {
     PHASELAB_LAUNCH((moe_matvec_kernel<true, decltype(q8v)::value, decltype(kind)::value, decltype(kp)::value>), grid,
-                    32 * kRowsPerBlock, 0, s)(gate, up, n_in, x, xq.q, xq.d, K, g, E, gelu, out);
+                    32 * kRowsPerBlock, 0, s)(gate, up, n_in, x, xq.q, xq.d, K, g, E, act, out);
     return cudaGetLastError();
   });
 }
@@ -222,7 +235,7 @@ cudaError_t launch_moe_down(ExpertMats down, int n_in, const float* h, int T, in
   const bool all_q8 = hq.q && q8_dot_supported(down.type);
   return with_moe_variant(all_q8, true, down.type, T, [&](auto q8v, auto kind, auto kp) {
     PHASELAB_LAUNCH((moe_matvec_kernel<false, decltype(q8v)::value, decltype(kind)::value, decltype(kp)::value>), grid,
-                    32 * kRowsPerBlock, 0, s)(down, down, n_in, h, hq.q, hq.d, 1, g, E, false, out);
+                    32 * kRowsPerBlock, 0, s)(down, down, n_in, h, hq.q, hq.d, 1, g, E, GateAct::silu, out);
     return cudaGetLastError();
   });
 }

@@ -259,7 +259,8 @@ class TestCuda : public QObject {
 
   void cuda_matches_cpu_reference_data() {
     QTest::addColumn<QString>("model");
-    for (const char* a : {"llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "qwen3moe", "qwen3moe-q4_k", "mixtral"})
+    for (const char* a : {"llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "qwen3moe", "qwen3moe-q4_k", "mixtral",
+                          "gpt-oss", "gpt-oss-mxfp4"})
       QTest::newRow(a) << a;
     QTest::newRow("stories260K") << "stories260K";
     QTest::newRow("gemma3-270m") << "default";
@@ -318,7 +319,7 @@ class TestCuda : public QObject {
     // everywhere, so the logits' NMSE is the check; real models also compare
     // greedy tokens.
     if (model.startsWith("llama") || model.startsWith("qwen") || model.startsWith("gemma") || model == "phi3" ||
-        model == "mixtral")
+        model == "mixtral" || model.startsWith("gpt-oss"))
       return;
     if ((*m)->file().find("phaselab.twin_of")) return;
     (*cpu)->kv().clear();
@@ -434,13 +435,16 @@ class TestCuda : public QObject {
     // the integer path).
     QTest::newRow("qwen3moe-q4_k") << "qwen3moe-q4_k" << CudaSwitches{}.fused_tails;
     QTest::newRow("qwen3moe-q4_k, every tail fused") << "qwen3moe-q4_k" << 15;
+    // gpt-oss: its routing, expert biases and MXFP4 experts, sinks in every
+    // attention kernel, a window on every other layer, the output's bias.
+    QTest::newRow("gpt-oss-mxfp4, every tail fused") << "gpt-oss-mxfp4" << 15;
   }
   void forward_batch_equals_solo_forward() {
     const CudaProbe p = probe_cuda(env_switches().library);
     REQUIRE_CUDA(p);
     QFETCH(QString, model);
     QFETCH(int, tails);
-    const bool windowed = model == "gemma3";
+    const bool windowed = model == "gemma3" || model.startsWith("gpt-oss");
     auto m = Model::load(model == "stories260K"
                              ? test_data("stories260K.gguf")
                              : write_tiny_model(tiny_spec(model.toStdString()), "cuda_tiny_" + model.toStdString() + ".gguf"));

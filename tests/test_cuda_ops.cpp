@@ -680,7 +680,8 @@ class TestCudaOps : public QObject {
 
   void embedding_data() {
     QTest::addColumn<int>("type");
-    for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K})
+    for (TensorType t :
+         {TensorType::F32, TensorType::F16, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K, TensorType::MXFP4})
       QTest::newRow(std::string(tensor_type_name(t)).c_str()) << static_cast<int>(t);
   }
   void embedding() {
@@ -720,7 +721,7 @@ class TestCudaOps : public QObject {
     QTest::addColumn<int>("T");
     for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0, TensorType::Q4_0,
                          TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1, TensorType::Q4_K, TensorType::Q5_K,
-                         TensorType::Q6_K})
+                         TensorType::Q6_K, TensorType::MXFP4})
       for (int T : {1, 11, 40}) {
         const std::string name = std::string(tensor_type_name(t)) + " x " + std::to_string(T) + " tokens";
         QTest::newRow(name.c_str()) << static_cast<int>(t) << T;
@@ -778,7 +779,8 @@ class TestCudaOps : public QObject {
     REQUIRE_GPU();
     const int n_in = 2048, n_out = 19;
     const auto x = randn(n_in, 71);
-    for (TensorType t : {TensorType::Q8_0, TensorType::Q4_0, TensorType::Q5_0, TensorType::Q4_K, TensorType::Q6_K}) {
+    for (TensorType t : {TensorType::Q8_0, TensorType::Q4_0, TensorType::Q5_0, TensorType::Q4_K, TensorType::Q6_K,
+                         TensorType::MXFP4}) {
       const Matrix m = make_matrix(t, n_in, n_out, 72);
       Dev<uint8_t> dw(m.data);
       Dev<float> dx(x), dout(n_out);
@@ -798,19 +800,24 @@ class TestCudaOps : public QObject {
     QTest::addColumn<int>("n_split");
     QTest::addColumn<int>("T");
     QTest::addColumn<int>("pos0");
-    QTest::newRow("Gemma 3 shape, one range") << 4 << 1 << 256 << 0 << 0.f << 1 << 5 << 20;
-    QTest::newRow("Gemma 3 shape, 3 ranges") << 4 << 1 << 256 << 0 << 0.f << 3 << 5 << 20;
-    QTest::newRow("sliding window 8, 2 ranges") << 4 << 2 << 64 << 8 << 0.f << 2 << 5 << 20;
-    QTest::newRow("softcap 50, more ranges than keys") << 2 << 2 << 128 << 0 << 50.f << 40 << 5 << 20;
-    QTest::newRow("Gemma 3 shape, 8 ranges (merged in the kernel)") << 4 << 1 << 256 << 0 << 0.f << 8 << 5 << 20;
-    QTest::newRow("window 8, 4 ranges (merged in the kernel)") << 4 << 2 << 64 << 8 << 0.f << 4 << 3 << 20;
-    QTest::newRow("tiny heads (8 dims)") << 8 << 8 << 8 << 0 << 0.f << 1 << 5 << 20;
-    QTest::newRow("head_dim 80 (partly filled lanes)") << 4 << 4 << 80 << 0 << 0.f << 2 << 5 << 20;
-    QTest::newRow("prefill from 0, Gemma 3 shape") << 4 << 1 << 256 << 0 << 0.f << 1 << 37 << 0;
-    QTest::newRow("prefill from 0, Gemma 3 shape, 3 ranges") << 4 << 1 << 256 << 0 << 0.f << 3 << 37 << 0;
-    QTest::newRow("prefill, 8 heads per KV head, window 20") << 16 << 2 << 64 << 20 << 0.f << 1 << 29 << 3;
-    QTest::newRow("prefill, 8 heads per KV head, window 20, 5 ranges") << 16 << 2 << 64 << 20 << 0.f << 5 << 29 << 3;
-    QTest::newRow("prefill, head_dim 512 (8-row K/V tiles)") << 2 << 1 << 512 << 0 << 0.f << 1 << 11 << 9;
+    QTest::addColumn<bool>("sinks");  // gpt-oss: a sink logit per head
+    QTest::newRow("Gemma 3 shape, one range") << 4 << 1 << 256 << 0 << 0.f << 1 << 5 << 20 << false;
+    QTest::newRow("Gemma 3 shape, 3 ranges") << 4 << 1 << 256 << 0 << 0.f << 3 << 5 << 20 << false;
+    QTest::newRow("sliding window 8, 2 ranges") << 4 << 2 << 64 << 8 << 0.f << 2 << 5 << 20 << false;
+    QTest::newRow("softcap 50, more ranges than keys") << 2 << 2 << 128 << 0 << 50.f << 40 << 5 << 20 << false;
+    QTest::newRow("Gemma 3 shape, 8 ranges (merged in the kernel)") << 4 << 1 << 256 << 0 << 0.f << 8 << 5 << 20 << false;
+    QTest::newRow("window 8, 4 ranges (merged in the kernel)") << 4 << 2 << 64 << 8 << 0.f << 4 << 3 << 20 << false;
+    QTest::newRow("tiny heads (8 dims)") << 8 << 8 << 8 << 0 << 0.f << 1 << 5 << 20 << false;
+    QTest::newRow("head_dim 80 (partly filled lanes)") << 4 << 4 << 80 << 0 << 0.f << 2 << 5 << 20 << false;
+    QTest::newRow("prefill from 0, Gemma 3 shape") << 4 << 1 << 256 << 0 << 0.f << 1 << 37 << 0 << false;
+    QTest::newRow("prefill from 0, Gemma 3 shape, 3 ranges") << 4 << 1 << 256 << 0 << 0.f << 3 << 37 << 0 << false;
+    QTest::newRow("prefill, 8 heads per KV head, window 20") << 16 << 2 << 64 << 20 << 0.f << 1 << 29 << 3 << false;
+    QTest::newRow("prefill, 8 heads per KV head, window 20, 5 ranges") << 16 << 2 << 64 << 20 << 0.f << 5 << 29 << 3 << false;
+    QTest::newRow("prefill, head_dim 512 (8-row K/V tiles)") << 2 << 1 << 512 << 0 << 0.f << 1 << 11 << 9 << false;
+    QTest::newRow("sinks, 3 ranges") << 4 << 2 << 64 << 0 << 0.f << 3 << 5 << 20 << true;
+    QTest::newRow("sinks, window 8, 4 ranges (merged in the kernel)") << 4 << 2 << 64 << 8 << 0.f << 4 << 3 << 20 << true;
+    QTest::newRow("sinks, prefill from 0, 8 heads per KV head, 5 ranges") << 16 << 2 << 64 << 0 << 0.f << 5 << 29 << 0
+                                                                           << true;
   }
   void attention() {
     REQUIRE_GPU();
@@ -822,9 +829,13 @@ class TestCudaOps : public QObject {
     QFETCH(int, n_split);
     QFETCH(int, T);
     QFETCH(int, pos0);
+    QFETCH(bool, sinks);
     const int n_ctx = 64, HD = head_dim, NKV = n_head_kv * HD;
     const float scale = 1.f / std::sqrt(static_cast<float>(HD));
     const auto q = randn(static_cast<size_t>(T) * n_head * HD, 11);
+    const auto sink = randn(n_head, 14, 2.f);  // (used where sinks)
+    Dev<float> dsink(sink);
+    const float* sp = sinks ? dsink.p : nullptr;
     const PagedCache cache(n_ctx, NKV);
     const auto k_values = randn(cache.floats(), 12), v_values = randn(cache.floats(), 13);
     for (const cuda::KvElem e : kElems) {
@@ -859,7 +870,8 @@ class TestCudaOps : public QObject {
               s.push_back(d);
               mx = std::max(mx, d);
             }
-            double sum = 0;
+            if (sinks) mx = std::max(mx, static_cast<double>(sink[h]));
+            double sum = sinks ? std::exp(sink[h] - mx) : 0.0;
             for (double& v : s) sum += (v = std::exp(v - mx));
             for (int i = 0; i < HD; i++) {
               double a = 0;
@@ -879,14 +891,14 @@ class TestCudaOps : public QObject {
       const auto want = reference(pos, seq0);
       const DevRows rows(cache, pos, seq0);
       CU(cuda::launch_attention(dq.p, pages, rows.map(), dout.p, part.p, T, n_head, n_head_kv, HD, window, scale, softcap,
-                                n_split, nullptr));
+                                n_split, nullptr, {}, nullptr, sp));
       CU(cudaDeviceSynchronize());
       CHECK_NMSE(want, dout.get(), 5e-4);
       if (HD % 32 == 0) {  // the output's 8-bit copy, bitwise launch_quantize_q8's of the output
         DevQ8 fused(T, n_head * HD), separate(T, n_head * HD);
         Dev<float> dout3(q.size());
         CU(cuda::launch_attention(dq.p, pages, rows.map(), dout3.p, part.p, T, n_head, n_head_kv, HD, window, scale,
-                                  softcap, n_split, nullptr, fused.act()));
+                                  softcap, n_split, nullptr, fused.act(), nullptr, sp));
         CU(cuda::launch_quantize_q8(dout3.p, T, n_head * HD, separate.act(), nullptr));
         QVERIFY(dout3.get() == dout.get());
         QVERIFY(fused.q.get() == separate.q.get());
@@ -898,7 +910,7 @@ class TestCudaOps : public QObject {
           DevQ8 tail_q8(T, n_head * HD);
           Dev<float> dout4(q.size());
           CU(cuda::launch_attention(dq.p, pages, rows.map(), dout4.p, part.p, T, n_head, n_head_kv, HD, window, scale,
-                                    softcap, n_split, nullptr, tail_q8.act(), counters.p));
+                                    softcap, n_split, nullptr, tail_q8.act(), counters.p, sp));
           QVERIFY(dout4.get() == dout.get());
           QVERIFY(tail_q8.q.get() == separate.q.get());
           QVERIFY(tail_q8.d.get() == separate.d.get());
@@ -910,7 +922,7 @@ class TestCudaOps : public QObject {
       QVERIFY(cuda::attention_tiled_fits(n_head, n_head_kv, HD));
       Dev<float> dout2(q.size());
       CU(cuda::launch_attention_tiled(dq.p, pages, rows.map(), dout2.p, part.p, T, n_head, n_head_kv, HD, window, scale,
-                                      softcap, n_split, nullptr));
+                                      softcap, n_split, nullptr, sp));
       CU(cudaDeviceSynchronize());
       CHECK_NMSE(want, dout2.get(), 5e-4);
       // Rows of two sequences in one launch (a batched decode): every other
@@ -924,7 +936,7 @@ class TestCudaOps : public QObject {
       QVERIFY(nmse(want_mixed, want) > 1e-3);  // the second sequence's rows differ
       const DevRows mixed(cache, mixed_pos, mixed_seq);
       CU(cuda::launch_attention(dq.p, pages, mixed.map(), dout.p, part.p, T, n_head, n_head_kv, HD, window, scale,
-                                softcap, n_split, nullptr));
+                                softcap, n_split, nullptr, {}, nullptr, sp));
       CU(cudaDeviceSynchronize());
       CHECK_NMSE(want_mixed, dout.get(), 5e-4);
       // The tiled kernel on the second sequence's chunk, which starts at row 1
@@ -934,7 +946,7 @@ class TestCudaOps : public QObject {
       later_seq.insert(later_seq.end(), T, 1);
       const DevRows later(cache, later_pos, later_seq);
       CU(cuda::launch_attention_tiled(dq.p, pages, later.map(1), dout2.p, part.p, T, n_head, n_head_kv, HD, window, scale,
-                                      softcap, n_split, nullptr));
+                                      softcap, n_split, nullptr, sp));
       CU(cudaDeviceSynchronize());
       CHECK_NMSE(reference(pos, std::vector<int>(T, 1)), dout2.get(), 5e-4);
     }
@@ -961,28 +973,40 @@ class TestCudaOps : public QObject {
   // Mixture of experts: the router's choice, the pairs grouped by expert,
   // the experts' gated and down products (Q4_K gate, Q6_K up, Q8_0 down;
   // the float path and the integer path) and each token's weighted sum,
-  // against a plain computation here.
+  // against a plain computation here. gpt-oss's kind (oss): the K largest
+  // logits then a softmax over them, MXFP4 experts with biases, its gate.
   void moe_kernels_data() {
     QTest::addColumn<bool>("q8");
     QTest::addColumn<bool>("norm");
     QTest::addColumn<int>("T");
-    QTest::newRow("float path, renormalised") << false << true << 11;
-    QTest::newRow("integer path, renormalised") << true << true << 11;
-    QTest::newRow("float path, raw probabilities") << false << false << 11;
-    QTest::newRow("integer path, one token (decode)") << true << true << 1;
-    QTest::newRow("float path, one token (decode)") << false << true << 1;
+    QTest::addColumn<bool>("oss");
+    QTest::newRow("float path, renormalised") << false << true << 11 << false;
+    QTest::newRow("integer path, renormalised") << true << true << 11 << false;
+    QTest::newRow("float path, raw probabilities") << false << false << 11 << false;
+    QTest::newRow("integer path, one token (decode)") << true << true << 1 << false;
+    QTest::newRow("float path, one token (decode)") << false << true << 1 << false;
+    QTest::newRow("gpt-oss, float path") << false << false << 11 << true;
+    QTest::newRow("gpt-oss, integer path") << true << false << 11 << true;
+    QTest::newRow("gpt-oss, integer path, one token") << true << false << 1 << true;
   }
   void moe_kernels() {
     REQUIRE_GPU();
     QFETCH(bool, q8);
     QFETCH(bool, norm);
     QFETCH(int, T);
+    QFETCH(bool, oss);
     const int E = 6, K = 2, D = 256, F = 96;
     const auto logits = randn(static_cast<size_t>(T) * E, 60, 2.f);
-    const Matrix gate = make_matrix(TensorType::Q4_K, D, E * F, 61), up = make_matrix(TensorType::Q6_K, D, E * F, 62),
-                 down = make_matrix(TensorType::Q8_0, F, E * D, 63);
+    const TensorType tg = oss ? TensorType::MXFP4 : TensorType::Q4_K, tu = oss ? TensorType::MXFP4 : TensorType::Q6_K,
+                     td = oss ? TensorType::MXFP4 : TensorType::Q8_0;
+    const Matrix gate = make_matrix(tg, D, E * F, 61), up = make_matrix(tu, D, E * F, 62),
+                 down = make_matrix(td, F, E * D, 63);
     const auto x = randn(static_cast<size_t>(T) * D, 64);
-    // Here: softmax, the K largest, renormalised or not, by ascending id.
+    // gpt-oss's biases (none otherwise).
+    const auto gate_b = randn(static_cast<size_t>(E) * F, 65, 0.5f), up_b = randn(static_cast<size_t>(E) * F, 66, 0.5f),
+               down_b = randn(static_cast<size_t>(E) * D, 67, 0.5f);
+    // Here: softmax, the K largest, renormalised or not, by ascending id (or
+    // gpt-oss's: the K largest, a softmax over them).
     std::vector<int> want_sel(static_cast<size_t>(T) * K);
     std::vector<float> want_w(want_sel.size()), want_out(static_cast<size_t>(T) * D, 0.f);
     for (int t = 0; t < T; t++) {
@@ -995,11 +1019,13 @@ class TestCudaOps : public QObject {
       std::stable_sort(ids.begin(), ids.end(), [&](int a, int b) { return l[a] > l[b]; });
       ids.resize(K);
       std::sort(ids.begin(), ids.end());
-      double ws = 0;
+      double ws = 0, top_sum = 0;
       for (int j = 0; j < K; j++) ws += std::exp(l[ids[j]] - mx) / sum;
+      for (int j = 0; j < K; j++) top_sum += std::exp(l[ids[j]] - mx);
       for (int j = 0; j < K; j++) {
         want_sel[t * K + j] = ids[j];
-        want_w[t * K + j] = static_cast<float>(std::exp(l[ids[j]] - mx) / sum / (norm ? ws : 1.0));
+        want_w[t * K + j] = oss ? static_cast<float>(std::exp(l[ids[j]] - mx) / top_sum)
+                                : static_cast<float>(std::exp(l[ids[j]] - mx) / sum / (norm ? ws : 1.0));
         const int e = ids[j];
         std::vector<float> h(F);
         for (int r = 0; r < F; r++) {
@@ -1008,10 +1034,11 @@ class TestCudaOps : public QObject {
             g += static_cast<double>(gate.deq[(static_cast<size_t>(e) * F + r) * D + i]) * x[t * D + i];
             u += static_cast<double>(up.deq[(static_cast<size_t>(e) * F + r) * D + i]) * x[t * D + i];
           }
-          h[r] = ref::silu(static_cast<float>(g)) * static_cast<float>(u);
+          h[r] = oss ? ref::swiglu_oai(static_cast<float>(g) + gate_b[e * F + r], static_cast<float>(u) + up_b[e * F + r])
+                     : ref::silu(static_cast<float>(g)) * static_cast<float>(u);
         }
         for (int r = 0; r < D; r++) {
-          double y = 0;
+          double y = oss ? down_b[e * D + r] : 0.0;
           for (int i = 0; i < F; i++) y += static_cast<double>(down.deq[(static_cast<size_t>(e) * D + r) * F + i]) * h[i];
           want_out[t * D + r] += want_w[t * K + j] * static_cast<float>(y);
         }
@@ -1020,15 +1047,18 @@ class TestCudaOps : public QObject {
     Dev<float> dl(logits), dx(x), dw(static_cast<size_t>(T) * K), dh(static_cast<size_t>(T) * K * F),
         dy(static_cast<size_t>(T) * K * D), dout(static_cast<size_t>(T) * D);
     Dev<uint8_t> dg(gate.data), du(up.data), dd(down.data);
+    Dev<float> dgb(gate_b), dub(up_b), ddb(down_b);
     Dev<int> dsel(static_cast<size_t>(T) * K), order(static_cast<size_t>(T) * K), offsets(E), counts(E), active(E + 1);
     const cuda::MoeGroups g{order.p, offsets.p, counts.p, active.p};
     DevQ8 scratch(T * K, std::max(D, F));
     const cuda::Q8Act act = q8 ? scratch.act() : cuda::Q8Act{};
-    CU(cuda::launch_moe_route(dl.p, T, E, K, norm, dsel.p, dw.p, nullptr));
+    CU(cuda::launch_moe_route(dl.p, T, E, K, norm, oss, dsel.p, dw.p, nullptr));
     CU(cuda::launch_moe_group(dsel.p, T, K, E, g, nullptr));
-    CU(cuda::launch_moe_gated({dg.p, TensorType::Q4_K, gate.row_bytes, F}, {du.p, TensorType::Q6_K, up.row_bytes, F}, D,
-                              dx.p, T, K, g, E, false, dh.p, nullptr, act));
-    CU(cuda::launch_moe_down({dd.p, TensorType::Q8_0, down.row_bytes, D}, F, dh.p, T, K, g, E, dy.p, nullptr, act));
+    CU(cuda::launch_moe_gated({dg.p, tg, gate.row_bytes, F, oss ? dgb.p : nullptr},
+                              {du.p, tu, up.row_bytes, F, oss ? dub.p : nullptr}, D, dx.p, T, K, g, E,
+                              oss ? cuda::GateAct::swiglu_oai : cuda::GateAct::silu, dh.p, nullptr, act));
+    CU(cuda::launch_moe_down({dd.p, td, down.row_bytes, D, oss ? ddb.p : nullptr}, F, dh.p, T, K, g, E, dy.p,
+                             nullptr, act));
     CU(cuda::launch_moe_combine(dy.p, dw.p, T, K, D, dout.p, nullptr));
     QCOMPARE(dsel.get(), want_sel);
     CHECK_NMSE(want_w, dw.get(), 1e-12);

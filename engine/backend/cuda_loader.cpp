@@ -11,10 +11,12 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <mutex>
 
+#include "backend/cpu/ref_ops.h"
 #include "backend/cuda/cuda_abi.h"
 #include "phaselab/backend.h"
 
@@ -167,25 +169,44 @@ PhlCudaVector vector_view(const std::vector<float>& v) {
 // the model maps them (the library copies them to the device).
 struct ModelView {
   std::vector<PhlCudaLayer> layers;
+  std::vector<std::vector<double>> rope_freqs;  // per layer: ref::rope_pair_freqs
   PhlCudaModel model{};
 
   explicit ModelView(const Model& m) {
     const ModelConfig& c = m.config();
     const ModelWeights& w = m.weights();
+    const int expert_act = c.expert_act == Activation::swiglu_oai ? 2 : c.expert_act == Activation::gelu_tanh ? 1 : 0;
     model.config = PhlCudaConfig{c.n_layer, c.n_embd, c.n_head, c.n_head_kv, c.head_dim, c.n_ff, c.n_vocab, c.n_rot,
                                  c.rms_eps, c.embd_scale, c.attn_scale, c.attn_logit_softcap, c.final_logit_softcap,
                                  c.rope_attn_factor,
                                  c.act == Activation::gelu_tanh, c.attn_bias, c.qk_norm, c.rope_neox, c.post_norms,
-                                 c.n_expert, c.n_expert_used, c.n_ff_exp, c.expert_weights_norm};
+                                 c.n_expert, c.n_expert_used, c.n_ff_exp, c.expert_weights_norm,
+                                 c.expert_gating == ExpertGating::softmax_top_k, expert_act};
+    rope_freqs.resize(c.n_layer);
     for (int il = 0; il < c.n_layer; il++) {
       const LayerWeights& L = w.layers[il];
+      // The CPU's angles (CpuBackend's rope_angles) as a table per layer.
+      ref::RopeScaling rs;
+      rs.freq_scale = c.rope_freq_scale_of(il);
+      rs.ext_factor = c.yarn_ext_factor;
+      rs.beta_fast = c.yarn_beta_fast;
+      rs.beta_slow = c.yarn_beta_slow;
+      rs.n_ctx_orig = c.n_ctx_orig;
+      rope_freqs[il].resize(std::max(1, c.n_rot / 2));
+      const float mscale = ref::rope_pair_freqs(
+          rope_freqs[il].data(), c.n_rot, c.rope_base_of(il),
+          w.rope_freq_factors.empty() ? nullptr : w.rope_freq_factors.data(), c.rope_attn_factor,
+          rs.freq_scale != 1.f || rs.ext_factor != 0.f ? &rs : nullptr);
       layers.push_back(PhlCudaLayer{vector_view(L.attn_norm), vector_view(L.bq), vector_view(L.bk), vector_view(L.bv),
                                     vector_view(L.q_norm), vector_view(L.k_norm), vector_view(L.post_attn_norm),
                                     vector_view(L.ffn_norm), vector_view(L.post_ffw_norm), weight_view(L.wq),
                                     weight_view(L.wk), weight_view(L.wv), weight_view(L.wo), weight_view(L.w_gate),
                                     weight_view(L.w_up), weight_view(L.w_down), weight_view(L.router),
                                     experts_view(L.gate_exps), experts_view(L.up_exps), experts_view(L.down_exps),
-                                    c.window_of(il), c.rope_base_of(il)});
+                                    c.window_of(il), c.rope_base_of(il), vector_view(L.bo),
+                                    vector_view(L.attn_sinks), vector_view(L.router_b), vector_view(L.gate_exps_b),
+                                    vector_view(L.up_exps_b), vector_view(L.down_exps_b), rope_freqs[il].data(),
+                                    mscale});
     }
     model.tok_embd = weight_view(w.tok_embd);
     model.output = weight_view(w.output);
@@ -383,11 +404,9 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(std::shared_ptr<const Model> 
   if (!model) return invalid_argument("no model");
   if (max_batch < 1) return invalid_argument("batch size must be at least 1");
   const ModelConfig& mc = model->config();
+  if (mc.act == Activation::swiglu_oai)  // (gpt-oss's gate is its experts'; no dense model has it)
+    return unsupported("CUDA: a dense feed-forward with gpt-oss's gate runs on the CPU backends only; use --backend cpu");
   if (mc.is_moe()) {
-    // Softmax over all experts, SiLU experts without biases (Qwen3 MoE,
-    // Mixtral); gpt-oss's routing and biases are the CPU's for now.
-    if (mc.expert_gating != ExpertGating::softmax || mc.expert_bias || mc.expert_act != Activation::silu)
-      return unsupported("CUDA: " + mc.arch_str + "'s expert routing runs on the CPU backends only for now; use --backend cpu");
     if (mc.n_expert_used > 16 || mc.n_expert_used < 1)
       return unsupported("CUDA: at most 16 experts per token (the model has " + std::to_string(mc.n_expert_used) +
                          "); use --backend cpu");
@@ -395,12 +414,6 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(std::shared_ptr<const Model> 
       if (!experts_contiguous(L.gate_exps) || !experts_contiguous(L.up_exps) || !experts_contiguous(L.down_exps))
         return unsupported("CUDA: expert tensors not laid out one expert after another; use --backend cpu");
   }
-  for (const auto& t : model->file().tensors())
-    if (t.type == TensorType::MXFP4)
-      return unsupported("CUDA: MXFP4 tensors ('" + t.name + "') run on the CPU backends only for now; use --backend cpu");
-  if (model->config().rope_scaled())
-    return unsupported("CUDA: models with RoPE scaling (linear or YaRN) run on the CPU backends only for now; use "
-                       "--backend cpu");
   const CudaProbe probe = probe_cuda(sw.library);
   if (!probe.available) return unsupported("CUDA: " + probe.reason);
   const PhlCudaTable* t = library(sw.library).table;

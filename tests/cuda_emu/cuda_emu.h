@@ -148,6 +148,14 @@ inline int __dp4a(int a, int b, int c) {
     c += static_cast<int>(static_cast<int8_t>(a >> (8 * i))) * static_cast<int>(static_cast<int8_t>(b >> (8 * i)));
   return c;
 }
+// Byte n of the result: byte (s >> 4n) & 7 of the eight bytes of y:x (x's
+// bytes 0-3, y's 4-7).
+inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+  const uint64_t v = (static_cast<uint64_t>(y) << 32) | x;
+  unsigned r = 0;
+  for (int n = 0; n < 4; n++) r |= static_cast<unsigned>((v >> (8 * ((s >> (4 * n)) & 7))) & 0xFF) << (8 * n);
+  return r;
+}
 // Atomics and fences: the blocks of a grid run on several CPU threads at
 // once (a grid's last-block tails count finished blocks with these).
 inline unsigned atomicAdd(unsigned* p, unsigned v) { return std::atomic_ref<unsigned>(*p).fetch_add(v); }

@@ -95,6 +95,36 @@ inline void rope_angles(float* cs, int n_rot, int pos, float base, const float* 
   }
 }
 
+// rope_angles's angles as a table a device computes them from: out[i] (n_rot
+// / 2) the angle of pair i per position (the frequency, its factor, and
+// under scaling the mix of interpolated and kept angle folded in: theta =
+// pos * out[i], which rope_angles computes as the same product in another
+// order), and the factor cos and sin are multiplied by, returned.
+inline float rope_pair_freqs(double* out, int n_rot, float base, const float* freq_factors, float mscale = 1.f,
+                             const RopeScaling* rs = nullptr) {
+  float lo = 0, hi = 0;
+  const bool yarn = rs && rs->ext_factor != 0.f;
+  if (yarn) {
+    yarn_ramp_dims(n_rot, rs->n_ctx_orig, base, rs->beta_fast, rs->beta_slow, &lo, &hi);
+    mscale *= 1.0f + 0.1f * std::log(1.0f / rs->freq_scale);
+  }
+  for (int i = 0; i < n_rot / 2; i++) {
+    double freq = std::pow(static_cast<double>(base), -2.0 * i / n_rot);
+    if (freq_factors) freq /= freq_factors[i];
+    double f = 1.0;  // what the angle keeps of pos * freq
+    if (rs) {
+      f = rs->freq_scale;
+      if (yarn) {
+        const float y = (i - lo) / std::max(0.001f, hi - lo);
+        const double mix = (1 - std::min(1.f, std::max(0.f, y))) * rs->ext_factor;
+        f = rs->freq_scale * (1 - mix) + mix;
+      }
+    }
+    out[i] = freq * f;
+  }
+  return mscale;
+}
+
 // Applies precomputed angles (rope_angles) to one head.
 inline void rope_apply(float* x, int n_rot, const float* cs, bool neox) {
   const int half = n_rot / 2;

@@ -38,8 +38,10 @@ extern "C" {
  * carries old_tail's generation (a copy only from what the device holds).
  * 9: PhlCudaConfig.rope_attn_factor. 10: PhlCudaSwitches.q8_act, bf16_weights.
  * 11: mixture of experts (PhlCudaLayer's router and experts, PhlCudaConfig's
- * expert counts). 12: PhlCudaSwitches.fused_tails. */
-#define PHASELAB_CUDA_ABI_VERSION 12
+ * expert counts). 12: PhlCudaSwitches.fused_tails. 13: gpt-oss (PhlCudaLayer's
+ * output bias, sinks, expert biases and RoPE table; PhlCudaConfig's gating
+ * and expert activation). */
+#define PHASELAB_CUDA_ABI_VERSION 13
 /* Positions per K/V block: the host pool's (KvPool::kBlockTokens) and the
  * kernels' (cuda::kKvBlockTokens); both sides assert it. */
 #define PHASELAB_CUDA_KV_BLOCK_TOKENS 16
@@ -69,20 +71,33 @@ typedef struct PhlCudaLayer {
   PhlCudaWeight router, gate_exps, up_exps, down_exps;
   int32_t window;   /* > 0: a sliding-window layer's window (ModelConfig::window_of) */
   float rope_base;  /* ModelConfig::rope_base_of */
+  /* gpt-oss (n = 0 elsewhere): the attention output's bias (n_embd), each
+   * query head's sink logit (n_head), the router's bias (n_expert) and each
+   * expert's biases (n_expert * n_ff_exp for gate and up, n_expert * n_embd
+   * for down). */
+  PhlCudaVector bo, attn_sinks, router_b, gate_exps_b, up_exps_b, down_exps_b;
+  /* RoPE of this layer: per rotation pair i (n_rot / 2) the angle per
+   * position, base^(-2i / n_rot) with the freq factors and the scaling
+   * (linear, YaRN) folded in, and what cos and sin are multiplied by
+   * (ref::rope_pair_freqs; the CPU's angles are pos times these). */
+  const double* rope_inv_freq;
+  float rope_mscale;
 } PhlCudaLayer;
 
 /* What the passes read of ModelConfig (the flags are 0 or 1). */
 typedef struct PhlCudaConfig {
   int32_t n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_rot;
   float rms_eps, embd_scale, attn_scale, attn_logit_softcap, final_logit_softcap;
-  float rope_attn_factor; /* cos and sin times this (phi3; else 1) */
+  float rope_attn_factor; /* cos and sin times this (phi3; else 1); PhlCudaLayer.rope_mscale includes it */
   int32_t gelu; /* GELU-tanh gating, else SiLU */
   int32_t attn_bias, qk_norm, rope_neox, post_norms;
   /* Mixture of experts (0: dense): experts per layer and per token, each
    * expert's width, and whether the chosen experts' weights are renormalised
-   * to sum 1 (softmax gating over all experts, SiLU experts, no biases: the
-   * engine refuses other kinds). */
+   * to sum 1. expert_top_k_first: the K largest logits, then a softmax over
+   * them (gpt-oss), else a softmax over all experts first. expert_act: the
+   * experts' gate (cuda::GateAct: 0 SiLU, 1 GELU-tanh, 2 gpt-oss's). */
   int32_t n_expert, n_expert_used, n_ff_exp, expert_weights_norm;
+  int32_t expert_top_k_first, expert_act;
 } PhlCudaConfig;
 
 /* The model's weights, in host memory for the length of create(). */

@@ -84,7 +84,12 @@ struct DevLayer {
   // matrix of all the experts' rows (PhlCudaLayer).
   DevWeight router, gate_exps, up_exps, down_exps;
   bool moe() const { return router.data != nullptr; }
-  double* rope_inv_freq = nullptr;  // (n_rot / 2) cuda::rope_inv_freq of this layer's base
+  double* rope_inv_freq = nullptr;  // (n_rot / 2) PhlCudaLayer::rope_inv_freq
+  float rope_mscale = 1.f;          // PhlCudaLayer::rope_mscale
+  // gpt-oss (null elsewhere): the attention output's bias, the heads' sink
+  // logits, the router's and the experts' biases (PhlCudaLayer).
+  float *bo = nullptr, *attn_sinks = nullptr, *router_b = nullptr;
+  float *gate_exps_b = nullptr, *up_exps_b = nullptr, *down_exps_b = nullptr;
 
 };
 
@@ -308,8 +313,8 @@ class CudaDevice {
   int32_t* moe_sel_ = nullptr;
   cuda::MoeGroups moe_groups_{};
   Status moe_block(const DevLayer& L, int T, bool gemm, cuda::Q8Act xb_q8);
-  static cuda::ExpertMats experts(const DevWeight& w, int rows_per_expert) {
-    return cuda::ExpertMats{w.data, w.type, w.row_bytes, rows_per_expert};
+  static cuda::ExpertMats experts(const DevWeight& w, int rows_per_expert, const float* bias) {
+    return cuda::ExpertMats{w.data, w.type, w.row_bytes, rows_per_expert, bias};
   }
   // The rows of a pass, max_batch entries per field: tokens, positions,
   // table offsets (the RowMap), logits rows; then the argmaxes. meta_stage_:

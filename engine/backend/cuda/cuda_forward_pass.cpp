@@ -34,12 +34,15 @@ Status CudaDevice::matvec(const DevWeight& w, const float* x, int T, float* out,
 Status CudaDevice::moe_block(const DevLayer& L, int T, bool gemm, cuda::Q8Act xb_q8) {
   const int D = c_.n_embd, E = c_.n_expert, K = c_.n_expert_used, F = c_.n_ff_exp;
   PHASELAB_TRY(matvec(L.router, xb_, T, router_, gemm));  // (T, E)
-  CUDA_TRY(cuda::launch_moe_route(router_, T, E, K, c_.expert_weights_norm != 0, moe_sel_, moe_w_, stream_));
+  if (L.router_b) CUDA_TRY(cuda::launch_add_bias(router_, L.router_b, T, E, stream_));
+  CUDA_TRY(cuda::launch_moe_route(router_, T, E, K, c_.expert_weights_norm != 0, c_.expert_top_k_first != 0, moe_sel_,
+                                  moe_w_, stream_));
   CUDA_TRY(cuda::launch_moe_group(moe_sel_, T, K, E, moe_groups_, stream_));
-  // (SiLU experts: the loader refuses other kinds; c_.gelu is the dense layers'.)
-  CUDA_TRY(cuda::launch_moe_gated(experts(L.gate_exps, F), experts(L.up_exps, F), D, xb_, T, K, moe_groups_, E,
-                                  /*gelu=*/false, moe_h_, stream_, xb_q8));
-  CUDA_TRY(cuda::launch_moe_down(experts(L.down_exps, D), F, moe_h_, T, K, moe_groups_, E, moe_y_, stream_, q8_));
+  CUDA_TRY(cuda::launch_moe_gated(experts(L.gate_exps, F, L.gate_exps_b), experts(L.up_exps, F, L.up_exps_b), D, xb_,
+                                  T, K, moe_groups_, E, static_cast<cuda::GateAct>(c_.expert_act), moe_h_, stream_,
+                                  xb_q8));
+  CUDA_TRY(cuda::launch_moe_down(experts(L.down_exps, D, L.down_exps_b), F, moe_h_, T, K, moe_groups_, E, moe_y_,
+                                 stream_, q8_));
   CUDA_TRY(cuda::launch_moe_combine(moe_y_, moe_w_, T, K, D, xb2_, stream_));
   return Status::ok();
 }
@@ -52,13 +55,15 @@ Status CudaDevice::attention(int il, const Pass& ps, cuda::Q8Act q8_out) {
     CUDA_TRY(cuda::launch_attention(q_, pages(il), row_map(), xb_, scratch_, ps.n_small, c_.n_head, c_.n_head_kv, HD,
                                     window, c_.attn_scale, c_.attn_logit_softcap,
                                     cuda::attention_splits(ps.n_small, c_.n_head, ps.split_ctx), stream_, q8_out,
-                                    fused_tails_ & kTailAttnMerge ? attn_counters_ : nullptr));
+                                    fused_tails_ & kTailAttnMerge ? attn_counters_ : nullptr,
+                                    layers_[il].attn_sinks));
   for (const TiledChunk& t : tiled_) {
     const size_t off = static_cast<size_t>(t.row) * NQ;
     CUDA_TRY(cuda::launch_attention_tiled(
         q_ + off, pages(il), row_map(t.row), xb_ + off, scratch_, t.n, c_.n_head, c_.n_head_kv, HD, window,
         c_.attn_scale, c_.attn_logit_softcap,
-        cuda::attention_tiled_splits(t.n, c_.n_head, c_.n_head_kv, t.n_keys, sm_count_), stream_));
+        cuda::attention_tiled_splits(t.n, c_.n_head, c_.n_head_kv, t.n_keys, sm_count_), stream_,
+        layers_[il].attn_sinks));
   }
   return Status::ok();
 }
@@ -77,7 +82,7 @@ cuda::QkRope CudaDevice::qk_rope(int il) const {
   r.n_rot = c_.n_rot;
   r.base = layer_rope_base_[il];
   r.freq_factors = rope_ff_;
-  r.mscale = c_.rope_attn_factor;
+  r.mscale = L.rope_mscale;
   r.neox = c_.rope_neox;
   r.eps = c_.rms_eps;
   r.inv_freq = L.rope_inv_freq;
@@ -150,11 +155,12 @@ Status CudaDevice::enqueue(const Pass& ps) {
     // Then the post-attention norm, residual add and the feed-forward's norm
     // in one pass: the projection's tail, or a launch of its own.
     const cuda::AddNormTail attn_tail = norm_tail(L.post_attn_norm, L.ffn_norm, norm_q8);
-    if (fuse_tails) {
+    if (fuse_tails && !L.bo) {
       PHASELAB_TRY(matvec(L.wo, xb_, T, xb2_, false, attn_q8, &attn_tail));
       PHASELAB_TRY(prof_.mark("output projection + norms", stream_));
     } else {
       PHASELAB_TRY(matvec(L.wo, xb_, T, xb2_, ps.gemm, attn_q8));
+      if (L.bo) CUDA_TRY(cuda::launch_add_bias(xb2_, L.bo, T, D, stream_));
       PHASELAB_TRY(prof_.mark("output projection", stream_));
       CUDA_TRY(cuda::launch_add_rmsnorm(x_, xb2_, attn_tail.post_w, L.ffn_norm, xb_, T, D, c_.rms_eps, stream_,
                                         norm_q8));

@@ -24,14 +24,19 @@ Status CudaDevice::upload_weights() {
     DevLayer& d = layers_[il];
     layer_window_[il] = L.window;
     layer_rope_base_[il] = L.rope_base;
-    {  // RoPE's inverse frequencies, in double, once (not a pow per pair per pass)
-      std::vector<double> inv(std::max(1, c_.n_rot / 2));
-      cuda::rope_inv_freq(L.rope_base, c_.n_rot, w.rope_freq_factors.n > 0 ? w.rope_freq_factors.data : nullptr,
-                          inv.data());
-      CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&d.rope_inv_freq), inv.size() * sizeof(double)));
+    {  // RoPE's angles per position, in double, once (not a pow per pair per pass)
+      const size_t n = std::max(1, c_.n_rot / 2);
+      CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&d.rope_inv_freq), n * sizeof(double)));
       allocations_.push_back(d.rope_inv_freq);
-      CUDA_TRY(cudaMemcpy(d.rope_inv_freq, inv.data(), inv.size() * sizeof(double), cudaMemcpyHostToDevice));
+      CUDA_TRY(cudaMemcpy(d.rope_inv_freq, L.rope_inv_freq, n * sizeof(double), cudaMemcpyHostToDevice));
+      d.rope_mscale = L.rope_mscale;
     }
+    PHASELAB_TRY(upload_vec(L.bo, &d.bo));
+    PHASELAB_TRY(upload_vec(L.attn_sinks, &d.attn_sinks));
+    PHASELAB_TRY(upload_vec(L.router_b, &d.router_b));
+    PHASELAB_TRY(upload_vec(L.gate_exps_b, &d.gate_exps_b));
+    PHASELAB_TRY(upload_vec(L.up_exps_b, &d.up_exps_b));
+    PHASELAB_TRY(upload_vec(L.down_exps_b, &d.down_exps_b));
     PHASELAB_TRY(upload_vec(L.attn_norm, &d.attn_norm));
     PHASELAB_TRY(upload_vec(L.bq, &d.bq));
     PHASELAB_TRY(upload_vec(L.bk, &d.bk));
