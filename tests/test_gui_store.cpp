@@ -81,6 +81,23 @@ class TestGuiStore : public QObject {
   int m_n = 0;
   QString freshPath() { return m_dir.filePath(QStringLiteral("db%1.sqlite").arg(++m_n)); }
   static MainWindow::Options windowOn(const QString& path) { return testing::windowOptions(path); }
+  // The window shown with the stories model loaded (one thread) and greedy
+  // answers of at most maxTokens; whether the model became ready.
+  static bool showWithStories(MainWindow& w, int maxTokens, bool ignoreEos = false) {
+    w.show();
+    QSignalSpy ready(&w, &MainWindow::modelReady);
+    EngineConfig c;
+    c.threads = 1;
+    w.setEngineConfig(c);
+    w.loadModel(testing::stories());
+    if (!ready.wait(20000)) return false;
+    GenerationSettings g;
+    g.temperature = 0;
+    g.maxTokens = maxTokens;
+    g.ignoreEos = ignoreEos;
+    w.setGenerationSettings(g);
+    return true;
+  }
 
  private slots:
   void initTestCase() { testing::isolate(m_dir, "test_gui_store"); }
@@ -297,17 +314,7 @@ class TestGuiStore : public QObject {
     const QString path = freshPath();
     QVERIFY(QDir().mkpath(path));  // a folder where the file should be
     MainWindow w(windowOn(path));
-    w.show();
-    QSignalSpy ready(&w, &MainWindow::modelReady);
-    EngineConfig c;
-    c.threads = 1;
-    w.setEngineConfig(c);
-    w.loadModel(testing::stories());
-    QVERIFY(ready.wait(20000));
-    GenerationSettings g;
-    g.temperature = 0;
-    g.maxTokens = 8;
-    w.setGenerationSettings(g);
+    QVERIFY(showWithStories(w, 8));
     QSignalSpy finished(w.chatSession(), &ChatSession::answerFinished);
     QVERIFY2(w.sendMessage(QStringLiteral("Once upon a time")), qPrintable(w.lastError()));
     QVERIFY(finished.wait(30000));
@@ -659,18 +666,7 @@ class TestGuiStore : public QObject {
     QString answerText;
     {
       MainWindow w(windowOn(path));
-      w.show();
-      QSignalSpy ready(&w, &MainWindow::modelReady);
-      EngineConfig c;
-      c.threads = 1;
-      w.setEngineConfig(c);
-      w.loadModel(testing::stories());
-      QVERIFY(ready.wait(20000));
-      GenerationSettings g;
-      g.temperature = 0;
-      g.maxTokens = 24;
-      g.ignoreEos = true;
-      w.setGenerationSettings(g);
+      QVERIFY(showWithStories(w, 24, /*ignoreEos=*/true));
       QString savedWhileStreaming, stateWhileStreaming;
       bool injected = false;
       // At the answer's first tokens (before its end can arrive: the

@@ -160,18 +160,22 @@ void ChatSession::stop() {
   if (isStreaming()) m_engine->stop();
 }
 
+// The text's leading whitespace removed; whether anything is left.
+static bool dropLeadingSpace(QString& d) {
+  qsizetype i = 0;
+  while (i < d.size() && d[i].isSpace()) i++;
+  d.remove(0, i);
+  return !d.isEmpty();
+}
+
 void ChatSession::onTokens(int requestId, const QString& delta) {
   if (requestId != m_requestId || m_streamingId == 0) return;
   QString d = delta;
   // A chat answer starts at its first visible character: SentencePiece
   // models begin it with a word-start space (" Hello"). A notebook's
   // continuation keeps it: it joins the text before it.
-  if (m_streamingText.isEmpty() && m_conversationSettings.mode != QLatin1String("notebook")) {
-    qsizetype i = 0;
-    while (i < d.size() && d[i].isSpace()) i++;
-    d.remove(0, i);
-    if (d.isEmpty()) return;
-  }
+  if (m_streamingText.isEmpty() && m_conversationSettings.mode != QLatin1String("notebook") && !dropLeadingSpace(d))
+    return;
   m_streamingText += d;
   emit answerDelta(m_streamingId, d);
   if (!m_saveTimer.isActive()) m_saveTimer.start();
@@ -181,12 +185,7 @@ void ChatSession::onReasoning(int requestId, const QString& delta) {
   if (requestId != m_requestId || m_streamingId == 0) return;
   QString d = delta;
   // Like the answer, the reasoning starts at its first visible character.
-  if (m_streamingReasoning.isEmpty()) {
-    qsizetype i = 0;
-    while (i < d.size() && d[i].isSpace()) i++;
-    d.remove(0, i);
-    if (d.isEmpty()) return;
-  }
+  if (m_streamingReasoning.isEmpty() && !dropLeadingSpace(d)) return;
   m_streamingReasoning += d;
   emit reasoningDelta(m_streamingId, d);
   if (!m_saveTimer.isActive()) m_saveTimer.start();

@@ -258,6 +258,13 @@ void ConversationStore::close() {
   m_connection.clear();
 }
 
+// A prepared statement run; on failure its error kept for lastError().
+bool ConversationStore::run(QSqlQuery& q) {
+  if (q.exec()) return true;
+  m_lastError = q.lastError().text();
+  return false;
+}
+
 bool ConversationStore::exec(const QString& sql) {
   QSqlQuery q(QSqlDatabase::database(m_connection, false));
   if (!q.exec(sql)) {
@@ -370,10 +377,7 @@ qint64 ConversationStore::createConversation(const QString& title, const Convers
   q.addBindValue(settings.mode);
   q.addBindValue(textOrNull(settings.hasSystemPrompt, settings.systemPrompt));
   q.addBindValue(textOrNull(!settings.chatTemplate.isEmpty(), settings.chatTemplate));
-  if (!q.exec()) {
-    m_lastError = q.lastError().text();
-    return 0;
-  }
+  if (!run(q)) return 0;
   return q.lastInsertId().toLongLong();
 }
 
@@ -412,10 +416,7 @@ bool ConversationStore::setConversationSettings(qint64 id, const ConversationSet
   q.addBindValue(textOrNull(settings.hasSystemPrompt, settings.systemPrompt));
   q.addBindValue(textOrNull(!settings.chatTemplate.isEmpty(), settings.chatTemplate));
   q.addBindValue(id);
-  if (!q.exec()) {
-    m_lastError = q.lastError().text();
-    return false;
-  }
+  if (!run(q)) return false;
   if (q.numRowsAffected() != 1) {
     m_lastError = QStringLiteral("no conversation %1").arg(id);
     return false;
@@ -561,8 +562,7 @@ qint64 ConversationStore::addMessage(qint64 conversationId, const QString& role,
   q.addBindValue(content.isNull() ? QStringLiteral("") : content);  // a null QString binds as SQL NULL
   q.addBindValue(state);
   q.addBindValue(nowMs());
-  if (!q.exec()) {
-    m_lastError = q.lastError().text();
+  if (!run(q)) {
     spdlog::warn("conversation store: adding a message failed: {}", m_lastError.toStdString());
     return 0;
   }
@@ -576,11 +576,7 @@ bool ConversationStore::updateMessage(qint64 id, const QString& content, const Q
   q.addBindValue(content.isNull() ? QStringLiteral("") : content);
   q.addBindValue(state);
   q.addBindValue(id);
-  if (!q.exec()) {
-    m_lastError = q.lastError().text();
-    return false;
-  }
-  return true;
+  return run(q);
 }
 
 bool ConversationStore::updateAnswer(qint64 id, const QString& content, const QString& reasoning, const QString& state) {
@@ -590,11 +586,7 @@ bool ConversationStore::updateAnswer(qint64 id, const QString& content, const QS
   q.addBindValue(textOrNull(!reasoning.isEmpty(), reasoning));
   q.addBindValue(state);
   q.addBindValue(id);
-  if (!q.exec()) {
-    m_lastError = q.lastError().text();
-    return false;
-  }
-  return true;
+  return run(q);
 }
 
 bool ConversationStore::finishMessage(qint64 id, const QString& content, const QString& state,
@@ -606,11 +598,7 @@ bool ConversationStore::finishMessage(qint64 id, const QString& content, const Q
   q.addBindValue(QString::fromUtf8(QJsonDocument(stats.toJson()).toJson(QJsonDocument::Compact)));
   q.addBindValue(textOrNull(!reasoning.isEmpty(), reasoning));
   q.addBindValue(id);
-  if (!q.exec()) {
-    m_lastError = q.lastError().text();
-    return false;
-  }
-  return true;
+  return run(q);
 }
 
 bool ConversationStore::deleteMessage(qint64 id) {
@@ -638,10 +626,7 @@ qint64 ConversationStore::saveRun(const char* table, const QString& title, const
   q.addBindValue(title);
   q.addBindValue(QString::fromUtf8(options));
   q.addBindValue(QString::fromUtf8(rows));
-  if (!q.exec()) {
-    m_lastError = q.lastError().text();
-    return 0;
-  }
+  if (!run(q)) return 0;
   return q.lastInsertId().toLongLong();
 }
 
@@ -666,10 +651,7 @@ bool ConversationStore::deleteRun(const char* table, qint64 id) {
   QSqlQuery q(QSqlDatabase::database(m_connection));
   q.prepare(QStringLiteral("DELETE FROM %1 WHERE id = ?").arg(QLatin1String(table)));
   q.addBindValue(id);
-  if (!q.exec()) {
-    m_lastError = q.lastError().text();
-    return false;
-  }
+  if (!run(q)) return false;
   return q.numRowsAffected() > 0;
 }
 

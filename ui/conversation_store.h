@@ -12,6 +12,8 @@
 
 #include "engine_types.h"
 
+class QSqlQuery;
+
 namespace phaselab::ui {
 
 struct ConversationRecord {
@@ -139,6 +141,7 @@ class ConversationStore : public QObject {
   bool openConnection(const QString& path);
   bool checkBeforeWriting(bool existing);
   bool exec(const QString& sql);
+  bool run(QSqlQuery& q);
   // table: compare_runs or serving_runs.
   qint64 saveRun(const char* table, const QString& title, const QByteArray& options, const QByteArray& rows);
   QList<CompareRunRecord> runs(const char* table) const;
