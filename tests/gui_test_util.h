@@ -44,4 +44,15 @@ inline MainWindow::Options windowOptions(const QString& dbPath) {
   return o;
 }
 
+// The stories model loaded into the window on one engine thread (one core
+// for the engine, one for the GUI thread), c's other settings kept;
+// whether it became ready.
+inline bool loadStories(MainWindow& w, EngineConfig c = EngineConfig{}) {
+  QSignalSpy ready(&w, &MainWindow::modelReady);
+  c.threads = 1;
+  w.setEngineConfig(c);
+  w.loadModel(stories());
+  return ready.wait(20000);
+}
+
 }  // namespace phaselab::ui::testing

@@ -25,14 +25,6 @@ class TestGuiChatText : public QObject {
   MainWindow::Options options() {
     return testing::windowOptions(m_dir.filePath(QStringLiteral("w%1.sqlite").arg(++m_n)));
   }
-  static bool loadStories(MainWindow& w) {
-    QSignalSpy ready(&w, &MainWindow::modelReady);
-    EngineConfig c;
-    c.threads = 1;
-    w.setEngineConfig(c);
-    w.loadModel(testing::stories());
-    return ready.wait(20000);
-  }
   static GenerationSettings greedy(int n) {
     GenerationSettings g;
     g.temperature = 0;
@@ -50,7 +42,7 @@ class TestGuiChatText : public QObject {
   void chat_answers_start_at_their_first_visible_character() {
     MainWindow w(options());
     w.show();
-    QVERIFY(loadStories(w));
+    QVERIFY(testing::loadStories(w));
     w.setGenerationSettings(greedy(12));
     QSignalSpy finished(w.chatSession(), &ChatSession::answerFinished);
     QVERIFY(w.sendMessage(QStringLiteral("Tell me a story")));
@@ -64,7 +56,7 @@ class TestGuiChatText : public QObject {
   void continue_with_an_empty_box_continues_the_notebook() {
     MainWindow w(options());
     w.show();
-    QVERIFY(loadStories(w));
+    QVERIFY(testing::loadStories(w));
     w.setConversationMode(QStringLiteral("notebook"));
     w.setGenerationSettings(greedy(8));
     // Nothing written yet: the window says what to do.
@@ -91,7 +83,7 @@ class TestGuiChatText : public QObject {
   void an_empty_chat_message_says_what_to_do() {
     MainWindow w(options());
     w.show();
-    QVERIFY(loadStories(w));
+    QVERIFY(testing::loadStories(w));
     QVERIFY(!w.sendMessage(QStringLiteral("   ")));
     QVERIFY2(w.statusBar()->currentMessage().contains(QStringLiteral("Type a message")),
              qPrintable(w.statusBar()->currentMessage()));

@@ -27,14 +27,6 @@ class TestGuiModelSwap : public QObject {
   MainWindow::Options options() {
     return testing::windowOptions(m_dir.filePath(QStringLiteral("w%1.sqlite").arg(++m_n)));
   }
-  static bool loadStories(MainWindow& w) {
-    QSignalSpy ready(&w, &MainWindow::modelReady);
-    EngineConfig c;
-    c.threads = 1;
-    w.setEngineConfig(c);
-    w.loadModel(testing::stories());
-    return ready.wait(20000);
-  }
   QString writeFile(const QString& name, const QByteArray& bytes) {
     const QString path = m_dir.filePath(name);
     QFile f(path);
@@ -71,7 +63,7 @@ class TestGuiModelSwap : public QObject {
   void a_failed_open_keeps_the_working_model() {
     MainWindow w(options());
     w.show();
-    QVERIFY(loadStories(w));
+    QVERIFY(testing::loadStories(w));
     expectKeptAfterFailedLoad(w, writeFile(QStringLiteral("notes.txt"), "just some text, not a model\n"));
     // A truncated copy of a real model.
     QFile real(testing::stories());
@@ -82,7 +74,7 @@ class TestGuiModelSwap : public QObject {
   void engine_settings_that_fail_to_load_are_not_kept() {
     MainWindow w(options());
     w.show();
-    QVERIFY(loadStories(w));
+    QVERIFY(testing::loadStories(w));
     const EngineConfig working = w.engineConfig();
     EngineConfig bad = working;
     bad.contextSize = 1000000;  // beyond what the model was trained for: the engine refuses it

@@ -273,12 +273,7 @@ class TestGuiServe : public QObject {
     {
       MainWindow w(options());
       w.show();
-      QSignalSpy ready(&w, &MainWindow::modelReady);
-      EngineConfig c;
-      c.threads = 1;
-      w.setEngineConfig(c);
-      w.loadModel(testing::stories());
-      QVERIFY(ready.wait(20000));
+      QVERIFY(testing::loadStories(w));
       QVERIFY(w.serveLabelText().isEmpty());
       QVERIFY(!w.metricsDock()->isRemoteNoteShown());
       QSignalSpy started(w.engine(), &EngineController::serverStarted);

@@ -85,12 +85,7 @@ class TestGuiStore : public QObject {
   // answers of at most maxTokens; whether the model became ready.
   static bool showWithStories(MainWindow& w, int maxTokens, bool ignoreEos = false) {
     w.show();
-    QSignalSpy ready(&w, &MainWindow::modelReady);
-    EngineConfig c;
-    c.threads = 1;
-    w.setEngineConfig(c);
-    w.loadModel(testing::stories());
-    if (!ready.wait(20000)) return false;
+    if (!testing::loadStories(w)) return false;
     GenerationSettings g;
     g.temperature = 0;
     g.maxTokens = maxTokens;

@@ -73,14 +73,6 @@ class TestGuiWindow : public QObject {
     g.useKvCache = kv;
     return g;
   }
-  static bool loadStories(MainWindow& w) {
-    QSignalSpy ready(&w, &MainWindow::modelReady);
-    EngineConfig c;
-    c.threads = 1;  // one core for the engine, one for the GUI thread
-    w.setEngineConfig(c);
-    w.loadModel(testing::stories());
-    return ready.wait(20000);
-  }
   static QList<MessageWidget*> answers(MainWindow& w) {
     QList<MessageWidget*> out;
     for (MessageWidget* m : w.chatView()->messageWidgets())
@@ -94,7 +86,7 @@ class TestGuiWindow : public QObject {
   void sending_streams_into_the_view_and_ends_with_stats() {
     MainWindow w(options());
     w.show();
-    QVERIFY(loadStories(w));
+    QVERIFY(testing::loadStories(w));
     w.setGenerationSettings(answer(400));
     QSignalSpy deltas(w.chatSession(), &ChatSession::answerDelta);
     QSignalSpy finished(w.chatSession(), &ChatSession::answerFinished);
@@ -135,7 +127,7 @@ class TestGuiWindow : public QObject {
   void toolbar_toggles_apply_to_the_next_message() {
     MainWindow w(options());
     w.show();
-    QVERIFY(loadStories(w));
+    QVERIFY(testing::loadStories(w));
     w.setGenerationSettings(answer(120));
     QSignalSpy finished(w.chatSession(), &ChatSession::answerFinished);
     const QString prompt = QStringLiteral("Once upon a time, there was a little girl named Lily. She loved to play");
@@ -171,7 +163,7 @@ class TestGuiWindow : public QObject {
     MainWindow w(options());
     w.show();
     QVERIFY(w.isActiveWindow() || true);
-    QVERIFY(loadStories(w));
+    QVERIFY(testing::loadStories(w));
     w.setGenerationSettings(answer(1500, /*kv=*/false));  // slow steps
     QSignalSpy finished(w.chatSession(), &ChatSession::answerFinished);
     QSignalSpy deltas(w.chatSession(), &ChatSession::answerDelta);
@@ -192,7 +184,7 @@ class TestGuiWindow : public QObject {
   void regenerate_replaces_the_answer() {
     MainWindow w(options());
     w.show();
-    QVERIFY(loadStories(w));
+    QVERIFY(testing::loadStories(w));
     GenerationSettings g = answer(60);
     g.temperature = 1.0f;
     g.seed = 1;
@@ -220,7 +212,7 @@ class TestGuiWindow : public QObject {
   void edit_and_resend_replaces_later_messages() {
     MainWindow w(options());
     w.show();
-    QVERIFY(loadStories(w));
+    QVERIFY(testing::loadStories(w));
     w.setGenerationSettings(answer(20));
     QSignalSpy finished(w.chatSession(), &ChatSession::answerFinished);
     QVERIFY(w.sendMessage(QStringLiteral("first question")));
@@ -254,7 +246,7 @@ class TestGuiWindow : public QObject {
     QVERIFY(!w.sendMessage(QStringLiteral("hello?")));
     QVERIFY(w.lastError().contains(QStringLiteral("No model")));
     // And a good model afterwards works.
-    QVERIFY(loadStories(w));
+    QVERIFY(testing::loadStories(w));
     QVERIFY(!w.isErrorShown());
     w.setGenerationSettings(answer(10));
     QSignalSpy finished(w.chatSession(), &ChatSession::answerFinished);
@@ -268,7 +260,7 @@ class TestGuiWindow : public QObject {
     QString answerText;
     {
       MainWindow w(options(db));
-      QVERIFY(loadStories(w));
+      QVERIFY(testing::loadStories(w));
       w.setGenerationSettings(answer(30));
       QSignalSpy finished(w.chatSession(), &ChatSession::answerFinished);
       QVERIFY(w.sendMessage(QStringLiteral("Remember me")));
@@ -286,7 +278,7 @@ class TestGuiWindow : public QObject {
 
   void conversation_list_rename_search_delete() {
     MainWindow w(options());
-    QVERIFY(loadStories(w));
+    QVERIFY(testing::loadStories(w));
     w.setGenerationSettings(answer(5));
     QSignalSpy finished(w.chatSession(), &ChatSession::answerFinished);
     QVERIFY(w.sendMessage(QStringLiteral("alpha")));
@@ -323,7 +315,7 @@ class TestGuiWindow : public QObject {
     // Gemma 3 270M, whose tokens come ~100x slower and whose prefill is real).
     const QByteArray other = qgetenv("PHASELAB_STALL_MODEL");
     if (other.isEmpty()) {
-      QVERIFY(loadStories(w));
+      QVERIFY(testing::loadStories(w));
     } else {
       QSignalSpy ready(&w, &MainWindow::modelReady);
       w.loadModel(QString::fromLocal8Bit(other));
@@ -370,7 +362,7 @@ class TestGuiWindow : public QObject {
     w.resize(800, 600);
     w.show();
     QVERIFY(QTest::qWaitForWindowExposed(&w));
-    QVERIFY(loadStories(w));
+    QVERIFY(testing::loadStories(w));
     w.setGenerationSettings(answer(160));
     ChatView* view = w.chatView();
     for (int i = 0; i < 3; i++) {
@@ -417,7 +409,7 @@ class TestGuiWindow : public QObject {
       w.resize(size);
       w.show();
       QVERIFY(QTest::qWaitForWindowExposed(&w));
-      QVERIFY(loadStories(w));
+      QVERIFY(testing::loadStories(w));
       w.setGenerationSettings(answer(200));
       for (int i = 0; i < 3; i++) sendAndWait(w, QStringLiteral("A question long enough to wrap, number %1, about dragons").arg(i));
       ChatView* view = w.chatView();
@@ -443,7 +435,7 @@ class TestGuiWindow : public QObject {
     w.resize(800, 600);
     w.show();
     QVERIFY(QTest::qWaitForWindowExposed(&w));
-    QVERIFY(loadStories(w));
+    QVERIFY(testing::loadStories(w));
     QApplication::processEvents();
     QVERIFY(w.isNarrowLayout());
     auto* bar = w.findChild<QWidget*>(QStringLiteral("chatToolbar"));
@@ -478,7 +470,7 @@ class TestGuiWindow : public QObject {
     w.resize(800, 600);
     w.show();
     QVERIFY(QTest::qWaitForWindowExposed(&w));
-    QVERIFY(loadStories(w));
+    QVERIFY(testing::loadStories(w));
     auto* label = w.findChild<QLabel*>(QStringLiteral("modelLabel"));
     QVERIFY(label);
     const QString whole = label->text();
@@ -505,7 +497,7 @@ class TestGuiWindow : public QObject {
   void base_model_note_and_notebook_mode() {
     MainWindow w(options());
     w.show();
-    QVERIFY(loadStories(w));
+    QVERIFY(testing::loadStories(w));
     QVERIFY(w.isBaseModelNoteShown());
     auto* useNotebook = w.findChild<QPushButton*>(QStringLiteral("useNotebookMode"));
     QVERIFY(useNotebook);
@@ -539,7 +531,7 @@ class TestGuiWindow : public QObject {
   void export_and_import_through_the_window() {
     MainWindow w(options());
     w.show();
-    QVERIFY(loadStories(w));
+    QVERIFY(testing::loadStories(w));
     w.setGenerationSettings(answer(30));
     sendAndWait(w, QStringLiteral("Tell me about cats"));
     const qint64 id = w.chatSession()->conversationId();
@@ -576,7 +568,7 @@ class TestGuiWindow : public QObject {
     MainWindow w(options());
     w.show();
     QVERIFY(QTest::qWaitForWindowExposed(&w));
-    QVERIFY(loadStories(w));
+    QVERIFY(testing::loadStories(w));
     w.setGenerationSettings(answer(10));
     sendAndWait(w, QStringLiteral("Hello"));
     MessageWidget* card = answers(w).last();
@@ -608,7 +600,7 @@ class TestGuiWindow : public QObject {
     w.resize(1280, 800);
     w.show();
     QVERIFY(QTest::qWaitForWindowExposed(&w));
-    QVERIFY(loadStories(w));
+    QVERIFY(testing::loadStories(w));
     w.setGenerationSettings(answer(10));
     sendAndWait(w, QStringLiteral("Hello"));
     QStringList unnamed;

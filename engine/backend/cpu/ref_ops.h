@@ -61,68 +61,60 @@ inline void yarn_ramp_dims(int n_rot, int n_ctx_orig, float base, float beta_fas
   *hi = std::min(static_cast<float>(n_rot - 1), std::ceil(dim(beta_slow)));
 }
 
+// The angle of each rotation pair per position, with scaling: pair i turns
+// base^(-2i/n_rot) per position (divided by freq_factors[i] when given);
+// with scaling (rs) times freq_scale, under YaRN only past the ramp (pair i
+// mixes the scaled and the kept angle by 1 - clamp((i - lo) / (hi - lo), 0,
+// 1)). mscale: what cos and sin are multiplied by (rope.scaling.attn_factor,
+// 1 for most models; under YaRN also times 1 + 0.1 ln(1 / freq_scale)).
+struct RopePairs {
+  RopePairs(int n_rot_, float base_, const float* freq_factors, float mscale_, const RopeScaling* rs_)
+      : n_rot(n_rot_), base(base_), ff(freq_factors), rs(rs_), mscale(mscale_) {
+    yarn = rs && rs->ext_factor != 0.f;
+    if (yarn) {
+      yarn_ramp_dims(n_rot, rs->n_ctx_orig, base, rs->beta_fast, rs->beta_slow, &lo, &hi);
+      mscale *= 1.0f + 0.1f * std::log(1.0f / rs->freq_scale);
+    }
+  }
+  double freq(int i) const {
+    double f = std::pow(static_cast<double>(base), -2.0 * i / n_rot);
+    if (ff) f /= ff[i];
+    if (!rs) return f;
+    if (!yarn) return f * rs->freq_scale;
+    const float y = (i - lo) / std::max(0.001f, hi - lo);
+    const double mix = (1 - std::min(1.f, std::max(0.f, y))) * rs->ext_factor;
+    return f * (rs->freq_scale * (1 - mix) + mix);
+  }
+  int n_rot;
+  float base;
+  const float* ff;
+  const RopeScaling* rs;
+  bool yarn = false;
+  float lo = 0, hi = 0;
+  float mscale;
+};
+
 // cos/sin of the rotation angles of one position: cs[2i] = cos, cs[2i+1] =
-// sin of pos * base^(-2i/n_rot) (divided by freq_factors[i] when given),
-// both times mscale (rope.scaling.attn_factor; 1 for most models). With
-// scaling (rs): the angle times freq_scale, under YaRN only past the ramp
-// (pair i mixes the two by 1 - clamp((i - lo) / (hi - lo), 0, 1)) and cos
-// and sin also times 1 + 0.1 ln(1 / freq_scale).
+// sin of pos times pair i's angle (RopePairs), both times its mscale.
 // Shared by every head of the position.
 inline void rope_angles(float* cs, int n_rot, int pos, float base, const float* freq_factors, float mscale = 1.f,
                         const RopeScaling* rs = nullptr) {
-  float lo = 0, hi = 0;
-  const bool yarn = rs && rs->ext_factor != 0.f;
-  if (yarn) {
-    yarn_ramp_dims(n_rot, rs->n_ctx_orig, base, rs->beta_fast, rs->beta_slow, &lo, &hi);
-    mscale *= 1.0f + 0.1f * std::log(1.0f / rs->freq_scale);
-  }
+  const RopePairs pairs(n_rot, base, freq_factors, mscale, rs);
   for (int i = 0; i < n_rot / 2; i++) {
-    double freq = std::pow(static_cast<double>(base), -2.0 * i / n_rot);
-    if (freq_factors) freq /= freq_factors[i];
-    const double extrap = pos * freq;
-    double theta = extrap;
-    if (rs) {
-      const double interp = rs->freq_scale * extrap;
-      theta = interp;
-      if (yarn) {
-        const float y = (i - lo) / std::max(0.001f, hi - lo);
-        const double mix = (1 - std::min(1.f, std::max(0.f, y))) * rs->ext_factor;
-        theta = interp * (1 - mix) + extrap * mix;
-      }
-    }
-    cs[2 * i] = static_cast<float>(std::cos(theta)) * mscale;
-    cs[2 * i + 1] = static_cast<float>(std::sin(theta)) * mscale;
+    const double theta = pos * pairs.freq(i);
+    cs[2 * i] = static_cast<float>(std::cos(theta)) * pairs.mscale;
+    cs[2 * i + 1] = static_cast<float>(std::sin(theta)) * pairs.mscale;
   }
 }
 
 // rope_angles's angles as a table a device computes them from: out[i] (n_rot
-// / 2) the angle of pair i per position (the frequency, its factor, and
-// under scaling the mix of interpolated and kept angle folded in: theta =
-// pos * out[i], which rope_angles computes as the same product in another
-// order), and the factor cos and sin are multiplied by, returned.
+// / 2) pair i's angle per position (theta = pos * out[i]); returns what cos
+// and sin are multiplied by.
 inline float rope_pair_freqs(double* out, int n_rot, float base, const float* freq_factors, float mscale = 1.f,
                              const RopeScaling* rs = nullptr) {
-  float lo = 0, hi = 0;
-  const bool yarn = rs && rs->ext_factor != 0.f;
-  if (yarn) {
-    yarn_ramp_dims(n_rot, rs->n_ctx_orig, base, rs->beta_fast, rs->beta_slow, &lo, &hi);
-    mscale *= 1.0f + 0.1f * std::log(1.0f / rs->freq_scale);
-  }
-  for (int i = 0; i < n_rot / 2; i++) {
-    double freq = std::pow(static_cast<double>(base), -2.0 * i / n_rot);
-    if (freq_factors) freq /= freq_factors[i];
-    double f = 1.0;  // what the angle keeps of pos * freq
-    if (rs) {
-      f = rs->freq_scale;
-      if (yarn) {
-        const float y = (i - lo) / std::max(0.001f, hi - lo);
-        const double mix = (1 - std::min(1.f, std::max(0.f, y))) * rs->ext_factor;
-        f = rs->freq_scale * (1 - mix) + mix;
-      }
-    }
-    out[i] = freq * f;
-  }
-  return mscale;
+  const RopePairs pairs(n_rot, base, freq_factors, mscale, rs);
+  for (int i = 0; i < n_rot / 2; i++) out[i] = pairs.freq(i);
+  return pairs.mscale;
 }
 
 // Applies precomputed angles (rope_angles) to one head.
