@@ -398,6 +398,9 @@ void TestJinja::model_template_renders_prompts() {
   for (const auto& [tmpl, family] : {std::pair{qwen, ChatTemplateFamily::chatml}, std::pair{llama, ChatTemplateFamily::llama3}}) {
     auto model = load(tmpl, k == 0 ? "jinja-qwen.gguf" : "jinja-llama.gguf");
     const ChatFormat format = model->chat_format();
+    // Qwen 2.5's template teaches <tool_call> (its calls are parsed); Llama
+    // 3.1's writes bare JSON, which is not.
+    QCOMPARE(format.tool_calls, family == ChatTemplateFamily::chatml ? ToolCallSyntax::hermes : ToolCallSyntax::none);
     QVERIFY(format.jinja != nullptr);
     QVERIFY(model->chat_template_error().empty());
     QCOMPARE(format.family, family);

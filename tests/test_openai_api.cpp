@@ -10,6 +10,7 @@
 #include <set>
 
 #include "phaselab/backend.h"
+#include "phaselab/jinja.h"
 #include "phaselab/openai_api.h"
 #include "phaselab/scheduler.h"
 #include "tiny_model.h"
@@ -140,6 +141,197 @@ class TestOpenAiApi : public QObject {
     }
   }
 
+  // A reply's <tool_call> blocks become calls; anything else stays text.
+  void tool_calls_are_split_out_of_the_text() {
+    const auto split = [](const std::string& t) { return openai::split_tool_calls(t); };
+    auto plain = split("  Just text, no <tool_call.  ");
+    QCOMPARE(plain.content, std::string("Just text, no <tool_call."));
+    QVERIFY(plain.calls.empty());
+    auto one = split("Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>");
+    QCOMPARE(one.content, std::string("Let me look."));
+    QCOMPARE(one.calls.size(), size_t{1});
+    QCOMPARE(one.calls[0]["type"].get<std::string>(), std::string("function"));
+    QCOMPARE(one.calls[0]["function"]["name"].get<std::string>(), std::string("get_weather"));
+    QCOMPARE(json::parse(one.calls[0]["function"]["arguments"].get<std::string>()), json({{"city", "Paris"}}));
+    QVERIFY(one.calls[0]["id"].get<std::string>().rfind("call_", 0) == 0);
+    // Two calls (ids differ), arguments given as text and as "parameters",
+    // the last block unclosed where the reply ended.
+    auto two = split("<tool_call>{\"name\":\"a\",\"arguments\":\"{\\\"x\\\":1}\"}</tool_call>\n"
+                     "<tool_call>{\"name\":\"b-2\",\"parameters\":{\"y\":[1,2]}}");
+    QCOMPARE(two.calls.size(), size_t{2});
+    QVERIFY(two.content.empty());
+    QCOMPARE(two.calls[0]["function"]["arguments"].get<std::string>(), std::string("{\"x\":1}"));
+    QCOMPARE(json::parse(two.calls[1]["function"]["arguments"].get<std::string>()), json({{"y", {1, 2}}}));
+    QVERIFY(two.calls[0]["id"] != two.calls[1]["id"]);
+    // No arguments: an empty object.
+    QCOMPARE(split("<tool_call>{\"name\":\"now\"}</tool_call>").calls[0]["function"]["arguments"].get<std::string>(),
+             std::string("{}"));
+    // Not calls: broken JSON, a name that is not one, no name: kept as written.
+    for (const std::string bad : {"<tool_call>{\"name\": \"f\", </tool_call>", "<tool_call>{\"name\": \"a b\"}</tool_call>",
+                                  "<tool_call>[1, 2]</tool_call>", "<tool_call>{\"arguments\": {}}</tool_call>"}) {
+      auto kept = split("Before " + bad);
+      QVERIFY2(kept.calls.empty(), bad.c_str());
+      QCOMPARE(kept.content, "Before " + bad);
+    }
+    // A finish_reason of tool_calls only for a reply that ended by itself.
+    GenerateResult r;
+    r.metrics.stop_reason = StopReason::eos;
+    QCOMPARE(std::string(openai::finish_reason(r, true)), std::string("tool_calls"));
+    QCOMPARE(std::string(openai::finish_reason(r, false)), std::string("stop"));
+    r.metrics.stop_reason = StopReason::length;
+    QCOMPARE(std::string(openai::finish_reason(r, true)), std::string("length"));
+  }
+
+  // Streamed: text before a call goes out as it comes (what could still
+  // become "<tool_call>" waits), the call's text waits for the end; fed in
+  // pieces of every size the result is the same.
+  void tool_calls_are_held_back_while_streaming() {
+    const std::string reply =
+        "Checking <tools> first.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n"
+        "</tool_call>";
+    for (size_t piece : {size_t{1}, size_t{2}, size_t{5}, size_t{11}, reply.size()}) {
+      openai::ToolCallStream st;
+      std::string sent;
+      for (size_t i = 0; i < reply.size(); i += piece) {
+        const std::string out = st.push(std::string_view(reply).substr(i, piece));
+        sent += out;
+        QVERIFY2(sent.find("<tool_call>") == std::string::npos, "a call's text went out");
+      }
+      QCOMPARE(sent, std::string("Checking <tools> first.\n"));
+      const openai::ToolCallSplit end = st.finish();
+      QVERIFY(end.content.empty());
+      QCOMPARE(end.calls.size(), size_t{1});
+      QCOMPARE(end.calls[0]["function"]["name"].get<std::string>(), std::string("get_weather"));
+    }
+    // A reply that ends in what might have begun a call sends it at the end.
+    openai::ToolCallStream st;
+    QCOMPARE(st.push("Look: <tool"), std::string("Look: "));
+    const openai::ToolCallSplit end = st.finish();
+    QCOMPARE(end.content, std::string("<tool"));
+    QVERIFY(end.calls.empty());
+    // The chunk that carries calls: each with its index, in the delta.
+    const openai::ResponseHead h{"id-1", 1, "qwen"};
+    const json c = openai::tool_calls_chunk_json(h, 2, openai::split_tool_calls(reply).calls);
+    QCOMPARE(c["choices"][0]["index"].get<int>(), 2);
+    QCOMPARE(c["choices"][0]["delta"]["tool_calls"][0]["index"].get<int>(), 0);
+    QCOMPARE(c["choices"][0]["delta"]["tool_calls"][0]["function"]["name"].get<std::string>(), std::string("get_weather"));
+    GenerateResult r;
+    r.metrics.stop_reason = StopReason::eos;
+    QCOMPARE(openai::final_chunk_json(openai::Endpoint::chat, h, 2, r, 0, true)["choices"][0]["finish_reason"].get<std::string>(),
+             std::string("tool_calls"));
+  }
+
+  // With a model's template that teaches <tool_call> (Qwen 3's, from the
+  // corpus): the functions offered, an earlier call and its result are
+  // rendered by the template (the prompt is its text, tokenized), calls in
+  // the answer are parsed out of the whole response.
+  void tools_through_the_models_template() {
+    QFile f(QStringLiteral(PHASELAB_TEST_DATA "/chat-templates/Qwen-Qwen3-0.6B.jinja"));
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    const std::string src = f.readAll().toStdString();
+    ChatFormat format(detect_chat_template(src));
+    format.jinja = std::make_shared<const jinja::Template>(src);
+    format.tool_calls = detect_tool_call_syntax(src);
+    QCOMPARE(format.tool_calls, ToolCallSyntax::hermes);
+    const Tokenizer& tok = stories()->tokenizer();
+    const openai::ApiLimits limits{4096, 256};  // (the stories vocabulary spells the template's markers out)
+    const json tools = json::parse(R"([{"type":"function","function":{"name":"get_weather","description":"The weather.",
+        "parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}])");
+    json body = {{"messages",
+                  {{{"role", "user"}, {"content", "Weather in Paris?"}},
+                   {{"role", "assistant"},
+                    {"content", nullptr},
+                    {"tool_calls",
+                     {{{"id", "call_1"}, {"type", "function"},
+                       {"function", {{"name", "get_weather"}, {"arguments", "{\"city\": \"Paris\"}"}}}}}}},
+                   {{"role", "tool"}, {"tool_call_id", "call_1"}, {"content", "{\"temp\": 21}"}},
+                   {{"role", "user"}, {"content", "And Oslo?"}}}},
+                 {"tools", tools}};
+    openai::ParsedRequest pr;
+    openai::ApiError err;
+    QVERIFY2(openai::parse_request(openai::Endpoint::chat, body, tok, format, limits, openai::server_defaults(limits),
+                                   &pr, &err),
+             err.message.c_str());
+    QVERIFY(pr.tool_calls);
+    // The template's text: the function's description, the earlier call
+    // (its arguments as an object) and the result in their places.
+    std::vector<ChatMessage> msgs = {{"user", "Weather in Paris?"}, {"assistant", ""}, {"tool", "{\"temp\": 21}"},
+                                     {"user", "And Oslo?"}};
+    msgs[1].tool_calls = body["messages"][1]["tool_calls"].dump();
+    msgs[2].tool_call_id = "call_1";
+    const RenderedChat rc = render_chat(format, msgs, true, tools.dump());
+    QVERIFY(rc.from_template);
+    QVERIFY2(rc.text.find("\"name\": \"get_weather\"") != std::string::npos, rc.text.c_str());
+    QVERIFY2(rc.text.find("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>") !=
+                 std::string::npos,
+             rc.text.c_str());
+    QVERIFY2(rc.text.find("<tool_response>\n{\"temp\": 21}\n</tool_response>") != std::string::npos, rc.text.c_str());
+    QVERIFY(pr.prompt == tok.encode(rc.text, true, true));
+    // "none": nothing offered, nothing parsed; the earlier turns still render.
+    body["tool_choice"] = "none";
+    QVERIFY2(openai::parse_request(openai::Endpoint::chat, body, tok, format, limits, openai::server_defaults(limits),
+                                   &pr, &err),
+             err.message.c_str());
+    QVERIFY(!pr.tool_calls);
+    body.erase("tool_choice");
+    // phaselab-cli batch writes text lines: it refuses functions.
+    openai::ApiError berr;
+    QVERIFY(!openai::parse_request(openai::Endpoint::chat, body, tok, format, limits,
+                                   openai::batch_defaults(GenerateOptions{}), &pr, &berr));
+    QCOMPARE(berr.param, std::string("tools"));
+    // Bad turns are named.
+    const auto refused = [&](json b, const std::string& param, const std::string& says) {
+      openai::ApiError e;
+      openai::ParsedRequest p;
+      QVERIFY(!openai::parse_request(openai::Endpoint::chat, b, tok, format, limits, openai::server_defaults(limits), &p, &e));
+      QCOMPARE(e.param, param);
+      QVERIFY2(e.message.find(says) != std::string::npos, e.message.c_str());
+    };
+    json b = body;
+    b["messages"][2].erase("tool_call_id");
+    refused(b, "messages[2].tool_call_id", "is required");
+    b = body;
+    b["messages"][1]["tool_calls"][0]["function"]["arguments"] = 5;
+    refused(b, "messages[1].tool_calls[0].function.arguments", "JSON text");
+    b = body;
+    b["messages"][1].erase("tool_calls");
+    refused(b, "messages[1].content", "is required");
+    b = body;
+    b["messages"][1]["tool_calls"] = json::array();
+    refused(b, "messages[1].tool_calls", "non-empty array");
+    // A template that writes no <tool_call> (Gemma 2's): functions refused.
+    QFile g(QStringLiteral(PHASELAB_TEST_DATA "/chat-templates/google-gemma-2-2b-it.jinja"));
+    QVERIFY(g.open(QIODevice::ReadOnly));
+    const std::string gsrc = g.readAll().toStdString();
+    ChatFormat gemma(detect_chat_template(gsrc));
+    gemma.jinja = std::make_shared<const jinja::Template>(gsrc);
+    gemma.tool_calls = detect_tool_call_syntax(gsrc);
+    QCOMPARE(gemma.tool_calls, ToolCallSyntax::none);
+    // gpt-oss's (harmony): calls to "functions.NAME", which the answer's
+    // text carries as <tool_call> blocks (HarmonyChannels).
+    QFile o(QStringLiteral(PHASELAB_TEST_DATA "/chat-templates/openai-gpt-oss-120b.jinja"));
+    QVERIFY(o.open(QIODevice::ReadOnly));
+    QCOMPARE(detect_tool_call_syntax(o.readAll().toStdString()), ToolCallSyntax::harmony);
+    openai::ApiError ge;
+    QVERIFY(!openai::parse_request(openai::Endpoint::chat, json{{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"tools", tools}},
+                                   tok, gemma, limits, openai::server_defaults(limits), &pr, &ge));
+    QCOMPARE(ge.param, std::string("tools"));
+    QVERIFY2(ge.message.find("does not write calls") != std::string::npos, ge.message.c_str());
+    // The whole response: content null when only calls are left, the
+    // calls, finish_reason tool_calls; without tools the text as it is.
+    GenerateResult r;
+    r.text = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>";
+    r.metrics.stop_reason = StopReason::eos;
+    const openai::ResponseHead h{"id-1", 1, "qwen"};
+    const json j = openai::response_json(openai::Endpoint::chat, h, {r}, 0, tok, true);
+    QVERIFY(j["choices"][0]["message"]["content"].is_null());
+    QCOMPARE(j["choices"][0]["message"]["tool_calls"][0]["function"]["name"].get<std::string>(), std::string("get_weather"));
+    QCOMPARE(j["choices"][0]["finish_reason"].get<std::string>(), std::string("tool_calls"));
+    const json t = openai::response_json(openai::Endpoint::chat, h, {r}, 0, tok, false);
+    QCOMPARE(t["choices"][0]["message"]["content"].get<std::string>(), r.text);
+    QCOMPARE(t["choices"][0]["finish_reason"].get<std::string>(), std::string("stop"));
+  }
+
   void bad_fields_are_named_data() {
     QTest::addColumn<int>("endpoint");  // 0 chat, 1 completions
     QTest::addColumn<QString>("extra");
@@ -181,8 +373,21 @@ class TestOpenAiApi : public QObject {
     row("json_object", 0, R"("response_format":{"type":"json_object"})", "response_format", "does not constrain output yet");
     row("json_schema", 0, R"("response_format":{"type":"json_schema","json_schema":{}})", "response_format", "does not constrain output yet");
     row("format string", 0, R"("response_format":"text")", "response_format", "must be an object");
-    row("tool_choice auto", 0, R"("tool_choice":"auto")", "tool_choice", "\"none\"");
-    row("tools", 0, R"("tools":[{"type":"function"}])", "tools", "no tool calling");
+    // Functions offered: refused where the model cannot be told of them
+    // (the stories model has no template of its own; test
+    // tools_through_the_models_template has one), or a call forced.
+    row("tool_choice required", 0, R"("tool_choice":"required")", "tool_choice", "cannot force a call");
+    row("tool_choice named", 0, R"("tool_choice":{"type":"function","function":{"name":"f"}})", "tool_choice",
+        "cannot force a call");
+    row("tool_choice word", 0, R"("tool_choice":"sometimes")", "tool_choice", "\"auto\" or \"none\"");
+    row("tools not functions", 0, R"("tools":[{"type":"function"}])", "tools[0]", "must be {");
+    row("tools object", 0, R"("tools":{"type":"function"})", "tools", "must be an array");
+    row("tool name with a space", 0, R"("tools":[{"type":"function","function":{"name":"get weather"}}])",
+        "tools[0].function.name", "letters, digits");
+    row("tool parameters string", 0, R"("tools":[{"type":"function","function":{"name":"f","parameters":"x"}}])",
+        "tools[0].function.parameters", "JSON Schema object");
+    row("tools without a template", 0, R"("tools":[{"type":"function","function":{"name":"f"}}])", "tools",
+        "no chat template of its own");
     row("audio", 0, R"("modalities":["text","audio"])", "modalities", "[\"text\"]");
     row("user number", 0, R"("user":5)", "user", "must be a string");
     row("metadata string", 0, R"("metadata":"x")", "metadata", "must be an object");

@@ -41,12 +41,16 @@ std::unique_ptr<Backend> cpu(int max_batch = 64) {
 
 constexpr int kCtx = 512;
 
-std::unique_ptr<OpenAiServer> start_server(ServerOptions so = {}) {
+std::unique_ptr<OpenAiServer> start_server(ServerOptions so = {}, std::shared_ptr<const Model> model = nullptr,
+                                           int n_ctx = kCtx) {
+  if (!model) model = stories();
   SchedulerOptions o;
-  o.n_ctx = kCtx;
-  o.kv_positions = 4 * kCtx;
+  o.n_ctx = n_ctx;
+  o.kv_positions = 4 * n_ctx;
   o.max_seqs = 8;
-  auto s = Scheduler::create(stories(), cpu(), o);
+  auto b = make_cpu_backend(model, 2, 64);
+  if (!b) qFatal("%s", b.status().message().c_str());
+  auto s = Scheduler::create(model, std::move(*b), o);
   if (!s) qFatal("%s", s.status().message().c_str());
   so.port = 0;
   auto srv = OpenAiServer::create(std::move(*s), so);
@@ -610,6 +614,60 @@ class TestServer : public QObject {
   // Every generated token is an event of the stream, one without text of
   // its own included (here the end-of-text token, forced by logit_bias and
   // kept going by ignore_eos): a client timing the tokens sees them all.
+  // Functions offered to a model whose template teaches <tool_call> (Qwen
+  // 2.5's, on a tiny random model): accepted, rendered into the prompt
+  // (more prompt tokens than without them), and an answer without a call
+  // is the same text streamed (held back only while it might begin a call)
+  // as whole, with finish_reason stop and no tool_calls. The stories model
+  // (no template of its own) refuses them, naming the field.
+  void tools_reach_a_templated_model() {
+    QFile f(QStringLiteral(PHASELAB_TEST_DATA "/chat-templates/Qwen-Qwen2.5-7B-Instruct.jinja"));
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    TinySpec spec;
+    spec.chat_template = f.readAll().toStdString();
+    spec.n_ctx_train = 2048;  // (the tiny vocabulary spells the template's text out byte by byte)
+    auto m = Model::load(write_tiny_model(spec, "server_tools_qwen.gguf"));
+    QVERIFY2(m.is_ok(), m.status().message().c_str());
+    QCOMPARE((*m)->chat_format().tool_calls, ToolCallSyntax::hermes);
+    auto srv = start_server({}, *m, 2048);
+    httplib::Client c("127.0.0.1", srv->port());
+    const json tools = json::parse(R"([{"type":"function","function":{"name":"get_weather",
+        "parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}])");
+    json body = {{"messages", {{{"role", "user"}, {"content", "the cat sat"}}}},
+                 {"temperature", 0}, {"max_tokens", 12}, {"ignore_eos", true}};
+    auto whole = [&](const json& b) {
+      auto r = c.Post("/v1/chat/completions", b.dump(), "application/json");
+      if (!r) qFatal("no response");
+      return std::pair{r->status, json::parse(r->body)};
+    };
+    const auto [plain_status, plain] = whole(body);
+    QCOMPARE(plain_status, 200);
+    body["tools"] = tools;
+    const auto [status, with_tools] = whole(body);
+    QCOMPARE(status, 200);
+    QVERIFY(with_tools["usage"]["prompt_tokens"].get<int>() > plain["usage"]["prompt_tokens"].get<int>() + 20);
+    const json& msg = with_tools["choices"][0]["message"];
+    QVERIFY(!msg.contains("tool_calls"));
+    QCOMPARE(with_tools["choices"][0]["finish_reason"].get<std::string>(), std::string("length"));
+    const std::string text = msg["content"].is_null() ? std::string() : msg["content"].get<std::string>();
+    Streamed s = stream(c, "/v1/chat/completions", body);
+    QCOMPARE(s.status, 200);
+    QVERIFY(s.done);
+    // (The whole answer is trimmed; the stream sends the text as it came.)
+    QCOMPARE(QString::fromStdString(s.text).trimmed(), QString::fromStdString(text));
+    for (const json& e : s.events)
+      if (e.contains("choices") && !e["choices"].empty()) QVERIFY(!e["choices"][0]["delta"].contains("tool_calls"));
+    // The stories model: refused.
+    auto srv2 = start_server();
+    httplib::Client c2("127.0.0.1", srv2->port());
+    auto r = c2.Post("/v1/chat/completions", body.dump(), "application/json");
+    QVERIFY(r);
+    QCOMPARE(r->status, 400);
+    QCOMPARE(json::parse(r->body)["error"]["param"].get<std::string>(), std::string("tools"));
+    srv->stop();
+    srv2->stop();
+  }
+
   void every_token_is_an_event() {
     auto srv = start_server();
     httplib::Client c("127.0.0.1", srv->port());

@@ -457,6 +457,63 @@ class TestTokenizer : public QObject {
     QVERIFY(res2.reasoning.empty());
   }
 
+  // A harmony message to a function (gpt-oss's call: the recipient in the
+  // header or after the channel's name, ended by <|call|>) becomes the
+  // answer's text "<tool_call>{name, arguments}</tool_call>", given out
+  // whole as the reply ends (streamed too); arguments that are not JSON go
+  // as a string. Its analysis before stays reasoning.
+  void harmony_call_becomes_a_tool_call() {
+    GgufWriter w = tiny_bpe_writer();
+    const std::vector<std::string> toks = {"a", "{\"x\":1}", "not json", "analysis", "commentary", "assistant",
+                                           "\xc4\xa0to=functions.get_weather", "\xc4\xa0json", "<|start|>",
+                                           "<|channel|>", "<|message|>", "<|end|>", "<|return|>", "<|call|>",
+                                           "<|constrain|>"};
+    std::vector<int32_t> types(toks.size(), 1);
+    for (size_t i = 8; i < types.size(); i++) types[i] = 3;
+    w.set("tokenizer.ggml.tokens", GgufWriteValue::string_array(toks));
+    w.set("tokenizer.ggml.token_type", GgufWriteValue::i32_array(types));
+    auto tok = from_writer(w);
+    QVERIFY2(tok.is_ok(), tok.status().message().c_str());
+    enum : int32_t { a, args, not_json, analysis, commentary, assistant, to_fn, json_, start, channel, message, end, ret,
+                     call, constrain };
+    GenerateOptions opt;
+    opt.n_predict = 100;
+    auto run = [&](const std::vector<int32_t>& ids, std::string* streamed) {
+      GenerateResult r;
+      std::vector<int32_t> prompt = {start, assistant};
+      AnswerBuilder ab(*tok.value(), opt, r, prompt, 1000);
+      for (int32_t id : ids)
+        if (ab.push(id, 1.0, 1, 0, [&](const TokenEvent& e) { *streamed += e.text; })) break;
+      return r;
+    };
+    const std::string want = "<tool_call>{\"name\":\"get_weather\",\"arguments\":{\"x\":1}}</tool_call>";
+    // The recipient after the channel's name, a content type (the model's form).
+    std::string streamed;
+    GenerateResult r = run({channel, analysis, message, a, end, start, assistant, channel, commentary, to_fn, constrain,
+                            json_, message, args, call},
+                           &streamed);
+    QCOMPARE(r.metrics.stop_reason, StopReason::eos);
+    QCOMPARE(QString::fromStdString(r.text), QString::fromStdString(want));
+    QCOMPARE(streamed, want);
+    QCOMPARE(r.reasoning, std::string("a"));
+    // The recipient in the header (the template's form).
+    streamed.clear();
+    r = run({channel, commentary, message, a, end, start, assistant, to_fn, channel, commentary, json_, message, args, call},
+            &streamed);
+    QCOMPARE(r.text, want);
+    QCOMPARE(r.reasoning, std::string("a"));  // (a commentary without a recipient: a preamble)
+    // Arguments that are not JSON: a string.
+    streamed.clear();
+    r = run({channel, commentary, to_fn, message, not_json, call}, &streamed);
+    QCOMPARE(r.text, std::string("<tool_call>{\"name\":\"get_weather\",\"arguments\":\"not json\"}</tool_call>"));
+    // A call message closed by <|end|> rather than <|call|>: given out there.
+    streamed.clear();
+    r = run({channel, commentary, to_fn, message, args, end, start, assistant, channel, commentary, message, a, ret},
+            &streamed);
+    QCOMPARE(r.text, want);
+    QCOMPARE(r.reasoning, std::string("a"));
+  }
+
   // A reply with <think> tags (Qwen3, DeepSeek-R1) through AnswerBuilder:
   // the text between the tags is the reasoning, the rest the answer, the
   // tags and the blank lines after each neither; stop strings see only the

@@ -268,6 +268,7 @@ bool Model::has_chat_template() const { return file_->get_string("tokenizer.chat
 ChatFormat Model::chat_format() const {
   ChatFormat f(chat_template());
   f.jinja = chat_jinja_;
+  if (chat_jinja_) f.tool_calls = detect_tool_call_syntax(*file_->get_string("tokenizer.chat_template"));
   const Tokenizer& tok = *tokenizer_;
   if (tok.bos() >= 0) f.bos_token = std::string(tok.token_text(tok.bos()));
   if (tok.eos() >= 0) f.eos_token = std::string(tok.token_text(tok.eos()));

@@ -53,6 +53,14 @@ class AnswerBuilder {
     m.kv_used = kv_used;
     if (tok_.is_eog(id) && !opt_.ignore_eos) {
       m.stop_reason = StopReason::eos;
+      // A harmony call ends the reply with <|call|>: its text goes out now.
+      if (const std::string_view call = harmony_ ? harmony_->end() : std::string_view(); !call.empty()) {
+        res_.text += call;
+        if (on_token) {
+          m.update_rates(t_first_, t_ms);
+          on_token(TokenEvent{id, call, i, t_ms, &m, logprob, {}});
+        }
+      }
       return true;
     }
     piece_ = detok_.push(id);

@@ -9,17 +9,47 @@ std::string chat_format_name(const ChatFormat& format) {
   return chat_template_family_name(format.family);
 }
 
+namespace {
+using ojson = nlohmann::ordered_json;
+
+// A message as templates read it.
+ojson message_json(const ChatMessage& m) {
+  ojson j = {{"role", m.role}, {"content", m.content}};
+  if (!m.tool_calls.empty()) {
+    ojson calls = ojson::parse(m.tool_calls);
+    for (auto& c : calls)
+      if (c.contains("function") && c["function"].contains("arguments") && c["function"]["arguments"].is_string()) {
+        ojson& a = c["function"]["arguments"];
+        const ojson parsed = ojson::parse(a.get<std::string>(), nullptr, /*allow_exceptions=*/false);
+        if (parsed.is_object()) a = parsed;
+      }
+    j["tool_calls"] = std::move(calls);
+  }
+  if (!m.tool_call_id.empty()) j["tool_call_id"] = m.tool_call_id;
+  if (!m.name.empty()) j["name"] = m.name;
+  return j;
+}
+}  // namespace
+
+ToolCallSyntax detect_tool_call_syntax(std::string_view s) {
+  const auto has = [&](std::string_view x) { return s.find(x) != std::string_view::npos; };
+  if (has("<tool_call>") && has("tools")) return ToolCallSyntax::hermes;
+  if (has("<|call|>") && has("functions.") && has("tools")) return ToolCallSyntax::harmony;
+  return ToolCallSyntax::none;
+}
+
 RenderedChat render_chat(const ChatFormat& format, const std::vector<ChatMessage>& messages,
-                         bool add_generation_prompt) {
+                         bool add_generation_prompt, const std::string& tools) {
   RenderedChat out;
   if (format.jinja) {
-    nlohmann::ordered_json ctx;
-    ctx["messages"] = nlohmann::ordered_json::array();
-    for (const auto& m : messages) ctx["messages"].push_back({{"role", m.role}, {"content", m.content}});
-    ctx["add_generation_prompt"] = add_generation_prompt;
-    ctx["bos_token"] = format.bos_token;
-    ctx["eos_token"] = format.eos_token;
     try {
+      ojson ctx;
+      ctx["messages"] = ojson::array();
+      for (const auto& m : messages) ctx["messages"].push_back(message_json(m));
+      ctx["add_generation_prompt"] = add_generation_prompt;
+      ctx["bos_token"] = format.bos_token;
+      ctx["eos_token"] = format.eos_token;
+      if (!tools.empty()) ctx["tools"] = ojson::parse(tools);
       out.text = format.jinja->render(ctx);
       out.from_template = true;
       return out;

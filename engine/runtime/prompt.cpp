@@ -36,7 +36,7 @@ std::optional<RenderedPrompt> render_prompt(const Tokenizer& tok, const ChatForm
     return out;
   }
   // A rendered chat holds the template's markers as text: parse_special = true.
-  RenderedChat chat = render_chat(format, in.system.empty() ? in.messages : in.conversation());
+  RenderedChat chat = render_chat(format, in.system.empty() ? in.messages : in.conversation(), true, in.tools);
   std::string_view text = chat.text;
   // Most templates write the BOS text themselves; the tokenizer adds the
   // token too: one of them goes, or the model would read two.

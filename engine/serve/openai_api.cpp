@@ -4,6 +4,7 @@
 #include <atomic>
 #include <charconv>
 #include <chrono>
+#include <cctype>
 #include <climits>
 #include <cmath>
 #include <cstdio>
@@ -193,12 +194,71 @@ bool check_client_fields(Checker& ck) {
       return ck.fail("response_format", "type '" + rf["type"].get<std::string>() +
                                             "' is not supported: PhaseLab does not constrain output yet (only {\"type\": \"text\"})");
   }
-  if (ck.has("tools") && !(j["tools"].is_array() && j["tools"].empty()))
-    return ck.fail("tools", "is not supported by PhaseLab's server (no tool calling yet)");
-  if (ck.has("tool_choice") && j["tool_choice"] != "none")
-    return ck.fail("tool_choice", "may only be \"none\": PhaseLab's server has no tool calling yet");
   if (ck.has("echo") && !(j["echo"].is_boolean() && !j["echo"].get<bool>()))
     return ck.fail("echo", "is not supported by PhaseLab's server (the answer never repeats the prompt)");
+  return true;
+}
+
+// A function's name as OpenAI allows it: 1 to 64 of a-z, A-Z, 0-9, _ and -.
+bool valid_function_name(const json& n) {
+  if (!n.is_string()) return false;
+  const std::string& s = n.get_ref<const std::string&>();
+  return !s.empty() && s.size() <= 64 && std::all_of(s.begin(), s.end(), [](unsigned char c) {
+    return std::isalnum(c) || c == '_' || c == '-';
+  });
+}
+
+constexpr size_t kMaxTools = 128;
+
+// tools and tool_choice: the functions offered (checked, kept as the JSON
+// the template reads) where the model's template has a call syntax PhaseLab
+// parses; "auto" (the default) lets the model choose, "none" offers nothing.
+// A choice that forces a call ("required", a named function) needs
+// constrained decoding, which PhaseLab does not have: refused.
+bool parse_tools(Checker& ck, Endpoint ep, bool batch, const ChatFormat& format, std::string* tools, bool* parse_calls) {
+  const json& j = ck.j;
+  *parse_calls = false;
+  tools->clear();
+  if (ck.has("tool_choice")) {
+    const json& tc = j["tool_choice"];
+    if (tc != "none" && tc != "auto") {
+      if (tc == "required" || tc.is_object())
+        return ck.fail("tool_choice", "can only be \"auto\" or \"none\": PhaseLab cannot force a call (it does not "
+                                      "constrain what the model writes yet); with \"auto\" the model decides");
+      return ck.fail("tool_choice", "must be \"auto\" or \"none\"");
+    }
+  }
+  if (!ck.has("tools")) return true;
+  const json& ts = j["tools"];
+  if (!ts.is_array()) return ck.fail("tools", "must be an array of {\"type\": \"function\", \"function\": {...}}");
+  if (ts.empty() || (ck.has("tool_choice") && j["tool_choice"] == "none")) return true;
+  if (batch) return ck.fail("tools", "is not supported by phaselab-cli batch yet (its output lines hold text)");
+  (void)ep;
+  if (ts.size() > kMaxTools) return ck.fail("tools", "holds " + std::to_string(ts.size()) + " functions; at most " +
+                                                       std::to_string(kMaxTools) + " are accepted");
+  for (size_t i = 0; i < ts.size(); i++) {
+    const std::string f = "tools[" + std::to_string(i) + "]";
+    const json& t = ts[i];
+    if (!t.is_object() || !t.contains("type") || t["type"] != "function" || !t.contains("function") ||
+        !t["function"].is_object())
+      return ck.fail(f, "must be {\"type\": \"function\", \"function\": {\"name\", \"description\", \"parameters\"}}");
+    const json& fn = t["function"];
+    if (!fn.contains("name") || !valid_function_name(fn["name"]))
+      return ck.fail(f + ".function.name", "must be 1 to 64 letters, digits, '_' or '-'");
+    if (fn.contains("description") && !fn["description"].is_string())
+      return ck.fail(f + ".function.description", "must be a string");
+    if (fn.contains("parameters") && !fn["parameters"].is_object())
+      return ck.fail(f + ".function.parameters", "must be a JSON Schema object");
+    if (fn.contains("strict") && !fn["strict"].is_boolean()) return ck.fail(f + ".function.strict", "must be true or false");
+  }
+  if (format.tool_calls == ToolCallSyntax::none)
+    return ck.fail("tools", format.jinja ? "cannot be offered to this model: its chat template does not write calls in "
+                                           "a syntax PhaseLab reads (<tool_call> JSON </tool_call>: Qwen 2.5, Qwen 3, "
+                                           "QwQ, Hermes; harmony's to=functions: gpt-oss)"
+                                         : "cannot be offered to this model: it has no chat template of its own, so "
+                                           "nothing tells it how to call a function");
+  *tools = dump(ts);
+  *parse_calls = true;
   return true;
 }
 
@@ -290,10 +350,17 @@ bool parse_stop(Checker& ck, std::vector<std::string>* stop) {
 // A chat or a text through the engine's render_prompt, the rendered text
 // measured in bytes before it is tokenized; the template's stop strings join
 // the request's.
+// need_template: the chat holds what only the model's template can render
+// (functions offered, calls, their results): a fallback to the built-in
+// family would silently drop them, so it is an error instead.
 bool render_into(const PromptInput& in, Checker& ck, bool batch, const char* field, const Tokenizer& tok,
-                 const ChatFormat& format, const ApiLimits& limits, ParsedRequest* out) {
+                 const ChatFormat& format, const ApiLimits& limits, ParsedRequest* out, bool need_template = false) {
   auto rendered = render_prompt(tok, format, in, [&](size_t bytes) { return text_fits(ck, batch, field, bytes, tok, limits); });
   if (!rendered) return false;
+  if (need_template && !rendered->from_template)
+    return ck.fail(field, "holds function calls or their results, and the model's chat template could not render them" +
+                              (rendered->template_fallback.empty() ? std::string(" (it has none)")
+                                                                   : ": " + rendered->template_fallback));
   out->prompt = std::move(rendered->tokens);
   for (auto& s : rendered->stop) out->options.stop.push_back(s);
   return true;
@@ -301,8 +368,29 @@ bool render_into(const PromptInput& in, Checker& ck, bool batch, const char* fie
 
 // The prompt: chat messages rendered with the model's chat format, or the
 // completion's text or token ids.
+// An assistant message's tool_calls as OpenAI sends them back: [{"id",
+// "type": "function", "function": {"name", "arguments" (a string)}}].
+bool check_tool_calls(Checker& ck, const std::string& f, const json& calls) {
+  if (!calls.is_array() || calls.empty() || calls.size() > kMaxTools)
+    return ck.fail(f, "must be a non-empty array of the calls the assistant made");
+  for (size_t k = 0; k < calls.size(); k++) {
+    const std::string fk = f + "[" + std::to_string(k) + "]";
+    const json& c = calls[k];
+    if (!c.is_object() || !c.contains("function") || !c["function"].is_object())
+      return ck.fail(fk, "must be {\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}");
+    if (c.contains("id") && !c["id"].is_string()) return ck.fail(fk + ".id", "must be a string");
+    if (c.contains("type") && c["type"] != "function") return ck.fail(fk + ".type", "must be \"function\"");
+    const json& fn = c["function"];
+    if (!fn.contains("name") || !valid_function_name(fn["name"]))
+      return ck.fail(fk + ".function.name", "must be 1 to 64 letters, digits, '_' or '-'");
+    if (!fn.contains("arguments") || !(fn["arguments"].is_string() || fn["arguments"].is_object()))
+      return ck.fail(fk + ".function.arguments", "must be the arguments' JSON text");
+  }
+  return true;
+}
+
 bool parse_prompt(Checker& ck, Endpoint ep, bool batch, const Tokenizer& tok, const ChatFormat& format,
-                  const ApiLimits& limits, ParsedRequest* out) {
+                  const ApiLimits& limits, const std::string& tools, ParsedRequest* out) {
   const json& j = ck.j;
   const char* field = ep == Endpoint::chat ? "messages" : "prompt";
   if (ep == Endpoint::chat) {
@@ -310,6 +398,7 @@ bool parse_prompt(Checker& ck, Endpoint ep, bool batch, const Tokenizer& tok, co
     const auto& ms = j["messages"];
     if (!ms.is_array() || ms.empty()) return ck.fail("messages", "must be a non-empty array");
     std::vector<ChatMessage> msgs;
+    bool tool_turns = false;  // calls or their results, which only the model's template renders
     for (size_t i = 0; i < ms.size(); i++) {
       const std::string f = "messages[" + std::to_string(i) + "]";
       const auto& m = ms[i];
@@ -317,14 +406,35 @@ bool parse_prompt(Checker& ck, Endpoint ep, bool batch, const Tokenizer& tok, co
       if (!m.contains("role") || !m["role"].is_string()) return ck.fail(f + ".role", "must be a string");
       std::string role = m["role"].get<std::string>();
       if (role == "developer") role = "system";
-      if (role != "system" && role != "user" && role != "assistant")
-        return ck.fail(f + ".role", "must be system, developer, user or assistant (not '" + role + "')");
-      if (!m.contains("content") || m["content"].is_null()) return ck.fail(f + ".content", "is required");
-      std::string text;
-      if (!content_text(m["content"], f + ".content", ck, &text)) return false;
-      msgs.push_back({role, std::move(text)});
+      if (role != "system" && role != "user" && role != "assistant" && role != "tool")
+        return ck.fail(f + ".role", "must be system, developer, user, assistant or tool (not '" + role + "')");
+      ChatMessage msg{role, {}};
+      const bool calls = role == "assistant" && m.contains("tool_calls") && !m["tool_calls"].is_null();
+      if (calls) {
+        if (!check_tool_calls(ck, f + ".tool_calls", m["tool_calls"])) return false;
+        msg.tool_calls = dump(m["tool_calls"]);
+      }
+      if (role == "tool") {
+        if (!m.contains("tool_call_id") || !m["tool_call_id"].is_string())
+          return ck.fail(f + ".tool_call_id", "is required: the id of the call this message answers");
+        msg.tool_call_id = m["tool_call_id"].get<std::string>();
+        if (m.contains("name")) {
+          if (!m["name"].is_string()) return ck.fail(f + ".name", "must be a string");
+          msg.name = m["name"].get<std::string>();
+        }
+      }
+      tool_turns = tool_turns || calls || role == "tool";
+      // (An assistant's calls may come without text: content null or absent.)
+      if (!m.contains("content") || m["content"].is_null()) {
+        if (!calls) return ck.fail(f + ".content", "is required");
+      } else if (!content_text(m["content"], f + ".content", ck, &msg.content)) {
+        return false;
+      }
+      msgs.push_back(std::move(msg));
     }
-    if (!render_into(PromptInput::chat_of(std::move(msgs)), ck, batch, field, tok, format, limits, out)) return false;
+    PromptInput in = PromptInput::chat_of(std::move(msgs));
+    in.tools = tools;
+    if (!render_into(in, ck, batch, field, tok, format, limits, out, tool_turns || !tools.empty())) return false;
   } else {
     if (!ck.has("prompt")) return ck.fail("prompt", "is required");
     const auto& p = j["prompt"];
@@ -444,7 +554,9 @@ bool parse_request(Endpoint ep, const json& j, const Tokenizer& tok, const ChatF
   if (!parse_sampling(ck, defaults, tok, &out->options.sampling)) return false;
   if (!parse_counts(ck, ep, limits, defaults, out)) return false;
   if (!parse_stop(ck, &out->options.stop)) return false;
-  if (!parse_prompt(ck, ep, defaults.batch_dialect, tok, format, limits, out)) return false;
+  std::string tools;
+  if (!parse_tools(ck, ep, defaults.batch_dialect, format, &tools, &out->tool_calls)) return false;
+  if (!parse_prompt(ck, ep, defaults.batch_dialect, tok, format, limits, tools, out)) return false;
   // Every field was checked above; this catches defaults out of range (a
   // caller's RequestDefaults), which no field of the request is to blame for.
   if (Status st = out->options.sampling.validate(tok.n_vocab()); !st) {
@@ -573,9 +685,15 @@ json logprobs_json(Endpoint ep, const TokenLogprob* lps, size_t n, const Tokeniz
           {"text_offset", std::move(offsets)}};
 }
 
-json choice_json(Endpoint ep, int index, const GenerateResult& r, const Tokenizer* tok) {
+json choice_json(Endpoint ep, int index, const GenerateResult& r, const Tokenizer* tok, bool tool_calls) {
   json choice = {{"index", index}, {"finish_reason", finish_reason(r.metrics.stop_reason)}, {"logprobs", nullptr}};
-  if (ep == Endpoint::chat) {
+  if (ep == Endpoint::chat && tool_calls) {
+    ToolCallSplit split = split_tool_calls(r.text);
+    choice["message"] = {{"role", "assistant"}, {"content", split.content.empty() ? json(nullptr) : json(split.content)}};
+    if (!split.calls.empty()) choice["message"]["tool_calls"] = std::move(split.calls);
+    choice["finish_reason"] = finish_reason(r, choice["message"].contains("tool_calls"));
+    if (!r.reasoning.empty()) choice["message"]["reasoning_content"] = r.reasoning;
+  } else if (ep == Endpoint::chat) {
     choice["message"] = {{"role", "assistant"}, {"content", r.text}};
     // A reasoning model's reasoning (gpt-oss, a <think> block), as llama-server and vLLM return it.
     if (!r.reasoning.empty()) choice["message"]["reasoning_content"] = r.reasoning;
@@ -587,12 +705,12 @@ json choice_json(Endpoint ep, int index, const GenerateResult& r, const Tokenize
 }
 
 json response_of(Endpoint ep, const ResponseHead& h, const std::vector<GenerateResult>& choices, int preemptions,
-                 const Tokenizer* tok) {
+                 const Tokenizer* tok, bool tool_calls) {
   json j = head_json(ep, h, false);
   json cs = json::array();
   std::vector<RequestMetrics> m;
   for (size_t i = 0; i < choices.size(); i++) {
-    cs.push_back(choice_json(ep, static_cast<int>(i), choices[i], tok));
+    cs.push_back(choice_json(ep, static_cast<int>(i), choices[i], tok, tool_calls));
     m.push_back(choices[i].metrics);
   }
   j["choices"] = std::move(cs);
@@ -617,8 +735,100 @@ size_t logprob_tokens(const GenerateResult& r) {
 }
 
 json response_json(Endpoint ep, const ResponseHead& h, const std::vector<GenerateResult>& choices, int preemptions,
-                   const Tokenizer& tok) {
-  return response_of(ep, h, choices, preemptions, &tok);
+                   const Tokenizer& tok, bool tool_calls) {
+  return response_of(ep, h, choices, preemptions, &tok, tool_calls);
+}
+
+namespace {
+constexpr std::string_view kCallOpen = "<tool_call>", kCallClose = "</tool_call>";
+
+std::string_view trim(std::string_view s) {
+  const auto space = [](char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; };
+  while (!s.empty() && space(s.front())) s.remove_prefix(1);
+  while (!s.empty() && space(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+// "call_" and 24 random hex digits, as OpenAI's ids look.
+std::string call_id() {
+  static std::atomic<uint64_t> counter{0};
+  std::random_device rd;
+  const uint64_t r = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ (counter++ * 0x9E3779B97F4A7C15ull);
+  char id[40];
+  std::snprintf(id, sizeof id, "call_%016llx%08x", static_cast<unsigned long long>(r), static_cast<unsigned>(rd()));
+  return id;
+}
+
+// A block's body as a call, or null.
+json call_of(std::string_view body) {
+  const json j = json::parse(trim(body), nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("name") || !valid_function_name(j["name"])) return nullptr;
+  const char* key = j.contains("arguments") ? "arguments" : "parameters";  // (some fine-tunes write "parameters")
+  json args = j.contains(key) ? j[key] : json::object();
+  if (!args.is_object() && !args.is_string()) return nullptr;
+  return {{"id", call_id()},
+          {"type", "function"},
+          {"function", {{"name", j["name"]}, {"arguments", args.is_string() ? args.get<std::string>() : dump(args)}}}};
+}
+}  // namespace
+
+ToolCallSplit split_tool_calls(std::string_view text) {
+  ToolCallSplit out;
+  std::string content;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    const size_t open = text.find(kCallOpen, pos);
+    if (open == std::string_view::npos) break;
+    const size_t body = open + kCallOpen.size();
+    const size_t close = text.find(kCallClose, body);
+    const size_t end = close == std::string_view::npos ? text.size() : close + kCallClose.size();
+    json call = call_of(text.substr(body, (close == std::string_view::npos ? text.size() : close) - body));
+    content.append(text.substr(pos, open - pos));
+    if (call.is_null()) content.append(text.substr(open, end - open));  // not a call: kept as written
+    else out.calls.push_back(std::move(call));
+    pos = end;
+  }
+  if (pos < text.size()) content.append(text.substr(pos));
+  out.content = std::string(trim(content));
+  return out;
+}
+
+const char* finish_reason(const GenerateResult& r, bool made_calls) {
+  const StopReason s = r.metrics.stop_reason;
+  if (made_calls && s != StopReason::length && s != StopReason::context_full) return "tool_calls";
+  return finish_reason(s);
+}
+
+std::string ToolCallStream::push(std::string_view delta) {
+  if (in_call_) {
+    held_.append(delta);
+    return {};
+  }
+  std::string text = held_ + std::string(delta);
+  held_.clear();
+  if (const size_t open = text.find(kCallOpen); open != std::string::npos) {
+    in_call_ = true;
+    held_ = text.substr(open);
+    return text.substr(0, open);
+  }
+  // The longest end of the text that could still become "<tool_call>".
+  for (size_t n = std::min(text.size(), kCallOpen.size() - 1); n > 0; n--)
+    if (std::string_view(text).substr(text.size() - n) == kCallOpen.substr(0, n)) {
+      held_ = text.substr(text.size() - n);
+      text.resize(text.size() - n);
+      break;
+    }
+  return text;
+}
+
+ToolCallSplit ToolCallStream::finish() {
+  ToolCallSplit split = split_tool_calls(held_);
+  // Text held only because it might have begun a call goes out as it was
+  // (its whitespace included: it follows text already sent).
+  if (!in_call_) split.content = held_;
+  held_.clear();
+  in_call_ = false;
+  return split;
 }
 
 json chunk_json(Endpoint ep, const ResponseHead& h, int index, const std::string& text, bool first,
@@ -639,9 +849,23 @@ json chunk_json(Endpoint ep, const ResponseHead& h, int index, const std::string
   return j;
 }
 
-json final_chunk_json(Endpoint ep, const ResponseHead& h, int index, const GenerateResult& r, int preemptions) {
+json tool_calls_chunk_json(const ResponseHead& h, int index, const json& calls) {
+  json j = head_json(Endpoint::chat, h, true);
+  json list = json::array();
+  for (size_t k = 0; k < calls.size(); k++) {
+    json c = calls[k];
+    c["index"] = static_cast<int>(k);
+    list.push_back(std::move(c));
+  }
+  j["choices"] = json::array(
+      {{{"index", index}, {"delta", {{"tool_calls", std::move(list)}}}, {"finish_reason", nullptr}, {"logprobs", nullptr}}});
+  return j;
+}
+
+json final_chunk_json(Endpoint ep, const ResponseHead& h, int index, const GenerateResult& r, int preemptions,
+                      bool made_calls) {
   json j = head_json(ep, h, true);
-  json choice = {{"index", index}, {"finish_reason", finish_reason(r.metrics.stop_reason)}, {"logprobs", nullptr}};
+  json choice = {{"index", index}, {"finish_reason", finish_reason(r, made_calls)}, {"logprobs", nullptr}};
   if (ep == Endpoint::chat) choice["delta"] = json::object();
   else choice["text"] = "";
   j["choices"] = json::array({choice});

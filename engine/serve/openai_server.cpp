@@ -141,6 +141,8 @@ struct OpenAiServer::Call {
   bool logprobs = false;                // the client asked for log-probabilities
   std::vector<std::vector<TokenLogprob>> unsent_logprobs;  // by index: tokens whose text has not gone out yet
   std::vector<size_t> text_offset;      // by index: characters of the answer sent (completions' text_offset)
+  bool tool_calls = false;              // functions were offered: calls are parsed out of the answers
+  std::vector<openai::ToolCallStream> tool_streams;  // by index (streamed with tool_calls): calls held back
   int finished = 0;
   bool answered = false;
   bool stream_started = false;  // the 200 head of the event stream went out (with the first piece)
@@ -429,6 +431,8 @@ void OpenAiServer::run_completion(Job& job) {
   call->logprobs = pr.options.logprobs >= 0;
   call->unsent_logprobs.resize(n);
   call->text_offset.assign(n, 0);
+  call->tool_calls = pr.tool_calls;
+  call->tool_streams.resize(pr.tool_calls && pr.stream ? n : 0);
   std::vector<BatchRequest> reqs(n);
   for (int i = 0; i < n; i++) {
     BatchRequest& br = reqs[i];
@@ -484,7 +488,9 @@ void OpenAiServer::on_token(Call& call, int index, const TokenEvent& e) {
   // inter-token gaps need (a skipped token would double the next gap).
   start_event_stream(call);
   // A client that is gone is cancelled by the responder's on_gone.
-  call.res->write_chunk(chunk_event(call, index, std::string(e.text), std::string(e.reasoning)));
+  // With functions offered, a call's text is held back until the end (finish).
+  const std::string text = call.tool_calls ? call.tool_streams[index].push(e.text) : std::string(e.text);
+  call.res->write_chunk(chunk_event(call, index, text, std::string(e.reasoning)));
 }
 
 // A call that ends without its answer: an error status while nothing was
@@ -539,18 +545,24 @@ void OpenAiServer::finish(BatchOutcome o) {
     for (BatchOutcome& oc : call->outcomes) choices.push_back(std::move(oc.result));
     res.reply(200, "application/json",
               openai::dump(openai::response_json(call->ep, call->head, choices, preemptions,
-                                                 scheduler_->model().tokenizer())));
+                                                 scheduler_->model().tokenizer(), call->tool_calls)));
     return;
   }
   start_event_stream(*call);
   std::string out;
   for (size_t i = 0; i < call->outcomes.size(); i++) {
     const int index = static_cast<int>(i);
+    // What a choice held back of its text while it might be a call, and
+    // the calls it made.
+    openai::ToolCallSplit held;
+    if (call->tool_calls) held = call->tool_streams[i].finish();
     // A choice that sent nothing yet (chat: the role), or whose last
     // tokens' text was held back (a stop string), still sends them.
-    if (call->first_chunk[i] || !call->unsent_logprobs[i].empty()) out += chunk_event(*call, index, "");
-    out += openai::sse_event(
-        openai::final_chunk_json(call->ep, call->head, index, call->outcomes[i].result, call->outcomes[i].preemptions));
+    if (call->first_chunk[i] || !call->unsent_logprobs[i].empty() || !held.content.empty())
+      out += chunk_event(*call, index, held.content);
+    if (!held.calls.empty()) out += openai::sse_event(openai::tool_calls_chunk_json(call->head, index, held.calls));
+    out += openai::sse_event(openai::final_chunk_json(call->ep, call->head, index, call->outcomes[i].result,
+                                                      call->outcomes[i].preemptions, !held.calls.empty()));
   }
   if (call->include_usage) out += openai::sse_event(openai::usage_chunk_json(call->ep, call->head, metrics));
   out += "data: [DONE]\n\n";

@@ -24,9 +24,27 @@ class Template;
 enum class ChatTemplateFamily { plain, plain_fewshot, gemma, chatml, llama3, llama2, phi3 };
 
 struct ChatMessage {
-  std::string role;  // "system", "user" or "assistant"
+  ChatMessage(std::string r = {}, std::string c = {}) : role(std::move(r)), content(std::move(c)) {}  // NOLINT
+  std::string role;  // "system", "user", "assistant" or "tool"
   std::string content;
+  // An assistant turn's function calls, a JSON array in OpenAI's shape
+  // ([{"id", "type": "function", "function": {"name", "arguments"}}]); ""
+  // none. A tool turn's answer names its call in tool_call_id (and the
+  // function in name).
+  std::string tool_calls;
+  std::string tool_call_id, name;
 };
+
+// How a model writes a function call in its reply, as its own chat template
+// teaches it (the front ends parse only these): hermes, a JSON object
+// {"name", "arguments"} between <tool_call> and </tool_call> (Qwen 2.5,
+// Qwen 3, QwQ, Hermes 2 Pro and 3); harmony, a message to "functions.NAME"
+// ended by <|call|> (gpt-oss), which HarmonyChannels turns into hermes's
+// text. none: calls are not parsed (a template without tools, or one of
+// another syntax), so a request that offers functions is refused rather
+// than answered with calls left as text.
+enum class ToolCallSyntax { none, hermes, harmony };
+ToolCallSyntax detect_tool_call_syntax(std::string_view jinja_source);
 
 ChatTemplateFamily detect_chat_template(std::string_view jinja_source);
 const char* chat_template_family_name(ChatTemplateFamily f);
@@ -54,6 +72,7 @@ struct ChatFormat {
   ChatTemplateFamily family = ChatTemplateFamily::plain;  // stop strings; renders without / after a failed template
   std::shared_ptr<const jinja::Template> jinja;           // the model's template, parsed; null: none
   std::string bos_token, eos_token;                       // the vocabulary's texts, given to the template
+  ToolCallSyntax tool_calls = ToolCallSyntax::none;       // the template's (detect_tool_call_syntax); none without one
 
   ChatFormat() = default;
   ChatFormat(ChatTemplateFamily f) : family(f) {}  // NOLINT(google-explicit-constructor): a family is a format
@@ -70,10 +89,14 @@ struct RenderedChat {
 };
 
 // The conversation as the model's template renders it (messages, each with
-// role and content; add_generation_prompt; bos_token; eos_token), else as
-// the family does. A template that fails (raise_exception, a limit, a
+// role and content, an assistant's tool_calls and a tool's tool_call_id and
+// name where given; add_generation_prompt; bos_token; eos_token; tools when
+// tools is not empty: a JSON array of OpenAI's function descriptions), else
+// as the family does. A template that fails (raise_exception, a limit, a
 // feature outside the interpreter) falls back to the family, saying why.
+// A call's arguments go to the template as an object where they are a JSON
+// object's text (as transformers hands them over), else as written.
 RenderedChat render_chat(const ChatFormat& format, const std::vector<ChatMessage>& messages,
-                         bool add_generation_prompt = true);
+                         bool add_generation_prompt = true, const std::string& tools = "");
 
 }  // namespace phaselab

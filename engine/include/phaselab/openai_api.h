@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "phaselab/chat_template.h"
@@ -62,6 +63,7 @@ struct ParsedRequest {
   int n = 1;                   // choices: n sequences, choice i with options_for_choice(*this, i)
   std::vector<int32_t> prompt;
   GenerateOptions options;     // options.logprobs: -1 none, else the alternatives per token
+  bool tool_calls = false;     // functions were offered: the answers' calls are parsed out (split_tool_calls)
 };
 
 // Parses and checks a request body: every field is one PhaseLab reads (an
@@ -119,6 +121,35 @@ ResponseHead make_head(Endpoint ep, const std::string& model, uint64_t request_i
 // end-of-generation token that ended it.
 size_t logprob_tokens(const GenerateResult& r);
 
+// ---- function calls (ParsedRequest::tool_calls) ----------------------------
+// A reply split into its text and its calls: each <tool_call> ... </tool_call>
+// block (the last may lack its closing tag where the reply ended there) whose
+// body is a JSON object {"name": a function name, "arguments": an object or
+// its text} becomes a call {"id": "call_...", "type": "function", "function":
+// {"name", "arguments": the arguments' JSON text}}; a block that is not one
+// stays in the text as written. The text is what is left, trimmed.
+struct ToolCallSplit {
+  std::string content;
+  nlohmann::json calls = nlohmann::json::array();
+};
+ToolCallSplit split_tool_calls(std::string_view text);
+// "tool_calls" where a reply made calls and ended by itself (not cut by
+// max_tokens or the context), else finish_reason(stop_reason).
+const char* finish_reason(const GenerateResult& r, bool made_calls);
+
+// A streamed reply's text with its calls held back: push() returns what may
+// go out as content now (text before a <tool_call>, and before what could
+// still become one at the end), finish() the rest, split.
+class ToolCallStream {
+ public:
+  std::string push(std::string_view delta);
+  ToolCallSplit finish();
+
+ private:
+  std::string held_;
+  bool in_call_ = false;  // a <tool_call> began: everything from it waits for the end
+};
+
 // The whole (non-streamed) response: choices[i] is choice i. usage as
 // usage_json(vector); timings are choice 0's, with preemptions (those of
 // every choice, added up by the caller). A choice with logprobs (its
@@ -128,8 +159,11 @@ size_t logprob_tokens(const GenerateResult& r);
 // "top_logprobs": [{token: logprob}] (the chosen token included, as OpenAI
 // does), "text_offset" (characters from the start of the answer)}; a
 // log-probability of minus infinity is written -9999.0, as OpenAI does.
+// tool_calls (ParsedRequest::tool_calls): each chat choice's calls parsed
+// out (split_tool_calls): "tool_calls" in its message (content null when no
+// text is left) and finish_reason "tool_calls".
 nlohmann::json response_json(Endpoint ep, const ResponseHead& h, const std::vector<GenerateResult>& choices,
-                             int preemptions, const Tokenizer& tok);
+                             int preemptions, const Tokenizer& tok, bool tool_calls = false);
 // One streamed chunk of choice index: a piece of text (the first chat chunk
 // of a choice also carries the role). logprobs: those of the tokens whose
 // text is in this chunk (TokenEvent::logprob of each event since the last
@@ -141,9 +175,13 @@ nlohmann::json response_json(Endpoint ep, const ResponseHead& h, const std::vect
 nlohmann::json chunk_json(Endpoint ep, const ResponseHead& h, int index, const std::string& text, bool first,
                           const std::vector<TokenLogprob>* logprobs, const Tokenizer* tok, size_t text_offset = 0,
                           const std::string& reasoning = "");
+// A chat chunk of choice index carrying its calls (ToolCallStream::finish),
+// each whole, with its index among them.
+nlohmann::json tool_calls_chunk_json(const ResponseHead& h, int index, const nlohmann::json& calls);
 // The last chunk of choice index: finish_reason (and timings), no text.
+// made_calls: the choice sent calls (finish_reason "tool_calls").
 nlohmann::json final_chunk_json(Endpoint ep, const ResponseHead& h, int index, const GenerateResult& r,
-                                int preemptions);
+                                int preemptions, bool made_calls = false);
 // stream_options.include_usage: the chunk after the last, empty choices,
 // with usage_json(vector) of every choice.
 nlohmann::json usage_chunk_json(Endpoint ep, const ResponseHead& h, const std::vector<RequestMetrics>& choices);

@@ -24,6 +24,7 @@ struct PromptInput {
   bool chat = true;
   std::vector<ChatMessage> messages;  // chat: the turns, oldest first (system turns allowed)
   std::string system;                 // chat: a system prompt put before the turns; empty: none
+  std::string tools;                  // chat: the functions offered, a JSON array in OpenAI's shape; empty: none
   std::string text;                   // not chat: the text, as written
 
   static PromptInput chat_of(std::vector<ChatMessage> messages, std::string system = {});
