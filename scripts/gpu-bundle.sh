@@ -39,11 +39,15 @@ MODEL="$("$ROOT/scripts/fetch-model.sh" 2>/dev/null || true)"
 if [[ -n "$MODEL" ]]; then
   "$BUILD/app/phaselab-cli" twin export "$MODEL" "$OUT/default-model.twin.gguf"
 fi
-# A mixture-of-experts model to benchmark too (its spec; the GPU machine
-# builds the twin): PHASELAB_MOE_MODEL=path, e.g. the Qwen3-30B-A3B shape
-# twin that `build/tests/make_reference_models --qwen3moe-twin 12 OUT` writes.
+# Mixture-of-experts models to benchmark too (their specs; the GPU machine
+# builds the twins): PHASELAB_MOE_MODEL=path[:path...], e.g. the Qwen3-30B-A3B
+# and gpt-oss-20b shape twins that `build/tests/make_reference_models
+# --qwen3moe-twin 12 OUT` and `--gpt-oss-twin 12 OUT` write.
 if [[ -n "${PHASELAB_MOE_MODEL:-}" ]]; then
-  "$BUILD/app/phaselab-cli" twin export "$PHASELAB_MOE_MODEL" "$OUT/moe-model.twin.gguf"
+  IFS=: read -r -a moe_models <<< "$PHASELAB_MOE_MODEL"
+  for i in "${!moe_models[@]}"; do
+    "$BUILD/app/phaselab-cli" twin export "${moe_models[$i]}" "$OUT/moe-model-$i.twin.gguf"
+  done
 fi
 tar -C "$OUT" -cJf "$OUT/bin.tar.xz" bin && rm -rf "$OUT/bin"
 du -sh "$OUT" >&2

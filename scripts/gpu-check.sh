@@ -34,7 +34,7 @@ if [[ -f "$ROOT/gpu-bundle/bin.tar.xz" ]]; then
     MODEL=/tmp/default-model-twin.gguf
     "$BIN/phaselab-cli" twin build "$ROOT/gpu-bundle/default-model.twin.gguf" "$MODEL" 2>&1 | tee "$OUTDIR/twin.txt"
   fi
-  MOE_SPEC="$ROOT/gpu-bundle/moe-model.twin.gguf"
+  MOE_SPECS=("$ROOT"/gpu-bundle/moe-model*.twin.gguf)
   TEST_CUDA="$BIN/test_cuda"
   TEST_CUDA_OPS="$BIN/test_cuda_ops"
 else
@@ -116,13 +116,15 @@ if [[ -n "${PHASELAB_REFERENCE_LLAMA_BENCH:-}" && -x "$PHASELAB_REFERENCE_LLAMA_
     timeout 90 "$PHASELAB_REFERENCE_LLAMA_BENCH" -m "$MODEL" -p 512 -n 128 -d 2000 -r 3 -ngl 99 2>>"$OUTDIR/llama-bench.err"
   } 2>&1 | tee "$OUTDIR/reference.md"
 fi
-# A mixture-of-experts twin, where the bundle has its spec (gpu-bundle.sh's
-# PHASELAB_MOE_MODEL): built here, then prefill and decode on the GPU.
-if [[ -n "${MOE_SPEC:-}" && -f "$MOE_SPEC" ]]; then
+# Mixture-of-experts twins, where the bundle has their specs (gpu-bundle.sh's
+# PHASELAB_MOE_MODEL): each built here, then prefill and decode on the GPU.
+for MOE_SPEC in "${MOE_SPECS[@]:-}"; do
+  [[ -n "$MOE_SPEC" && -f "$MOE_SPEC" ]] || continue
   {
     echo "## mixture of experts: $(basename "$MOE_SPEC")"
     timeout 120 "$BIN/phaselab-cli" twin build "$MOE_SPEC" /tmp/moe-twin.gguf 2>&1
     timeout 60 "$BIN/phaselab-cli" bench -m /tmp/moe-twin.gguf --backend cuda -p 512 -n 128 -r 3 2>&1
     PHASELAB_CUDA_PROFILE=1 timeout 60 "$BIN/phaselab-cli" bench -m /tmp/moe-twin.gguf --backend cuda -p 512 -n 32 -r 1 2>&1
-  } | tee "$OUTDIR/bench_moe.md"
-fi
+    rm -f /tmp/moe-twin.gguf
+  } | tee -a "$OUTDIR/bench_moe.md"
+done
