@@ -66,6 +66,7 @@ __global__ void moe_route_kernel(const float* logits, int T, int E, int K, bool 
     float s = 0.f;
     for (int k = 0; k < K; k++) s += (prob[k] = expf(prob[k] - top));
     for (int k = 0; k < K; k++) prob[k] /= s;
+    wsum = 1.f;  // (they sum to 1: a renormalisation changes nothing)
   }
   const float inv = norm ? 1.f / fmaxf(wsum, 6.1e-5f) : 1.f;
   for (int k = 0; k < K; k++) prob[k] *= inv;

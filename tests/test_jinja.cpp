@@ -8,6 +8,8 @@
 #include <QProcess>
 #include <QtTest>
 
+#include <map>
+
 #include <nlohmann/json.hpp>
 
 #include "phaselab/jinja.h"
@@ -171,7 +173,42 @@ class TestJinja : public QObject {
   void errors_are_errors();
   void sandbox_limits_hold();
   void model_template_renders_prompts();
+  void tool_call_syntax_of_the_corpus();
 };
+
+// Which templates teach a call syntax PhaseLab parses (the probe of
+// detect_tool_call_syntax): those writing {"name", "arguments"} JSON in
+// <tool_call> blocks, and gpt-oss's harmony; every other template of the
+// corpus none, among them those with <tool_call> and XML-like parameters
+// inside (Qwen3-Coder, Qwen3.5, Nemotron 3, GLM-4.6) and bare JSON (Llama
+// 3.x).
+void TestJinja::tool_call_syntax_of_the_corpus() {
+  using phaselab::ToolCallSyntax;
+  const std::map<std::string, ToolCallSyntax> want = {
+      {"Bielik-11B-v3.0-Instruct.jinja", ToolCallSyntax::hermes},
+      {"MiMo-VL.jinja", ToolCallSyntax::hermes},
+      {"NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja", ToolCallSyntax::hermes},
+      {"NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja", ToolCallSyntax::hermes},
+      {"Qwen-QwQ-32B.jinja", ToolCallSyntax::hermes},
+      {"Qwen-Qwen2.5-7B-Instruct.jinja", ToolCallSyntax::hermes},
+      {"Qwen-Qwen3-0.6B.jinja", ToolCallSyntax::hermes},
+      {"Reka-Edge.jinja", ToolCallSyntax::hermes},
+      {"ibm-granite-granite-4.0.jinja", ToolCallSyntax::hermes},
+      {"ibm-granite-granite-4.1.jinja", ToolCallSyntax::hermes},
+      {"openai-gpt-oss-120b.jinja", ToolCallSyntax::harmony},
+  };
+  QDir dir(PHASELAB_TEST_DATA "/chat-templates");
+  const QStringList files = dir.entryList({"*.jinja"}, QDir::Files, QDir::Name);
+  QVERIFY(files.size() >= 60);
+  for (const char* f : {"Qwen3-Coder.jinja", "Qwen3.5-4B.jinja", "GLM-4.6.jinja", "meta-llama-Llama-3.1-8B-Instruct.jinja"})
+    QVERIFY2(files.contains(QString::fromLatin1(f)), f);  // (the ones the comment names)
+  for (const QString& f : files) {
+    const phaselab::jinja::Template t(read_file(dir.filePath(f)));
+    const auto it = want.find(f.toStdString());
+    const ToolCallSyntax expected = it == want.end() ? ToolCallSyntax::none : it->second;
+    QVERIFY2(phaselab::detect_tool_call_syntax(t) == expected, qPrintable(f));
+  }
+}
 
 void TestJinja::corpus_renders_as_jinja2() {
   QDir dir(PHASELAB_TEST_DATA "/chat-templates");

@@ -231,7 +231,7 @@ class TestOpenAiApi : public QObject {
     const std::string src = f.readAll().toStdString();
     ChatFormat format(detect_chat_template(src));
     format.jinja = std::make_shared<const jinja::Template>(src);
-    format.tool_calls = detect_tool_call_syntax(src);
+    format.tool_calls = detect_tool_call_syntax(*format.jinja);
     QCOMPARE(format.tool_calls, ToolCallSyntax::hermes);
     const Tokenizer& tok = stories()->tokenizer();
     const openai::ApiLimits limits{4096, 256};  // (the stories vocabulary spells the template's markers out)
@@ -297,21 +297,40 @@ class TestOpenAiApi : public QObject {
     b["messages"][1].erase("tool_calls");
     refused(b, "messages[1].content", "is required");
     b = body;
-    b["messages"][1]["tool_calls"] = json::array();
+    b["messages"][1]["tool_calls"] = 5;
     refused(b, "messages[1].tool_calls", "non-empty array");
+    // An empty list (some clients send one for a turn without calls) is none.
+    b = body;
+    b["messages"][1]["tool_calls"] = json::array();
+    b["messages"][1]["content"] = "Sure.";
+    QVERIFY2(openai::parse_request(openai::Endpoint::chat, b, tok, format, limits, openai::server_defaults(limits), &pr,
+                                   &err),
+             err.message.c_str());
+    // A body as sent: the functions reach the template with their keys in
+    // the order sent (Qwen's template writes each as JSON), not sorted.
+    const std::string sent = R"({"messages":[{"role":"user","content":"Weather?"}],"tools":[{"type":"function",)"
+                             R"("function":{"name":"get_weather","description":"The weather.","parameters":{)"
+                             R"("type":"object","properties":{"city":{"type":"string"}}}}}]})";
+    QVERIFY2(openai::parse_request(openai::Endpoint::chat, sent, tok, format, limits, &pr, &err), err.message.c_str());
+    const RenderedChat in_order = render_chat(format, {{"user", "Weather?"}}, true,
+                                              nlohmann::ordered_json::parse(sent)["tools"].dump());
+    QVERIFY2(in_order.text.find(R"({"type": "function", "function": {"name": "get_weather", "description")") !=
+                 std::string::npos,
+             in_order.text.c_str());
+    QVERIFY(pr.prompt == tok.encode(in_order.text, true, true));
     // A template that writes no <tool_call> (Gemma 2's): functions refused.
     QFile g(QStringLiteral(PHASELAB_TEST_DATA "/chat-templates/google-gemma-2-2b-it.jinja"));
     QVERIFY(g.open(QIODevice::ReadOnly));
     const std::string gsrc = g.readAll().toStdString();
     ChatFormat gemma(detect_chat_template(gsrc));
     gemma.jinja = std::make_shared<const jinja::Template>(gsrc);
-    gemma.tool_calls = detect_tool_call_syntax(gsrc);
+    gemma.tool_calls = detect_tool_call_syntax(*gemma.jinja);
     QCOMPARE(gemma.tool_calls, ToolCallSyntax::none);
     // gpt-oss's (harmony): calls to "functions.NAME", which the answer's
     // text carries as <tool_call> blocks (HarmonyChannels).
     QFile o(QStringLiteral(PHASELAB_TEST_DATA "/chat-templates/openai-gpt-oss-120b.jinja"));
     QVERIFY(o.open(QIODevice::ReadOnly));
-    QCOMPARE(detect_tool_call_syntax(o.readAll().toStdString()), ToolCallSyntax::harmony);
+    QCOMPARE(detect_tool_call_syntax(jinja::Template(o.readAll().toStdString())), ToolCallSyntax::harmony);
     openai::ApiError ge;
     QVERIFY(!openai::parse_request(openai::Endpoint::chat, json{{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"tools", tools}},
                                    tok, gemma, limits, openai::server_defaults(limits), &pr, &ge));

@@ -611,14 +611,11 @@ class TestServer : public QObject {
     for (int fd : idle) ::close(fd);
   }
 
-  // Every generated token is an event of the stream, one without text of
-  // its own included (here the end-of-text token, forced by logit_bias and
-  // kept going by ignore_eos): a client timing the tokens sees them all.
   // Functions offered to a model whose template teaches <tool_call> (Qwen
   // 2.5's, on a tiny random model): accepted, rendered into the prompt
   // (more prompt tokens than without them), and an answer without a call
   // is the same text streamed (held back only while it might begin a call)
-  // as whole, with finish_reason stop and no tool_calls. The stories model
+  // as whole, with finish_reason length and no tool_calls. The stories model
   // (no template of its own) refuses them, naming the field.
   void tools_reach_a_templated_model() {
     QFile f(QStringLiteral(PHASELAB_TEST_DATA "/chat-templates/Qwen-Qwen2.5-7B-Instruct.jinja"));
@@ -668,6 +665,9 @@ class TestServer : public QObject {
     srv2->stop();
   }
 
+  // Every generated token is an event of the stream, one without text of
+  // its own included (here the end-of-text token, forced by logit_bias and
+  // kept going by ignore_eos): a client timing the tokens sees them all.
   void every_token_is_an_event() {
     auto srv = start_server();
     httplib::Client c("127.0.0.1", srv->port());

@@ -467,15 +467,15 @@ class TestTokenizer : public QObject {
     const std::vector<std::string> toks = {"a", "{\"x\":1}", "not json", "analysis", "commentary", "assistant",
                                            "\xc4\xa0to=functions.get_weather", "\xc4\xa0json", "<|start|>",
                                            "<|channel|>", "<|message|>", "<|end|>", "<|return|>", "<|call|>",
-                                           "<|constrain|>"};
+                                           "<|constrain|>", "{\"x\":\"</tool_call>\"}"};
     std::vector<int32_t> types(toks.size(), 1);
-    for (size_t i = 8; i < types.size(); i++) types[i] = 3;
+    for (size_t i = 8; i + 1 < types.size(); i++) types[i] = 3;
     w.set("tokenizer.ggml.tokens", GgufWriteValue::string_array(toks));
     w.set("tokenizer.ggml.token_type", GgufWriteValue::i32_array(types));
     auto tok = from_writer(w);
     QVERIFY2(tok.is_ok(), tok.status().message().c_str());
     enum : int32_t { a, args, not_json, analysis, commentary, assistant, to_fn, json_, start, channel, message, end, ret,
-                     call, constrain };
+                     call, constrain, args_lt };
     GenerateOptions opt;
     opt.n_predict = 100;
     auto run = [&](const std::vector<int32_t>& ids, std::string* streamed) {
@@ -506,6 +506,21 @@ class TestTokenizer : public QObject {
     streamed.clear();
     r = run({channel, commentary, to_fn, message, not_json, call}, &streamed);
     QCOMPARE(r.text, std::string("<tool_call>{\"name\":\"get_weather\",\"arguments\":\"not json\"}</tool_call>"));
+    // "<" in the arguments goes as \u003c: a "</tool_call>" in a string
+    // cannot end the block early.
+    streamed.clear();
+    r = run({channel, commentary, to_fn, message, args_lt, call}, &streamed);
+    QCOMPARE(QString::fromStdString(r.text),
+             QString("<tool_call>{\"name\":\"get_weather\",\"arguments\":{\"x\":\"\\u003c/tool_call>\"}}</tool_call>"));
+    // Cut off in the call (max_tokens): what came of it stays text, its
+    // block unclosed (not a call for the server's parser).
+    streamed.clear();
+    opt.n_predict = 5;
+    r = run({channel, commentary, to_fn, message, args, call}, &streamed);
+    QCOMPARE(r.metrics.stop_reason, StopReason::length);
+    QCOMPARE(QString::fromStdString(r.text), QString("<tool_call>{\"name\":\"get_weather\",\"arguments\":{\"x\":1}"));
+    QCOMPARE(streamed, r.text);
+    opt.n_predict = 100;
     // A call message closed by <|end|> rather than <|call|>: given out there.
     streamed.clear();
     r = run({channel, commentary, to_fn, message, args, end, start, assistant, channel, commentary, message, a, ret},

@@ -246,6 +246,7 @@ Result<std::shared_ptr<Model>> Model::from_file(std::shared_ptr<GgufFile> file) 
   if (auto t = m->file_->get_string("tokenizer.chat_template")) {
     try {
       m->chat_jinja_ = std::make_shared<const jinja::Template>(*t);
+      m->chat_tool_calls_ = detect_tool_call_syntax(*m->chat_jinja_);
     } catch (const jinja::Error& e) {
       m->chat_template_error_ = std::string(e.what()) + "; the built-in '" +
                                 chat_template_family_name(m->chat_template()) + "' format renders chats instead";
@@ -268,7 +269,7 @@ bool Model::has_chat_template() const { return file_->get_string("tokenizer.chat
 ChatFormat Model::chat_format() const {
   ChatFormat f(chat_template());
   f.jinja = chat_jinja_;
-  if (chat_jinja_) f.tool_calls = detect_tool_call_syntax(*file_->get_string("tokenizer.chat_template"));
+  f.tool_calls = chat_tool_calls_;
   const Tokenizer& tok = *tokenizer_;
   if (tok.bos() >= 0) f.bos_token = std::string(tok.token_text(tok.bos()));
   if (tok.eos() >= 0) f.eos_token = std::string(tok.token_text(tok.eos()));

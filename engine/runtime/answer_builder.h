@@ -53,12 +53,17 @@ class AnswerBuilder {
     m.kv_used = kv_used;
     if (tok_.is_eog(id) && !opt_.ignore_eos) {
       m.stop_reason = StopReason::eos;
-      // A harmony call ends the reply with <|call|>: its text goes out now.
-      if (const std::string_view call = harmony_ ? harmony_->end() : std::string_view(); !call.empty()) {
-        res_.text += call;
+      // Text held back as the possible start of a stop string is the
+      // answer's after all, and a harmony call that <|call|> ends goes out
+      // now (in an event of this token, without its log-probability: the
+      // end token is not among an answer's logprobs).
+      shown_ = stops_.flush();
+      if (harmony_) shown_ += harmony_->end();
+      if (!shown_.empty()) {
+        res_.text += shown_;
         if (on_token) {
           m.update_rates(t_first_, t_ms);
-          on_token(TokenEvent{id, call, i, t_ms, &m, logprob, {}});
+          on_token(TokenEvent{id, shown_, i, t_ms, &m, nullptr, {}});
         }
       }
       return true;
@@ -83,8 +88,10 @@ class AnswerBuilder {
     else if (static_cast<int>(history_.size()) >= n_ctx_)
       m.stop_reason = StopReason::context_full;
     // Text held back as the possible start of a stop string is the answer's
-    // after all when the answer ends otherwise.
+    // after all when the answer ends otherwise; a harmony call cut off
+    // stays text (HarmonyChannels::end(false)).
     if (m.stop_reason != StopReason::running && m.stop_reason != StopReason::stop_string) shown_ += stops_.flush();
+    if (m.stop_reason != StopReason::running && harmony_) shown_ += harmony_->end(false);
     res_.text += shown_;
     if (on_token) {
       m.update_rates(t_first_, t_ms);

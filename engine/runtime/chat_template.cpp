@@ -1,6 +1,7 @@
 #include "phaselab/chat_template.h"
 
 #include "phaselab/jinja.h"
+#include "phaselab/json_bounded.h"
 
 namespace phaselab {
 
@@ -20,7 +21,7 @@ ojson message_json(const ChatMessage& m) {
     for (auto& c : calls)
       if (c.contains("function") && c["function"].contains("arguments") && c["function"]["arguments"].is_string()) {
         ojson& a = c["function"]["arguments"];
-        const ojson parsed = ojson::parse(a.get<std::string>(), nullptr, /*allow_exceptions=*/false);
+        const ojson parsed = parse_json_bounded<ojson>(a.get<std::string>());
         if (parsed.is_object()) a = parsed;
       }
     j["tool_calls"] = std::move(calls);
@@ -31,10 +32,57 @@ ojson message_json(const ChatMessage& m) {
 }
 }  // namespace
 
-ToolCallSyntax detect_tool_call_syntax(std::string_view s) {
-  const auto has = [&](std::string_view x) { return s.find(x) != std::string_view::npos; };
-  if (has("<tool_call>") && has("tools")) return ToolCallSyntax::hermes;
-  if (has("<|call|>") && has("functions.") && has("tools")) return ToolCallSyntax::harmony;
+ToolCallSyntax detect_tool_call_syntax(const jinja::Template& t) {
+  const ojson args = {{"k", "v"}};
+  ojson ctx;
+  ctx["messages"] = ojson::array(
+      {{{"role", "user"}, {"content", "Probe?"}},
+       {{"role", "assistant"},
+        {"content", ""},
+        {"tool_calls",
+         ojson::array({{{"id", "call_probe"}, {"type", "function"}, {"function", {{"name", "probe_fn"}, {"arguments", args}}}}})}},
+       {{"role", "tool"}, {"tool_call_id", "call_probe"}, {"name", "probe_fn"}, {"content", "ok"}}});
+  ctx["tools"] = ojson::array(
+      {{{"type", "function"},
+        {"function",
+         {{"name", "probe_fn"},
+          {"description", "A probe."},
+          {"parameters", {{"type", "object"}, {"properties", {{"k", {{"type", "string"}}}}}}}}}}});
+  ctx["add_generation_prompt"] = true;
+  ctx["bos_token"] = "";
+  ctx["eos_token"] = "";
+  std::string text;
+  try {
+    text = t.render(ctx);
+  } catch (const jinja::Error&) {
+    return ToolCallSyntax::none;
+  } catch (const nlohmann::json::exception&) {
+    return ToolCallSyntax::none;
+  }
+  const std::string_view s = text;
+  // The probe's arguments, given as an object or as its text.
+  const auto is_args = [&](const ojson& a) {
+    return a == args || (a.is_string() && parse_json_bounded<ojson>(a.get<std::string>()) == args);
+  };
+  // hermes: <tool_call> {"name": "probe_fn", "arguments": {"k": "v"}} </tool_call>
+  // (the call's block, after the system prompt's description of the form)
+  for (size_t open = s.find("<tool_call>"); open != std::string_view::npos; open = s.find("<tool_call>", open + 1)) {
+    const size_t body = open + std::string_view("<tool_call>").size();
+    const size_t close = s.find("</tool_call>", body);
+    if (close == std::string_view::npos) break;
+    const ojson call = parse_json_bounded<ojson>(s.substr(body, close - body));
+    if (call.is_object() && call.contains("name") && call["name"] == "probe_fn" && call.contains("arguments") &&
+        is_args(call["arguments"]))
+      return ToolCallSyntax::hermes;
+  }
+  // harmony: ... to=functions.probe_fn ... <|message|>{"k": "v"}<|call|>
+  if (const size_t to = s.find("to=functions.probe_fn"); to != std::string_view::npos) {
+    const size_t msg = s.find("<|message|>", to), call = s.find("<|call|>", to);
+    if (msg != std::string_view::npos && call != std::string_view::npos && msg < call) {
+      const size_t body = msg + std::string_view("<|message|>").size();
+      if (is_args(parse_json_bounded<ojson>(s.substr(body, call - body)))) return ToolCallSyntax::harmony;
+    }
+  }
   return ToolCallSyntax::none;
 }
 

@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "phaselab/json_bounded.h"
 #include "phaselab/tokenizer.h"
 
 namespace phaselab {
@@ -99,15 +100,27 @@ class HarmonyChannels {
 
   // The call being written, as answer text, when the reply ends in it (or
   // its message ends); "" when none. Valid until the next push or end.
-  std::string_view end() {
+  // complete false (the reply was cut off in it: max_tokens, the context, a
+  // stop string): the block's start and the arguments as far as they came,
+  // unclosed, so that they stay text rather than becoming a call.
+  std::string_view end(bool complete = true) {
     if (!in_call_) return {};
     in_call_ = false;
     using ojson = nlohmann::ordered_json;
-    ojson args = ojson::parse(call_args_, nullptr, /*allow_exceptions=*/false);
+    const auto json_text = [](const ojson& j) {
+      // '<' escaped (JSON allows it anywhere it occurs, inside strings), so
+      // that no "</tool_call>" in the arguments can end the block early.
+      std::string out;
+      for (char c : j.dump(-1, ' ', false, ojson::error_handler_t::replace)) out += c == '<' ? std::string("\\u003c") : std::string(1, c);
+      return out;
+    };
+    if (!complete) {
+      call_text_ = "<tool_call>{\"name\":" + json_text(call_name_) + ",\"arguments\":" + call_args_;
+      return call_text_;
+    }
+    ojson args = parse_json_bounded<ojson>(call_args_);
     if (!args.is_object()) args = call_args_;  // not JSON: the text as written, a string
-    call_text_ = "<tool_call>" +
-                 ojson{{"name", call_name_}, {"arguments", args}}.dump(-1, ' ', false, ojson::error_handler_t::replace) +
-                 "</tool_call>";
+    call_text_ = "<tool_call>" + json_text(ojson{{"name", call_name_}, {"arguments", args}}) + "</tool_call>";
     return call_text_;
   }
 

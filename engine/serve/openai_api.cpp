@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <random>
 
+#include "phaselab/json_bounded.h"
 #include "phaselab/prompt.h"
 
 namespace phaselab::openai {
@@ -31,6 +32,9 @@ namespace {
 struct Checker {
   const json& j;
   ApiError* err;
+  // The same body with its objects' keys in the order sent, where it holds
+  // what a template renders as JSON (tools, calls' arguments); else null.
+  const nlohmann::ordered_json* ordered = nullptr;
 
   bool fail(const std::string& field, const std::string& what) {
     err->http_status = 400;
@@ -257,7 +261,7 @@ bool parse_tools(Checker& ck, Endpoint ep, bool batch, const ChatFormat& format,
                                            "QwQ, Hermes; harmony's to=functions: gpt-oss)"
                                          : "cannot be offered to this model: it has no chat template of its own, so "
                                            "nothing tells it how to call a function");
-  *tools = dump(ts);
+  *tools = ck.ordered ? ck.ordered->at("tools").dump(-1, ' ', false, json::error_handler_t::replace) : dump(ts);
   *parse_calls = true;
   return true;
 }
@@ -366,8 +370,6 @@ bool render_into(const PromptInput& in, Checker& ck, bool batch, const char* fie
   return true;
 }
 
-// The prompt: chat messages rendered with the model's chat format, or the
-// completion's text or token ids.
 // An assistant message's tool_calls as OpenAI sends them back: [{"id",
 // "type": "function", "function": {"name", "arguments" (a string)}}].
 bool check_tool_calls(Checker& ck, const std::string& f, const json& calls) {
@@ -383,12 +385,16 @@ bool check_tool_calls(Checker& ck, const std::string& f, const json& calls) {
     const json& fn = c["function"];
     if (!fn.contains("name") || !valid_function_name(fn["name"]))
       return ck.fail(fk + ".function.name", "must be 1 to 64 letters, digits, '_' or '-'");
+    // (Text of arguments goes to the template as an object where it is one,
+    // parsed with its nesting bounded: render_chat.)
     if (!fn.contains("arguments") || !(fn["arguments"].is_string() || fn["arguments"].is_object()))
       return ck.fail(fk + ".function.arguments", "must be the arguments' JSON text");
   }
   return true;
 }
 
+// The prompt: chat messages rendered with the model's chat format, or the
+// completion's text or token ids.
 bool parse_prompt(Checker& ck, Endpoint ep, bool batch, const Tokenizer& tok, const ChatFormat& format,
                   const ApiLimits& limits, const std::string& tools, ParsedRequest* out) {
   const json& j = ck.j;
@@ -409,10 +415,14 @@ bool parse_prompt(Checker& ck, Endpoint ep, bool batch, const Tokenizer& tok, co
       if (role != "system" && role != "user" && role != "assistant" && role != "tool")
         return ck.fail(f + ".role", "must be system, developer, user, assistant or tool (not '" + role + "')");
       ChatMessage msg{role, {}};
-      const bool calls = role == "assistant" && m.contains("tool_calls") && !m["tool_calls"].is_null();
+      // (An empty list, as some clients send for a turn without calls, is none.)
+      const bool calls = role == "assistant" && m.contains("tool_calls") && !m["tool_calls"].is_null() &&
+                         !(m["tool_calls"].is_array() && m["tool_calls"].empty());
       if (calls) {
         if (!check_tool_calls(ck, f + ".tool_calls", m["tool_calls"])) return false;
-        msg.tool_calls = dump(m["tool_calls"]);
+        msg.tool_calls = ck.ordered ? ck.ordered->at("messages").at(i).at("tool_calls").dump(
+                                          -1, ' ', false, json::error_handler_t::replace)
+                                    : dump(m["tool_calls"]);
       }
       if (role == "tool") {
         if (!m.contains("tool_call_id") || !m["tool_call_id"].is_string())
@@ -509,6 +519,12 @@ bool parse_json(const std::string& text, json* out, std::string* error) {
   return false;
 }
 
+namespace {
+bool parse_checked(Endpoint ep, const json& j, const nlohmann::ordered_json* ordered, const Tokenizer& tok,
+                   const ChatFormat& format, const ApiLimits& limits, const RequestDefaults& defaults,
+                   ParsedRequest* out, ApiError* err);
+}  // namespace
+
 bool parse_request(Endpoint ep, const std::string& body, const Tokenizer& tok, const ChatFormat& format,
                    const ApiLimits& limits, const RequestDefaults& defaults, ParsedRequest* out, ApiError* err) {
   json j;
@@ -518,17 +534,30 @@ bool parse_request(Endpoint ep, const std::string& body, const Tokenizer& tok, c
     err->message = "the body is " + why;
     return false;
   }
-  return parse_request(ep, j, tok, format, limits, defaults, out, err);
+  // Functions and calls reach the template with their keys in the order
+  // sent (as transformers renders them), not sorted: the body once more,
+  // keeping it, where it may hold them.
+  nlohmann::ordered_json ordered;
+  if (j.is_object() && ep == Endpoint::chat && body.find("tool") != std::string::npos)
+    ordered = parse_json_bounded<nlohmann::ordered_json>(body, kMaxJsonDepth);
+  return parse_checked(ep, j, ordered.is_object() ? &ordered : nullptr, tok, format, limits, defaults, out, err);
 }
 
 bool parse_request(Endpoint ep, const json& j, const Tokenizer& tok, const ChatFormat& format,
                    const ApiLimits& limits, const RequestDefaults& defaults, ParsedRequest* out, ApiError* err) {
+  return parse_checked(ep, j, nullptr, tok, format, limits, defaults, out, err);
+}
+
+namespace {
+bool parse_checked(Endpoint ep, const json& j, const nlohmann::ordered_json* ordered, const Tokenizer& tok,
+                   const ChatFormat& format, const ApiLimits& limits, const RequestDefaults& defaults,
+                   ParsedRequest* out, ApiError* err) {
   if (!j.is_object()) {
     err->http_status = 400;
     err->message = "the body must be a JSON object";
     return false;
   }
-  Checker ck{j, err};
+  Checker ck{j, err, ordered};
   if (!check_field_names(ep, defaults.batch_dialect, ck)) return false;
   *out = ParsedRequest{};
   out->endpoint = ep;
@@ -567,6 +596,8 @@ bool parse_request(Endpoint ep, const json& j, const Tokenizer& tok, const ChatF
   }
   return true;
 }
+
+}  // namespace
 
 bool parse_batch_line(const std::string& line, const Tokenizer& tok, const ChatFormat& format,
                       const ApiLimits& limits, const RequestDefaults& defaults, ParsedRequest* out, ApiError* err) {
@@ -689,7 +720,9 @@ json choice_json(Endpoint ep, int index, const GenerateResult& r, const Tokenize
   json choice = {{"index", index}, {"finish_reason", finish_reason(r.metrics.stop_reason)}, {"logprobs", nullptr}};
   if (ep == Endpoint::chat && tool_calls) {
     ToolCallSplit split = split_tool_calls(r.text);
-    choice["message"] = {{"role", "assistant"}, {"content", split.content.empty() ? json(nullptr) : json(split.content)}};
+    // (content null only beside calls, as OpenAI answers)
+    choice["message"] = {{"role", "assistant"},
+                         {"content", split.content.empty() && !split.calls.empty() ? json(nullptr) : json(split.content)}};
     if (!split.calls.empty()) choice["message"]["tool_calls"] = std::move(split.calls);
     choice["finish_reason"] = finish_reason(r, choice["message"].contains("tool_calls"));
     if (!r.reasoning.empty()) choice["message"]["reasoning_content"] = r.reasoning;
@@ -761,7 +794,7 @@ std::string call_id() {
 
 // A block's body as a call, or null.
 json call_of(std::string_view body) {
-  const json j = json::parse(trim(body), nullptr, /*allow_exceptions=*/false);
+  const json j = parse_json_bounded<json>(trim(body));
   if (!j.is_object() || !j.contains("name") || !valid_function_name(j["name"])) return nullptr;
   const char* key = j.contains("arguments") ? "arguments" : "parameters";  // (some fine-tunes write "parameters")
   json args = j.contains(key) ? j[key] : json::object();

@@ -300,6 +300,7 @@ void CpuBackend::moe_block(int il, int T) {
       float sum = 0;
       for (int j = 0; j < K; j++) sum += (w[j] = std::exp(w[j] - mx));
       for (int j = 0; j < K; j++) w[j] /= sum;
+      wsum = 1.f;  // (they sum to 1: a renormalisation changes nothing; wsum held logits)
     }
     if (c_.expert_weights_norm) {
       const float inv = 1.f / std::max(wsum, 6.1e-5f);

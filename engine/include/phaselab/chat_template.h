@@ -41,10 +41,14 @@ struct ChatMessage {
 // Qwen 3, QwQ, Hermes 2 Pro and 3); harmony, a message to "functions.NAME"
 // ended by <|call|> (gpt-oss), which HarmonyChannels turns into hermes's
 // text. none: calls are not parsed (a template without tools, or one of
-// another syntax), so a request that offers functions is refused rather
-// than answered with calls left as text.
+// another syntax: XML-like parameters, bare JSON), so a request that offers
+// functions is refused rather than answered with calls left as text.
 enum class ToolCallSyntax { none, hermes, harmony };
-ToolCallSyntax detect_tool_call_syntax(std::string_view jinja_source);
+// The template's syntax, found by rendering a probe: a function offered,
+// an assistant's call of it with arguments {"k": "v"} and its result; the
+// syntax whose form gives that call back from the text (none when neither
+// does, or the template fails on the probe).
+ToolCallSyntax detect_tool_call_syntax(const jinja::Template& t);
 
 ChatTemplateFamily detect_chat_template(std::string_view jinja_source);
 const char* chat_template_family_name(ChatTemplateFamily f);

@@ -110,6 +110,7 @@ class Model {
   uint64_t weight_bytes_ = 0;
   uint64_t active_weight_bytes_ = 0;
   std::shared_ptr<const jinja::Template> chat_jinja_;
+  ToolCallSyntax chat_tool_calls_ = ToolCallSyntax::none;  // detect_tool_call_syntax of chat_jinja_, once
   std::string chat_template_error_;
 };
 
