@@ -122,6 +122,9 @@ ResponseHead make_head(Endpoint ep, const std::string& model, uint64_t request_i
 size_t logprob_tokens(const GenerateResult& r);
 
 // ---- function calls (ParsedRequest::tool_calls) ----------------------------
+// A function's name as OpenAI allows it: a string of 1 to 64 of a-z, A-Z,
+// 0-9, _ and -.
+bool is_function_name(const nlohmann::json& name);
 // A reply split into its text and its calls: each <tool_call> ... </tool_call>
 // block (the last may lack its closing tag where the reply ended there) whose
 // body is a JSON object {"name": a function name, "arguments": an object or
