@@ -117,18 +117,19 @@ json logprobs_json(Endpoint ep, const TokenLogprob* lps, size_t n, const Tokeniz
 
 json choice_json(Endpoint ep, int index, const GenerateResult& r, const Tokenizer* tok, bool tool_calls) {
   json choice = {{"index", index}, {"finish_reason", finish_reason(r.metrics.stop_reason)}, {"logprobs", nullptr}};
-  if (ep == Endpoint::chat && tool_calls) {
-    ToolCallSplit split = split_tool_calls(r.text);
-    // (content null only beside calls, as OpenAI answers)
-    choice["message"] = {{"role", "assistant"},
-                         {"content", split.content.empty() && !split.calls.empty() ? json(nullptr) : json(split.content)}};
-    if (!split.calls.empty()) choice["message"]["tool_calls"] = std::move(split.calls);
-    choice["finish_reason"] = finish_reason(r, choice["message"].contains("tool_calls"));
-    if (!r.reasoning.empty()) choice["message"]["reasoning_content"] = r.reasoning;
-  } else if (ep == Endpoint::chat) {
-    choice["message"] = {{"role", "assistant"}, {"content", r.text}};
+  if (ep == Endpoint::chat) {
+    json message = {{"role", "assistant"}, {"content", r.text}};
+    if (tool_calls) {  // functions were offered: the answer's calls parsed out of its text
+      ToolCallSplit split = split_tool_calls(r.text);
+      const bool made = !split.calls.empty();
+      // (content null only beside calls, as OpenAI answers)
+      message["content"] = split.content.empty() && made ? json(nullptr) : json(split.content);
+      if (made) message["tool_calls"] = std::move(split.calls);
+      choice["finish_reason"] = finish_reason(r, made);
+    }
     // A reasoning model's reasoning (gpt-oss, a <think> block), as llama-server and vLLM return it.
-    if (!r.reasoning.empty()) choice["message"]["reasoning_content"] = r.reasoning;
+    if (!r.reasoning.empty()) message["reasoning_content"] = r.reasoning;
+    choice["message"] = std::move(message);
   } else {
     choice["text"] = r.text;
   }
@@ -254,10 +255,11 @@ std::string ToolCallStream::push(std::string_view delta) {
 }
 
 ToolCallSplit ToolCallStream::finish() {
-  ToolCallSplit split = split_tool_calls(held_);
   // Text held only because it might have begun a call goes out as it was
   // (its whitespace included: it follows text already sent).
-  if (!in_call_) split.content = held_;
+  ToolCallSplit split;
+  if (in_call_) split = split_tool_calls(held_);
+  else split.content = held_;
   held_.clear();
   in_call_ = false;
   return split;
