@@ -280,8 +280,15 @@ class TestCpuKernels : public QObject {
       k->quantize_act(x.data(), a.data(), NT * n);
       std::vector<ActGroup> g(NT * gs);
       for (int t = 0; t < NT; t++) group_act(&a[t * nb], &g[t * gs], nb);
-      float many[32], four[16];
+      float many[32], four[16], paired[32];
       f.dot_tile(packed.data(), rb, g.data(), gs, a.data(), nb, n, many);
+      // The paired kernel where the set has one (AVX-512: the 32-value formats).
+      std::vector<ActPair> pairs(NT / 2 * gs);
+      for (int p = 0; p < NT / 2; p++) pair_groups(&g[2 * p * gs], &g[(2 * p + 1) * gs], &pairs[p * gs], gs);
+      if (f.dot_tile_pairs) f.dot_tile_pairs(packed.data(), rb, pairs.data(), gs, a.data(), nb, n, paired);
+      const bool avx512 = std::string_view(k->isa).find("512") != std::string_view::npos;
+      QVERIFY2(!avx512 || tt == TensorType::Q6_K || f.dot_tile_pairs,
+               "the AVX-512 kernels have a paired tile for every repacked format but Q6_K");
       QVERIFY(f.dot_tile4);
       f.dot_tile4(packed.data(), rb, g.data(), gs, a.data(), nb, n, four);  // the first 4 tokens
       for (int r = 0; r < R; r++)
@@ -290,6 +297,9 @@ class TestCpuKernels : public QObject {
           f.dot1(packed.data() + r * rb, &g[t * gs], 0, &a[t * nb], 0, n, &v);
           QVERIFY2(std::memcmp(&v, &many[r * NT + t], sizeof(float)) == 0,
                    qPrintable(QString("%1 row %2 token %3: %4 vs %5").arg(k->isa).arg(r).arg(t).arg(v).arg(many[r * NT + t])));
+          if (f.dot_tile_pairs)
+            QVERIFY2(std::memcmp(&v, &paired[r * NT + t], sizeof(float)) == 0,
+                     qPrintable(QString("%1 paired tile, row %2 token %3: %4 vs %5").arg(k->isa).arg(r).arg(t).arg(v).arg(paired[r * NT + t])));
           if (t < 4)
             QVERIFY2(std::memcmp(&v, &four[r * 4 + t], sizeof(float)) == 0,
                      qPrintable(QString("%1 4-token tile, row %2 token %3: %4 vs %5").arg(k->isa).arg(r).arg(t).arg(v).arg(four[r * 4 + t])));

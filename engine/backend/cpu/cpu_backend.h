@@ -212,6 +212,7 @@ class CpuBackend final : public Backend {
   static void release_pages(const uint8_t* p, size_t n);
   void build_groups(const std::vector<cpu::ActQ8>& act, std::vector<cpu::ActGroup>& groups, int64_t nb, int64_t gs,
                     int T);
+  void build_pairs(const std::vector<cpu::ActGroup>& groups, std::vector<cpu::ActPair>& pairs, int64_t gs, int T);
   void matmul_repacked(const WeightView& W, const Repacked& rp, const float* in, float* out, int T, bool precise);
   // One token through several matrices of the same n_in in one dispatch
   // (fast path only): out = W · inputs[input] for each job.
@@ -303,6 +304,9 @@ class CpuBackend final : public Backend {
   std::vector<cpu::ActGroup> act_g_, act_lo_g_;  // (T, groups) of act_ and act_lo_ for repacked rows
   const float* groups_of_ = nullptr;             // which input act_g_ holds
   const float* lo_groups_of_ = nullptr;
+  std::vector<cpu::ActPair> act_p_, act_lo_p_;   // (T / 2, groups) of act_g_ and act_lo_g_ in pairs of tokens
+  const float* pairs_of_ = nullptr;              // which input act_p_ holds
+  const float* lo_pairs_of_ = nullptr;
   std::vector<float> resid_;                     // (T, n_in) the residual itself
 };
 

@@ -156,6 +156,20 @@ inline int64_t act_groups(int64_t nb) { return nb / kGroupBlocks + half_groups(n
 // Builds the act_groups(nb) groups of one token's nb blocks of activations.
 void group_act(const ActQ8* a, ActGroup* g, int64_t nb);
 
+// The groups of two tokens side by side, for kernels that put two tokens in
+// one 64-byte vector (the weights' 32 bytes duplicated in both halves): qs[v]
+// is token 0's ActGroup::qs[v] then token 1's, off and d token 0's 8 entries
+// then token 1's. Each dpbusd lane then holds one (block, token) sum, with
+// no folding of lanes afterwards. 640 bytes (320 per token, where an
+// ActGroup takes 384).
+struct alignas(64) ActPair {
+  int8_t qs[8][64];
+  int32_t off[16];
+  float d[16];
+};
+// out[g] = groups g0[g] and g1[g] side by side, for g < n.
+void pair_groups(const ActGroup* g0, const ActGroup* g1, ActPair* out, int64_t n);
+
 // dot of N rows of activations with one repacked row: token j's groups
 // at g + j * g_stride, its plain blocks (for the tail) at a + j * a_stride.
 using DotR8Fn = void (*)(const uint8_t* w_row, const ActGroup* g, int64_t g_stride, const ActQ8* a, int64_t a_stride,
@@ -165,6 +179,12 @@ using DotR8Fn = void (*)(const uint8_t* w_row, const ActGroup* g, int64_t g_stri
 // equal to the one-row kernels.
 using DotR8RowsFn = void (*)(const uint8_t* w_row0, size_t row_bytes, const ActGroup* g, int64_t g_stride,
                              const ActQ8* a, int64_t a_stride, int64_t n, float* out);
+// The same on paired activations: token pair p's groups at pairs + p *
+// p_stride (tokens 2p and 2p + 1), its plain blocks still at a + j *
+// a_stride; out[r * repacked_tokens + j], bitwise equal to the one-row
+// kernels.
+using DotPairsFn = void (*)(const uint8_t* w_row0, size_t row_bytes, const ActPair* pairs, int64_t p_stride,
+                            const ActQ8* a, int64_t a_stride, int64_t n, float* out);
 
 // Slots of the per-type kernel tables: every TensorType id (MXFP4 = 39) fits.
 constexpr int kTypeSlots = 40;
@@ -201,6 +221,11 @@ struct Kernels {
   int repacked_rows = 1;    // rows per call of the *_tile kernels (2 where registers allow)
   int repacked_tokens = 4;  // tokens per call of the *_tile kernels (8 with AVX-512)
   DotR8RowsFn dot_grouped_tile[kTypeSlots] = {};
+  // repacked_rows rows x repacked_tokens tokens on paired activations
+  // (null: the kernel set has none; dot_grouped_tile then).
+  DotPairsFn dot_grouped_tile_pairs[kTypeSlots] = {};
+  DotPairsFn dot_q4_k_r8_tile_pairs = nullptr;
+  DotPairsFn dot_q5_k_r8_tile_pairs = nullptr;
   DotR8RowsFn dot_q4_k_r8_tile = nullptr;
   DotR8RowsFn dot_q5_k_r8_tile = nullptr;
   DotR8RowsFn dot_q6_k_r8_tile = nullptr;
@@ -222,6 +247,7 @@ struct RepackedFormat {
   DotR8Fn dot1 = nullptr, dot4 = nullptr;
   DotR8RowsFn dot_tile = nullptr;   // k.repacked_rows rows x k.repacked_tokens tokens
   DotR8RowsFn dot_tile4 = nullptr;  // k.repacked_rows rows x 4 tokens
+  DotPairsFn dot_tile_pairs = nullptr;  // dot_tile's work on paired activations, where k has it
 };
 RepackedFormat repacked_format(const Kernels& k, TensorType t, int64_t n);
 

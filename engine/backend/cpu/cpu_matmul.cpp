@@ -122,7 +122,7 @@ void CpuBackend::quantize_input(const float* in, int T, int64_t n_in, bool preci
   });
   act_of_ = in;
   lo_of_ = precise ? in : nullptr;
-  groups_of_ = lo_groups_of_ = nullptr;
+  groups_of_ = lo_groups_of_ = pairs_of_ = lo_pairs_of_ = nullptr;
 }
 
 // Every layer's matrices and the output matrix rewritten for the grouped
@@ -226,6 +226,14 @@ void CpuBackend::build_groups(const std::vector<cpu::ActQ8>& act, std::vector<cp
   for (int t = 0; t < T; t++) cpu::group_act(&act[t * nb], &groups[t * gs], nb);
 }
 
+// The pairs of tokens (0, 1), (2, 3), ... of groups' first T tokens, for the
+// paired tile kernels (a last odd token has none: it goes to other kernels).
+void CpuBackend::build_pairs(const std::vector<cpu::ActGroup>& groups, std::vector<cpu::ActPair>& pairs, int64_t gs,
+                             int T) {
+  for (int p = 0; p < T / 2; p++)
+    cpu::pair_groups(&groups[2 * p * gs], &groups[(2 * p + 1) * gs], &pairs[p * gs], gs);
+}
+
 void CpuBackend::matmul_repacked(const WeightView& W, const Repacked& rp, const float* in, float* out, int T,
                                  bool precise) {
   const int64_t n_in = W.n_in, n_out = W.n_out, nb = n_in / 32;
@@ -241,9 +249,22 @@ void CpuBackend::matmul_repacked(const WeightView& W, const Repacked& rp, const 
   }
   const cpu::DotR8Fn dot1 = rp.f.dot1, dot4 = rp.f.dot4;
   const cpu::DotR8RowsFn dot_tile = rp.f.dot_tile, dot_tile4 = rp.f.dot_tile4;
+  const int R = k_fast_->repacked_rows, NT = k_fast_->repacked_tokens;
+  // The full tiles on paired activations where the kernels have them (each
+  // tile of NT tokens starts at an even token: pair t / 2).
+  const cpu::DotPairsFn dot_pairs = R > 1 && T >= NT ? rp.f.dot_tile_pairs : nullptr;
+  if (dot_pairs && pairs_of_ != in) {
+    build_pairs(act_g_, act_p_, gs, T);
+    pairs_of_ = in;
+  }
+  if (dot_pairs && precise && lo_pairs_of_ != in) {
+    build_pairs(act_lo_g_, act_lo_p_, gs, T);
+    lo_pairs_of_ = in;
+  }
   const size_t row_bytes = rp.f.row_bytes;
-  const int tile =
-      token_tile(gs * static_cast<int64_t>(sizeof(cpu::ActGroup)) * (precise ? 2 : 1), k_fast_->repacked_tokens);
+  // Tiles of activations sized for L1: an ActPair holds two tokens' groups.
+  const int64_t tok_bytes = gs * static_cast<int64_t>(dot_pairs ? sizeof(cpu::ActPair) / 2 : sizeof(cpu::ActGroup));
+  const int tile = token_tile(tok_bytes * (precise ? 2 : 1), NT);
   for_rows(n_out, [&](int64_t r0, int64_t r1, int) {
     float v4[4], lo4[4];
     for (int t0 = 0; t0 < T; t0 += tile) {
@@ -252,7 +273,6 @@ void CpuBackend::matmul_repacked(const WeightView& W, const Repacked& rp, const 
       // Several rows and tokens at once where the kernels take them: each
       // token's activations are loaded once for all the rows, each row's
       // weights once for all the tokens.
-      const int R = k_fast_->repacked_rows, NT = k_fast_->repacked_tokens;
       if (R > 1 && dot_tile && dot_tile4 && (t1 - t0) >= 4)
         for (; r + R <= r1; r += R) {
           const uint8_t* row = rp.rows + r * row_bytes;
@@ -270,6 +290,14 @@ void CpuBackend::matmul_repacked(const WeightView& W, const Repacked& rp, const 
                   out[(t + j) * n_out + r + i] = precise ? vr[i * w + j] + lor[i * w + j] : vr[i * w + j];
             }
           };
+          if (dot_pairs)
+            for (; t + NT <= t1; t += NT) {
+              dot_pairs(row, row_bytes, &act_p_[t / 2 * gs], gs, &act_[t * nb], nb, n_in, vr);
+              if (precise) dot_pairs(row, row_bytes, &act_lo_p_[t / 2 * gs], gs, &act_lo_[t * nb], nb, n_in, lor);
+              for (int i = 0; i < R; i++)
+                for (int j = 0; j < NT; j++)
+                  out[(t + j) * n_out + r + i] = precise ? vr[i * NT + j] + lor[i * NT + j] : vr[i * NT + j];
+            }
           tiles(dot_tile, NT);
           tiles(dot_tile4, 4);
           for (; t < t1; t++)
@@ -313,7 +341,7 @@ void CpuBackend::matvec_many(MatvecJob* jobs, int n_jobs, const float* const* in
     k_fast_->quantize_act(inputs[i], &many_act_[i * nb], n_in);
     cpu::group_act(&many_act_[i * nb], &many_act_g_[i * gs], nb);
   }
-  act_of_ = lo_of_ = groups_of_ = lo_groups_of_ = nullptr;  // act_ is not this input's
+  act_of_ = lo_of_ = groups_of_ = lo_groups_of_ = pairs_of_ = lo_pairs_of_ = nullptr;  // act_ is not this input's
   int64_t total = 0;
   for (int j = 0; j < n_jobs; j++) {
     MatvecJob& jb = jobs[j];

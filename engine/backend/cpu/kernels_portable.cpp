@@ -537,15 +537,16 @@ RepackedFormat repacked_format(const Kernels& k, TensorType t, int64_t n) {
            : t == TensorType::Q8_0 ? repack_q8_0_u8_row
            : t == TensorType::Q4_0 ? repack_q4_0_row
                                    : repack_mxfp4_row,
-           grouped_row_bytes(t, n), k.dot_grouped_x1[ti], k.dot_grouped_x4[ti], k.dot_grouped_tile[ti], k.dot_grouped_tile4[ti]};
+           grouped_row_bytes(t, n), k.dot_grouped_x1[ti], k.dot_grouped_x4[ti], k.dot_grouped_tile[ti], k.dot_grouped_tile4[ti],
+           k.dot_grouped_tile_pairs[ti]};
       break;
     case TensorType::Q4_K:
       f = {repack_q4_k_row, super_blocks * kGroupBytesQ4_K, k.dot_q4_k_r8_x1, k.dot_q4_k_r8_x4, k.dot_q4_k_r8_tile,
-           k.dot_q4_k_r8_tile4};
+           k.dot_q4_k_r8_tile4, k.dot_q4_k_r8_tile_pairs};
       break;
     case TensorType::Q5_K:
       f = {repack_q5_k_row, super_blocks * kGroupBytesQ5_K, k.dot_q5_k_r8_x1, k.dot_q5_k_r8_x4, k.dot_q5_k_r8_tile,
-           k.dot_q5_k_r8_tile4};
+           k.dot_q5_k_r8_tile4, k.dot_q5_k_r8_tile_pairs};
       break;
     case TensorType::Q6_K:
       f = {repack_q6_k_row, super_blocks * kGroupBytesQ6_K, k.dot_q6_k_r8_x1, k.dot_q6_k_r8_x4, k.dot_q6_k_r8_tile,
@@ -579,6 +580,20 @@ void group_act(const ActQ8* a, ActGroup* g, int64_t nb) {
       h.off[i] = 16 * (b[i].s[0] + b[i].s[1]);
       h.half_lo[i] = b[i].s[0];
     }
+  }
+}
+
+void pair_groups(const ActGroup* g0, const ActGroup* g1, ActPair* out, int64_t n) {
+  for (int64_t g = 0; g < n; g++) {
+    ActPair& p = out[g];
+    for (int v = 0; v < 8; v++) {
+      std::memcpy(p.qs[v], g0[g].qs[v], 32);
+      std::memcpy(p.qs[v] + 32, g1[g].qs[v], 32);
+    }
+    std::memcpy(p.off, g0[g].off, sizeof g0[g].off);
+    std::memcpy(p.off + 8, g1[g].off, sizeof g1[g].off);
+    std::memcpy(p.d, g0[g].d, sizeof g0[g].d);
+    std::memcpy(p.d + 8, g1[g].d, sizeof g1[g].d);
   }
 }
 
