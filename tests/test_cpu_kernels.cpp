@@ -285,7 +285,23 @@ class TestCpuKernels : public QObject {
       // The paired kernel where the set has one (AVX-512: the 32-value formats).
       std::vector<ActPair> pairs(NT / 2 * gs);
       for (int p = 0; p < NT / 2; p++) pair_groups(&g[2 * p * gs], &g[(2 * p + 1) * gs], &pairs[p * gs], gs);
-      if (f.dot_tile_pairs) f.dot_tile_pairs(packed.data(), rb, pairs.data(), gs, a.data(), nb, n, paired);
+      // Written as out[token * stride + row], then added to (the refinement's way).
+      constexpr int kStride = 5;
+      float strided[8 * kStride], added[8 * kStride];
+      if (f.dot_tile_pairs) {
+        f.dot_tile_pairs(packed.data(), rb, pairs.data(), gs, a.data(), nb, n, strided, kStride, false);
+        for (int r = 0; r < R; r++)
+          for (int t = 0; t < NT; t++) {
+            paired[r * NT + t] = strided[t * kStride + r];
+            added[t * kStride + r] = 0.25f * static_cast<float>(r + t);
+          }
+        f.dot_tile_pairs(packed.data(), rb, pairs.data(), gs, a.data(), nb, n, added, kStride, true);
+        for (int r = 0; r < R; r++)
+          for (int t = 0; t < NT; t++) {
+            const float want = 0.25f * static_cast<float>(r + t) + paired[r * NT + t];
+            QVERIFY2(std::memcmp(&want, &added[t * kStride + r], sizeof(float)) == 0, "the paired tile's add mode");
+          }
+      }
       const bool avx512 = std::string_view(k->isa).find("512") != std::string_view::npos;
       QVERIFY2(!avx512 || tt == TensorType::Q6_K || f.dot_tile_pairs,
                "the AVX-512 kernels have a paired tile for every repacked format but Q6_K");

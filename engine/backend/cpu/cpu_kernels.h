@@ -181,10 +181,11 @@ using DotR8RowsFn = void (*)(const uint8_t* w_row0, size_t row_bytes, const ActG
                              const ActQ8* a, int64_t a_stride, int64_t n, float* out);
 // The same on paired activations: token pair p's groups at pairs + p *
 // p_stride (tokens 2p and 2p + 1), its plain blocks still at a + j *
-// a_stride; out[r * repacked_tokens + j], bitwise equal to the one-row
-// kernels.
+// a_stride; written straight into the product's (token, row) layout: out[j *
+// out_stride + r] = the sum (add: out[j * out_stride + r] + the sum), each
+// sum bitwise the one-row kernels'.
 using DotPairsFn = void (*)(const uint8_t* w_row0, size_t row_bytes, const ActPair* pairs, int64_t p_stride,
-                            const ActQ8* a, int64_t a_stride, int64_t n, float* out);
+                            const ActQ8* a, int64_t a_stride, int64_t n, float* out, int64_t out_stride, bool add);
 
 // Slots of the per-type kernel tables: every TensorType id (MXFP4 = 39) fits.
 constexpr int kTypeSlots = 40;

@@ -290,13 +290,12 @@ void CpuBackend::matmul_repacked(const WeightView& W, const Repacked& rp, const 
                   out[(t + j) * n_out + r + i] = precise ? vr[i * w + j] + lor[i * w + j] : vr[i * w + j];
             }
           };
-          if (dot_pairs)
+          if (dot_pairs)  // straight into out; the refinement added to it
             for (; t + NT <= t1; t += NT) {
-              dot_pairs(row, row_bytes, &act_p_[t / 2 * gs], gs, &act_[t * nb], nb, n_in, vr);
-              if (precise) dot_pairs(row, row_bytes, &act_lo_p_[t / 2 * gs], gs, &act_lo_[t * nb], nb, n_in, lor);
-              for (int i = 0; i < R; i++)
-                for (int j = 0; j < NT; j++)
-                  out[(t + j) * n_out + r + i] = precise ? vr[i * NT + j] + lor[i * NT + j] : vr[i * NT + j];
+              dot_pairs(row, row_bytes, &act_p_[t / 2 * gs], gs, &act_[t * nb], nb, n_in, out + t * n_out + r, n_out, false);
+              if (precise)
+                dot_pairs(row, row_bytes, &act_lo_p_[t / 2 * gs], gs, &act_lo_[t * nb], nb, n_in, out + t * n_out + r, n_out,
+                          true);
             }
           tiles(dot_tile, NT);
           tiles(dot_tile4, 4);
