@@ -160,12 +160,13 @@ void group_act(const ActQ8* a, ActGroup* g, int64_t nb);
 // one 64-byte vector (the weights' 32 bytes duplicated in both halves): qs[v]
 // is token 0's ActGroup::qs[v] then token 1's, off and d token 0's 8 entries
 // then token 1's. Each dpbusd lane then holds one (block, token) sum, with
-// no folding of lanes afterwards. 640 bytes (320 per token, where an
-// ActGroup takes 384).
+// no folding of lanes afterwards. 704 bytes (the 640 before half_lo, which
+// only Q6_K reads: 320 per token, where an ActGroup takes 384).
 struct alignas(64) ActPair {
   int8_t qs[8][64];
   int32_t off[16];
   float d[16];
+  int32_t half_lo[16];
 };
 // out[g] = groups g0[g] and g1[g] side by side, for g < n.
 void pair_groups(const ActGroup* g0, const ActGroup* g1, ActPair* out, int64_t n);
@@ -227,6 +228,7 @@ struct Kernels {
   DotPairsFn dot_grouped_tile_pairs[kTypeSlots] = {};
   DotPairsFn dot_q4_k_r8_tile_pairs = nullptr;
   DotPairsFn dot_q5_k_r8_tile_pairs = nullptr;
+  DotPairsFn dot_q6_k_r8_tile_pairs = nullptr;
   DotR8RowsFn dot_q4_k_r8_tile = nullptr;
   DotR8RowsFn dot_q5_k_r8_tile = nullptr;
   DotR8RowsFn dot_q6_k_r8_tile = nullptr;

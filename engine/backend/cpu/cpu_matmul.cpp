@@ -2,6 +2,7 @@
 // float rows, the fast path's 8-bit activations against the weights' block
 // formats, and against rows repacked at load for the grouped kernels.
 #include <algorithm>
+#include <cstddef>
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -262,8 +263,10 @@ void CpuBackend::matmul_repacked(const WeightView& W, const Repacked& rp, const 
     lo_pairs_of_ = in;
   }
   const size_t row_bytes = rp.f.row_bytes;
-  // Tiles of activations sized for L1: an ActPair holds two tokens' groups.
-  const int64_t tok_bytes = gs * static_cast<int64_t>(dot_pairs ? sizeof(cpu::ActPair) / 2 : sizeof(cpu::ActGroup));
+  // Tiles of activations sized for L1: an ActPair holds two tokens' groups
+  // (the lines before half_lo: only the Q6_K kernel reads that one).
+  const int64_t pair_bytes = offsetof(cpu::ActPair, half_lo);
+  const int64_t tok_bytes = gs * (dot_pairs ? pair_bytes / 2 : static_cast<int64_t>(sizeof(cpu::ActGroup)));
   const int tile = token_tile(tok_bytes * (precise ? 2 : 1), NT);
   for_rows(n_out, [&](int64_t r0, int64_t r1, int) {
     float v4[4], lo4[4];

@@ -550,7 +550,7 @@ RepackedFormat repacked_format(const Kernels& k, TensorType t, int64_t n) {
       break;
     case TensorType::Q6_K:
       f = {repack_q6_k_row, super_blocks * kGroupBytesQ6_K, k.dot_q6_k_r8_x1, k.dot_q6_k_r8_x4, k.dot_q6_k_r8_tile,
-           k.dot_q6_k_r8_tile4};
+           k.dot_q6_k_r8_tile4, k.dot_q6_k_r8_tile_pairs};
       break;
     default:
       return {};
@@ -594,6 +594,8 @@ void pair_groups(const ActGroup* g0, const ActGroup* g1, ActPair* out, int64_t n
     std::memcpy(p.off + 8, g1[g].off, sizeof g1[g].off);
     std::memcpy(p.d, g0[g].d, sizeof g0[g].d);
     std::memcpy(p.d + 8, g1[g].d, sizeof g1[g].d);
+    std::memcpy(p.half_lo, g0[g].half_lo, sizeof g0[g].half_lo);
+    std::memcpy(p.half_lo + 8, g1[g].half_lo, sizeof g1[g].half_lo);
   }
 }
 
