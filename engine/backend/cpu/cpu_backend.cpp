@@ -169,9 +169,10 @@ void CpuBackend::attention_block(int il, int T, int n_ctx_max) {
   // most sensitive to 8-bit activations (on Gemma 3 they alone take the
   // logits' NMSE from ~6e-4 to ~1.5e-4). The fast path gives them twice
   // the activation precision (see matmul_fast); V and the rest need not.
-  matmul(L.wq, xb_.data(), q_.data(), T, false, true);  // q: (T, n_head*head_dim)
-  matmul(L.wk, xb_.data(), k_.data(), T, true, true);   // k: (T, n_head_kv*head_dim)
-  matmul(L.wv, xb_.data(), v_.data(), T, true);  // v: (T, n_head_kv*head_dim)
+  const MatmulJob qkv[] = {{&L.wq, q_.data(), true},    // q: (T, n_head*head_dim)
+                           {&L.wk, k_.data(), true},    // k: (T, n_head_kv*head_dim)
+                           {&L.wv, v_.data(), false}};  // v: (T, n_head_kv*head_dim)
+  matmul_jobs(qkv, 3, xb_.data(), T, false);
   if (!L.bq.empty())
     for (int t = 0; t < T; t++) {
       ref::add(&q_[t * NQ], L.bq.data(), NQ);
@@ -247,8 +248,8 @@ void CpuBackend::gate_rows(float* h, const float* h2, int rows, int width, Activ
 void CpuBackend::ffn_block(int il, int T) {
   const LayerWeights& L = w_.layers[il];
   const int D = c_.n_embd;
-  matmul(L.w_gate, xb_.data(), hb_.data(), T);  // (T, n_ff)
-  matmul(L.w_up, xb_.data(), hb2_.data(), T, true);  // (T, n_ff)
+  const MatmulJob gate_up[] = {{&L.w_gate, hb_.data()}, {&L.w_up, hb2_.data()}};  // (T, n_ff) each
+  matmul_jobs(gate_up, 2, xb_.data(), T, false);
   gate_rows(hb_.data(), hb2_.data(), T, c_.n_ff, c_.act);
   if (ffn_sq_) {  // FFN pruning's measurement: sum of h^2 per neuron
     double* sq = ffn_sq_ + static_cast<size_t>(il) * c_.n_ff;

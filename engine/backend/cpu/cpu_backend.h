@@ -213,6 +213,19 @@ class CpuBackend final : public Backend {
   void build_groups(const std::vector<cpu::ActQ8>& act, std::vector<cpu::ActGroup>& groups, int64_t nb, int64_t gs,
                     int T);
   void build_pairs(const std::vector<cpu::ActGroup>& groups, std::vector<cpu::ActPair>& pairs, int64_t gs, int T);
+  void prepare_repacked(const float* in, int T, int64_t n_in, bool precise, bool pairs);
+  cpu::DotPairsFn pairs_kernel(const Repacked& rp, int T) const;
+  void repacked_rows(const Repacked& rp, int64_t n_in, int64_t n_out, float* out, int T, bool precise, int64_t r0,
+                     int64_t r1);
+  // out_j = W_j · in for products of one input, in one parallel dispatch
+  // (the fast path's repacked matrices; otherwise one matmul() each).
+  struct MatmulJob {
+    const WeightView* W;
+    float* out;
+    bool precise = false;
+  };
+  static constexpr int kMaxMatmulJobs = 4;
+  void matmul_jobs(const MatmulJob* jobs, int n_jobs, const float* in, int T, bool same_input);
   void matmul_repacked(const WeightView& W, const Repacked& rp, const float* in, float* out, int T, bool precise);
   // One token through several matrices of the same n_in in one dispatch
   // (fast path only): out = W · inputs[input] for each job.

@@ -235,10 +235,10 @@ void CpuBackend::build_pairs(const std::vector<cpu::ActGroup>& groups, std::vect
     cpu::pair_groups(&groups[2 * p * gs], &groups[(2 * p + 1) * gs], &pairs[p * gs], gs);
 }
 
-void CpuBackend::matmul_repacked(const WeightView& W, const Repacked& rp, const float* in, float* out, int T,
-                                 bool precise) {
-  const int64_t n_in = W.n_in, n_out = W.n_out, nb = n_in / 32;
-  const int64_t gs = std::max<int64_t>(cpu::act_groups(nb), 1);
+// act_, act_g_ (and act_lo_, act_lo_g_ where precise) for input in, and
+// their pairs where a paired kernel will read them, unless they hold it.
+void CpuBackend::prepare_repacked(const float* in, int T, int64_t n_in, bool precise, bool pairs) {
+  const int64_t nb = n_in / 32, gs = std::max<int64_t>(cpu::act_groups(nb), 1);
   quantize_input(in, T, n_in, precise);
   if (groups_of_ != in) {
     build_groups(act_, act_g_, nb, gs, T);
@@ -248,85 +248,151 @@ void CpuBackend::matmul_repacked(const WeightView& W, const Repacked& rp, const 
     build_groups(act_lo_, act_lo_g_, nb, gs, T);
     lo_groups_of_ = in;
   }
-  const cpu::DotR8Fn dot1 = rp.f.dot1, dot4 = rp.f.dot4;
-  const cpu::DotR8RowsFn dot_tile = rp.f.dot_tile, dot_tile4 = rp.f.dot_tile4;
-  const int R = k_fast_->repacked_rows, NT = k_fast_->repacked_tokens;
-  // The full tiles on paired activations where the kernels have them (each
-  // tile of NT tokens starts at an even token: pair t / 2).
-  const cpu::DotPairsFn dot_pairs = R > 1 && T >= NT ? rp.f.dot_tile_pairs : nullptr;
-  if (dot_pairs && pairs_of_ != in) {
+  if (pairs && pairs_of_ != in) {
     build_pairs(act_g_, act_p_, gs, T);
     pairs_of_ = in;
   }
-  if (dot_pairs && precise && lo_pairs_of_ != in) {
+  if (pairs && precise && lo_pairs_of_ != in) {
     build_pairs(act_lo_g_, act_lo_p_, gs, T);
     lo_pairs_of_ = in;
   }
+}
+
+// The full tiles run on paired activations where the kernels have them
+// (each tile of NT tokens starts at an even token: pair t / 2).
+cpu::DotPairsFn CpuBackend::pairs_kernel(const Repacked& rp, int T) const {
+  return k_fast_->repacked_rows > 1 && T >= k_fast_->repacked_tokens ? rp.f.dot_tile_pairs : nullptr;
+}
+
+void CpuBackend::matmul_repacked(const WeightView& W, const Repacked& rp, const float* in, float* out, int T,
+                                 bool precise) {
+  prepare_repacked(in, T, W.n_in, precise, pairs_kernel(rp, T) != nullptr);
+  for_rows(W.n_out, [&](int64_t r0, int64_t r1, int) { repacked_rows(rp, W.n_in, W.n_out, out, T, precise, r0, r1); });
+}
+
+// Several products of one input in one parallel dispatch: the rows of all
+// of them split into the pool's chunks by cost (a refined row counts
+// twice), so that a layer's Q, K and V (and its gate and up) take one
+// barrier instead of three (two). Each row is computed as matmul() computes
+// it, so the results are bitwise the same.
+void CpuBackend::matmul_jobs(const MatmulJob* jobs, int n_jobs, const float* in, int T, bool same_input) {
+  const Repacked* rps[kMaxMatmulJobs];
+  bool fuse = k_fast_ != nullptr && n_jobs <= kMaxMatmulJobs;
+  bool precise = false, pairs = false;
+  for (int j = 0; fuse && j < n_jobs; j++) {
+    const auto it = repacked_.find(jobs[j].W->data);
+    fuse = it != repacked_.end() && jobs[j].W->n_in == jobs[0].W->n_in;
+    if (!fuse) break;
+    rps[j] = &it->second;
+    precise = precise || jobs[j].precise;
+    pairs = pairs || pairs_kernel(*rps[j], T) != nullptr;
+  }
+  if (!fuse) {
+    for (int j = 0; j < n_jobs; j++) matmul(*jobs[j].W, in, jobs[j].out, T, same_input || j > 0, jobs[j].precise);
+    return;
+  }
+  if (!same_input) act_of_ = lo_of_ = nullptr;
+  const int64_t n_in = jobs[0].W->n_in;
+  prepare_repacked(in, T, n_in, precise, pairs);
+  // Cost units: a row is 1, a refined row 2; rows start at even offsets.
+  int64_t first[kMaxMatmulJobs + 1], total = 0;
+  for (int j = 0; j < n_jobs; j++) {
+    first[j] = total;
+    total += jobs[j].W->n_out * (jobs[j].precise ? 2 : 1);
+  }
+  first[n_jobs] = total;
+  const int64_t n_chunks = std::clamp<int64_t>(total / 16, 1, 2 * pool_.size());
+  const int64_t per = (total + n_chunks - 1) / n_chunks;
+  pool_.for_chunks(static_cast<int>(n_chunks), [&](int c, int) {
+    const int64_t u0 = c * per, u1 = std::min(total, u0 + per);
+    for (int j = 0; j < n_jobs; j++) {
+      const int64_t a = std::max(u0, first[j]), b = std::min(u1, first[j + 1]);
+      if (a >= b) continue;
+      const int64_t cost = jobs[j].precise ? 2 : 1, n_out = jobs[j].W->n_out;
+      // The unit range as rows, rounded to even rows so that row pairs stay whole.
+      const auto row_at = [&](int64_t u) {
+        return u >= first[j + 1] ? n_out : std::min(n_out, ((u - first[j]) / cost + 1) / 2 * 2);
+      };
+      const int64_t r0 = row_at(a), r1 = row_at(b);
+      if (r0 < r1) repacked_rows(*rps[j], n_in, n_out, jobs[j].out, T, jobs[j].precise, r0, r1);
+    }
+  });
+}
+
+// Rows [r0, r1) of the product out (T, n_out) = in (T, n_in) x rp's rows,
+// from the activations prepare_repacked() left. Each weight row is read
+// once per tile of tokens (token_tile) and used for every token of the tile
+// while it is in L1.
+void CpuBackend::repacked_rows(const Repacked& rp, int64_t n_in, int64_t n_out, float* out, int T, bool precise,
+                               int64_t r0, int64_t r1) {
+  const int64_t nb = n_in / 32, gs = std::max<int64_t>(cpu::act_groups(nb), 1);
+  const cpu::DotR8Fn dot1 = rp.f.dot1, dot4 = rp.f.dot4;
+  const cpu::DotR8RowsFn dot_tile = rp.f.dot_tile, dot_tile4 = rp.f.dot_tile4;
+  const int R = k_fast_->repacked_rows, NT = k_fast_->repacked_tokens;
+  const cpu::DotPairsFn dot_pairs = pairs_kernel(rp, T);
   const size_t row_bytes = rp.f.row_bytes;
   // Tiles of activations sized for L1: an ActPair holds two tokens' groups
   // (the lines before half_lo: only the Q6_K kernel reads that one).
   const int64_t pair_bytes = offsetof(cpu::ActPair, half_lo);
   const int64_t tok_bytes = gs * (dot_pairs ? pair_bytes / 2 : static_cast<int64_t>(sizeof(cpu::ActGroup)));
   const int tile = token_tile(tok_bytes * (precise ? 2 : 1), NT);
-  for_rows(n_out, [&](int64_t r0, int64_t r1, int) {
-    float v4[4], lo4[4];
-    for (int t0 = 0; t0 < T; t0 += tile) {
-      const int t1 = std::min(T, t0 + tile);
-      int64_t r = r0;
-      // Several rows and tokens at once where the kernels take them: each
-      // token's activations are loaded once for all the rows, each row's
-      // weights once for all the tokens.
-      if (R > 1 && dot_tile && dot_tile4 && (t1 - t0) >= 4)
-        for (; r + R <= r1; r += R) {
-          const uint8_t* row = rp.rows + r * row_bytes;
-          if (T <= kPrefetchMaxTokens)
-            prefetch_rows(row + kPrefetchRows * row_bytes, R * row_bytes, rp.rows + r1 * row_bytes);
-          float vr[kMaxTileTokens * kMaxRows], lor[kMaxTileTokens * kMaxRows];
-          int t = t0;
-          // R rows x w tokens from t with kernel fn (out of fn: [row][token]).
-          auto tiles = [&](cpu::DotR8RowsFn fn, int w) {
-            for (; t + w <= t1; t += w) {
-              fn(row, row_bytes, &act_g_[t * gs], gs, &act_[t * nb], nb, n_in, vr);
-              if (precise) fn(row, row_bytes, &act_lo_g_[t * gs], gs, &act_lo_[t * nb], nb, n_in, lor);
-              for (int i = 0; i < R; i++)
-                for (int j = 0; j < w; j++)
-                  out[(t + j) * n_out + r + i] = precise ? vr[i * w + j] + lor[i * w + j] : vr[i * w + j];
-            }
-          };
-          if (dot_pairs)  // straight into out; the refinement added to it
-            for (; t + NT <= t1; t += NT) {
-              dot_pairs(row, row_bytes, &act_p_[t / 2 * gs], gs, &act_[t * nb], nb, n_in, out + t * n_out + r, n_out, false);
-              if (precise)
-                dot_pairs(row, row_bytes, &act_lo_p_[t / 2 * gs], gs, &act_lo_[t * nb], nb, n_in, out + t * n_out + r, n_out,
-                          true);
-            }
-          tiles(dot_tile, NT);
-          tiles(dot_tile4, 4);
-          for (; t < t1; t++)
-            for (int i = 0; i < R; i++) {
-              dot1(row + i * row_bytes, &act_g_[t * gs], 0, &act_[t * nb], 0, n_in, v4);
-              if (precise) dot1(row + i * row_bytes, &act_lo_g_[t * gs], 0, &act_lo_[t * nb], 0, n_in, lo4);
-              out[t * n_out + r + i] = precise ? v4[0] + lo4[0] : v4[0];
-            }
-        }
-      const int ahead = t1 - t0 == 1 ? decode_prefetch_rows_ : 0;
-      for (; r < r1; r++) {
+  float v4[4], lo4[4];
+  for (int t0 = 0; t0 < T; t0 += tile) {
+    const int t1 = std::min(T, t0 + tile);
+    int64_t r = r0;
+    // Several rows and tokens at once where the kernels take them: each
+    // token's activations are loaded once for all the rows, each row's
+    // weights once for all the tokens.
+    if (R > 1 && dot_tile && dot_tile4 && (t1 - t0) >= 4)
+      for (; r + R <= r1; r += R) {
         const uint8_t* row = rp.rows + r * row_bytes;
-        if (ahead > 0) prefetch_rows(row + ahead * row_bytes, row_bytes, rp.rows + r1 * row_bytes);
+        if (T <= kPrefetchMaxTokens)
+          prefetch_rows(row + kPrefetchRows * row_bytes, R * row_bytes, rp.rows + r1 * row_bytes);
+        float vr[kMaxTileTokens * kMaxRows], lor[kMaxTileTokens * kMaxRows];
         int t = t0;
-        for (; t + 4 <= t1; t += 4) {
-          dot4(row, &act_g_[t * gs], gs, &act_[t * nb], nb, n_in, v4);
-          if (precise) dot4(row, &act_lo_g_[t * gs], gs, &act_lo_[t * nb], nb, n_in, lo4);
-          for (int j = 0; j < 4; j++) out[(t + j) * n_out + r] = precise ? v4[j] + lo4[j] : v4[j];
-        }
-        for (; t < t1; t++) {
-          dot1(row, &act_g_[t * gs], 0, &act_[t * nb], 0, n_in, v4);
-          if (precise) dot1(row, &act_lo_g_[t * gs], 0, &act_lo_[t * nb], 0, n_in, lo4);
-          out[t * n_out + r] = precise ? v4[0] + lo4[0] : v4[0];
-        }
+        // R rows x w tokens from t with kernel fn (out of fn: [row][token]).
+        auto tiles = [&](cpu::DotR8RowsFn fn, int w) {
+          for (; t + w <= t1; t += w) {
+            fn(row, row_bytes, &act_g_[t * gs], gs, &act_[t * nb], nb, n_in, vr);
+            if (precise) fn(row, row_bytes, &act_lo_g_[t * gs], gs, &act_lo_[t * nb], nb, n_in, lor);
+            for (int i = 0; i < R; i++)
+              for (int j = 0; j < w; j++)
+                out[(t + j) * n_out + r + i] = precise ? vr[i * w + j] + lor[i * w + j] : vr[i * w + j];
+          }
+        };
+        if (dot_pairs)  // straight into out; the refinement added to it
+          for (; t + NT <= t1; t += NT) {
+            dot_pairs(row, row_bytes, &act_p_[t / 2 * gs], gs, &act_[t * nb], nb, n_in, out + t * n_out + r, n_out, false);
+            if (precise)
+              dot_pairs(row, row_bytes, &act_lo_p_[t / 2 * gs], gs, &act_lo_[t * nb], nb, n_in, out + t * n_out + r, n_out,
+                        true);
+          }
+        tiles(dot_tile, NT);
+        tiles(dot_tile4, 4);
+        for (; t < t1; t++)
+          for (int i = 0; i < R; i++) {
+            dot1(row + i * row_bytes, &act_g_[t * gs], 0, &act_[t * nb], 0, n_in, v4);
+            if (precise) dot1(row + i * row_bytes, &act_lo_g_[t * gs], 0, &act_lo_[t * nb], 0, n_in, lo4);
+            out[t * n_out + r + i] = precise ? v4[0] + lo4[0] : v4[0];
+          }
+      }
+    const int ahead = t1 - t0 == 1 ? decode_prefetch_rows_ : 0;
+    for (; r < r1; r++) {
+      const uint8_t* row = rp.rows + r * row_bytes;
+      if (ahead > 0) prefetch_rows(row + ahead * row_bytes, row_bytes, rp.rows + r1 * row_bytes);
+      int t = t0;
+      for (; t + 4 <= t1; t += 4) {
+        dot4(row, &act_g_[t * gs], gs, &act_[t * nb], nb, n_in, v4);
+        if (precise) dot4(row, &act_lo_g_[t * gs], gs, &act_lo_[t * nb], nb, n_in, lo4);
+        for (int j = 0; j < 4; j++) out[(t + j) * n_out + r] = precise ? v4[j] + lo4[j] : v4[j];
+      }
+      for (; t < t1; t++) {
+        dot1(row, &act_g_[t * gs], 0, &act_[t * nb], 0, n_in, v4);
+        if (precise) dot1(row, &act_lo_g_[t * gs], 0, &act_lo_[t * nb], 0, n_in, lo4);
+        out[t * n_out + r] = precise ? v4[0] + lo4[0] : v4[0];
       }
     }
-  });
+  }
 }
 
 // One token's products with several matrices in one parallel dispatch
