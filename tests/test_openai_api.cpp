@@ -163,6 +163,11 @@ class TestOpenAiApi : public QObject {
     QCOMPARE(two.calls[0]["function"]["arguments"].get<std::string>(), std::string("{\"x\":1}"));
     QCOMPARE(json::parse(two.calls[1]["function"]["arguments"].get<std::string>()), json({{"y", {1, 2}}}));
     QVERIFY(two.calls[0]["id"] != two.calls[1]["id"]);
+    // The arguments' text keeps the model's key order (a client may show it).
+    QCOMPARE(split("<tool_call>{\"name\":\"f\",\"arguments\":{\"zone\":\"UTC\",\"at\":3}}</tool_call>")
+                 .calls[0]["function"]["arguments"]
+                 .get<std::string>(),
+             std::string("{\"zone\":\"UTC\",\"at\":3}"));
     // No arguments: an empty object.
     QCOMPARE(split("<tool_call>{\"name\":\"now\"}</tool_call>").calls[0]["function"]["arguments"].get<std::string>(),
              std::string("{}"));

@@ -60,30 +60,51 @@ ToolCallSyntax detect_tool_call_syntax(const jinja::Template& t) {
     return ToolCallSyntax::none;
   }
   const std::string_view s = text;
-  // The probe's arguments, given as an object or as its text.
-  const auto is_args = [&](const ojson& a) {
-    return a == args || (a.is_string() && parse_json_bounded<ojson>(a.get<std::string>()) == args);
-  };
+  const auto is_args = [&](std::string_view a) { return parse_json_bounded<ojson>(a) == args; };
   // hermes: <tool_call> {"name": "probe_fn", "arguments": {"k": "v"}} </tool_call>
-  // (the call's block, after the system prompt's description of the form)
-  for (size_t open = s.find("<tool_call>"); open != std::string_view::npos; open = s.find("<tool_call>", open + 1)) {
-    const size_t body = open + std::string_view("<tool_call>").size();
-    const size_t close = s.find("</tool_call>", body);
-    if (close == std::string_view::npos) break;
-    const ojson call = parse_json_bounded<ojson>(s.substr(body, close - body));
-    if (call.is_object() && call.contains("name") && call["name"] == "probe_fn" && call.contains("arguments") &&
-        is_args(call["arguments"]))
-      return ToolCallSyntax::hermes;
+  // (the call's block, after the system prompt's description of the form),
+  // read as the front ends read a model's reply
+  for (const ToolCallBlock& b : tool_call_blocks(s)) {
+    if (!b.closed) break;
+    const auto call = parse_tool_call(s.substr(b.body_begin, b.body_end - b.body_begin));
+    if (call && call->name == "probe_fn" && is_args(call->arguments)) return ToolCallSyntax::hermes;
   }
   // harmony: ... to=functions.probe_fn ... <|message|>{"k": "v"}<|call|>
   if (const size_t to = s.find("to=functions.probe_fn"); to != std::string_view::npos) {
     const size_t msg = s.find("<|message|>", to), call = s.find("<|call|>", to);
     if (msg != std::string_view::npos && call != std::string_view::npos && msg < call) {
       const size_t body = msg + std::string_view("<|message|>").size();
-      if (is_args(parse_json_bounded<ojson>(s.substr(body, call - body)))) return ToolCallSyntax::harmony;
+      if (is_args(s.substr(body, call - body))) return ToolCallSyntax::harmony;
     }
   }
   return ToolCallSyntax::none;
+}
+
+std::vector<ToolCallBlock> tool_call_blocks(std::string_view text) {
+  constexpr std::string_view kOpen = "<tool_call>", kClose = "</tool_call>";
+  std::vector<ToolCallBlock> blocks;
+  for (size_t pos = text.find(kOpen); pos != std::string_view::npos; pos = text.find(kOpen, pos)) {
+    ToolCallBlock b;
+    b.begin = pos;
+    b.body_begin = pos + kOpen.size();
+    const size_t close = text.find(kClose, b.body_begin);
+    b.closed = close != std::string_view::npos;
+    b.body_end = b.closed ? close : text.size();
+    b.end = b.closed ? close + kClose.size() : text.size();
+    blocks.push_back(b);
+    pos = b.end;
+  }
+  return blocks;
+}
+
+std::optional<ToolCallText> parse_tool_call(std::string_view body) {
+  const ojson j = parse_json_bounded<ojson>(body);
+  if (!j.is_object() || !j.contains("name") || !j["name"].is_string()) return std::nullopt;
+  const char* key = j.contains("arguments") ? "arguments" : "parameters";
+  const ojson args = j.contains(key) ? j[key] : ojson::object();
+  if (!args.is_object() && !args.is_string()) return std::nullopt;
+  return ToolCallText{j["name"].get<std::string>(),
+                      args.is_string() ? args.get<std::string>() : args.dump(-1, ' ', false, ojson::error_handler_t::replace)};
 }
 
 RenderedChat render_chat(const ChatFormat& format, const std::vector<ChatMessage>& messages,

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <random>
 
+#include "phaselab/chat_template.h"
 #include "phaselab/json_bounded.h"
 #include "phaselab/openai_api.h"
 
@@ -192,16 +193,11 @@ std::string call_id() {
   return id;
 }
 
-// A block's body as a call, or null.
+// A block's body as a call (parse_tool_call, a valid function name), or null.
 json call_of(std::string_view body) {
-  const json j = parse_json_bounded<json>(trim(body));
-  if (!j.is_object() || !j.contains("name") || !is_function_name(j["name"])) return nullptr;
-  const char* key = j.contains("arguments") ? "arguments" : "parameters";  // (some fine-tunes write "parameters")
-  json args = j.contains(key) ? j[key] : json::object();
-  if (!args.is_object() && !args.is_string()) return nullptr;
-  return {{"id", call_id()},
-          {"type", "function"},
-          {"function", {{"name", j["name"]}, {"arguments", args.is_string() ? args.get<std::string>() : dump(args)}}}};
+  const auto call = parse_tool_call(body);
+  if (!call || !is_function_name(call->name)) return nullptr;
+  return {{"id", call_id()}, {"type", "function"}, {"function", {{"name", call->name}, {"arguments", call->arguments}}}};
 }
 }  // namespace
 
@@ -209,17 +205,12 @@ ToolCallSplit split_tool_calls(std::string_view text) {
   ToolCallSplit out;
   std::string content;
   size_t pos = 0;
-  while (pos < text.size()) {
-    const size_t open = text.find(kCallOpen, pos);
-    if (open == std::string_view::npos) break;
-    const size_t body = open + kCallOpen.size();
-    const size_t close = text.find(kCallClose, body);
-    const size_t end = close == std::string_view::npos ? text.size() : close + kCallClose.size();
-    json call = call_of(text.substr(body, (close == std::string_view::npos ? text.size() : close) - body));
-    content.append(text.substr(pos, open - pos));
-    if (call.is_null()) content.append(text.substr(open, end - open));  // not a call: kept as written
+  for (const ToolCallBlock& b : tool_call_blocks(text)) {
+    json call = call_of(text.substr(b.body_begin, b.body_end - b.body_begin));
+    content.append(text.substr(pos, b.begin - pos));
+    if (call.is_null()) content.append(text.substr(b.begin, b.end - b.begin));  // not a call: kept as written
     else out.calls.push_back(std::move(call));
-    pos = end;
+    pos = b.end;
   }
   if (pos < text.size()) content.append(text.substr(pos));
   out.content = std::string(trim(content));

@@ -50,6 +50,25 @@ enum class ToolCallSyntax { none, hermes, harmony };
 // does, or the template fails on the probe).
 ToolCallSyntax detect_tool_call_syntax(const jinja::Template& t);
 
+// The <tool_call> ... </tool_call> blocks of a text in hermes's syntax
+// (gpt-oss's calls are rewritten into it), in order: each block's bytes
+// [begin, end) and its body [body_begin, body_end) between the tags; an
+// unclosed last block (closed false) runs to the text's end.
+struct ToolCallBlock {
+  size_t begin = 0, end = 0, body_begin = 0, body_end = 0;
+  bool closed = true;
+};
+std::vector<ToolCallBlock> tool_call_blocks(std::string_view text);
+// A block's body as a call: a JSON object with "name" (a string) and
+// "arguments" (or "parameters", as some fine-tunes write; absent: {}), an
+// object or a string. arguments: the object's JSON text, or the string as
+// given. nullopt: not a call (its JSON nesting is bounded, as everywhere
+// model output is parsed).
+struct ToolCallText {
+  std::string name, arguments;
+};
+std::optional<ToolCallText> parse_tool_call(std::string_view body);
+
 ChatTemplateFamily detect_chat_template(std::string_view jinja_source);
 const char* chat_template_family_name(ChatTemplateFamily f);
 // The family of a name chat_template_family_name() returns; nullopt for
