@@ -210,9 +210,6 @@ class CpuBackend final : public Backend {
   void quantize_input(const float* in, int T, int64_t n_in, bool precise);
   void repack_weights();
   static void release_pages(const uint8_t* p, size_t n);
-  void build_groups(const std::vector<cpu::ActQ8>& act, std::vector<cpu::ActGroup>& groups, int64_t nb, int64_t gs,
-                    int T);
-  void build_pairs(const std::vector<cpu::ActGroup>& groups, std::vector<cpu::ActPair>& pairs, int64_t gs, int T);
   void prepare_repacked(const float* in, int T, int64_t n_in, bool precise, bool pairs);
   cpu::DotPairsFn pairs_kernel(const Repacked& rp, int T) const;
   void repacked_rows(const Repacked& rp, int64_t n_in, int64_t n_out, float* out, int T, bool precise, int64_t r0,
