@@ -32,6 +32,15 @@ double exact_dot(TensorType t, const std::vector<uint8_t>& w, const std::vector<
   return s;
 }
 
+// n_rows stored rows of f (f.row_bytes each) as the kernels other than dot1
+// read them: rewritten by f.unpack where the format stores them packed.
+std::vector<uint8_t> tile_rows(const RepackedFormat& f, const std::vector<uint8_t>& stored, int n_rows, int n) {
+  if (!f.unpack) return stored;
+  std::vector<uint8_t> out(f.unpacked_row_bytes * n_rows);
+  for (int r = 0; r < n_rows; r++) f.unpack(stored.data() + r * f.row_bytes, out.data() + r * f.unpacked_row_bytes, n);
+  return out;
+}
+
 // The attention kernels of a KV cache type on every kernel set, the
 // portable first: run(k, s, out) fills the scores s (G, n; scale 0.125) of
 // the query heads q against the key rows and adds the value rows weighted
@@ -222,7 +231,7 @@ class TestCpuKernels : public QObject {
         std::vector<ActGroup> g(4 * gs);
         for (int t = 0; t < 4; t++) group_act(&a[t * nb], &g[t * gs], nb);
         float four[4];
-        f.dot4(r.data(), g.data(), gs, a.data(), nb, n, four);
+        f.dot4(tile_rows(f, r, 1, n).data(), g.data(), gs, a.data(), nb, n, four);
         for (int t = 0; t < 4; t++) {
           std::vector<ActQ8> at(a.begin() + t * nb, a.begin() + (t + 1) * nb);
           const double want = exact_dot(tt, w, at, n);
@@ -275,13 +284,16 @@ class TestCpuKernels : public QObject {
         QVERIFY(quantize_row(tt, wf.data(), w.data(), n));
         f.repack(w.data(), packed.data() + r * rb, n);
       }
+      // The rows as the kernels other than dot1 read them (packed Q5_0: unpacked).
+      const std::vector<uint8_t> tiles = tile_rows(f, packed, R, n);
+      const size_t tb = f.unpack ? f.unpacked_row_bytes : rb;
       const auto x = randn(NT * n, 77);
       std::vector<ActQ8> a(NT * nb);
       k->quantize_act(x.data(), a.data(), NT * n);
       std::vector<ActGroup> g(NT * gs);
       for (int t = 0; t < NT; t++) group_act(&a[t * nb], &g[t * gs], nb);
       float many[32], four[16], paired[32];
-      f.dot_tile(packed.data(), rb, g.data(), gs, a.data(), nb, n, many);
+      f.dot_tile(tiles.data(), tb, g.data(), gs, a.data(), nb, n, many);
       // The paired kernel where the set has one (AVX-512: the 32-value formats).
       std::vector<ActPair> pairs(NT / 2 * gs);
       for (int p = 0; p < NT / 2; p++) pair_groups(&g[2 * p * gs], &g[(2 * p + 1) * gs], &pairs[p * gs], gs);
@@ -289,13 +301,13 @@ class TestCpuKernels : public QObject {
       constexpr int kStride = 5;
       float strided[8 * kStride], added[8 * kStride];
       if (f.dot_tile_pairs) {
-        f.dot_tile_pairs(packed.data(), rb, pairs.data(), gs, a.data(), nb, n, strided, kStride, false);
+        f.dot_tile_pairs(tiles.data(), tb, pairs.data(), gs, a.data(), nb, n, strided, kStride, false);
         for (int r = 0; r < R; r++)
           for (int t = 0; t < NT; t++) {
             paired[r * NT + t] = strided[t * kStride + r];
             added[t * kStride + r] = 0.25f * static_cast<float>(r + t);
           }
-        f.dot_tile_pairs(packed.data(), rb, pairs.data(), gs, a.data(), nb, n, added, kStride, true);
+        f.dot_tile_pairs(tiles.data(), tb, pairs.data(), gs, a.data(), nb, n, added, kStride, true);
         for (int r = 0; r < R; r++)
           for (int t = 0; t < NT; t++) {
             const float want = 0.25f * static_cast<float>(r + t) + paired[r * NT + t];
@@ -305,7 +317,7 @@ class TestCpuKernels : public QObject {
       const bool avx512 = std::string_view(k->isa).find("512") != std::string_view::npos;
       QVERIFY2(!avx512 || f.dot_tile_pairs, "the AVX-512 kernels have a paired tile for every repacked format");
       QVERIFY(f.dot_tile4);
-      f.dot_tile4(packed.data(), rb, g.data(), gs, a.data(), nb, n, four);  // the first 4 tokens
+      f.dot_tile4(tiles.data(), tb, g.data(), gs, a.data(), nb, n, four);  // the first 4 tokens
       for (int r = 0; r < R; r++)
         for (int t = 0; t < NT; t++) {
           float v;
@@ -326,6 +338,34 @@ class TestCpuKernels : public QObject {
       QVERIFY2(tt == TensorType::Q8_0, "no SIMD kernel set on this CPU repacks this format");
       QSKIP("no kernel set on this CPU repacks Q8_0: the grouped Q8_0 layout needs AVX-VNNI or AVX-512 VNNI");
     }
+  }
+
+  // Packed Q5_0 (the file's size) unpacks to exactly the byte layout, by the
+  // portable reference and by each kernel set's own unpacker; the row shapes
+  // cover full groups, a half group and tail blocks. A fifth bit or a nibble
+  // put in the wrong place fails here.
+  void packed_q5_0_rows_unpack_to_the_byte_layout() {
+    int checked = 0;
+    for (int n : {640, 736, 2048, 96, 160, 32}) {
+      const auto wf = randn(n, 21 + n);
+      std::vector<uint8_t> w(row_size(TensorType::Q5_0, n)), bytes(grouped_row_bytes(TensorType::Q5_0, n));
+      std::vector<uint8_t> packed(q5_0_packed_row_bytes(n)), back(bytes.size(), 0xAA);
+      QCOMPARE(packed.size(), w.size());
+      QVERIFY(quantize_row(TensorType::Q5_0, wf.data(), w.data(), n));
+      repack_q5_0_u8_row(w.data(), bytes.data(), n);
+      repack_q5_0_packed_row(w.data(), packed.data(), n);
+      unpack_q5_0_packed_row(packed.data(), back.data(), n);
+      QVERIFY2(back == bytes, qPrintable(QString("portable, n = %1").arg(n)));
+      for (const Kernels* k : simd_kernels()) {
+        if (!k->unpack_q5_0_packed) continue;
+        checked++;
+        std::fill(back.begin(), back.end(), 0x55);
+        k->unpack_q5_0_packed(packed.data(), back.data(), n);
+        QVERIFY2(back == bytes, qPrintable(QString("%1, n = %2").arg(k->isa).arg(n)));
+      }
+    }
+    const bool avx512 = !simd_kernels().empty() && std::string_view(simd_kernels().back()->isa).find("512") != std::string_view::npos;
+    QVERIFY2(!avx512 || checked > 0, "the AVX-512 kernels store Q5_0 packed");
   }
 
   // A tied Q8_0 embedding is looked up in the output matrix's repacked copy:

@@ -213,7 +213,9 @@ class CpuBackend final : public Backend {
   void prepare_repacked(const float* in, int T, int64_t n_in, bool precise, bool pairs);
   cpu::DotPairsFn pairs_kernel(const Repacked& rp, int T) const;
   void repacked_rows(const Repacked& rp, int64_t n_in, int64_t n_out, float* out, int T, bool precise, int64_t r0,
-                     int64_t r1);
+                     int64_t r1, int thread);
+  void repacked_tiles(const Repacked& rp, const uint8_t* trows, size_t tb, int64_t tr0, uint8_t* each, int64_t n_in,
+                      int64_t n_out, float* out, int T, bool precise, int64_t r0, int64_t r1);
   // out_j = W_j · in for products of one input, in one parallel dispatch
   // (the fast path's repacked matrices; otherwise one matmul() each).
   struct MatmulJob {
@@ -283,6 +285,9 @@ class CpuBackend final : public Backend {
   std::vector<cpu::ActQ8> many_act_;       // (n_expert_used, max_in / 32) matvec_many's quantized inputs
   std::vector<cpu::ActGroup> many_act_g_;  // (n_expert_used, groups) and their groups
   std::vector<std::vector<float>> row_buf_;      // per thread: one dequantized weight row
+  // Per thread: rows stored packed (Q5_0 on AVX-512) rewritten for the tile
+  // kernels (RepackedFormat::unpack), kUnpackRows of them, 64-byte aligned.
+  std::vector<std::vector<uint8_t>> unpack_buf_;
   std::vector<std::vector<float>> score_buf_;    // per thread: (group, n_ctx) attention scores
   std::vector<std::vector<const float*>> vrow_buf_;  // per thread: (n_ctx) K or V rows of one KV head (F32 cache)
   std::vector<std::vector<const uint16_t*>> hrow_buf_;  // per thread: the same for an F16 cache

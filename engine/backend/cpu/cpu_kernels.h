@@ -68,11 +68,29 @@ constexpr int kGroupBlocks = 8;
 // Q5_0 with the quants unpacked to bytes (0..31): per group [8 fp16 scales |
 // 8 x 32 bytes, vector v holding values 4v..4v+3 of block i at bytes
 // 4i..4i+3] = 272 bytes, then the row's last nb % 8 blocks unchanged. 55%
-// more bytes than the file's layout, and no unpacking in the kernel; on the
-// development machine decode is as fast and prefill faster than with a
-// same-size layout that unpacks nibbles and fifth bits in registers.
+// more bytes than the file's layout, and no unpacking in the kernel: the
+// layout the tile kernels read. The AVX2 and AVX-VNNI sets store it so;
+// the AVX-512 set stores the packed layout below and unpacks it for them.
 constexpr int kGroupBytesQ5_0U8 = 272;
 void repack_q5_0_u8_row(const uint8_t* src, uint8_t* dst, int64_t n);
+// Q5_0 at the file's size (22 bytes a block), as the AVX-512 kernels store
+// it: the byte layout above with each group's 256 bytes of quants u (u0..u3
+// its four 64-byte chunks) as [u0 | u2 << 4 (64 bytes of nibbles) | u1 | u3
+// << 4 | 4 x 8 bytes: the fifth bits of u0..u3, bit j of chunk k's word for
+// its byte j] = 176 bytes; a half group [4 fp16 scales | u0 | u1 << 4 | 2 x
+// 8 bytes of fifth bits] = 88 bytes; the last blocks as in the file. Decode
+// is bound by the bytes it reads: Gemma 3 270M reads 24 MB less per token
+// than with byte quants, and its one-token kernel unpacks in registers (a
+// load of each mask word and a masked add per 64 bytes). Passes of 4 tokens
+// or more unpack rows into the byte layout (Kernels::unpack_q5_0_packed,
+// bitwise unpack_q5_0_packed_row's bytes) for the tile kernels.
+constexpr int kGroupBytesQ5_0P = 176;
+constexpr int kHalfGroupBytesQ5_0P = 88;
+void repack_q5_0_packed_row(const uint8_t* src, uint8_t* dst, int64_t n);
+// A packed Q5_0 row back to repack_q5_0_u8_row's bytes (the portable
+// reference of Kernels::unpack_q5_0_packed).
+void unpack_q5_0_packed_row(const uint8_t* src, uint8_t* dst, int64_t n);
+inline size_t q5_0_packed_row_bytes(int64_t n) { return static_cast<size_t>(n / 32) * 22; }
 // Q8_0: [8 fp16 scales | 8 x 32 bytes of q + 128] = 272 bytes, as the file.
 constexpr int kGroupBytesQ8_0U8 = 272;
 void repack_q8_0_u8_row(const uint8_t* src, uint8_t* dst, int64_t n);
@@ -187,6 +205,8 @@ using DotR8RowsFn = void (*)(const uint8_t* w_row0, size_t row_bytes, const ActG
 // sum bitwise the one-row kernels'.
 using DotPairsFn = void (*)(const uint8_t* w_row0, size_t row_bytes, const ActPair* pairs, int64_t p_stride,
                             const ActQ8* a, int64_t a_stride, int64_t n, float* out, int64_t out_stride, bool add);
+// Rewrites a stored row of n values into the layout the tile kernels read.
+using UnpackRowFn = void (*)(const uint8_t* src, uint8_t* dst, int64_t n);
 
 // Slots of the per-type kernel tables: every TensorType id (MXFP4 = 39) fits.
 constexpr int kTypeSlots = 40;
@@ -226,6 +246,11 @@ struct Kernels {
   // repacked_rows rows x repacked_tokens tokens on paired activations
   // (null: the kernel set has none; dot_grouped_tile then).
   DotPairsFn dot_grouped_tile_pairs[kTypeSlots] = {};
+  // Q5_0 stored packed (repack_q5_0_packed_row; null: stored as bytes):
+  // its one-token kernel reads the packed rows, the others the bytes that
+  // unpack_q5_0_packed gives.
+  DotR8Fn dot_q5_0_packed_x1 = nullptr;
+  UnpackRowFn unpack_q5_0_packed = nullptr;
   DotPairsFn dot_q4_k_r8_tile_pairs = nullptr;
   DotPairsFn dot_q5_k_r8_tile_pairs = nullptr;
   DotPairsFn dot_q6_k_r8_tile_pairs = nullptr;
@@ -251,6 +276,11 @@ struct RepackedFormat {
   DotR8RowsFn dot_tile = nullptr;   // k.repacked_rows rows x k.repacked_tokens tokens
   DotR8RowsFn dot_tile4 = nullptr;  // k.repacked_rows rows x 4 tokens
   DotPairsFn dot_tile_pairs = nullptr;  // dot_tile's work on paired activations, where k has it
+  // Where rows are stored packed (Q5_0 on AVX-512): dot1 reads the stored
+  // row; dot4, dot_tile, dot_tile4 and dot_tile_pairs read it rewritten by
+  // unpack (unpacked_row_bytes a row). Null: every kernel reads the stored row.
+  UnpackRowFn unpack = nullptr;
+  size_t unpacked_row_bytes = 0;
 };
 RepackedFormat repacked_format(const Kernels& k, TensorType t, int64_t n);
 

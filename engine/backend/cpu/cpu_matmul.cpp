@@ -20,6 +20,10 @@ namespace {
 // would otherwise come from L2 for every row): 1.3x on pp512.
 constexpr int kMaxRows = 4;        // bound on Kernels::repacked_rows
 constexpr int kMaxTileTokens = 8;  // bound on Kernels::repacked_tokens
+// Packed rows unpacked at a time for the tile kernels (repacked_rows): 174
+// KB of Gemma 3's 640-wide Q5_0 rows, which stay in L2 while every tile of
+// tokens passes over them.
+constexpr int64_t kUnpackRows = 256;
 // Three quarters of a 32 KiB L1d (48 KiB on recent cores): 16 tokens of
 // Gemma 3's 640-wide rows, two calls of the AVX-512 kernels' 8 tokens.
 constexpr int64_t kL1TileBytes = 24 * 1024;
@@ -50,6 +54,12 @@ void prefetch_rows(const uint8_t* p, size_t n, const uint8_t* end) {
 // ahead, or into L2, measured the same within the noise).
 void prefetch_rows_l1(const uint8_t* p, size_t n, const uint8_t* end) {
   for (size_t i = 0; i < n && p + i < end; i += 64) __builtin_prefetch(p + i, 0, 3);
+}
+
+// n stored rows of format f from row, rewritten by f.unpack into dst one after another.
+const uint8_t* unpack_rows(const cpu::RepackedFormat& f, const uint8_t* row, int n, int64_t n_in, uint8_t* dst) {
+  for (int i = 0; i < n; i++) f.unpack(row + i * f.row_bytes, dst + i * f.unpacked_row_bytes, n_in);
+  return dst;
 }
 
 }  // namespace
@@ -195,6 +205,10 @@ void CpuBackend::repack_weights() {
   // so that the file's copy, released, is never read again (from the
   // file's pages, 8000 random tokens had brought 160 MiB of it back).
   repack(&w_.output, 1);
+  size_t unpacked = 0;  // the scratch the tile kernels need for packed rows
+  for (const auto& [data, rp] : repacked_)
+    if (rp.f.unpack) unpacked = std::max(unpacked, rp.f.unpacked_row_bytes);
+  if (unpacked) unpack_buf_.assign(pool_.size(), std::vector<uint8_t>(kUnpackRows * unpacked + 64));
   if (auto rp = repacked_.find(w_.output.data);
       rp != repacked_.end() && w_.output.data == w_.tok_embd.data && w_.tok_embd.type == TensorType::Q8_0) {
     embd_repacked_ = rp->second.rows;
@@ -273,7 +287,8 @@ cpu::DotPairsFn CpuBackend::pairs_kernel(const Repacked& rp, int T) const {
 void CpuBackend::matmul_repacked(const WeightView& W, const Repacked& rp, const float* in, float* out, int T,
                                  bool precise) {
   prepare_repacked(in, T, W.n_in, precise, pairs_kernel(rp, T) != nullptr);
-  for_rows(W.n_out, [&](int64_t r0, int64_t r1, int) { repacked_rows(rp, W.n_in, W.n_out, out, T, precise, r0, r1); });
+  for_rows(W.n_out,
+           [&](int64_t r0, int64_t r1, int thread) { repacked_rows(rp, W.n_in, W.n_out, out, T, precise, r0, r1, thread); });
 }
 
 // Several products of one input in one parallel dispatch: the rows of all
@@ -309,7 +324,7 @@ void CpuBackend::matmul_jobs(const MatmulJob* jobs, int n_jobs, const float* in,
   first[n_jobs] = total;
   const int64_t n_chunks = std::clamp<int64_t>(total / 16, 1, 2 * pool_.size());
   const int64_t per = (total + n_chunks - 1) / n_chunks;
-  pool_.for_chunks(static_cast<int>(n_chunks), [&](int c, int) {
+  pool_.for_chunks(static_cast<int>(n_chunks), [&](int c, int thread) {
     const int64_t u0 = c * per, u1 = std::min(total, u0 + per);
     for (int j = 0; j < n_jobs; j++) {
       const int64_t a = std::max(u0, first[j]), b = std::min(u1, first[j + 1]);
@@ -320,23 +335,55 @@ void CpuBackend::matmul_jobs(const MatmulJob* jobs, int n_jobs, const float* in,
         return u >= first[j + 1] ? n_out : std::min(n_out, ((u - first[j]) / cost + 1) / 2 * 2);
       };
       const int64_t r0 = row_at(a), r1 = row_at(b);
-      if (r0 < r1) repacked_rows(*rps[j], n_in, n_out, jobs[j].out, T, jobs[j].precise, r0, r1);
+      if (r0 < r1) repacked_rows(*rps[j], n_in, n_out, jobs[j].out, T, jobs[j].precise, r0, r1, thread);
     }
   });
 }
 
 // Rows [r0, r1) of the product out (T, n_out) = in (T, n_in) x rp's rows,
-// from the activations prepare_repacked() left. Each weight row is read
-// once per tile of tokens (token_tile) and used for every token of the tile
-// while it is in L1.
+// from the activations prepare_repacked() left. Rows stored packed
+// (RepackedFormat::unpack: Q5_0 on AVX-512) are read as stored by the
+// one-token kernel (decode reads the file's size); for 4 tokens or more they
+// are rewritten kUnpackRows at a time into this thread's scratch for the
+// other kernels: once per row and product, a small cost beside the row's
+// dot products with every token.
 void CpuBackend::repacked_rows(const Repacked& rp, int64_t n_in, int64_t n_out, float* out, int T, bool precise,
-                               int64_t r0, int64_t r1) {
+                               int64_t r0, int64_t r1, int thread) {
+  if (!rp.f.unpack || T < 4)
+    return repacked_tiles(rp, rp.rows, rp.f.row_bytes, 0, nullptr, n_in, n_out, out, T, precise, r0, r1);
+  const size_t ub = rp.f.unpacked_row_bytes;
+  std::vector<uint8_t>& buf = unpack_buf_[thread];
+  uint8_t* scratch = buf.data() + (64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64;
+  // A decode batch (one tile of tokens) passes over each row once: each
+  // group of rows is unpacked just before its tiles, into L1 (a block of
+  // unpacked rows would push the activations out of L1: batch 16 -10%).
+  if (T <= kPrefetchMaxTokens)
+    return repacked_tiles(rp, rp.rows, rp.f.row_bytes, 0, scratch, n_in, n_out, out, T, precise, r0, r1);
+  for (int64_t b0 = r0; b0 < r1; b0 += kUnpackRows) {
+    const int64_t b1 = std::min(r1, b0 + kUnpackRows);
+    for (int64_t r = b0; r < b1; r++) {
+      const uint8_t* row = rp.rows + r * rp.f.row_bytes;
+      prefetch_rows(row + kPrefetchRows * rp.f.row_bytes, rp.f.row_bytes, rp.rows + r1 * rp.f.row_bytes);
+      rp.f.unpack(row, scratch + (r - b0) * ub, n_in);
+    }
+    repacked_tiles(rp, scratch, ub, b0, nullptr, n_in, n_out, out, T, precise, b0, b1);
+  }
+}
+
+// repacked_rows' work, with the rows the kernels other than dot1 read at
+// trows + (r - tr0) * tb (dot1 reads the stored rows), or, where each is
+// given, the stored rows unpacked into each just before their tiles. Each weight row is
+// read once per tile of tokens (token_tile) and used for every token of the
+// tile while it is in L1.
+void CpuBackend::repacked_tiles(const Repacked& rp, const uint8_t* trows, size_t tb, int64_t tr0, uint8_t* each,
+                                int64_t n_in, int64_t n_out, float* out, int T, bool precise, int64_t r0, int64_t r1) {
   const int64_t nb = n_in / 32, gs = std::max<int64_t>(cpu::act_groups(nb), 1);
   const cpu::DotR8Fn dot1 = rp.f.dot1, dot4 = rp.f.dot4;
   const cpu::DotR8RowsFn dot_tile = rp.f.dot_tile, dot_tile4 = rp.f.dot_tile4;
   const int R = k_fast_->repacked_rows, NT = k_fast_->repacked_tokens;
   const cpu::DotPairsFn dot_pairs = pairs_kernel(rp, T);
   const size_t row_bytes = rp.f.row_bytes;
+  const uint8_t* tend = trows + (r1 - tr0) * tb;
   // Tiles of activations sized for L1: an ActPair holds two tokens' groups
   // (the lines before half_lo: only the Q6_K kernel reads that one).
   const int64_t pair_bytes = offsetof(cpu::ActPair, half_lo);
@@ -351,18 +398,24 @@ void CpuBackend::repacked_rows(const Repacked& rp, int64_t n_in, int64_t n_out, 
     // weights once for all the tokens.
     if (R > 1 && dot_tile && dot_tile4 && (t1 - t0) >= 4)
       for (; r + R <= r1; r += R) {
-        const uint8_t* row = rp.rows + r * row_bytes;
+        const uint8_t* row = rp.rows + r * row_bytes;  // as stored (dot1)
+        const uint8_t* trow = trows + (r - tr0) * tb;    // as the tile kernels read it
         if (T <= kPrefetchMaxTokens)
-          prefetch_rows(row + kPrefetchRows * row_bytes, R * row_bytes, rp.rows + r1 * row_bytes);
+          prefetch_rows(trow + kPrefetchRows * tb, R * tb, tend);
         else  // prefill: the next rows, into L1, while this pair's tiles run
-          prefetch_rows_l1(row + R * row_bytes, R * row_bytes, rp.rows + r1 * row_bytes);
+          prefetch_rows_l1(trow + R * tb, R * tb, tend);
+        size_t ts = tb;  // the stride of the rows at trow
+        if (each) {
+          trow = unpack_rows(rp.f, row, R, n_in, each);
+          ts = rp.f.unpacked_row_bytes;
+        }
         float vr[kMaxTileTokens * kMaxRows], lor[kMaxTileTokens * kMaxRows];
         int t = t0;
         // R rows x w tokens from t with kernel fn (out of fn: [row][token]).
         auto tiles = [&](cpu::DotR8RowsFn fn, int w) {
           for (; t + w <= t1; t += w) {
-            fn(row, row_bytes, &act_g_[t * gs], gs, &act_[t * nb], nb, n_in, vr);
-            if (precise) fn(row, row_bytes, &act_lo_g_[t * gs], gs, &act_lo_[t * nb], nb, n_in, lor);
+            fn(trow, ts, &act_g_[t * gs], gs, &act_[t * nb], nb, n_in, vr);
+            if (precise) fn(trow, ts, &act_lo_g_[t * gs], gs, &act_lo_[t * nb], nb, n_in, lor);
             for (int i = 0; i < R; i++)
               for (int j = 0; j < w; j++)
                 out[(t + j) * n_out + r + i] = precise ? vr[i * w + j] + lor[i * w + j] : vr[i * w + j];
@@ -370,10 +423,9 @@ void CpuBackend::repacked_rows(const Repacked& rp, int64_t n_in, int64_t n_out, 
         };
         if (dot_pairs)  // straight into out; the refinement added to it
           for (; t + NT <= t1; t += NT) {
-            dot_pairs(row, row_bytes, &act_p_[t / 2 * gs], gs, &act_[t * nb], nb, n_in, out + t * n_out + r, n_out, false);
+            dot_pairs(trow, ts, &act_p_[t / 2 * gs], gs, &act_[t * nb], nb, n_in, out + t * n_out + r, n_out, false);
             if (precise)
-              dot_pairs(row, row_bytes, &act_lo_p_[t / 2 * gs], gs, &act_lo_[t * nb], nb, n_in, out + t * n_out + r, n_out,
-                        true);
+              dot_pairs(trow, ts, &act_lo_p_[t / 2 * gs], gs, &act_lo_[t * nb], nb, n_in, out + t * n_out + r, n_out, true);
           }
         tiles(dot_tile, NT);
         tiles(dot_tile4, 4);
@@ -389,9 +441,11 @@ void CpuBackend::repacked_rows(const Repacked& rp, int64_t n_in, int64_t n_out, 
       const uint8_t* row = rp.rows + r * row_bytes;
       if (ahead > 0) prefetch_rows(row + ahead * row_bytes, row_bytes, rp.rows + r1 * row_bytes);
       int t = t0;
+      const uint8_t* trow = trows + (r - tr0) * tb;  // (dot4's; dot1 reads the stored row)
+      if (each && t1 - t0 >= 4) trow = unpack_rows(rp.f, row, 1, n_in, each);
       for (; t + 4 <= t1; t += 4) {
-        dot4(row, &act_g_[t * gs], gs, &act_[t * nb], nb, n_in, v4);
-        if (precise) dot4(row, &act_lo_g_[t * gs], gs, &act_lo_[t * nb], nb, n_in, lo4);
+        dot4(trow, &act_g_[t * gs], gs, &act_[t * nb], nb, n_in, v4);
+        if (precise) dot4(trow, &act_lo_g_[t * gs], gs, &act_lo_[t * nb], nb, n_in, lo4);
         for (int j = 0; j < 4; j++) out[(t + j) * n_out + r] = precise ? v4[j] + lo4[j] : v4[j];
       }
       for (; t < t1; t++) {

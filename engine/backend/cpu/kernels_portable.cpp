@@ -370,6 +370,67 @@ void repack_q5_0_u8_row(const uint8_t* src, uint8_t* dst, int64_t n) {
   write_row_tail(x, nb, dst, q5_0_value);
 }
 
+namespace {
+// The 64-byte chunks of byte quants u[0..nc) (values 0..31) as nibbles (two
+// chunks a 64-byte run: chunk k low, chunk k + nc / 2 high) and nc words of
+// fifth bits: kGroupBytesQ5_0P's and kHalfGroupBytesQ5_0P's quants.
+void pack_q5_chunks(const uint8_t* u, int nc, uint8_t* dst) {
+  const int half = nc / 2;
+  for (int k = 0; k < half; k++)
+    for (int j = 0; j < 64; j++)
+      dst[64 * k + j] = static_cast<uint8_t>((u[64 * k + j] & 0xF) | ((u[64 * (k + half) + j] & 0xF) << 4));
+  for (int k = 0; k < nc; k++) {
+    uint64_t bits = 0;
+    for (int j = 0; j < 64; j++) bits |= static_cast<uint64_t>((u[64 * k + j] >> 4) & 1) << j;
+    std::memcpy(dst + 32 * nc + 8 * k, &bits, 8);
+  }
+}
+void unpack_q5_chunks(const uint8_t* src, int nc, uint8_t* u) {
+  const int half = nc / 2;
+  for (int k = 0; k < nc; k++) {
+    uint64_t bits;
+    std::memcpy(&bits, src + 32 * nc + 8 * k, 8);
+    for (int j = 0; j < 64; j++) {
+      const uint8_t b = src[64 * (k % half) + j];
+      u[64 * k + j] = static_cast<uint8_t>((k < half ? b & 0xF : b >> 4) | (((bits >> j) & 1) << 4));
+    }
+  }
+}
+}  // namespace
+
+void repack_q5_0_packed_row(const uint8_t* src, uint8_t* dst, int64_t n) {
+  const int64_t nb = n / 32, ng = nb / kGroupBlocks, nh = half_groups(nb);
+  uint8_t u[kGroupBytesQ5_0U8];
+  for (int64_t g = 0; g < ng; g++, src += kGroupBlocks * sizeof(BlockQ5_0), dst += kGroupBytesQ5_0P) {
+    repack_q5_0_u8_row(src, u, 32 * kGroupBlocks);  // one group: its byte layout
+    std::memcpy(dst, u, 16);
+    pack_q5_chunks(u + 16, 4, dst + 16);
+  }
+  if (nh) {
+    repack_q5_0_u8_row(src, u, 32 * 4);  // four blocks: a half group
+    std::memcpy(dst, u, 8);
+    pack_q5_chunks(u + 8, 2, dst + 8);
+    src += 4 * sizeof(BlockQ5_0);
+    dst += kHalfGroupBytesQ5_0P;
+  }
+  std::memcpy(dst, src, static_cast<size_t>(nb - ng * kGroupBlocks - 4 * nh) * sizeof(BlockQ5_0));
+}
+
+void unpack_q5_0_packed_row(const uint8_t* src, uint8_t* dst, int64_t n) {
+  const int64_t nb = n / 32, ng = nb / kGroupBlocks, nh = half_groups(nb);
+  for (int64_t g = 0; g < ng; g++, src += kGroupBytesQ5_0P, dst += kGroupBytesQ5_0U8) {
+    std::memcpy(dst, src, 16);
+    unpack_q5_chunks(src + 16, 4, dst + 16);
+  }
+  if (nh) {
+    std::memcpy(dst, src, 8);
+    unpack_q5_chunks(src + 8, 2, dst + 8);
+    src += kHalfGroupBytesQ5_0P;
+    dst += kHalfGroupBytes;
+  }
+  std::memcpy(dst, src, static_cast<size_t>(nb - ng * kGroupBlocks - 4 * nh) * sizeof(BlockQ5_0));
+}
+
 void repack_q8_0_u8_row(const uint8_t* src, uint8_t* dst, int64_t n) {
   const auto* x = reinterpret_cast<const BlockQ8_0*>(src);
   const int64_t nb = n / 32, ng = nb / kGroupBlocks;
@@ -533,6 +594,12 @@ RepackedFormat repacked_format(const Kernels& k, TensorType t, int64_t n) {
     case TensorType::Q4_0:
     case TensorType::MXFP4:
       if (!k.dot_grouped_x1[ti] || grouped_row_bytes(t, n) == 0) return {};
+      if (t == TensorType::Q5_0 && k.dot_q5_0_packed_x1 && k.unpack_q5_0_packed) {
+        f = {repack_q5_0_packed_row, q5_0_packed_row_bytes(n), k.dot_q5_0_packed_x1, k.dot_grouped_x4[ti],
+             k.dot_grouped_tile[ti], k.dot_grouped_tile4[ti], k.dot_grouped_tile_pairs[ti], k.unpack_q5_0_packed,
+             grouped_row_bytes(t, n)};
+        break;
+      }
       f = {t == TensorType::Q5_0   ? repack_q5_0_u8_row
            : t == TensorType::Q8_0 ? repack_q8_0_u8_row
            : t == TensorType::Q4_0 ? repack_q4_0_row
