@@ -340,32 +340,94 @@ class TestCpuKernels : public QObject {
     }
   }
 
-  // Packed Q5_0 (the file's size) unpacks to exactly the byte layout, by the
-  // portable reference and by each kernel set's own unpacker; the row shapes
-  // cover full groups, a half group and tail blocks. A fifth bit or a nibble
-  // put in the wrong place fails here.
-  void packed_q5_0_rows_unpack_to_the_byte_layout() {
+  // Packed rows (the file's size: Q5_0, Q5_K, Q6_K) unpack to exactly the
+  // byte layout the tile kernels read, by the portable reference and by each
+  // kernel set's own unpacker; the row shapes cover full groups, a half
+  // group and tail blocks. A high bit or a nibble put in the wrong place
+  // fails here.
+  void packed_rows_unpack_to_the_byte_layout_data() {
+    QTest::addColumn<int>("type");
+    QTest::addColumn<int>("n");
+    for (int n : {640, 736, 2048, 96, 160, 32}) QTest::newRow(qPrintable(QString("Q5_0 x %1").arg(n))) << int(TensorType::Q5_0) << n;
+    for (TensorType t : {TensorType::Q5_K, TensorType::Q6_K})
+      for (int n : {256, 1024, 2048})
+        QTest::newRow(qPrintable(QString("%1 x %2").arg(tensor_type_name(t).data()).arg(n))) << int(t) << n;
+  }
+  void packed_rows_unpack_to_the_byte_layout() {
+    QFETCH(int, type);
+    QFETCH(int, n);
+    const auto t = static_cast<TensorType>(type);
+    using Rewrite = void (*)(const uint8_t*, uint8_t*, int64_t);
+    Rewrite to_bytes = repack_q5_0_u8_row, to_packed = repack_q5_0_packed_row, unpack = unpack_q5_0_packed_row;
+    size_t bytes_size = grouped_row_bytes(t, n);
+    UnpackRowFn Kernels::*simd_unpack = &Kernels::unpack_q5_0_packed;
+    if (t == TensorType::Q5_K) {
+      to_bytes = repack_q5_k_row, to_packed = repack_q5_k_packed_row, unpack = unpack_q5_k_packed_row;
+      bytes_size = n / 256 * kGroupBytesQ5_K;
+      simd_unpack = &Kernels::unpack_q5_k_packed;
+    } else if (t == TensorType::Q6_K) {
+      to_bytes = repack_q6_k_row, to_packed = repack_q6_k_packed_row, unpack = unpack_q6_k_packed_row;
+      bytes_size = n / 256 * kGroupBytesQ6_K;
+      simd_unpack = &Kernels::unpack_q6_k_packed;
+    }
+    const auto wf = randn(n, 21 + n + type);
+    std::vector<uint8_t> w(row_size(t, n)), bytes(bytes_size), packed(w.size()), back(bytes_size, 0xAA);
+    QVERIFY(quantize_row(t, wf.data(), w.data(), n));
+    to_bytes(w.data(), bytes.data(), n);
+    to_packed(w.data(), packed.data(), n);  // the file's size
+    unpack(packed.data(), back.data(), n);
+    QVERIFY2(back == bytes, "portable");
     int checked = 0;
-    for (int n : {640, 736, 2048, 96, 160, 32}) {
-      const auto wf = randn(n, 21 + n);
-      std::vector<uint8_t> w(row_size(TensorType::Q5_0, n)), bytes(grouped_row_bytes(TensorType::Q5_0, n));
-      std::vector<uint8_t> packed(q5_0_packed_row_bytes(n)), back(bytes.size(), 0xAA);
-      QCOMPARE(packed.size(), w.size());
-      QVERIFY(quantize_row(TensorType::Q5_0, wf.data(), w.data(), n));
-      repack_q5_0_u8_row(w.data(), bytes.data(), n);
-      repack_q5_0_packed_row(w.data(), packed.data(), n);
-      unpack_q5_0_packed_row(packed.data(), back.data(), n);
-      QVERIFY2(back == bytes, qPrintable(QString("portable, n = %1").arg(n)));
-      for (const Kernels* k : simd_kernels()) {
-        if (!k->unpack_q5_0_packed) continue;
-        checked++;
-        std::fill(back.begin(), back.end(), 0x55);
-        k->unpack_q5_0_packed(packed.data(), back.data(), n);
-        QVERIFY2(back == bytes, qPrintable(QString("%1, n = %2").arg(k->isa).arg(n)));
-      }
+    for (const Kernels* k : simd_kernels()) {
+      if (!(k->*simd_unpack)) continue;
+      checked++;
+      const RepackedFormat f = repacked_format(*k, t, n);
+      QCOMPARE(f.row_bytes, w.size());
+      QCOMPARE(f.unpacked_row_bytes, bytes.size());
+      std::fill(back.begin(), back.end(), 0x55);
+      (k->*simd_unpack)(packed.data(), back.data(), n);
+      QVERIFY2(back == bytes, k->isa);
     }
     const bool avx512 = !simd_kernels().empty() && std::string_view(simd_kernels().back()->isa).find("512") != std::string_view::npos;
-    QVERIFY2(!avx512 || checked > 0, "the AVX-512 kernels store Q5_0 packed");
+    QVERIFY2(!avx512 || checked > 0, "the AVX-512 kernels store these formats packed");
+  }
+
+  // Compact Q4_K (the file's size) keeps the header and nibbles of the
+  // byte-scale layout; its scales and mins come out as get_scale_min_k4
+  // reads them, for every bit of the 12 packed bytes.
+  void compact_q4_k_rows_keep_the_scales_and_nibbles() {
+    std::mt19937 rng(5);
+    for (int trial = 0; trial < 2000; trial++) {
+      uint8_t s12[12];
+      for (auto& b : s12) b = static_cast<uint8_t>(rng());
+      uint64_t sc, mn;
+      q4_k_scales_mins(s12, sc, mn);
+      for (int j = 0; j < 8; j++) {
+        uint8_t want_sc, want_m;
+        get_scale_min_k4(j, s12, &want_sc, &want_m);
+        QCOMPARE(static_cast<int>((sc >> (8 * j)) & 0xFF), static_cast<int>(want_sc));
+        QCOMPARE(static_cast<int>((mn >> (8 * j)) & 0xFF), static_cast<int>(want_m));
+      }
+    }
+    for (int n : {256, 1024, 2048}) {
+      const auto wf = randn(n, 31 + n);
+      std::vector<uint8_t> w(row_size(TensorType::Q4_K, n)), full(n / 256 * kGroupBytesQ4_K);
+      std::vector<uint8_t> compact(n / 256 * kGroupBytesQ4_KC);
+      QCOMPARE(compact.size(), w.size());
+      QVERIFY(quantize_row(TensorType::Q4_K, wf.data(), w.data(), n));
+      repack_q4_k_row(w.data(), full.data(), n);
+      repack_q4_k_compact_row(w.data(), compact.data(), n);
+      for (int b = 0; b < n / 256; b++) {
+        const uint8_t* c = &compact[b * kGroupBytesQ4_KC];
+        const uint8_t* f = &full[b * kGroupBytesQ4_K];
+        uint64_t sc, mn;
+        q4_k_scales_mins(c + 4, sc, mn);
+        QVERIFY(std::memcmp(c, f, 4) == 0 && std::memcmp(&sc, f + 4, 8) == 0 && std::memcmp(&mn, f + 12, 8) == 0);
+        QVERIFY(std::memcmp(c + 16, f + 32, 128) == 0);
+      }
+    }
+    for (const Kernels* k : simd_kernels())
+      QVERIFY2(repacked_format(*k, TensorType::Q4_K, 1024).row_bytes == 4 * kGroupBytesQ4_KC, k->isa);
   }
 
   // A tied Q8_0 embedding is looked up in the output matrix's repacked copy:

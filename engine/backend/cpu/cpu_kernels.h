@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -137,15 +138,46 @@ inline size_t grouped_row_bytes(TensorType t, int64_t n) {
   }
 }
 
-// Q4_K: a super-block already is 8 sub-blocks of 32; repacked (160 bytes):
+// Q4_K: a super-block already is 8 sub-blocks of 32; rewritten (160 bytes):
 // [d fp16 | dmin fp16 | 8 scales u8 | 8 mins u8 | 12 zero bytes | 4 x 32
-// bytes of nibbles in the same interleaved order as Q5_0's].
+// bytes of nibbles in the same interleaved order as Q5_0's]. (The kernels
+// read the compact form below; Q5_K's layout starts with this header.)
 constexpr int kGroupBytesQ4_K = 160;
 void repack_q4_k_row(const uint8_t* src, uint8_t* dst, int64_t n);
+// Q4_K as the kernels read it: at the file's size (144 bytes), [d fp16 |
+// dmin fp16 | the file's 12 bytes of 6-bit scales and mins | the nibbles as
+// above]; the kernels expand the scales themselves (a few integer operations
+// a super-block and row, beside the vector work). Decode reads 10% less of
+// every Q4_K matrix than with kGroupBytesQ4_K's byte scales and padding.
+constexpr int kGroupBytesQ4_KC = 144;
+void repack_q4_k_compact_row(const uint8_t* src, uint8_t* dst, int64_t n);
+// The 8 scales and 8 mins of a Q4_K super-block (6 bits each, packed in 12
+// bytes as in the file) as 8 bytes each, scale j / min j in byte j.
+inline void q4_k_scales_mins(const uint8_t* s12, uint64_t& scales, uint64_t& mins) {
+  uint32_t a, b, c;  // the file's bytes 0..3, 4..7, 8..11
+  std::memcpy(&a, s12, 4);
+  std::memcpy(&b, s12 + 4, 4);
+  std::memcpy(&c, s12 + 8, 4);
+  constexpr uint32_t k6 = 0x3F3F3F3F, k4 = 0x0F0F0F0F, k2 = 0x03030303;
+  // j < 4: the low 6 bits of byte j (scales) and byte 4 + j (mins); j >= 4:
+  // the low (scale) or high (min) nibble of byte 4 + j, with the top 2 bits
+  // of byte j - 4 (scale) or byte j (min) above it.
+  scales = (a & k6) | static_cast<uint64_t>((c & k4) | (((a >> 6) & k2) << 4)) << 32;
+  mins = (b & k6) | static_cast<uint64_t>(((c >> 4) & k4) | (((b >> 6) & k2) << 4)) << 32;
+}
 // Q5_K: the same header, then the 256 quants (0..31) as bytes in the grouped
 // order (8 x 32 bytes) = 288 bytes; the Q4_K kernel with byte quants.
 constexpr int kGroupBytesQ5_K = 288;
 void repack_q5_k_row(const uint8_t* src, uint8_t* dst, int64_t n);
+// Q5_K at the file's size (176 bytes), as the AVX-512 kernels store it: [d
+// fp16 | dmin fp16 | the file's 12 bytes of 6-bit scales and mins | the byte
+// quants packed as kGroupBytesQ5_0P's: 128 bytes of nibbles, 4 words of
+// fifth bits]. The one-token kernel reads it (36% fewer bytes than the byte
+// layout); passes of 4 tokens or more unpack it to kGroupBytesQ5_K's
+// (Kernels::unpack_q5_k_packed, bitwise unpack_q5_k_packed_row's).
+constexpr int kGroupBytesQ5_KP = 176;
+void repack_q5_k_packed_row(const uint8_t* src, uint8_t* dst, int64_t n);
+void unpack_q5_k_packed_row(const uint8_t* src, uint8_t* dst, int64_t n);
 
 // Q6_K: a super-block is 8 units of 32 values, each two 16-value halves with
 // their own int8 scale. Repacked (288 bytes): [d fp16 | 2 zero bytes | the 8
@@ -153,6 +185,18 @@ void repack_q5_k_row(const uint8_t* src, uint8_t* dst, int64_t n);
 // of quants 0..63 in the grouped order].
 constexpr int kGroupBytesQ6_K = 288;
 void repack_q6_k_row(const uint8_t* src, uint8_t* dst, int64_t n);
+// Q6_K at the file's size (210 bytes), as the AVX-512 kernels store it: [d
+// fp16 | the 8 first-half scales | the 8 second-half scales | the 256 byte
+// quants u (chunks u0..u3 of 64 bytes) as [u0 | u2 << 4 | u1 | u3 << 4]
+// (their low 4 bits, 128 bytes) | for each chunk k, a 64-bit word of bit 4
+// then one of bit 5 of its bytes (64 bytes)]. The one-token kernel adds the
+// high bits back with two masked adds per 64 bytes; passes of 4 tokens or
+// more unpack the rows into kGroupBytesQ6_K's layout (Kernels::
+// unpack_q6_k_packed, bitwise unpack_q6_k_packed_row's) for the tile kernels.
+// Decode reads 27% less of every Q6_K matrix than with byte quants.
+constexpr int kGroupBytesQ6_KP = 210;
+void repack_q6_k_packed_row(const uint8_t* src, uint8_t* dst, int64_t n);
+void unpack_q6_k_packed_row(const uint8_t* src, uint8_t* dst, int64_t n);
 
 // Activations of one group of 8 blocks in the matching layout: qs[v] holds,
 // for block i, its values 4v..4v+3 at bytes 4i..4i+3. A half group (4
@@ -251,6 +295,12 @@ struct Kernels {
   // unpack_q5_0_packed gives.
   DotR8Fn dot_q5_0_packed_x1 = nullptr;
   UnpackRowFn unpack_q5_0_packed = nullptr;
+  // The same for Q5_K and Q6_K (repack_q5_k_packed_row,
+  // repack_q6_k_packed_row; null: stored as bytes).
+  DotR8Fn dot_q5_k_packed_x1 = nullptr;
+  UnpackRowFn unpack_q5_k_packed = nullptr;
+  DotR8Fn dot_q6_k_packed_x1 = nullptr;
+  UnpackRowFn unpack_q6_k_packed = nullptr;
   DotPairsFn dot_q4_k_r8_tile_pairs = nullptr;
   DotPairsFn dot_q5_k_r8_tile_pairs = nullptr;
   DotPairsFn dot_q6_k_r8_tile_pairs = nullptr;

@@ -371,30 +371,36 @@ void repack_q5_0_u8_row(const uint8_t* src, uint8_t* dst, int64_t n) {
 }
 
 namespace {
-// The 64-byte chunks of byte quants u[0..nc) (values 0..31) as nibbles (two
-// chunks a 64-byte run: chunk k low, chunk k + nc / 2 high) and nc words of
-// fifth bits: kGroupBytesQ5_0P's and kHalfGroupBytesQ5_0P's quants.
-void pack_q5_chunks(const uint8_t* u, int nc, uint8_t* dst) {
+// The 64-byte chunks of byte quants u[0..nc) (values below 16 << bits) as
+// nibbles (two chunks a 64-byte run: chunk k low, chunk k + nc / 2 high),
+// then for each chunk k, bits 64-bit words: word b holds bit 4 + b of each
+// of its bytes. kGroupBytesQ5_0P's (bits 1) and kGroupBytesQ6_KP's (bits 2)
+// quants.
+void pack_chunks(const uint8_t* u, int nc, int bits, uint8_t* dst) {
   const int half = nc / 2;
   for (int k = 0; k < half; k++)
     for (int j = 0; j < 64; j++)
       dst[64 * k + j] = static_cast<uint8_t>((u[64 * k + j] & 0xF) | ((u[64 * (k + half) + j] & 0xF) << 4));
-  for (int k = 0; k < nc; k++) {
-    uint64_t bits = 0;
-    for (int j = 0; j < 64; j++) bits |= static_cast<uint64_t>((u[64 * k + j] >> 4) & 1) << j;
-    std::memcpy(dst + 32 * nc + 8 * k, &bits, 8);
-  }
-}
-void unpack_q5_chunks(const uint8_t* src, int nc, uint8_t* u) {
-  const int half = nc / 2;
-  for (int k = 0; k < nc; k++) {
-    uint64_t bits;
-    std::memcpy(&bits, src + 32 * nc + 8 * k, 8);
-    for (int j = 0; j < 64; j++) {
-      const uint8_t b = src[64 * (k % half) + j];
-      u[64 * k + j] = static_cast<uint8_t>((k < half ? b & 0xF : b >> 4) | (((bits >> j) & 1) << 4));
+  for (int k = 0; k < nc; k++)
+    for (int b = 0; b < bits; b++) {
+      uint64_t word = 0;
+      for (int j = 0; j < 64; j++) word |= static_cast<uint64_t>((u[64 * k + j] >> (4 + b)) & 1) << j;
+      std::memcpy(dst + 32 * nc + 8 * (bits * k + b), &word, 8);
     }
-  }
+}
+void unpack_chunks(const uint8_t* src, int nc, int bits, uint8_t* u) {
+  const int half = nc / 2;
+  for (int k = 0; k < nc; k++)
+    for (int j = 0; j < 64; j++) {
+      const uint8_t nib = src[64 * (k % half) + j];
+      int v = k < half ? nib & 0xF : nib >> 4;
+      for (int b = 0; b < bits; b++) {
+        uint64_t word;
+        std::memcpy(&word, src + 32 * nc + 8 * (bits * k + b), 8);
+        v |= static_cast<int>((word >> j) & 1) << (4 + b);
+      }
+      u[64 * k + j] = static_cast<uint8_t>(v);
+    }
 }
 }  // namespace
 
@@ -404,12 +410,12 @@ void repack_q5_0_packed_row(const uint8_t* src, uint8_t* dst, int64_t n) {
   for (int64_t g = 0; g < ng; g++, src += kGroupBlocks * sizeof(BlockQ5_0), dst += kGroupBytesQ5_0P) {
     repack_q5_0_u8_row(src, u, 32 * kGroupBlocks);  // one group: its byte layout
     std::memcpy(dst, u, 16);
-    pack_q5_chunks(u + 16, 4, dst + 16);
+    pack_chunks(u + 16, 4, 1, dst + 16);
   }
   if (nh) {
     repack_q5_0_u8_row(src, u, 32 * 4);  // four blocks: a half group
     std::memcpy(dst, u, 8);
-    pack_q5_chunks(u + 8, 2, dst + 8);
+    pack_chunks(u + 8, 2, 1, dst + 8);
     src += 4 * sizeof(BlockQ5_0);
     dst += kHalfGroupBytesQ5_0P;
   }
@@ -420,11 +426,11 @@ void unpack_q5_0_packed_row(const uint8_t* src, uint8_t* dst, int64_t n) {
   const int64_t nb = n / 32, ng = nb / kGroupBlocks, nh = half_groups(nb);
   for (int64_t g = 0; g < ng; g++, src += kGroupBytesQ5_0P, dst += kGroupBytesQ5_0U8) {
     std::memcpy(dst, src, 16);
-    unpack_q5_chunks(src + 16, 4, dst + 16);
+    unpack_chunks(src + 16, 4, 1, dst + 16);
   }
   if (nh) {
     std::memcpy(dst, src, 8);
-    unpack_q5_chunks(src + 8, 2, dst + 8);
+    unpack_chunks(src + 8, 2, 1, dst + 8);
     src += kHalfGroupBytesQ5_0P;
     dst += kHalfGroupBytes;
   }
@@ -542,6 +548,17 @@ void repack_q4_k_row(const uint8_t* src, uint8_t* dst, int64_t n) {
   }
 }
 
+void repack_q4_k_compact_row(const uint8_t* src, uint8_t* dst, int64_t n) {
+  const auto* x = reinterpret_cast<const BlockQ4_K*>(src);
+  uint8_t full[kGroupBytesQ4_K];
+  for (int64_t b = 0; b < n / QK_K; b++, dst += kGroupBytesQ4_KC) {
+    repack_q4_k_row(reinterpret_cast<const uint8_t*>(x + b), full, QK_K);
+    std::memcpy(dst, full, 4);              // d, dmin
+    std::memcpy(dst + 4, x[b].scales, 12);  // the file's packed scales and mins
+    std::memcpy(dst + 16, full + 32, 128);  // the nibbles in the grouped order
+  }
+}
+
 void repack_q5_k_row(const uint8_t* src, uint8_t* dst, int64_t n) {
   const auto* x = reinterpret_cast<const BlockQ5_K*>(src);
   for (int64_t b = 0; b < n / QK_K; b++, dst += kGroupBytesQ5_K) {
@@ -584,6 +601,48 @@ void repack_q6_k_row(const uint8_t* src, uint8_t* dst, int64_t n) {
   }
 }
 
+void repack_q5_k_packed_row(const uint8_t* src, uint8_t* dst, int64_t n) {
+  const auto* x = reinterpret_cast<const BlockQ5_K*>(src);
+  uint8_t full[kGroupBytesQ5_K];
+  for (int64_t b = 0; b < n / QK_K; b++, dst += kGroupBytesQ5_KP) {
+    repack_q5_k_row(reinterpret_cast<const uint8_t*>(x + b), full, QK_K);
+    std::memcpy(dst, full, 4);              // d, dmin
+    std::memcpy(dst + 4, x[b].scales, 12);  // the file's packed scales and mins
+    pack_chunks(full + 32, 4, 1, dst + 16);
+  }
+}
+
+void unpack_q5_k_packed_row(const uint8_t* src, uint8_t* dst, int64_t n) {
+  for (int64_t b = 0; b < n / QK_K; b++, src += kGroupBytesQ5_KP, dst += kGroupBytesQ5_K) {
+    uint64_t scales, mins;
+    q4_k_scales_mins(src + 4, scales, mins);
+    std::memset(dst, 0, 32);
+    std::memcpy(dst, src, 4);
+    std::memcpy(dst + 4, &scales, 8);
+    std::memcpy(dst + 12, &mins, 8);
+    unpack_chunks(src + 16, 4, 1, dst + 32);
+  }
+}
+
+void repack_q6_k_packed_row(const uint8_t* src, uint8_t* dst, int64_t n) {
+  uint8_t full[kGroupBytesQ6_K];
+  for (int64_t b = 0; b < n / QK_K; b++, src += sizeof(BlockQ6_K), dst += kGroupBytesQ6_KP) {
+    repack_q6_k_row(src, full, QK_K);
+    std::memcpy(dst, full, 2);            // d
+    std::memcpy(dst + 2, full + 4, 16);   // the scales
+    pack_chunks(full + 32, 4, 2, dst + 18);
+  }
+}
+
+void unpack_q6_k_packed_row(const uint8_t* src, uint8_t* dst, int64_t n) {
+  for (int64_t b = 0; b < n / QK_K; b++, src += kGroupBytesQ6_KP, dst += kGroupBytesQ6_K) {
+    std::memset(dst, 0, 32);
+    std::memcpy(dst, src, 2);
+    std::memcpy(dst + 4, src + 2, 16);
+    unpack_chunks(src + 18, 4, 2, dst + 32);
+  }
+}
+
 RepackedFormat repacked_format(const Kernels& k, TensorType t, int64_t n) {
   RepackedFormat f;
   const int ti = static_cast<int>(t);
@@ -608,14 +667,26 @@ RepackedFormat repacked_format(const Kernels& k, TensorType t, int64_t n) {
            k.dot_grouped_tile_pairs[ti]};
       break;
     case TensorType::Q4_K:
-      f = {repack_q4_k_row, super_blocks * kGroupBytesQ4_K, k.dot_q4_k_r8_x1, k.dot_q4_k_r8_x4, k.dot_q4_k_r8_tile,
+      f = {repack_q4_k_compact_row, super_blocks * kGroupBytesQ4_KC, k.dot_q4_k_r8_x1, k.dot_q4_k_r8_x4, k.dot_q4_k_r8_tile,
            k.dot_q4_k_r8_tile4, k.dot_q4_k_r8_tile_pairs};
       break;
     case TensorType::Q5_K:
+      if (k.dot_q5_k_packed_x1 && k.unpack_q5_k_packed) {
+        f = {repack_q5_k_packed_row, super_blocks * kGroupBytesQ5_KP, k.dot_q5_k_packed_x1, k.dot_q5_k_r8_x4,
+             k.dot_q5_k_r8_tile, k.dot_q5_k_r8_tile4, k.dot_q5_k_r8_tile_pairs, k.unpack_q5_k_packed,
+             super_blocks * kGroupBytesQ5_K};
+        break;
+      }
       f = {repack_q5_k_row, super_blocks * kGroupBytesQ5_K, k.dot_q5_k_r8_x1, k.dot_q5_k_r8_x4, k.dot_q5_k_r8_tile,
            k.dot_q5_k_r8_tile4, k.dot_q5_k_r8_tile_pairs};
       break;
     case TensorType::Q6_K:
+      if (k.dot_q6_k_packed_x1 && k.unpack_q6_k_packed) {
+        f = {repack_q6_k_packed_row, super_blocks * kGroupBytesQ6_KP, k.dot_q6_k_packed_x1, k.dot_q6_k_r8_x4,
+             k.dot_q6_k_r8_tile, k.dot_q6_k_r8_tile4, k.dot_q6_k_r8_tile_pairs, k.unpack_q6_k_packed,
+             super_blocks * kGroupBytesQ6_K};
+        break;
+      }
       f = {repack_q6_k_row, super_blocks * kGroupBytesQ6_K, k.dot_q6_k_r8_x1, k.dot_q6_k_r8_x4, k.dot_q6_k_r8_tile,
            k.dot_q6_k_r8_tile4, k.dot_q6_k_r8_tile_pairs};
       break;
