@@ -15,7 +15,7 @@ using namespace phaselab;
 namespace {
 
 constexpr const char* kSwitchVars[] = {"PHASELAB_CPU_ISA",         "PHASELAB_CPU_REPACK",    "PHASELAB_CPU_HUGEPAGES",
-                                       "PHASELAB_CPU_PREFETCH_ROWS", "PHASELAB_CUDA_GRAPHS",
+                                       "PHASELAB_CPU_PREFETCH_BYTES", "PHASELAB_CUDA_GRAPHS",
                                        "PHASELAB_CUDA_ATTN_TILED", "PHASELAB_CUDA_GEMM_MIN", "PHASELAB_CUDA_PROFILE",
                                        "PHASELAB_CUDA_Q8", "PHASELAB_CUDA_BF16_WEIGHTS", "PHASELAB_CUDA_LIB"};
 
@@ -38,7 +38,7 @@ class TestBackendFactory : public QObject {
     QCOMPARE(o.cpu.isa_cap, cpu.isa_cap);
     QCOMPARE(o.cpu.repack, cpu.repack);
     QCOMPARE(o.cpu.huge_pages, cpu.huge_pages);
-    QCOMPARE(o.cpu.decode_prefetch_rows, cpu.decode_prefetch_rows);
+    QCOMPARE(o.cpu.decode_prefetch_bytes, cpu.decode_prefetch_bytes);
     QCOMPARE(o.cuda.graphs, cuda.graphs);
     QCOMPARE(o.cuda.tiled_attention, cuda.tiled_attention);
     QCOMPARE(o.cuda.gemm_min_rows, cuda.gemm_min_rows);
@@ -52,7 +52,7 @@ class TestBackendFactory : public QObject {
     setenv("PHASELAB_CPU_ISA", "avx2", 1);
     setenv("PHASELAB_CPU_REPACK", "0", 1);
     setenv("PHASELAB_CPU_HUGEPAGES", "0", 1);  // on by default
-    setenv("PHASELAB_CPU_PREFETCH_ROWS", "9", 1);
+    setenv("PHASELAB_CPU_PREFETCH_BYTES", "9000", 1);
     setenv("PHASELAB_CUDA_GRAPHS", "0", 1);
     setenv("PHASELAB_CUDA_ATTN_TILED", "0", 1);
     setenv("PHASELAB_CUDA_GEMM_MIN", "100000", 1);
@@ -64,7 +64,7 @@ class TestBackendFactory : public QObject {
     QCOMPARE(o.cpu.isa_cap, std::string("avx2"));
     QVERIFY(!o.cpu.repack);
     QVERIFY(!o.cpu.huge_pages);
-    QCOMPARE(o.cpu.decode_prefetch_rows, 9);
+    QCOMPARE(o.cpu.decode_prefetch_bytes, 9000);
     QVERIFY(!o.cuda.graphs);
     QVERIFY(!o.cuda.tiled_attention);
     QCOMPARE(o.cuda.gemm_min_rows, 100000);
@@ -74,14 +74,14 @@ class TestBackendFactory : public QObject {
     QCOMPARE(o.cuda.library, std::string("/tmp/libphaselab_cuda_emu.so"));
   }
 
-  void only_zero_turns_a_flag_off_and_a_bad_row_count_keeps_the_default() {
+  void only_zero_turns_a_flag_off_and_a_bad_distance_keeps_the_default() {
     setenv("PHASELAB_CPU_REPACK", "1", 1);
     setenv("PHASELAB_CUDA_GRAPHS", "", 1);
     setenv("PHASELAB_CUDA_PROFILE", "0", 1);
     setenv("PHASELAB_CUDA_GEMM_MIN", "-3", 1);
-    setenv("PHASELAB_CPU_PREFETCH_ROWS", "-1", 1);
+    setenv("PHASELAB_CPU_PREFETCH_BYTES", "-1", 1);
     const BackendOptions o = backend_options_from_environment();
-    QCOMPARE(o.cpu.decode_prefetch_rows, CpuSwitches{}.decode_prefetch_rows);
+    QCOMPARE(o.cpu.decode_prefetch_bytes, CpuSwitches{}.decode_prefetch_bytes);
     QVERIFY(o.cpu.repack);
     QVERIFY(o.cuda.graphs);
     QVERIFY(!o.cuda.profile);
@@ -177,12 +177,12 @@ class TestBackendFactory : public QObject {
     };
     CpuSwitches base;
     base.huge_pages = false;
-    base.decode_prefetch_rows = 0;
+    base.decode_prefetch_bytes = 0;
     const auto want = decode(base);
-    for (auto [huge, ahead] : {std::pair{true, 0}, std::pair{false, 4}, std::pair{true, 16}}) {
+    for (auto [huge, ahead] : {std::pair{true, 0}, std::pair{false, 4096}, std::pair{true, 65536}}) {
       CpuSwitches sw = base;
       sw.huge_pages = huge;
-      sw.decode_prefetch_rows = ahead;
+      sw.decode_prefetch_bytes = ahead;
       const auto got = decode(sw);
       QVERIFY(got.size() == want.size());
       QVERIFY2(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0,

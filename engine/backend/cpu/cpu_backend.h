@@ -40,7 +40,7 @@ class CpuBackend final : public Backend {
   CpuBackend(std::shared_ptr<const Model> model, int n_threads, int max_batch, const cpu::Kernels* kernels,
              const CpuSwitches& sw)
       : model_(std::move(model)), c_(model_->config()), w_(model_->weights()), pool_(n_threads), max_batch_(max_batch),
-        k_fast_(kernels), repack_(sw.repack), huge_pages_(sw.huge_pages), decode_prefetch_rows_(sw.decode_prefetch_rows) {}
+        k_fast_(kernels), repack_(sw.repack), huge_pages_(sw.huge_pages), decode_prefetch_bytes_(sw.decode_prefetch_bytes) {}
 
   // Allocates the work buffers (and repacks the weights): once.
   Status init();
@@ -309,7 +309,11 @@ class CpuBackend final : public Backend {
   const cpu::Kernels* k_fast_;                   // null: the reference path
   bool repack_;                                  // repack the matrices at load (fast path)
   bool huge_pages_;                              // ... into 2 MiB pages (CpuSwitches::huge_pages)
-  int decode_prefetch_rows_;                     // CpuSwitches::decode_prefetch_rows
+  int decode_prefetch_bytes_;                    // CpuSwitches::decode_prefetch_bytes
+  // Rows of row_bytes in decode_prefetch_bytes_ (rounded up; 0: none).
+  int64_t decode_prefetch_rows(size_t row_bytes) const {
+    return (decode_prefetch_bytes_ + static_cast<int64_t>(row_bytes) - 1) / static_cast<int64_t>(row_bytes);
+  }
   std::vector<cpu::ActQ8> act_;                  // (T, n_in / 32) quantized input of the last matmul
   const float* act_of_ = nullptr;                // which input act_ holds (null: none)
   std::vector<cpu::ActQ8> act_lo_;               // (T, n_in / 32) residual quantization (precise products)

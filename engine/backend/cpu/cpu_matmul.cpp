@@ -436,7 +436,7 @@ void CpuBackend::repacked_tiles(const Repacked& rp, const uint8_t* trows, size_t
             out[t * n_out + r + i] = precise ? v4[0] + lo4[0] : v4[0];
           }
       }
-    const int ahead = t1 - t0 == 1 ? decode_prefetch_rows_ : 0;
+    const int64_t ahead = t1 - t0 == 1 ? decode_prefetch_rows(row_bytes) : 0;
     for (; r < r1; r++) {
       const uint8_t* row = rp.rows + r * row_bytes;
       if (ahead > 0) prefetch_rows(row + ahead * row_bytes, row_bytes, rp.rows + r1 * row_bytes);
@@ -493,13 +493,13 @@ void CpuBackend::matvec_many(MatvecJob* jobs, int n_jobs, const float* const* in
       if (jb.rp) {
         const size_t rb = jb.rp->f.row_bytes;
         const uint8_t* row = jb.rp->rows + r * rb;
-        if (decode_prefetch_rows_ > 0)  // as a lone token's matmul does (CpuSwitches::decode_prefetch_rows)
-          prefetch_rows(row + decode_prefetch_rows_ * rb, rb, jb.rp->rows + W.n_out * rb);
+        if (const int64_t ahead = decode_prefetch_rows(rb); ahead > 0)  // as a lone token's matmul does
+          prefetch_rows(row + ahead * rb, rb, jb.rp->rows + W.n_out * rb);
         jb.rp->f.dot1(row, &many_act_g_[jb.input * gs], 0, act, 0, n_in, v);
         jb.out[r] = v[0];
       } else if (cpu::uses_q8_activations(W.type)) {
-        if (decode_prefetch_rows_ > 0)  // (MXFP4 experts: rows in the file's layout)
-          prefetch_rows(W.row(r) + decode_prefetch_rows_ * W.row_bytes, W.row_bytes, W.row(W.n_out));
+        if (const int64_t ahead = decode_prefetch_rows(W.row_bytes); ahead > 0)  // (MXFP4 experts: the file's layout)
+          prefetch_rows(W.row(r) + ahead * W.row_bytes, W.row_bytes, W.row(W.n_out));
         jb.out[r] = k_fast_->dot_q8[static_cast<int>(W.type)](W.row(r), act, n_in);
       } else {
         jb.out[r] = k_fast_->dot_f32[static_cast<int>(W.type)](W.row(r), inputs[jb.input], n_in);

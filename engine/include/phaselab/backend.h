@@ -205,11 +205,14 @@ struct CpuSwitches {
   // load was not slower. Dense models measured level (Gemma 3 270M tg128:
   // Zen 3, 4 pairs, 71.1 off vs 70.2 on; Zen 5, 3 pairs, within the noise).
   bool huge_pages = true;
-  // Single-token decode: prefetch the weight row this many rows ahead of the
-  // one being read (0: the hardware prefetcher alone; PHASELAB_CPU_PREFETCH_ROWS).
-  // 4: Gemma 3 270M tg128 on AMD Zen 3 (2 threads) 78.1 against 67.8 tok/s,
-  // 6 alternating runs each, every pair faster.
-  int decode_prefetch_rows = 4;
+  // Single-token decode: prefetch the weight row this many bytes ahead of
+  // the one being read, in whole rows (0: the hardware prefetcher alone;
+  // PHASELAB_CPU_PREFETCH_BYTES). A prefetch a few rows ahead had been
+  // +15% on AMD Zen 3 (Gemma 3 270M tg128: 78.1 against 67.8 tok/s); a
+  // distance in bytes keeps the stream as far ahead for short rows (a
+  // packed 640-wide Q5_0 row is 440 bytes, a Q8_0 one 680): 8 KiB against 4
+  // rows, Gemma 3 270M tg128 on AMD Zen 5, see docs/benchmarks.md.
+  int decode_prefetch_bytes = 8192;
 };
 struct CudaSwitches {
   bool graphs = true;           // replay decode passes as CUDA graphs (PHASELAB_CUDA_GRAPHS=0: off)
