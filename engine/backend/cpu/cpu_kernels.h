@@ -143,8 +143,9 @@ inline size_t grouped_row_bytes(TensorType t, int64_t n) {
 
 // Q4_K: a super-block already is 8 sub-blocks of 32; rewritten (160 bytes):
 // [d fp16 | dmin fp16 | 8 scales u8 | 8 mins u8 | 12 zero bytes | 4 x 32
-// bytes of nibbles in the same interleaved order as Q5_0's]. (The kernels
-// read the compact form below; Q5_K's layout starts with this header.)
+// bytes of nibbles in the same interleaved order as Q5_0's]. The kernels
+// read the compact form below; this one, written value by value, is its
+// reference in the tests, and Q5_K's layout starts with its header.
 constexpr int kGroupBytesQ4_K = 160;
 void repack_q4_k_row(const uint8_t* src, uint8_t* dst, int64_t n);
 // Q4_K as the kernels read it: at the file's size (144 bytes), [d fp16 |

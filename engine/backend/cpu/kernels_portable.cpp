@@ -550,12 +550,23 @@ void repack_q4_k_row(const uint8_t* src, uint8_t* dst, int64_t n) {
 
 void repack_q4_k_compact_row(const uint8_t* src, uint8_t* dst, int64_t n) {
   const auto* x = reinterpret_cast<const BlockQ4_K*>(src);
-  uint8_t full[kGroupBytesQ4_K];
   for (int64_t b = 0; b < n / QK_K; b++, dst += kGroupBytesQ4_KC) {
-    repack_q4_k_row(reinterpret_cast<const uint8_t*>(x + b), full, QK_K);
-    std::memcpy(dst, full, 4);              // d, dmin
+    std::memcpy(dst, &x[b].d, 2);
+    std::memcpy(dst + 2, &x[b].dmin, 2);
     std::memcpy(dst + 4, x[b].scales, 12);  // the file's packed scales and mins
-    std::memcpy(dst + 16, full + 32, 128);  // the nibbles in the grouped order
+    // repack_q4_k_row's nibbles, four at a time: sub-blocks 2r and 2r + 1
+    // are the low and high nibbles of the file's bytes 32r..32r+31, and
+    // vector k's 4 bytes of sub-block i pair values 4k.. with 16+4k.. .
+    constexpr uint32_t lo = 0x0F0F0F0F;
+    for (int r = 0; r < 4; r++)
+      for (int k = 0; k < 4; k++) {
+        uint32_t a, c;  // the file's bytes 32r+4k.. and 32r+16+4k..
+        std::memcpy(&a, x[b].qs + 32 * r + 4 * k, 4);
+        std::memcpy(&c, x[b].qs + 32 * r + 16 + 4 * k, 4);
+        const uint32_t even = (a & lo) | ((c & lo) << 4), odd = ((a >> 4) & lo) | (c & ~lo);
+        std::memcpy(dst + 16 + 32 * k + 4 * (2 * r), &even, 4);
+        std::memcpy(dst + 16 + 32 * k + 4 * (2 * r + 1), &odd, 4);
+      }
   }
 }
 
