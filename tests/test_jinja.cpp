@@ -178,10 +178,11 @@ class TestJinja : public QObject {
 
 // Which templates teach a call syntax PhaseLab parses (the probe of
 // detect_tool_call_syntax): those writing {"name", "arguments"} JSON in
-// <tool_call> blocks, and gpt-oss's harmony; every other template of the
-// corpus none, among them those with <tool_call> and XML-like parameters
-// inside (Qwen3-Coder, Qwen3.5, Nemotron 3, GLM-4.6) and bare JSON (Llama
-// 3.x).
+// <tool_call> blocks, gpt-oss's harmony, and Llama 3.x's reply of one bare
+// {"name", "parameters"} object; every other template of the corpus none,
+// among them those with <tool_call> and XML-like parameters inside
+// (Qwen3-Coder, Qwen3.5, Nemotron 3, GLM-4.6), a JSON call in a role of its
+// own (GigaChat 3) and [TOOL_CALLS] lists (Mistral).
 void TestJinja::tool_call_syntax_of_the_corpus() {
   using phaselab::ToolCallSyntax;
   const std::map<std::string, ToolCallSyntax> want = {
@@ -196,11 +197,15 @@ void TestJinja::tool_call_syntax_of_the_corpus() {
       {"ibm-granite-granite-4.0.jinja", ToolCallSyntax::hermes},
       {"ibm-granite-granite-4.1.jinja", ToolCallSyntax::hermes},
       {"openai-gpt-oss-120b.jinja", ToolCallSyntax::harmony},
+      {"meta-llama-Llama-3.1-8B-Instruct.jinja", ToolCallSyntax::json},
+      {"meta-llama-Llama-3.2-3B-Instruct.jinja", ToolCallSyntax::json},
+      {"meta-llama-Llama-3.3-70B-Instruct.jinja", ToolCallSyntax::json},
   };
   QDir dir(PHASELAB_TEST_DATA "/chat-templates");
   const QStringList files = dir.entryList({"*.jinja"}, QDir::Files, QDir::Name);
   QVERIFY(files.size() >= 60);
-  for (const char* f : {"Qwen3-Coder.jinja", "Qwen3.5-4B.jinja", "GLM-4.6.jinja", "meta-llama-Llama-3.1-8B-Instruct.jinja"})
+  for (const char* f : {"Qwen3-Coder.jinja", "Qwen3.5-4B.jinja", "GLM-4.6.jinja", "GigaChat3-10B-A1.8B.jinja",
+                        "Mistral-Small-3.2-24B-Instruct-2506.jinja"})
     QVERIFY2(files.contains(QString::fromLatin1(f)), f);  // (the ones the comment names)
   for (const QString& f : files) {
     const phaselab::jinja::Template t(read_file(dir.filePath(f)));
@@ -435,9 +440,8 @@ void TestJinja::model_template_renders_prompts() {
   for (const auto& [tmpl, family] : {std::pair{qwen, ChatTemplateFamily::chatml}, std::pair{llama, ChatTemplateFamily::llama3}}) {
     auto model = load(tmpl, k == 0 ? "jinja-qwen.gguf" : "jinja-llama.gguf");
     const ChatFormat format = model->chat_format();
-    // Qwen 2.5's template teaches <tool_call> (its calls are parsed); Llama
-    // 3.1's writes bare JSON, which is not.
-    QCOMPARE(format.tool_calls, family == ChatTemplateFamily::chatml ? ToolCallSyntax::hermes : ToolCallSyntax::none);
+    // Qwen 2.5's template teaches <tool_call>; Llama 3.1's a bare JSON reply.
+    QCOMPARE(format.tool_calls, family == ChatTemplateFamily::chatml ? ToolCallSyntax::hermes : ToolCallSyntax::json);
     QVERIFY(format.jinja != nullptr);
     QVERIFY(model->chat_template_error().empty());
     QCOMPARE(format.family, family);

@@ -356,6 +356,81 @@ class TestOpenAiApi : public QObject {
     QCOMPARE(t["choices"][0]["finish_reason"].get<std::string>(), std::string("stop"));
   }
 
+  // Llama 3.x's template (from the corpus) teaches a reply that is one bare
+  // JSON object {"name", "parameters"}: a request offering functions is
+  // accepted, and a reply is a call only when it is nothing but such an
+  // object naming an offered function (an answer in JSON stays text),
+  // whole or streamed.
+  void bare_json_calls_of_llama_3() {
+    QFile f(QStringLiteral(PHASELAB_TEST_DATA "/chat-templates/meta-llama-Llama-3.2-3B-Instruct.jinja"));
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    const std::string src = f.readAll().toStdString();
+    ChatFormat format(detect_chat_template(src));
+    format.jinja = std::make_shared<const jinja::Template>(src);
+    format.tool_calls = detect_tool_call_syntax(*format.jinja);
+    QCOMPARE(format.tool_calls, ToolCallSyntax::json);
+    const Tokenizer& tok = stories()->tokenizer();
+    const openai::ApiLimits limits{8192, 256};
+    const json tools = json::parse(R"([{"type":"function","function":{"name":"get_weather","description":"The weather.",
+        "parameters":{"type":"object","properties":{"city":{"type":"string"}}}}},
+        {"type":"function","function":{"name":"get_time","parameters":{"type":"object","properties":{}}}}])");
+    json body = {{"messages", {{{"role", "user"}, {"content", "Weather in Paris?"}}}}, {"tools", tools}};
+    openai::ParsedRequest pr;
+    openai::ApiError err;
+    QVERIFY2(openai::parse_request(openai::Endpoint::chat, body, tok, format, limits, openai::server_defaults(limits),
+                                   &pr, &err),
+             err.message.c_str());
+    QVERIFY(pr.tool_calls && pr.bare_json_calls);
+    QCOMPARE(pr.tool_names, (std::vector<std::string>{"get_weather", "get_time"}));
+
+    const std::vector<std::string>& offered = pr.tool_names;
+    const std::string call = "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\", \"unit\": \"C\"}}";
+    openai::ToolCallSplit s = openai::split_bare_json_call("\n " + call + " \n", offered);
+    QCOMPARE(s.content, std::string());
+    QCOMPARE(s.calls.size(), size_t(1));
+    QCOMPARE(s.calls[0]["function"]["name"].get<std::string>(), std::string("get_weather"));
+    QCOMPARE(json::parse(s.calls[0]["function"]["arguments"].get<std::string>()), json::parse(R"({"city": "Paris", "unit": "C"})"));
+    // "arguments" as some fine-tunes write it
+    QCOMPARE(openai::split_bare_json_call(R"({"name": "get_time", "arguments": {}})", offered).calls.size(), size_t(1));
+    // Not calls: a function not offered, text around the object, two objects.
+    for (const std::string& text : {std::string(R"({"name": "Alice", "parameters": {"age": 3}})"), "Sure: " + call,
+                                    call + " done", call + call}) {
+      const openai::ToolCallSplit n = openai::split_bare_json_call(text, offered);
+      QVERIFY2(n.calls.empty(), text.c_str());
+      QCOMPARE(n.content, text);
+    }
+
+    // Streamed: a reply starting with '{' is held to the end; one starting
+    // with text goes out as it comes (its leading whitespace with it).
+    openai::ToolCallStream st(offered);
+    QCOMPARE(st.push(" \n"), std::string());
+    QCOMPARE(st.push(call.substr(0, 9)), std::string());
+    QCOMPARE(st.push(call.substr(9)), std::string());
+    const openai::ToolCallSplit done = st.finish();
+    QCOMPARE(done.calls.size(), size_t(1));
+    QCOMPARE(done.content, std::string());
+    openai::ToolCallStream text(offered);
+    QCOMPARE(text.push(" "), std::string());
+    QCOMPARE(text.push("It is"), std::string(" It is"));
+    QCOMPARE(text.push(" {sunny}"), std::string(" {sunny}"));
+    QVERIFY(text.finish().calls.empty());
+    openai::ToolCallStream json_answer(offered);  // an object naming nothing offered: its text at the end
+    QCOMPARE(json_answer.push(R"({"name": "Alice"})"), std::string());
+    const openai::ToolCallSplit a = json_answer.finish();
+    QVERIFY(a.calls.empty());
+    QCOMPARE(a.content, std::string(R"({"name": "Alice"})"));
+
+    // The whole response.
+    GenerateResult r;
+    r.text = call;
+    r.metrics.stop_reason = StopReason::eos;
+    const openai::ResponseHead h{"id-1", 1, "llama"};
+    const json j = openai::response_json(openai::Endpoint::chat, h, {r}, 0, tok, true, &offered);
+    QVERIFY(j["choices"][0]["message"]["content"].is_null());
+    QCOMPARE(j["choices"][0]["message"]["tool_calls"][0]["function"]["name"].get<std::string>(), std::string("get_weather"));
+    QCOMPARE(j["choices"][0]["finish_reason"].get<std::string>(), std::string("tool_calls"));
+  }
+
   void bad_fields_are_named_data() {
     QTest::addColumn<int>("endpoint");  // 0 chat, 1 completions
     QTest::addColumn<QString>("extra");

@@ -611,22 +611,31 @@ class TestServer : public QObject {
     for (int fd : idle) ::close(fd);
   }
 
-  // Functions offered to a model whose template teaches <tool_call> (Qwen
-  // 2.5's, on a tiny random model): accepted, rendered into the prompt
-  // (more prompt tokens than without them), and an answer without a call
-  // is the same text streamed (held back only while it might begin a call)
-  // as whole, with finish_reason length and no tool_calls. The stories model
-  // (no template of its own) refuses them, naming the field.
+  // Functions offered to a model whose template teaches a call syntax
+  // (Qwen 2.5's <tool_call>, Llama 3.2's bare JSON reply; on a tiny random
+  // model): accepted, rendered into the prompt (more prompt tokens than
+  // without them), and an answer without a call is the same text streamed
+  // (held back only while it might begin a call) as whole, with
+  // finish_reason length and no tool_calls. The stories model (no template
+  // of its own) refuses them, naming the field.
+  void tools_reach_a_templated_model_data() {
+    QTest::addColumn<QString>("file");
+    QTest::addColumn<int>("syntax");
+    QTest::newRow("Qwen 2.5: <tool_call>") << "Qwen-Qwen2.5-7B-Instruct.jinja" << int(ToolCallSyntax::hermes);
+    QTest::newRow("Llama 3.2: bare JSON") << "meta-llama-Llama-3.2-3B-Instruct.jinja" << int(ToolCallSyntax::json);
+  }
   void tools_reach_a_templated_model() {
-    QFile f(QStringLiteral(PHASELAB_TEST_DATA "/chat-templates/Qwen-Qwen2.5-7B-Instruct.jinja"));
+    QFETCH(QString, file);
+    QFETCH(int, syntax);
+    QFile f(QStringLiteral(PHASELAB_TEST_DATA "/chat-templates/") + file);
     QVERIFY(f.open(QIODevice::ReadOnly));
     TinySpec spec;
     spec.chat_template = f.readAll().toStdString();
-    spec.n_ctx_train = 2048;  // (the tiny vocabulary spells the template's text out byte by byte)
-    auto m = Model::load(write_tiny_model(spec, "server_tools_qwen.gguf"));
+    spec.n_ctx_train = 4096;  // (the tiny vocabulary spells the template's text out byte by byte)
+    auto m = Model::load(write_tiny_model(spec, "server_tools_" + std::to_string(syntax) + ".gguf"));
     QVERIFY2(m.is_ok(), m.status().message().c_str());
-    QCOMPARE((*m)->chat_format().tool_calls, ToolCallSyntax::hermes);
-    auto srv = start_server({}, *m, 2048);
+    QCOMPARE(int((*m)->chat_format().tool_calls), syntax);
+    auto srv = start_server({}, *m, 4096);
     httplib::Client c("127.0.0.1", srv->port());
     const json tools = json::parse(R"([{"type":"function","function":{"name":"get_weather",
         "parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}])");
@@ -651,7 +660,7 @@ class TestServer : public QObject {
     QCOMPARE(s.status, 200);
     QVERIFY(s.done);
     // (The whole answer is trimmed; the stream sends the text as it came.)
-    QCOMPARE(QString::fromStdString(s.text).trimmed(), QString::fromStdString(text));
+    QCOMPARE(QString::fromStdString(s.text).trimmed(), QString::fromStdString(text).trimmed());
     for (const json& e : s.events)
       if (e.contains("choices") && !e["choices"].empty()) QVERIFY(!e["choices"][0]["delta"].contains("tool_calls"));
     // The stories model: refused.

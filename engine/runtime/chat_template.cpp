@@ -77,7 +77,60 @@ ToolCallSyntax detect_tool_call_syntax(const jinja::Template& t) {
       if (is_args(s.substr(body, call - body))) return ToolCallSyntax::harmony;
     }
   }
+  // json: <|end_header_id|>\n\n{"name": "probe_fn", "parameters": {"k": "v"}}<|eot_id|>
+  // -- the object written where the assistant's text would be (the same
+  // text before it as before an answer "probe_answer"), and nothing after it
+  // but the end of the turn (a special token): a reply that is nothing but
+  // the call. Not a call in a role of its own (GigaChat's "function call"),
+  // in a list ([TOOL_CALLS] [...]) or in a tool description.
+  ctx["messages"] = ojson::array({ctx["messages"][0], {{"role", "assistant"}, {"content", "probe_answer"}}});
+  std::string answered;
+  try {
+    answered = t.render(ctx);
+  } catch (const jinja::Error&) {
+    return ToolCallSyntax::none;
+  } catch (const nlohmann::json::exception&) {
+    return ToolCallSyntax::none;
+  }
+  const size_t content_at = answered.find("probe_answer");
+  if (content_at == std::string::npos) return ToolCallSyntax::none;
+  const auto space = [](char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; };
+  const auto rtrim = [&](std::string_view v) {
+    while (!v.empty() && space(v.back())) v.remove_suffix(1);
+    return v;
+  };
+  const std::string_view before_answer = rtrim(std::string_view(answered).substr(0, content_at));
+  constexpr std::string_view kName = "{\"name\"";
+  for (size_t open = s.find(kName); open != std::string_view::npos; open = s.find(kName, open + 1)) {
+    const size_t len = json_object_length(s, open, 4096);  // (the probe's call is under 100 bytes)
+    if (len == 0 || rtrim(s.substr(0, open)) != before_answer) continue;
+    size_t after = open + len;
+    while (after < s.size() && space(s[after])) after++;
+    if (after < s.size() && s[after] != '<') continue;
+    const auto call = parse_tool_call(s.substr(open, len));
+    if (call && call->name == "probe_fn" && is_args(call->arguments)) return ToolCallSyntax::json;
+  }
   return ToolCallSyntax::none;
+}
+
+size_t json_object_length(std::string_view text, size_t begin, size_t max_len) {
+  if (begin >= text.size() || text[begin] != '{') return 0;
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = begin; i < text.size() && i - begin < max_len; i++) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') i++;  // the escaped character
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      depth++;
+    } else if (c == '}' || c == ']') {
+      if (--depth == 0) return c == '}' ? i - begin + 1 : 0;
+    }
+  }
+  return 0;
 }
 
 std::vector<ToolCallBlock> tool_call_blocks(std::string_view text) {

@@ -210,10 +210,12 @@ constexpr size_t kMaxTools = 128;
 // parses; "auto" (the default) lets the model choose, "none" offers nothing.
 // A choice that forces a call ("required", a named function) needs
 // constrained decoding, which PhaseLab does not have: refused.
-bool parse_tools(Checker& ck, Endpoint ep, bool batch, const ChatFormat& format, std::string* tools, bool* parse_calls) {
+bool parse_tools(Checker& ck, Endpoint ep, bool batch, const ChatFormat& format, std::string* tools, bool* parse_calls,
+                 std::vector<std::string>* names) {
   const json& j = ck.j;
   *parse_calls = false;
   tools->clear();
+  names->clear();
   if (ck.has("tool_choice")) {
     const json& tc = j["tool_choice"];
     if (tc != "none" && tc != "auto") {
@@ -249,10 +251,11 @@ bool parse_tools(Checker& ck, Endpoint ep, bool batch, const ChatFormat& format,
   if (format.tool_calls == ToolCallSyntax::none)
     return ck.fail("tools", format.jinja ? "cannot be offered to this model: its chat template does not write calls in "
                                            "a syntax PhaseLab reads (<tool_call> JSON </tool_call>: Qwen 2.5, Qwen 3, "
-                                           "QwQ, Hermes; harmony's to=functions: gpt-oss)"
+                                           "QwQ, Hermes; harmony's to=functions: gpt-oss; a bare JSON reply: Llama 3.x)"
                                          : "cannot be offered to this model: it has no chat template of its own, so "
                                            "nothing tells it how to call a function");
   *tools = ck.ordered ? ck.ordered->at("tools").dump(-1, ' ', false, json::error_handler_t::replace) : dump(ts);
+  for (const json& t : ts) names->push_back(t["function"]["name"].get<std::string>());
   *parse_calls = true;
   return true;
 }
@@ -575,7 +578,8 @@ bool parse_checked(Endpoint ep, const json& j, const nlohmann::ordered_json* ord
   if (!parse_counts(ck, ep, limits, defaults, out)) return false;
   if (!parse_stop(ck, &out->options.stop)) return false;
   std::string tools;
-  if (!parse_tools(ck, ep, defaults.batch_dialect, format, &tools, &out->tool_calls)) return false;
+  if (!parse_tools(ck, ep, defaults.batch_dialect, format, &tools, &out->tool_calls, &out->tool_names)) return false;
+  out->bare_json_calls = out->tool_calls && format.tool_calls == ToolCallSyntax::json;
   if (!parse_prompt(ck, ep, defaults.batch_dialect, tok, format, limits, tools, out)) return false;
   // Every field was checked above; this catches defaults out of range (a
   // caller's RequestDefaults), which no field of the request is to blame for.

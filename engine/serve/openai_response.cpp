@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <utility>
 
 #include "phaselab/chat_template.h"
 #include "phaselab/json_bounded.h"
@@ -116,12 +117,13 @@ json logprobs_json(Endpoint ep, const TokenLogprob* lps, size_t n, const Tokeniz
           {"text_offset", std::move(offsets)}};
 }
 
-json choice_json(Endpoint ep, int index, const GenerateResult& r, const Tokenizer* tok, bool tool_calls) {
+json choice_json(Endpoint ep, int index, const GenerateResult& r, const Tokenizer* tok, bool tool_calls,
+                 const std::vector<std::string>* bare_json_offered) {
   json choice = {{"index", index}, {"finish_reason", finish_reason(r.metrics.stop_reason)}, {"logprobs", nullptr}};
   if (ep == Endpoint::chat) {
     json message = {{"role", "assistant"}, {"content", r.text}};
     if (tool_calls) {  // functions were offered: the answer's calls parsed out of its text
-      ToolCallSplit split = split_tool_calls(r.text);
+      ToolCallSplit split = bare_json_offered ? split_bare_json_call(r.text, *bare_json_offered) : split_tool_calls(r.text);
       const bool made = !split.calls.empty();
       // (content null only beside calls, as OpenAI answers)
       message["content"] = split.content.empty() && made ? json(nullptr) : json(split.content);
@@ -139,12 +141,12 @@ json choice_json(Endpoint ep, int index, const GenerateResult& r, const Tokenize
 }
 
 json response_of(Endpoint ep, const ResponseHead& h, const std::vector<GenerateResult>& choices, int preemptions,
-                 const Tokenizer* tok, bool tool_calls) {
+                 const Tokenizer* tok, bool tool_calls, const std::vector<std::string>* bare_json_offered) {
   json j = head_json(ep, h, false);
   json cs = json::array();
   std::vector<RequestMetrics> m;
   for (size_t i = 0; i < choices.size(); i++) {
-    cs.push_back(choice_json(ep, static_cast<int>(i), choices[i], tok, tool_calls));
+    cs.push_back(choice_json(ep, static_cast<int>(i), choices[i], tok, tool_calls, bare_json_offered));
     m.push_back(choices[i].metrics);
   }
   j["choices"] = std::move(cs);
@@ -169,8 +171,8 @@ size_t logprob_tokens(const GenerateResult& r) {
 }
 
 json response_json(Endpoint ep, const ResponseHead& h, const std::vector<GenerateResult>& choices, int preemptions,
-                   const Tokenizer& tok, bool tool_calls) {
-  return response_of(ep, h, choices, preemptions, &tok, tool_calls);
+                   const Tokenizer& tok, bool tool_calls, const std::vector<std::string>* bare_json_offered) {
+  return response_of(ep, h, choices, preemptions, &tok, tool_calls, bare_json_offered);
 }
 
 namespace {
@@ -217,6 +219,20 @@ ToolCallSplit split_tool_calls(std::string_view text) {
   return out;
 }
 
+ToolCallSplit split_bare_json_call(std::string_view text, const std::vector<std::string>& offered) {
+  ToolCallSplit out;
+  const std::string_view t = trim(text);
+  out.content = std::string(t);
+  if (t.empty() || t.front() != '{' || json_object_length(t, 0, t.size()) != t.size()) return out;
+  json call = call_of(t);
+  if (call.is_null()) return out;
+  const std::string& name = call["function"]["name"].get_ref<const std::string&>();
+  if (std::find(offered.begin(), offered.end(), name) == offered.end()) return out;  // an answer in JSON
+  out.calls.push_back(std::move(call));
+  out.content.clear();
+  return out;
+}
+
 const char* finish_reason(const GenerateResult& r, bool made_calls) {
   const StopReason s = r.metrics.stop_reason;
   if (made_calls && s != StopReason::length && s != StopReason::context_full) return "tool_calls";
@@ -227,6 +243,18 @@ std::string ToolCallStream::push(std::string_view delta) {
   if (in_call_) {
     held_.append(delta);
     return {};
+  }
+  if (bare_json_) {  // the reply's first visible character decides: '{' may be a call
+    if (decided_) return std::string(delta);
+    held_.append(delta);
+    const std::string_view t = trim(held_);
+    if (t.empty()) return {};
+    decided_ = true;
+    if (t.front() == '{') {
+      in_call_ = true;
+      return {};
+    }
+    return std::exchange(held_, {});
   }
   std::string text = held_ + std::string(delta);
   held_.clear();
@@ -249,7 +277,7 @@ ToolCallSplit ToolCallStream::finish() {
   // Text held only because it might have begun a call goes out as it was
   // (its whitespace included: it follows text already sent).
   ToolCallSplit split;
-  if (in_call_) split = split_tool_calls(held_);
+  if (in_call_) split = bare_json_ ? split_bare_json_call(held_, offered_) : split_tool_calls(held_);
   else split.content = held_;
   held_.clear();
   in_call_ = false;

@@ -142,6 +142,8 @@ struct OpenAiServer::Call {
   std::vector<std::vector<TokenLogprob>> unsent_logprobs;  // by index: tokens whose text has not gone out yet
   std::vector<size_t> text_offset;      // by index: characters of the answer sent (completions' text_offset)
   bool tool_calls = false;              // functions were offered: calls are parsed out of the answers
+  std::vector<std::string> bare_json_offered;  // (ParsedRequest::bare_json_calls) the names a bare JSON call may have
+  bool bare_json = false;
   std::vector<openai::ToolCallStream> tool_streams;  // by index (streamed with tool_calls): calls held back
   int finished = 0;
   bool answered = false;
@@ -432,7 +434,10 @@ void OpenAiServer::run_completion(Job& job) {
   call->unsent_logprobs.resize(n);
   call->text_offset.assign(n, 0);
   call->tool_calls = pr.tool_calls;
-  call->tool_streams.resize(pr.tool_calls && pr.stream ? n : 0);
+  call->bare_json = pr.bare_json_calls;
+  call->bare_json_offered = pr.tool_names;
+  call->tool_streams.assign(pr.tool_calls && pr.stream ? n : 0,
+                            pr.bare_json_calls ? openai::ToolCallStream(pr.tool_names) : openai::ToolCallStream());
   std::vector<BatchRequest> reqs(n);
   for (int i = 0; i < n; i++) {
     BatchRequest& br = reqs[i];
@@ -545,7 +550,8 @@ void OpenAiServer::finish(BatchOutcome o) {
     for (BatchOutcome& oc : call->outcomes) choices.push_back(std::move(oc.result));
     res.reply(200, "application/json",
               openai::dump(openai::response_json(call->ep, call->head, choices, preemptions,
-                                                 scheduler_->model().tokenizer(), call->tool_calls)));
+                                                 scheduler_->model().tokenizer(), call->tool_calls,
+                                                 call->bare_json ? &call->bare_json_offered : nullptr)));
     return;
   }
   start_event_stream(*call);

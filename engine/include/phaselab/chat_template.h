@@ -40,10 +40,17 @@ struct ChatMessage {
 // {"name", "arguments"} between <tool_call> and </tool_call> (Qwen 2.5,
 // Qwen 3, QwQ, Hermes 2 Pro and 3); harmony, a message to "functions.NAME"
 // ended by <|call|> (gpt-oss), which HarmonyChannels turns into hermes's
-// text. none: calls are not parsed (a template without tools, or one of
-// another syntax: XML-like parameters, bare JSON), so a request that offers
-// functions is refused rather than answered with calls left as text.
-enum class ToolCallSyntax { none, hermes, harmony };
+// text; json, the whole reply one bare JSON object {"name", "parameters"}
+// (Llama 3.1, 3.2, 3.3), read as a call only when it names a function the
+// request offered. none: calls are not parsed (a template without tools, or
+// one of another syntax: XML-like parameters, [TOOL_CALLS] lists), so a
+// request that offers functions is refused rather than answered with calls
+// left as text.
+enum class ToolCallSyntax { none, hermes, harmony, json };
+// The length of the JSON object that starts at text[begin] ('{'), its
+// brackets matched outside strings; 0 where it does not close within
+// max_len bytes.
+size_t json_object_length(std::string_view text, size_t begin, size_t max_len);
 // The template's syntax, found by rendering a probe: a function offered,
 // an assistant's call of it with arguments {"k": "v"} and its result; the
 // syntax whose form gives that call back from the text (none when neither

@@ -64,6 +64,10 @@ struct ParsedRequest {
   std::vector<int32_t> prompt;
   GenerateOptions options;     // options.logprobs: -1 none, else the alternatives per token
   bool tool_calls = false;     // functions were offered: the answers' calls are parsed out (split_tool_calls)
+  // The template's syntax is a bare JSON reply (ToolCallSyntax::json): read
+  // by split_bare_json_call against the names of the functions offered.
+  bool bare_json_calls = false;
+  std::vector<std::string> tool_names;
 };
 
 // Parses and checks a request body: every field is one PhaseLab reads (an
@@ -136,6 +140,12 @@ struct ToolCallSplit {
   nlohmann::json calls = nlohmann::json::array();
 };
 ToolCallSplit split_tool_calls(std::string_view text);
+// A reply in ToolCallSyntax::json (Llama 3.x): the whole reply, trimmed, one
+// JSON object {"name": one of the offered names, "parameters" (or
+// "arguments"): an object or its text} becomes a call as above; anything
+// else (other text, an object naming no offered function: an answer in
+// JSON) stays the content.
+ToolCallSplit split_bare_json_call(std::string_view text, const std::vector<std::string>& offered);
 // "tool_calls" where a reply made calls and ended by itself (not cut by
 // max_tokens or the context), else finish_reason(stop_reason).
 const char* finish_reason(const GenerateResult& r, bool made_calls);
@@ -143,14 +153,23 @@ const char* finish_reason(const GenerateResult& r, bool made_calls);
 // A streamed reply's text with its calls held back: push() returns what may
 // go out as content now (text before a <tool_call>, and before what could
 // still become one at the end), finish() the rest, split.
+// With bare_json_offered (ToolCallSyntax::json: the functions offered) a
+// reply whose first visible character is '{' is held whole and read by
+// split_bare_json_call at the end; any other reply streams as it comes.
 class ToolCallStream {
  public:
+  ToolCallStream() = default;
+  explicit ToolCallStream(std::vector<std::string> bare_json_offered)
+      : bare_json_(true), offered_(std::move(bare_json_offered)) {}
   std::string push(std::string_view delta);
   ToolCallSplit finish();
 
  private:
   std::string held_;
-  bool in_call_ = false;  // a <tool_call> began: everything from it waits for the end
+  bool in_call_ = false;  // a <tool_call> began (or, bare JSON, the reply began with '{'): held to the end
+  bool bare_json_ = false;
+  bool decided_ = false;  // bare JSON: the reply's first visible character was seen
+  std::vector<std::string> offered_;
 };
 
 // The whole (non-streamed) response: choices[i] is choice i. usage as
@@ -165,8 +184,11 @@ class ToolCallStream {
 // tool_calls (ParsedRequest::tool_calls): each chat choice's calls parsed
 // out (split_tool_calls): "tool_calls" in its message (content null when no
 // text is left) and finish_reason "tool_calls".
+// bare_json_offered (ParsedRequest::bare_json_calls): the calls are read by
+// split_bare_json_call against these names instead.
 nlohmann::json response_json(Endpoint ep, const ResponseHead& h, const std::vector<GenerateResult>& choices,
-                             int preemptions, const Tokenizer& tok, bool tool_calls = false);
+                             int preemptions, const Tokenizer& tok, bool tool_calls = false,
+                             const std::vector<std::string>* bare_json_offered = nullptr);
 // One streamed chunk of choice index: a piece of text (the first chat chunk
 // of a choice also carries the role). logprobs: those of the tokens whose
 // text is in this chunk (TokenEvent::logprob of each event since the last
