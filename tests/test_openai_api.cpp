@@ -23,6 +23,18 @@ namespace {
 
 std::shared_ptr<const Model> stories() { return shared_stories(); }
 
+// A chat format running a template of the corpus (tests/data/chat-templates),
+// its family and call syntax detected as at load.
+ChatFormat corpus_format(const char* file) {
+  QFile f(QStringLiteral(PHASELAB_TEST_DATA "/chat-templates/") + QString::fromLatin1(file));
+  if (!f.open(QIODevice::ReadOnly)) qFatal("no template %s", file);
+  const std::string src = f.readAll().toStdString();
+  ChatFormat format(detect_chat_template(src));
+  format.jinja = std::make_shared<const jinja::Template>(src);
+  format.tool_calls = detect_tool_call_syntax(*format.jinja);
+  return format;
+}
+
 constexpr int kCtx = 512;
 const openai::ApiLimits kLimits{kCtx, 256};
 
@@ -231,12 +243,7 @@ class TestOpenAiApi : public QObject {
   // rendered by the template (the prompt is its text, tokenized), calls in
   // the answer are parsed out of the whole response.
   void tools_through_the_models_template() {
-    QFile f(QStringLiteral(PHASELAB_TEST_DATA "/chat-templates/Qwen-Qwen3-0.6B.jinja"));
-    QVERIFY(f.open(QIODevice::ReadOnly));
-    const std::string src = f.readAll().toStdString();
-    ChatFormat format(detect_chat_template(src));
-    format.jinja = std::make_shared<const jinja::Template>(src);
-    format.tool_calls = detect_tool_call_syntax(*format.jinja);
+    const ChatFormat format = corpus_format("Qwen-Qwen3-0.6B.jinja");
     QCOMPARE(format.tool_calls, ToolCallSyntax::hermes);
     const Tokenizer& tok = stories()->tokenizer();
     const openai::ApiLimits limits{4096, 256};  // (the stories vocabulary spells the template's markers out)
@@ -362,12 +369,7 @@ class TestOpenAiApi : public QObject {
   // object naming an offered function (an answer in JSON stays text),
   // whole or streamed.
   void bare_json_calls_of_llama_3() {
-    QFile f(QStringLiteral(PHASELAB_TEST_DATA "/chat-templates/meta-llama-Llama-3.2-3B-Instruct.jinja"));
-    QVERIFY(f.open(QIODevice::ReadOnly));
-    const std::string src = f.readAll().toStdString();
-    ChatFormat format(detect_chat_template(src));
-    format.jinja = std::make_shared<const jinja::Template>(src);
-    format.tool_calls = detect_tool_call_syntax(*format.jinja);
+    const ChatFormat format = corpus_format("meta-llama-Llama-3.2-3B-Instruct.jinja");
     QCOMPARE(format.tool_calls, ToolCallSyntax::json);
     const Tokenizer& tok = stories()->tokenizer();
     const openai::ApiLimits limits{8192, 256};

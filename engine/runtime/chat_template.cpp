@@ -51,15 +51,19 @@ ToolCallSyntax detect_tool_call_syntax(const jinja::Template& t) {
   ctx["add_generation_prompt"] = true;
   ctx["bos_token"] = "";
   ctx["eos_token"] = "";
-  std::string text;
-  try {
-    text = t.render(ctx);
-  } catch (const jinja::Error&) {
-    return ToolCallSyntax::none;
-  } catch (const nlohmann::json::exception&) {
-    return ToolCallSyntax::none;
-  }
-  const std::string_view s = text;
+  // The template's text for ctx; nullopt where it fails on the probe.
+  const auto render = [&]() -> std::optional<std::string> {
+    try {
+      return t.render(ctx);
+    } catch (const jinja::Error&) {
+      return std::nullopt;
+    } catch (const nlohmann::json::exception&) {
+      return std::nullopt;
+    }
+  };
+  const std::optional<std::string> text = render();
+  if (!text) return ToolCallSyntax::none;
+  const std::string_view s = *text;
   const auto is_args = [&](std::string_view a) { return parse_json_bounded<ojson>(a) == args; };
   // hermes: <tool_call> {"name": "probe_fn", "arguments": {"k": "v"}} </tool_call>
   // (the call's block, after the system prompt's description of the form),
@@ -84,22 +88,15 @@ ToolCallSyntax detect_tool_call_syntax(const jinja::Template& t) {
   // the call. Not a call in a role of its own (GigaChat's "function call"),
   // in a list ([TOOL_CALLS] [...]) or in a tool description.
   ctx["messages"] = ojson::array({ctx["messages"][0], {{"role", "assistant"}, {"content", "probe_answer"}}});
-  std::string answered;
-  try {
-    answered = t.render(ctx);
-  } catch (const jinja::Error&) {
-    return ToolCallSyntax::none;
-  } catch (const nlohmann::json::exception&) {
-    return ToolCallSyntax::none;
-  }
-  const size_t content_at = answered.find("probe_answer");
+  const std::optional<std::string> answered = render();
+  const size_t content_at = answered ? answered->find("probe_answer") : std::string::npos;
   if (content_at == std::string::npos) return ToolCallSyntax::none;
   const auto space = [](char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; };
   const auto rtrim = [&](std::string_view v) {
     while (!v.empty() && space(v.back())) v.remove_suffix(1);
     return v;
   };
-  const std::string_view before_answer = rtrim(std::string_view(answered).substr(0, content_at));
+  const std::string_view before_answer = rtrim(std::string_view(*answered).substr(0, content_at));
   constexpr std::string_view kName = "{\"name\"";
   for (size_t open = s.find(kName); open != std::string_view::npos; open = s.find(kName, open + 1)) {
     const size_t len = json_object_length(s, open, 4096);  // (the probe's call is under 100 bytes)
