@@ -340,6 +340,74 @@ class TestCpuKernels : public QObject {
     }
   }
 
+  // Prefill's row tiles (16 rows interleaved, AVX-512) give bitwise the
+  // one-token kernel's result for every row and token, for any number of
+  // tokens (4 a call, then 3, 2 or 1), written at a row stride and in add
+  // mode. Row widths: a half group alone, whole groups, groups and a half
+  // group; widths with blocks outside them (736: 23 blocks) have none.
+  void row_tiles_equal_one_row_kernels_bitwise_data() {
+    QTest::addColumn<int>("type");
+    QTest::addColumn<int>("n");
+    for (TensorType t : {TensorType::Q5_0, TensorType::Q8_0})
+      for (int n : {128, 256, 384, 640, 736, 2048})
+        QTest::newRow(qPrintable(QString("%1 x %2").arg(tensor_type_name(t).data()).arg(n))) << int(t) << n;
+  }
+  void row_tiles_equal_one_row_kernels_bitwise() {
+    QFETCH(int, type);
+    QFETCH(int, n);
+    const auto tt = static_cast<TensorType>(type);
+    const int nb = n / 32, gs = std::max<int>(act_groups(nb), 1);
+    constexpr int kTokens = 11, kStride = kRowTile + 3;
+    int checked = 0;
+    for (const Kernels* k : simd_kernels()) {
+      const RepackedFormat f = repacked_format(*k, tt, n);
+      if (!f.dot_row_tile) continue;
+      QVERIFY(f.tile_rows);
+      QVERIFY2(n % 128 == 0, "a row tile for a width with blocks outside the groups");
+      checked++;
+      const size_t rb = f.row_bytes;
+      std::vector<uint8_t> stored(rb * kRowTile);
+      for (int r = 0; r < kRowTile; r++) {
+        auto wf = randn(n, 300 + r);
+        if (r == 5) std::fill(wf.begin(), wf.begin() + 64, 0.f);  // zero blocks: +0 sums in some lanes
+        std::vector<uint8_t> w(row_size(tt, n));
+        QVERIFY(quantize_row(tt, wf.data(), w.data(), n));
+        f.repack(w.data(), stored.data() + r * rb, n);
+      }
+      const std::vector<uint8_t> bytes = tile_rows(f, stored, kRowTile, n);
+      std::vector<uint8_t> tile(row_tile_bytes(n) + 64);
+      f.tile_rows(bytes.data(), f.unpack ? f.unpacked_row_bytes : rb, n, tile.data());
+      const auto x = randn(kTokens * n, 99);
+      std::vector<ActQ8> a(kTokens * nb);
+      k->quantize_act(x.data(), a.data(), kTokens * n);
+      std::vector<ActGroup> g(kTokens * gs);
+      for (int t = 0; t < kTokens; t++) group_act(&a[t * nb], &g[t * gs], nb);
+      std::vector<float> out(kTokens * kStride, -7.f), added(kTokens * kStride);
+      f.dot_row_tile(tile.data(), a.data(), nb, n, kTokens, out.data(), kStride, false);
+      for (int t = 0; t < kTokens; t++)
+        for (int r = 0; r < kStride; r++) added[t * kStride + r] = 0.25f * static_cast<float>(r + t);
+      f.dot_row_tile(tile.data(), a.data(), nb, n, kTokens, added.data(), kStride, true);
+      for (int t = 0; t < kTokens; t++) {
+        for (int r = 0; r < kRowTile; r++) {
+          float v;
+          f.dot1(stored.data() + r * rb, &g[t * gs], 0, &a[t * nb], 0, n, &v);
+          QVERIFY2(std::memcmp(&v, &out[t * kStride + r], sizeof(float)) == 0,
+                   qPrintable(QString("%1 row %2 token %3: %4 vs %5").arg(k->isa).arg(r).arg(t).arg(v).arg(out[t * kStride + r])));
+          const float want = 0.25f * static_cast<float>(r + t) + v;
+          QVERIFY2(std::memcmp(&want, &added[t * kStride + r], sizeof(float)) == 0, "the row tile's add mode");
+        }
+        for (int r = kRowTile; r < kStride; r++) QCOMPARE(out[t * kStride + r], -7.f);  // nothing past the tile's rows
+      }
+    }
+    if (checked == 0) {
+      if (n % 128 != 0) return;  // no row tile for this width, as required
+      bool avx512 = false;
+      for (const Kernels* k : simd_kernels()) avx512 = avx512 || std::string_view(k->isa).find("512") != std::string_view::npos;
+      QVERIFY2(!avx512, "the AVX-512 kernels have row tiles for Q5_0 and Q8_0");
+      QSKIP("row tiles are AVX-512 kernels: this CPU has no AVX-512 VNNI");
+    }
+  }
+
   // Packed rows (the file's size: Q5_0, Q5_K, Q6_K) unpack to exactly the
   // byte layout the tile kernels read, by the portable reference and by each
   // kernel set's own unpacker; the row shapes cover full groups, a half

@@ -40,7 +40,8 @@ class CpuBackend final : public Backend {
   CpuBackend(std::shared_ptr<const Model> model, int n_threads, int max_batch, const cpu::Kernels* kernels,
              const CpuSwitches& sw)
       : model_(std::move(model)), c_(model_->config()), w_(model_->weights()), pool_(n_threads), max_batch_(max_batch),
-        k_fast_(kernels), repack_(sw.repack), huge_pages_(sw.huge_pages), decode_prefetch_bytes_(sw.decode_prefetch_bytes) {}
+        k_fast_(kernels), repack_(sw.repack), huge_pages_(sw.huge_pages), decode_prefetch_bytes_(sw.decode_prefetch_bytes),
+        row_tiles_(sw.row_tiles) {}
 
   // Allocates the work buffers (and repacks the weights): once.
   Status init();
@@ -214,6 +215,8 @@ class CpuBackend final : public Backend {
   cpu::DotPairsFn pairs_kernel(const Repacked& rp, int T) const;
   void repacked_rows(const Repacked& rp, int64_t n_in, int64_t n_out, float* out, int T, bool precise, int64_t r0,
                      int64_t r1, int thread);
+  int64_t row_tiles(const Repacked& rp, int64_t n_in, int64_t n_out, float* out, int T, bool precise, int64_t r0,
+                    int64_t r1, int thread);
   void repacked_tiles(const Repacked& rp, const uint8_t* trows, size_t tb, int64_t tr0, uint8_t* each, int64_t n_in,
                       int64_t n_out, float* out, int T, bool precise, int64_t r0, int64_t r1);
   // out_j = W_j · in for products of one input, in one parallel dispatch
@@ -288,6 +291,10 @@ class CpuBackend final : public Backend {
   // Per thread: rows stored packed (Q5_0 on AVX-512) rewritten for the tile
   // kernels (RepackedFormat::unpack), kUnpackRows of them, 64-byte aligned.
   std::vector<std::vector<uint8_t>> unpack_buf_;
+  // Per thread: a row tile (RepackedFormat::tile_rows) and, for packed rows,
+  // the kRowTile rows unpacked; tile_scratch_ bytes, 64-byte aligned.
+  std::vector<std::vector<uint8_t>> tile_buf_;
+  size_t tile_scratch_ = 0;
   std::vector<std::vector<float>> score_buf_;    // per thread: (group, n_ctx) attention scores
   std::vector<std::vector<const float*>> vrow_buf_;  // per thread: (n_ctx) K or V rows of one KV head (F32 cache)
   std::vector<std::vector<const uint16_t*>> hrow_buf_;  // per thread: the same for an F16 cache
@@ -310,6 +317,7 @@ class CpuBackend final : public Backend {
   bool repack_;                                  // repack the matrices at load (fast path)
   bool huge_pages_;                              // ... into 2 MiB pages (CpuSwitches::huge_pages)
   int decode_prefetch_bytes_;                    // CpuSwitches::decode_prefetch_bytes
+  bool row_tiles_;                               // CpuSwitches::row_tiles
   // Rows of row_bytes in decode_prefetch_bytes_ (rounded up; 0: none).
   int64_t decode_prefetch_rows(size_t row_bytes) const {
     return (decode_prefetch_bytes_ + static_cast<int64_t>(row_bytes) - 1) / static_cast<int64_t>(row_bytes);

@@ -253,6 +253,27 @@ using DotR8RowsFn = void (*)(const uint8_t* w_row0, size_t row_bytes, const ActG
 // sum bitwise the one-row kernels'.
 using DotPairsFn = void (*)(const uint8_t* w_row0, size_t row_bytes, const ActPair* pairs, int64_t p_stride,
                             const ActQ8* a, int64_t a_stride, int64_t n, float* out, int64_t out_stride, bool add);
+// Row tiles (AVX-512, prefill): kRowTile rows of a 32-value format in the
+// byte layout (kGroupBytesQ5_0U8's, or Q8_0's), rewritten block by block so
+// that lane r of every 64-byte vector is row r: per block, the 16 rows'
+// scales as floats (64 bytes), then for v = 0..7 the rows' values 4v..4v+3
+// (8 x 64 bytes). A dpbusd of one such vector against a token's 4 values
+// broadcast gives 16 rows' partial sums at once, and a token's results come
+// out as one 64-byte store, with no lanes to fold. The kernel keeps the
+// one-token kernel's float operations per (row, token): block i of each
+// group is summed in its lane i, the lanes in hsum8's tree, so its results
+// are bitwise dot1's. Rows of n values with nb % 4 != 0 (blocks outside
+// the groups) have no row-tile kernel.
+constexpr int kRowTile = 16;
+constexpr int kRowTileBlockBytes = 64 + 8 * 64;
+inline size_t row_tile_bytes(int64_t n) { return static_cast<size_t>(n / 32) * kRowTileBlockBytes; }
+// tile = kRowTile rows of n values (row r at rows + r * row_bytes, in the byte layout).
+using TileRowsFn = void (*)(const uint8_t* rows, size_t row_bytes, int64_t n, uint8_t* tile);
+// out[j * out_stride + r] (r < kRowTile) = row r of tile · token j's n
+// activations (at a + j * a_stride), for j < tokens (1..8); add: added to
+// what is there.
+using DotRowTileFn = void (*)(const uint8_t* tile, const ActQ8* a, int64_t a_stride, int64_t n, int tokens, float* out,
+                              int64_t out_stride, bool add);
 // Rewrites a stored row of n values into the layout the tile kernels read.
 using UnpackRowFn = void (*)(const uint8_t* src, uint8_t* dst, int64_t n);
 
@@ -305,6 +326,9 @@ struct Kernels {
   UnpackRowFn unpack_q5_k_packed = nullptr;
   DotR8Fn dot_q6_k_packed_x1 = nullptr;
   UnpackRowFn unpack_q6_k_packed = nullptr;
+  // Row tiles of the byte layout (kRowTile; null: the kernel set has none).
+  TileRowsFn tile_rows[kTypeSlots] = {};
+  DotRowTileFn dot_row_tile[kTypeSlots] = {};
   DotPairsFn dot_q4_k_r8_tile_pairs = nullptr;
   DotPairsFn dot_q5_k_r8_tile_pairs = nullptr;
   DotPairsFn dot_q6_k_r8_tile_pairs = nullptr;
@@ -335,6 +359,10 @@ struct RepackedFormat {
   // unpack (unpacked_row_bytes a row). Null: every kernel reads the stored row.
   UnpackRowFn unpack = nullptr;
   size_t unpacked_row_bytes = 0;
+  // Prefill's row tiles (kRowTile rows of the byte layout: the stored rows,
+  // or unpack's), where k has them for rows of n values; null: none.
+  TileRowsFn tile_rows = nullptr;
+  DotRowTileFn dot_row_tile = nullptr;
 };
 RepackedFormat repacked_format(const Kernels& k, TensorType t, int64_t n);
 

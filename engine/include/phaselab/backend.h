@@ -213,6 +213,10 @@ struct CpuSwitches {
   // packed 640-wide Q5_0 row is 440 bytes, a Q8_0 one 680): 8 KiB against 4
   // rows, Gemma 3 270M tg128 on AMD Zen 5, see docs/benchmarks.md.
   int decode_prefetch_bytes = 8192;
+  // Prefill's Q5_0 and Q8_0 products as row tiles (16 rows interleaved, 4
+  // tokens a call; cpu_kernels.h kRowTile) where the kernels have them
+  // (AVX-512); off: the paired 2-row x 8-token kernels (PHASELAB_CPU_ROW_TILES=0).
+  bool row_tiles = true;
 };
 struct CudaSwitches {
   bool graphs = true;           // replay decode passes as CUDA graphs (PHASELAB_CUDA_GRAPHS=0: off)
