@@ -387,7 +387,8 @@ void CpuBackend::repacked_rows(const Repacked& rp, int64_t n_in, int64_t n_out, 
 // results for the 16 rows are one store. Gemma 3's 640-wide Q5_0 rows x 64
 // tokens on one Zen 5 core: 548 GOP/s against the paired kernel's 400, whose
 // 2-row x 8-token tiles fold and scatter their sums at every tile (a
-// 640-wide row is only 2.5 groups). Returns the first row left (the last
+// 640-wide row is only 2.5 groups); Gemma 3 270M pp512 +2% to +13% in
+// three alternating rounds (docs/benchmarks.md). Returns the first row left (the last
 // r1 - r0 mod kRowTile rows go to the other kernels).
 int64_t CpuBackend::row_tiles(const Repacked& rp, int64_t n_in, int64_t n_out, float* out, int T, bool precise,
                               int64_t r0, int64_t r1, int thread) {
