@@ -160,11 +160,11 @@ class CpuBackend final : public Backend {
 
   // Splits rows [0, n) into chunks claimed by the pool's threads:
   // body(r0, r1, thread). Several chunks per thread, so that a thread the OS
-  // has not scheduled leaves little behind.
+  // has not scheduled leaves little behind. Chunks start at multiples of align.
   template <typename F>
-  void for_rows(int64_t n, F&& body) {
+  void for_rows(int64_t n, F&& body, int64_t align = 1) {
     const int64_t n_chunks = std::clamp<int64_t>(n / 16, 1, 2 * pool_.size());
-    const int64_t per = (n + n_chunks - 1) / n_chunks;
+    const int64_t per = ((n + n_chunks - 1) / n_chunks + align - 1) / align * align;
     pool_.for_chunks(static_cast<int>(n_chunks), [&](int c, int thread) {
       const int64_t r0 = c * per, r1 = std::min(n, r0 + per);
       if (r0 < r1) body(r0, r1, thread);
@@ -211,7 +211,11 @@ class CpuBackend final : public Backend {
   void quantize_input(const float* in, int T, int64_t n_in, bool precise);
   void repack_weights();
   static void release_pages(const uint8_t* p, size_t n);
-  void prepare_repacked(const float* in, int T, int64_t n_in, bool precise, bool pairs);
+  void prepare_repacked(const float* in, int T, int64_t n_in, bool precise, bool pairs, bool groups = true);
+  // Whether rp's product with T tokens is all row tiles (RepackedFormat::
+  // dot_row_tile for every row: n_out rows, a multiple of kRowTile, split
+  // at multiples of it), which read act_ alone.
+  bool row_tiled(const Repacked& rp, int T, int64_t n_out) const;
   cpu::DotPairsFn pairs_kernel(const Repacked& rp, int T) const;
   void repacked_rows(const Repacked& rp, int64_t n_in, int64_t n_out, float* out, int T, bool precise, int64_t r0,
                      int64_t r1, int thread);

@@ -258,9 +258,10 @@ void CpuBackend::release_pages(const uint8_t* p, size_t n) {
 // hold it. The groups and pairs are built on the pool for a prefill batch,
 // two tokens at a time (on one thread they had taken 2% of pp512's samples
 // while the other thread waited).
-void CpuBackend::prepare_repacked(const float* in, int T, int64_t n_in, bool precise, bool pairs) {
+void CpuBackend::prepare_repacked(const float* in, int T, int64_t n_in, bool precise, bool pairs, bool groups_needed) {
   const int64_t nb = n_in / 32, gs = std::max<int64_t>(cpu::act_groups(nb), 1);
   quantize_input(in, T, n_in, precise);
+  if (!groups_needed) return;
   const bool groups = groups_of_ != in, lo_groups = precise && lo_groups_of_ != in;
   const bool pair = pairs && pairs_of_ != in, lo_pair = pairs && precise && lo_pairs_of_ != in;
   if (!groups && !lo_groups && !pair && !lo_pair) return;
@@ -291,11 +292,19 @@ cpu::DotPairsFn CpuBackend::pairs_kernel(const Repacked& rp, int T) const {
   return k_fast_->repacked_rows > 1 && T >= k_fast_->repacked_tokens ? rp.f.dot_tile_pairs : nullptr;
 }
 
+bool CpuBackend::row_tiled(const Repacked& rp, int T, int64_t n_out) const {
+  return rp.f.dot_row_tile && T > kPrefetchMaxTokens && n_out % cpu::kRowTile == 0;
+}
+
 void CpuBackend::matmul_repacked(const WeightView& W, const Repacked& rp, const float* in, float* out, int T,
                                  bool precise) {
-  prepare_repacked(in, T, W.n_in, precise, pairs_kernel(rp, T) != nullptr);
-  for_rows(W.n_out,
-           [&](int64_t r0, int64_t r1, int thread) { repacked_rows(rp, W.n_in, W.n_out, out, T, precise, r0, r1, thread); });
+  // All row tiles: no groups or pairs to build (a parallel pass fewer).
+  const bool tiles = row_tiled(rp, T, W.n_out);
+  prepare_repacked(in, T, W.n_in, precise, pairs_kernel(rp, T) != nullptr, !tiles);
+  for_rows(
+      W.n_out,
+      [&](int64_t r0, int64_t r1, int thread) { repacked_rows(rp, W.n_in, W.n_out, out, T, precise, r0, r1, thread); },
+      tiles ? cpu::kRowTile : 1);
 }
 
 // Several products of one input in one parallel dispatch: the rows of all
@@ -306,7 +315,7 @@ void CpuBackend::matmul_repacked(const WeightView& W, const Repacked& rp, const 
 void CpuBackend::matmul_jobs(const MatmulJob* jobs, int n_jobs, const float* in, int T, bool same_input) {
   const Repacked* rps[kMaxMatmulJobs];
   bool fuse = k_fast_ != nullptr && n_jobs <= kMaxMatmulJobs;
-  bool precise = false, pairs = false;
+  bool precise = false, pairs = false, tiles = true;
   for (int j = 0; fuse && j < n_jobs; j++) {
     const auto it = repacked_.find(jobs[j].W->data);
     fuse = it != repacked_.end() && jobs[j].W->n_in == jobs[0].W->n_in;
@@ -314,6 +323,7 @@ void CpuBackend::matmul_jobs(const MatmulJob* jobs, int n_jobs, const float* in,
     rps[j] = &it->second;
     precise = precise || jobs[j].precise;
     pairs = pairs || pairs_kernel(*rps[j], T) != nullptr;
+    tiles = tiles && row_tiled(*rps[j], T, jobs[j].W->n_out);
   }
   if (!fuse) {
     for (int j = 0; j < n_jobs; j++) matmul(*jobs[j].W, in, jobs[j].out, T, same_input || j > 0, jobs[j].precise);
@@ -321,8 +331,10 @@ void CpuBackend::matmul_jobs(const MatmulJob* jobs, int n_jobs, const float* in,
   }
   if (!same_input) act_of_ = lo_of_ = nullptr;
   const int64_t n_in = jobs[0].W->n_in;
-  prepare_repacked(in, T, n_in, precise, pairs);
-  // Cost units: a row is 1, a refined row 2; rows start at even offsets.
+  // All row tiles (their rows split at multiples of kRowTile): no groups or pairs to build.
+  prepare_repacked(in, T, n_in, precise, pairs, !tiles);
+  const int64_t align = tiles ? cpu::kRowTile : 2;
+  // Cost units: a row is 1, a refined row 2; rows start at multiples of align.
   int64_t first[kMaxMatmulJobs + 1], total = 0;
   for (int j = 0; j < n_jobs; j++) {
     first[j] = total;
@@ -337,9 +349,10 @@ void CpuBackend::matmul_jobs(const MatmulJob* jobs, int n_jobs, const float* in,
       const int64_t a = std::max(u0, first[j]), b = std::min(u1, first[j + 1]);
       if (a >= b) continue;
       const int64_t cost = jobs[j].precise ? 2 : 1, n_out = jobs[j].W->n_out;
-      // The unit range as rows, rounded to even rows so that row pairs stay whole.
+      // The unit range as rows, rounded to a multiple of align so that row
+      // pairs (or row tiles) stay whole.
       const auto row_at = [&](int64_t u) {
-        return u >= first[j + 1] ? n_out : std::min(n_out, ((u - first[j]) / cost + 1) / 2 * 2);
+        return u >= first[j + 1] ? n_out : std::min(n_out, ((u - first[j]) / cost + align / 2) / align * align);
       };
       const int64_t r0 = row_at(a), r1 = row_at(b);
       if (r0 < r1) repacked_rows(*rps[j], n_in, n_out, jobs[j].out, T, jobs[j].precise, r0, r1, thread);
