@@ -15,7 +15,7 @@ using namespace phaselab;
 namespace {
 
 constexpr const char* kSwitchVars[] = {"PHASELAB_CPU_ISA",         "PHASELAB_CPU_REPACK",    "PHASELAB_CPU_HUGEPAGES",
-                                       "PHASELAB_CPU_PREFETCH_BYTES", "PHASELAB_CUDA_GRAPHS",
+                                       "PHASELAB_CPU_PREFETCH_BYTES", "PHASELAB_CPU_ROW_TILES", "PHASELAB_CUDA_GRAPHS",
                                        "PHASELAB_CUDA_ATTN_TILED", "PHASELAB_CUDA_GEMM_MIN", "PHASELAB_CUDA_PROFILE",
                                        "PHASELAB_CUDA_Q8", "PHASELAB_CUDA_BF16_WEIGHTS", "PHASELAB_CUDA_LIB"};
 
@@ -39,6 +39,8 @@ class TestBackendFactory : public QObject {
     QCOMPARE(o.cpu.repack, cpu.repack);
     QCOMPARE(o.cpu.huge_pages, cpu.huge_pages);
     QCOMPARE(o.cpu.decode_prefetch_bytes, cpu.decode_prefetch_bytes);
+    QCOMPARE(o.cpu.row_tiles, cpu.row_tiles);
+    QVERIFY(cpu.row_tiles);  // on by default
     QCOMPARE(o.cuda.graphs, cuda.graphs);
     QCOMPARE(o.cuda.tiled_attention, cuda.tiled_attention);
     QCOMPARE(o.cuda.gemm_min_rows, cuda.gemm_min_rows);
@@ -53,6 +55,7 @@ class TestBackendFactory : public QObject {
     setenv("PHASELAB_CPU_REPACK", "0", 1);
     setenv("PHASELAB_CPU_HUGEPAGES", "0", 1);  // on by default
     setenv("PHASELAB_CPU_PREFETCH_BYTES", "9000", 1);
+    setenv("PHASELAB_CPU_ROW_TILES", "0", 1);
     setenv("PHASELAB_CUDA_GRAPHS", "0", 1);
     setenv("PHASELAB_CUDA_ATTN_TILED", "0", 1);
     setenv("PHASELAB_CUDA_GEMM_MIN", "100000", 1);
@@ -65,6 +68,7 @@ class TestBackendFactory : public QObject {
     QVERIFY(!o.cpu.repack);
     QVERIFY(!o.cpu.huge_pages);
     QCOMPARE(o.cpu.decode_prefetch_bytes, 9000);
+    QVERIFY(!o.cpu.row_tiles);
     QVERIFY(!o.cuda.graphs);
     QVERIFY(!o.cuda.tiled_attention);
     QCOMPARE(o.cuda.gemm_min_rows, 100000);

@@ -382,21 +382,25 @@ class TestCpuKernels : public QObject {
       k->quantize_act(x.data(), a.data(), kTokens * n);
       std::vector<ActGroup> g(kTokens * gs);
       for (int t = 0; t < kTokens; t++) group_act(&a[t * nb], &g[t * gs], nb);
-      std::vector<float> out(kTokens * kStride, -7.f), added(kTokens * kStride);
-      f.dot_row_tile(tile.data(), a.data(), nb, n, kTokens, out.data(), kStride, false);
-      for (int t = 0; t < kTokens; t++)
-        for (int r = 0; r < kStride; r++) added[t * kStride + r] = 0.25f * static_cast<float>(r + t);
-      f.dot_row_tile(tile.data(), a.data(), nb, n, kTokens, added.data(), kStride, true);
-      for (int t = 0; t < kTokens; t++) {
-        for (int r = 0; r < kRowTile; r++) {
-          float v;
-          f.dot1(stored.data() + r * rb, &g[t * gs], 0, &a[t * nb], 0, n, &v);
-          QVERIFY2(std::memcmp(&v, &out[t * kStride + r], sizeof(float)) == 0,
-                   qPrintable(QString("%1 row %2 token %3: %4 vs %5").arg(k->isa).arg(r).arg(t).arg(v).arg(out[t * kStride + r])));
-          const float want = 0.25f * static_cast<float>(r + t) + v;
-          QVERIFY2(std::memcmp(&want, &added[t * kStride + r], sizeof(float)) == 0, "the row tile's add mode");
+      // Every count of tokens up to kTokens: each tail (1, 2, 3) after 0, 1 or 2 calls of 4.
+      for (int tokens = 1; tokens <= kTokens; tokens++) {
+        std::vector<float> out(kTokens * kStride, -7.f), added(kTokens * kStride);
+        f.dot_row_tile(tile.data(), a.data(), nb, n, tokens, out.data(), kStride, false);
+        for (int t = 0; t < kTokens; t++)
+          for (int r = 0; r < kStride; r++) added[t * kStride + r] = 0.25f * static_cast<float>(r + t);
+        f.dot_row_tile(tile.data(), a.data(), nb, n, tokens, added.data(), kStride, true);
+        for (int t = tokens; t < kTokens; t++) QCOMPARE(out[t * kStride], -7.f);  // nothing past the tokens asked for
+        for (int t = 0; t < tokens; t++) {
+          for (int r = 0; r < kRowTile; r++) {
+            float v;
+            f.dot1(stored.data() + r * rb, &g[t * gs], 0, &a[t * nb], 0, n, &v);
+            QVERIFY2(std::memcmp(&v, &out[t * kStride + r], sizeof(float)) == 0,
+                     qPrintable(QString("%1 row %2 token %3: %4 vs %5").arg(k->isa).arg(r).arg(t).arg(v).arg(out[t * kStride + r])));
+            const float want = 0.25f * static_cast<float>(r + t) + v;
+            QVERIFY2(std::memcmp(&want, &added[t * kStride + r], sizeof(float)) == 0, "the row tile's add mode");
+          }
+          for (int r = kRowTile; r < kStride; r++) QCOMPARE(out[t * kStride + r], -7.f);  // nothing past the tile's rows
         }
-        for (int r = kRowTile; r < kStride; r++) QCOMPARE(out[t * kStride + r], -7.f);  // nothing past the tile's rows
       }
     }
     if (checked == 0) {

@@ -289,6 +289,14 @@ inline TinySpec tiny_spec(const std::string& arch) {
     s.rope_attn_factor = 1.19f;
   }
   if (arch == "qwen3") s.matrix_type = TensorType::Q8_0;
+  if (arch == "qwen3-wide") {  // prefill's Q8_0 row tiles (256- and 512-wide rows), K and V of 40 rows (not whole tiles)
+    s.arch = "qwen3";
+    s.n_embd = 256;
+    s.n_ff = 512;
+    s.n_head_kv = 1;
+    s.head_dim = 40;
+    s.matrix_type = TensorType::Q8_0;
+  }
   if (arch == "qwen2") {
     s.n_embd = 256;
     s.n_ff = 512;

@@ -270,8 +270,8 @@ inline size_t row_tile_bytes(int64_t n) { return static_cast<size_t>(n / 32) * k
 // tile = kRowTile rows of n values (row r at rows + r * row_bytes, in the byte layout).
 using TileRowsFn = void (*)(const uint8_t* rows, size_t row_bytes, int64_t n, uint8_t* tile);
 // out[j * out_stride + r] (r < kRowTile) = row r of tile · token j's n
-// activations (at a + j * a_stride), for j < tokens (1..8); add: added to
-// what is there.
+// activations (at a + j * a_stride), for j < tokens (any number: 4 a
+// kernel call, then the last 1 to 3); add: added to what is there.
 using DotRowTileFn = void (*)(const uint8_t* tile, const ActQ8* a, int64_t a_stride, int64_t n, int tokens, float* out,
                               int64_t out_stride, bool add);
 // Rewrites a stored row of n values into the layout the tile kernels read.

@@ -707,7 +707,8 @@ RepackedFormat repacked_format(const Kernels& k, TensorType t, int64_t n) {
   // Row tiles for the 32-value formats in (or unpacked to) the byte
   // layout, when every block is in a group or the half group.
   if ((t == TensorType::Q5_0 || t == TensorType::Q8_0) && k.tile_rows[ti] && k.dot_row_tile[ti] && n % 128 == 0 &&
-      (f.unpack || f.repack == repack_q5_0_u8_row || f.repack == repack_q8_0_u8_row)) {
+      ((f.unpack && f.unpack == k.unpack_q5_0_packed) || f.repack == repack_q5_0_u8_row ||
+       f.repack == repack_q8_0_u8_row)) {
     f.tile_rows = k.tile_rows[ti];
     f.dot_row_tile = k.dot_row_tile[ti];
   }
