@@ -61,7 +61,7 @@ Result<std::pair<std::string, bool>> cached_file(const std::string& source, cons
 // The cached quantization of source in dir, made when missing or older.
 Result<std::string> quantized_variant(const std::string& source, FileType type, const std::string& dir, int threads,
                                       const std::function<void(double)>& progress, const std::atomic<bool>* cancel) {
-  auto cached = cached_file(source, dir, "-" + std::string(file_type_name(type)));
+  auto cached = cached_file(source, dir, std::string("-").append(file_type_name(type)));
   if (!cached) return cached.status();
   const auto& [out, fresh] = *cached;
   if (fresh) return out;
@@ -318,8 +318,8 @@ Status measure_quality(Session& s, const std::vector<int32_t>& text_tokens, cons
 // the runs.
 Status measure_as_draft(const std::shared_ptr<const Model>& draft_model, const CompareVariant& v,
                         const std::string& target_file, const CompareVariant& target_v, const CompareOptions& opts,
-                        int threads, const std::vector<int32_t>& text_tokens, const std::string& label,
-                        VariantProgress& vp, const std::atomic<bool>* cancel, CompareRow* row) {
+                        int threads, const std::string& label, VariantProgress& vp, const std::atomic<bool>* cancel,
+                        CompareRow* row) {
   vp.report("draft", 0, label + ": loading the target for the draft test");
   auto target = Model::load(target_file);
   if (!target) return target.status();
@@ -485,7 +485,7 @@ Result<std::vector<CompareRow>> run_compare(const std::vector<CompareVariant>& v
     row.peak_rss_mib = vm_hwm_mib();  // before the draft test, which loads the target beside it
     row.draft = v.draft;
     if (v.draft) {
-      Status st = measure_as_draft(*model, v, rows[0].file, variants[0], opts, threads, text_tokens, label, vp, cancel, &row);
+      Status st = measure_as_draft(*model, v, rows[0].file, variants[0], opts, threads, label, vp, cancel, &row);
       if (!st) return st.code() == StatusCode::cancelled || stop_asked() ? cancelled("comparison cancelled") : fail(st);
     }
     rows.push_back(row);

@@ -245,7 +245,10 @@ Status Scheduler::start_prefill_worker(std::unique_ptr<Backend> prefill_backend,
   std::vector<int> prefill_cpus;
   auto list = [](const std::vector<int>& v) {
     std::string s;
-    for (int x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
+    for (int x : v) {
+      if (!s.empty()) s += ',';
+      s += std::to_string(x);
+    }
     return s;
   };
   if (static_cast<int>(cpus.size()) >= P + D) {

@@ -34,10 +34,10 @@ std::string dict_key(const Value& v) {
   switch (v.kind) {
     case Value::Kind::string: return (!v.s.empty() && v.s[0] == '\x01') ? "\x01s" + v.s : v.s;
     case Value::Kind::boolean: return std::string("\x01i") + (v.b ? "1" : "0");
-    case Value::Kind::integer: return "\x01i" + std::to_string(v.i);
+    case Value::Kind::integer: return std::string("\x01i") + std::to_string(v.i);
     case Value::Kind::number:
-      if (std::floor(v.f) == v.f && std::fabs(v.f) < 9e18) return "\x01i" + std::to_string(static_cast<int64_t>(v.f));
-      return "\x01f" + float_repr(v.f);
+      if (std::floor(v.f) == v.f && std::fabs(v.f) < 9e18) return std::string("\x01i") + std::to_string(static_cast<int64_t>(v.f));
+      return std::string("\x01f") + float_repr(v.f);
     case Value::Kind::none: return "\x01n";
     default: throw Error(std::string("unhashable type: '") + type_name(v) + "'");
   }
@@ -190,16 +190,23 @@ std::string float_repr(double d) {
   std::string out = neg ? "-" : "";
   if (exp >= -5 + 1 && exp < 16) {  // Python's repr: fixed for 1e-4 <= |d| < 1e16
     if (exp < 0) {
-      out += "0." + std::string(static_cast<size_t>(-exp - 1), '0') + digits;
+      out += "0.";
+      out.append(static_cast<size_t>(-exp - 1), '0');
+      out += digits;
     } else if (static_cast<int>(digits.size()) <= exp + 1) {
       out += digits + std::string(static_cast<size_t>(exp + 1) - digits.size(), '0') + ".0";
     } else {
-      out += digits.substr(0, static_cast<size_t>(exp + 1)) + "." + digits.substr(static_cast<size_t>(exp + 1));
+      out.append(digits, 0, static_cast<size_t>(exp + 1));
+      out += '.';
+      out.append(digits, static_cast<size_t>(exp + 1));
     }
     return out;
   }
   out += digits.substr(0, 1);
-  if (digits.size() > 1) out += "." + digits.substr(1);
+  if (digits.size() > 1) {
+    out += '.';
+    out.append(digits, 1);
+  }
   char ebuf[16];
   std::snprintf(ebuf, sizeof ebuf, "e%c%02d", exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
   return out + ebuf;
@@ -240,7 +247,7 @@ void json_string(std::string& out, const std::string& s, bool ensure_ascii) {
       uint32_t cp = step.kind == unicode::Utf8Step::complete ? step.cp : 0xFFFD;
       const size_t n = step.len;
       auto u = [&](uint32_t x) {
-        char buf[8];
+        char buf[16];  // (x < 0x10000: 6 characters)
         std::snprintf(buf, sizeof buf, "\\u%04x", x);
         out += buf;
       };
