@@ -34,9 +34,10 @@ int main(int argc, char** argv) {
     std::printf("%s\n", argv[3]);
     return 0;
   }
-  if (argc != 2) {
+  // (An option where DIR belongs, --help included, is not a folder to write into.)
+  if (argc != 2 || argv[1][0] == '-') {
     std::fprintf(stderr, "usage: make_reference_models DIR | --qwen3moe-twin LAYERS OUT | --gpt-oss-twin LAYERS OUT\n");
-    return 2;
+    return argc == 2 && std::string(argv[1]) == "--help" ? 0 : 2;
   }
   const QString dir = QString::fromLocal8Bit(argv[1]);
   if (!QDir().mkpath(dir)) {
