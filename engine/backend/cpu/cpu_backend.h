@@ -212,8 +212,11 @@ class CpuBackend final : public Backend {
   void repack_weights();
   static void release_pages(const uint8_t* p, size_t n);
   void prepare_repacked(const float* in, int T, int64_t n_in, bool precise, bool pairs, bool groups = true);
-  // Whether rp's product with T tokens is all row tiles (RepackedFormat::
-  // dot_row_tile for every row: n_out rows, a multiple of kRowTile, split
+  // Whether rp's product with T tokens goes to the row tiles
+  // (RepackedFormat::dot_row_tile, prefill-sized passes), its last rows
+  // short of a tile to the other kernels.
+  bool takes_row_tiles(const Repacked& rp, int T) const;
+  // Whether it is all row tiles (n_out rows, a multiple of kRowTile, split
   // at multiples of it), which read act_ alone.
   bool row_tiled(const Repacked& rp, int T, int64_t n_out) const;
   cpu::DotPairsFn pairs_kernel(const Repacked& rp, int T) const;
@@ -296,9 +299,8 @@ class CpuBackend final : public Backend {
   // kernels (RepackedFormat::unpack), kUnpackRows of them, 64-byte aligned.
   std::vector<std::vector<uint8_t>> unpack_buf_;
   // Per thread: a row tile (RepackedFormat::tile_rows) and, for packed rows,
-  // the kRowTile rows unpacked; tile_scratch_ bytes, 64-byte aligned.
+  // the kRowTile rows unpacked (sized at load for the widest), 64-byte aligned.
   std::vector<std::vector<uint8_t>> tile_buf_;
-  size_t tile_scratch_ = 0;
   std::vector<std::vector<float>> score_buf_;    // per thread: (group, n_ctx) attention scores
   std::vector<std::vector<const float*>> vrow_buf_;  // per thread: (n_ctx) K or V rows of one KV head (F32 cache)
   std::vector<std::vector<const uint16_t*>> hrow_buf_;  // per thread: the same for an F16 cache

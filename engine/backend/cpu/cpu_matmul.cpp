@@ -154,15 +154,13 @@ void CpuBackend::repack_weights() {
   // slices of one 3-D tensor) into one buffer, one after another: a layer's
   // experts then share huge pages instead of each taking a mapping of its
   // own below the 2 MiB a huge page needs.
+  size_t tile_scratch = 0;  // a row tile and, for packed rows, the kRowTile rows unpacked
   auto repack = [&](const WeightView* Ws, size_t n) {
     if (n == 0 || repacked_.count(Ws[0].data)) return;
     cpu::RepackedFormat f = cpu::repacked_format(*k_fast_, Ws[0].type, Ws[0].n_in);
     if (!f.repack) return;
     if (!row_tiles_) f.tile_rows = nullptr, f.dot_row_tile = nullptr;
     const size_t rb = f.row_bytes;
-    if (f.tile_rows)  // a row tile and, for packed rows, the kRowTile rows unpacked
-      tile_scratch_ = std::max(tile_scratch_, cpu::row_tile_bytes(Ws[0].n_in) +
-                                                  (f.unpack ? cpu::kRowTile * f.unpacked_row_bytes : 0));
     size_t total = 0;
     for (size_t i = 0; i < n; i++) {
       if (Ws[i].type != Ws[0].type || Ws[i].n_in != Ws[0].n_in) return;  // not one tensor's slices: the file's layout
@@ -197,6 +195,9 @@ void CpuBackend::repack_weights() {
       repacked_.emplace(W.data, Repacked{dst, f});
       dst += rb * static_cast<size_t>(W.n_out);
     }
+    if (f.tile_rows)
+      tile_scratch = std::max(tile_scratch, cpu::row_tile_bytes(Ws[0].n_in) +
+                                                (f.unpack ? cpu::kRowTile * f.unpacked_row_bytes : 0));
   };
   for (const LayerWeights& L : w_.layers) {
     for (const WeightView* W : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
@@ -215,7 +216,7 @@ void CpuBackend::repack_weights() {
   for (const auto& [data, rp] : repacked_)
     if (rp.f.unpack) unpacked = std::max(unpacked, rp.f.unpacked_row_bytes);
   if (unpacked) unpack_buf_.assign(pool_.size(), std::vector<uint8_t>(kUnpackRows * unpacked + 64));
-  if (tile_scratch_) tile_buf_.assign(pool_.size(), std::vector<uint8_t>(tile_scratch_ + 64));
+  if (tile_scratch) tile_buf_.assign(pool_.size(), std::vector<uint8_t>(tile_scratch + 64));
   if (auto rp = repacked_.find(w_.output.data);
       rp != repacked_.end() && w_.output.data == w_.tok_embd.data && w_.tok_embd.type == TensorType::Q8_0) {
     embd_repacked_ = rp->second.rows;
@@ -292,8 +293,12 @@ cpu::DotPairsFn CpuBackend::pairs_kernel(const Repacked& rp, int T) const {
   return k_fast_->repacked_rows > 1 && T >= k_fast_->repacked_tokens ? rp.f.dot_tile_pairs : nullptr;
 }
 
+bool CpuBackend::takes_row_tiles(const Repacked& rp, int T) const {
+  return rp.f.dot_row_tile && T > kPrefetchMaxTokens;
+}
+
 bool CpuBackend::row_tiled(const Repacked& rp, int T, int64_t n_out) const {
-  return rp.f.dot_row_tile && T > kPrefetchMaxTokens && n_out % cpu::kRowTile == 0;
+  return takes_row_tiles(rp, T) && n_out % cpu::kRowTile == 0;
 }
 
 void CpuBackend::matmul_repacked(const WeightView& W, const Repacked& rp, const float* in, float* out, int T,
@@ -369,7 +374,7 @@ void CpuBackend::matmul_jobs(const MatmulJob* jobs, int n_jobs, const float* in,
 // dot products with every token.
 void CpuBackend::repacked_rows(const Repacked& rp, int64_t n_in, int64_t n_out, float* out, int T, bool precise,
                                int64_t r0, int64_t r1, int thread) {
-  if (rp.f.dot_row_tile && T > kPrefetchMaxTokens) {
+  if (takes_row_tiles(rp, T)) {
     r0 = row_tiles(rp, n_in, n_out, out, T, precise, r0, r1, thread);
     if (r0 == r1) return;
   }
