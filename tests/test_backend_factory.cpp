@@ -15,7 +15,7 @@ using namespace phaselab;
 namespace {
 
 constexpr const char* kSwitchVars[] = {"PHASELAB_CPU_ISA",         "PHASELAB_CPU_REPACK",    "PHASELAB_CPU_HUGEPAGES",
-                                       "PHASELAB_CPU_PREFETCH_BYTES", "PHASELAB_CPU_ROW_TILES", "PHASELAB_CUDA_GRAPHS",
+                                       "PHASELAB_CPU_PREFETCH_BYTES", "PHASELAB_CPU_ROW_TILES", "PHASELAB_CPU_DECODE_ROWS", "PHASELAB_CUDA_GRAPHS",
                                        "PHASELAB_CUDA_ATTN_TILED", "PHASELAB_CUDA_GEMM_MIN", "PHASELAB_CUDA_PROFILE",
                                        "PHASELAB_CUDA_Q8", "PHASELAB_CUDA_BF16_WEIGHTS", "PHASELAB_CUDA_LIB"};
 
@@ -41,6 +41,8 @@ class TestBackendFactory : public QObject {
     QCOMPARE(o.cpu.decode_prefetch_bytes, cpu.decode_prefetch_bytes);
     QCOMPARE(o.cpu.row_tiles, cpu.row_tiles);
     QVERIFY(cpu.row_tiles);  // on by default
+    QCOMPARE(o.cpu.decode_rows, cpu.decode_rows);
+    QVERIFY(cpu.decode_rows);  // on by default
     QCOMPARE(o.cuda.graphs, cuda.graphs);
     QCOMPARE(o.cuda.tiled_attention, cuda.tiled_attention);
     QCOMPARE(o.cuda.gemm_min_rows, cuda.gemm_min_rows);
@@ -56,6 +58,7 @@ class TestBackendFactory : public QObject {
     setenv("PHASELAB_CPU_HUGEPAGES", "0", 1);  // on by default
     setenv("PHASELAB_CPU_PREFETCH_BYTES", "9000", 1);
     setenv("PHASELAB_CPU_ROW_TILES", "0", 1);
+    setenv("PHASELAB_CPU_DECODE_ROWS", "0", 1);
     setenv("PHASELAB_CUDA_GRAPHS", "0", 1);
     setenv("PHASELAB_CUDA_ATTN_TILED", "0", 1);
     setenv("PHASELAB_CUDA_GEMM_MIN", "100000", 1);
@@ -69,6 +72,7 @@ class TestBackendFactory : public QObject {
     QVERIFY(!o.cpu.huge_pages);
     QCOMPARE(o.cpu.decode_prefetch_bytes, 9000);
     QVERIFY(!o.cpu.row_tiles);
+    QVERIFY(!o.cpu.decode_rows);
     QVERIFY(!o.cuda.graphs);
     QVERIFY(!o.cuda.tiled_attention);
     QCOMPARE(o.cuda.gemm_min_rows, 100000);
@@ -146,7 +150,8 @@ class TestBackendFactory : public QObject {
 
   // The decode path's switches change where the weights live and what is
   // prefetched, never the arithmetic: decoded logits are bitwise equal with
-  // huge pages on or off and any prefetch distance (a tiny qwen2, whose Q4_K
+  // huge pages on or off, any prefetch distance and decode rows on or off
+  // (kDecodeRows rows a kernel call; a tiny qwen2, whose Q4_K
   // matrices are repacked; a small Qwen3 MoE, whose Q4_K experts are
   // repacked into one buffer per layer's tensor and decoded by matvec_many:
   // 64 experts of 256 x 256 make each such buffer 2.4 MB, past the 2 MiB
@@ -182,15 +187,23 @@ class TestBackendFactory : public QObject {
     CpuSwitches base;
     base.huge_pages = false;
     base.decode_prefetch_bytes = 0;
+    base.decode_rows = false;
     const auto want = decode(base);
-    for (auto [huge, ahead] : {std::pair{true, 0}, std::pair{false, 4096}, std::pair{true, 65536}}) {
+    struct Variant {
+      bool huge;
+      int ahead;
+      bool rows;
+    };
+    for (const Variant v : {Variant{true, 0, false}, Variant{false, 4096, true}, Variant{true, 65536, true},
+                            Variant{false, 8192, true}}) {
       CpuSwitches sw = base;
-      sw.huge_pages = huge;
-      sw.decode_prefetch_bytes = ahead;
+      sw.huge_pages = v.huge;
+      sw.decode_prefetch_bytes = v.ahead;
+      sw.decode_rows = v.rows;
       const auto got = decode(sw);
       QVERIFY(got.size() == want.size());
       QVERIFY2(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0,
-               qPrintable(QString("huge pages %1, prefetch %2").arg(huge).arg(ahead)));
+               qPrintable(QString("huge pages %1, prefetch %2, decode rows %3").arg(v.huge).arg(v.ahead).arg(v.rows)));
     }
   }
 

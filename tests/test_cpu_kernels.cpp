@@ -340,6 +340,59 @@ class TestCpuKernels : public QObject {
     }
   }
 
+  // Decode's several-rows kernels (kDecodeRows rows x one token, reading
+  // the rows as stored, as dot1 does): every row bitwise dot1's, for each
+  // format, packed or not, and row shape (whole groups, a half group, blocks
+  // outside the groups), and for tokens of different activations.
+  void decode_rows_equal_one_row_kernels_bitwise_data() { several_row_kernels_equal_one_row_kernels_bitwise_data(); }
+  void decode_rows_equal_one_row_kernels_bitwise() {
+    QFETCH(int, type);
+    QFETCH(int, n);
+    const auto tt = static_cast<TensorType>(type);
+    const int nb = n / 32, gs = std::max<int>(act_groups(nb), 1);
+    constexpr int kTokens = 3;
+    int checked = 0;
+    for (const Kernels* k : simd_kernels()) {
+      const RepackedFormat f = repacked_format(*k, tt, n);
+      const bool avx512 = std::string_view(k->isa).find("512") != std::string_view::npos;
+      QVERIFY2(!avx512 || !f.repack || f.dot1_rows, "the AVX-512 kernels have decode rows for every repacked format");
+      if (!f.dot1_rows) continue;
+      checked++;
+      const size_t rb = f.row_bytes;
+      std::vector<uint8_t> stored(rb * kDecodeRows);
+      for (int r = 0; r < kDecodeRows; r++) {
+        auto wf = randn(n, 500 + r);
+        if (r == 2) std::fill(wf.begin(), wf.begin() + 32, 0.f);  // a zero block
+        std::vector<uint8_t> w(row_size(tt, n));
+        QVERIFY(quantize_row(tt, wf.data(), w.data(), n));
+        f.repack(w.data(), stored.data() + r * rb, n);
+      }
+      const auto x = randn(kTokens * n, 123);
+      std::vector<ActQ8> a(kTokens * nb);
+      k->quantize_act(x.data(), a.data(), kTokens * n);
+      std::vector<ActGroup> g(kTokens * gs);
+      for (int t = 0; t < kTokens; t++) group_act(&a[t * nb], &g[t * gs], nb);
+      for (int t = 0; t < kTokens; t++) {
+        float rows[kDecodeRows + 1];
+        rows[kDecodeRows] = -7.f;
+        f.dot1_rows(stored.data(), rb, &g[t * gs], 0, &a[t * nb], 0, n, rows);
+        QCOMPARE(rows[kDecodeRows], -7.f);  // nothing past the rows
+        for (int r = 0; r < kDecodeRows; r++) {
+          float v;
+          f.dot1(stored.data() + r * rb, &g[t * gs], 0, &a[t * nb], 0, n, &v);
+          QVERIFY2(std::memcmp(&v, &rows[r], sizeof(float)) == 0,
+                   qPrintable(QString("%1 row %2 token %3: %4 vs %5").arg(k->isa).arg(r).arg(t).arg(v).arg(rows[r])));
+        }
+      }
+    }
+    if (checked == 0) {
+      for (const Kernels* k : simd_kernels())
+        QVERIFY2(std::string_view(k->isa).find("512") == std::string_view::npos || !repacked_format(*k, tt, n).repack,
+                 "an AVX-512 kernel set without decode rows");
+      QSKIP("decode rows are AVX-512 kernels: this CPU has no AVX-512 VNNI");
+    }
+  }
+
   // Prefill's row tiles (16 rows interleaved, AVX-512) give bitwise the
   // one-token kernel's result for every row and token, for any number of
   // tokens (4 a call, then 3, 2 or 1), written at a row stride and in add

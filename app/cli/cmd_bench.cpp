@@ -330,7 +330,7 @@ struct BenchReport {
     const CpuSwitches sw = backend_options_from_environment().cpu;
     return "repack " + std::string(sw.repack ? "on" : "off") + ", huge pages " + (sw.huge_pages ? "on" : "off") +
            ", decode prefetch " + std::to_string(sw.decode_prefetch_bytes) + " bytes ahead" +
-           ", row tiles " + (sw.row_tiles ? "on" : "off") +
+           ", row tiles " + (sw.row_tiles ? "on" : "off") + ", decode rows " + (sw.decode_rows ? "on" : "off") +
            (sw.isa_cap.empty() ? "" : ", ISA cap " + sw.isa_cap);
   }
   void print_json() const;
@@ -451,7 +451,7 @@ void BenchReport::print_table() const {
     std::printf("mixture of experts: %d of %d experts per token, %.3f of %.3f GB of weights read per token\n",
                 c.n_expert_used, c.n_expert, weight_gb, s.model().weight_bytes() / 1e9);
   if (backend.rfind("cpu-", 0) == 0 && backend != "cpu-reference")
-    std::printf("cpu switches: %s (PHASELAB_CPU_REPACK, _HUGEPAGES, _PREFETCH_BYTES, _ROW_TILES, _ISA)\n", cpu_switches().c_str());
+    std::printf("cpu switches: %s (PHASELAB_CPU_REPACK, _HUGEPAGES, _PREFETCH_BYTES, _ROW_TILES, _DECODE_ROWS, _ISA)\n", cpu_switches().c_str());
   for (const auto& r : results) {
     if (r.n_prompt > 0 && compute.ops_per_s > 0) print_prefill(r);
     if (r.n_gen > 0) {

@@ -31,6 +31,7 @@ BackendOptions backend_options_from_environment() {
   o.cpu.repack = env_flag("PHASELAB_CPU_REPACK", o.cpu.repack);
   o.cpu.huge_pages = env_flag("PHASELAB_CPU_HUGEPAGES", o.cpu.huge_pages);
   o.cpu.row_tiles = env_flag("PHASELAB_CPU_ROW_TILES", o.cpu.row_tiles);
+  o.cpu.decode_rows = env_flag("PHASELAB_CPU_DECODE_ROWS", o.cpu.decode_rows);
   if (const char* v = env("PHASELAB_CPU_PREFETCH_BYTES"); v && std::atoi(v) >= 0)
     o.cpu.decode_prefetch_bytes = std::min(std::atoi(v), 1 << 20);
   o.cuda.graphs = env_flag("PHASELAB_CUDA_GRAPHS", o.cuda.graphs);

@@ -277,6 +277,11 @@ using DotRowTileFn = void (*)(const uint8_t* tile, const ActQ8* a, int64_t a_str
 // Rewrites a stored row of n values into the layout the tile kernels read.
 using UnpackRowFn = void (*)(const uint8_t* src, uint8_t* dst, int64_t n);
 
+// Rows per call of the decode kernels (Kernels::dot_grouped_x1_rows and
+// the like): one call's chains of several rows overlap, and their sums
+// share one tree.
+constexpr int kDecodeRows = 4;
+
 // Slots of the per-type kernel tables: every TensorType id (MXFP4 = 39) fits.
 constexpr int kTypeSlots = 40;
 
@@ -303,6 +308,12 @@ struct Kernels {
   ScoresQ8Fn scores_q8_0 = nullptr;
   DotR8Fn dot_grouped_x1[kTypeSlots] = {};  // repacked 32-value formats, by TensorType id
   DotR8Fn dot_grouped_x4[kTypeSlots] = {};
+  // kDecodeRows rows x one token (decode), reading the stored rows as dot1
+  // does: out[r], bitwise dot1's (null: the kernel set has none).
+  DotR8RowsFn dot_grouped_x1_rows[kTypeSlots] = {};
+  DotR8RowsFn dot_q4_k_r8_x1_rows = nullptr;
+  DotR8RowsFn dot_q5_k_r8_x1_rows = nullptr;
+  DotR8RowsFn dot_q6_k_r8_x1_rows = nullptr;
   DotR8Fn dot_q4_k_r8_x1 = nullptr;  // repacked Q4_K (null: not repacked)
   DotR8Fn dot_q4_k_r8_x4 = nullptr;
   DotR8Fn dot_q5_k_r8_x1 = nullptr;  // repacked Q5_K (null: not repacked)
@@ -319,12 +330,15 @@ struct Kernels {
   // its one-token kernel reads the packed rows, the others the bytes that
   // unpack_q5_0_packed gives.
   DotR8Fn dot_q5_0_packed_x1 = nullptr;
+  DotR8RowsFn dot_q5_0_packed_x1_rows = nullptr;  // kDecodeRows packed rows x one token
   UnpackRowFn unpack_q5_0_packed = nullptr;
   // The same for Q5_K and Q6_K (repack_q5_k_packed_row,
   // repack_q6_k_packed_row; null: stored as bytes).
   DotR8Fn dot_q5_k_packed_x1 = nullptr;
+  DotR8RowsFn dot_q5_k_packed_x1_rows = nullptr;
   UnpackRowFn unpack_q5_k_packed = nullptr;
   DotR8Fn dot_q6_k_packed_x1 = nullptr;
+  DotR8RowsFn dot_q6_k_packed_x1_rows = nullptr;
   UnpackRowFn unpack_q6_k_packed = nullptr;
   // Row tiles of the byte layout (kRowTile; null: the kernel set has none).
   TileRowsFn tile_rows[kTypeSlots] = {};
@@ -363,6 +377,9 @@ struct RepackedFormat {
   // or unpack's), where k has them for rows of n values; null: none.
   TileRowsFn tile_rows = nullptr;
   DotRowTileFn dot_row_tile = nullptr;
+  // kDecodeRows rows x one token, reading the stored rows as dot1 does:
+  // out[r], bitwise dot1's; null: dot1 row by row.
+  DotR8RowsFn dot1_rows = nullptr;
 };
 RepackedFormat repacked_format(const Kernels& k, TensorType t, int64_t n);
 

@@ -668,6 +668,7 @@ RepackedFormat repacked_format(const Kernels& k, TensorType t, int64_t n) {
         f = {repack_q5_0_packed_row, q5_0_packed_row_bytes(n), k.dot_q5_0_packed_x1, k.dot_grouped_x4[ti],
              k.dot_grouped_tile[ti], k.dot_grouped_tile4[ti], k.dot_grouped_tile_pairs[ti], k.unpack_q5_0_packed,
              grouped_row_bytes(t, n)};
+        f.dot1_rows = k.dot_q5_0_packed_x1_rows;
         break;
       }
       f = {t == TensorType::Q5_0   ? repack_q5_0_u8_row
@@ -676,30 +677,36 @@ RepackedFormat repacked_format(const Kernels& k, TensorType t, int64_t n) {
                                    : repack_mxfp4_row,
            grouped_row_bytes(t, n), k.dot_grouped_x1[ti], k.dot_grouped_x4[ti], k.dot_grouped_tile[ti], k.dot_grouped_tile4[ti],
            k.dot_grouped_tile_pairs[ti]};
+      f.dot1_rows = k.dot_grouped_x1_rows[ti];
       break;
     case TensorType::Q4_K:
       f = {repack_q4_k_compact_row, super_blocks * kGroupBytesQ4_KC, k.dot_q4_k_r8_x1, k.dot_q4_k_r8_x4, k.dot_q4_k_r8_tile,
            k.dot_q4_k_r8_tile4, k.dot_q4_k_r8_tile_pairs};
+      f.dot1_rows = k.dot_q4_k_r8_x1_rows;
       break;
     case TensorType::Q5_K:
       if (k.dot_q5_k_packed_x1 && k.unpack_q5_k_packed) {
         f = {repack_q5_k_packed_row, super_blocks * kGroupBytesQ5_KP, k.dot_q5_k_packed_x1, k.dot_q5_k_r8_x4,
              k.dot_q5_k_r8_tile, k.dot_q5_k_r8_tile4, k.dot_q5_k_r8_tile_pairs, k.unpack_q5_k_packed,
              super_blocks * kGroupBytesQ5_K};
+        f.dot1_rows = k.dot_q5_k_packed_x1_rows;
         break;
       }
       f = {repack_q5_k_row, super_blocks * kGroupBytesQ5_K, k.dot_q5_k_r8_x1, k.dot_q5_k_r8_x4, k.dot_q5_k_r8_tile,
            k.dot_q5_k_r8_tile4, k.dot_q5_k_r8_tile_pairs};
+      f.dot1_rows = k.dot_q5_k_r8_x1_rows;
       break;
     case TensorType::Q6_K:
       if (k.dot_q6_k_packed_x1 && k.unpack_q6_k_packed) {
         f = {repack_q6_k_packed_row, super_blocks * kGroupBytesQ6_KP, k.dot_q6_k_packed_x1, k.dot_q6_k_r8_x4,
              k.dot_q6_k_r8_tile, k.dot_q6_k_r8_tile4, k.dot_q6_k_r8_tile_pairs, k.unpack_q6_k_packed,
              super_blocks * kGroupBytesQ6_K};
+        f.dot1_rows = k.dot_q6_k_packed_x1_rows;
         break;
       }
       f = {repack_q6_k_row, super_blocks * kGroupBytesQ6_K, k.dot_q6_k_r8_x1, k.dot_q6_k_r8_x4, k.dot_q6_k_r8_tile,
            k.dot_q6_k_r8_tile4, k.dot_q6_k_r8_tile_pairs};
+      f.dot1_rows = k.dot_q6_k_r8_x1_rows;
       break;
     default:
       return {};

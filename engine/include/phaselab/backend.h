@@ -217,6 +217,12 @@ struct CpuSwitches {
   // tokens a call; cpu_kernels.h kRowTile) where the kernels have them
   // (AVX-512); off: the paired 2-row x 8-token kernels (PHASELAB_CPU_ROW_TILES=0).
   bool row_tiles = true;
+  // Decode's products (fewer than 4 tokens) 4 rows a kernel call
+  // (cpu_kernels.h kDecodeRows) where the kernels have them (AVX-512): the
+  // rows' chains overlap and their sums share one tree. Gemma 3 270M on Zen
+  // 5, alternating token by token in one process: the layers' products -7 to
+  // -11% per token; off: one row a call (PHASELAB_CPU_DECODE_ROWS=0).
+  bool decode_rows = true;
 };
 struct CudaSwitches {
   bool graphs = true;           // replay decode passes as CUDA graphs (PHASELAB_CUDA_GRAPHS=0: off)
