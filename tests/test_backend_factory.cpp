@@ -205,6 +205,23 @@ class TestBackendFactory : public QObject {
       QVERIFY2(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0,
                qPrintable(QString("huge pages %1, prefetch %2, decode rows %3").arg(v.huge).arg(v.ahead).arg(v.rows)));
     }
+    // The switches that may change between passes (apply_cpu_switches, as
+    // bench --ab alternates them), changed before every token: the same logits.
+    auto b = make_cpu_backend(m, 2, 8, false, base);
+    QVERIFY2(b.is_ok(), b.status().message().c_str());
+    auto kv = KvCache::create(m->config(), 64);
+    QVERIFY(kv.is_ok());
+    std::vector<float> all, row(m->config().n_vocab);
+    for (size_t i = 0; i < tokens.size(); i++) {
+      CpuSwitches sw = base;
+      sw.decode_rows = i % 2 == 1;
+      sw.decode_prefetch_bytes = i % 3 == 0 ? 0 : 8192;
+      QVERIFY((*b)->apply_cpu_switches(sw));
+      int32_t t = tokens[i];
+      QVERIFY((*b)->forward(&t, 1, **kv, row.data(), LogitsMode::last));
+      all.insert(all.end(), row.begin(), row.end());
+    }
+    QVERIFY2(std::memcmp(all.data(), want.data(), all.size() * sizeof(float)) == 0, "switches changed between passes");
   }
 
   // gpt-oss (its routing, biases and sinks), MXFP4 matrices and RoPE

@@ -534,6 +534,29 @@ class TestCli : public QObject {
     QVERIFY2(q8.err.contains("--cache-type f16"), qPrintable(q8.err));
   }
 
+  // bench --ab: each test twice, one row per state, measured alternating,
+  // and a line with their ratio; a switch it does not know is bad input.
+  void bench_ab_measures_a_switch_in_two_states() {
+    const Run b = cli({"bench", "-m", stories(), "-p", "16", "-n", "8", "-r", "2", "--no-peaks", "--ab", "decode-rows", "--json"});
+    QCOMPARE(b.code, 0);
+    const QJsonArray arr = QJsonDocument::fromJson(b.out.toUtf8()).array();
+    QCOMPARE(arr.size(), 4);
+    QStringList tests, states;
+    for (const auto& v : arr) {
+      tests << v.toObject()["test"].toString();
+      states << v.toObject()["ab_state"].toString();
+      QCOMPARE(v.toObject()["samples"].toArray().size(), 2);
+    }
+    QCOMPARE(tests, (QStringList{"pp16 [decode rows off]", "pp16 [decode rows on]", "tg8 [decode rows off]", "tg8 [decode rows on]"}));
+    QCOMPARE(states, (QStringList{"decode rows off", "decode rows on", "decode rows off", "decode rows on"}));
+    const Run t = cli({"bench", "-m", stories(), "-p", "0", "-n", "8", "-r", "2", "--no-peaks", "--ab", "prefetch=16384"});
+    QCOMPARE(t.code, 0);
+    QVERIFY2(t.out.contains("A/B tg8: prefetch 16384 / prefetch 8192 = ") && t.out.contains("alternating token by token"),
+             qPrintable(t.out));
+    expect_bad_input(cli({"bench", "-m", stories(), "--ab", "turbo"}));
+    expect_bad_input(cli({"bench", "-m", stories(), "--ab", "prefetch=-4"}));
+  }
+
   // bench -d: every test again after D tokens already in the cache, named
   // as llama-bench names them; the K/V a decoded token reads grows with D.
   void bench_depth_runs_each_test_after_a_filled_cache() {

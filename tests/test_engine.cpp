@@ -828,6 +828,38 @@ class TestEngine : public QObject {
     QCOMPARE(measure_pp_tg(*s, run).status().code(), StatusCode::cancelled);
   }
 
+  // measure_ab: both states timed in every run (tg token by token, pp run
+  // by run), one sample each per timed run; the backend left in state a;
+  // refused for generate and where the backend has no switches.
+  void measure_ab_times_both_states_in_every_run() {
+    auto s = open_session(test_data("stories260K.gguf"), 256, 16, 2, Kind::fast);
+    ThroughputRun run;
+    run.tokens = s->model().tokenizer().encode("Once upon a time there was", true, false);
+    run.depth = {1, 2};
+    run.repetitions = 3;
+    CpuSwitches a, b;
+    a.decode_rows = false;
+    b.decode_rows = true;
+    for (ThroughputTest test : {ThroughputTest::pp, ThroughputTest::tg}) {
+      run.test = test;
+      std::vector<int> seen;
+      run.on_run = [&](int r) { seen.push_back(r); };
+      auto ab = measure_ab(*s, run, a, b);
+      QVERIFY2(ab.is_ok(), ab.status().message().c_str());
+      QCOMPARE(seen, (std::vector<int>{0, 1, 2, 3}));
+      QCOMPARE(ab->a.samples.size(), size_t{3});
+      QCOMPARE(ab->b.samples.size(), size_t{3});
+      QVERIFY(ab->a.mean > 0 && ab->b.mean > 0);
+      QCOMPARE(s->kv().n_past(), static_cast<int>(run.depth.size() + run.tokens.size()));
+    }
+    GenerateOptions g = greedy(4);
+    run.generate = &g;
+    QCOMPARE(measure_ab(*s, run, a, b).status().code(), StatusCode::invalid_argument);
+    run.generate = nullptr;
+    auto ref = open_session(test_data("stories260K.gguf"), 256, 16, 1, Kind::reference);
+    QCOMPARE(measure_ab(*ref, run, a, b).status().code(), StatusCode::unsupported);
+  }
+
   void unsupported_architecture_is_refused_by_name() {
     for (const std::string arch : {"mamba", "deepseek2"}) {
       GgufWriter w;

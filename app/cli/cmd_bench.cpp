@@ -48,9 +48,43 @@ Result<std::vector<int>> parse_depths(const std::string& text) {
   return out;
 }
 
+// --ab SWITCH: the tests with one of the CPU switches that may change
+// between passes in two states, alternating (measure_ab).
+struct AbSpec {
+  CpuSwitches a, b;
+  std::string label_a, label_b;
+};
+
+// "decode-rows", "row-tiles" (each off against on) or "prefetch=BYTES" (the
+// distance in effect against BYTES), from the switches sw in effect.
+Result<AbSpec> parse_ab(const std::string& text, const CpuSwitches& sw) {
+  AbSpec ab;
+  ab.a = ab.b = sw;
+  if (text == "decode-rows") {
+    ab.a.decode_rows = false, ab.b.decode_rows = true;
+    ab.label_a = "decode rows off", ab.label_b = "decode rows on";
+  } else if (text == "row-tiles") {
+    ab.a.row_tiles = false, ab.b.row_tiles = true;
+    ab.label_a = "row tiles off", ab.label_b = "row tiles on";
+  } else if (text.rfind("prefetch=", 0) == 0) {
+    int bytes = -1;
+    const std::string v = text.substr(9);
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), bytes);
+    if (ec != std::errc() || end != v.data() + v.size() || bytes < 0 || bytes > (1 << 24))
+      return invalid_argument("'" + v + "' is not a prefetch distance (bytes from 0 to 16777216; e.g. --ab prefetch=16384)");
+    ab.b.decode_prefetch_bytes = bytes;
+    ab.label_a = "prefetch " + std::to_string(sw.decode_prefetch_bytes);
+    ab.label_b = "prefetch " + std::to_string(bytes);
+  } else {
+    return invalid_argument("'" + text + "' is not a switch to alternate: decode-rows, row-tiles or prefetch=BYTES");
+  }
+  return ab;
+}
+
 struct BenchOptions {
   int n_prompt = 512, n_gen = 128, reps = 5, turns = 0;
   std::vector<int> depths;
+  std::optional<AbSpec> ab;
 };
 
 Result<BenchOptions> read_bench_options(const Args& args) {
@@ -66,6 +100,11 @@ Result<BenchOptions> read_bench_options(const Args& args) {
   auto turns = args.get_int("--chat-turns", 0, 0, 50);
   if (!turns) return turns.status();
   o.turns = *turns;
+  if (args.has("--ab")) {
+    auto ab = parse_ab(args.get_or("--ab", ""), backend_options_from_environment().cpu);
+    if (!ab) return ab.status().with_context("--ab");
+    o.ab = std::move(*ab);
+  }
   return o;
 }
 
@@ -76,6 +115,7 @@ struct BenchResult {
   int n_prompt = 0, n_gen = 0, n_depth = 0;
   double mean = 0, sd = 0;
   std::vector<double> samples;
+  int ab = -1;  // --ab: 0 or 1, the state (the pair's other result is next to it); -1: none
 };
 
 // pp and tg at every depth. Random tokens (fixed seed) avoid special-casing
@@ -96,17 +136,30 @@ Result<std::vector<BenchResult>> measure_throughput(Session& s, const BenchOptio
       run.test = test;
       run.tokens.resize(n);
       for (auto& t : run.tokens) t = pick(rng);
+      const std::string name = (decode ? "tg" : "pp") + std::to_string(n) + (depth > 0 ? " @ d" + std::to_string(depth) : "");
+      auto add = [&](Throughput& tps, int ab, const std::string& label) {
+        BenchResult r;
+        r.test = label.empty() ? name : name + " [" + label + "]";
+        r.n_prompt = decode ? 0 : n;
+        r.n_gen = decode ? n : 0;
+        r.n_depth = depth;
+        r.mean = tps.mean;
+        r.sd = tps.sd;
+        r.samples = std::move(tps.samples);
+        r.ab = ab;
+        results.push_back(std::move(r));
+      };
+      if (o.ab) {
+        auto ab = measure_ab(s, run, o.ab->a, o.ab->b);
+        s.backend().apply_cpu_switches(backend_options_from_environment().cpu);  // (measure_ab leaves state a)
+        if (!ab) return ab.status();
+        add(ab->a, 0, o.ab->label_a);
+        add(ab->b, 1, o.ab->label_b);
+        continue;
+      }
       auto tps = measure_pp_tg(s, run);
       if (!tps) return tps.status();
-      BenchResult r;
-      r.test = (decode ? "tg" : "pp") + std::to_string(n) + (depth > 0 ? " @ d" + std::to_string(depth) : "");
-      r.n_prompt = decode ? 0 : n;
-      r.n_gen = decode ? n : 0;
-      r.n_depth = depth;
-      r.mean = tps->mean;
-      r.sd = tps->sd;
-      r.samples = std::move(tps->samples);
-      results.push_back(std::move(r));
+      add(*tps, -1, "");
     }
   }
   return results;
@@ -343,6 +396,7 @@ void BenchReport::print_json() const {
   nlohmann::json arr = nlohmann::json::array();
   for (const auto& r : results)
     arr.push_back({{"test", r.test},
+                   {"ab_state", r.ab < 0 || !o.ab ? std::string() : r.ab == 0 ? o.ab->label_a : o.ab->label_b},
                    {"n_prompt", r.n_prompt},
                    {"n_gen", r.n_gen},
                    {"tokens_per_s", r.mean},
@@ -471,6 +525,18 @@ void BenchReport::print_table() const {
       std::printf("\n");
     }
   }
+  for (size_t i = 1; i < results.size(); i++) {
+    const BenchResult &a = results[i - 1], &b = results[i];
+    if (a.ab != 0 || b.ab != 1) continue;
+    std::vector<double> ratios;  // run by run: both states measured in the same run's minutes
+    for (size_t k = 0; k < a.samples.size() && k < b.samples.size(); k++) ratios.push_back(b.samples[k] / a.samples[k]);
+    std::sort(ratios.begin(), ratios.end());
+    std::printf("\nA/B %s: %s / %s = %.3f (per run %.3f to %.3f, median %.3f; %zu runs, %s)\n",
+                b.test.substr(0, b.test.find(" [")).c_str(), o.ab->label_b.c_str(), o.ab->label_a.c_str(), b.mean / a.mean,
+                ratios.empty() ? 0.0 : ratios.front(), ratios.empty() ? 0.0 : ratios.back(),
+                ratios.empty() ? 0.0 : ratios[ratios.size() / 2], ratios.size(),
+                b.n_gen > 0 ? "alternating token by token" : "alternating run by run");
+  }
   if (spec) {
     std::printf("\nspeculative: drafted %d, accepted %d (%.0f%%), %.2f tokens per target pass, output %s plain greedy\n",
                 spec->drafted, spec->accepted, 100 * spec->acceptance, spec->tokens_per_pass,
@@ -507,6 +573,7 @@ int cmd_bench(int argc, char** argv) {
                            {"--json", "", false},
                            {"--no-peaks", "", false},
                            {"--batch", "", true},
+                           {"--ab", "", true},
                            {"--help", "-h", false}});
   for (const OptionSpec& o : serving_bench_options()) opts.push_back(o);
   auto args = Args::parse(argc, argv, opts);
@@ -526,7 +593,11 @@ int cmd_bench(int argc, char** argv) {
                 "  prompt each way, alternating: what sampling costs per token.\n"
                 "  --batch 1,2,4,8,16,32: for each batch size B, B sequences of -p tokens (default 128) prefilled\n"
                 "  together, then -n decode steps (default 32) for all B at once: aggregate tokens/s, each\n"
-                "  sequence's TPOT, and the batch where decode turns compute-bound (-r defaults to 1).\n%s",
+                "  sequence's TPOT, and the batch where decode turns compute-bound (-r defaults to 1).\n"
+                "  --ab decode-rows|row-tiles|prefetch=BYTES: each test with that CPU switch in two states (off\n"
+                "  and on; the distance in effect and BYTES), alternating in the same minutes (tg token by\n"
+                "  token, pp run by run): both states' tokens/s and their ratio, run by run. For choosing a\n"
+                "  switch on a machine whose speed drifts between runs.\n%s",
                 kEngineHelp);
     std::printf("\nusage: phaselab-cli bench --serving -m MODEL [--policy LIST] [--streams 4] [--long-prompt 2000] [--json]\n"
                 "       phaselab-cli bench --serving --url URL [-m MODEL] [workload flags] [--json]\n%s%s%s",

@@ -68,4 +68,76 @@ Result<Throughput> measure_pp_tg(Session& session, const ThroughputRun& run) {
   return out;
 }
 
+namespace {
+
+void finish(Throughput& t) {
+  double sum = 0, sq = 0;
+  for (double x : t.samples) sum += x;
+  t.mean = t.samples.empty() ? 0 : sum / t.samples.size();
+  for (double x : t.samples) sq += (x - t.mean) * (x - t.mean);
+  t.sd = t.samples.size() > 1 ? std::sqrt(sq / (t.samples.size() - 1)) : 0;
+}
+
+}  // namespace
+
+Result<AbThroughput> measure_ab(Session& s, const ThroughputRun& run, const CpuSwitches& a, const CpuSwitches& b) {
+  if (run.repetitions < 1) return invalid_argument("a throughput test needs at least one timed run");
+  if (run.tokens.empty()) return invalid_argument("a throughput test needs tokens to run");
+  if (run.generate) return invalid_argument("an A/B measurement times bare passes, not generate");
+  Backend& be = s.backend();
+  const CpuSwitches* state[2] = {&a, &b};
+  if (!be.apply_cpu_switches(a))
+    return unsupported(be.name() + " backend: no switches to alternate (an A/B measurement needs the CPU backend's fast kernels)");
+  AbThroughput out;
+  Throughput* result[2] = {&out.a, &out.b};
+  std::vector<float>* no_logits = nullptr;
+  for (int i = 0; i <= run.repetitions; i++) {  // i = 0: the warm-up
+    if (run.cancel && run.cancel->load()) {
+      be.apply_cpu_switches(a);
+      return cancelled("measurement cancelled");
+    }
+    if (run.on_run) run.on_run(i);
+    double sec[2] = {0, 0};
+    int n[2] = {0, 0};
+    const auto restart = [&]() -> Status {
+      s.kv().clear();
+      if (!run.depth.empty()) PHASELAB_TRY(s.eval(run.depth, no_logits));
+      return Status::ok();
+    };
+    Status st = Status::ok();
+    if (run.test == ThroughputTest::tg) {
+      st = restart();
+      std::vector<int32_t> one(1);
+      for (size_t k = 0; st && k < run.tokens.size(); k++) {
+        const int which = static_cast<int>((k + i) % 2);  // each run starts with the other state
+        be.apply_cpu_switches(*state[which]);
+        one[0] = run.tokens[k];
+        const auto t0 = std::chrono::steady_clock::now();
+        st = s.eval(one, no_logits);
+        sec[which] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        n[which]++;
+      }
+    } else {
+      for (int k = 0; st && k < 2; k++) {
+        const int which = (k + i) % 2;
+        be.apply_cpu_switches(*state[which]);
+        st = restart();
+        if (!st) break;
+        const auto t0 = std::chrono::steady_clock::now();
+        st = s.eval(run.tokens, no_logits);
+        sec[which] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        n[which] += static_cast<int>(run.tokens.size());
+      }
+    }
+    be.apply_cpu_switches(a);
+    if (!st) return st;
+    if (i == 0) continue;
+    for (int w = 0; w < 2; w++)
+      if (n[w] > 0 && sec[w] > 0) result[w]->samples.push_back(n[w] / sec[w]);
+  }
+  finish(out.a);
+  finish(out.b);
+  return out;
+}
+
 }  // namespace phaselab

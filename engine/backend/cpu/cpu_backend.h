@@ -56,6 +56,13 @@ class CpuBackend final : public Backend {
   }
   HostKvStore& kv_store() { return kv_store_; }
   bool pin_threads(const std::vector<int>& cpus) override { return pool_.pin(cpus); }
+  bool apply_cpu_switches(const CpuSwitches& sw) override {
+    if (!k_fast_) return false;  // the reference path has no such kernels
+    decode_rows_ = sw.decode_rows;
+    row_tiles_ = sw.row_tiles;
+    decode_prefetch_bytes_ = std::max(0, sw.decode_prefetch_bytes);
+    return true;
+  }
   void run_host_tasks(int n, const std::function<void(int)>& fn) override {
     pool_.for_chunks(n, [&](int i, int) { fn(i); });
   }

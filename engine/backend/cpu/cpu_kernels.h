@@ -246,6 +246,13 @@ using DotR8Fn = void (*)(const uint8_t* w_row, const ActGroup* g, int64_t g_stri
 // equal to the one-row kernels.
 using DotR8RowsFn = void (*)(const uint8_t* w_row0, size_t row_bytes, const ActGroup* g, int64_t g_stride,
                              const ActQ8* a, int64_t a_stride, int64_t n, float* out);
+// Decode rows: kDecodeRows rows (row r at w_row0 + r * row_bytes, read as
+// stored, as the one-token kernel reads them) times one token: out[r],
+// bitwise the one-token kernel's. ahead > 0: each row's lines ahead bytes
+// past it (not past end) are prefetched a share at each of its groups, so
+// that the requests are spread over the call.
+using DotRowsPfFn = void (*)(const uint8_t* w_row0, size_t row_bytes, const ActGroup* g, const ActQ8* a, int64_t n,
+                             float* out, size_t ahead, const uint8_t* end);
 // The same on paired activations: token pair p's groups at pairs + p *
 // p_stride (tokens 2p and 2p + 1), its plain blocks still at a + j *
 // a_stride; written straight into the product's (token, row) layout: out[j *
@@ -308,12 +315,11 @@ struct Kernels {
   ScoresQ8Fn scores_q8_0 = nullptr;
   DotR8Fn dot_grouped_x1[kTypeSlots] = {};  // repacked 32-value formats, by TensorType id
   DotR8Fn dot_grouped_x4[kTypeSlots] = {};
-  // kDecodeRows rows x one token (decode), reading the stored rows as dot1
-  // does: out[r], bitwise dot1's (null: the kernel set has none).
-  DotR8RowsFn dot_grouped_x1_rows[kTypeSlots] = {};
-  DotR8RowsFn dot_q4_k_r8_x1_rows = nullptr;
-  DotR8RowsFn dot_q5_k_r8_x1_rows = nullptr;
-  DotR8RowsFn dot_q6_k_r8_x1_rows = nullptr;
+  // Decode rows (DotRowsPfFn; null: the kernel set has none).
+  DotRowsPfFn dot_grouped_x1_rows[kTypeSlots] = {};
+  DotRowsPfFn dot_q4_k_r8_x1_rows = nullptr;
+  DotRowsPfFn dot_q5_k_r8_x1_rows = nullptr;
+  DotRowsPfFn dot_q6_k_r8_x1_rows = nullptr;
   DotR8Fn dot_q4_k_r8_x1 = nullptr;  // repacked Q4_K (null: not repacked)
   DotR8Fn dot_q4_k_r8_x4 = nullptr;
   DotR8Fn dot_q5_k_r8_x1 = nullptr;  // repacked Q5_K (null: not repacked)
@@ -330,15 +336,15 @@ struct Kernels {
   // its one-token kernel reads the packed rows, the others the bytes that
   // unpack_q5_0_packed gives.
   DotR8Fn dot_q5_0_packed_x1 = nullptr;
-  DotR8RowsFn dot_q5_0_packed_x1_rows = nullptr;  // kDecodeRows packed rows x one token
+  DotRowsPfFn dot_q5_0_packed_x1_rows = nullptr;  // decode rows of packed rows
   UnpackRowFn unpack_q5_0_packed = nullptr;
   // The same for Q5_K and Q6_K (repack_q5_k_packed_row,
   // repack_q6_k_packed_row; null: stored as bytes).
   DotR8Fn dot_q5_k_packed_x1 = nullptr;
-  DotR8RowsFn dot_q5_k_packed_x1_rows = nullptr;
+  DotRowsPfFn dot_q5_k_packed_x1_rows = nullptr;
   UnpackRowFn unpack_q5_k_packed = nullptr;
   DotR8Fn dot_q6_k_packed_x1 = nullptr;
-  DotR8RowsFn dot_q6_k_packed_x1_rows = nullptr;
+  DotRowsPfFn dot_q6_k_packed_x1_rows = nullptr;
   UnpackRowFn unpack_q6_k_packed = nullptr;
   // Row tiles of the byte layout (kRowTile; null: the kernel set has none).
   TileRowsFn tile_rows[kTypeSlots] = {};
@@ -377,9 +383,9 @@ struct RepackedFormat {
   // or unpack's), where k has them for rows of n values; null: none.
   TileRowsFn tile_rows = nullptr;
   DotRowTileFn dot_row_tile = nullptr;
-  // kDecodeRows rows x one token, reading the stored rows as dot1 does:
-  // out[r], bitwise dot1's; null: dot1 row by row.
-  DotR8RowsFn dot1_rows = nullptr;
+  // Decode rows (DotRowsPfFn: kDecodeRows rows x one token, reading the
+  // stored rows as dot1 does); null: dot1 row by row.
+  DotRowsPfFn dot1_rows = nullptr;
 };
 RepackedFormat repacked_format(const Kernels& k, TensorType t, int64_t n);
 

@@ -43,6 +43,8 @@ int token_tile(int64_t tok_bytes, int unit = 4) {
 // next row pair only (prefetch_rows_l1).
 constexpr int kPrefetchRows = 8;
 constexpr int kPrefetchMaxTokens = 32;
+// The largest matrix whose decode takes kDecodeRows rows a call (below).
+constexpr size_t kDecodeRowsMaxBytes = size_t{16} << 20;
 void prefetch_rows(const uint8_t* p, size_t n, const uint8_t* end) {
   for (size_t i = 0; i < n && p + i < end; i += 64) __builtin_prefetch(p + i, 0, 0);
 }
@@ -159,8 +161,8 @@ void CpuBackend::repack_weights() {
     if (n == 0 || repacked_.count(Ws[0].data)) return;
     cpu::RepackedFormat f = cpu::repacked_format(*k_fast_, Ws[0].type, Ws[0].n_in);
     if (!f.repack) return;
-    if (!row_tiles_) f.tile_rows = nullptr, f.dot_row_tile = nullptr;
-    if (!decode_rows_) f.dot1_rows = nullptr;
+    // (row_tiles_ and decode_rows_ are read where the kernels are chosen:
+    // they may change between passes, apply_cpu_switches.)
     const size_t rb = f.row_bytes;
     size_t total = 0;
     for (size_t i = 0; i < n; i++) {
@@ -295,7 +297,7 @@ cpu::DotPairsFn CpuBackend::pairs_kernel(const Repacked& rp, int T) const {
 }
 
 bool CpuBackend::takes_row_tiles(const Repacked& rp, int T) const {
-  return rp.f.dot_row_tile && T > kPrefetchMaxTokens;
+  return row_tiles_ && rp.f.dot_row_tile && T > kPrefetchMaxTokens;
 }
 
 bool CpuBackend::row_tiled(const Repacked& rp, int T, int64_t n_out) const {
@@ -515,21 +517,25 @@ void CpuBackend::repacked_tiles(const Repacked& rp, const uint8_t* trows, size_t
     if (ahead > 0) prefetch_rows(rp.rows + r * row_bytes, ahead * row_bytes, end);
     // Decode (fewer than 4 tokens): kDecodeRows rows a call, token by token
     // (the rows stay in L1 for the next token); one call's rows overlap
-    // their chains and share one tree of sums. A lone token's prefetch is
-    // split around the call: the four rows' lines in one burst outran the
-    // core's miss buffers (the output matrix 13% slower than with halves).
-    if (t1 - t0 < 4 && rp.f.dot1_rows) {
-      const size_t half = cpu::kDecodeRows / 2 * row_bytes;
+    // their chains and share one tree of sums. A lone token's prefetch goes
+    // into the call, a share at each group (DotRowsPfFn): the four rows'
+    // lines asked for around the call, in bursts, had outrun the core's
+    // miss buffers (the Qwen3 MoE twin's decode 14% slower than one row a
+    // call; with the prefetch in the call, 9% faster). Matrices past
+    // kDecodeRowsMaxBytes stream at the memory's pace, where one row a call
+    // kept the stream steadier: with Gemma 3 270M's 178 MB output matrix
+    // too, decode rows measured 0.94-1.00x, without it 1.00-1.02x (bench
+    // --ab decode-rows on Zen 5, in the same minutes).
+    if (t1 - t0 < 4 && rp.f.dot1_rows && decode_rows_ && static_cast<size_t>(n_out) * row_bytes <= kDecodeRowsMaxBytes) {
+      const size_t pf = static_cast<size_t>(ahead) * row_bytes;
       float vr[cpu::kDecodeRows], lor[cpu::kDecodeRows];
       for (; r + cpu::kDecodeRows <= r1; r += cpu::kDecodeRows) {
         const uint8_t* row = rp.rows + r * row_bytes;
-        if (ahead > 0) prefetch_rows(row + ahead * row_bytes, half, end);
         for (int t = t0; t < t1; t++) {
-          rp.f.dot1_rows(row, row_bytes, &act_g_[t * gs], 0, &act_[t * nb], 0, n_in, vr);
-          if (precise) rp.f.dot1_rows(row, row_bytes, &act_lo_g_[t * gs], 0, &act_lo_[t * nb], 0, n_in, lor);
+          rp.f.dot1_rows(row, row_bytes, &act_g_[t * gs], &act_[t * nb], n_in, vr, t == t0 ? pf : 0, end);
+          if (precise) rp.f.dot1_rows(row, row_bytes, &act_lo_g_[t * gs], &act_lo_[t * nb], n_in, lor, 0, end);
           for (int i = 0; i < cpu::kDecodeRows; i++) out[t * n_out + r + i] = precise ? vr[i] + lor[i] : vr[i];
         }
-        if (ahead > 0) prefetch_rows(row + ahead * row_bytes + half, cpu::kDecodeRows * row_bytes - half, end);
       }
     }
     for (; r < r1; r++) {
@@ -585,16 +591,12 @@ void CpuBackend::matvec_many(MatvecJob* jobs, int n_jobs, const float* const* in
       const WeightView& W = *jb.W;
       const int64_t r = g - jb.first_row;
       const cpu::ActQ8* act = &many_act_[jb.input * nb];
-      if (jb.rp && jb.rp->f.dot1_rows && g + cpu::kDecodeRows <= r1 &&
+      if (jb.rp && jb.rp->f.dot1_rows && decode_rows_ && g + cpu::kDecodeRows <= r1 &&
           r + cpu::kDecodeRows <= W.n_out) {  // kDecodeRows rows of this matrix at once (repacked_tiles)
         const size_t rb = jb.rp->f.row_bytes;
         const uint8_t* row = jb.rp->rows + r * rb;
-        const int64_t ahead = decode_prefetch_rows(rb);
-        const size_t half = cpu::kDecodeRows / 2 * rb;
-        const uint8_t* end = jb.rp->rows + W.n_out * rb;
-        if (ahead > 0) prefetch_rows(row + ahead * rb, half, end);  // split as in repacked_tiles
-        jb.rp->f.dot1_rows(row, rb, &many_act_g_[jb.input * gs], 0, act, 0, n_in, &jb.out[r]);
-        if (ahead > 0) prefetch_rows(row + ahead * rb + half, cpu::kDecodeRows * rb - half, end);
+        const size_t pf = static_cast<size_t>(decode_prefetch_rows(rb)) * rb;  // as in repacked_tiles
+        jb.rp->f.dot1_rows(row, rb, &many_act_g_[jb.input * gs], act, n_in, &jb.out[r], pf, jb.rp->rows + W.n_out * rb);
         g += cpu::kDecodeRows - 1;
       } else if (jb.rp) {
         const size_t rb = jb.rp->f.row_bytes;

@@ -53,6 +53,8 @@ struct KvRows {
   uint8_t* const* v = nullptr; // (n_layer)
 };
 
+struct CpuSwitches;
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -125,6 +127,15 @@ class Backend {
   // one token per sequence is the CUDA backend's decode pass, replayed from
   // its graph.)
   virtual bool has_device_greedy() const { return false; }
+  // The CPU switches that may change between passes (decode_rows,
+  // row_tiles, decode_prefetch_bytes; the others are fixed at load), for
+  // measurements that alternate them (measure_ab, bench --ab). None changes
+  // a result (the kernels are bitwise equal). False where the backend has
+  // no such switches.
+  virtual bool apply_cpu_switches(const CpuSwitches& sw) {
+    (void)sw;
+    return false;
+  }
   // Positions run through the model so far: every token of every pass,
   // recomputation included (what prefix reuse saves shows here; tests check
   // that a backend recomputes nothing behind the cache's back).

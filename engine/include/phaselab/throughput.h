@@ -53,4 +53,16 @@ struct Throughput {
 // otherwise.
 Result<Throughput> measure_pp_tg(Session& session, const ThroughputRun& run);
 
+// One test with the backend's CPU switches in two states, a and b
+// (Backend::apply_cpu_switches), taken in turns within the same minutes so
+// that a machine whose speed drifts (a shared VM) affects both alike: tg
+// token by token (each run's sample for a state is its tokens over their
+// time; the state of the first token swapped every run), pp run by run (the
+// order swapped every repetition).
+// The session's backend is left in state a. run.generate is not supported.
+struct AbThroughput {
+  Throughput a, b;
+};
+Result<AbThroughput> measure_ab(Session& session, const ThroughputRun& run, const CpuSwitches& a, const CpuSwitches& b);
+
 }  // namespace phaselab
