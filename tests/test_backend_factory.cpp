@@ -171,16 +171,23 @@ class TestBackendFactory : public QObject {
     QVERIFY2(model.is_ok(), model.status().message().c_str());
     std::shared_ptr<const Model> m(*model);
     const std::vector<int32_t> tokens = {1, 260, 261, 262, 100, 101, 7, 42};
-    auto decode = [&](const CpuSwitches& sw) {
-      auto b = make_cpu_backend(m, 2, 8, false, sw);
+    // One token per pass (the decode path), then passes of 2 and 3 tokens
+    // (decode batches: the decode rows token by token).
+    auto decode = [&](const CpuSwitches& sw, int threads = 2) {
+      auto b = make_cpu_backend(m, threads, 8, false, sw);
       if (!b) qFatal("%s", b.status().message().c_str());
       auto kv = KvCache::create(m->config(), 64);
       if (!kv) qFatal("%s", kv.status().message().c_str());
       const int nv = m->config().n_vocab;
-      std::vector<float> all, row(nv);
-      for (int32_t t : tokens) {  // one token per pass: the decode path
-        if (Status st = (*b)->forward(&t, 1, **kv, row.data(), LogitsMode::last); !st) qFatal("forward: %s", st.message().c_str());
-        all.insert(all.end(), row.begin(), row.end());
+      std::vector<float> all, rows(3 * nv);
+      for (int32_t t : tokens) {
+        if (Status st = (*b)->forward(&t, 1, **kv, rows.data(), LogitsMode::last); !st) qFatal("forward: %s", st.message().c_str());
+        all.insert(all.end(), rows.begin(), rows.begin() + nv);
+      }
+      for (int n : {2, 3}) {
+        if (Status st = (*b)->forward(tokens.data(), n, **kv, rows.data(), LogitsMode::all); !st)
+          qFatal("forward: %s", st.message().c_str());
+        all.insert(all.end(), rows.begin(), rows.begin() + n * nv);
       }
       return all;
     };
@@ -194,13 +201,14 @@ class TestBackendFactory : public QObject {
       int ahead;
       bool rows;
     };
+    // (3 threads: chunk ends that are not the matrices' or the experts' ends.)
     for (const Variant v : {Variant{true, 0, false}, Variant{false, 4096, true}, Variant{true, 65536, true},
                             Variant{false, 8192, true}}) {
       CpuSwitches sw = base;
       sw.huge_pages = v.huge;
       sw.decode_prefetch_bytes = v.ahead;
       sw.decode_rows = v.rows;
-      const auto got = decode(sw);
+      const auto got = decode(sw, v.ahead == 65536 ? 3 : 2);
       QVERIFY(got.size() == want.size());
       QVERIFY2(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0,
                qPrintable(QString("huge pages %1, prefetch %2, decode rows %3").arg(v.huge).arg(v.ahead).arg(v.rows)));
@@ -211,17 +219,54 @@ class TestBackendFactory : public QObject {
     QVERIFY2(b.is_ok(), b.status().message().c_str());
     auto kv = KvCache::create(m->config(), 64);
     QVERIFY(kv.is_ok());
-    std::vector<float> all, row(m->config().n_vocab);
-    for (size_t i = 0; i < tokens.size(); i++) {
+    const int nv = m->config().n_vocab;
+    std::vector<float> all, rows(3 * nv);
+    for (size_t i = 0; i < tokens.size() + 2; i++) {
       CpuSwitches sw = base;
       sw.decode_rows = i % 2 == 1;
       sw.decode_prefetch_bytes = i % 3 == 0 ? 0 : 8192;
       QVERIFY((*b)->apply_cpu_switches(sw));
-      int32_t t = tokens[i];
-      QVERIFY((*b)->forward(&t, 1, **kv, row.data(), LogitsMode::last));
-      all.insert(all.end(), row.begin(), row.end());
+      const int n = i < tokens.size() ? 1 : static_cast<int>(i - tokens.size()) + 2;  // then passes of 2 and 3
+      const int32_t* t = n == 1 ? &tokens[i] : tokens.data();
+      QVERIFY((*b)->forward(t, n, **kv, rows.data(), n == 1 ? LogitsMode::last : LogitsMode::all));
+      all.insert(all.end(), rows.begin(), rows.begin() + n * nv);
     }
+    QVERIFY(all.size() == want.size());
     QVERIFY2(std::memcmp(all.data(), want.data(), all.size() * sizeof(float)) == 0, "switches changed between passes");
+  }
+
+  // Prefill's row tiles switched between passes (apply_cpu_switches, as
+  // bench --ab row-tiles does): a tiny Q8_0 Qwen3 whose 256-wide rows take
+  // them, 45 tokens in one pass, gives bitwise the same logits with the
+  // tiles off, on, and switched off and on again in one backend (whose
+  // tile scratch is made at load whatever the switch says then).
+  void row_tiles_switched_between_passes_leave_the_logits_bitwise_equal() {
+    const std::string path = testing::write_tiny_model(testing::tiny_spec("qwen3-wide"), "tiny_switches_qwen3-wide.gguf");
+    auto model = Model::load(path);
+    QVERIFY2(model.is_ok(), model.status().message().c_str());
+    std::shared_ptr<const Model> m(*model);
+    const int nv = m->config().n_vocab, n = 45;
+    std::vector<int32_t> tokens(n);
+    for (int i = 0; i < n; i++) tokens[i] = 1 + (i * 37) % (nv - 1);
+    CpuSwitches off;
+    off.row_tiles = false;
+    auto prefill = [&](Backend& b) {
+      auto kv = KvCache::create(m->config(), 64);
+      if (!kv) qFatal("%s", kv.status().message().c_str());
+      std::vector<float> logits(static_cast<size_t>(n) * nv);
+      if (Status st = b.forward(tokens.data(), n, **kv, logits.data(), LogitsMode::all); !st)
+        qFatal("forward: %s", st.message().c_str());
+      return logits;
+    };
+    auto b_off = make_cpu_backend(m, 2, 64, false, off);
+    QVERIFY2(b_off.is_ok(), b_off.status().message().c_str());
+    const auto want = prefill(**b_off);
+    QVERIFY((*b_off)->apply_cpu_switches(CpuSwitches{}));  // tiles on: the scratch was made at load
+    const auto on = prefill(**b_off);
+    QVERIFY((*b_off)->apply_cpu_switches(off));
+    const auto off_again = prefill(**b_off);
+    for (const auto* got : {&on, &off_again})
+      QVERIFY2(std::memcmp(got->data(), want.data(), want.size() * sizeof(float)) == 0, "row tiles switched between passes");
   }
 
   // gpt-oss (its routing, biases and sinks), MXFP4 matrices and RoPE

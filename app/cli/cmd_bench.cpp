@@ -70,8 +70,9 @@ Result<AbSpec> parse_ab(const std::string& text, const CpuSwitches& sw) {
     int bytes = -1;
     const std::string v = text.substr(9);
     const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), bytes);
-    if (ec != std::errc() || end != v.data() + v.size() || bytes < 0 || bytes > (1 << 24))
-      return invalid_argument("'" + v + "' is not a prefetch distance (bytes from 0 to 16777216; e.g. --ab prefetch=16384)");
+    if (ec != std::errc() || end != v.data() + v.size() || bytes < 0 || bytes > kMaxPrefetchBytes)
+      return invalid_argument("'" + v + "' is not a prefetch distance (bytes from 0 to " + std::to_string(kMaxPrefetchBytes) +
+                              "; e.g. --ab prefetch=16384)");
     ab.b.decode_prefetch_bytes = bytes;
     ab.label_a = "prefetch " + std::to_string(sw.decode_prefetch_bytes);
     ab.label_b = "prefetch " + std::to_string(bytes);
@@ -377,6 +378,17 @@ struct BenchReport {
     return prefill_load(run, compute, read_peak_bytes_per_s());
   }
 
+  // Where --ab's two states run the same code: decode rows and row tiles
+  // are AVX-512 kernels of repacked weights.
+  std::string ab_note() const {
+    const CpuSwitches sw = backend_options_from_environment().cpu;
+    const bool kernels = backend == "cpu-avx512-vnni" && sw.repack;
+    if (o.ab->a.decode_prefetch_bytes == o.ab->b.decode_prefetch_bytes && !kernels)
+      return "; NOTE: this backend's kernels have no decode rows or row tiles (AVX-512 kernels of repacked weights): "
+             "both states ran the same code";
+    return "";
+  }
+
   // The CPU decode path's choices in effect (PHASELAB_CPU_* variables), so
   // that a result says what it was measured with.
   std::string cpu_switches() const {
@@ -531,11 +543,12 @@ void BenchReport::print_table() const {
     std::vector<double> ratios;  // run by run: both states measured in the same run's minutes
     for (size_t k = 0; k < a.samples.size() && k < b.samples.size(); k++) ratios.push_back(b.samples[k] / a.samples[k]);
     std::sort(ratios.begin(), ratios.end());
-    std::printf("\nA/B %s: %s / %s = %.3f (per run %.3f to %.3f, median %.3f; %zu runs, %s)\n",
+    std::printf("\nA/B %s: %s / %s = %.3f (per run %.3f to %.3f, median %.3f; %zu runs, %s%s)\n",
                 b.test.substr(0, b.test.find(" [")).c_str(), o.ab->label_b.c_str(), o.ab->label_a.c_str(), b.mean / a.mean,
                 ratios.empty() ? 0.0 : ratios.front(), ratios.empty() ? 0.0 : ratios.back(),
                 ratios.empty() ? 0.0 : ratios[ratios.size() / 2], ratios.size(),
-                b.n_gen > 0 ? "alternating token by token" : "alternating run by run");
+                b.n_gen > 0 ? "alternating token by token" : "alternating run by run",
+                ab_note().c_str());
   }
   if (spec) {
     std::printf("\nspeculative: drafted %d, accepted %d (%.0f%%), %.2f tokens per target pass, output %s plain greedy\n",
@@ -604,6 +617,8 @@ int cmd_bench(int argc, char** argv) {
                 kServingBenchHelp[0], kSchedulePolicyHelp, kServingBenchHelp[1]);
     return kExitOk;
   }
+  if (args->has("--ab") && (args->has("--serving") || args->has("--batch")))
+    return usage_error("--ab alternates a switch in the pp and tg tests; it does not apply to --serving or --batch");
   if (args->has("--serving")) return bench_serving(*args);
   if (args->has("--batch")) return bench_batch_sweep(*args);
   auto bo = read_bench_options(*args);

@@ -33,7 +33,7 @@ BackendOptions backend_options_from_environment() {
   o.cpu.row_tiles = env_flag("PHASELAB_CPU_ROW_TILES", o.cpu.row_tiles);
   o.cpu.decode_rows = env_flag("PHASELAB_CPU_DECODE_ROWS", o.cpu.decode_rows);
   if (const char* v = env("PHASELAB_CPU_PREFETCH_BYTES"); v && std::atoi(v) >= 0)
-    o.cpu.decode_prefetch_bytes = std::min(std::atoi(v), 1 << 20);
+    o.cpu.decode_prefetch_bytes = std::min(std::atoi(v), kMaxPrefetchBytes);
   o.cuda.graphs = env_flag("PHASELAB_CUDA_GRAPHS", o.cuda.graphs);
   o.cuda.tiled_attention = env_flag("PHASELAB_CUDA_ATTN_TILED", o.cuda.tiled_attention);
   // A positive number of rows; anything else keeps the default.

@@ -84,6 +84,8 @@ Result<AbThroughput> measure_ab(Session& s, const ThroughputRun& run, const CpuS
   if (run.repetitions < 1) return invalid_argument("a throughput test needs at least one timed run");
   if (run.tokens.empty()) return invalid_argument("a throughput test needs tokens to run");
   if (run.generate) return invalid_argument("an A/B measurement times bare passes, not generate");
+  if (run.test == ThroughputTest::tg && run.tokens.size() < 2)
+    return invalid_argument("an A/B measurement of decode needs at least 2 tokens (one in each state): raise -n");
   Backend& be = s.backend();
   const CpuSwitches* state[2] = {&a, &b};
   if (!be.apply_cpu_switches(a))
@@ -132,8 +134,8 @@ Result<AbThroughput> measure_ab(Session& s, const ThroughputRun& run, const CpuS
     be.apply_cpu_switches(a);
     if (!st) return st;
     if (i == 0) continue;
-    for (int w = 0; w < 2; w++)
-      if (n[w] > 0 && sec[w] > 0) result[w]->samples.push_back(n[w] / sec[w]);
+    if (n[0] == 0 || n[1] == 0 || sec[0] <= 0 || sec[1] <= 0) continue;  // (a run's two samples stay paired)
+    for (int w = 0; w < 2; w++) result[w]->samples.push_back(n[w] / sec[w]);
   }
   finish(out.a);
   finish(out.b);

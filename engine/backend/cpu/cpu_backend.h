@@ -60,7 +60,7 @@ class CpuBackend final : public Backend {
     if (!k_fast_) return false;  // the reference path has no such kernels
     decode_rows_ = sw.decode_rows;
     row_tiles_ = sw.row_tiles;
-    decode_prefetch_bytes_ = std::max(0, sw.decode_prefetch_bytes);
+    decode_prefetch_bytes_ = std::clamp(sw.decode_prefetch_bytes, 0, kMaxPrefetchBytes);
     return true;
   }
   void run_host_tasks(int n, const std::function<void(int)>& fn) override {
@@ -166,14 +166,14 @@ class CpuBackend final : public Backend {
   }
   static constexpr int kPerTokenParallelMin = 8;
 
-  // Splits rows [0, n) into chunks claimed by the pool's threads:
-  // body(r0, r1, thread). Several chunks per thread, so that a thread the OS
-  // has not scheduled leaves little behind. Chunks start at multiples of align.
-  // Chunks per thread of a product of T tokens: decode's (fewer than 4
-  // tokens, memory-bound, each chunk's stream restarting cold) one, a
-  // chunk per thread (Gemma 3 270M's layers -6% per token on Zen 5); more
-  // tokens two, so that a thread that finishes early takes up the slack.
+  // Chunks per thread of a product of T tokens: for decode (fewer than 4
+  // tokens: memory-bound, each chunk's stream restarting cold) one (Gemma 3
+  // 270M's layers -1% to -7% per token on Zen 5); for more tokens two, so
+  // that a thread the OS has not scheduled leaves little behind.
   static int chunks_per_thread(int T) { return T < 4 ? 1 : 2; }
+  // Splits rows [0, n) into chunks claimed by the pool's threads:
+  // body(r0, r1, thread), per_thread chunks per thread (chunks_per_thread).
+  // Chunks start at multiples of align.
   template <typename F>
   void for_rows(int64_t n, F&& body, int64_t align = 1, int per_thread = 2) {
     const int64_t n_chunks = std::clamp<int64_t>(n / 16, 1, per_thread * pool_.size());

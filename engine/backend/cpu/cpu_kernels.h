@@ -248,9 +248,10 @@ using DotR8RowsFn = void (*)(const uint8_t* w_row0, size_t row_bytes, const ActG
                              const ActQ8* a, int64_t a_stride, int64_t n, float* out);
 // Decode rows: kDecodeRows rows (row r at w_row0 + r * row_bytes, read as
 // stored, as the one-token kernel reads them) times one token: out[r],
-// bitwise the one-token kernel's. ahead > 0: each row's lines ahead bytes
-// past it (not past end) are prefetched a share at each of its groups, so
-// that the requests are spread over the call.
+// bitwise the one-token kernel's. ahead > 0: the stretch ahead bytes past
+// the rows (not past end) is prefetched in address order, a share before
+// each group (or super-block) of the call, so that the requests are spread
+// over the call.
 using DotRowsPfFn = void (*)(const uint8_t* w_row0, size_t row_bytes, const ActGroup* g, const ActQ8* a, int64_t n,
                              float* out, size_t ahead, const uint8_t* end);
 // The same on paired activations: token pair p's groups at pairs + p *

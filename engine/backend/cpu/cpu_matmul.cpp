@@ -312,7 +312,7 @@ void CpuBackend::matmul_repacked(const WeightView& W, const Repacked& rp, const 
   for_rows(
       W.n_out,
       [&](int64_t r0, int64_t r1, int thread) { repacked_rows(rp, W.n_in, W.n_out, out, T, precise, r0, r1, thread); },
-      tiles ? cpu::kRowTile : 1, chunks_per_thread(T));
+      tiles ? cpu::kRowTile : T < 4 ? cpu::kDecodeRows : 1, chunks_per_thread(T));
 }
 
 // Several products of one input in one parallel dispatch: the rows of all
@@ -341,7 +341,7 @@ void CpuBackend::matmul_jobs(const MatmulJob* jobs, int n_jobs, const float* in,
   const int64_t n_in = jobs[0].W->n_in;
   // All row tiles (their rows split at multiples of kRowTile): no groups or pairs to build.
   prepare_repacked(in, T, n_in, precise, pairs, !tiles);
-  const int64_t align = tiles ? cpu::kRowTile : 2;
+  const int64_t align = tiles ? cpu::kRowTile : T < 4 ? cpu::kDecodeRows : 2;  // (decode: whole decode-row calls)
   // Cost units: a row is 1, a refined row 2; rows start at multiples of align.
   int64_t first[kMaxMatmulJobs + 1], total = 0;
   for (int j = 0; j < n_jobs; j++) {
@@ -526,7 +526,8 @@ void CpuBackend::repacked_tiles(const Repacked& rp, const uint8_t* trows, size_t
     // kept the stream steadier: with Gemma 3 270M's 178 MB output matrix
     // too, decode rows measured 0.94-1.00x, without it 1.00-1.02x (bench
     // --ab decode-rows on Zen 5, in the same minutes).
-    if (t1 - t0 < 4 && rp.f.dot1_rows && decode_rows_ && static_cast<size_t>(n_out) * row_bytes <= kDecodeRowsMaxBytes) {
+    if (t1 - t0 < 4 && rp.f.dot1_rows && decode_rows_ &&
+        static_cast<size_t>(n_out) * row_bytes <= kDecodeRowsMaxBytes) {
       const size_t pf = static_cast<size_t>(ahead) * row_bytes;
       float vr[cpu::kDecodeRows], lor[cpu::kDecodeRows];
       for (; r + cpu::kDecodeRows <= r1; r += cpu::kDecodeRows) {
@@ -613,7 +614,7 @@ void CpuBackend::matvec_many(MatvecJob* jobs, int n_jobs, const float* const* in
         jb.out[r] = k_fast_->dot_f32[static_cast<int>(W.type)](W.row(r), inputs[jb.input], n_in);
       }
     }
-  }, 1, chunks_per_thread(1));
+  }, cpu::kDecodeRows, chunks_per_thread(1));
 }
 
 }  // namespace phaselab

@@ -204,6 +204,8 @@ Status import_kv(Backend& backend, KvCache& kv, const KvBlob& blob, int chunk_to
 // The switches of each backend, as option fields. make_backend's caller
 // fills them (backend_options_from_environment() reads the PHASELAB_*
 // variables, the one place that does); the backends read nothing else.
+// The largest decode prefetch distance the switches take (1 MiB).
+constexpr int kMaxPrefetchBytes = 1 << 20;
 struct CpuSwitches {
   std::string isa_cap;  // "" the best the CPU supports; "portable" | "avx2" | "avx-vnni" caps it (PHASELAB_CPU_ISA)
   bool repack = true;   // repack matrices at load (PHASELAB_CPU_REPACK=0 keeps the file's layout)
@@ -223,7 +225,7 @@ struct CpuSwitches {
   // distance in bytes keeps the stream as far ahead for short rows (a
   // packed 640-wide Q5_0 row is 440 bytes, a Q8_0 one 680): 8 KiB against 4
   // rows, Gemma 3 270M tg128 on AMD Zen 5, see docs/benchmarks.md.
-  int decode_prefetch_bytes = 8192;
+  int decode_prefetch_bytes = 8192;  // at most kMaxPrefetchBytes
   // Prefill's Q5_0 and Q8_0 products as row tiles (16 rows interleaved, 4
   // tokens a call; cpu_kernels.h kRowTile) where the kernels have them
   // (AVX-512); off: the paired 2-row x 8-token kernels (PHASELAB_CPU_ROW_TILES=0).
