@@ -12,12 +12,28 @@ struct OneRun {
   int drafted = 0, accepted = 0, passes = 0, generated = 0;  // generate only: speculation's counts, tokens after the first
 };
 
-// One run's tokens/s: the cache cleared and filled with the depth tokens,
-// then the test's tokens timed.
-Result<OneRun> run_once(Session& s, const ThroughputRun& run) {
+// The cache cleared and filled with the run's depth tokens (untimed).
+Status start_run(Session& s, const ThroughputRun& run) {
   s.kv().clear();
   std::vector<float>* no_logits = nullptr;
   if (!run.depth.empty()) PHASELAB_TRY(s.eval(run.depth, no_logits));
+  return Status::ok();
+}
+
+// Mean and sample standard deviation of t's samples.
+void finish(Throughput& t) {
+  double sum = 0, sq = 0;
+  for (double x : t.samples) sum += x;
+  t.mean = t.samples.empty() ? 0 : sum / t.samples.size();
+  for (double x : t.samples) sq += (x - t.mean) * (x - t.mean);
+  t.sd = t.samples.size() > 1 ? std::sqrt(sq / (t.samples.size() - 1)) : 0;
+}
+
+// One run's tokens/s: the cache cleared and filled with the depth tokens,
+// then the test's tokens timed.
+Result<OneRun> run_once(Session& s, const ThroughputRun& run) {
+  PHASELAB_TRY(start_run(s, run));
+  std::vector<float>* no_logits = nullptr;
   if (run.test == ThroughputTest::tg && run.generate) {
     auto r = s.generate(run.tokens, *run.generate, {}, run.cancel);
     if (!r) return r.status();
@@ -60,25 +76,9 @@ Result<Throughput> measure_pp_tg(Session& session, const ThroughputRun& run) {
   if (out.spec_drafted > 0) out.spec_acceptance = static_cast<double>(out.spec_accepted) / out.spec_drafted;
   if (out.spec_drafted > 0 && out.target_passes > 0)
     out.tokens_per_pass = static_cast<double>(generated) / out.target_passes;
-  double sum = 0, sq = 0;
-  for (double x : out.samples) sum += x;
-  out.mean = sum / out.samples.size();
-  for (double x : out.samples) sq += (x - out.mean) * (x - out.mean);
-  out.sd = out.samples.size() > 1 ? std::sqrt(sq / (out.samples.size() - 1)) : 0;
+  finish(out);
   return out;
 }
-
-namespace {
-
-void finish(Throughput& t) {
-  double sum = 0, sq = 0;
-  for (double x : t.samples) sum += x;
-  t.mean = t.samples.empty() ? 0 : sum / t.samples.size();
-  for (double x : t.samples) sq += (x - t.mean) * (x - t.mean);
-  t.sd = t.samples.size() > 1 ? std::sqrt(sq / (t.samples.size() - 1)) : 0;
-}
-
-}  // namespace
 
 Result<AbThroughput> measure_ab(Session& s, const ThroughputRun& run, const CpuSwitches& a, const CpuSwitches& b) {
   if (run.repetitions < 1) return invalid_argument("a throughput test needs at least one timed run");
@@ -101,14 +101,9 @@ Result<AbThroughput> measure_ab(Session& s, const ThroughputRun& run, const CpuS
     if (run.on_run) run.on_run(i);
     double sec[2] = {0, 0};
     int n[2] = {0, 0};
-    const auto restart = [&]() -> Status {
-      s.kv().clear();
-      if (!run.depth.empty()) PHASELAB_TRY(s.eval(run.depth, no_logits));
-      return Status::ok();
-    };
     Status st = Status::ok();
     if (run.test == ThroughputTest::tg) {
-      st = restart();
+      st = start_run(s, run);
       std::vector<int32_t> one(1);
       for (size_t k = 0; st && k < run.tokens.size(); k++) {
         const int which = static_cast<int>((k + i) % 2);  // each run starts with the other state
@@ -123,7 +118,7 @@ Result<AbThroughput> measure_ab(Session& s, const ThroughputRun& run, const CpuS
       for (int k = 0; st && k < 2; k++) {
         const int which = (k + i) % 2;
         be.apply_cpu_switches(*state[which]);
-        st = restart();
+        st = start_run(s, run);
         if (!st) break;
         const auto t0 = std::chrono::steady_clock::now();
         st = s.eval(run.tokens, no_logits);

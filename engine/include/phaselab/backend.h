@@ -232,9 +232,9 @@ struct CpuSwitches {
   bool row_tiles = true;
   // Decode's products (fewer than 4 tokens) 4 rows a kernel call
   // (cpu_kernels.h kDecodeRows) where the kernels have them (AVX-512): the
-  // rows' chains overlap and their sums share one tree. Gemma 3 270M on Zen
-  // 5, alternating token by token in one process: the layers' products -7 to
-  // -11% per token; off: one row a call (PHASELAB_CPU_DECODE_ROWS=0).
+  // rows' chains overlap and their sums share one tree. On Zen 5, bench --ab
+  // decode-rows: Gemma 3 270M tg 0.99-1.02x (medians 1.02-1.03), the Qwen3
+  // MoE twin 1.04-1.10x; off: one row a call (PHASELAB_CPU_DECODE_ROWS=0).
   bool decode_rows = true;
 };
 struct CudaSwitches {
