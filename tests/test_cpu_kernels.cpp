@@ -672,6 +672,39 @@ class TestCpuKernels : public QObject {
     }
   }
 
+  // The RMS norm of every kernel set: bitwise the same as the portable
+  // one's (each sums its squares in the same lanes, folded the same way),
+  // within a float rounding or two of the definition, whole vectors or a
+  // tail, in place or not.
+  void rms_norm_is_bitwise_the_same_in_every_set() {
+    std::vector<const Kernels*> sets = simd_kernels();
+    sets.insert(sets.begin(), &portable_kernels());
+    for (int n : {640, 256, 37, 16, 9, 1, 2053}) {
+      auto x = randn(n, 40 + n, 3.f);
+      x[n / 2] = 1e3f;  // one large value among small ones
+      const auto w = randn(n, 50 + n);
+      double ss = 0;
+      for (float v : x) ss += static_cast<double>(v) * v;
+      const double scale = 1.0 / std::sqrt(ss / n + 1e-6);
+      std::vector<float> first;
+      for (const Kernels* k : sets) {
+        QVERIFY(k->rms_norm);
+        std::vector<float> out(n, -7.f), inplace(x);
+        k->rms_norm(out.data(), x.data(), w.data(), n, 1e-6f);
+        k->rms_norm(inplace.data(), inplace.data(), w.data(), n, 1e-6f);
+        for (int i = 0; i < n; i++) {
+          const double want = x[i] * scale * w[i];
+          QVERIFY2(std::fabs(out[i] - want) <= 3e-7 * std::fabs(want) + 1e-30, qPrintable(QString("%1 n=%2 i=%3").arg(k->isa).arg(n).arg(i)));
+          QCOMPARE(inplace[i], out[i]);
+        }
+        if (first.empty())
+          first = out;
+        else
+          QVERIFY2(std::memcmp(first.data(), out.data(), n * sizeof(float)) == 0, k->isa);
+      }
+    }
+  }
+
   void axpy_and_dot() {
     const auto a = randn(77, 5), b = randn(77, 6);
     for (const Kernels* k : {&portable_kernels(), avx2_kernels()}) {

@@ -164,7 +164,7 @@ Status CpuBackend::embed(int T) {
 void CpuBackend::attention_block(int il, int T, int n_ctx_max) {
   const LayerWeights& L = w_.layers[il];
   const int D = c_.n_embd, HD = c_.head_dim, NQ = c_.n_embd_q(), NKV = c_.n_embd_kv();
-  per_token(T, [&](int t) { ref::rmsnorm(&xb_[t * D], &x_[t * D], L.attn_norm.data(), D, c_.rms_eps); });
+  per_token(T, [&](int t) { rmsnorm(&xb_[t * D], &x_[t * D], L.attn_norm.data(), D); });
   // Q and K meet in the softmax of sharp attention scores: the products
   // most sensitive to 8-bit activations (on Gemma 3 they alone take the
   // logits' NMSE from ~6e-4 to ~1.5e-4). The fast path gives them twice
@@ -199,12 +199,12 @@ void CpuBackend::attention_block(int il, int T, int n_ctx_max) {
     const float* cs = &rope_cs_[(which * max_batch_ + t) * c_.n_rot];
     for (int h = 0; h < c_.n_head; h++) {
       float* qh = &q_[t * NQ + h * HD];
-      if (c_.qk_norm) ref::rmsnorm(qh, qh, L.q_norm.data(), HD, c_.rms_eps);
+      if (c_.qk_norm) rmsnorm(qh, qh, L.q_norm.data(), HD);
       ref::rope_apply(qh, c_.n_rot, cs, c_.rope_neox);
     }
     for (int h = 0; h < c_.n_head_kv; h++) {
       float* kh = &k_[t * NKV + h * HD];
-      if (c_.qk_norm) ref::rmsnorm(kh, kh, L.k_norm.data(), HD, c_.rms_eps);
+      if (c_.qk_norm) rmsnorm(kh, kh, L.k_norm.data(), HD);
       ref::rope_apply(kh, c_.n_rot, cs, c_.rope_neox);
     }
     const SeqKv kv = seq_kv(t);
@@ -215,10 +215,10 @@ void CpuBackend::attention_block(int il, int T, int n_ctx_max) {
   matmul(L.wo, xb_.data(), xb2_.data(), T);
   per_token(T, [&](int t) {
     if (!L.bo.empty()) ref::add(&xb2_[t * D], L.bo.data(), D);
-    if (c_.post_norms) ref::rmsnorm(&xb2_[t * D], &xb2_[t * D], L.post_attn_norm.data(), D, c_.rms_eps);
+    if (c_.post_norms) rmsnorm(&xb2_[t * D], &xb2_[t * D], L.post_attn_norm.data(), D);
     ref::add(&x_[t * D], &xb2_[t * D], D);
     // The feed-forward's norm, in the same pass over the tokens.
-    ref::rmsnorm(&xb_[t * D], &x_[t * D], L.ffn_norm.data(), D, c_.rms_eps);
+    rmsnorm(&xb_[t * D], &x_[t * D], L.ffn_norm.data(), D);
   });
 }
 
@@ -261,7 +261,7 @@ void CpuBackend::ffn_block(int il, int T) {
   }
   matmul(L.w_down, hb_.data(), xb2_.data(), T);  // (T, n_embd)
   per_token(T, [&](int t) {
-    if (c_.post_norms) ref::rmsnorm(&xb2_[t * D], &xb2_[t * D], L.post_ffw_norm.data(), D, c_.rms_eps);
+    if (c_.post_norms) rmsnorm(&xb2_[t * D], &xb2_[t * D], L.post_ffw_norm.data(), D);
     ref::add(&x_[t * D], &xb2_[t * D], D);
   });
 }
@@ -377,7 +377,7 @@ void CpuBackend::output_logits(const SeqChunk* chunks, int n_chunks, int n_logit
     const SeqChunk& ch = chunks[i];
     const int first = ch.mode == LogitsMode::last ? ch.n_tokens - 1 : ch.mode == LogitsMode::all ? 0 : ch.n_tokens;
     for (int t = t0 + first; t < t0 + ch.n_tokens; t++, r++)
-      ref::rmsnorm(&xb_[static_cast<size_t>(r) * D], &x_[static_cast<size_t>(t) * D], w_.output_norm.data(), D, c_.rms_eps);
+      rmsnorm(&xb_[static_cast<size_t>(r) * D], &x_[static_cast<size_t>(t) * D], w_.output_norm.data(), D);
   }
   const WeightView& W = head_ ? *head_ : w_.output;  // (one chunk when head_ is set)
   const size_t n_logits = static_cast<size_t>(n_logit_rows) * W.n_out;

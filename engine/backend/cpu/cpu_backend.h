@@ -273,6 +273,14 @@ class CpuBackend final : public Backend {
   void merge_parts(int il, int wi, const float* parts, int P);
   void attend_row(int il, int wi, int thread, int n_ctx);
   float dot(const float* a, const float* b, int64_t n) const { return k_fast_ ? k_fast_->dot(a, b, n) : ref::dot(a, b, n); }
+  // RMS norm of n values (out may alias x): the kernel set's (a sum in
+  // lanes, no chain of dependent adds), the reference path's own.
+  void rmsnorm(float* out, const float* x, const float* w, int64_t n) const {
+    if (k_fast_)
+      k_fast_->rms_norm(out, x, w, n, c_.rms_eps);
+    else
+      ref::rmsnorm(out, x, w, n, c_.rms_eps);
+  }
 
   std::shared_ptr<const Model> model_;
   const ModelConfig& c_;

@@ -216,6 +216,13 @@ float exp_sum(float* x, int64_t n, float mx) {
   return sum;
 }
 
+void rms_norm(float* out, const float* x, const float* w, int64_t n, float eps) {
+  double lanes[kRmsLanes] = {};
+  for (int64_t i = 0; i < n; i++) lanes[i % kRmsLanes] += static_cast<double>(x[i]) * x[i];
+  const float scale = rms_scale(lanes, n, eps);
+  for (int64_t i = 0; i < n; i++) out[i] = x[i] * scale * w[i];
+}
+
 void weighted_sum(float* out, int out_stride, int G, const float* p, int p_stride, const float* const* v, int n, int HD) {
   for (int g = 0; g < G; g++)
     for (int k = 0; k < n; k++) axpy(out + g * out_stride, p[g * p_stride + k], v[k], HD);
@@ -303,6 +310,7 @@ Kernels make_portable() {
   k.gelu_mul = gelu_mul;
   k.silu_mul = silu_mul;
   k.exp_sum = exp_sum;
+  k.rms_norm = rms_norm;
   k.weighted_sum = weighted_sum;
   k.scores = scores;
   k.weighted_sum_f16 = weighted_sum16<fp16_to_fp32>;
