@@ -16,6 +16,7 @@
 
 #include <random>
 
+#include "phaselab/backend.h"
 #include "tiny_model.h"
 
 using namespace phaselab::testing;
@@ -550,10 +551,13 @@ class TestCli : public QObject {
     QCOMPARE(tests, (QStringList{"pp16 [decode rows off]", "pp16 [decode rows on]", "tg8 [decode rows off]", "tg8 [decode rows on]"}));
     QCOMPARE(states, (QStringList{"decode rows off", "decode rows on", "decode rows off", "decode rows on"}));
     QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
-    env.remove("PHASELAB_CPU_PREFETCH_BYTES");  // state a: the default distance, 8192
+    env.remove("PHASELAB_CPU_PREFETCH_BYTES");  // state a: this CPU's default distance
     const Run t = cli({"bench", "-m", stories(), "-p", "0", "-n", "8", "-r", "2", "--no-peaks", "--ab", "prefetch=16384"}, {}, env);
     QCOMPARE(t.code, 0);
-    QVERIFY2(t.out.contains("A/B tg8: prefetch 16384 / prefetch 8192 = ") && t.out.contains("alternating token by token"),
+    const QString a = QString("prefetch %1").arg(phaselab::default_decode_prefetch_bytes());
+    QVERIFY2(t.out.contains("A/B tg8: prefetch 16384 / " + a + " = ") && t.out.contains("alternating token by token"),
+             qPrintable(t.out));
+    QVERIFY2(t.out.contains("decode prefetch " + QString::number(phaselab::default_decode_prefetch_bytes()) + " bytes ahead"),
              qPrintable(t.out));
     expect_bad_input(cli({"bench", "-m", stories(), "--ab", "turbo"}));
     expect_bad_input(cli({"bench", "-m", stories(), "--ab", "prefetch=-4"}));

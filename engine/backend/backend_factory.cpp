@@ -5,6 +5,10 @@
 #include <cstdlib>
 #include <cstring>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 #include "phaselab/backend.h"
 #include "phaselab/machine.h"
 
@@ -22,6 +26,20 @@ bool env_flag(const char* name, bool fallback) {
 }
 
 }  // namespace
+
+int default_decode_prefetch_bytes() {
+  static const int bytes = [] {
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid(0, &a, &b, &c, &d) && b == 0x68747541 /* "Auth"enticAMD */ && __get_cpuid(1, &a, &b, &c, &d)) {
+      const unsigned family = ((a >> 8) & 0xf) + ((a >> 20) & 0xff);
+      if (family == 0x19) return 4096;
+    }
+#endif
+    return 8192;
+  }();
+  return bytes;
+}
 
 int default_max_batch(BackendKind kind) { return kind == BackendKind::cuda ? 512 : 64; }
 

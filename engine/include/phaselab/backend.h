@@ -206,6 +206,12 @@ Status import_kv(Backend& backend, KvCache& kv, const KvBlob& blob, int chunk_to
 // variables, the one place that does); the backends read nothing else.
 // The largest decode prefetch distance the switches take (1 MiB).
 constexpr int kMaxPrefetchBytes = 1 << 20;
+// The decode prefetch distance measured best on this kind of core (bench
+// --ab prefetch=BYTES, Gemma 3 270M tg128, docs/benchmarks.md): 4096 bytes
+// on AMD family 19h (Zen 3 and Zen 4: 1.03-1.06x the tg of 8192 on Zen 4;
+// on Zen 3 about 2.7 KiB was best), 8192 elsewhere (Zen 5: 4096 measured
+// 0.958x; no Intel figure yet).
+int default_decode_prefetch_bytes();
 struct CpuSwitches {
   std::string isa_cap;  // "" the best the CPU supports; "portable" | "avx2" | "avx-vnni" caps it (PHASELAB_CPU_ISA)
   bool repack = true;   // repack matrices at load (PHASELAB_CPU_REPACK=0 keeps the file's layout)
@@ -224,8 +230,9 @@ struct CpuSwitches {
   // +15% on AMD Zen 3 (Gemma 3 270M tg128: 78.1 against 67.8 tok/s); a
   // distance in bytes keeps the stream as far ahead for short rows (a
   // packed 640-wide Q5_0 row is 440 bytes, a Q8_0 one 680): 8 KiB against 4
-  // rows, Gemma 3 270M tg128 on AMD Zen 5, see docs/benchmarks.md.
-  int decode_prefetch_bytes = 8192;  // at most kMaxPrefetchBytes
+  // rows, Gemma 3 270M tg128 on AMD Zen 5, see docs/benchmarks.md. The
+  // best distance depends on the core: default_decode_prefetch_bytes().
+  int decode_prefetch_bytes = default_decode_prefetch_bytes();  // at most kMaxPrefetchBytes
   // Prefill's Q5_0 and Q8_0 products as row tiles (16 rows interleaved, 4
   // tokens a call; cpu_kernels.h kRowTile) where the kernels have them
   // (AVX-512); off: the paired 2-row x 8-token kernels (PHASELAB_CPU_ROW_TILES=0).
