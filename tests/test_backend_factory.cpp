@@ -15,7 +15,7 @@ using namespace phaselab;
 namespace {
 
 constexpr const char* kSwitchVars[] = {"PHASELAB_CPU_ISA",         "PHASELAB_CPU_REPACK",    "PHASELAB_CPU_HUGEPAGES",
-                                       "PHASELAB_CPU_PREFETCH_BYTES", "PHASELAB_CPU_ROW_TILES", "PHASELAB_CPU_DECODE_ROWS", "PHASELAB_CUDA_GRAPHS",
+                                       "PHASELAB_CPU_PREFETCH_BYTES", "PHASELAB_CPU_STREAM_PREFETCH_BYTES", "PHASELAB_CPU_ROW_TILES", "PHASELAB_CPU_DECODE_ROWS", "PHASELAB_CUDA_GRAPHS",
                                        "PHASELAB_CUDA_ATTN_TILED", "PHASELAB_CUDA_GEMM_MIN", "PHASELAB_CUDA_PROFILE",
                                        "PHASELAB_CUDA_Q8", "PHASELAB_CUDA_BF16_WEIGHTS", "PHASELAB_CUDA_LIB"};
 
@@ -39,6 +39,11 @@ class TestBackendFactory : public QObject {
     QCOMPARE(o.cpu.repack, cpu.repack);
     QCOMPARE(o.cpu.huge_pages, cpu.huge_pages);
     QCOMPARE(o.cpu.decode_prefetch_bytes, cpu.decode_prefetch_bytes);
+    QCOMPARE(o.cpu.stream_prefetch_bytes, cpu.stream_prefetch_bytes);
+    QCOMPARE(cpu.decode_prefetch_bytes, default_decode_prefetch_bytes());
+    QCOMPARE(cpu.stream_prefetch_bytes, default_stream_prefetch_bytes());
+    QVERIFY(cpu.decode_prefetch_bytes > 0 && cpu.decode_prefetch_bytes <= kMaxPrefetchBytes);
+    QVERIFY(cpu.stream_prefetch_bytes >= 0 && cpu.stream_prefetch_bytes <= kMaxPrefetchBytes);
     QCOMPARE(o.cpu.row_tiles, cpu.row_tiles);
     QVERIFY(cpu.row_tiles);  // on by default
     QCOMPARE(o.cpu.decode_rows, cpu.decode_rows);
@@ -57,6 +62,7 @@ class TestBackendFactory : public QObject {
     setenv("PHASELAB_CPU_REPACK", "0", 1);
     setenv("PHASELAB_CPU_HUGEPAGES", "0", 1);  // on by default
     setenv("PHASELAB_CPU_PREFETCH_BYTES", "9000", 1);
+    setenv("PHASELAB_CPU_STREAM_PREFETCH_BYTES", "99999999", 1);  // past the cap: the cap
     setenv("PHASELAB_CPU_ROW_TILES", "0", 1);
     setenv("PHASELAB_CPU_DECODE_ROWS", "0", 1);
     setenv("PHASELAB_CUDA_GRAPHS", "0", 1);
@@ -71,6 +77,7 @@ class TestBackendFactory : public QObject {
     QVERIFY(!o.cpu.repack);
     QVERIFY(!o.cpu.huge_pages);
     QCOMPARE(o.cpu.decode_prefetch_bytes, 9000);
+    QCOMPARE(o.cpu.stream_prefetch_bytes, kMaxPrefetchBytes);
     QVERIFY(!o.cpu.row_tiles);
     QVERIFY(!o.cpu.decode_rows);
     QVERIFY(!o.cuda.graphs);
@@ -88,8 +95,10 @@ class TestBackendFactory : public QObject {
     setenv("PHASELAB_CUDA_PROFILE", "0", 1);
     setenv("PHASELAB_CUDA_GEMM_MIN", "-3", 1);
     setenv("PHASELAB_CPU_PREFETCH_BYTES", "-1", 1);
+    setenv("PHASELAB_CPU_STREAM_PREFETCH_BYTES", "-5", 1);
     const BackendOptions o = backend_options_from_environment();
     QCOMPARE(o.cpu.decode_prefetch_bytes, CpuSwitches{}.decode_prefetch_bytes);
+    QCOMPARE(o.cpu.stream_prefetch_bytes, CpuSwitches{}.stream_prefetch_bytes);
     QVERIFY(o.cpu.repack);
     QVERIFY(o.cuda.graphs);
     QVERIFY(!o.cuda.profile);
@@ -194,6 +203,7 @@ class TestBackendFactory : public QObject {
     CpuSwitches base;
     base.huge_pages = false;
     base.decode_prefetch_bytes = 0;
+    base.stream_prefetch_bytes = 0;
     base.decode_rows = false;
     const auto want = decode(base);
     struct Variant {
@@ -207,6 +217,7 @@ class TestBackendFactory : public QObject {
       CpuSwitches sw = base;
       sw.huge_pages = v.huge;
       sw.decode_prefetch_bytes = v.ahead;
+      sw.stream_prefetch_bytes = v.ahead / 2;
       sw.decode_rows = v.rows;
       const auto got = decode(sw, v.ahead == 65536 ? 3 : 2);
       QVERIFY(got.size() == want.size());
@@ -225,6 +236,7 @@ class TestBackendFactory : public QObject {
       CpuSwitches sw = base;
       sw.decode_rows = i % 2 == 1;
       sw.decode_prefetch_bytes = i % 3 == 0 ? 0 : 8192;
+      sw.stream_prefetch_bytes = i % 3 == 1 ? 0 : 4096;
       QVERIFY((*b)->apply_cpu_switches(sw));
       const int n = i < tokens.size() ? 1 : static_cast<int>(i - tokens.size()) + 2;  // then passes of 2 and 3
       const int32_t* t = n == 1 ? &tokens[i] : tokens.data();

@@ -559,8 +559,16 @@ class TestCli : public QObject {
              qPrintable(t.out));
     QVERIFY2(t.out.contains("decode prefetch " + QString::number(phaselab::default_decode_prefetch_bytes()) + " bytes ahead"),
              qPrintable(t.out));
+    env.remove("PHASELAB_CPU_STREAM_PREFETCH_BYTES");
+    const Run s = cli({"bench", "-m", stories(), "-p", "0", "-n", "8", "-r", "2", "--no-peaks", "--ab", "stream-prefetch=2048"}, {}, env);
+    QCOMPARE(s.code, 0);
+    const QString sa = QString("stream prefetch %1").arg(phaselab::default_stream_prefetch_bytes());
+    QVERIFY2(s.out.contains("A/B tg8: stream prefetch 2048 / " + sa + " = "), qPrintable(s.out));
+    QVERIFY2(s.out.contains("(output matrix " + QString::number(phaselab::default_stream_prefetch_bytes()) + ")"),
+             qPrintable(s.out));
     expect_bad_input(cli({"bench", "-m", stories(), "--ab", "turbo"}));
     expect_bad_input(cli({"bench", "-m", stories(), "--ab", "prefetch=-4"}));
+    expect_bad_input(cli({"bench", "-m", stories(), "--ab", "stream-prefetch=2MiB"}));
   }
 
   // bench -d: every test again after D tokens already in the cache, named

@@ -55,8 +55,9 @@ struct AbSpec {
   std::string label_a, label_b;
 };
 
-// "decode-rows", "row-tiles" (each off against on) or "prefetch=BYTES" (the
-// distance in effect against BYTES), from the switches sw in effect.
+// "decode-rows", "row-tiles" (each off against on), "prefetch=BYTES" or
+// "stream-prefetch=BYTES" (the distance in effect against BYTES), from the
+// switches sw in effect.
 Result<AbSpec> parse_ab(const std::string& text, const CpuSwitches& sw) {
   AbSpec ab;
   ab.a = ab.b = sw;
@@ -66,18 +67,21 @@ Result<AbSpec> parse_ab(const std::string& text, const CpuSwitches& sw) {
   } else if (text == "row-tiles") {
     ab.a.row_tiles = false, ab.b.row_tiles = true;
     ab.label_a = "row tiles off", ab.label_b = "row tiles on";
-  } else if (text.rfind("prefetch=", 0) == 0) {
+  } else if (text.rfind("prefetch=", 0) == 0 || text.rfind("stream-prefetch=", 0) == 0) {
+    const bool stream = text[0] == 's';
     int bytes = -1;
-    const std::string v = text.substr(9);
+    const std::string v = text.substr(text.find('=') + 1);
     const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), bytes);
     if (ec != std::errc() || end != v.data() + v.size() || bytes < 0 || bytes > kMaxPrefetchBytes)
       return invalid_argument("'" + v + "' is not a prefetch distance (bytes from 0 to " + std::to_string(kMaxPrefetchBytes) +
-                              "; e.g. --ab prefetch=16384)");
-    ab.b.decode_prefetch_bytes = bytes;
-    ab.label_a = "prefetch " + std::to_string(sw.decode_prefetch_bytes);
-    ab.label_b = "prefetch " + std::to_string(bytes);
+                              "; e.g. --ab " + (stream ? "stream-" : "") + "prefetch=16384)");
+    const std::string what = stream ? "stream prefetch " : "prefetch ";
+    ab.label_a = what + std::to_string(stream ? sw.stream_prefetch_bytes : sw.decode_prefetch_bytes);
+    (stream ? ab.b.stream_prefetch_bytes : ab.b.decode_prefetch_bytes) = bytes;
+    ab.label_b = what + std::to_string(bytes);
   } else {
-    return invalid_argument("'" + text + "' is not a switch to alternate: decode-rows, row-tiles or prefetch=BYTES");
+    return invalid_argument("'" + text +
+                            "' is not a switch to alternate: decode-rows, row-tiles, prefetch=BYTES or stream-prefetch=BYTES");
   }
   return ab;
 }
@@ -383,7 +387,8 @@ struct BenchReport {
   std::string ab_note() const {
     const CpuSwitches sw = backend_options_from_environment().cpu;
     const bool kernels = backend == "cpu-avx512-vnni" && sw.repack;
-    if (o.ab->a.decode_prefetch_bytes == o.ab->b.decode_prefetch_bytes && !kernels)
+    if (o.ab->a.decode_prefetch_bytes == o.ab->b.decode_prefetch_bytes &&
+        o.ab->a.stream_prefetch_bytes == o.ab->b.stream_prefetch_bytes && !kernels)
       return "; NOTE: this backend's kernels have no decode rows or row tiles (AVX-512 kernels of repacked weights): "
              "both states ran the same code";
     return "";
@@ -395,6 +400,7 @@ struct BenchReport {
     const CpuSwitches sw = backend_options_from_environment().cpu;
     return "repack " + std::string(sw.repack ? "on" : "off") + ", huge pages " + (sw.huge_pages ? "on" : "off") +
            ", decode prefetch " + std::to_string(sw.decode_prefetch_bytes) + " bytes ahead" +
+           " (output matrix " + std::to_string(sw.stream_prefetch_bytes) + ")" +
            ", row tiles " + (sw.row_tiles ? "on" : "off") + ", decode rows " + (sw.decode_rows ? "on" : "off") +
            (sw.isa_cap.empty() ? "" : ", ISA cap " + sw.isa_cap);
   }
@@ -517,7 +523,7 @@ void BenchReport::print_table() const {
     std::printf("mixture of experts: %d of %d experts per token, %.3f of %.3f GB of weights read per token\n",
                 c.n_expert_used, c.n_expert, weight_gb, s.model().weight_bytes() / 1e9);
   if (backend.rfind("cpu-", 0) == 0 && backend != "cpu-reference")
-    std::printf("cpu switches: %s (PHASELAB_CPU_REPACK, _HUGEPAGES, _PREFETCH_BYTES, _ROW_TILES, _DECODE_ROWS, _ISA)\n", cpu_switches().c_str());
+    std::printf("cpu switches: %s (PHASELAB_CPU_REPACK, _HUGEPAGES, _PREFETCH_BYTES, _STREAM_PREFETCH_BYTES, _ROW_TILES, _DECODE_ROWS, _ISA)\n", cpu_switches().c_str());
   for (const auto& r : results) {
     if (r.n_prompt > 0 && compute.ops_per_s > 0) print_prefill(r);
     if (r.n_gen > 0) {
@@ -607,8 +613,9 @@ int cmd_bench(int argc, char** argv) {
                 "  --batch 1,2,4,8,16,32: for each batch size B, B sequences of -p tokens (default 128) prefilled\n"
                 "  together, then -n decode steps (default 32) for all B at once: aggregate tokens/s, each\n"
                 "  sequence's TPOT, and the batch where decode turns compute-bound (-r defaults to 1).\n"
-                "  --ab decode-rows|row-tiles|prefetch=BYTES: each test with that CPU switch in two states (off\n"
-                "  and on; the distance in effect and BYTES), alternating in the same minutes (tg token by\n"
+                "  --ab decode-rows|row-tiles|prefetch=BYTES|stream-prefetch=BYTES: each test with that CPU\n"
+                "  switch in two states (off and on; the distance in effect and BYTES: prefetch for decode's\n"
+                "  matrices, stream-prefetch for the output matrix), alternating in the same minutes (tg token by\n"
                 "  token, pp run by run): both states' tokens/s and their ratio, run by run. For choosing a\n"
                 "  switch on a machine whose speed drifts between runs.\n%s",
                 kEngineHelp);

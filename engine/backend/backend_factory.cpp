@@ -27,16 +27,36 @@ bool env_flag(const char* name, bool fallback) {
 
 }  // namespace
 
-int default_decode_prefetch_bytes() {
-  static const int bytes = [] {
+namespace {
+
+// AMD family 19h (Zen 3 and Zen 4), and whether the core has AVX-512 (Zen 4).
+struct AmdCore {
+  bool family_19h = false, avx512 = false;
+};
+AmdCore amd_core() {
+  AmdCore core;
 #if defined(__x86_64__) || defined(__i386__)
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    if (__get_cpuid(0, &a, &b, &c, &d) && b == 0x68747541 /* "Auth"enticAMD */ && __get_cpuid(1, &a, &b, &c, &d)) {
-      const unsigned family = ((a >> 8) & 0xf) + ((a >> 20) & 0xff);
-      if (family == 0x19) return 4096;
-    }
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid(0, &a, &b, &c, &d) && b == 0x68747541 /* "Auth"enticAMD */ && __get_cpuid(1, &a, &b, &c, &d)) {
+    core.family_19h = ((a >> 8) & 0xf) + ((a >> 20) & 0xff) == 0x19;
+    __builtin_cpu_init();
+    core.avx512 = __builtin_cpu_supports("avx512f");
+  }
 #endif
-    return 8192;
+  return core;
+}
+
+}  // namespace
+
+int default_decode_prefetch_bytes() {
+  static const int bytes = amd_core().family_19h ? 4096 : 8192;
+  return bytes;
+}
+
+int default_stream_prefetch_bytes() {
+  static const int bytes = [] {
+    const AmdCore core = amd_core();
+    return core.family_19h && core.avx512 ? 0 : default_decode_prefetch_bytes();
   }();
   return bytes;
 }
@@ -52,6 +72,8 @@ BackendOptions backend_options_from_environment() {
   o.cpu.decode_rows = env_flag("PHASELAB_CPU_DECODE_ROWS", o.cpu.decode_rows);
   if (const char* v = env("PHASELAB_CPU_PREFETCH_BYTES"); v && std::atoi(v) >= 0)
     o.cpu.decode_prefetch_bytes = std::min(std::atoi(v), kMaxPrefetchBytes);
+  if (const char* v = env("PHASELAB_CPU_STREAM_PREFETCH_BYTES"); v && std::atoi(v) >= 0)
+    o.cpu.stream_prefetch_bytes = std::min(std::atoi(v), kMaxPrefetchBytes);
   o.cuda.graphs = env_flag("PHASELAB_CUDA_GRAPHS", o.cuda.graphs);
   o.cuda.tiled_attention = env_flag("PHASELAB_CUDA_ATTN_TILED", o.cuda.tiled_attention);
   // A positive number of rows; anything else keeps the default.

@@ -41,7 +41,7 @@ class CpuBackend final : public Backend {
              const CpuSwitches& sw)
       : model_(std::move(model)), c_(model_->config()), w_(model_->weights()), pool_(n_threads), max_batch_(max_batch),
         k_fast_(kernels), repack_(sw.repack), huge_pages_(sw.huge_pages), decode_prefetch_bytes_(sw.decode_prefetch_bytes),
-        row_tiles_(sw.row_tiles),
+        stream_prefetch_bytes_(sw.stream_prefetch_bytes), row_tiles_(sw.row_tiles),
         decode_rows_(sw.decode_rows) {}
 
   // Allocates the work buffers (and repacks the weights): once.
@@ -61,6 +61,7 @@ class CpuBackend final : public Backend {
     decode_rows_ = sw.decode_rows;
     row_tiles_ = sw.row_tiles;
     decode_prefetch_bytes_ = std::clamp(sw.decode_prefetch_bytes, 0, kMaxPrefetchBytes);
+    stream_prefetch_bytes_ = std::clamp(sw.stream_prefetch_bytes, 0, kMaxPrefetchBytes);
     return true;
   }
   void run_host_tasks(int n, const std::function<void(int)>& fn) override {
@@ -344,11 +345,16 @@ class CpuBackend final : public Backend {
   bool repack_;                                  // repack the matrices at load (fast path)
   bool huge_pages_;                              // ... into 2 MiB pages (CpuSwitches::huge_pages)
   int decode_prefetch_bytes_;                    // CpuSwitches::decode_prefetch_bytes
+  int stream_prefetch_bytes_;                    // CpuSwitches::stream_prefetch_bytes
   bool row_tiles_;                               // CpuSwitches::row_tiles
   bool decode_rows_;                             // CpuSwitches::decode_rows
   // Rows of row_bytes in decode_prefetch_bytes_ (rounded up; 0: none).
   int64_t decode_prefetch_rows(size_t row_bytes) const {
     return (decode_prefetch_bytes_ + static_cast<int64_t>(row_bytes) - 1) / static_cast<int64_t>(row_bytes);
+  }
+  // The same at stream_prefetch_bytes_ (matrices over kDecodeRowsMaxBytes).
+  int64_t stream_prefetch_rows(size_t row_bytes) const {
+    return (stream_prefetch_bytes_ + static_cast<int64_t>(row_bytes) - 1) / static_cast<int64_t>(row_bytes);
   }
   std::vector<cpu::ActQ8> act_;                  // (T, n_in / 32) quantized input of the last matmul
   const float* act_of_ = nullptr;                // which input act_ holds (null: none)

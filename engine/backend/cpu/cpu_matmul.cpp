@@ -510,7 +510,10 @@ void CpuBackend::repacked_tiles(const Repacked& rp, const uint8_t* trows, size_t
             out[t * n_out + r + i] = precise ? v4[0] + lo4[0] : v4[0];
           }
       }
-    const int64_t ahead = t1 - t0 == 1 ? decode_prefetch_rows(row_bytes) : 0;
+    // A matrix past kDecodeRowsMaxBytes (the output matrix) streams from
+    // memory at its own distance (CpuSwitches::stream_prefetch_bytes).
+    const bool stream = static_cast<size_t>(n_out) * row_bytes > kDecodeRowsMaxBytes;
+    const int64_t ahead = t1 - t0 != 1 ? 0 : stream ? stream_prefetch_rows(row_bytes) : decode_prefetch_rows(row_bytes);
     const uint8_t* end = rp.rows + r1 * row_bytes;
     // A lone token: the rows before the prefetch distance asked for at once,
     // so that the stream starts full rather than with demand misses.
@@ -525,9 +528,10 @@ void CpuBackend::repacked_tiles(const Repacked& rp, const uint8_t* trows, size_t
     // kDecodeRowsMaxBytes stream at the memory's pace, where one row a call
     // kept the stream steadier: with Gemma 3 270M's 178 MB output matrix
     // too, decode rows measured 0.94-1.00x, without it 1.00-1.02x (bench
-    // --ab decode-rows on Zen 5, in the same minutes).
-    if (t1 - t0 < 4 && rp.f.dot1_rows && decode_rows_ &&
-        static_cast<size_t>(n_out) * row_bytes <= kDecodeRowsMaxBytes) {
+    // --ab decode-rows on Zen 5, in the same minutes); on Zen 4 0.64-0.69x
+    // (four rows read side by side, 680 bytes apart, are not one ascending
+    // stream to the hardware prefetcher).
+    if (t1 - t0 < 4 && rp.f.dot1_rows && decode_rows_ && !stream) {
       const size_t pf = static_cast<size_t>(ahead) * row_bytes;
       float vr[cpu::kDecodeRows], lor[cpu::kDecodeRows];
       for (; r + cpu::kDecodeRows <= r1; r += cpu::kDecodeRows) {

@@ -212,6 +212,15 @@ constexpr int kMaxPrefetchBytes = 1 << 20;
 // on Zen 3 about 2.7 KiB was best), 8192 elsewhere (Zen 5: 4096 measured
 // 0.958x; no Intel figure yet).
 int default_decode_prefetch_bytes();
+// The same for the one matrix a model streams from memory at a decode
+// step, its output matrix (past 16 MiB: one row a call, the hardware's
+// stream prefetcher at work): 0 on Zen 4 (AMD family 19h with AVX-512),
+// where a microbenchmark of that stream read 35-39 GB/s with no software
+// prefetch against 32-36 at 2048-4096 bytes and 29-34 at 8192, and bench
+// --ab put Gemma 3 270M's tg128 at 1.04-1.06x; elsewhere
+// default_decode_prefetch_bytes() (on Zen 5 the prefetch was what took
+// that stream from 60 to 71-81 GB/s).
+int default_stream_prefetch_bytes();
 struct CpuSwitches {
   std::string isa_cap;  // "" the best the CPU supports; "portable" | "avx2" | "avx-vnni" caps it (PHASELAB_CPU_ISA)
   bool repack = true;   // repack matrices at load (PHASELAB_CPU_REPACK=0 keeps the file's layout)
@@ -233,6 +242,10 @@ struct CpuSwitches {
   // rows, Gemma 3 270M tg128 on AMD Zen 5, see docs/benchmarks.md. The
   // best distance depends on the core: default_decode_prefetch_bytes().
   int decode_prefetch_bytes = default_decode_prefetch_bytes();  // at most kMaxPrefetchBytes
+  // The distance for a matrix over 16 MiB in single-token decode (the
+  // output matrix), default_stream_prefetch_bytes()
+  // (PHASELAB_CPU_STREAM_PREFETCH_BYTES; 0: none).
+  int stream_prefetch_bytes = default_stream_prefetch_bytes();  // at most kMaxPrefetchBytes
   // Prefill's Q5_0 and Q8_0 products as row tiles (16 rows interleaved, 4
   // tokens a call; cpu_kernels.h kRowTile) where the kernels have them
   // (AVX-512); off: the paired 2-row x 8-token kernels (PHASELAB_CPU_ROW_TILES=0).
