@@ -749,7 +749,7 @@ class TestBatch : public QObject {
     }
   }
 
-  // A row that sees more than 1024 keys is attended in parts (flash
+  // A row that sees more than kAttnPartKeys (256) keys is attended in parts (flash
   // decoding), and the decode step of fewer sequences than threads splits
   // its parts among the threads. The row's logits are bitwise those of the
   // same row prefilled, or decoded in a batch beside other sequences (parts
@@ -769,7 +769,7 @@ class TestBatch : public QObject {
     const auto kt = static_cast<KvType>(kv_type);
     auto m = load(model_path(model.toStdString()));
     QVERIFY(m->config().n_head_kv <= 2);  // so that one sequence's decode has fewer rows than 4 threads
-    const int V = m->config().n_vocab, n = 2100;  // the last row sees 2101 keys: 3 parts
+    const int V = m->config().n_vocab, n = 2100;  // the last row sees 2101 keys: 9 parts
     auto fast = make_cpu_backend(m, 4, 64);
     QVERIFY(fast.is_ok());
     const auto prompt = prompt_of(n + 1, 5, V);

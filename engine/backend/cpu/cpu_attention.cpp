@@ -106,7 +106,7 @@ void CpuBackend::attention(int il, int T, int score_stride) {
     // more keys, and claiming chunks one by one balances that. Rows of
     // several parts go in tiles of up to kAttnTileTokens consecutive
     // tokens of one sequence (a prompt's): part by part, each part's keys
-    // and values (1 MiB in F16 for Gemma 3's head) serve every token of
+    // and values (256 KiB in F16 for Gemma 3's head) serve every token of
     // the tile while they are in the core's L2, where one row at a time
     // streamed the whole context from L3 or memory for every token
     // (pp512 @ d32000 ran at 0.74x llama.cpp). The parts and merges are the

@@ -263,8 +263,12 @@ class CpuBackend final : public Backend {
 
   // ---- attention (cpu_attention.cpp) ----
   // A row that sees more than kAttnPartKeys keys is attended in parts of
-  // that many keys (see attention()).
-  static constexpr int kAttnPartKeys = 1024;
+  // that many keys (see attention()). 256: a decode step of a layer with a
+  // 512-key window (Gemma 3's local layers) splits over two threads, each
+  // reading half the K/V from memory, where with 1024 one thread attended
+  // alone (Gemma 3 270M tg128 @ d2000 +5-9% on Zen 4, alternating builds;
+  // pp512 @ d2000 level, 0.99-1.01).
+  static constexpr int kAttnPartKeys = 256;
   static constexpr int kAttnTileTokens = 4;  // rows of one sequence that share each part's K/V (prefill)
   void attention(int il, int T, int score_stride);  // -> xb_: (T, n_head*head_dim)
   void scores_of(const SeqKv& kv, int il, int a, int b, int kvh, const float* q, int G, float* s, int ss, int thread);
