@@ -19,6 +19,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "phaselab/sampler.h"
@@ -444,6 +445,56 @@ class TestSampler : public QObject {
               }
             }
     }
+  }
+
+  // A lone sequence's draw with its passes over the vocabulary in slices on
+  // several threads (the engine loop's, through Backend::run_host_tasks)
+  // draws the tokens one pass draws, draw after draw from the same seed,
+  // for every kind of chain, on vocabularies whose slices end inside a block
+  // of 1024 or not, with peaked, flat and tied logits; the slices run on
+  // threads of their own, last slice first. Small vocabularies stay one pass.
+  void sliced_draws_are_the_draws_of_one_pass() {
+    int task_calls = 0, tasks_run = 0;
+    const Sampler::HostTasks tasks = [&](int n, const std::function<void(int)>& fn) {
+      task_calls++;
+      tasks_run += n;
+      std::vector<std::thread> threads;
+      for (int i = n - 1; i >= 0; i--) threads.emplace_back(fn, i);
+      for (auto& t : threads) t.join();
+    };
+    std::mt19937 rng(17);
+    for (int n : {262144, 262145, 40000, 1000}) {
+      for (const char* shape : {"peaked", "flat", "ties"}) {
+        std::vector<float> logits(n);
+        std::normal_distribution<float> g(0.f, shape[0] == 'p' ? 4.f : 0.5f);
+        for (auto& x : logits) x = shape[0] == 't' ? static_cast<float>(rng() % 8) : g(rng);
+        if (shape[0] == 'p') logits[n - 3] += 12.f;  // a favourite in the last slice
+        struct Rules {
+          float t, top_p, min_p;
+          int k;
+        };
+        for (const Rules r : {Rules{1.f, 1.f, 0.f, 0}, Rules{1.f, 0.95f, 0.f, 0}, Rules{0.7f, 0.5f, 0.f, 0},
+                              Rules{0.8f, 0.95f, 0.05f, 40}, Rules{1.f, 1.f, 0.02f, 0}, Rules{1.f, 1.f, 0.f, 100}}) {
+          SamplingParams p = plain(99);
+          p.temperature = r.t, p.top_p = r.top_p, p.min_p = r.min_p, p.top_k = r.k;
+          Sampler one(p, n), sliced(p, n);
+          const int calls_before = task_calls;
+          for (int d = 0; d < 40; d++) {
+            std::vector<float> a = logits, b = logits;
+            const int32_t want = one.sample(a.data(), {});
+            const int32_t got = sliced.sample(b.data(), {}, tasks);
+            QVERIFY2(got == want, qPrintable(QString("n=%1 %2 t=%3 top_p=%4 min_p=%5 k=%6 draw %7: %8 vs %9")
+                                                 .arg(n).arg(shape).arg(r.t).arg(r.top_p).arg(r.min_p).arg(r.k).arg(d)
+                                                 .arg(got).arg(want)));
+          }
+          if (n >= Sampler::kSliceMinVocab)
+            QVERIFY(task_calls > calls_before);  // the passes did run in slices
+          else
+            QCOMPARE(task_calls, calls_before);
+        }
+      }
+    }
+    QCOMPARE(tasks_run, task_calls * Sampler::kVocabSlices);
   }
 
   // Without truncation sample() draws from the exponentials directly (block

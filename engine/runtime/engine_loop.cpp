@@ -146,7 +146,10 @@ Status EngineLoop::step(StepReport* report) {
 // threads: each sequence has its own sampler, row and history, so the
 // tokens are those a serial loop draws. Sampling a 262144-entry vocabulary
 // at temperature 1 costs a few hundred microseconds per sequence, a
-// noticeable part of a batched pass on a CPU.
+// noticeable part of a batched pass on a CPU. A lone draw splits its passes
+// over the vocabulary among those threads instead (Sampler::sample with
+// tasks: the same token): 0.26 ms a token on one Zen 4 core, 5% of a
+// decoded token of Gemma 3 270M.
 void EngineLoop::postprocess() {
   draw_chunks_.clear();
   drawn_.assign(chunks_.size(), -1);
@@ -156,7 +159,16 @@ void EngineLoop::postprocess() {
         (!s.draw_dists || s.options.sampling.greedy()))
       draw_chunks_.push_back(c);
   }
-  if (draw_chunks_.size() >= 2)
+  if (draw_chunks_.size() == 1) {
+    const size_t c = draw_chunks_[0];
+    Sequence& s = *chunk_seq_[c];
+    const Sampler::HostTasks tasks = [this](int n, const std::function<void(int)>& fn) { backend_.run_host_tasks(n, fn); };
+    try {
+      drawn_[c] = s.sampler.sample(chunks_[c].logits, s.tokens, tasks);
+    } catch (const std::bad_alloc&) {
+      drawn_[c] = -1;  // (as below)
+    }
+  } else if (draw_chunks_.size() >= 2) {
     backend_.run_host_tasks(static_cast<int>(draw_chunks_.size()), [&](int j) {
       const size_t c = draw_chunks_[static_cast<size_t>(j)];
       Sequence& s = *chunk_seq_[c];
@@ -169,6 +181,7 @@ void EngineLoop::postprocess() {
         drawn_[c] = -1;
       }
     });
+  }
   for (size_t c = 0; c < chunks_.size(); c++) {
     Sequence& s = *chunk_seq_[c];
     if (chunks_[c].mode == LogitsMode::all)

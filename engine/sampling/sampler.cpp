@@ -51,18 +51,21 @@ PHASELAB_VOCAB_PASS float max_logit(const float* x, int n) {
 
 // sum_i exp((x_i - mx) * inv_t), writing each term to out when kStore: 16
 // float lanes over blocks of 1024 terms (few enough that float keeps the
-// partial sums to ~1e-7), the blocks added in double.
+// partial sums to ~1e-7), each block's sum appended to *blocks (in double)
+// and the values after the last whole block summed into *tail. The whole
+// sum is then the blocks added in order, plus the tail (block_total): the
+// same double whether the values came in one slice or several whose
+// bounds are whole blocks.
 constexpr int kExpBlock = 1024;
 
-// kGather: also appends (x[i], i) for every x[i] >= cutoff to cand, in id
-// order (the top-p pass: the sum and the first candidates in one read).
+// kGather: also appends (x[i], id0 + i) for every x[i] >= cutoff to cand, in
+// id order (the top-p pass: the sum and the first candidates in one read).
 template <bool kStore, bool kGather = false>
-[[gnu::always_inline]] inline double sum_exp_body(const float* x, int n, float mx, float inv_t, float* out,
-                                                  std::vector<double>* block_sums, float cutoff = 0.f,
-                                                  std::vector<std::pair<float, int32_t>>* cand = nullptr) {
+[[gnu::always_inline]] inline void sum_exp_body(const float* x, int n, float mx, float inv_t, float* out,
+                                                std::vector<double>* blocks, double* tail, int id0 = 0,
+                                                float cutoff = 0.f,
+                                                std::vector<std::pair<float, int32_t>>* cand = nullptr) {
   constexpr int L = 16, kBlock = kExpBlock;
-  double sum = 0;
-  if (block_sums) block_sums->clear();
   int i = 0;
   for (; i + kBlock <= n; i += kBlock) {
     float lane[L] = {};
@@ -77,38 +80,38 @@ template <bool kStore, bool kGather = false>
         for (int l = 0; l < L; l++) any |= x[j + l] >= cutoff;
         if (any)
           for (int l = 0; l < L; l++)
-            if (x[j + l] >= cutoff) cand->emplace_back(x[j + l], j + l);
+            if (x[j + l] >= cutoff) cand->emplace_back(x[j + l], id0 + j + l);
       }
     }
     double block = 0;
     for (int l = 0; l < L; l++) block += lane[l];
-    sum += block;
-    if (block_sums) block_sums->push_back(block);
+    blocks->push_back(block);
   }
-  double tail = 0;
+  double t = 0;
   for (; i < n; i++) {
     const float e = exp_nonpositive((x[i] - mx) * inv_t);
     if constexpr (kStore) out[i] = e;
     if constexpr (kGather)
-      if (x[i] >= cutoff) cand->emplace_back(x[i], i);
-    tail += e;
+      if (x[i] >= cutoff) cand->emplace_back(x[i], id0 + i);
+    t += e;
   }
-  if (block_sums && tail > 0) block_sums->push_back(tail);
-  return sum + tail;
+  *tail = t;
 }
 
-PHASELAB_VOCAB_PASS double sum_exp_stored(const float* x, int n, float mx, float inv_t, float* out,
-                                          std::vector<double>* block_sums) {
-  return sum_exp_body<true>(x, n, mx, inv_t, out, block_sums);
+PHASELAB_VOCAB_PASS void sum_exp_stored(const float* x, int n, float mx, float inv_t, float* out,
+                                        std::vector<double>* blocks, double* tail) {
+  sum_exp_body<true>(x, n, mx, inv_t, out, blocks, tail);
 }
-PHASELAB_VOCAB_PASS double sum_exp_gather(const float* x, int n, float mx, float cutoff,
-                                          std::vector<std::pair<float, int32_t>>* cand) {
-  return sum_exp_body<false, true>(x, n, mx, 1.f, nullptr, nullptr, cutoff, cand);
+PHASELAB_VOCAB_PASS void sum_exp_gather(const float* x, int n, int id0, float mx, float cutoff,
+                                        std::vector<std::pair<float, int32_t>>* cand, std::vector<double>* blocks,
+                                        double* tail) {
+  sum_exp_body<false, true>(x, n, mx, 1.f, nullptr, blocks, tail, id0, cutoff, cand);
 }
 
-// Appends (x[i], i) for every x[i] >= cutoff, in id order. Blocks of 16 with
-// none above the cutoff (most of a vocabulary) cost one vector compare.
-PHASELAB_VOCAB_PASS void gather_above(const float* x, int n, float cutoff, std::vector<std::pair<float, int32_t>>* out) {
+// Appends (x[i], id0 + i) for every x[i] >= cutoff, in id order. Blocks of
+// 16 with none above the cutoff (most of a vocabulary) cost one vector compare.
+PHASELAB_VOCAB_PASS void gather_above(const float* x, int n, int id0, float cutoff,
+                                      std::vector<std::pair<float, int32_t>>* out) {
   constexpr int L = 16;
   int i = 0;
   for (; i + L <= n; i += L) {
@@ -116,10 +119,17 @@ PHASELAB_VOCAB_PASS void gather_above(const float* x, int n, float cutoff, std::
     for (int l = 0; l < L; l++) any |= x[i + l] >= cutoff;
     if (!any) continue;
     for (int l = 0; l < L; l++)
-      if (x[i + l] >= cutoff) out->emplace_back(x[i + l], i + l);
+      if (x[i + l] >= cutoff) out->emplace_back(x[i + l], id0 + i + l);
   }
   for (; i < n; i++)
-    if (x[i] >= cutoff) out->emplace_back(x[i], i);
+    if (x[i] >= cutoff) out->emplace_back(x[i], id0 + i);
+}
+
+// Slice s of n_slices over n values: [first, end), whole blocks of
+// kExpBlock but for the last slice's end.
+std::pair<int, int> vocab_slice(int n, int n_slices, int s) {
+  const int per = (n / n_slices + kExpBlock - 1) / kExpBlock * kExpBlock;
+  return {std::min(n, s * per), s + 1 == n_slices ? n : std::min(n, (s + 1) * per)};
 }
 
 // sum of exp(c.first - mx) over the candidates (float terms, double sum).
@@ -200,6 +210,74 @@ void token_logprobs(const float* logits, int n_vocab, int32_t id, int n_top, Tok
 Sampler::Sampler(const SamplingParams& p, int n_vocab) : p_(p), n_vocab_(n_vocab), rng_(p.seed) {
   cand_.reserve(n_vocab);
   counts_.reserve(static_cast<size_t>(std::max(p.penalty_last_n, 0)));
+  block_sums_.reserve(static_cast<size_t>(n_vocab) / kExpBlock + 2);
+  for (auto& b : slice_blocks_) b.reserve(static_cast<size_t>(n_vocab) / kExpBlock / kVocabSlices + 2);
+  slice_blocks_[0].reserve(static_cast<size_t>(n_vocab) / kExpBlock + 2);  // (one pass: every block)
+}
+
+// Room for every candidate of every slice, made on the calling thread (a
+// task must not throw): once per sampler that draws in slices.
+void Sampler::reserve_slices() {
+  for (int s = 0; s < kVocabSlices; s++) {
+    const auto [a, b] = vocab_slice(n_vocab_, kVocabSlices, s);
+    slice_cand_[s].clear();
+    slice_cand_[s].reserve(static_cast<size_t>(b - a));
+  }
+}
+
+float Sampler::vocab_max(const float* x) {
+  const int S = n_slices();
+  if (S == 1) return max_logit(x, n_vocab_);
+  (*tasks_)(S, [&](int s) {
+    const auto [a, b] = vocab_slice(n_vocab_, S, s);
+    slice_max_[s] = max_logit(x + a, b - a);
+  });
+  float best = slice_max_[0];  // (as max_logit folds its lanes)
+  for (int s = 1; s < S; s++) best = slice_max_[s] > best ? slice_max_[s] : best;
+  return best;
+}
+
+double Sampler::vocab_sum_exp(const float* x, float mx, float inv_t, float* out, bool gather, float cutoff) {
+  const int S = n_slices();
+  auto slice = [&](int s) {
+    const auto [a, b] = vocab_slice(n_vocab_, S, s);
+    slice_blocks_[s].clear();
+    if (gather)
+      sum_exp_gather(x + a, b - a, a, mx, cutoff, S == 1 ? &cand_ : &slice_cand_[s], &slice_blocks_[s], &slice_tail_[s]);
+    else
+      sum_exp_stored(x + a, b - a, mx, inv_t, out + a, &slice_blocks_[s], &slice_tail_[s]);
+  };
+  if (S == 1) {
+    slice(0);
+  } else {
+    if (gather) reserve_slices();
+    (*tasks_)(S, slice);
+  }
+  // The blocks in order, then the tail (only the last slice has one).
+  double sum = 0;
+  block_sums_.clear();
+  for (int s = 0; s < S; s++)
+    for (double b : slice_blocks_[s]) {
+      sum += b;
+      block_sums_.push_back(b);
+    }
+  const double tail = slice_tail_[S - 1];
+  if (tail > 0) block_sums_.push_back(tail);
+  if (gather && S > 1)
+    for (int s = 0; s < S; s++) cand_.insert(cand_.end(), slice_cand_[s].begin(), slice_cand_[s].end());
+  return sum + tail;
+}
+
+void Sampler::vocab_gather(const float* x, float cutoff) {
+  const int S = n_slices();
+  if (S == 1) return gather_above(x, n_vocab_, 0, cutoff, &cand_);
+  reserve_slices();
+  (*tasks_)(S, [&](int s) {
+    const auto [a, b] = vocab_slice(n_vocab_, S, s);
+    slice_cand_[s].clear();
+    gather_above(x + a, b - a, a, cutoff, &slice_cand_[s]);
+  });
+  for (int s = 0; s < S; s++) cand_.insert(cand_.end(), slice_cand_[s].begin(), slice_cand_[s].end());
 }
 
 void Sampler::reset(uint64_t seed) { rng_.seed(seed); }
@@ -228,6 +306,15 @@ void Sampler::apply_penalties(float* logits, const std::vector<int32_t>& history
   }
 }
 
+int32_t Sampler::sample(float* logits, const std::vector<int32_t>& history, const HostTasks& tasks) {
+  tasks_ = &tasks;
+  struct Reset {
+    const HostTasks** t;
+    ~Reset() { *t = nullptr; }
+  } reset{&tasks_};
+  return sample(logits, history);
+}
+
 int32_t Sampler::sample(float* logits, const std::vector<int32_t>& history) {
   apply_bias(logits);
   apply_penalties(logits, history);
@@ -246,10 +333,10 @@ int32_t Sampler::sample(float* logits, const std::vector<int32_t>& history) {
 // The same token as draw() over distribution()'s id-ordered list.
 int32_t Sampler::draw_untruncated(const float* logits) {
   const int n = n_vocab_;
-  const float mx = max_logit(logits, n);
+  const float mx = vocab_max(logits);
   if (!std::isfinite(mx)) return argmax(logits, n);
   scratch_.resize(static_cast<size_t>(n));
-  const double total = sum_exp_stored(logits, n, mx, 1.f / p_.temperature, scratch_.data(), &block_sums_);
+  const double total = vocab_sum_exp(logits, mx, 1.f / p_.temperature, scratch_.data(), false, 0.f);
   const double r = uniform() * total;
   double cum = 0;
   size_t b = 0;
@@ -305,7 +392,7 @@ int32_t Sampler::draw(const std::vector<std::pair<float, int32_t>>& dist) {
 // or no truncation), one to gather; the sort is over the few candidates.
 void Sampler::chain(float* logits) {
   const int n = n_vocab_;
-  const float mx = max_logit(logits, n);
+  const float mx = vocab_max(logits);
   const bool use_k = p_.top_k > 0 && p_.top_k < n;
   const bool use_p = p_.top_p < 1.f;
   const bool use_min = p_.min_p > 0.f;
@@ -317,7 +404,7 @@ void Sampler::chain(float* logits) {
   if (!use_k && !use_p && !use_min) {
     cand_.resize(static_cast<size_t>(n));
     scratch_.resize(static_cast<size_t>(n));
-    const double total = sum_exp_stored(logits, n, mx, inv_t, scratch_.data(), nullptr);
+    const double total = vocab_sum_exp(logits, mx, inv_t, scratch_.data(), false, 0.f);
     const float inv = static_cast<float>(1.0 / total);
     for (int i = 0; i < n; i++) cand_[i] = {scratch_[i] * inv, i};
     return;
@@ -343,13 +430,13 @@ void Sampler::chain(float* logits) {
   const bool top_p_alone = use_p && !use_k;
   bool unused = false;
   cand_.clear();
-  const double total = top_p_alone ? sum_exp_gather(logits, n, mx, cutoff_at(8.f, &unused), &cand_) : 0.0;
+  const double total = top_p_alone ? vocab_sum_exp(logits, mx, 1.f, nullptr, true, cutoff_at(8.f, &unused)) : 0.0;
   for (float delta = 8.f;; delta *= 2.f) {
     bool complete = false;
     const float cutoff = cutoff_at(delta, &complete);
     if (!(top_p_alone && delta == 8.f)) {  // (gathered with the sum)
       cand_.clear();
-      gather_above(logits, n, cutoff, &cand_);
+      vocab_gather(logits, cutoff);
     }
     if (complete) break;
     if (use_k && cand_.size() >= static_cast<size_t>(p_.top_k)) break;

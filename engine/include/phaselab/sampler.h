@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <string>
 #include <utility>
@@ -50,6 +51,17 @@ class Sampler {
   // Picks the next token from logits[n_vocab] (modified in place by the
   // bias and the penalties). history: the tokens so far (prompt and generated).
   int32_t sample(float* logits, const std::vector<int32_t>& history);
+  // Runs fn(i) for every i in [0, n) and waits, on several threads where it
+  // can (Backend::run_host_tasks); fn does not throw.
+  using HostTasks = std::function<void(int n, const std::function<void(int)>& fn)>;
+  // The same token, its passes over a large vocabulary (the maximum, the
+  // softmax sum, the gathering of candidates) split into kVocabSlices
+  // slices run as tasks: a lone sequence's draw on every core, not one.
+  // The slices' partial results are combined in the order one pass makes
+  // them, so the token, and every probability, is bitwise the same.
+  int32_t sample(float* logits, const std::vector<int32_t>& history, const HostTasks& tasks);
+  static constexpr int kVocabSlices = 4;
+  static constexpr int kSliceMinVocab = 32768;  // smaller vocabularies: one pass
   // The distribution the chain ends in, without drawing: (probability, id)
   // pairs summing to 1, largest first (in id order when no rule truncates:
   // top-k, top-p and min-p all off); greedy gives the argmax with 1.
@@ -65,6 +77,17 @@ class Sampler {
   void apply_penalties(float* logits, const std::vector<int32_t>& history);
   void chain(float* logits);  // fills cand_ with the final (prob, id) list
   int32_t draw_untruncated(const float* logits);  // sample() when no rule truncates
+  // The passes over the vocabulary, in slices on tasks_ where set (and the
+  // vocabulary is large), else in one pass.
+  float vocab_max(const float* x);
+  // sum exp((x - mx) * inv_t); out (when set): each term; block_sums_ the
+  // sums of its blocks of 1024 (kStore); cand_ (when gather) the tokens at
+  // or above cutoff, in id order.
+  double vocab_sum_exp(const float* x, float mx, float inv_t, float* out, bool gather, float cutoff);
+  void vocab_gather(const float* x, float cutoff);  // cand_ += the tokens at or above cutoff
+  void reserve_slices();
+  int n_slices() const { return tasks_ && n_vocab_ >= kSliceMinVocab ? kVocabSlices : 1; }
+  const HostTasks* tasks_ = nullptr;  // during sample(..., tasks) only
 
   SamplingParams p_;
   int n_vocab_;
@@ -72,6 +95,12 @@ class Sampler {
   std::vector<std::pair<float, int32_t>> cand_;    // (logit or prob, id), reserved n_vocab
   std::vector<float> scratch_;                     // exp terms when every token is kept
   std::vector<double> block_sums_;                 // their sums per block of 1024
+  // Per slice: its largest logit, its blocks' sums, the sum of its tail
+  // (the last slice's values after the last whole block), its candidates.
+  float slice_max_[kVocabSlices] = {};
+  std::vector<double> slice_blocks_[kVocabSlices];
+  double slice_tail_[kVocabSlices] = {};
+  std::vector<std::pair<float, int32_t>> slice_cand_[kVocabSlices];
   std::vector<std::pair<int32_t, int>> counts_;    // (id, count) over the penalty window
 };
 
