@@ -564,7 +564,7 @@ class TestCli : public QObject {
     QCOMPARE(s.code, 0);
     const QString sa = QString("stream prefetch %1").arg(phaselab::default_stream_prefetch_bytes());
     QVERIFY2(s.out.contains("A/B tg8: stream prefetch 2048 / " + sa + " = "), qPrintable(s.out));
-    QVERIFY2(s.out.contains("(output matrix " + QString::number(phaselab::default_stream_prefetch_bytes()) + ")"),
+    QVERIFY2(s.out.contains("(over 16 MiB: " + QString::number(phaselab::default_stream_prefetch_bytes()) + ")"),
              qPrintable(s.out));
     expect_bad_input(cli({"bench", "-m", stories(), "--ab", "turbo"}));
     expect_bad_input(cli({"bench", "-m", stories(), "--ab", "prefetch=-4"}));

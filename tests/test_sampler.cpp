@@ -15,6 +15,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <set>
@@ -451,7 +453,8 @@ class TestSampler : public QObject {
   // several threads (the engine loop's, through Backend::run_host_tasks)
   // draws the tokens one pass draws, draw after draw from the same seed,
   // for every kind of chain, on vocabularies whose slices end inside a block
-  // of 1024 or not, with peaked, flat and tied logits; the slices run on
+  // of 1024 or not, with peaked, flat and tied logits, NaN and -inf among
+  // them, bias and penalties; the distributions bitwise equal; the slices run on
   // threads of their own, last slice first. Small vocabularies stay one pass.
   void sliced_draws_are_the_draws_of_one_pass() {
     int task_calls = 0, tasks_run = 0;
@@ -463,12 +466,14 @@ class TestSampler : public QObject {
       for (auto& t : threads) t.join();
     };
     std::mt19937 rng(17);
-    for (int n : {262144, 262145, 40000, 1000}) {
-      for (const char* shape : {"peaked", "flat", "ties"}) {
+    for (int n : {262144, 40000, 32769, 1000}) {
+      for (const char* shape : {"peaked", "flat", "ties", "nan"}) {
         std::vector<float> logits(n);
         std::normal_distribution<float> g(0.f, shape[0] == 'p' ? 4.f : 0.5f);
         for (auto& x : logits) x = shape[0] == 't' ? static_cast<float>(rng() % 8) : g(rng);
         if (shape[0] == 'p') logits[n - 3] += 12.f;  // a favourite in the last slice
+        if (shape[0] == 'n')  // NaN and -inf here and there, also where a slice starts
+          for (int i = 0; i < n; i += n / 7) logits[i] = i % 2 ? -std::numeric_limits<float>::infinity() : NAN;
         struct Rules {
           float t, top_p, min_p;
           int k;
@@ -477,12 +482,28 @@ class TestSampler : public QObject {
                               Rules{0.8f, 0.95f, 0.05f, 40}, Rules{1.f, 1.f, 0.02f, 0}, Rules{1.f, 1.f, 0.f, 100}}) {
           SamplingParams p = plain(99);
           p.temperature = r.t, p.top_p = r.top_p, p.min_p = r.min_p, p.top_k = r.k;
+          if (r.k == 100) {  // with a bias and penalties too
+            p.logit_bias = {{5, 3.f}, {n - 1, -2.f}};
+            p.repeat_penalty = 1.3f;
+            p.presence_penalty = 0.5f;
+          }
+          const std::vector<int32_t> history = {5, 7, n - 1, 7};
           Sampler one(p, n), sliced(p, n);
           const int calls_before = task_calls;
-          for (int d = 0; d < 40; d++) {
+          // The distributions themselves: bitwise the same list.
+          {
             std::vector<float> a = logits, b = logits;
-            const int32_t want = one.sample(a.data(), {});
-            const int32_t got = sliced.sample(b.data(), {}, tasks);
+            Dist want, got;
+            one.distribution(a.data(), history, &want);
+            sliced.distribution(b.data(), history, &got, tasks);
+            QVERIFY2(got.size() == want.size() && std::memcmp(got.data(), want.data(), got.size() * sizeof(got[0])) == 0,
+                     qPrintable(QString("n=%1 %2 t=%3 top_p=%4 min_p=%5 k=%6: distributions differ")
+                                    .arg(n).arg(shape).arg(r.t).arg(r.top_p).arg(r.min_p).arg(r.k)));
+          }
+          for (int d = 0; d < 16; d++) {
+            std::vector<float> a = logits, b = logits;
+            const int32_t want = one.sample(a.data(), history);
+            const int32_t got = sliced.sample(b.data(), history, tasks);
             QVERIFY2(got == want, qPrintable(QString("n=%1 %2 t=%3 top_p=%4 min_p=%5 k=%6 draw %7: %8 vs %9")
                                                  .arg(n).arg(shape).arg(r.t).arg(r.top_p).arg(r.min_p).arg(r.k).arg(d)
                                                  .arg(got).arg(want)));

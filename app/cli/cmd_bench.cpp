@@ -400,7 +400,7 @@ struct BenchReport {
     const CpuSwitches sw = backend_options_from_environment().cpu;
     return "repack " + std::string(sw.repack ? "on" : "off") + ", huge pages " + (sw.huge_pages ? "on" : "off") +
            ", decode prefetch " + std::to_string(sw.decode_prefetch_bytes) + " bytes ahead" +
-           " (output matrix " + std::to_string(sw.stream_prefetch_bytes) + ")" +
+           " (over 16 MiB: " + std::to_string(sw.stream_prefetch_bytes) + ")" +
            ", row tiles " + (sw.row_tiles ? "on" : "off") + ", decode rows " + (sw.decode_rows ? "on" : "off") +
            (sw.isa_cap.empty() ? "" : ", ISA cap " + sw.isa_cap);
   }
@@ -615,9 +615,9 @@ int cmd_bench(int argc, char** argv) {
                 "  sequence's TPOT, and the batch where decode turns compute-bound (-r defaults to 1).\n"
                 "  --ab decode-rows|row-tiles|prefetch=BYTES|stream-prefetch=BYTES: each test with that CPU\n"
                 "  switch in two states (off and on; the distance in effect and BYTES: prefetch for decode's\n"
-                "  matrices, stream-prefetch for the output matrix), alternating in the same minutes (tg token by\n"
-                "  token, pp run by run): both states' tokens/s and their ratio, run by run. For choosing a\n"
-                "  switch on a machine whose speed drifts between runs.\n%s",
+                "  matrices, stream-prefetch for those over 16 MiB, such as the output matrix), alternating in\n"
+                "  the same minutes (tg token by token, pp run by run): both states' tokens/s and their ratio,\n"
+                "  run by run. For choosing a switch on a machine whose speed drifts between runs.\n%s",
                 kEngineHelp);
     std::printf("\nusage: phaselab-cli bench --serving -m MODEL [--policy LIST] [--streams 4] [--long-prompt 2000] [--json]\n"
                 "       phaselab-cli bench --serving --url URL [-m MODEL] [workload flags] [--json]\n%s%s%s",

@@ -172,9 +172,10 @@ void EngineLoop::postprocess() {
     backend_.run_host_tasks(static_cast<int>(draw_chunks_.size()), [&](int j) {
       const size_t c = draw_chunks_[static_cast<size_t>(j)];
       Sequence& s = *chunk_seq_[c];
-      // A sampler's first untruncated draw allocates its scratch; should that
-      // fail, the serial loop below draws again (nothing was consumed yet)
-      // and reports it on this thread.
+      // A sampler's first draw may allocate (its scratch, its slices), before
+      // it changes the row; should that fail, the serial loop below draws
+      // again from the row as it was (nothing was consumed yet) and reports
+      // it on this thread.
       try {
         drawn_[c] = s.sampler.sample(chunks_[c].logits, s.tokens);
       } catch (const std::bad_alloc&) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <bit>
 #include <limits>
 
@@ -53,7 +54,7 @@ PHASELAB_VOCAB_PASS float max_logit(const float* x, int n) {
 // float lanes over blocks of 1024 terms (few enough that float keeps the
 // partial sums to ~1e-7), each block's sum appended to *blocks (in double)
 // and the values after the last whole block summed into *tail. The whole
-// sum is then the blocks added in order, plus the tail (block_total): the
+// sum is then the blocks added in order, plus the tail: the
 // same double whether the values came in one slice or several whose
 // bounds are whole blocks.
 constexpr int kExpBlock = 1024;
@@ -216,7 +217,7 @@ Sampler::Sampler(const SamplingParams& p, int n_vocab) : p_(p), n_vocab_(n_vocab
 }
 
 // Room for every candidate of every slice, made on the calling thread (a
-// task must not throw): once per sampler that draws in slices.
+// task must not throw); it allocates on a sampler's first sliced draw only.
 void Sampler::reserve_slices() {
   for (int s = 0; s < kVocabSlices; s++) {
     const auto [a, b] = vocab_slice(n_vocab_, kVocabSlices, s);
@@ -228,10 +229,11 @@ void Sampler::reserve_slices() {
 float Sampler::vocab_max(const float* x) {
   const int S = n_slices();
   if (S == 1) return max_logit(x, n_vocab_);
-  (*tasks_)(S, [&](int s) {
+  auto slice = [&](int s) {
     const auto [a, b] = vocab_slice(n_vocab_, S, s);
     slice_max_[s] = max_logit(x + a, b - a);
-  });
+  };
+  (*tasks_)(S, std::ref(slice));  // (a std::function of a reference: nothing allocated)
   float best = slice_max_[0];  // (as max_logit folds its lanes)
   for (int s = 1; s < S; s++) best = slice_max_[s] > best ? slice_max_[s] : best;
   return best;
@@ -251,7 +253,7 @@ double Sampler::vocab_sum_exp(const float* x, float mx, float inv_t, float* out,
     slice(0);
   } else {
     if (gather) reserve_slices();
-    (*tasks_)(S, slice);
+    (*tasks_)(S, std::ref(slice));
   }
   // The blocks in order, then the tail (only the last slice has one).
   double sum = 0;
@@ -272,11 +274,12 @@ void Sampler::vocab_gather(const float* x, float cutoff) {
   const int S = n_slices();
   if (S == 1) return gather_above(x, n_vocab_, 0, cutoff, &cand_);
   reserve_slices();
-  (*tasks_)(S, [&](int s) {
+  auto slice = [&](int s) {
     const auto [a, b] = vocab_slice(n_vocab_, S, s);
     slice_cand_[s].clear();
     gather_above(x + a, b - a, a, cutoff, &slice_cand_[s]);
-  });
+  };
+  (*tasks_)(S, std::ref(slice));
   for (int s = 0; s < S; s++) cand_.insert(cand_.end(), slice_cand_[s].begin(), slice_cand_[s].end());
 }
 
@@ -306,16 +309,44 @@ void Sampler::apply_penalties(float* logits, const std::vector<int32_t>& history
   }
 }
 
+namespace {
+
+// Sets *slot for the scope (an empty tasks: none).
+struct TasksScope {
+  TasksScope(const Sampler::HostTasks** slot, const Sampler::HostTasks& tasks) : slot_(slot) {
+    *slot = tasks ? &tasks : nullptr;
+  }
+  ~TasksScope() { *slot_ = nullptr; }
+  const Sampler::HostTasks** slot_;
+};
+
+}  // namespace
+
 int32_t Sampler::sample(float* logits, const std::vector<int32_t>& history, const HostTasks& tasks) {
-  tasks_ = &tasks;
-  struct Reset {
-    const HostTasks** t;
-    ~Reset() { *t = nullptr; }
-  } reset{&tasks_};
+  const TasksScope scope(&tasks_, tasks);
   return sample(logits, history);
 }
 
+void Sampler::distribution(float* logits, const std::vector<int32_t>& history,
+                           std::vector<std::pair<float, int32_t>>* out, const HostTasks& tasks) {
+  const TasksScope scope(&tasks_, tasks);
+  distribution(logits, history, out);
+}
+
+// What a draw may allocate, made before the logits change (bias,
+// penalties): a draw that runs out of memory leaves the row as it was, and
+// the engine loop's serial draw starts again from it.
+void Sampler::allocate_ahead() {
+  if (p_.greedy()) return;
+  const bool truncates = (p_.top_k > 0 && p_.top_k < n_vocab_) || p_.top_p < 1.f || p_.min_p > 0.f;
+  if (!truncates)
+    scratch_.resize(static_cast<size_t>(n_vocab_));
+  else if (n_slices() > 1)
+    reserve_slices();
+}
+
 int32_t Sampler::sample(float* logits, const std::vector<int32_t>& history) {
+  allocate_ahead();
   apply_bias(logits);
   apply_penalties(logits, history);
   cand_.clear();
@@ -353,6 +384,7 @@ int32_t Sampler::draw_untruncated(const float* logits) {
 
 void Sampler::distribution(float* logits, const std::vector<int32_t>& history,
                            std::vector<std::pair<float, int32_t>>* out) {
+  allocate_ahead();
   apply_bias(logits);
   apply_penalties(logits, history);
   cand_.clear();

@@ -44,8 +44,9 @@ using ExpSumFn = float (*)(float* x, int64_t n, float mx);  // x = exp(x - mx); 
 using RmsNormFn = void (*)(float* out, const float* x, const float* w, int64_t n, float eps);
 constexpr int kRmsLanes = 16;
 // The lanes' sum (halves added pairwise: lane l + lane l + h, h = 8, 4, 2,
-// 1), then ref::rmsnorm's scale from it. Overwrites lanes.
-inline float rms_scale(double* lanes, int64_t n, float eps) {
+// 1), then ref::rmsnorm's scale from it. Overwrites lanes. (Always inlined:
+// the files that include this are built for different instruction sets.)
+[[gnu::always_inline]] inline float rms_scale(double* lanes, int64_t n, float eps) {
   for (int h = kRmsLanes / 2; h >= 1; h /= 2)
     for (int l = 0; l < h; l++) lanes[l] += lanes[l + h];
   return static_cast<float>(1.0 / std::sqrt(lanes[0] / static_cast<double>(n) + eps));

@@ -212,12 +212,13 @@ constexpr int kMaxPrefetchBytes = 1 << 20;
 // on Zen 3 about 2.7 KiB was best), 8192 elsewhere (Zen 5: 4096 measured
 // 0.958x; no Intel figure yet).
 int default_decode_prefetch_bytes();
-// The same for the one matrix a model streams from memory at a decode
-// step, its output matrix (past 16 MiB: one row a call, the hardware's
-// stream prefetcher at work): 0 on Zen 4 (AMD family 19h with AVX-512),
-// where a microbenchmark of that stream read 35-39 GB/s with no software
-// prefetch against 32-36 at 2048-4096 bytes and 29-34 at 8192, and bench
-// --ab put Gemma 3 270M's tg128 at 1.04-1.06x; elsewhere
+// The same for the matrices past 16 MiB, which a decode step streams from
+// memory one row a call with the hardware's stream prefetcher at work (a
+// small model's output matrix): 0 on Zen 4 (AMD family 19h with AVX-512),
+// where a microbenchmark of Gemma 3 270M's 178 MB output matrix read 35-39
+// GB/s with no software prefetch against 32-36 at 2048-4096 bytes and
+// 29-34 at 8192, and bench --ab put its tg128 at 1.15-1.18x of 4096 (a
+// larger model's big feed-forward matrices are not yet measured); elsewhere
 // default_decode_prefetch_bytes() (on Zen 5 the prefetch was what took
 // that stream from 60 to 71-81 GB/s).
 int default_stream_prefetch_bytes();
@@ -242,9 +243,10 @@ struct CpuSwitches {
   // rows, Gemma 3 270M tg128 on AMD Zen 5, see docs/benchmarks.md. The
   // best distance depends on the core: default_decode_prefetch_bytes().
   int decode_prefetch_bytes = default_decode_prefetch_bytes();  // at most kMaxPrefetchBytes
-  // The distance for a matrix over 16 MiB in single-token decode (the
-  // output matrix), default_stream_prefetch_bytes()
-  // (PHASELAB_CPU_STREAM_PREFETCH_BYTES; 0: none).
+  // The distance for a matrix over 16 MiB in single-token decode (a small
+  // model's output matrix; a large model's feed-forward matrices too, where
+  // it is not yet measured), default_stream_prefetch_bytes()
+  // (PHASELAB_CPU_STREAM_PREFETCH_BYTES; 0: none). Repacked weights only.
   int stream_prefetch_bytes = default_stream_prefetch_bytes();  // at most kMaxPrefetchBytes
   // Prefill's Q5_0 and Q8_0 products as row tiles (16 rows interleaved, 4
   // tokens a call; cpu_kernels.h kRowTile) where the kernels have them

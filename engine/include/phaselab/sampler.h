@@ -67,6 +67,10 @@ class Sampler {
   // top-k, top-p and min-p all off); greedy gives the argmax with 1.
   // logits are modified in place (bias, penalties). For speculative verification.
   void distribution(float* logits, const std::vector<int32_t>& history, std::vector<std::pair<float, int32_t>>* out);
+  // The same with its passes over the vocabulary in slices on tasks (as
+  // sample(..., tasks)): bitwise the same list.
+  void distribution(float* logits, const std::vector<int32_t>& history, std::vector<std::pair<float, int32_t>>* out,
+                    const HostTasks& tasks);
   // Draws from a distribution like the one above with this sampler's RNG.
   int32_t draw(const std::vector<std::pair<float, int32_t>>& dist);
   // A uniform number in [0, 1) from this sampler's RNG.
@@ -80,12 +84,13 @@ class Sampler {
   // The passes over the vocabulary, in slices on tasks_ where set (and the
   // vocabulary is large), else in one pass.
   float vocab_max(const float* x);
-  // sum exp((x - mx) * inv_t); out (when set): each term; block_sums_ the
-  // sums of its blocks of 1024 (kStore); cand_ (when gather) the tokens at
-  // or above cutoff, in id order.
+  // sum exp((x - mx) * inv_t); out (when not gather): each term;
+  // block_sums_: the sums of its blocks of 1024 (and the tail's, if any);
+  // cand_ (when gather) += the tokens at or above cutoff, in id order.
   double vocab_sum_exp(const float* x, float mx, float inv_t, float* out, bool gather, float cutoff);
   void vocab_gather(const float* x, float cutoff);  // cand_ += the tokens at or above cutoff
   void reserve_slices();
+  void allocate_ahead();
   int n_slices() const { return tasks_ && n_vocab_ >= kSliceMinVocab ? kVocabSlices : 1; }
   const HostTasks* tasks_ = nullptr;  // during sample(..., tasks) only
 
