@@ -25,10 +25,6 @@ bool env_flag(const char* name, bool fallback) {
   return v ? std::strcmp(v, "0") != 0 : fallback;
 }
 
-}  // namespace
-
-namespace {
-
 // AMD family 19h (Zen 3 and Zen 4), and whether the core has AVX-512 (Zen 4).
 struct AmdCore {
   bool family_19h = false, avx512 = false;

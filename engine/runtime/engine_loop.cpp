@@ -159,30 +159,23 @@ void EngineLoop::postprocess() {
         (!s.draw_dists || s.options.sampling.greedy()))
       draw_chunks_.push_back(c);
   }
-  if (draw_chunks_.size() == 1) {
-    const size_t c = draw_chunks_[0];
+  // A sampler's first draw may allocate (its scratch, its slices), before it
+  // changes the row; should that fail, the serial loop below draws again
+  // from the row as it was (nothing was consumed yet) and reports it on this
+  // thread. tasks: where the draw's vocabulary passes run (empty: one pass).
+  auto draw = [&](size_t c, const Sampler::HostTasks& tasks) {
     Sequence& s = *chunk_seq_[c];
-    const Sampler::HostTasks tasks = [this](int n, const std::function<void(int)>& fn) { backend_.run_host_tasks(n, fn); };
     try {
       drawn_[c] = s.sampler.sample(chunks_[c].logits, s.tokens, tasks);
     } catch (const std::bad_alloc&) {
-      drawn_[c] = -1;  // (as below)
+      drawn_[c] = -1;
     }
-  } else if (draw_chunks_.size() >= 2) {
-    backend_.run_host_tasks(static_cast<int>(draw_chunks_.size()), [&](int j) {
-      const size_t c = draw_chunks_[static_cast<size_t>(j)];
-      Sequence& s = *chunk_seq_[c];
-      // A sampler's first draw may allocate (its scratch, its slices), before
-      // it changes the row; should that fail, the serial loop below draws
-      // again from the row as it was (nothing was consumed yet) and reports
-      // it on this thread.
-      try {
-        drawn_[c] = s.sampler.sample(chunks_[c].logits, s.tokens);
-      } catch (const std::bad_alloc&) {
-        drawn_[c] = -1;
-      }
-    });
-  }
+  };
+  if (draw_chunks_.size() == 1)
+    draw(draw_chunks_[0], [this](int n, const std::function<void(int)>& fn) { backend_.run_host_tasks(n, fn); });
+  else if (draw_chunks_.size() >= 2)
+    backend_.run_host_tasks(static_cast<int>(draw_chunks_.size()),
+                            [&](int j) { draw(draw_chunks_[static_cast<size_t>(j)], {}); });
   for (size_t c = 0; c < chunks_.size(); c++) {
     Sequence& s = *chunk_seq_[c];
     if (chunks_[c].mode == LogitsMode::all)

@@ -216,12 +216,12 @@ Sampler::Sampler(const SamplingParams& p, int n_vocab) : p_(p), n_vocab_(n_vocab
   slice_blocks_[0].reserve(static_cast<size_t>(n_vocab) / kExpBlock + 2);  // (one pass: every block)
 }
 
-// Room for every candidate of every slice, made on the calling thread (a
-// task must not throw); it allocates on a sampler's first sliced draw only.
+// Room for every candidate of every slice, made on the calling thread
+// before a draw (allocate_ahead: a task must not throw); it allocates on a
+// sampler's first sliced draw only.
 void Sampler::reserve_slices() {
   for (int s = 0; s < kVocabSlices; s++) {
     const auto [a, b] = vocab_slice(n_vocab_, kVocabSlices, s);
-    slice_cand_[s].clear();
     slice_cand_[s].reserve(static_cast<size_t>(b - a));
   }
 }
@@ -244,6 +244,7 @@ double Sampler::vocab_sum_exp(const float* x, float mx, float inv_t, float* out,
   auto slice = [&](int s) {
     const auto [a, b] = vocab_slice(n_vocab_, S, s);
     slice_blocks_[s].clear();
+    slice_cand_[s].clear();
     if (gather)
       sum_exp_gather(x + a, b - a, a, mx, cutoff, S == 1 ? &cand_ : &slice_cand_[s], &slice_blocks_[s], &slice_tail_[s]);
     else
@@ -252,8 +253,7 @@ double Sampler::vocab_sum_exp(const float* x, float mx, float inv_t, float* out,
   if (S == 1) {
     slice(0);
   } else {
-    if (gather) reserve_slices();
-    (*tasks_)(S, std::ref(slice));
+    (*tasks_)(S, std::ref(slice));  // (room for the candidates: allocate_ahead)
   }
   // The blocks in order, then the tail (only the last slice has one).
   double sum = 0;
@@ -273,7 +273,6 @@ double Sampler::vocab_sum_exp(const float* x, float mx, float inv_t, float* out,
 void Sampler::vocab_gather(const float* x, float cutoff) {
   const int S = n_slices();
   if (S == 1) return gather_above(x, n_vocab_, 0, cutoff, &cand_);
-  reserve_slices();
   auto slice = [&](int s) {
     const auto [a, b] = vocab_slice(n_vocab_, S, s);
     slice_cand_[s].clear();
