@@ -505,6 +505,19 @@ class TestCli : public QObject {
     QVERIFY2(t.out.contains("of the machine's int8 peak") ||
                  (t.out.contains("pp32: memory-bound") && t.out.contains("compute-bound from ~")),
              qPrintable(t.out));
+    // With two threads or more: where their cores are, before and after the
+    // tests (a figure each, or "not measured" when the probe's second thread
+    // did not come), in the table's notes and in the JSON (-1: none).
+    const Run two = cli({"bench", "-m", stories(), "-p", "16", "-n", "4", "-r", "1", "-t", "2", "--no-peaks"});
+    QCOMPARE(two.code, 0);
+    static const QRegularExpression trips(
+        "threads: a cache line between two threads' cores and back took (\\d+ ns|\\(not measured\\)) before the "
+        "tests, (\\d+ ns|\\(not measured\\)) after");
+    QVERIFY2(trips.match(two.out).hasMatch(), qPrintable(two.out));
+    const Run one = cli({"bench", "-m", stories(), "-p", "16", "-n", "4", "-r", "1", "-t", "1", "--no-peaks", "--json"});
+    QCOMPARE(one.code, 0);
+    const QJsonObject o1 = QJsonDocument::fromJson(one.out.toUtf8()).array().first().toObject();
+    QCOMPARE(o1["core_round_trip_ns_before"].toDouble(), -1.0);  // one thread: nothing between threads
     const Run n = cli({"bench", "-m", stories(), "-p", "0", "-n", "8", "-r", "1", "--no-peaks", "--json"});
     QCOMPARE(n.code, 0);
     const QJsonObject o = QJsonDocument::fromJson(n.out.toUtf8()).array().first().toObject();

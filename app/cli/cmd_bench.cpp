@@ -322,6 +322,7 @@ struct BenchReport {
   double machine_gbps = 0;  // the machine's read bandwidth
   double ops_per_token = 0;
   ComputePeak compute;
+  double trip_before = -1, trip_after = -1;  // core_round_trip_ns() around the tests
 
   BenchReport(Session& s_, const EngineSetup& setup_, const BenchOptions& o_, const MachinePeaks& peaks_,
               int threads_)
@@ -437,6 +438,8 @@ void BenchReport::print_json() const {
                    {"kv_read_gb_per_token", kv_read_gb(r)},
                    {"decode_gbps", decode_gbps(r)},
                    {"device_peak_gbps", peak_gbps},
+                   {"core_round_trip_ns_before", trip_before},
+                   {"core_round_trip_ns_after", trip_after},
                    {"decode_bandwidth_fraction", bandwidth_fraction(r)},
                    {"prefill_gops", r.n_prompt > 0 ? ops_per_token * r.mean / 1e9 : 0.0},
                    {"prefill_bound", r.n_prompt > 0 ? (prefill(r).compute ? "compute" : "memory") : ""},
@@ -507,6 +510,12 @@ void BenchReport::print_prefill(const BenchResult& r) const {
   std::printf("\n");
 }
 
+std::string trip_text(double ns) {
+  char b[32];
+  if (ns > 0) std::snprintf(b, sizeof b, "%.0f ns", ns);
+  return ns > 0 ? std::string(b) : std::string("(not measured)");
+}
+
 void BenchReport::print_table() const {
   const Model& m = s.model();
   std::printf("| model | size | type mix | backend | threads | test | t/s |\n");
@@ -522,6 +531,10 @@ void BenchReport::print_table() const {
   if (const ModelConfig& c = s.model().config(); c.is_moe())
     std::printf("mixture of experts: %d of %d experts per token, %.3f of %.3f GB of weights read per token\n",
                 c.n_expert_used, c.n_expert, weight_gb, s.model().weight_bytes() / 1e9);
+  if (trip_before > 0 || trip_after > 0)
+    std::printf("threads: a cache line between two threads' cores and back took %s before the tests, %s after "
+                "(~50 ns: cores that share a last-level cache; ~300 ns: cores apart, e.g. on two AMD CCDs)\n",
+                trip_text(trip_before).c_str(), trip_text(trip_after).c_str());
   if (backend.rfind("cpu-", 0) == 0 && backend != "cpu-reference")
     std::printf("cpu switches: %s (PHASELAB_CPU_REPACK, _HUGEPAGES, _PREFETCH_BYTES, _STREAM_PREFETCH_BYTES, _ROW_TILES, _DECODE_ROWS, _ISA)\n", cpu_switches().c_str());
   for (const auto& r : results) {
@@ -645,8 +658,13 @@ int cmd_bench(int argc, char** argv) {
                        std::to_string(s.n_ctx()) + ": pass --ctx-size");
 
   const MachinePeaks peaks = measure_bench_peaks(s.backend().name(), args->has("--no-peaks"));
+  // Where the threads' cores are, before and after (cpu backends, 2+ threads).
+  const int n_threads = *args->get_int("--threads", default_threads(), 1, 256);
+  const bool on_cores = s.backend().name().rfind("cpu", 0) == 0 && n_threads > 1;
+  const double trip_before = on_cores ? core_round_trip_ns() : -1;
   auto results = measure_throughput(s, *bo);
   if (!results) return report(results.status());
+  const double trip_after = on_cores ? core_round_trip_ns() : -1;
   std::optional<SpecResult> spec;
   if (setup->draft != nullptr && bo->n_gen > 0) {
     auto r = measure_speculative(s, *setup, *bo);
@@ -665,8 +683,10 @@ int cmd_bench(int argc, char** argv) {
     chat = *r;
   }
 
-  BenchReport rep(s, *setup, *bo, peaks, *args->get_int("--threads", default_threads(), 1, 256));
+  BenchReport rep(s, *setup, *bo, peaks, n_threads);
   rep.results = std::move(*results);
+  rep.trip_before = trip_before;
+  rep.trip_after = trip_after;
   rep.spec = spec;
   rep.chat = chat;
   if (args->has("--json")) rep.print_json();

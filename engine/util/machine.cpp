@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "phaselab/memory.h"
+#include "phaselab/thread_pool.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -489,6 +490,28 @@ MachinePeaks measure_machine_peaks(const MachineProbeOptions& options) {
 
   judge_peaks(plan, memory, &p);
   return p;
+}
+
+double core_round_trip_ns() {
+  const std::vector<int> cpus = allowed_cpus();
+  if (cpus.size() < 2) return -1;
+  // A thread of its own pinned to the first allowed CPU, the pool's worker
+  // to the second (the caller's own affinity stays as it was).
+  double ns = -1;
+  std::thread probe([&] {
+    if (!pin_this_thread(cpus[0])) return;
+    ThreadPool pool(2);
+    if (!pool.pin({cpus[0], cpus[1]})) return;
+    for (int i = 0; i < 3; i++) pool.run([](int, int) {});  // the worker awake and spinning
+    std::vector<double> trips;
+    for (int i = 0; i < 5; i++)
+      if (const double t = pool.round_trip_ns(64); t > 0) trips.push_back(t);
+    if (trips.empty()) return;
+    std::sort(trips.begin(), trips.end());
+    ns = trips[trips.size() / 2];
+  });
+  probe.join();
+  return ns;
 }
 
 }  // namespace phaselab

@@ -1,6 +1,7 @@
 #include "phaselab/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 
 #if defined(__linux__)
 #include <pthread.h>
@@ -152,6 +153,44 @@ void ThreadPool::worker(int ith) {
     seen = current();
     work(seen, ith);
   }
+}
+
+double ThreadPool::round_trip_ns(int n_trips) {
+  if (n_threads_ < 2 || n_trips < 1) return -1;
+  // Slots 0 and 1 pass the ball; each waits for the other to arrive first,
+  // so that one thread running both slots in turn gives up rather than
+  // waits for itself.
+  alignas(64) std::atomic<int> ball{0};
+  alignas(64) std::atomic<int> arrived{0};
+  std::atomic<bool> gave_up{false};
+  double ns = -1;
+  run([&](int i, int) {
+    if (i > 1) return;
+    arrived.fetch_add(1, std::memory_order_acq_rel);
+    if (i == 1) {
+      for (int k = 0; k < n_trips; k++) {
+        while (ball.load(std::memory_order_acquire) != 2 * k + 1)
+          if (gave_up.load(std::memory_order_acquire)) return;
+        ball.store(2 * k + 2, std::memory_order_release);
+      }
+      return;
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
+    while (arrived.load(std::memory_order_acquire) < 2) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        gave_up.store(true, std::memory_order_release);
+        return;
+      }
+      std::this_thread::yield();  // (the other thread may be waiting for this core)
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int k = 0; k < n_trips; k++) {
+      ball.store(2 * k + 1, std::memory_order_release);
+      while (ball.load(std::memory_order_acquire) != 2 * k + 2) PHASELAB_PAUSE();
+    }
+    ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() / n_trips;
+  });
+  return ns;
 }
 
 std::string thread_count_warning(int threads) {

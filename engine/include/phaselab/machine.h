@@ -94,6 +94,16 @@ MachinePeaks measure_machine_peaks(const MachineProbeOptions& options);
 // bandwidth read, the compute peaks, and "doubtful: <note>" when implausible.
 std::string describe_machine_peaks(const MachinePeaks& p);
 
+// How long a cache line takes between the first two allowed CPUs and back,
+// in nanoseconds (the median of five ThreadPool::round_trip_ns of 64 trips
+// each, on a pool of two pinned to them): about 50 where their cores share
+// a last-level cache, about 300 where they do not (two AMD CCDs). A VM's
+// two vCPUs can move between the two placements from one minute to the
+// next, and its speeds with them (docs/benchmarks.md), so bench prints it
+// before and after its tests. Negative where fewer than two CPUs are
+// allowed, pinning is refused, or the second thread did not come.
+double core_round_trip_ns();
+
 // The cache figure applies to weights that fit in the last-level cache.
 inline bool weights_fit_in_llc(const MachinePeaks& p, double weight_bytes) {
   return p.llc_read_bandwidth > 0 && weight_bytes > 0 && weight_bytes <= static_cast<double>(p.llc_bytes);
