@@ -15,7 +15,7 @@ using namespace phaselab;
 namespace {
 
 constexpr const char* kSwitchVars[] = {"PHASELAB_CPU_ISA",         "PHASELAB_CPU_REPACK",    "PHASELAB_CPU_HUGEPAGES",
-                                       "PHASELAB_CPU_PREFETCH_BYTES", "PHASELAB_CPU_STREAM_PREFETCH_BYTES", "PHASELAB_CPU_ROW_TILES", "PHASELAB_CPU_DECODE_ROWS", "PHASELAB_CUDA_GRAPHS",
+                                       "PHASELAB_CPU_PREFETCH_BYTES", "PHASELAB_CPU_STREAM_PREFETCH_BYTES", "PHASELAB_CPU_STREAM_WAYS", "PHASELAB_CPU_ROW_TILES", "PHASELAB_CPU_DECODE_ROWS", "PHASELAB_CUDA_GRAPHS",
                                        "PHASELAB_CUDA_ATTN_TILED", "PHASELAB_CUDA_GEMM_MIN", "PHASELAB_CUDA_PROFILE",
                                        "PHASELAB_CUDA_Q8", "PHASELAB_CUDA_BF16_WEIGHTS", "PHASELAB_CUDA_LIB"};
 
@@ -44,6 +44,9 @@ class TestBackendFactory : public QObject {
     QCOMPARE(cpu.stream_prefetch_bytes, default_stream_prefetch_bytes());
     QVERIFY(cpu.decode_prefetch_bytes > 0 && cpu.decode_prefetch_bytes <= kMaxPrefetchBytes);
     QVERIFY(cpu.stream_prefetch_bytes >= 0 && cpu.stream_prefetch_bytes <= kMaxPrefetchBytes);
+    QCOMPARE(o.cpu.stream_ways, cpu.stream_ways);
+    QCOMPARE(cpu.stream_ways, default_stream_ways());
+    QVERIFY(cpu.stream_ways >= 1 && cpu.stream_ways <= kMaxStreamWays);
     QCOMPARE(o.cpu.row_tiles, cpu.row_tiles);
     QVERIFY(cpu.row_tiles);  // on by default
     QCOMPARE(o.cpu.decode_rows, cpu.decode_rows);
@@ -63,6 +66,7 @@ class TestBackendFactory : public QObject {
     setenv("PHASELAB_CPU_HUGEPAGES", "0", 1);  // on by default
     setenv("PHASELAB_CPU_PREFETCH_BYTES", "9000", 1);
     setenv("PHASELAB_CPU_STREAM_PREFETCH_BYTES", "99999999", 1);  // past the cap: the cap
+    setenv("PHASELAB_CPU_STREAM_WAYS", "64", 1);                  // the same
     setenv("PHASELAB_CPU_ROW_TILES", "0", 1);
     setenv("PHASELAB_CPU_DECODE_ROWS", "0", 1);
     setenv("PHASELAB_CUDA_GRAPHS", "0", 1);
@@ -78,6 +82,7 @@ class TestBackendFactory : public QObject {
     QVERIFY(!o.cpu.huge_pages);
     QCOMPARE(o.cpu.decode_prefetch_bytes, 9000);
     QCOMPARE(o.cpu.stream_prefetch_bytes, kMaxPrefetchBytes);
+    QCOMPARE(o.cpu.stream_ways, kMaxStreamWays);
     QVERIFY(!o.cpu.row_tiles);
     QVERIFY(!o.cpu.decode_rows);
     QVERIFY(!o.cuda.graphs);
@@ -96,7 +101,9 @@ class TestBackendFactory : public QObject {
     setenv("PHASELAB_CUDA_GEMM_MIN", "-3", 1);
     setenv("PHASELAB_CPU_PREFETCH_BYTES", "-1", 1);
     setenv("PHASELAB_CPU_STREAM_PREFETCH_BYTES", "-5", 1);
+    setenv("PHASELAB_CPU_STREAM_WAYS", "0", 1);
     const BackendOptions o = backend_options_from_environment();
+    QCOMPARE(o.cpu.stream_ways, CpuSwitches{}.stream_ways);
     QCOMPARE(o.cpu.decode_prefetch_bytes, CpuSwitches{}.decode_prefetch_bytes);
     QCOMPARE(o.cpu.stream_prefetch_bytes, CpuSwitches{}.stream_prefetch_bytes);
     QVERIFY(o.cpu.repack);
@@ -245,6 +252,50 @@ class TestBackendFactory : public QObject {
     }
     QVERIFY(all.size() == want.size());
     QVERIFY2(std::memcmp(all.data(), want.data(), all.size() * sizeof(float)) == 0, "switches changed between passes");
+  }
+
+  // A matrix past 16 MiB (Gemma 3 270M's 178 MB output matrix: the test
+  // needs the default model) read by each thread in 1 to 8 ways, changed
+  // before every decoded token, with 2 and 3 threads (shares of 131072 and
+  // 87381-87382 rows: some ways' rows left over for the one-row loop):
+  // bitwise the logits of one way.
+  void stream_ways_leave_the_logits_bitwise_equal() {
+    const std::string path = testing::default_model_path();
+    if (path.empty()) {
+      if (std::getenv("CI")) QFAIL("default model missing: scripts/fetch-model.sh should have fetched it");
+      QSKIP("default model not fetched (run scripts/fetch-model.sh)");
+    }
+    auto model = Model::load(path);
+    QVERIFY2(model.is_ok(), model.status().message().c_str());
+    std::shared_ptr<const Model> m(*model);
+    const std::vector<int32_t> tokens = {2, 2063, 10779, 78113, 236769, 236749};
+    const int nv = m->config().n_vocab;
+    auto decode = [&](int threads, int fixed_ways) {
+      CpuSwitches sw;
+      sw.stream_ways = fixed_ways > 0 ? fixed_ways : 1;
+      auto b = make_cpu_backend(m, threads, 8, false, sw);
+      if (!b) qFatal("%s", b.status().message().c_str());
+      auto kv = KvCache::create(m->config(), 64);
+      if (!kv) qFatal("%s", kv.status().message().c_str());
+      std::vector<float> all, row(nv);
+      for (size_t i = 0; i < tokens.size(); i++) {
+        if (fixed_ways == 0) {  // (1, 2, 3, 4, 8, 5)
+          sw.stream_ways = i == 4 ? 8 : i == 5 ? 5 : static_cast<int>(i) + 1;
+          if (!(*b)->apply_cpu_switches(sw)) qFatal("apply_cpu_switches refused");
+        }
+        if (Status st = (*b)->forward(&tokens[i], 1, **kv, row.data(), LogitsMode::last); !st)
+          qFatal("forward: %s", st.message().c_str());
+        all.insert(all.end(), row.begin(), row.end());
+      }
+      return all;
+    };
+    const auto want = decode(2, 1);
+    for (const auto& [threads, ways] : {std::pair{2, 4}, std::pair{3, 4}, std::pair{2, 0}, std::pair{3, 0}}) {
+      const auto got = decode(threads, ways);
+      QVERIFY(got.size() == want.size());
+      QVERIFY2(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0,
+               qPrintable(QString("%1 threads, ways %2").arg(threads).arg(ways == 0 ? "changing" : QString::number(ways))));
+    }
   }
 
   // Prefill's row tiles switched between passes (apply_cpu_switches, as

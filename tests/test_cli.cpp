@@ -577,8 +577,17 @@ class TestCli : public QObject {
     QCOMPARE(s.code, 0);
     const QString sa = QString("stream prefetch %1").arg(phaselab::default_stream_prefetch_bytes());
     QVERIFY2(s.out.contains("A/B tg8: stream prefetch 2048 / " + sa + " = "), qPrintable(s.out));
-    QVERIFY2(s.out.contains("(over 16 MiB: " + QString::number(phaselab::default_stream_prefetch_bytes()) + ")"),
+    const QString ways = QString::number(phaselab::default_stream_ways());
+    QVERIFY2(s.out.contains("(over 16 MiB: " + QString::number(phaselab::default_stream_prefetch_bytes()) + ", in " +
+                            ways + (ways == "1" ? " way)" : " ways)")),
              qPrintable(s.out));
+    env.remove("PHASELAB_CPU_STREAM_WAYS");
+    const Run w = cli({"bench", "-m", stories(), "-p", "0", "-n", "8", "-r", "2", "--no-peaks", "--ab", "stream-ways=3"}, {}, env);
+    QCOMPARE(w.code, 0);
+    QVERIFY2(w.out.contains("A/B tg8: stream ways 3 / stream ways " + ways + " = "), qPrintable(w.out));
+    expect_bad_input(cli({"bench", "-m", stories(), "--ab", "stream-ways=0"}));
+    expect_bad_input(cli({"bench", "-m", stories(), "--ab", "stream-ways=9"}));
+    expect_bad_input(cli({"bench", "-m", stories(), "--ab", "stream-ways=four"}));
     expect_bad_input(cli({"bench", "-m", stories(), "--ab", "turbo"}));
     expect_bad_input(cli({"bench", "-m", stories(), "--ab", "prefetch=-4"}));
     expect_bad_input(cli({"bench", "-m", stories(), "--ab", "stream-prefetch=2MiB"}));

@@ -56,8 +56,9 @@ struct AbSpec {
 };
 
 // "decode-rows", "row-tiles" (each off against on), "prefetch=BYTES" or
-// "stream-prefetch=BYTES" (the distance in effect against BYTES), from the
-// switches sw in effect.
+// "stream-prefetch=BYTES" (the distance in effect against BYTES),
+// "stream-ways=N" (the ways in effect against N), from the switches sw in
+// effect.
 Result<AbSpec> parse_ab(const std::string& text, const CpuSwitches& sw) {
   AbSpec ab;
   ab.a = ab.b = sw;
@@ -79,9 +80,20 @@ Result<AbSpec> parse_ab(const std::string& text, const CpuSwitches& sw) {
     ab.label_a = what + std::to_string(stream ? sw.stream_prefetch_bytes : sw.decode_prefetch_bytes);
     (stream ? ab.b.stream_prefetch_bytes : ab.b.decode_prefetch_bytes) = bytes;
     ab.label_b = what + std::to_string(bytes);
+  } else if (text.rfind("stream-ways=", 0) == 0) {
+    int ways = 0;
+    const std::string v = text.substr(text.find('=') + 1);
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), ways);
+    if (ec != std::errc() || end != v.data() + v.size() || ways < 1 || ways > kMaxStreamWays)
+      return invalid_argument("'" + v + "' is not a number of ways (1 to " + std::to_string(kMaxStreamWays) +
+                              "; e.g. --ab stream-ways=4)");
+    ab.label_a = "stream ways " + std::to_string(sw.stream_ways);
+    ab.b.stream_ways = ways;
+    ab.label_b = "stream ways " + std::to_string(ways);
   } else {
     return invalid_argument("'" + text +
-                            "' is not a switch to alternate: decode-rows, row-tiles, prefetch=BYTES or stream-prefetch=BYTES");
+                            "' is not a switch to alternate: decode-rows, row-tiles, prefetch=BYTES, "
+                            "stream-prefetch=BYTES or stream-ways=N");
   }
   return ab;
 }
@@ -389,7 +401,8 @@ struct BenchReport {
     const CpuSwitches sw = backend_options_from_environment().cpu;
     const bool kernels = backend == "cpu-avx512-vnni" && sw.repack;
     if (o.ab->a.decode_prefetch_bytes == o.ab->b.decode_prefetch_bytes &&
-        o.ab->a.stream_prefetch_bytes == o.ab->b.stream_prefetch_bytes && !kernels)
+        o.ab->a.stream_prefetch_bytes == o.ab->b.stream_prefetch_bytes && o.ab->a.stream_ways == o.ab->b.stream_ways &&
+        !kernels)
       return "; NOTE: this backend's kernels have no decode rows or row tiles (AVX-512 kernels of repacked weights): "
              "both states ran the same code";
     return "";
@@ -401,7 +414,8 @@ struct BenchReport {
     const CpuSwitches sw = backend_options_from_environment().cpu;
     return "repack " + std::string(sw.repack ? "on" : "off") + ", huge pages " + (sw.huge_pages ? "on" : "off") +
            ", decode prefetch " + std::to_string(sw.decode_prefetch_bytes) + " bytes ahead" +
-           " (over 16 MiB: " + std::to_string(sw.stream_prefetch_bytes) + ")" +
+           " (over 16 MiB: " + std::to_string(sw.stream_prefetch_bytes) + ", in " + std::to_string(sw.stream_ways) +
+           (sw.stream_ways == 1 ? " way)" : " ways)") +
            ", row tiles " + (sw.row_tiles ? "on" : "off") + ", decode rows " + (sw.decode_rows ? "on" : "off") +
            (sw.isa_cap.empty() ? "" : ", ISA cap " + sw.isa_cap);
   }
@@ -536,7 +550,7 @@ void BenchReport::print_table() const {
                 "(~50 ns: cores that share a last-level cache; ~300 ns: cores apart, e.g. on two AMD CCDs)\n",
                 trip_text(trip_before).c_str(), trip_text(trip_after).c_str());
   if (backend.rfind("cpu-", 0) == 0 && backend != "cpu-reference")
-    std::printf("cpu switches: %s (PHASELAB_CPU_REPACK, _HUGEPAGES, _PREFETCH_BYTES, _STREAM_PREFETCH_BYTES, _ROW_TILES, _DECODE_ROWS, _ISA)\n", cpu_switches().c_str());
+    std::printf("cpu switches: %s (PHASELAB_CPU_REPACK, _HUGEPAGES, _PREFETCH_BYTES, _STREAM_PREFETCH_BYTES, _STREAM_WAYS, _ROW_TILES, _DECODE_ROWS, _ISA)\n", cpu_switches().c_str());
   for (const auto& r : results) {
     if (r.n_prompt > 0 && compute.ops_per_s > 0) print_prefill(r);
     if (r.n_gen > 0) {
@@ -626,9 +640,10 @@ int cmd_bench(int argc, char** argv) {
                 "  --batch 1,2,4,8,16,32: for each batch size B, B sequences of -p tokens (default 128) prefilled\n"
                 "  together, then -n decode steps (default 32) for all B at once: aggregate tokens/s, each\n"
                 "  sequence's TPOT, and the batch where decode turns compute-bound (-r defaults to 1).\n"
-                "  --ab decode-rows|row-tiles|prefetch=BYTES|stream-prefetch=BYTES: each test with that CPU\n"
-                "  switch in two states (off and on; the distance in effect and BYTES: prefetch for decode's\n"
-                "  matrices, stream-prefetch for those over 16 MiB, such as the output matrix), alternating in\n"
+                "  --ab decode-rows|row-tiles|prefetch=BYTES|stream-prefetch=BYTES|stream-ways=N: each test with\n"
+                "  that CPU switch in two states (off and on; the distance in effect and BYTES: prefetch for\n"
+                "  decode's matrices, stream-prefetch for those over 16 MiB, such as the output matrix; the\n"
+                "  ways in effect and N: each thread's share of those read as N streams), alternating in\n"
                 "  the same minutes (tg token by token, pp run by run): both states' tokens/s and their ratio,\n"
                 "  run by run. For choosing a switch on a machine whose speed drifts between runs.\n%s",
                 kEngineHelp);

@@ -57,6 +57,14 @@ int default_stream_prefetch_bytes() {
   return bytes;
 }
 
+int default_stream_ways() {
+  static const int ways = [] {
+    const AmdCore core = amd_core();
+    return core.family_19h && core.avx512 ? 4 : 1;
+  }();
+  return ways;
+}
+
 int default_max_batch(BackendKind kind) { return kind == BackendKind::cuda ? 512 : 64; }
 
 BackendOptions backend_options_from_environment() {
@@ -70,6 +78,8 @@ BackendOptions backend_options_from_environment() {
     o.cpu.decode_prefetch_bytes = std::min(std::atoi(v), kMaxPrefetchBytes);
   if (const char* v = env("PHASELAB_CPU_STREAM_PREFETCH_BYTES"); v && std::atoi(v) >= 0)
     o.cpu.stream_prefetch_bytes = std::min(std::atoi(v), kMaxPrefetchBytes);
+  if (const char* v = env("PHASELAB_CPU_STREAM_WAYS"); v && std::atoi(v) >= 1)
+    o.cpu.stream_ways = std::min(std::atoi(v), kMaxStreamWays);
   o.cuda.graphs = env_flag("PHASELAB_CUDA_GRAPHS", o.cuda.graphs);
   o.cuda.tiled_attention = env_flag("PHASELAB_CUDA_ATTN_TILED", o.cuda.tiled_attention);
   // A positive number of rows; anything else keeps the default.

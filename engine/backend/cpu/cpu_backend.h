@@ -41,8 +41,8 @@ class CpuBackend final : public Backend {
              const CpuSwitches& sw)
       : model_(std::move(model)), c_(model_->config()), w_(model_->weights()), pool_(n_threads), max_batch_(max_batch),
         k_fast_(kernels), repack_(sw.repack), huge_pages_(sw.huge_pages), decode_prefetch_bytes_(sw.decode_prefetch_bytes),
-        stream_prefetch_bytes_(sw.stream_prefetch_bytes), row_tiles_(sw.row_tiles),
-        decode_rows_(sw.decode_rows) {}
+        stream_prefetch_bytes_(sw.stream_prefetch_bytes), stream_ways_(std::clamp(sw.stream_ways, 1, kMaxStreamWays)),
+        row_tiles_(sw.row_tiles), decode_rows_(sw.decode_rows) {}
 
   // Allocates the work buffers (and repacks the weights): once.
   Status init();
@@ -62,6 +62,7 @@ class CpuBackend final : public Backend {
     row_tiles_ = sw.row_tiles;
     decode_prefetch_bytes_ = std::clamp(sw.decode_prefetch_bytes, 0, kMaxPrefetchBytes);
     stream_prefetch_bytes_ = std::clamp(sw.stream_prefetch_bytes, 0, kMaxPrefetchBytes);
+    stream_ways_ = std::clamp(sw.stream_ways, 1, kMaxStreamWays);
     return true;
   }
   void run_host_tasks(int n, const std::function<void(int)>& fn) override {
@@ -350,6 +351,7 @@ class CpuBackend final : public Backend {
   bool huge_pages_;                              // ... into 2 MiB pages (CpuSwitches::huge_pages)
   int decode_prefetch_bytes_;                    // CpuSwitches::decode_prefetch_bytes
   int stream_prefetch_bytes_;                    // CpuSwitches::stream_prefetch_bytes
+  int stream_ways_;                              // CpuSwitches::stream_ways
   bool row_tiles_;                               // CpuSwitches::row_tiles
   bool decode_rows_;                             // CpuSwitches::decode_rows
   // Rows of row_bytes in decode_prefetch_bytes_ (rounded up; 0: none).

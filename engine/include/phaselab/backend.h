@@ -222,6 +222,15 @@ int default_decode_prefetch_bytes();
 // default_decode_prefetch_bytes() (on Zen 5 the prefetch was what took
 // that stream from 60 to 71-81 GB/s).
 int default_stream_prefetch_bytes();
+// The most ways a decode step's thread reads such a matrix in (CpuSwitches::stream_ways).
+constexpr int kMaxStreamWays = 8;
+// How many ways a thread reads its share of such a matrix in, measured best
+// on this kind of core (bench --ab stream-ways=N, Gemma 3 270M tg128,
+// docs/benchmarks.md): 4 on Zen 4 (AMD family 19h with AVX-512), where with
+// the VM's two vCPUs on different CCDs (more memory bandwidth for each)
+// four ways measured 1.04-1.07x one and with them on one CCD 0.99-1.01x;
+// 1 elsewhere (not yet measured).
+int default_stream_ways();
 struct CpuSwitches {
   std::string isa_cap;  // "" the best the CPU supports; "portable" | "avx2" | "avx-vnni" caps it (PHASELAB_CPU_ISA)
   bool repack = true;   // repack matrices at load (PHASELAB_CPU_REPACK=0 keeps the file's layout)
@@ -248,6 +257,11 @@ struct CpuSwitches {
   // it is not yet measured), default_stream_prefetch_bytes()
   // (PHASELAB_CPU_STREAM_PREFETCH_BYTES; 0: none). Repacked weights only.
   int stream_prefetch_bytes = default_stream_prefetch_bytes();  // at most kMaxPrefetchBytes
+  // A decode step's share of such a matrix read by each thread as this many
+  // ascending streams, a row of each in turn (PHASELAB_CPU_STREAM_WAYS, 1 to
+  // kMaxStreamWays; 1: one stream): more misses in flight than the
+  // hardware prefetcher keeps for one stream. default_stream_ways().
+  int stream_ways = default_stream_ways();
   // Prefill's Q5_0 and Q8_0 products as row tiles (16 rows interleaved, 4
   // tokens a call; cpu_kernels.h kRowTile) where the kernels have them
   // (AVX-512); off: the paired 2-row x 8-token kernels (PHASELAB_CPU_ROW_TILES=0).
