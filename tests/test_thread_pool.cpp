@@ -60,15 +60,19 @@ class TestThreadPool : public QObject {
     ThreadPool one(1);
     QVERIFY(one.round_trip_ns() < 0);
     ThreadPool pool(2);
-    // A second thread that never comes in time (on a loaded machine: -1)
-    // must not hang the call; else a time between two cores.
+    // A second thread that never comes in time (another process on its
+    // CPU: -1) must not hang the call; a figure comes at least once in 50
+    // where there are two CPUs.
+    int measured = 0;
     for (int i = 0; i < 50; i++) {
       const double ns = pool.round_trip_ns(8);
-      QVERIFY2(ns < 0 || (ns > 0 && ns < 1e8), qPrintable(QString::number(ns)));
+      QVERIFY2(ns == -1 || (ns > 0 && ns < 1e9), qPrintable(QString::number(ns)));
+      measured += ns > 0;
     }
+    if (std::thread::hardware_concurrency() >= 2) QVERIFY(measured > 0);
     // Pinned to two CPUs: a figure, or -1 when the second CPU was busy
-    // with other work for 20 ms at each of five tries (ctest runs tests side
-    // by side); never a hang, zero or NaN. One CPU: -1.
+    // with another process for 20 ms at each of five tries; never a hang,
+    // zero or NaN. One CPU: -1.
     const double ns = core_round_trip_ns();
     if (allowed_cpus().size() >= 2) QVERIFY2(ns > 0 || ns == -1, qPrintable(QString::number(ns)));
     else QCOMPARE(ns, -1.0);

@@ -334,6 +334,7 @@ struct BenchReport {
   double machine_gbps = 0;  // the machine's read bandwidth
   double ops_per_token = 0;
   ComputePeak compute;
+  bool on_cores = false;                     // a cpu backend with 2+ threads: the round trips were asked for
   double trip_before = -1, trip_after = -1;  // core_round_trip_ns() around the tests
 
   BenchReport(Session& s_, const EngineSetup& setup_, const BenchOptions& o_, const MachinePeaks& peaks_,
@@ -545,9 +546,10 @@ void BenchReport::print_table() const {
   if (const ModelConfig& c = s.model().config(); c.is_moe())
     std::printf("mixture of experts: %d of %d experts per token, %.3f of %.3f GB of weights read per token\n",
                 c.n_expert_used, c.n_expert, weight_gb, s.model().weight_bytes() / 1e9);
-  if (trip_before > 0 || trip_after > 0)
-    std::printf("threads: a cache line between two threads' cores and back took %s before the tests, %s after "
-                "(~50 ns: cores that share a last-level cache; ~300 ns: cores apart, e.g. on two AMD CCDs)\n",
+  if (on_cores)
+    std::printf("threads: a cache line between the first two CPUs this process may use and back took %s before the "
+                "tests, %s after (~50 ns: cores that share a last-level cache; ~300 ns: cores apart, e.g. on two AMD "
+                "CCDs)\n",
                 trip_text(trip_before).c_str(), trip_text(trip_after).c_str());
   if (backend.rfind("cpu-", 0) == 0 && backend != "cpu-reference")
     std::printf("cpu switches: %s (PHASELAB_CPU_REPACK, _HUGEPAGES, _PREFETCH_BYTES, _STREAM_PREFETCH_BYTES, _STREAM_WAYS, _ROW_TILES, _DECODE_ROWS, _ISA)\n", cpu_switches().c_str());
@@ -700,6 +702,7 @@ int cmd_bench(int argc, char** argv) {
 
   BenchReport rep(s, *setup, *bo, peaks, n_threads);
   rep.results = std::move(*results);
+  rep.on_cores = on_cores;
   rep.trip_before = trip_before;
   rep.trip_after = trip_after;
   rep.spec = spec;

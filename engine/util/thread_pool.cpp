@@ -169,8 +169,10 @@ double ThreadPool::round_trip_ns(int n_trips) {
     arrived.fetch_add(1, std::memory_order_acq_rel);
     if (i == 1) {
       for (int k = 0; k < n_trips; k++) {
-        while (ball.load(std::memory_order_acquire) != 2 * k + 1)
+        while (ball.load(std::memory_order_acquire) != 2 * k + 1) {
           if (gave_up.load(std::memory_order_acquire)) return;
+          PHASELAB_PAUSE();
+        }
         ball.store(2 * k + 2, std::memory_order_release);
       }
       return;

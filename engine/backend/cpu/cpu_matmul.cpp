@@ -546,7 +546,7 @@ void CpuBackend::repacked_tiles(const Repacked& rp, const uint8_t* trows, size_t
     // A lone token's share of a streamed matrix in stream_ways_ ascending
     // streams a row of each in turn (CpuSwitches::stream_ways): one stream
     // a core left memory bandwidth unused where each core has its own path
-    // to memory (Zen 4 vCPUs on two CCDs: four ways 1.04-1.07x one, on one
+    // to memory (Zen 4 vCPUs on two CCDs: four ways 1.04-1.09x one, on one
     // CCD 0.99-1.01x). Each row's sum is the one-row kernel's, as below.
     if (stream && t1 - t0 == 1 && stream_ways_ > 1 && r1 - r >= 2 * stream_ways_) {
       const int W = stream_ways_;

@@ -228,7 +228,7 @@ constexpr int kMaxStreamWays = 8;
 // on this kind of core (bench --ab stream-ways=N, Gemma 3 270M tg128,
 // docs/benchmarks.md): 4 on Zen 4 (AMD family 19h with AVX-512), where with
 // the VM's two vCPUs on different CCDs (more memory bandwidth for each)
-// four ways measured 1.04-1.07x one and with them on one CCD 0.99-1.01x;
+// four ways measured 1.04-1.09x one and with them on one CCD 0.99-1.01x;
 // 1 elsewhere (not yet measured).
 int default_stream_ways();
 struct CpuSwitches {
@@ -260,7 +260,9 @@ struct CpuSwitches {
   // A decode step's share of such a matrix read by each thread as this many
   // ascending streams, a row of each in turn (PHASELAB_CPU_STREAM_WAYS, 1 to
   // kMaxStreamWays; 1: one stream): more misses in flight than the
-  // hardware prefetcher keeps for one stream. default_stream_ways().
+  // hardware prefetcher keeps for one stream. default_stream_ways(). With
+  // stream_prefetch_bytes set, each way prefetches that far ahead (W times
+  // the distance in flight).
   int stream_ways = default_stream_ways();
   // Prefill's Q5_0 and Q8_0 products as row tiles (16 rows interleaved, 4
   // tokens a call; cpu_kernels.h kRowTile) where the kernels have them
