@@ -34,15 +34,21 @@ namespace {
 
 // ---- Options ----
 
+// text as a whole decimal integer from lo to hi, or none.
+std::optional<int> int_in(const std::string& text, int lo, int hi) {
+  int v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size() || v < lo || v > hi) return std::nullopt;
+  return v;
+}
+
 // "0,2000,8000": depths from 0 to 1 << 20, each once, in the order given.
 Result<std::vector<int>> parse_depths(const std::string& text) {
   std::vector<int> out;
   for (const std::string& item : split_commas(text)) {
-    int v = -1;
-    const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
-    if (ec != std::errc() || end != item.data() + item.size() || v < 0 || v > (1 << 20))
-      return invalid_argument("'" + item + "' is not a depth (a token count from 0 to 1048576; e.g. -d 0,2000)");
-    if (std::find(out.begin(), out.end(), v) == out.end()) out.push_back(v);
+    const std::optional<int> v = int_in(item, 0, 1 << 20);
+    if (!v) return invalid_argument("'" + item + "' is not a depth (a token count from 0 to 1048576; e.g. -d 0,2000)");
+    if (std::find(out.begin(), out.end(), *v) == out.end()) out.push_back(*v);
   }
   if (out.empty()) return invalid_argument("no depth given (e.g. -d 2000 or -d 0,2000,8000)");
   return out;
@@ -70,26 +76,24 @@ Result<AbSpec> parse_ab(const std::string& text, const CpuSwitches& sw) {
     ab.label_a = "row tiles off", ab.label_b = "row tiles on";
   } else if (text.rfind("prefetch=", 0) == 0 || text.rfind("stream-prefetch=", 0) == 0) {
     const bool stream = text[0] == 's';
-    int bytes = -1;
     const std::string v = text.substr(text.find('=') + 1);
-    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), bytes);
-    if (ec != std::errc() || end != v.data() + v.size() || bytes < 0 || bytes > kMaxPrefetchBytes)
+    const std::optional<int> bytes = int_in(v, 0, kMaxPrefetchBytes);
+    if (!bytes)
       return invalid_argument("'" + v + "' is not a prefetch distance (bytes from 0 to " + std::to_string(kMaxPrefetchBytes) +
                               "; e.g. --ab " + (stream ? "stream-" : "") + "prefetch=16384)");
     const std::string what = stream ? "stream prefetch " : "prefetch ";
     ab.label_a = what + std::to_string(stream ? sw.stream_prefetch_bytes : sw.decode_prefetch_bytes);
-    (stream ? ab.b.stream_prefetch_bytes : ab.b.decode_prefetch_bytes) = bytes;
-    ab.label_b = what + std::to_string(bytes);
+    (stream ? ab.b.stream_prefetch_bytes : ab.b.decode_prefetch_bytes) = *bytes;
+    ab.label_b = what + std::to_string(*bytes);
   } else if (text.rfind("stream-ways=", 0) == 0) {
-    int ways = 0;
     const std::string v = text.substr(text.find('=') + 1);
-    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), ways);
-    if (ec != std::errc() || end != v.data() + v.size() || ways < 1 || ways > kMaxStreamWays)
+    const std::optional<int> ways = int_in(v, 1, kMaxStreamWays);
+    if (!ways)
       return invalid_argument("'" + v + "' is not a number of ways (1 to " + std::to_string(kMaxStreamWays) +
                               "; e.g. --ab stream-ways=4)");
     ab.label_a = "stream ways " + std::to_string(sw.stream_ways);
-    ab.b.stream_ways = ways;
-    ab.label_b = "stream ways " + std::to_string(ways);
+    ab.b.stream_ways = *ways;
+    ab.label_b = "stream ways " + std::to_string(*ways);
   } else {
     return invalid_argument("'" + text +
                             "' is not a switch to alternate: decode-rows, row-tiles, prefetch=BYTES, "

@@ -543,43 +543,38 @@ void CpuBackend::repacked_tiles(const Repacked& rp, const uint8_t* trows, size_t
         }
       }
     }
+    // Row i with every token: dot4 four tokens at a time, then dot1.
+    auto one_row = [&](int64_t i) {
+      const uint8_t* row = rp.rows + i * row_bytes;
+      if (ahead > 0) prefetch_rows(row + ahead * row_bytes, row_bytes, end);
+      int t = t0;
+      const uint8_t* trow = trows + (i - tr0) * tb;  // (dot4's; dot1 reads the stored row)
+      if (each && t1 - t0 >= 4) trow = unpack_rows(rp.f, row, 1, n_in, each);
+      for (; t + 4 <= t1; t += 4) {
+        dot4(trow, &act_g_[t * gs], gs, &act_[t * nb], nb, n_in, v4);
+        if (precise) dot4(trow, &act_lo_g_[t * gs], gs, &act_lo_[t * nb], nb, n_in, lo4);
+        for (int j = 0; j < 4; j++) out[(t + j) * n_out + i] = precise ? v4[j] + lo4[j] : v4[j];
+      }
+      for (; t < t1; t++) {
+        dot1(row, &act_g_[t * gs], 0, &act_[t * nb], 0, n_in, v4);
+        if (precise) dot1(row, &act_lo_g_[t * gs], 0, &act_lo_[t * nb], 0, n_in, lo4);
+        out[t * n_out + i] = precise ? v4[0] + lo4[0] : v4[0];
+      }
+    };
     // A lone token's share of a streamed matrix in stream_ways_ ascending
     // streams a row of each in turn (CpuSwitches::stream_ways): one stream
     // a core left memory bandwidth unused where each core has its own path
     // to memory (Zen 4 vCPUs on two CCDs: four ways 1.04-1.09x one, on one
-    // CCD 0.99-1.01x). Each row's sum is the one-row kernel's, as below.
+    // CCD 0.99-1.01x). Each row is one_row's, in another order.
     if (stream && t1 - t0 == 1 && stream_ways_ > 1 && r1 - r >= 2 * stream_ways_) {
       const int W = stream_ways_;
       const int64_t per = (r1 - r) / W;  // rows a way; the last r1 - r - W * per go below
       for (int w = 1; w < W && ahead > 0; w++) prefetch_rows(rp.rows + (r + w * per) * row_bytes, ahead * row_bytes, end);
       for (int64_t k = 0; k < per; k++)
-        for (int w = 0; w < W; w++) {
-          const int64_t rw = r + w * per + k;
-          const uint8_t* row = rp.rows + rw * row_bytes;
-          if (ahead > 0) prefetch_rows(row + ahead * row_bytes, row_bytes, end);
-          dot1(row, &act_g_[t0 * gs], 0, &act_[t0 * nb], 0, n_in, v4);
-          if (precise) dot1(row, &act_lo_g_[t0 * gs], 0, &act_lo_[t0 * nb], 0, n_in, lo4);
-          out[t0 * n_out + rw] = precise ? v4[0] + lo4[0] : v4[0];
-        }
+        for (int w = 0; w < W; w++) one_row(r + w * per + k);
       r += W * per;
     }
-    for (; r < r1; r++) {
-      const uint8_t* row = rp.rows + r * row_bytes;
-      if (ahead > 0) prefetch_rows(row + ahead * row_bytes, row_bytes, end);
-      int t = t0;
-      const uint8_t* trow = trows + (r - tr0) * tb;  // (dot4's; dot1 reads the stored row)
-      if (each && t1 - t0 >= 4) trow = unpack_rows(rp.f, row, 1, n_in, each);
-      for (; t + 4 <= t1; t += 4) {
-        dot4(trow, &act_g_[t * gs], gs, &act_[t * nb], nb, n_in, v4);
-        if (precise) dot4(trow, &act_lo_g_[t * gs], gs, &act_lo_[t * nb], nb, n_in, lo4);
-        for (int j = 0; j < 4; j++) out[(t + j) * n_out + r] = precise ? v4[j] + lo4[j] : v4[j];
-      }
-      for (; t < t1; t++) {
-        dot1(row, &act_g_[t * gs], 0, &act_[t * nb], 0, n_in, v4);
-        if (precise) dot1(row, &act_lo_g_[t * gs], 0, &act_lo_[t * nb], 0, n_in, lo4);
-        out[t * n_out + r] = precise ? v4[0] + lo4[0] : v4[0];
-      }
-    }
+    for (; r < r1; r++) one_row(r);
   }
 }
 
