@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "phaselab/sampler.h"
+#include "sampling/vocab_passes.h"
 
 using namespace phaselab;
 
@@ -516,6 +517,99 @@ class TestSampler : public QObject {
       }
     }
     QCOMPARE(tasks_run, task_calls * Sampler::kVocabSlices);
+  }
+
+  // The vocabulary passes (vocab_passes.h), each build this CPU runs (the
+  // baseline always; AVX2 and AVX-512 where present) against plain scalar
+  // definitions: the maximum, the first position at or above a value and
+  // the candidates gathered in a band exactly; the softmax sums against double exp
+  // (1e-6) and bitwise against the baseline build's, blocks, tail and
+  // stored terms alike. Lengths around the 16-lane, 64-value and 1024-value
+  // steps, NaN, -inf and +inf among the values, cutoffs that gather none,
+  // some, all.
+  void vocab_passes_agree_in_every_build() {
+    using vocab::Isa;
+    const vocab::Passes* base = vocab::passes_for(Isa::baseline);
+    QVERIFY(base);
+    std::vector<const vocab::Passes*> builds = {base};
+    for (Isa isa : {Isa::avx2, Isa::avx512})
+      if (const vocab::Passes* p = vocab::passes_for(isa)) builds.push_back(p);
+    QVERIFY(std::find(builds.begin(), builds.end(), &vocab::best_passes()) != builds.end());
+    qInfo("vocabulary passes: %d builds here, %s chosen", static_cast<int>(builds.size()), vocab::best_passes().name);
+    const float inf = std::numeric_limits<float>::infinity();
+    std::mt19937 rng(23);
+    std::normal_distribution<float> g(0.f, 3.f);
+    for (int n : {0, 1, 15, 16, 17, 63, 64, 65, 1000, 1023, 1024, 1025, 2048, 5000, 70001}) {
+      for (const char* shape : {"normal", "specials", "ties"}) {
+        std::vector<float> x(static_cast<size_t>(n));
+        for (float& v : x) v = shape[0] == 't' ? static_cast<float>(rng() % 4) : g(rng);
+        if (shape[0] == 's' && n > 0)
+          for (int i = 0; i < n; i += 1 + static_cast<int>(rng() % 97)) x[i] = (i % 3 == 0) ? NAN : -inf;
+        const QString what = QString("n=%1 %2").arg(n).arg(shape);
+        // The scalar definitions.
+        float mx = -inf;
+        for (float v : x) mx = v > mx ? v : mx;
+        for (const vocab::Passes* p : builds) {
+          const QString at = what + " " + p->name;
+          const float got_mx = p->max_logit(x.data(), n);
+          QVERIFY2(std::memcmp(&got_mx, &mx, sizeof mx) == 0, qPrintable(at + ": maximum"));
+          for (float v : {mx, mx - 1.f, -inf, inf}) {
+            int32_t want = -1;
+            for (int i = 0; i < n && want < 0; i++)
+              if (x[i] >= v) want = i;
+            QVERIFY2(p->first_at_least(x.data(), n, v) == want, qPrintable(at + QString(": first >= %1").arg(v)));
+          }
+          for (float lo : {mx, mx - 2.f, mx - 6.f, -inf, inf})
+            for (float hi : {inf, mx, mx - 1.f, mx - 3.f, -inf}) {
+              vocab::Candidates want, got;
+              for (int i = 0; i < n; i++)
+                if (x[i] >= lo && (hi == inf || x[i] < hi)) want.emplace_back(x[i], 1000 + i);
+              p->gather_band(x.data(), n, 1000, lo, hi, &got);
+              QVERIFY2(got == want, qPrintable(at + QString(": gathered in [%1, %2)").arg(lo).arg(hi)));
+            }
+        }
+        if (!std::isfinite(mx)) continue;  // (the sums take the maximum as given)
+        // The softmax sums: double exp, then every build bitwise the baseline's.
+        for (float inv_t : {1.f, 1.f / 0.7f}) {
+          double want = 0;
+          for (float v : x) want += v == v ? std::exp((static_cast<double>(v) - mx) * inv_t) : 0.0;
+          struct Sums {
+            std::vector<double> blocks;
+            double tail = -1;
+            std::vector<float> terms;
+            vocab::Candidates cand;
+          } ref;
+          for (const vocab::Passes* p : builds) {
+            const QString at = what + " " + p->name + QString(" 1/T=%1").arg(inv_t);
+            Sums s;
+            s.terms.assign(static_cast<size_t>(n), -1.f);
+            p->sum_exp_stored(x.data(), n, mx, inv_t, s.terms.data(), &s.blocks, &s.tail);
+            QCOMPARE(s.blocks.size(), static_cast<size_t>(n / vocab::kExpBlock));
+            double sum = s.tail;
+            for (double b : s.blocks) sum += b;
+            QVERIFY2(std::fabs(sum - want) <= 1e-6 * want, qPrintable(at + QString(": sum %1 against %2").arg(sum).arg(want)));
+            Sums gathered;
+            if (inv_t == 1.f) {
+              p->sum_exp_gather(x.data(), n, 7, mx, mx - 2.f, &gathered.cand, &gathered.blocks, &gathered.tail);
+              QVERIFY2(gathered.blocks == s.blocks && gathered.tail == s.tail, qPrintable(at + ": the gathering sum"));
+              vocab::Candidates cand;
+              p->gather_band(x.data(), n, 7, mx - 2.f, inf, &cand);
+              QVERIFY2(gathered.cand == cand, qPrintable(at + ": the candidates gathered with the sum"));
+              s.cand = gathered.cand;
+            }
+            if (p == base) {
+              ref = s;
+              continue;
+            }
+            QVERIFY2(s.blocks == ref.blocks && std::memcmp(&s.tail, &ref.tail, sizeof s.tail) == 0,
+                     qPrintable(at + ": block sums differ from the baseline build's"));
+            QVERIFY2(std::memcmp(s.terms.data(), ref.terms.data(), s.terms.size() * sizeof(float)) == 0,
+                     qPrintable(at + ": stored terms differ from the baseline build's"));
+            QVERIFY2(s.cand == ref.cand, qPrintable(at + ": candidates differ from the baseline build's"));
+          }
+        }
+      }
+    }
   }
 
   // Without truncation sample() draws from the exponentials directly (block

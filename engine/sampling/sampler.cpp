@@ -1,143 +1,27 @@
 #include "phaselab/sampler.h"
 
+#include "vocab_passes.h"
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
-#include <bit>
 #include <limits>
 
 namespace phaselab {
 
 namespace {
 
-// exp(x) for x <= 0 in plain arithmetic the compiler vectorises (SSE2 and
-// up, no library call): x = n ln2 + r with |r| <= ln2/2, e^r by its Taylor
-// polynomial to r^6 (relative error < 2e-7, float's own), 2^n in the
-// exponent bits. Below -87 the result is flushed to 0 (float's normal range).
-[[gnu::always_inline]] inline float exp_nonpositive(float x) {
-  const bool tiny = !(x >= -87.f);  // NaN too
-  x = tiny ? -87.f : x;
-  // n = round(x / ln2): adding 1.5 * 2^23 rounds to an integer in float.
-  const float n = (x * 1.44269504f + 12582912.f) - 12582912.f;
-  const float r = (x - n * 0.693145752f) - n * 1.42860677e-6f;  // ln2 split hi + lo
-  const float p =
-      1.f + r * (1.f + r * (0.5f + r * (1.6666667e-1f + r * (4.1666668e-2f + r * (8.3333338e-3f + r * 1.3888889e-3f)))));
-  const float scale = std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
-  return tiny ? 0.f : p * scale;
-}
+using vocab::exp_nonpositive;
+using vocab::kExpBlock;
 
-// The passes over the whole vocabulary, compiled for AVX-512, AVX2 and the
-// baseline, the best chosen when the program loads (GCC's target_clones; the
-// arithmetic per lane is the same in each). A 262144-entry softmax sum on
-// one Zen 5 core: see docs/benchmarks.md.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
-#define PHASELAB_VOCAB_PASS [[gnu::target_clones("avx512f", "avx2", "default")]]
-#else
-#define PHASELAB_VOCAB_PASS
-#endif
-
-// The largest logit (NaN ignored), in 16 independent lanes.
-PHASELAB_VOCAB_PASS float max_logit(const float* x, int n) {
-  constexpr int L = 16;
-  float lane[L];
-  for (float& m : lane) m = -std::numeric_limits<float>::infinity();
-  int i = 0;
-  for (; i + L <= n; i += L)
-    for (int l = 0; l < L; l++) lane[l] = x[i + l] > lane[l] ? x[i + l] : lane[l];
-  float best = lane[0];
-  for (int l = 1; l < L; l++) best = lane[l] > best ? lane[l] : best;
-  for (; i < n; i++) best = x[i] > best ? x[i] : best;
-  return best;
-}
-
-// sum_i exp((x_i - mx) * inv_t), writing each term to out when kStore: 16
-// float lanes over blocks of 1024 terms (few enough that float keeps the
-// partial sums to ~1e-7), each block's sum appended to *blocks (in double)
-// and the values after the last whole block summed into *tail. The whole
-// sum is then the blocks added in order, plus the tail: the
-// same double whether the values came in one slice or several whose
-// bounds are whole blocks.
-constexpr int kExpBlock = 1024;
-
-// kGather: also appends (x[i], id0 + i) for every x[i] >= cutoff to cand, in
-// id order (the top-p pass: the sum and the first candidates in one read).
-template <bool kStore, bool kGather = false>
-[[gnu::always_inline]] inline void sum_exp_body(const float* x, int n, float mx, float inv_t, float* out,
-                                                std::vector<double>* blocks, double* tail, int id0 = 0,
-                                                float cutoff = 0.f,
-                                                std::vector<std::pair<float, int32_t>>* cand = nullptr) {
-  constexpr int L = 16, kBlock = kExpBlock;
-  int i = 0;
-  for (; i + kBlock <= n; i += kBlock) {
-    float lane[L] = {};
-    for (int j = i; j < i + kBlock; j += L) {
-      float e[L];
-      for (int l = 0; l < L; l++) e[l] = exp_nonpositive((x[j + l] - mx) * inv_t);
-      for (int l = 0; l < L; l++) lane[l] += e[l];
-      if constexpr (kStore)
-        for (int l = 0; l < L; l++) out[j + l] = e[l];
-      if constexpr (kGather) {
-        int any = 0;
-        for (int l = 0; l < L; l++) any |= x[j + l] >= cutoff;
-        if (any)
-          for (int l = 0; l < L; l++)
-            if (x[j + l] >= cutoff) cand->emplace_back(x[j + l], id0 + j + l);
-      }
-    }
-    double block = 0;
-    for (int l = 0; l < L; l++) block += lane[l];
-    blocks->push_back(block);
-  }
-  double t = 0;
-  for (; i < n; i++) {
-    const float e = exp_nonpositive((x[i] - mx) * inv_t);
-    if constexpr (kStore) out[i] = e;
-    if constexpr (kGather)
-      if (x[i] >= cutoff) cand->emplace_back(x[i], id0 + i);
-    t += e;
-  }
-  *tail = t;
-}
-
-PHASELAB_VOCAB_PASS void sum_exp_stored(const float* x, int n, float mx, float inv_t, float* out,
-                                        std::vector<double>* blocks, double* tail) {
-  sum_exp_body<true>(x, n, mx, inv_t, out, blocks, tail);
-}
-PHASELAB_VOCAB_PASS void sum_exp_gather(const float* x, int n, int id0, float mx, float cutoff,
-                                        std::vector<std::pair<float, int32_t>>* cand, std::vector<double>* blocks,
-                                        double* tail) {
-  sum_exp_body<false, true>(x, n, mx, 1.f, nullptr, blocks, tail, id0, cutoff, cand);
-}
-
-// Appends (x[i], id0 + i) for every x[i] >= cutoff, in id order. Blocks of
-// 16 with none above the cutoff (most of a vocabulary) cost one vector compare.
-PHASELAB_VOCAB_PASS void gather_above(const float* x, int n, int id0, float cutoff,
-                                      std::vector<std::pair<float, int32_t>>* out) {
-  constexpr int L = 16;
-  int i = 0;
-  for (; i + L <= n; i += L) {
-    int any = 0;
-    for (int l = 0; l < L; l++) any |= x[i + l] >= cutoff;
-    if (!any) continue;
-    for (int l = 0; l < L; l++)
-      if (x[i + l] >= cutoff) out->emplace_back(x[i + l], id0 + i + l);
-  }
-  for (; i < n; i++)
-    if (x[i] >= cutoff) out->emplace_back(x[i], id0 + i);
-}
+// The vocabulary passes this CPU runs fastest (vocab_passes.h).
+const vocab::Passes& passes() { return vocab::best_passes(); }
 
 // Slice s of n_slices over n values: [first, end), whole blocks of
 // kExpBlock but for the last slice's end.
 std::pair<int, int> vocab_slice(int n, int n_slices, int s) {
   const int per = (n / n_slices + kExpBlock - 1) / kExpBlock * kExpBlock;
   return {std::min(n, s * per), s + 1 == n_slices ? n : std::min(n, (s + 1) * per)};
-}
-
-// sum of exp(c.first - mx) over the candidates (float terms, double sum).
-double candidate_mass(const std::vector<std::pair<float, int32_t>>& cand, float mx) {
-  double mass = 0;
-  for (const auto& c : cand) mass += exp_nonpositive(c.first - mx);
-  return mass;
 }
 
 }  // namespace
@@ -162,15 +46,14 @@ Status SamplingParams::validate(int n_vocab) const {
 }
 
 int32_t argmax(const float* logits, int n) {
-  // The largest value in 16 independent lanes (max_logit: the compiler
-  // vectorizes it), then the first position holding it: the first of equal
-  // maxima, as a scan with ">" finds. That scan carried a dependency through
-  // every comparison and took 1.4 ms for a 262144-entry vocabulary (Gemma 3),
-  // about a tenth of a decoded token's time; this takes 0.1 ms.
-  const float best = max_logit(logits, n);
-  for (int j = 0; j < n; j++)
-    if (logits[j] == best) return j;
-  return 0;  // every value NaN
+  // The largest value in 16 lanes, then the first position holding it (the
+  // first at or above it): the first of equal maxima, as a scan with ">"
+  // finds. That scan carried a dependency through every comparison and took
+  // 1.4 ms for a 262144-entry vocabulary (Gemma 3), about a tenth of a
+  // decoded token's time; this takes 0.03 ms on one Zen 4 core.
+  const vocab::Passes& p = passes();
+  const int32_t first = p.first_at_least(logits, n, p.max_logit(logits, n));
+  return first >= 0 ? first : 0;  // (none: every value NaN)
 }
 
 void token_logprobs(const float* logits, int n_vocab, int32_t id, int n_top, TokenLogprob* out) {
@@ -228,10 +111,10 @@ void Sampler::reserve_slices() {
 
 float Sampler::vocab_max(const float* x) {
   const int S = n_slices();
-  if (S == 1) return max_logit(x, n_vocab_);
+  if (S == 1) return passes().max_logit(x, n_vocab_);
   auto slice = [&](int s) {
     const auto [a, b] = vocab_slice(n_vocab_, S, s);
-    slice_max_[s] = max_logit(x + a, b - a);
+    slice_max_[s] = passes().max_logit(x + a, b - a);
   };
   (*tasks_)(S, std::ref(slice));  // (a std::function of a reference: nothing allocated)
   float best = slice_max_[0];  // (as max_logit folds its lanes)
@@ -246,9 +129,9 @@ double Sampler::vocab_sum_exp(const float* x, float mx, float inv_t, float* out,
     slice_blocks_[s].clear();
     slice_cand_[s].clear();
     if (gather)
-      sum_exp_gather(x + a, b - a, a, mx, cutoff, S == 1 ? &cand_ : &slice_cand_[s], &slice_blocks_[s], &slice_tail_[s]);
+      passes().sum_exp_gather(x + a, b - a, a, mx, cutoff, S == 1 ? &cand_ : &slice_cand_[s], &slice_blocks_[s], &slice_tail_[s]);
     else
-      sum_exp_stored(x + a, b - a, mx, inv_t, out + a, &slice_blocks_[s], &slice_tail_[s]);
+      passes().sum_exp_stored(x + a, b - a, mx, inv_t, out + a, &slice_blocks_[s], &slice_tail_[s]);
   };
   if (S == 1) {
     slice(0);
@@ -270,13 +153,13 @@ double Sampler::vocab_sum_exp(const float* x, float mx, float inv_t, float* out,
   return sum + tail;
 }
 
-void Sampler::vocab_gather(const float* x, float cutoff) {
+void Sampler::vocab_gather(const float* x, float lo, float hi) {
   const int S = n_slices();
-  if (S == 1) return gather_above(x, n_vocab_, 0, cutoff, &cand_);
+  if (S == 1) return passes().gather_band(x, n_vocab_, 0, lo, hi, &cand_);
   auto slice = [&](int s) {
     const auto [a, b] = vocab_slice(n_vocab_, S, s);
     slice_cand_[s].clear();
-    gather_above(x + a, b - a, a, cutoff, &slice_cand_[s]);
+    passes().gather_band(x + a, b - a, a, lo, hi, &slice_cand_[s]);
   };
   (*tasks_)(S, std::ref(slice));
   for (int s = 0; s < S; s++) cand_.insert(cand_.end(), slice_cand_[s].begin(), slice_cand_[s].end());
@@ -413,14 +296,19 @@ int32_t Sampler::draw(const std::vector<std::pair<float, int32_t>>& dist) {
 // The chain without sorting the vocabulary: every rule keeps a prefix of the
 // candidates sorted by logit, so only the tokens above a logit cutoff that
 // surely holds that prefix are gathered and sorted. The cutoff starts 8 nats
-// below the largest logit (or at min-p's threshold) and moves down, twice as
-// far each time (16, 32, 64), until the gathered tokens hold top-k's k, or top-p's
-// mass of the softmax over the whole vocabulary; at worst every token. The
-// result is the one a full sort gives: the same tokens, largest first, the
-// same probabilities. With no truncation at all (top-k, top-p and min-p off)
-// every token is kept, in id order. Costs for a 262144-entry vocabulary:
-// one pass for the maximum, one for the softmax sum (top-p without top-k,
-// or no truncation), one to gather; the sort is over the few candidates.
+// below the largest logit (or at min-p's threshold) and moves down (kCutoffs:
+// a nat at a time first, where top-p's cut usually falls, then further), each
+// pass gathering only the band between the last cutoff and the new one,
+// until the gathered tokens hold top-k's k, or top-p's mass of the softmax
+// over the whole vocabulary; at worst every token. The result is the one a
+// full sort gives: the same tokens, largest first, the same probabilities
+// (the sort's order is total: by logit, then id). With no truncation at all
+// (top-k, top-p and min-p off) every token is kept, in id order. Costs for a
+// 262144-entry vocabulary: one pass for the maximum, one for the softmax sum
+// (top-p without top-k, or no truncation), usually one to gather; the sort
+// is over the few candidates. (Cutoffs twice as far each time, 16 nats after
+// 8, gathered 12-36 thousand candidates on Gemma 3's flatter rows, where
+// top-p kept about a thousand: docs/benchmarks.md.)
 void Sampler::chain(float* logits) {
   const int n = n_vocab_;
   const float mx = vocab_max(logits);
@@ -462,19 +350,26 @@ void Sampler::chain(float* logits) {
   bool unused = false;
   cand_.clear();
   const double total = top_p_alone ? vocab_sum_exp(logits, mx, 1.f, nullptr, true, cutoff_at(8.f, &unused)) : 0.0;
-  for (float delta = 8.f;; delta *= 2.f) {
+  // Nats below the maximum; past 64, every token.
+  static constexpr float kCutoffs[] = {8.f,  9.f,  10.f, 11.f, 12.f, 14.f, 16.f,
+                                       20.f, 24.f, 32.f, 48.f, 64.f, std::numeric_limits<float>::infinity()};
+  float above = std::numeric_limits<float>::infinity();  // the tokens at or above it are gathered
+  double mass = 0;  // exp(logit - mx) summed over the first n_massed candidates (top-p)
+  size_t n_massed = 0;
+  for (float delta : kCutoffs) {
     bool complete = false;
     const float cutoff = cutoff_at(delta, &complete);
-    if (!(top_p_alone && delta == 8.f)) {  // (gathered with the sum)
-      cand_.clear();
-      vocab_gather(logits, cutoff);
-    }
+    if (!(top_p_alone && delta == kCutoffs[0])) vocab_gather(logits, cutoff, above);  // (the first: with the sum)
+    above = cutoff;
     if (complete) break;
     if (use_k && cand_.size() >= static_cast<size_t>(p_.top_k)) break;
     // (A margin over the float terms' rounding: the cut below, in double,
     // must find top_p inside what is gathered, as it did when this check
     // summed double exponentials.)
-    if (!use_k && use_p && candidate_mass(cand_, mx) >= p_.top_p * total * (1 + 1e-5)) break;
+    if (!use_k && use_p) {
+      for (; n_massed < cand_.size(); n_massed++) mass += exp_nonpositive(cand_[n_massed].first - mx);
+      if (mass >= p_.top_p * total * (1 + 1e-5)) break;
+    }
   }
 
   auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };

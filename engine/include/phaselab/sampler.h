@@ -88,7 +88,7 @@ class Sampler {
   // block_sums_: the sums of its blocks of 1024 (and the tail's, if any);
   // cand_ (when gather) += the tokens at or above cutoff, in id order.
   double vocab_sum_exp(const float* x, float mx, float inv_t, float* out, bool gather, float cutoff);
-  void vocab_gather(const float* x, float cutoff);  // cand_ += the tokens at or above cutoff
+  void vocab_gather(const float* x, float lo, float hi);  // cand_ += the tokens in [lo, hi) (hi +inf: >= lo)
   void reserve_slices();
   void allocate_ahead();
   int n_slices() const { return tasks_ && n_vocab_ >= kSliceMinVocab ? kVocabSlices : 1; }
