@@ -415,10 +415,13 @@ class TestSampler : public QObject {
       const char* shape;
       float spread;
     };
-    for (const Case shape : {Case{"peaked", 6.f}, Case{"flat", 0.5f}, Case{"ties", 0.f}}) {
+    // ("wide ties": whole-number logits over 40 nats, many of them on the
+    // gathering's cutoffs, which are whole nats below the maximum.)
+    for (const Case shape : {Case{"peaked", 6.f}, Case{"flat", 0.5f}, Case{"ties", 0.f}, Case{"wide ties", -1.f}}) {
       std::vector<float> logits(n);
       std::normal_distribution<float> g(0.f, std::max(shape.spread, 1e-3f));
-      for (auto& x : logits) x = shape.spread == 0.f ? static_cast<float>(rng() % 8) : g(rng);
+      for (auto& x : logits)
+        x = shape.spread == 0.f ? static_cast<float>(rng() % 8) : shape.spread < 0.f ? static_cast<float>(rng() % 40) : g(rng);
       if (shape.spread > 1.f) logits[12345] += 30.f;  // one clear favourite
       for (int k : {0, 1, 40, 300000})
         for (float top_p : {1.f, 0.95f, 0.5f})
@@ -521,12 +524,12 @@ class TestSampler : public QObject {
 
   // The vocabulary passes (vocab_passes.h), each build this CPU runs (the
   // baseline always; AVX2 and AVX-512 where present) against plain scalar
-  // definitions: the maximum, the first position at or above a value and
-  // the candidates gathered in a band exactly; the softmax sums against double exp
+  // definitions: the maximum, the first position at or above a value, the
+  // k largest and the candidates gathered in a band exactly; the softmax sums against double exp
   // (1e-6) and bitwise against the baseline build's, blocks, tail and
   // stored terms alike. Lengths around the 16-lane, 64-value and 1024-value
-  // steps, NaN, -inf and +inf among the values, cutoffs that gather none,
-  // some, all.
+  // steps, NaN, -inf and +inf among the values, bands that hold none,
+  // some, all; each stored term bitwise vocab::exp_nonpositive's.
   void vocab_passes_agree_in_every_build() {
     using vocab::Isa;
     const vocab::Passes* base = vocab::passes_for(Isa::baseline);
@@ -540,11 +543,13 @@ class TestSampler : public QObject {
     std::mt19937 rng(23);
     std::normal_distribution<float> g(0.f, 3.f);
     for (int n : {0, 1, 15, 16, 17, 63, 64, 65, 1000, 1023, 1024, 1025, 2048, 5000, 70001}) {
-      for (const char* shape : {"normal", "specials", "ties"}) {
+      for (const char* shape : {"normal", "specials", "ties", "+inf"}) {
         std::vector<float> x(static_cast<size_t>(n));
         for (float& v : x) v = shape[0] == 't' ? static_cast<float>(rng() % 4) : g(rng);
         if (shape[0] == 's' && n > 0)
           for (int i = 0; i < n; i += 1 + static_cast<int>(rng() % 97)) x[i] = (i % 3 == 0) ? NAN : -inf;
+        if (shape[0] == '+' && n > 0)  // +inf (twice, tied), NaN and -inf
+          for (int i : {n / 3, n - 1, n / 2, n / 5}) x[i] = i == n / 2 ? NAN : i == n / 5 ? -inf : inf;
         const QString what = QString("n=%1 %2").arg(n).arg(shape);
         // The scalar definitions.
         float mx = -inf;
@@ -558,6 +563,18 @@ class TestSampler : public QObject {
             for (int i = 0; i < n && want < 0; i++)
               if (x[i] >= v) want = i;
             QVERIFY2(p->first_at_least(x.data(), n, v) == want, qPrintable(at + QString(": first >= %1").arg(v)));
+          }
+          for (int k : {0, 1, 5, 20, 64}) {  // the k largest, equal values in id order, no NaN
+            std::vector<int> order;
+            for (int i = 0; i < n; i++)
+              if (x[i] == x[i]) order.push_back(i);
+            std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return x[a] > x[b]; });
+            order.resize(std::min(order.size(), static_cast<size_t>(k)));
+            std::vector<std::pair<float, int32_t>> got(static_cast<size_t>(k));
+            const int m = p->top_n(x.data(), n, k, got.data());
+            QCOMPARE(m, static_cast<int>(order.size()));
+            for (int j = 0; j < m; j++)
+              QVERIFY2(got[j].second == order[j] && got[j].first == x[order[j]], qPrintable(at + QString(": top %1, place %2").arg(k).arg(j)));
           }
           for (float lo : {mx, mx - 2.f, mx - 6.f, -inf, inf})
             for (float hi : {inf, mx, mx - 1.f, mx - 3.f, -inf}) {
@@ -585,9 +602,18 @@ class TestSampler : public QObject {
             s.terms.assign(static_cast<size_t>(n), -1.f);
             p->sum_exp_stored(x.data(), n, mx, inv_t, s.terms.data(), &s.blocks, &s.tail);
             QCOMPARE(s.blocks.size(), static_cast<size_t>(n / vocab::kExpBlock));
-            double sum = s.tail;
+            double sum = 0;
             for (double b : s.blocks) sum += b;
+            sum += s.tail;
+            if (inv_t == 1.f) {  // the sum alone: the same double
+              const double alone = p->sum_exp(x.data(), n, mx);
+              QVERIFY2(std::memcmp(&alone, &sum, sizeof sum) == 0, qPrintable(at + ": the sum alone"));
+            }
             QVERIFY2(std::fabs(sum - want) <= 1e-6 * want, qPrintable(at + QString(": sum %1 against %2").arg(sum).arg(want)));
+            for (int i = 0; i < n; i++) {  // each term: exp_nonpositive's bits (this file: no FMA contraction)
+              const float e = vocab::exp_nonpositive((x[i] - mx) * inv_t);
+              QVERIFY2(std::memcmp(&e, &s.terms[i], sizeof e) == 0, qPrintable(at + QString(": term %1").arg(i)));
+            }
             Sums gathered;
             if (inv_t == 1.f) {
               p->sum_exp_gather(x.data(), n, 7, mx, mx - 2.f, &gathered.cand, &gathered.blocks, &gathered.tail);

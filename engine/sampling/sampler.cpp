@@ -6,6 +6,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <span>
 
 namespace phaselab {
 
@@ -50,7 +51,7 @@ int32_t argmax(const float* logits, int n) {
   // first at or above it): the first of equal maxima, as a scan with ">"
   // finds. That scan carried a dependency through every comparison and took
   // 1.4 ms for a 262144-entry vocabulary (Gemma 3), about a tenth of a
-  // decoded token's time; this takes 0.03 ms on one Zen 4 core.
+  // decoded token's time; this takes 0.013 ms on one Zen 4 core.
   const vocab::Passes& p = passes();
   const int32_t first = p.first_at_least(logits, n, p.max_logit(logits, n));
   return first >= 0 ? first : 0;  // (none: every value NaN)
@@ -58,37 +59,21 @@ int32_t argmax(const float* logits, int n) {
 
 void token_logprobs(const float* logits, int n_vocab, int32_t id, int n_top, TokenLogprob* out) {
   n_top = std::clamp(n_top, 0, kMaxTopLogprobs);
-  // "a before b": larger logit, then smaller id. As a heap comparator it puts
-  // the worst kept candidate on top, the one a better logit replaces.
-  auto before = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
-    return a.first > b.first || (a.first == b.first && a.second < b.second);
-  };
-  std::pair<float, int32_t> heap[kMaxTopLogprobs];  // (logit, id), n_top at most
-  int n_heap = 0;
-  float mx = -std::numeric_limits<float>::infinity();
-  for (int i = 0; i < n_vocab; i++) {
-    const float l = logits[i];
-    mx = l > mx ? l : mx;
-    if (n_heap < n_top) {
-      heap[n_heap++] = {l, i};
-      std::push_heap(heap, heap + n_heap, before);
-    } else if (n_top > 0 && before({l, i}, heap[0])) {
-      std::pop_heap(heap, heap + n_heap, before);
-      heap[n_heap - 1] = {l, i};
-      std::push_heap(heap, heap + n_heap, before);
-    }
-  }
+  const vocab::Passes& p = passes();
+  std::pair<float, int32_t> top[kMaxTopLogprobs];  // (logit, id), most likely first
+  const int n_kept = p.top_n(logits, n_vocab, n_top, top);
   // log p_i = (l_i - max) - log(sum_j exp(l_j - max)): every exponent <= 0,
-  // so nothing overflows, and the sum (in double) is at least 1.
-  double sum = 0;
-  for (int i = 0; i < n_vocab; i++) sum += std::exp(logits[i] - mx);
-  const float log_sum = static_cast<float>(std::log(sum));
+  // so nothing overflows, and the sum is at least 1 (the softmax's float
+  // terms, summed as the sampler sums them: relative error ~2e-7). No
+  // finite maximum (every logit NaN or infinite): no distribution, NaN.
+  const float mx = p.max_logit(logits, n_vocab);
+  const float log_sum = std::isfinite(mx) ? static_cast<float>(std::log(p.sum_exp(logits, n_vocab, mx)))
+                                          : std::numeric_limits<float>::quiet_NaN();
   auto logprob = [&](int32_t i) { return (logits[i] - mx) - log_sum; };
   out->id = id;
   out->logprob = id >= 0 && id < n_vocab ? logprob(id) : -std::numeric_limits<float>::infinity();
-  std::sort_heap(heap, heap + n_heap, before);  // most likely first
   out->top.clear();
-  for (int k = 0; k < n_heap; k++) out->top.emplace_back(heap[k].second, logprob(heap[k].second));
+  for (int k = 0; k < n_kept; k++) out->top.emplace_back(top[k].second, logprob(top[k].second));
 }
 
 Sampler::Sampler(const SamplingParams& p, int n_vocab) : p_(p), n_vocab_(n_vocab), rng_(p.seed) {
@@ -259,7 +244,11 @@ int32_t Sampler::draw_untruncated(const float* logits) {
     cum += scratch_[i];
     if (r < cum) return i;
   }
-  for (int i = n - 1; i >= 0; i--)  // rounding left r at the very end
+  // Rounding left r past the block's terms (its sum was added in float
+  // lanes, the walk adds in double): its last token with any weight.
+  for (int i = end - 1; i >= static_cast<int>(b * kExpBlock); i--)
+    if (scratch_[i] > 0) return i;
+  for (int i = n - 1; i >= 0; i--)  // (a block of zeros: the vocabulary's last)
     if (scratch_[i] > 0) return i;
   return n - 1;
 }
@@ -296,19 +285,21 @@ int32_t Sampler::draw(const std::vector<std::pair<float, int32_t>>& dist) {
 // The chain without sorting the vocabulary: every rule keeps a prefix of the
 // candidates sorted by logit, so only the tokens above a logit cutoff that
 // surely holds that prefix are gathered and sorted. The cutoff starts 8 nats
-// below the largest logit (or at min-p's threshold) and moves down (kCutoffs:
-// a nat at a time first, where top-p's cut usually falls, then further), each
+// below the largest logit (or at min-p's threshold) and moves down, each
 // pass gathering only the band between the last cutoff and the new one,
 // until the gathered tokens hold top-k's k, or top-p's mass of the softmax
-// over the whole vocabulary; at worst every token. The result is the one a
-// full sort gives: the same tokens, largest first, the same probabilities
-// (the sort's order is total: by logit, then id). With no truncation at all
-// (top-k, top-p and min-p off) every token is kept, in id order. Costs for a
-// 262144-entry vocabulary: one pass for the maximum, one for the softmax sum
-// (top-p without top-k, or no truncation), usually one to gather; the sort
-// is over the few candidates. (Cutoffs twice as far each time, 16 nats after
-// 8, gathered 12-36 thousand candidates on Gemma 3's flatter rows, where
-// top-p kept about a thousand: docs/benchmarks.md.)
+// over the whole vocabulary; at worst every token. Top-p alone moves it a
+// nat at a time first (kFineCutoffs), where its cut usually falls: on Gemma
+// 3's flatter rows a step from 8 nats to 16 gathered 12-36 thousand
+// candidates where top-p kept about a thousand (docs/benchmarks.md); the
+// other rules, which stop at a count or at min-p's threshold, take twice
+// the distance each time (kCoarseCutoffs). The result is the one a full
+// sort gives: the same tokens, largest first, the same probabilities (the
+// sort's order is total: by logit, then id). With no truncation at all
+// (top-k, top-p and min-p off) every token is kept, in id order. Costs for
+// a 262144-entry vocabulary: one pass for the maximum, one for the softmax
+// sum (top-p without top-k, or no truncation), usually one to gather; the
+// sort is over the few candidates.
 void Sampler::chain(float* logits) {
   const int n = n_vocab_;
   const float mx = vocab_max(logits);
@@ -351,15 +342,17 @@ void Sampler::chain(float* logits) {
   cand_.clear();
   const double total = top_p_alone ? vocab_sum_exp(logits, mx, 1.f, nullptr, true, cutoff_at(8.f, &unused)) : 0.0;
   // Nats below the maximum; past 64, every token.
-  static constexpr float kCutoffs[] = {8.f,  9.f,  10.f, 11.f, 12.f, 14.f, 16.f,
-                                       20.f, 24.f, 32.f, 48.f, 64.f, std::numeric_limits<float>::infinity()};
-  float above = std::numeric_limits<float>::infinity();  // the tokens at or above it are gathered
-  double mass = 0;  // exp(logit - mx) summed over the first n_massed candidates (top-p)
+  static constexpr float kInf = std::numeric_limits<float>::infinity();
+  static constexpr float kFineCutoffs[] = {8.f, 9.f, 10.f, 11.f, 12.f, 14.f, 16.f, 20.f, 24.f, 32.f, 48.f, 64.f, kInf};
+  static constexpr float kCoarseCutoffs[] = {8.f, 16.f, 32.f, 64.f, kInf};
+  const std::span<const float> cutoffs = top_p_alone ? std::span<const float>(kFineCutoffs) : kCoarseCutoffs;
+  float above = kInf;  // the tokens at or above it are gathered
+  double mass = 0;     // exp(logit - mx) summed over the first n_massed candidates (top-p)
   size_t n_massed = 0;
-  for (float delta : kCutoffs) {
+  for (float delta : cutoffs) {
     bool complete = false;
     const float cutoff = cutoff_at(delta, &complete);
-    if (!(top_p_alone && delta == kCutoffs[0])) vocab_gather(logits, cutoff, above);  // (the first: with the sum)
+    if (!(top_p_alone && delta == cutoffs[0])) vocab_gather(logits, cutoff, above);  // (the first: with the sum)
     above = cutoff;
     if (complete) break;
     if (use_k && cand_.size() >= static_cast<size_t>(p_.top_k)) break;

@@ -1,7 +1,7 @@
 // The sampler's passes over a whole vocabulary (262144 logits for Gemma 3):
-// the largest logit, the softmax sum (its terms stored, or the candidates
-// above a cutoff gathered in the same read), the gathering of a band of
-// logits alone, and the first logit at or above a value. Compiled once per instruction set
+// the largest logit, the softmax sum (alone, with its terms stored, or with
+// the candidates above a cutoff gathered in the same read), the gathering of
+// a band of logits, the first logit at or above a value, and the k largest. Compiled once per instruction set
 // (vocab_passes_{baseline,avx2,avx512}.cpp, all from vocab_passes.inc) and
 // chosen when first used; each computes the same floats in every lane
 // (-ffp-contract=off: no fused multiply-add), so the choice never changes a
@@ -38,6 +38,12 @@ struct Passes {
   // every x[i] >= cutoff, in id order.
   void (*sum_exp_gather)(const float* x, int n, int id0, float mx, float cutoff, Candidates* cand,
                          std::vector<double>* blocks, double* tail);
+  // sum_i exp(x[i] - mx), the blocks' sums added in order, then the tail's.
+  double (*sum_exp)(const float* x, int n, float mx);
+  // The k largest of x[0..n) as (x[i], i), largest first, equal values in
+  // id order (NaN never), written to out[0..k); returns how many (fewer
+  // than k when x has fewer values that are not NaN).
+  int (*top_n)(const float* x, int n, int k, std::pair<float, int32_t>* out);
   // (x[i], id0 + i) appended to *out for every lo <= x[i] < hi, in id order
   // (hi = +inf: every x[i] >= lo, +inf too).
   void (*gather_band)(const float* x, int n, int id0, float lo, float hi, Candidates* out);

@@ -1,7 +1,9 @@
-// The vocabulary passes for AVX2 (compiled with -mavx2; see vocab_passes.inc).
+// The vocabulary passes for AVX2 (see vocab_passes.inc).
 #include <immintrin.h>
 
-#include <cstdint>
+#include "vocab_passes_std.h"
+
+#pragma GCC target("avx2")
 
 namespace phaselab::vocab::avx2 {
 namespace {

@@ -1,7 +1,9 @@
-// The vocabulary passes for AVX-512 (compiled with -mavx512f; see vocab_passes.inc).
+// The vocabulary passes for AVX-512 (see vocab_passes.inc).
 #include <immintrin.h>
 
-#include <cstdint>
+#include "vocab_passes_std.h"
+
+#pragma GCC target("avx2,avx512f")
 
 namespace phaselab::vocab::avx512 {
 namespace {

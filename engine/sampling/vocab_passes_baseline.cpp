@@ -1,10 +1,10 @@
-// The vocabulary passes for any x86-64 CPU (SSE2) or another architecture
-// (plain comparisons), and the choice among the builds (vocab_passes.h).
-#include <cstdint>
-
+// The vocabulary passes for any x86-64 CPU (SSE2; plain comparisons
+// elsewhere), and the choice among the builds (vocab_passes.h).
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
+
+#include "vocab_passes_std.h"
 
 namespace phaselab::vocab::baseline {
 namespace {
@@ -55,6 +55,9 @@ const Passes* passes_for(Isa isa) {
 
 const Passes& best_passes() {
   static const Passes* const best = [] {
+#if defined(__x86_64__)
+    __builtin_cpu_init();  // (in case this runs before the runtime's own initialisation)
+#endif
     for (Isa isa : {Isa::avx512, Isa::avx2})
       if (const Passes* p = passes_for(isa)) return p;
     return passes_for(Isa::baseline);

@@ -122,9 +122,10 @@ struct TokenLogprob {
 constexpr int kMaxTopLogprobs = 20;  // OpenAI's limit for top_logprobs
 
 // Fills *out for the token id chosen from logits[n_vocab], with the n_top
-// (0..kMaxTopLogprobs) most likely tokens, equal logits in id order. One pass
-// keeps the n_top largest in a small heap (no sort of the vocabulary), one
-// more sums the exponentials; out->top reuses its capacity.
+// (0..kMaxTopLogprobs) most likely tokens, equal logits in id order (NaN
+// logits never among them). The sampler's vectorised passes: one keeps the
+// n_top largest in a small heap (no sort of the vocabulary), one finds the
+// maximum, one sums the exponentials; out->top reuses its capacity.
 void token_logprobs(const float* logits, int n_vocab, int32_t id, int n_top, TokenLogprob* out);
 
 }  // namespace phaselab
