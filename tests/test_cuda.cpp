@@ -5,8 +5,11 @@
 // fallback itself is checked everywhere.
 #include <QtTest>
 
+#include <chrono>
 #include <filesystem>
 #include <map>
+#include <set>
+#include <thread>
 #include <tuple>
 
 #include "backend/cpu/host_kv_store.h"
@@ -873,13 +876,28 @@ class TestCuda : public QObject {
     }
   }
 
+  // Greedy and sampled requests through the scheduler on CUDA: every
+  // sequence's tokens equal its solo run's, although a pass's sampled
+  // draws run on the backend's host threads (run_host_tasks: each task
+  // once, on more than one thread).
   void scheduler_on_cuda_equals_solo() {
     const CudaProbe p = probe_cuda(env_switches().library);
     REQUIRE_CUDA(p);
     auto m = Model::load(test_data("stories260K.gguf"));
     QVERIFY(m.is_ok());
-    auto gb = make_cuda_backend(*m, 64, env_switches());
+    auto gb = make_cuda_backend(*m, 64, env_switches(), 3);
     QVERIFY2(gb.is_ok(), gb.status().message().c_str());
+    {
+      std::vector<std::thread::id> ran(48);
+      std::vector<int> times(48, 0);
+      (*gb)->run_host_tasks(48, [&](int i) {
+        ran[i] = std::this_thread::get_id();
+        times[i]++;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      });
+      QCOMPARE(std::count(times.begin(), times.end(), 1), 48L);
+      QVERIFY(std::set<std::thread::id>(ran.begin(), ran.end()).size() >= 2);
+    }
     SchedulerOptions so;
     so.n_ctx = 128;
     so.max_seqs = 4;
@@ -888,13 +906,24 @@ class TestCuda : public QObject {
     QVERIFY2(s.is_ok(), s.status().message().c_str());
     const Tokenizer& tok = (*m)->tokenizer();
     const char* texts[] = {"Once upon a time", "The dog ran to the park and", "Lily", "One day, a little bird"};
+    const auto options = [](size_t i) {
+      GenerateOptions o = greedy(12 + 4 * static_cast<int>(i));
+      if (i % 2 == 0) {  // sampled, seeded: t=1 top-p 0.95 (an OpenAI client), t=0.8 top-k 40
+        o.sampling.temperature = i == 0 ? 1.f : 0.8f;
+        o.sampling.top_p = 0.95f;
+        o.sampling.top_k = i == 0 ? 0 : 40;
+        o.sampling.min_p = 0.f;
+        o.sampling.seed = 5 + i;
+      }
+      return o;
+    };
     std::vector<std::vector<int32_t>> prompts;
     std::map<uint64_t, size_t> index;
     for (size_t i = 0; i < 4; i++) {
       prompts.push_back(tok.encode(texts[i], true, false));
       BatchRequest r;
       r.prompt = prompts.back();
-      r.options = greedy(12 + 4 * static_cast<int>(i));
+      r.options = options(i);
       auto id = (*s)->submit(std::move(r));
       QVERIFY(id.is_ok());
       index[*id] = i;
@@ -902,13 +931,13 @@ class TestCuda : public QObject {
     QVERIFY((*s)->run());
     auto out = (*s)->take_finished();
     QCOMPARE(out.size(), size_t(4));
-    auto solo_b = make_cuda_backend(*m, 64, env_switches());
+    auto solo_b = make_cuda_backend(*m, 64, env_switches(), 1);
     QVERIFY(solo_b.is_ok());
     auto solo = Session::create(*m, std::move(*solo_b), 128);
     QVERIFY(solo.is_ok());
     for (const auto& o : out) {
       const size_t i = index.at(o.id);
-      auto r = (*solo)->generate(prompts[i], greedy(12 + 4 * static_cast<int>(i)));
+      auto r = (*solo)->generate(prompts[i], options(i));
       QVERIFY(r.is_ok());
       QCOMPARE(o.result.tokens, r->tokens);
     }

@@ -126,7 +126,7 @@ Result<BackendChoice> make_backend(std::shared_ptr<const Model> model, const Bac
   Result<std::unique_ptr<Backend>> b = invalid_argument("no backend");
   switch (opt.kind) {
     case BackendKind::cuda:
-      b = make_cuda_backend(model, opt.max_batch, opt.cuda);
+      b = make_cuda_backend(model, opt.max_batch, opt.cuda, opt.n_threads);
       if (!b && opt.fallback) {
         c.fallback_reason = b.status().message();
         b = make_cpu_backend(std::move(model), threads, opt.max_batch, false, opt.cpu);

@@ -323,9 +323,13 @@ CudaProbe probe_cuda(const std::string& library = "");
 // the engine side wraps as a Backend. Fails with the reason (no library, a
 // library of another interface version, no device, too little memory) so
 // that callers can report it and use the CPU backend instead. sw: its switches, the library
-// to load among them (the backend reads no environment).
+// to load among them (the backend reads no environment). host_threads: the
+// threads of its run_host_tasks, where the engine loop samples the tokens
+// of a pass (a lone sequence's draw split over the vocabulary); <= 0: one
+// per physical core, at most kCudaHostThreads.
+constexpr int kCudaHostThreads = 8;
 Result<std::unique_ptr<Backend>> make_cuda_backend(std::shared_ptr<const Model> model, int max_batch = 64,
-                                                   const CudaSwitches& sw = {});
+                                                   const CudaSwitches& sw = {}, int host_threads = 0);
 
 // The instruction set of the CPU kernels make_cpu_backend uses here under
 // isa_cap (CpuSwitches::isa_cap): "avx512-vnni", "avx-vnni", "avx2" or
