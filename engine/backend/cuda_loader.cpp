@@ -438,7 +438,9 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(std::shared_ptr<const Model> 
   // (Any failure here is "unsupported": the caller may fall back to the CPU.)
   if (t->create(&view.model, max_batch, &s, &dev, err, sizeof err) != 0 || !dev)
     return Status(StatusCode::unsupported, std::string("CUDA: ") + err);
-  if (host_threads <= 0) host_threads = std::min(default_thread_count(), kCudaHostThreads);
+  // (Capped whatever the caller asks: the front ends pass their CPU thread
+  // count, one per core by default, and the draws use a few at most.)
+  host_threads = std::clamp(host_threads > 0 ? host_threads : default_thread_count(), 1, kCudaHostThreads);
   return std::unique_ptr<Backend>(std::make_unique<CudaHostBackend>(std::move(model), max_batch, t, dev, host_threads));
 }
 

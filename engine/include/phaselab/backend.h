@@ -325,8 +325,8 @@ CudaProbe probe_cuda(const std::string& library = "");
 // that callers can report it and use the CPU backend instead. sw: its switches, the library
 // to load among them (the backend reads no environment). host_threads: the
 // threads of its run_host_tasks, where the engine loop samples the tokens
-// of a pass (a lone sequence's draw split over the vocabulary); <= 0: one
-// per physical core, at most kCudaHostThreads.
+// of a pass (a lone sequence's draw split over the vocabulary): at most
+// kCudaHostThreads; <= 0: one per physical core (up to that).
 constexpr int kCudaHostThreads = 8;
 Result<std::unique_ptr<Backend>> make_cuda_backend(std::shared_ptr<const Model> model, int max_batch = 64,
                                                    const CudaSwitches& sw = {}, int host_threads = 0);
