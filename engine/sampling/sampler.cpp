@@ -66,7 +66,7 @@ void token_logprobs(const float* logits, int n_vocab, int32_t id, int n_top, Tok
   // so nothing overflows, and the sum is at least 1 (the softmax's float
   // terms, summed as the sampler sums them: relative error ~2e-7). No
   // finite maximum (every logit NaN or infinite): no distribution, NaN.
-  const float mx = p.max_logit(logits, n_vocab);
+  const float mx = n_kept > 0 ? top[0].first : p.max_logit(logits, n_vocab);  // (the top list's first is it)
   const float log_sum = std::isfinite(mx) ? static_cast<float>(std::log(p.sum_exp(logits, n_vocab, mx)))
                                           : std::numeric_limits<float>::quiet_NaN();
   auto logprob = [&](int32_t i) { return (logits[i] - mx) - log_sum; };
@@ -365,7 +365,7 @@ void Sampler::chain(float* logits) {
     }
   }
 
-  auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  const vocab::ByLogit by_logit;
   // top-k: keep the k largest, sorted.
   size_t kept = cand_.size();
   if (use_k && static_cast<size_t>(p_.top_k) < kept) {

@@ -49,6 +49,15 @@ struct Passes {
   void (*gather_band)(const float* x, int n, int id0, float lo, float hi, Candidates* out);
 };
 
+// The candidates' order: the larger logit first, equal logits in id order.
+// Total, so every sort of the same candidates gives one list (and a heap
+// with it as comparator keeps its worst kept candidate on top).
+struct ByLogit {
+  bool operator()(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) const {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  }
+};
+
 enum class Isa { baseline, avx2, avx512 };
 
 // The passes compiled for isa, or null where this CPU (or build) lacks it.
