@@ -314,9 +314,43 @@ cudaError_t launch_to_bf16(const float* x, size_t n, __nv_bfloat16* out, cudaStr
 cudaError_t launch_argmax(const float* x, int n, int* out, cudaStream_t s);
 // out[r] = argmax x[r * n .. (r + 1) * n) for n_rows rows (batched greedy decoding).
 cudaError_t launch_argmax_rows(const float* x, int n_rows, int n, int* out, cudaStream_t s);
-// Top-k sampling (k <= 64): the k largest logits, softmax at temperature,
-// and the token whose cumulative probability first exceeds u in [0, 1),
-// in order of decreasing logit. *out = the token.
-cudaError_t launch_sample_top_k(const float* x, int n, int k, float temperature, float u, int* out, cudaStream_t s);
+// Sampled decoding's passes over the vocabulary, where the logits are: for
+// each drawn row, what the host sampler (engine/sampling/sampler.cpp) would
+// compute of the whole row, bitwise (the same float operations in the same
+// order: its exp polynomial, its 16 lanes per block of 1024, its double
+// sums), so that a token drawn from it is the token the host draws.
+// Untruncated rows (top-k, top-p and min-p off) are drawn here with the
+// host's uniform number; the others come back as the tokens at or above a
+// cutoff (at most cap of them), from which the host cuts and draws.
+struct DrawRule {
+  int32_t row;          // the row of x it reads
+  int32_t untruncated;  // 1: no rule truncates: draw here at temperature 1/inv_t
+  int32_t top_k;        // 0: off (else 0 < top_k < n)
+  int32_t use_min_p;    // min-p on: its threshold is max + log_min_p
+  float top_p;          // 1: off
+  float log_min_p;      // log(min_p), as the host computes it
+  float inv_t;          // 1 / temperature (untruncated rows; else unused)
+  float pad = 0.f;
+  double u;             // the draw's uniform number in [0, 1) (untruncated rows)
+};
+struct DrawResult {
+  int32_t token;     // >= 0: the token (untruncated rows, or no finite logit); -1: the candidates
+  int32_t complete;  // the cutoff is -inf or min-p's threshold: every token the rules may keep
+  float max_logit;   // the row's largest logit (NaN ignored)
+  float cutoff;      // the candidates are every token at or above it
+  double total;      // sum exp(x - max) over the row, as the host sums it (at temperature 1/inv_t when untruncated)
+  uint32_t n_cand;   // how many tokens are at or above cutoff (more than cap: only cap written)
+  uint32_t pad = 0;
+};
+struct DrawCand {
+  float logit;
+  int32_t id;
+};
+// Bytes of work space for n_rows rows of n values.
+size_t vocab_draw_work_bytes(int n_rows, int n);
+// rules, res: n_rows entries; cand: n_rows * cap (row r's from r * cap, in no
+// particular order); x: rows of n values; all device memory.
+cudaError_t launch_vocab_draw(const float* x, int n, const DrawRule* rules, int n_rows, DrawResult* res,
+                              DrawCand* cand, int cap, void* work, cudaStream_t s);
 
 }  // namespace phaselab::cuda

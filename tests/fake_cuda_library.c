@@ -18,6 +18,7 @@ static const PhlCudaTable table = {
     sizeof(PhlCudaReserve),
     sizeof(PhlCudaChunk),
     sizeof(PhlCudaProbe),
+    sizeof(PhlCudaDraw),
     0, /* (no function at all: FAKE_WRONG 3 gets as far as checking them) */
 };
 

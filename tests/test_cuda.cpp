@@ -878,8 +878,9 @@ class TestCuda : public QObject {
 
   // Greedy and sampled requests through the scheduler on CUDA: every
   // sequence's tokens equal its solo run's, although a pass's sampled
-  // draws run on the backend's host threads (run_host_tasks: each task
-  // once, on more than one thread).
+  // draws run on the device (SeqChunk::draw) and are finished on the
+  // backend's host threads (run_host_tasks: each task once, on more than
+  // one thread), and the solo run's are drawn by the host from the logits.
   void scheduler_on_cuda_equals_solo() {
     const CudaProbe p = probe_cuda(env_switches().library);
     REQUIRE_CUDA(p);
@@ -887,6 +888,7 @@ class TestCuda : public QObject {
     QVERIFY(m.is_ok());
     auto gb = make_cuda_backend(*m, 64, env_switches(), 3);
     QVERIFY2(gb.is_ok(), gb.status().message().c_str());
+    QVERIFY((*gb)->has_device_sampling());  // (the batched run's draws on the device)
     {
       std::vector<std::thread::id> ran(48);
       std::vector<int> times(48, 0);
@@ -931,8 +933,13 @@ class TestCuda : public QObject {
     QVERIFY((*s)->run());
     auto out = (*s)->take_finished();
     QCOMPARE(out.size(), size_t(4));
-    auto solo_b = make_cuda_backend(*m, 64, env_switches(), 1);
+    // Solo, and with the host sampling the copied logits: device draws
+    // equal host draws, token for token.
+    CudaSwitches host_draws = env_switches();
+    host_draws.device_sampling = false;
+    auto solo_b = make_cuda_backend(*m, 64, host_draws, 1);
     QVERIFY(solo_b.is_ok());
+    QVERIFY(!(*solo_b)->has_device_sampling());
     auto solo = Session::create(*m, std::move(*solo_b), 128);
     QVERIFY(solo.is_ok());
     for (const auto& o : out) {
@@ -942,6 +949,69 @@ class TestCuda : public QObject {
       QCOMPARE(o.result.tokens, r->tokens);
     }
     QCOMPARE((*s)->pool().n_used(), 0);
+  }
+
+  // The same requests through the same scheduler twice, the sampled draws
+  // made on the device (SeqChunk::draw) and then by the host from the
+  // copied logits: the same passes give the same logits, so every token
+  // must be the same, whatever the rules (untruncated, top-p, top-k,
+  // min-p, together), for prompts whose first pass runs alone and in
+  // company. (Solo runs are no oracle for rules this sensitive: a batched
+  // prefill may take the BF16 GEMM where a solo one takes the integer
+  // products, and an untruncated draw at temperature 1.3 follows the last
+  // bit of the logits.)
+  void device_draws_equal_host_draws() {
+    const CudaProbe p = probe_cuda(env_switches().library);
+    REQUIRE_CUDA(p);
+    auto m = Model::load(test_data("stories260K.gguf"));
+    QVERIFY(m.is_ok());
+    const Tokenizer& tok = (*m)->tokenizer();
+    const char* texts[] = {"Once upon a time", "The dog ran to the park and", "Lily", "One day, a little bird",
+                           "Tom had a red ball", "The sun"};
+    struct Rule {
+      float t;
+      int k;
+      float p, min_p;
+    };
+    const Rule rules[] = {{1.f, 0, 1.f, 0.f},   {1.3f, 0, 1.f, 0.f},  {1.f, 0, 0.95f, 0.f},
+                          {0.8f, 40, 0.95f, 0.05f}, {1.f, 0, 1.f, 0.1f}, {0.7f, 3, 1.f, 0.f}};
+    auto run = [&](bool on_device, std::vector<std::vector<int32_t>>* tokens) {
+      CudaSwitches sw = env_switches();
+      sw.device_sampling = on_device;
+      auto b = make_cuda_backend(*m, 64, sw, 2);
+      QVERIFY2(b.is_ok(), b.status().message().c_str());
+      QCOMPARE((*b)->has_device_sampling(), on_device);
+      SchedulerOptions so;
+      so.n_ctx = 128;
+      so.max_seqs = 4;
+      so.token_budget = 16;
+      auto s = Scheduler::create(*m, std::move(*b), so);
+      QVERIFY2(s.is_ok(), s.status().message().c_str());
+      std::map<uint64_t, size_t> index;
+      for (size_t i = 0; i < std::size(texts); i++) {
+        BatchRequest r;
+        r.prompt = tok.encode(texts[i], true, false);
+        r.options = greedy(20);
+        r.options.sampling.temperature = rules[i].t;
+        r.options.sampling.top_k = rules[i].k;
+        r.options.sampling.top_p = rules[i].p;
+        r.options.sampling.min_p = rules[i].min_p;
+        r.options.sampling.seed = 40 + i;
+        auto id = (*s)->submit(std::move(r));
+        QVERIFY(id.is_ok());
+        index[*id] = i;
+      }
+      QVERIFY((*s)->run());
+      tokens->assign(std::size(texts), {});
+      for (auto& o : (*s)->take_finished()) (*tokens)[index.at(o.id)] = o.result.tokens;
+    };
+    std::vector<std::vector<int32_t>> device, host;
+    run(true, &device);
+    run(false, &host);
+    for (size_t i = 0; i < std::size(texts); i++) {
+      QCOMPARE(device[i].size(), size_t(20));
+      QCOMPARE(device[i], host[i]);
+    }
   }
 };
 

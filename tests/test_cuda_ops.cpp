@@ -16,6 +16,8 @@
 #include "kernels/kernels.h"
 #include "phaselab/backend.h"
 #include "phaselab/quant.h"
+#include "phaselab/sampler.h"
+#include "sampling/vocab_passes.h"
 #include "test_util.h"
 
 using namespace phaselab;
@@ -1077,7 +1079,7 @@ class TestCudaOps : public QObject {
     QVERIFY2(e <= (q8 ? 5e-4 : 1e-9), qPrintable(QString("NMSE %1").arg(e)));
   }
 
-  void argmax_and_top_k() {
+  void argmax_rows() {
     REQUIRE_GPU();
     const int n = 262144;
     auto x = randn(n, 16);
@@ -1099,17 +1101,148 @@ class TestCudaOps : public QObject {
     Dev<int> outs(3);
     CU(cuda::launch_argmax_rows(drows.p, 3, n, outs.p, nullptr));
     QVERIFY(outs.get() == (std::vector<int>{123456, 123461, 0}));
-    // Top-3 of {9 (123456), 9 (200000), 8.5 (7)} at temperature 1.
-    const double p0 = 1.0 / (2.0 + std::exp(-0.5)), p1 = p0;
-    const struct {
-      float u;
-      int want;
-    } cases[] = {{0.f, 123456}, {static_cast<float>(p0 + 0.01), 200000}, {static_cast<float>(p0 + p1 + 0.01), 7}};
-    for (const auto& c : cases) {
-      CU(cuda::launch_sample_top_k(dx.p, n, 3, 1.f, c.u, out.p, nullptr));
-      QCOMPARE(out.get()[0], c.want);
+  }
+
+  // Sampled draws' passes over the vocabulary on the device
+  // (cuda::launch_vocab_draw) against the host sampler on the same rows:
+  // for every rule set and row, the token Sampler::sample_device finishes
+  // from what came back (or, where that says the candidates do not
+  // suffice, Sampler::sample of the row with the same uniform number) is
+  // the token Sampler::sample draws; the softmax sums are bitwise the host
+  // passes' sums, and the candidates are exactly the tokens at or above
+  // the cutoff.
+  void vocab_draw_equals_the_host_sampler() {
+    REQUIRE_GPU();
+    struct Row {
+      const char* what;
+      std::vector<float> x;
+    };
+    std::vector<Row> rows;
+    auto scaled = [](int n, float scale, uint64_t seed) {
+      auto x = randn(n, seed);
+      for (float& v : x) v *= scale;
+      return x;
+    };
+    const int V = 262144;
+    rows.push_back({"peaked (Gemma-sized)", scaled(V, 3.f, 1)});
+    rows.push_back({"flat (Gemma-sized)", scaled(V, 1.f, 2)});
+    {
+      auto x = scaled(V, 2.f, 3);
+      x[5] = 30.f;  // one token all but certain
+      x[77] = std::numeric_limits<float>::quiet_NaN();
+      x[1000] = -std::numeric_limits<float>::infinity();
+      rows.push_back({"one spike, NaN and -inf", x});
     }
-    QVERIFY(cuda::launch_sample_top_k(dx.p, n, 65, 1.f, 0.f, out.p, nullptr) == cudaErrorInvalidValue);
+    {
+      std::vector<float> x(V);
+      for (int i = 0; i < V; i++) x[i] = static_cast<float>((i * 7919) % 41);  // whole numbers: ties on the cutoffs
+      rows.push_back({"ties over 40 nats", x});
+    }
+    rows.push_back({"a tail after the last block (33000)", scaled(33000, 2.5f, 4)});
+    rows.push_back({"no whole block (512)", scaled(512, 2.f, 5)});
+    rows.push_back({"every logit NaN (512)", std::vector<float>(512, std::numeric_limits<float>::quiet_NaN())});
+    {
+      auto x = scaled(2048, 1.f, 6);
+      x[300] = std::numeric_limits<float>::infinity();
+      rows.push_back({"an infinite logit (2048)", x});
+    }
+    rows.push_back({"very flat (Gemma-sized)", scaled(V, 0.3f, 7)});
+
+    struct Rules {
+      float t;
+      int k;
+      float p, min_p;
+    };
+    const Rules rules[] = {{1.f, 0, 0.95f, 0.f},   {0.8f, 40, 0.95f, 0.05f}, {1.f, 0, 1.f, 0.f},  {0.7f, 0, 1.f, 0.f},
+                           {1.f, 0, 1.f, 0.1f},    {1.f, 5, 1.f, 0.f},       {0.9f, 0, 0.5f, 0.02f},
+                           {1.3f, 4096, 1.f, 0.f}, {1.f, 0, 0.999f, 0.f}};
+    const vocab::Passes& host = vocab::best_passes();
+    constexpr int kCap = DeviceDraw::kMaxCandidates;
+    int n_checked = 0, n_fallbacks = 0, n_on_device = 0;
+    for (const Row& row : rows) {
+      const int n = static_cast<int>(row.x.size());
+      constexpr int kSeeds = 3;  // one row of the launch per seed (three uniform numbers)
+      std::vector<float> xs;
+      for (int r = 0; r < kSeeds; r++) xs.insert(xs.end(), row.x.begin(), row.x.end());
+      Dev<float> dx(xs);
+      Dev<cuda::DrawRule> drules(kSeeds);
+      Dev<cuda::DrawResult> dres(kSeeds);
+      Dev<cuda::DrawCand> dcand(static_cast<size_t>(kSeeds) * kCap);
+      Dev<uint8_t> work(cuda::vocab_draw_work_bytes(kSeeds, n));
+      for (const Rules& ru : rules) {
+        SamplingParams sp;
+        sp.temperature = ru.t;
+        sp.top_k = ru.k;
+        sp.top_p = ru.p;
+        sp.min_p = ru.min_p;
+        std::vector<DeviceDraw> draws(kSeeds);
+        std::vector<Sampler> samplers;
+        std::vector<cuda::DrawRule> dr(kSeeds);
+        for (int r = 0; r < kSeeds; r++) {
+          sp.seed = 100 + r;
+          samplers.emplace_back(sp, n);
+          QVERIFY(samplers.back().device_drawable());
+          DeviceDraw& d = draws[r];
+          samplers.back().prepare_device_draw(&d);
+          dr[r] = cuda::DrawRule{r, d.untruncated, d.top_k, d.use_min_p, d.top_p, d.log_min_p, d.inv_t, 0.f, d.u};
+        }
+        CU(cudaMemcpy(drules.p, dr.data(), kSeeds * sizeof(cuda::DrawRule), cudaMemcpyHostToDevice));
+        CU(cuda::launch_vocab_draw(dx.p, n, drules.p, kSeeds, dres.p, dcand.p, kCap, work.p, nullptr));
+        const auto res = dres.get();
+        const auto cand = dcand.get();
+        for (int r = 0; r < kSeeds; r++) {
+          const QString where = QString("%1, t=%2 k=%3 p=%4 min-p=%5, seed %6")
+                                    .arg(row.what).arg(ru.t).arg(ru.k).arg(ru.p).arg(ru.min_p).arg(100 + r);
+          sp.seed = 100 + r;
+          Sampler reference(sp, n);
+          std::vector<float> copy = row.x;
+          const int32_t want = reference.sample(copy.data(), {});
+          DeviceDraw& d = draws[r];
+          const cuda::DrawResult& got = res[r];
+          d.token = got.token;
+          d.complete = got.complete != 0;
+          d.max_logit = got.max_logit;
+          d.cutoff = got.cutoff;
+          d.total = got.total;
+          d.n_cand = got.n_cand;
+          d.cand.clear();
+          const float mx = host.max_logit(row.x.data(), n);
+          if (std::isfinite(mx)) QCOMPARE(got.max_logit, mx);
+          if (got.token < 0) {
+            QVERIFY2(std::isfinite(mx), qPrintable(where));
+            QCOMPARE(got.total, host.sum_exp(row.x.data(), n, mx));  // bitwise the host's sum
+            uint32_t at_or_above = 0;
+            for (float v : row.x) at_or_above += v >= got.cutoff;
+            QCOMPARE(got.n_cand, at_or_above);
+            for (uint32_t j = 0; j < std::min<uint32_t>(got.n_cand, kCap); j++) {
+              const cuda::DrawCand& c = cand[static_cast<size_t>(r) * kCap + j];
+              QVERIFY(c.id >= 0 && c.id < n && row.x[c.id] == c.logit && c.logit >= got.cutoff);
+              d.cand.emplace_back(c.logit, c.id);
+            }
+            std::sort(d.cand.begin(), d.cand.end(), [](auto a, auto b) { return a.second < b.second; });
+            QVERIFY2(std::adjacent_find(d.cand.begin(), d.cand.end(),
+                                        [](auto a, auto b) { return a.second == b.second; }) == d.cand.end(),
+                     qPrintable(where + ": a candidate twice"));
+          } else {
+            n_on_device++;
+          }
+          int32_t token = samplers[r].sample_device(d);
+          if (token < 0) {  // (the fallback: the row itself, the same uniform number)
+            n_fallbacks++;
+            if (std::getenv("PHASELAB_TEST_VERBOSE"))
+              qInfo("fallback: %s (%u candidates at or above %g, max %g)", qPrintable(where), got.n_cand, got.cutoff,
+                    got.max_logit);
+            std::vector<float> again = row.x;
+            token = samplers[r].sample(again.data(), {});
+          }
+          QVERIFY2(token == want, qPrintable(where + QString(": device %1, host %2").arg(token).arg(want)));
+          n_checked++;
+        }
+      }
+    }
+    qInfo("%d draws equal the host's: %d drawn on the device, %d from the row after too many candidates", n_checked,
+          n_on_device, n_fallbacks);
+    QVERIFY(n_on_device > 0 && n_fallbacks > 0);  // (both ways out were taken)
   }
 };
 

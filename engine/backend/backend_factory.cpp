@@ -81,6 +81,7 @@ BackendOptions backend_options_from_environment() {
   if (const char* v = env("PHASELAB_CPU_STREAM_WAYS"); v && std::atoi(v) >= 1)
     o.cpu.stream_ways = std::min(std::atoi(v), kMaxStreamWays);
   o.cuda.graphs = env_flag("PHASELAB_CUDA_GRAPHS", o.cuda.graphs);
+  o.cuda.device_sampling = env_flag("PHASELAB_CUDA_SAMPLING", o.cuda.device_sampling);
   o.cuda.tiled_attention = env_flag("PHASELAB_CUDA_ATTN_TILED", o.cuda.tiled_attention);
   // A positive number of rows; anything else keeps the default.
   if (const char* v = env("PHASELAB_CUDA_GEMM_MIN"); v && std::atoi(v) > 0) o.cuda.gemm_min_rows = std::atoi(v);

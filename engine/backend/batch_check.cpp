@@ -10,6 +10,10 @@ Status check_batch(const SeqChunk* chunks, int n_chunks, int n_vocab, int max_ba
     const SeqChunk& ch = chunks[i];
     if (!ch.kv || !ch.tokens || ch.n_tokens < 1)
       return invalid_argument("batch chunk " + std::to_string(i) + " has no sequence or no tokens");
+    if (ch.draw && !argmax_may_replace_logits)
+      return unsupported("batch chunk " + std::to_string(i) + " asks for a draw on the device, which this backend lacks");
+    if (ch.draw && (ch.mode != LogitsMode::last || ch.argmax))
+      return invalid_argument("batch chunk " + std::to_string(i) + " asks for a device draw without mode last, or with an argmax");
     const bool argmax_only = argmax_may_replace_logits && ch.mode == LogitsMode::last && ch.argmax;
     if (ch.mode != LogitsMode::none && !ch.logits && !argmax_only)
       return invalid_argument("batch chunk " + std::to_string(i) + " asks for logits but gives nowhere to put them");

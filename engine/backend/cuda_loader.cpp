@@ -20,6 +20,7 @@
 #include "backend/cuda/cuda_abi.h"
 #include "phaselab/backend.h"
 #include "phaselab/machine.h"
+#include "phaselab/sampler.h"
 #include "phaselab/thread_pool.h"
 
 namespace phaselab {
@@ -71,13 +72,14 @@ std::string table_mismatch(const PhlCudaTable* t) {
                {"PhlCudaSeq", t->seq_size, sizeof(PhlCudaSeq)},
                {"PhlCudaReserve", t->reserve_size, sizeof(PhlCudaReserve)},
                {"PhlCudaChunk", t->chunk_size, sizeof(PhlCudaChunk)},
-               {"PhlCudaProbe", t->probe_size, sizeof(PhlCudaProbe)}};
+               {"PhlCudaProbe", t->probe_size, sizeof(PhlCudaProbe)},
+               {"PhlCudaDraw", t->draw_size, sizeof(PhlCudaDraw)}};
   for (const auto& s : sizes)
     if (s.theirs != s.ours)
       return std::string("its ") + s.name + " has " + std::to_string(s.theirs) + " bytes, PhaseLab's " +
              std::to_string(s.ours) + " (built from another cuda_abi.h)";
   if (!t->probe || !t->create || !t->destroy || !t->kv_bytes || !t->positions_computed || !t->mirror_pool ||
-      !t->restore || !t->reserved || !t->forward || !t->kv_rows)
+      !t->restore || !t->reserved || !t->forward || !t->kv_rows || !t->fetch_logits)
     return "its table lacks a function";
   return "";
 }
@@ -262,14 +264,27 @@ struct SeqView {
 class CudaHostBackend final : public Backend {
  public:
   CudaHostBackend(std::shared_ptr<const Model> model, int max_batch, const PhlCudaTable* t, PhlCudaDevice* dev,
-                  int host_threads)
-      : model_(std::move(model)), max_batch_(max_batch), t_(t), dev_(dev), host_pool_(host_threads) {}
+                  int host_threads, bool device_sampling)
+      : model_(std::move(model)),
+        max_batch_(max_batch),
+        t_(t),
+        dev_(dev),
+        host_pool_(host_threads),
+        device_sampling_(device_sampling) {}
   ~CudaHostBackend() override { t_->destroy(dev_); }
 
   std::string name() const override { return "cuda"; }
   int max_batch() const override { return max_batch_; }
   bool batched_forward() const override { return true; }
   bool has_device_greedy() const override { return true; }
+  // Sampled draws' passes over the vocabulary on the device too
+  // (CudaSwitches::device_sampling): the engine loop finishes each from the
+  // candidates that come back (Sampler::sample_device).
+  bool has_device_sampling() const override { return device_sampling_; }
+  Status fetch_logits(int i, float* out) override {
+    ErrorBuffer err;
+    return err.status(t_->fetch_logits(dev_, i, out, err.text, sizeof err.text));
+  }
   // The sampled tokens' draws (EngineLoop::postprocess) on the host's
   // threads: a pass's sequences each on one, a lone sequence's passes over
   // the vocabulary in slices (Sampler::sample with HostTasks). One after
@@ -313,13 +328,16 @@ class CudaHostBackend final : public Backend {
     }
     for (int i = 0; i < n_chunks; i++) PHASELAB_TRY(reserve(*chunks[i].kv, chunks[i].n_tokens, views_[i]));
     pass_.clear();
+    draws_.resize(std::max<size_t>(draws_.size(), n_chunks));
     for (int i = 0; i < n_chunks; i++) {  // (the books after every reserve: one may change another's window parts)
       const SeqChunk& ch = chunks[i];
       views_[i].fill(*ch.kv);
       pass_.push_back(PhlCudaChunk{&views_[i].seq, ch.tokens, ch.n_tokens, static_cast<int32_t>(ch.mode), ch.logits,
-                                   ch.argmax});
+                                   ch.argmax, ch.draw ? to_abi(*ch.draw, &draws_[i]) : nullptr});
     }
     PHASELAB_TRY(err.status(t_->forward(dev_, pass_.data(), n_chunks, err.text, sizeof err.text)));
+    for (int i = 0; i < n_chunks; i++)
+      if (chunks[i].draw) from_abi(draws_[i], chunks[i].draw);
     for (int i = 0; i < n_chunks; i++) chunks[i].kv->append(chunks[i].tokens, chunks[i].n_tokens);
     return Status::ok();
   }
@@ -389,6 +407,26 @@ class CudaHostBackend final : public Backend {
   PhlCudaDevice* dev_;
   std::vector<SeqView> views_;       // per chunk of the pass being run
   std::vector<PhlCudaChunk> pass_;
+  std::vector<PhlCudaDraw> draws_;  // (a chunk's draw as the library sees it)
+  bool device_sampling_;
+
+  // A draw's rules as the library takes them; its candidates land in d's.
+  static PhlCudaDraw* to_abi(DeviceDraw& d, PhlCudaDraw* out) {
+    static_assert(sizeof(std::pair<float, int32_t>) == 2 * sizeof(float), "the library writes (float, int32) pairs");
+    d.cand.resize(DeviceDraw::kMaxCandidates);  // (reserved by the engine loop: nothing allocated)
+    *out = PhlCudaDraw{d.untruncated ? 1 : 0, d.top_k, d.use_min_p ? 1 : 0, d.top_p, d.log_min_p, d.inv_t, d.u, -1, 0,
+                       0.f, 0.f, 0.0, 0u, static_cast<uint32_t>(d.cand.size()), d.cand.data()};
+    return out;
+  }
+  static void from_abi(const PhlCudaDraw& a, DeviceDraw* d) {
+    d->token = a.token;
+    d->complete = a.complete != 0;
+    d->max_logit = a.max_logit;
+    d->cutoff = a.cutoff;
+    d->total = a.total;
+    d->n_cand = a.n_cand;
+    d->cand.resize(a.token >= 0 ? 0 : std::min(a.n_cand, a.cap));
+  }
   ThreadPool host_pool_;  // run_host_tasks (the caller is one of its threads)
 };
 
@@ -431,8 +469,8 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(std::shared_ptr<const Model> 
   if (!probe.available) return unsupported("CUDA: " + probe.reason);
   const PhlCudaTable* t = library(sw.library).table;
   const ModelView view(*model);
-  const PhlCudaSwitches s{sw.graphs, sw.tiled_attention, sw.gemm_min_rows, sw.profile, sw.q8_act, sw.bf16_weights,
-                          sw.fused_tails};
+  const PhlCudaSwitches s{sw.graphs,       sw.tiled_attention, sw.gemm_min_rows, sw.profile,
+                          sw.q8_act,       sw.bf16_weights,    sw.fused_tails,   sw.device_sampling};
   PhlCudaDevice* dev = nullptr;
   char err[1024] = {0};
   // (Any failure here is "unsupported": the caller may fall back to the CPU.)
@@ -441,7 +479,8 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(std::shared_ptr<const Model> 
   // (Capped whatever the caller asks: the front ends pass their CPU thread
   // count, one per core by default, and the draws use a few at most.)
   host_threads = std::clamp(host_threads > 0 ? host_threads : default_thread_count(), 1, kCudaHostThreads);
-  return std::unique_ptr<Backend>(std::make_unique<CudaHostBackend>(std::move(model), max_batch, t, dev, host_threads));
+  return std::unique_ptr<Backend>(
+      std::make_unique<CudaHostBackend>(std::move(model), max_batch, t, dev, host_threads, sw.device_sampling));
 }
 
 }  // namespace phaselab

@@ -43,6 +43,11 @@ EngineLoop::EngineLoop(Backend& backend, const Model& model, std::shared_ptr<KvP
   if (opt_.token_budget <= 0 || opt_.token_budget > backend.max_batch()) opt_.token_budget = backend.max_batch();
   opt_.max_seqs = std::max(1, opt_.max_seqs);
   device_greedy_ = backend.has_device_greedy();
+  if (backend.has_device_sampling()) {
+    device_draws_ = true;
+    draws_.resize(opt_.max_seqs);
+    for (DeviceDraw& d : draws_) d.cand.reserve(DeviceDraw::kMaxCandidates);
+  }
   logits_.resize(static_cast<size_t>(opt_.max_seqs) * n_vocab_);
   argmax_.resize(opt_.max_seqs);
   raw_row_.resize(n_vocab_);
@@ -131,7 +136,13 @@ Status EngineLoop::step(StepReport* report) {
     if (report) *report = StepReport{};
     return st;
   }
-  postprocess();
+  if (Status pst = postprocess(); !pst) {
+    // (Only a device draw's row that could not be fetched: the pass is
+    // undone, its positions computed again by the next.)
+    for (const SeqChunk& ch : chunks_) ch.kv->truncate(ch.kv->n_past() - ch.n_tokens);
+    if (report) *report = StepReport{};
+    return pst;
+  }
   retire_finished();
   if (opt_.hand_off_first_token) hand_off_started();
   if (report) *report = r;
@@ -149,8 +160,10 @@ Status EngineLoop::step(StepReport* report) {
 // noticeable part of a batched pass on a CPU. A lone draw splits its passes
 // over the vocabulary among those threads instead (Sampler::sample with
 // tasks: the same token): 0.26 ms a token on one Zen 4 core, 5% of a
-// decoded token of Gemma 3 270M.
-void EngineLoop::postprocess() {
+// decoded token of Gemma 3 270M. A draw made on the device (SeqChunk::draw)
+// is finished here from its candidates, in parallel too; where they do not
+// suffice, its row is fetched and sampled as any other.
+Status EngineLoop::postprocess() {
   draw_chunks_.clear();
   drawn_.assign(chunks_.size(), -1);
   for (size_t c = 0; c < chunks_.size(); c++) {
@@ -166,7 +179,8 @@ void EngineLoop::postprocess() {
   auto draw = [&](size_t c, const Sampler::HostTasks& tasks) {
     Sequence& s = *chunk_seq_[c];
     try {
-      drawn_[c] = s.sampler.sample(chunks_[c].logits, s.tokens, tasks);
+      drawn_[c] = chunks_[c].draw ? s.sampler.sample_device(*chunks_[c].draw)
+                                  : s.sampler.sample(chunks_[c].logits, s.tokens, tasks);
     } catch (const std::bad_alloc&) {
       drawn_[c] = -1;
     }
@@ -176,6 +190,8 @@ void EngineLoop::postprocess() {
   else if (draw_chunks_.size() >= 2)
     backend_.run_host_tasks(static_cast<int>(draw_chunks_.size()),
                             [&](int j) { draw(draw_chunks_[static_cast<size_t>(j)], {}); });
+  for (size_t c = 0; c < chunks_.size(); c++)
+    if (chunks_[c].draw && drawn_[c] < 0) PHASELAB_TRY(backend_.fetch_logits(static_cast<int>(c), chunks_[c].logits));
   for (size_t c = 0; c < chunks_.size(); c++) {
     Sequence& s = *chunk_seq_[c];
     if (chunks_[c].mode == LogitsMode::all)
@@ -183,6 +199,7 @@ void EngineLoop::postprocess() {
     else if (chunks_[c].mode == LogitsMode::last)
       sample_and_append(s, c, drawn_[c]);
   }
+  return Status::ok();
 }
 
 void EngineLoop::sample_and_append(Sequence& s, size_t c, int32_t drawn) {

@@ -185,7 +185,7 @@ class EngineLoop {
   void preempt(std::unique_ptr<Sequence> s);
   void end_for_kv_full(std::unique_ptr<Sequence> s, const std::string& what);
   // engine_loop.cpp: after the pass.
-  void postprocess();
+  Status postprocess();
   // drawn >= 0: the token already drawn for the chunk (postprocess's
   // parallel draws); otherwise it is chosen here.
   void sample_and_append(Sequence& s, size_t chunk, int32_t drawn = -1);
@@ -203,6 +203,7 @@ class EngineLoop {
   LoopOptions opt_;
   int n_vocab_ = 0;
   bool device_greedy_ = false;  // the backend picks greedy tokens itself (SeqChunk::argmax)
+  bool device_draws_ = false;   // and makes sampled draws' passes over the vocabulary (SeqChunk::draw)
 
   std::vector<std::unique_ptr<Sequence>> running_;  // admission order, oldest first
   std::deque<std::unique_ptr<Sequence>> waiting_;   // preempted ones at the front
@@ -216,6 +217,7 @@ class EngineLoop {
   std::vector<uint8_t> chunk_prompt_;  // 1: the chunk's tokens are prompt or recomputed ones
   std::vector<float> logits_;          // (max_seqs, n_vocab) the mode-last rows
   std::vector<int32_t> argmax_;        // (max_seqs) greedy picks made by the backend
+  std::vector<DeviceDraw> draws_;      // (max_seqs, where device_draws_) sampled draws made there
   std::vector<float> raw_row_;         // (n_vocab) a row's logits before sampling, for logprobs
   std::vector<size_t> draw_chunks_;    // (max_seqs) the chunks whose tokens are drawn in parallel
   std::vector<int32_t> drawn_;         // (max_seqs) their tokens, by chunk; -1: not drawn yet

@@ -184,8 +184,15 @@ bool EngineLoop::add_chunk(Sequence& s, int n, int* budget) {
   // Plain greedy on a backend that picks the argmax itself: one int per
   // sequence comes back instead of its logits (so not when the request wants
   // log-probabilities or the drafting distribution, which need the row).
-  if (last && device_greedy_ && s.options.sampling.plain_greedy() && !s.wants_logprobs() && !s.draw_dists)
+  if (last && device_greedy_ && s.options.sampling.plain_greedy() && !s.wants_logprobs() && !s.draw_dists) {
     ch.argmax = &argmax_[chunks_.size()];
+  } else if (last && device_draws_ && s.sampler.device_drawable() && !s.wants_logprobs() && !s.draw_dists) {
+    // Sampled likewise: a few thousand candidates instead of the row (its
+    // uniform number drawn now, for whichever draw comes next).
+    DeviceDraw& d = draws_[chunks_.size()];
+    s.sampler.prepare_device_draw(&d);
+    ch.draw = &d;
+  }
   chunks_.push_back(ch);
   chunk_seq_.push_back(&s);
   // A chunk of prompt tokens, or of the history a recomputation (preemption,

@@ -150,7 +150,10 @@ void Sampler::vocab_gather(const float* x, float lo, float hi) {
   for (int s = 0; s < S; s++) cand_.insert(cand_.end(), slice_cand_[s].begin(), slice_cand_[s].end());
 }
 
-void Sampler::reset(uint64_t seed) { rng_.seed(seed); }
+void Sampler::reset(uint64_t seed) {
+  rng_.seed(seed);
+  ahead_.reset();
+}
 
 void Sampler::apply_bias(float* logits) const {
   for (const auto& [id, v] : p_.logit_bias)
@@ -232,7 +235,10 @@ int32_t Sampler::sample(float* logits, const std::vector<int32_t>& history) {
 int32_t Sampler::draw_untruncated(const float* logits) {
   const int n = n_vocab_;
   const float mx = vocab_max(logits);
-  if (!std::isfinite(mx)) return argmax(logits, n);
+  if (!std::isfinite(mx)) {  // nothing to weigh: the argmax (the draw's number taken, as every draw takes one)
+    uniform();
+    return argmax(logits, n);
+  }
   scratch_.resize(static_cast<size_t>(n));
   const double total = vocab_sum_exp(logits, mx, 1.f / p_.temperature, scratch_.data(), false, 0.f);
   const double r = uniform() * total;
@@ -268,8 +274,52 @@ void Sampler::distribution(float* logits, const std::vector<int32_t>& history,
 }
 
 double Sampler::uniform() {
+  if (ahead_) {
+    const double u = *ahead_;
+    ahead_.reset();
+    return u;
+  }
   std::uniform_real_distribution<double> uni(0.0, 1.0);
   return uni(rng_);
+}
+
+bool Sampler::device_drawable() const {
+  return !p_.greedy() && p_.plain() && (p_.top_k <= DeviceDraw::kMaxCandidates || p_.top_k >= n_vocab_);
+}
+
+void Sampler::prepare_device_draw(DeviceDraw* d) {
+  d->top_k = p_.top_k > 0 && p_.top_k < n_vocab_ ? p_.top_k : 0;
+  d->top_p = p_.top_p < 1.f ? p_.top_p : 1.f;
+  d->use_min_p = p_.min_p > 0.f;
+  d->log_min_p = d->use_min_p ? std::log(p_.min_p) : 0.f;  // (as chain() computes min-p's threshold)
+  d->untruncated = d->top_k == 0 && d->top_p >= 1.f && !d->use_min_p;
+  d->inv_t = 1.f / p_.temperature;
+  if (!ahead_) ahead_ = uniform();
+  d->u = *ahead_;
+  d->token = -1;
+  d->n_cand = 0;
+}
+
+int32_t Sampler::sample_device(const DeviceDraw& d) {
+  if (d.token >= 0) {  // drawn there with this draw's number
+    uniform();
+    return d.token;
+  }
+  if (d.n_cand > d.cand.size()) return -1;  // more than came back
+  cand_.assign(d.cand.begin(), d.cand.end());
+  const bool use_k = p_.top_k > 0 && p_.top_k < n_vocab_;
+  bool enough = d.complete || (use_k && cand_.size() >= static_cast<size_t>(p_.top_k));
+  if (!enough && !use_k && p_.top_p < 1.f) {
+    size_t n_massed = 0;
+    double mass = 0;
+    enough = holds_top_p(d.max_logit, d.total, &n_massed, &mass);
+  }
+  if (!enough) {
+    cand_.clear();
+    return -1;
+  }
+  cut(d.max_logit, d.total);
+  return draw(cand_);
 }
 
 int32_t Sampler::draw(const std::vector<std::pair<float, int32_t>>& dist) {
@@ -356,15 +406,28 @@ void Sampler::chain(float* logits) {
     above = cutoff;
     if (complete) break;
     if (use_k && cand_.size() >= static_cast<size_t>(p_.top_k)) break;
-    // (A margin over the float terms' rounding: the cut below, in double,
-    // must find top_p inside what is gathered, as it did when this check
-    // summed double exponentials.)
-    if (!use_k && use_p) {
-      for (; n_massed < cand_.size(); n_massed++) mass += exp_nonpositive(cand_[n_massed].first - mx);
-      if (mass >= p_.top_p * total * (1 + 1e-5)) break;
-    }
+    if (!use_k && use_p && holds_top_p(mx, total, &n_massed, &mass)) break;
   }
+  cut(mx, total);
+}
 
+// The mass of the candidates gathered, added from *n_massed on (kept in
+// *mass between calls), against top-p's share of the total. (A margin over
+// the float terms' rounding: the cut, in double, must find top_p inside
+// what is gathered, as it did when this check summed double exponentials.)
+bool Sampler::holds_top_p(float mx, double total, size_t* n_massed, double* mass) const {
+  for (; *n_massed < cand_.size(); ++*n_massed) *mass += exp_nonpositive(cand_[*n_massed].first - mx);
+  return *mass >= p_.top_p * total * (1 + 1e-5);
+}
+
+// The candidates cut to what the rules keep, largest first, and weighed.
+// Every rule keeps a prefix of them sorted by logit (ByLogit, a total
+// order), so any superset of that prefix gives the same list.
+void Sampler::cut(float mx, double total) {
+  const bool use_k = p_.top_k > 0 && p_.top_k < n_vocab_;
+  const bool use_p = p_.top_p < 1.f;
+  const bool use_min = p_.min_p > 0.f;
+  const float min_cutoff = use_min ? mx + std::log(p_.min_p) : -std::numeric_limits<float>::infinity();
   const vocab::ByLogit by_logit;
   // top-k: keep the k largest, sorted.
   size_t kept = cand_.size();

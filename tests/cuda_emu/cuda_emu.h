@@ -141,6 +141,12 @@ inline unsigned __float_as_uint(float f) {
   std::memcpy(&u, &f, sizeof u);
   return u;
 }
+// Float operations rounded one at a time, never fused into a multiply-add
+// (the kernels that repeat the host's arithmetic bitwise use them; the
+// emulator's kernels are built with -ffp-contract=off as well).
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
 inline float rsqrtf(float x) { return 1.f / std::sqrt(x); }
 // Four signed bytes of a times those of b, plus c.
 inline int __dp4a(int a, int b, int c) {

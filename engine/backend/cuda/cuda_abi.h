@@ -40,8 +40,9 @@ extern "C" {
  * 11: mixture of experts (PhlCudaLayer's router and experts, PhlCudaConfig's
  * expert counts). 12: PhlCudaSwitches.fused_tails. 13: gpt-oss (PhlCudaLayer's
  * output bias, sinks, expert biases and RoPE table; PhlCudaConfig's gating
- * and expert activation). */
-#define PHASELAB_CUDA_ABI_VERSION 13
+ * and expert activation). 14: sampled draws on the device (PhlCudaDraw,
+ * PhlCudaChunk.draw, PhlCudaSwitches.device_sampling, fetch_logits). */
+#define PHASELAB_CUDA_ABI_VERSION 14
 /* Positions per K/V block: the host pool's (KvPool::kBlockTokens) and the
  * kernels' (cuda::kKvBlockTokens); both sides assert it. */
 #define PHASELAB_CUDA_KV_BLOCK_TOKENS 16
@@ -113,7 +114,7 @@ typedef struct PhlCudaModel {
 /* phaselab::CudaSwitches but the library, which the loader chose. */
 typedef struct PhlCudaSwitches {
   int32_t graphs, tiled_attention, gemm_min_rows, profile;
-  int32_t q8_act, bf16_weights, fused_tails;
+  int32_t q8_act, bf16_weights, fused_tails, device_sampling;
 } PhlCudaSwitches;
 
 /* The host's KvPool as the device mirrors it: known by id, laid out by its
@@ -155,17 +156,34 @@ typedef struct PhlCudaReserve {
   uint32_t old_tail_generation;
 } PhlCudaReserve;
 
+/* A sampled draw's passes over the vocabulary on the device
+ * (phaselab::DeviceDraw, whose fields these are): the rules in, what came
+ * back out; cand: room for cap (logit float, id int32) pairs, of which
+ * min(n_cand, cap) are written. */
+typedef struct PhlCudaDraw {
+  int32_t untruncated, top_k, use_min_p;
+  float top_p, log_min_p, inv_t;
+  double u;
+  int32_t token, complete;
+  float max_logit, cutoff;
+  double total;
+  uint32_t n_cand, cap;
+  void* cand;
+} PhlCudaDraw;
+
 /* One sequence's share of a pass (phaselab::SeqChunk): tokens at positions
  * seq->n_past .. + n_tokens (seq: the books after the reserve, before the
  * append). logits_mode: 0 none, 1 last, 2 all (phaselab::LogitsMode);
  * logits (n_vocab or n_tokens * n_vocab floats) unless argmax is set in
- * mode last, where *argmax gets the argmax instead. */
+ * mode last, where *argmax gets the argmax instead, or draw, where *draw
+ * gets its results. */
 typedef struct PhlCudaChunk {
   const PhlCudaSeq* seq;
   const int32_t* tokens; /* (n_tokens) */
   int32_t n_tokens, logits_mode;
   float* logits;
   int32_t* argmax;
+  PhlCudaDraw* draw;
 } PhlCudaChunk;
 
 /* What probe() finds of device 0. */
@@ -181,7 +199,7 @@ typedef struct PhlCudaTable {
   uint32_t abi_version; /* PHASELAB_CUDA_ABI_VERSION */
   /* sizeof each struct above, in the order declared */
   uint32_t weight_size, vector_size, layer_size, config_size, model_size, switches_size, pool_size, seq_size,
-      reserve_size, chunk_size, probe_size;
+      reserve_size, chunk_size, probe_size, draw_size;
 
   /* 1 and a description ("NVIDIA H200 (compute 9.0, 143771 MiB)") in msg
    * when device 0 is usable; 0 and the reason otherwise. */
@@ -213,6 +231,9 @@ typedef struct PhlCudaTable {
    * count as computed. */
   int32_t (*kv_rows)(PhlCudaDevice* dev, const PhlCudaSeq* seq, int32_t pos0, int32_t n, const int32_t* first,
                      uint8_t* const* k, uint8_t* const* v, int32_t write, char* err, size_t err_size);
+  /* The logits of chunk i of the last forward (a draw's, whose candidates
+   * did not suffice) to out (n_vocab floats), until the next forward. */
+  int32_t (*fetch_logits)(PhlCudaDevice* dev, int32_t i, float* out, char* err, size_t err_size);
 } PhlCudaTable;
 
 /* The library's one export. */

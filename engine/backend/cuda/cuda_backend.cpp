@@ -41,6 +41,22 @@ Status CudaDevice::init() {
   allocations_.push_back(meta_);
   CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&meta_stage_), kMetaFields * B * sizeof(int32_t)));
   next_ = meta_ + kNextField * B;
+  chunk_rows_.reserve(B);
+  if (use_draws_) {
+    draw_rows_ = std::min(max_batch_, kDrawRows);
+    const size_t R = static_cast<size_t>(draw_rows_);
+    const size_t stage = R * (sizeof(cuda::DrawRule) + sizeof(cuda::DrawResult) + kDrawCap * sizeof(cuda::DrawCand));
+    CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&draw_stage_), stage));
+    void* d = nullptr;
+    CUDA_TRY(cudaMalloc(&d, stage));
+    allocations_.push_back(d);
+    draw_rules_ = static_cast<cuda::DrawRule*>(d);
+    draw_res_ = reinterpret_cast<cuda::DrawResult*>(draw_rules_ + R);
+    draw_cand_ = reinterpret_cast<cuda::DrawCand*>(draw_res_ + R);
+    CUDA_TRY(cudaMalloc(&draw_work_, cuda::vocab_draw_work_bytes(draw_rows_, c_.n_vocab)));
+    allocations_.push_back(draw_work_);
+    draw_chunks_.reserve(B);
+  }
   parts_.reserve(B);
   tiled_.reserve(B);
   // cuBLAS for prefill: BF16 copies of a slab of weight rows and of the batch.
@@ -124,6 +140,65 @@ Status CudaDevice::forward(const PhlCudaChunk* chunks, int n_chunks) {
   for (int i = 0; i < n_chunks; i++)
     if (chunks[i].argmax && chunks[i].logits_mode == kLogitsLast)
       *chunks[i].argmax = meta_stage_[kNextField * max_batch_ + i];
+  take_draws(chunks, 0);
+  for (int g = 1; g * draw_rows_ < static_cast<int>(draw_chunks_.size()); g++) {  // (more draws than a group)
+    if (Status st = queue_draws(chunks, g); !st.is_ok()) return after_sync(st);
+    CUDA_TRY(cudaStreamSynchronize(stream_));
+    take_draws(chunks, g);
+  }
+  return Status::ok();
+}
+
+// Group g of the pass's draws (draw_chunks_): their rules up, the passes
+// over their logits rows, the results and candidates down into draw_stage_.
+Status CudaDevice::queue_draws(const PhlCudaChunk* chunks, int g) {
+  const int first = g * draw_rows_;
+  const int n = std::min(draw_rows_, static_cast<int>(draw_chunks_.size()) - first);
+  if (n <= 0) return Status::ok();
+  auto* rules = reinterpret_cast<cuda::DrawRule*>(draw_stage_);
+  auto* results = reinterpret_cast<cuda::DrawResult*>(rules + draw_rows_);
+  auto* cands = reinterpret_cast<cuda::DrawCand*>(results + draw_rows_);
+  for (int j = 0; j < n; j++) {
+    const int i = draw_chunks_[first + j];
+    const PhlCudaDraw& d = *chunks[i].draw;
+    rules[j] = cuda::DrawRule{chunk_rows_[i], d.untruncated, d.top_k, d.use_min_p, d.top_p, d.log_min_p, d.inv_t, 0.f, d.u};
+  }
+  CUDA_TRY(cudaMemcpyAsync(draw_rules_, rules, n * sizeof(cuda::DrawRule), cudaMemcpyHostToDevice, stream_));
+  CUDA_TRY(cuda::launch_vocab_draw(logits_, c_.n_vocab, draw_rules_, n, draw_res_, draw_cand_, kDrawCap, draw_work_,
+                                   stream_));
+  PHASELAB_TRY(prof_.mark("draw", stream_));
+  CUDA_TRY(cudaMemcpyAsync(results, draw_res_, n * sizeof(cuda::DrawResult), cudaMemcpyDeviceToHost, stream_));
+  CUDA_TRY(cudaMemcpyAsync(cands, draw_cand_, static_cast<size_t>(n) * kDrawCap * sizeof(cuda::DrawCand),
+                           cudaMemcpyDeviceToHost, stream_));
+  return Status::ok();
+}
+
+// Group g's results, once the stream has done them, into their chunks' draws.
+void CudaDevice::take_draws(const PhlCudaChunk* chunks, int g) {
+  const int first = g * draw_rows_;
+  const int n = std::min(draw_rows_, static_cast<int>(draw_chunks_.size()) - first);
+  const auto* results = reinterpret_cast<const cuda::DrawResult*>(draw_stage_ + draw_rows_ * sizeof(cuda::DrawRule));
+  const auto* cands = reinterpret_cast<const cuda::DrawCand*>(results + draw_rows_);
+  for (int j = 0; j < n; j++) {
+    PhlCudaDraw& d = *chunks[draw_chunks_[first + j]].draw;
+    const cuda::DrawResult& r = results[j];
+    d.token = r.token;
+    d.complete = r.complete;
+    d.max_logit = r.max_logit;
+    d.cutoff = r.cutoff;
+    d.total = r.total;
+    d.n_cand = r.n_cand;
+    const uint32_t k = r.token >= 0 ? 0 : std::min({r.n_cand, d.cap, static_cast<uint32_t>(kDrawCap)});
+    if (k > 0 && d.cand) std::memcpy(d.cand, cands + static_cast<size_t>(j) * kDrawCap, k * sizeof(cuda::DrawCand));
+  }
+}
+
+Status CudaDevice::fetch_logits(int i, float* out) {
+  if (i < 0 || i >= static_cast<int>(chunk_rows_.size()) || chunk_rows_[i] < 0)
+    return invalid_argument("fetch_logits: chunk " + std::to_string(i) + " of the last pass has no logits row");
+  CUDA_TRY(cudaMemcpyAsync(out, logits_ + static_cast<size_t>(chunk_rows_[i]) * c_.n_vocab, c_.n_vocab * sizeof(float),
+                           cudaMemcpyDeviceToHost, stream_));
+  CUDA_TRY(cudaStreamSynchronize(stream_));
   return Status::ok();
 }
 
@@ -134,11 +209,17 @@ Status CudaDevice::copy_outputs(const PhlCudaChunk* chunks, int n_chunks) {
   int n_greedy = 0;
   for (int i = 0; i < n_chunks; i++) n_greedy += chunks[i].argmax && chunks[i].logits_mode == kLogitsLast;
   if (n_greedy == n_chunks) CUDA_TRY(cuda::launch_argmax_rows(logits_, n_chunks, c_.n_vocab, next_, stream_));
+  chunk_rows_.assign(n_chunks, -1);
+  draw_chunks_.clear();
   for (int i = 0, row = 0; i < n_chunks; i++) {
     const PhlCudaChunk& ch = chunks[i];
     const int n = ch.logits_mode == kLogitsLast ? 1 : ch.logits_mode == kLogitsAll ? ch.n_tokens : 0;
     const float* rows = logits_ + static_cast<size_t>(row) * c_.n_vocab;
-    if (ch.argmax && ch.logits_mode == kLogitsLast) {
+    if (n == 1) chunk_rows_[i] = row;
+    if (ch.draw && ch.logits_mode == kLogitsLast) {
+      if (!use_draws_) return invalid_argument("a draw on the device, which this backend was made without");
+      draw_chunks_.push_back(i);
+    } else if (ch.argmax && ch.logits_mode == kLogitsLast) {
       if (n_greedy < n_chunks) CUDA_TRY(cuda::launch_argmax_rows(rows, 1, c_.n_vocab, next_ + i, stream_));
     } else if (n > 0) {
       CUDA_TRY(cudaMemcpyAsync(ch.logits, rows, static_cast<size_t>(n) * c_.n_vocab * sizeof(float),
@@ -153,7 +234,7 @@ Status CudaDevice::copy_outputs(const PhlCudaChunk* chunks, int n_chunks) {
     CUDA_TRY(cudaMemcpyAsync(meta_stage_ + kNextField * max_batch_, next_, n_chunks * sizeof(int32_t),
                              cudaMemcpyDeviceToHost, stream_));
   }
-  return Status::ok();
+  return queue_draws(chunks, 0);
 }
 
 namespace {
@@ -253,13 +334,18 @@ int32_t kv_rows(PhlCudaDevice* d, const PhlCudaSeq* seq, int32_t pos0, int32_t n
   return guarded(err, n, [&] { return device(d)->kv_rows(*seq, pos0, n_pos, first, k, v, write != 0); });
 }
 
+int32_t fetch_logits(PhlCudaDevice* d, int32_t i, float* out, char* err, size_t n) {
+  return guarded(err, n, [&] { return device(d)->fetch_logits(i, out); });
+}
+
 const PhlCudaTable kTable = {
     sizeof(PhlCudaTable),   PHASELAB_CUDA_ABI_VERSION, sizeof(PhlCudaWeight),   sizeof(PhlCudaVector),
     sizeof(PhlCudaLayer),   sizeof(PhlCudaConfig),     sizeof(PhlCudaModel),    sizeof(PhlCudaSwitches),
     sizeof(PhlCudaPool),    sizeof(PhlCudaSeq),        sizeof(PhlCudaReserve),  sizeof(PhlCudaChunk),
-    sizeof(PhlCudaProbe),   &probe,                    &create,                 &destroy,
-    &kv_bytes,              &positions_computed,       &mirror_pool,            &restore,
-    &reserved,              &forward,                  &kv_rows,
+    sizeof(PhlCudaProbe),   sizeof(PhlCudaDraw),       &probe,                  &create,
+    &destroy,               &kv_bytes,                 &positions_computed,     &mirror_pool,
+    &restore,               &reserved,                 &forward,                &kv_rows,
+    &fetch_logits,
 };
 
 }  // namespace

@@ -111,7 +111,8 @@ class CudaDevice {
         use_graph_(sw.graphs != 0),
         use_q8_(sw.q8_act != 0),
         fused_tails_(sw.fused_tails),
-        use_bf16_weights_(sw.bf16_weights != 0) {}
+        use_bf16_weights_(sw.bf16_weights != 0),
+        use_draws_(sw.device_sampling != 0) {}
 
   ~CudaDevice() {
     if (prof_.on()) {
@@ -122,6 +123,7 @@ class CudaDevice {
     if (cublas_) cublasDestroy(cublas_);
     for (void* p : allocations_) cudaFree(p);
     if (meta_stage_) cudaFreeHost(meta_stage_);
+    if (draw_stage_) cudaFreeHost(draw_stage_);
     if (tables_stage_) cudaFreeHost(tables_stage_);
     if (wtables_stage_) cudaFreeHost(wtables_stage_);
     if (stream_) cudaStreamDestroy(stream_);
@@ -133,6 +135,12 @@ class CudaDevice {
   Status init();
   Status forward(const PhlCudaChunk* chunks, int n_chunks);
   Status copy_outputs(const PhlCudaChunk* chunks, int n_chunks);
+  // The sampled draws of a pass (PhlCudaChunk::draw): their passes over the
+  // vocabulary (cuda::launch_vocab_draw) queued, in groups of kDrawRows
+  // rows; take_draws gives each chunk its results once the stream is done.
+  Status queue_draws(const PhlCudaChunk* chunks, int group);
+  void take_draws(const PhlCudaChunk* chunks, int group);
+  Status fetch_logits(int i, float* out);
 
   Status mirror_pool(const PhlCudaPool& pool);
   Status restore(const PhlCudaSeq& seq);
@@ -323,6 +331,22 @@ class CudaDevice {
   int32_t* meta_ = nullptr;
   int32_t* meta_stage_ = nullptr;
   int32_t* next_ = nullptr;  // meta_'s argmax field
+  // The logits row of each chunk of the last pass (-1: none), for fetch_logits.
+  std::vector<int> chunk_rows_;
+  // Sampled draws on the device (CudaSwitches::device_sampling): up to
+  // kDrawRows rows at a time, each with kDrawCap candidates' room. Device:
+  // the rules, results and candidates, and the kernels' work space;
+  // draw_stage_: the pinned host copy of the first three, one after another.
+  static constexpr int kDrawRows = 64, kDrawCap = 4096;
+  bool use_draws_;
+  int draw_rows_ = 0;  // rows per group: min(max_batch, kDrawRows)
+  cuda::DrawRule* draw_rules_ = nullptr;
+  cuda::DrawResult* draw_res_ = nullptr;
+  cuda::DrawCand* draw_cand_ = nullptr;
+  void* draw_work_ = nullptr;
+  uint8_t* draw_stage_ = nullptr;
+  std::vector<int> draw_chunks_;  // the chunks with a draw, in order
+  size_t draw_bytes() const;      // device bytes of the above
   // cuBLAS for prefill (null below gemm_min_tokens_ batches)
   cublasHandle_t cublas_ = nullptr;
   // At least 2 (Pass::gemm keeps cuBLAS out of every decode pass, and so of the graphs).

@@ -127,7 +127,16 @@ uint64_t CudaDevice::work_bytes() const {
   const uint64_t tails =
       fused_tails_ != 0 ? B * c_.n_ff * 9 / 8 + 4 * (1 + c_.n_ff / 32 + c_.n_head + c_.n_head_kv + B * c_.n_head) : 0;
   return 4 * B * (3ull * c_.n_embd + c_.n_embd_q() + 2ull * c_.n_embd_kv() + 2ull * c_.n_ff + c_.n_vocab) + gemm + moe +
-         q8 + tails;
+         q8 + tails + draw_bytes();
+}
+
+// Sampled draws on the device: a group's rules, results and candidates, and
+// the kernels' work space.
+size_t CudaDevice::draw_bytes() const {
+  if (!use_draws_) return 0;
+  const size_t R = static_cast<size_t>(std::min(max_batch_, kDrawRows));
+  return R * (sizeof(cuda::DrawRule) + sizeof(cuda::DrawResult) + kDrawCap * sizeof(cuda::DrawCand)) +
+         cuda::vocab_draw_work_bytes(static_cast<int>(R), c_.n_vocab);
 }
 
 Status CudaDevice::alloc(float** p, size_t n) {

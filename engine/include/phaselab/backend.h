@@ -22,6 +22,8 @@ enum class LogitsMode {
 
 // One sequence's share of a batched forward pass: tokens at positions
 // kv->n_past() .. + n_tokens, and where its logits go.
+struct DeviceDraw;  // sampler.h
+
 struct SeqChunk {
   KvCache* kv = nullptr;            // a sequence appears at most once per pass
   const int32_t* tokens = nullptr;  // [n_tokens]
@@ -34,12 +36,19 @@ struct SeqChunk {
   // device instead of n_vocab floats. (The CPU and CUDA backends fill it; the
   // default forward_batch refuses it.)
   int32_t* argmax = nullptr;
+  // Mode last, sampled decoding (Sampler::device_drawable): where set, a
+  // backend with has_device_sampling() runs the draw's passes over the
+  // vocabulary where the logits are and fills *draw's results
+  // (Sampler::sample_device) instead of logits; fetch_logits gives the row
+  // where those do not suffice.
+  DeviceDraw* draw = nullptr;
 };
 
 // What every backend's forward_batch checks before it changes anything: at
 // least one chunk; each with a sequence, tokens and, when it asks for
 // logits, somewhere to put them (or, where argmax_may_replace_logits, an
-// argmax for mode last); no sequence twice; token ids in the vocabulary; at
+// argmax for mode last); a device draw only there and only in mode last,
+// without an argmax; no sequence twice; token ids in the vocabulary; at
 // most max_batch tokens in all, which go to *n_tokens.
 Status check_batch(const SeqChunk* chunks, int n_chunks, int n_vocab, int max_batch, bool argmax_may_replace_logits,
                    int* n_tokens);
@@ -82,6 +91,8 @@ class Backend {
         if (chunks[i].kv == chunks[j].kv) return invalid_argument("a sequence appears twice in one batch");
       if (chunks[i].argmax)  // (the argmax is the overriding backends' to pick)
         return unsupported(name() + " backend: no argmax in a batch pass; pick it from the logits");
+      if (chunks[i].draw)
+        return unsupported(name() + " backend: no draws on the device; sample from the logits");
     }
     for (int i = 0; i < n_chunks; i++)
       PHASELAB_TRY(forward(chunks[i].tokens, chunks[i].n_tokens, *chunks[i].kv, chunks[i].logits, chunks[i].mode));
@@ -127,6 +138,17 @@ class Backend {
   // one token per sequence is the CUDA backend's decode pass, replayed from
   // its graph.)
   virtual bool has_device_greedy() const { return false; }
+  // Sampled decoding where the logits need not leave the backend either
+  // (SeqChunk::draw; the CUDA backend's kernels copy back the few thousand
+  // candidates a draw needs instead of n_vocab floats). fetch_logits copies
+  // the logits of chunk i of the last forward_batch (mode last, draw set)
+  // to out[n_vocab], until the next pass: for the draws whose candidates did
+  // not suffice.
+  virtual bool has_device_sampling() const { return false; }
+  virtual Status fetch_logits(int i, float* out) {
+    (void)i, (void)out;
+    return unsupported(name() + " backend: its logits are already on the host");
+  }
   // The CPU switches that may change between passes (decode_rows,
   // row_tiles, decode_prefetch_bytes; the others are fixed at load), for
   // measurements that alternate them (measure_ab, bench --ab). None changes
@@ -294,6 +316,10 @@ struct CudaSwitches {
   // product), 4 the FFN activation's 8-bit copy for the down product, 8 the
   // merge of the attention's key ranges.
   int fused_tails = 4;
+  // Sampled draws' passes over the vocabulary on the device, a few thousand
+  // candidates copied back instead of the logits (SeqChunk::draw;
+  // PHASELAB_CUDA_SAMPLING=0: the logits come back and the host samples).
+  bool device_sampling = true;
   std::string library;          // libphaselab_cuda.so to load; "" the installed one (PHASELAB_CUDA_LIB)
 };
 

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
@@ -33,13 +34,42 @@ struct SamplingParams {
   bool greedy() const { return temperature <= 0.f; }
   // Greedy on unmodified logits: their argmax, which a backend can pick
   // where they are (SeqChunk::argmax).
-  bool plain_greedy() const {
-    return greedy() && repeat_penalty == 1.f && frequency_penalty == 0.f && presence_penalty == 0.f &&
-           logit_bias.empty();
+  bool plain_greedy() const { return greedy() && plain(); }
+  // No bias and no penalties: the rules read the model's logits as they are.
+  bool plain() const {
+    return repeat_penalty == 1.f && frequency_penalty == 0.f && presence_penalty == 0.f && logit_bias.empty();
   }
   // A message for the first out-of-range parameter, or ok. n_vocab > 0 also
   // checks logit_bias's ids against the vocabulary.
   Status validate(int n_vocab = 0) const;
+};
+
+// A sampled draw whose passes over the vocabulary run where the logits are
+// (Backend::has_device_sampling; the CUDA backend's kernels/sample.cu):
+// the rules go with the pass's chunk (Sampler::prepare_device_draw), and
+// what comes back is what the host sampler would have computed of the whole
+// row, bitwise: either the token (no rule truncates, or no finite logit),
+// or the largest logit, the softmax sum and the tokens at or above a
+// cutoff, from which Sampler::sample_device cuts and draws. A few
+// thousand candidates leave the device instead of the whole row.
+struct DeviceDraw {
+  static constexpr int kMaxCandidates = 4096;
+  // The rules (prepare_device_draw).
+  bool untruncated = false;  // top-k, top-p and min-p off: drawn on the device
+  int32_t top_k = 0;         // 0: off (else below n_vocab)
+  float top_p = 1.f;         // 1: off
+  bool use_min_p = false;
+  float log_min_p = 0.f;     // log(min_p)
+  float inv_t = 1.f;         // 1 / temperature
+  double u = 0;              // the draw's uniform number
+  // What came back.
+  int32_t token = -1;         // >= 0: the token
+  bool complete = false;      // cutoff is -inf or min-p's threshold: every token the rules may keep
+  float max_logit = 0.f;      // of the row (NaN ignored)
+  float cutoff = 0.f;         // cand: every token at or above it
+  double total = 0;           // sum exp(logit - max_logit) over the row, as Sampler sums it
+  uint32_t n_cand = 0;        // how many there are (more than kMaxCandidates: cand is not all of them)
+  std::vector<std::pair<float, int32_t>> cand;  // (logit, id), in no particular order
 };
 
 class Sampler {
@@ -73,13 +103,35 @@ class Sampler {
                     const HostTasks& tasks);
   // Draws from a distribution like the one above with this sampler's RNG.
   int32_t draw(const std::vector<std::pair<float, int32_t>>& dist);
-  // A uniform number in [0, 1) from this sampler's RNG.
+  // A uniform number in [0, 1) from this sampler's RNG (the one drawn
+  // ahead by prepare_device_draw, if any). Every sampled (not greedy) draw
+  // takes exactly one.
   double uniform();
+
+  // Whether a draw may run on the device (DeviceDraw): sampled, on the
+  // model's logits as they are (no bias, no penalties), top-k off or at
+  // most DeviceDraw::kMaxCandidates.
+  bool device_drawable() const;
+  // d's rules for the next draw; its uniform number is drawn now and kept
+  // for that draw (a pass that fails leaves it for the next one).
+  void prepare_device_draw(DeviceDraw* d);
+  // The token sample() draws from the row the device read, given what came
+  // back; -1 when the candidates do not surely hold what the rules keep
+  // (more than kMaxCandidates of them, or top-p's share not within them by
+  // the host's own sums): then sample() the row itself, which takes the same
+  // uniform number.
+  int32_t sample_device(const DeviceDraw& d);
 
  private:
   void apply_bias(float* logits) const;
   void apply_penalties(float* logits, const std::vector<int32_t>& history);
   void chain(float* logits);  // fills cand_ with the final (prob, id) list
+  // The chain after the gathering: cand_ holds (at least) every token the
+  // rules may keep, as (logit, id); mx the largest logit, total the softmax
+  // sum over the vocabulary (top-p without top-k). Leaves the (prob, id) list.
+  void cut(float mx, double total);
+  // Whether the gathered cand_ surely holds top-p's share (top-p without top-k).
+  bool holds_top_p(float mx, double total, size_t* n_massed, double* mass) const;
   int32_t draw_untruncated(const float* logits);  // sample() when no rule truncates
   // The passes over the vocabulary, in slices on tasks_ where set (and the
   // vocabulary is large), else in one pass.
@@ -97,6 +149,7 @@ class Sampler {
   SamplingParams p_;
   int n_vocab_;
   std::mt19937_64 rng_;
+  std::optional<double> ahead_;  // a uniform number drawn ahead (prepare_device_draw)
   std::vector<std::pair<float, int32_t>> cand_;    // (logit or prob, id), reserved n_vocab
   std::vector<float> scratch_;                     // exp terms when every token is kept
   std::vector<double> block_sums_;                 // their sums per block of 1024
