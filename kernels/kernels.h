@@ -348,9 +348,17 @@ struct DrawCand {
 };
 // Bytes of work space for n_rows rows of n values.
 size_t vocab_draw_work_bytes(int n_rows, int n);
-// rules, res: n_rows entries; cand: n_rows * cap (row r's from r * cap, in no
-// particular order); x: rows of n values; all device memory.
+// Where candidate j of row r goes in cand, for a launch of n_rows rows
+// with room for cap candidates a row, head of them (1..cap) in front: every
+// row's first head together (what most rows need: one copy brings them
+// back), then each row's rest.
+__host__ __device__ inline size_t draw_cand_index(int n_rows, int cap, int head, int r, int j) {
+  return j < head ? static_cast<size_t>(r) * head + j
+                  : static_cast<size_t>(n_rows) * head + static_cast<size_t>(r) * (cap - head) + (j - head);
+}
+// rules, res: n_rows entries; cand: n_rows * cap (draw_cand_index; in no
+// particular order within a row); x: rows of n values; all device memory.
 cudaError_t launch_vocab_draw(const float* x, int n, const DrawRule* rules, int n_rows, DrawResult* res,
-                              DrawCand* cand, int cap, void* work, cudaStream_t s);
+                              DrawCand* cand, int cap, int head, void* work, cudaStream_t s);
 
 }  // namespace phaselab::cuda

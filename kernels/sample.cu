@@ -78,6 +78,7 @@ constexpr int kLanes = 16;       // its lanes per block
 constexpr int kSpanBlocks = 8;   // blocks per thread block of a grid
 constexpr int kSpan = kSpanBlocks * kExpBlock;
 constexpr int kDrawThreads = kSpanBlocks * kLanes;  // a group of 16 threads per block of 1024
+constexpr int kSumsShared = 1024;  // block sums a thread block holds in shared memory (8 KiB)
 // The tally's bands: [max - d_k, max - d_{k-1}) for cutoffs d_k nats below
 // the largest (any cutoff gives the host's result, as long as the tokens at
 // or above it hold what the rules keep: the finer near the top, the fewer
@@ -266,7 +267,8 @@ __global__ void __launch_bounds__(kDrawThreads) draw_sums_kernel(const float* x,
 }
 
 __global__ void __launch_bounds__(kDrawThreads) draw_pick_kernel(const float* x, int n, const DrawRule* rules,
-                                                                 DrawResult* res, DrawCand* cand, int cap, void* work) {
+                                                                 DrawResult* res, DrawCand* cand, int cap, int head,
+                                                                 void* work) {
   grid_dependency_sync();
   DrawWork w;
   draw_work_layout(gridDim.y, n, static_cast<char*>(work), &w);
@@ -295,7 +297,16 @@ __global__ void __launch_bounds__(kDrawThreads) draw_pick_kernel(const float* x,
     }
     return;
   }
+  // The blocks' sums added in order on one thread (the host's order), from
+  // shared memory where they fit (every vocabulary up to a million tokens):
+  // one round trip to fetch them, not one per block.
+  __shared__ double sums_smem[kSumsShared];
   __shared__ double total_smem;
+  if (nb + 1 <= kSumsShared) {
+    for (int b = threadIdx.x; b <= nb; b += blockDim.x) sums_smem[b] = sums[b];
+    __syncthreads();
+    sums = sums_smem;
+  }
   if (threadIdx.x == 0) {
     double sum = 0;
     for (int b = 0; b < nb; b++) sum += sums[b];
@@ -345,15 +356,23 @@ __global__ void __launch_bounds__(kDrawThreads) draw_pick_kernel(const float* x,
   // of the mass (the tally's float sums, with a margin
   // the host's exact check then confirms).
   __shared__ float cut_smem;
+  // The spans' tallies, each band's folded by a thread of its own (in span
+  // order: every thread block of the row gets the same floats).
+  __shared__ unsigned cnt[kTally];
+  __shared__ float mass[kNearBands];
+  static_assert(kTally + kNearBands <= kDrawThreads);
+  if (threadIdx.x < kTally) {
+    unsigned c = 0;
+    for (int q = 0; q < P; q++) c += w.counts[(static_cast<size_t>(r) * P + q) * kTally + threadIdx.x];
+    cnt[threadIdx.x] = c;
+  } else if (threadIdx.x < kTally + kNearBands) {
+    const int k = threadIdx.x - kTally;
+    float m = 0.f;
+    for (int q = 0; q < P; q++) m = __fadd_rn(m, w.masses[(static_cast<size_t>(r) * P + q) * kNearBands + k]);
+    mass[k] = m;
+  }
+  __syncthreads();
   if (threadIdx.x == 0) {
-    unsigned cnt[kTally] = {};
-    float mass[kNearBands] = {};
-    for (int q = 0; q < P; q++) {
-      const unsigned* c = w.counts + (static_cast<size_t>(r) * P + q) * kTally;
-      const float* m = w.masses + (static_cast<size_t>(r) * P + q) * kNearBands;
-      for (int k = 0; k < kTally; k++) cnt[k] += c[k];
-      for (int k = 0; k < kNearBands; k++) mass[k] = __fadd_rn(mass[k], m[k]);
-    }
     const bool use_k = rule.top_k > 0, use_p = rule.top_p < 1.f, use_min = rule.use_min_p != 0;
     const bool min_bounds = use_min && !(use_k && use_p), top_p_alone = use_p && !use_k;
     const float min_cut = __fadd_rn(mx, rule.log_min_p);
@@ -385,13 +404,12 @@ __global__ void __launch_bounds__(kDrawThreads) draw_pick_kernel(const float* x,
   }
   __syncthreads();
   const float cut = cut_smem;
-  DrawCand* out = cand + static_cast<size_t>(r) * cap;
   const int end = min(n, (p + 1) * kSpan);
   for (int i = p * kSpan + threadIdx.x; i < end; i += blockDim.x) {
     const float v = row[i];
     if (v >= cut) {
       const unsigned slot = atomicAdd(&w.gathered[r], 1u);
-      if (slot < static_cast<unsigned>(cap)) out[slot] = DrawCand{v, i};
+      if (slot < static_cast<unsigned>(cap)) cand[draw_cand_index(gridDim.y, cap, head, r, static_cast<int>(slot))] = DrawCand{v, i};
     }
   }
 }
@@ -409,13 +427,13 @@ cudaError_t launch_argmax_rows(const float* x, int n_rows, int n, int* out, cuda
 size_t vocab_draw_work_bytes(int n_rows, int n) { return draw_work_layout(n_rows, n, nullptr, nullptr); }
 
 cudaError_t launch_vocab_draw(const float* x, int n, const DrawRule* rules, int n_rows, DrawResult* res,
-                              DrawCand* cand, int cap, void* work, cudaStream_t s) {
+                              DrawCand* cand, int cap, int head, void* work, cudaStream_t s) {
   if (n_rows < 1) return cudaSuccess;
-  if (n < 1 || cap < 1) return cudaErrorInvalidValue;
+  if (n < 1 || cap < 1 || head < 1 || head > cap) return cudaErrorInvalidValue;
   const dim3 grid(draw_spans(n), n_rows);
   PHASELAB_LAUNCH(draw_max_kernel, grid, kDrawThreads, 0, s)(x, n, rules, work);
   PHASELAB_LAUNCH(draw_sums_kernel, grid, kDrawThreads, 0, s)(x, n, rules, work);
-  PHASELAB_LAUNCH(draw_pick_kernel, grid, kDrawThreads, 0, s)(x, n, rules, res, cand, cap, work);
+  PHASELAB_LAUNCH(draw_pick_kernel, grid, kDrawThreads, 0, s)(x, n, rules, res, cand, cap, head, work);
   return cudaGetLastError();
 }
 

@@ -88,6 +88,13 @@ if [[ -n "$MODEL" && -f "$MODEL" ]]; then
         echo "round $round, tails $tails: $(PHASELAB_CUDA_FUSED_TAILS=$tails timeout 30 "$BIN/phaselab-cli" bench -m "$MODEL" --backend cuda -p 0 -n 128 -r 3 2>&1 | grep '| tg128' | awk -F'|' '{print $8}')"
       done
     done
+    echo "## sampled decode (t=1 top-p 0.95 against greedy): draws on the GPU, then on the host (PHASELAB_CUDA_SAMPLING=0)"
+    for round in 1 2; do
+      for on in 1 0; do
+        echo "round $round, device sampling $on:"
+        PHASELAB_CUDA_SAMPLING=$on timeout 30 "$BIN/phaselab-cli" bench -m "$MODEL" --backend cuda -p 0 -n 128 -r 3 --sampled 2>&1 | grep '| tg128'
+      done
+    done
     echo "## decode without the CUDA graph (PHASELAB_CUDA_GRAPHS=0)"
     PHASELAB_CUDA_GRAPHS=0 timeout 30 "$BIN/phaselab-cli" bench -m "$MODEL" --backend cuda -p 0 -n 128 -r 3 2>&1
     echo "## prefill without cuBLAS (PHASELAB_CUDA_GEMM_MIN=100000)"

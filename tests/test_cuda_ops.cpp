@@ -4,6 +4,7 @@
 // reports SKIP with the CUDA runtime's reason.
 #include <QtTest>
 
+#include <map>
 #include <numeric>
 
 #include <algorithm>
@@ -1157,92 +1158,114 @@ class TestCudaOps : public QObject {
                            {1.f, 0, 1.f, 0.1f},    {1.f, 5, 1.f, 0.f},       {0.9f, 0, 0.5f, 0.02f},
                            {1.3f, 4096, 1.f, 0.f}, {1.f, 0, 0.999f, 0.f}};
     const vocab::Passes& host = vocab::best_passes();
-    constexpr int kCap = DeviceDraw::kMaxCandidates;
-    int n_checked = 0, n_fallbacks = 0, n_on_device = 0;
-    for (const Row& row : rows) {
-      const int n = static_cast<int>(row.x.size());
-      constexpr int kSeeds = 3;  // one row of the launch per seed (three uniform numbers)
+    constexpr int kCap = DeviceDraw::kMaxCandidates, kHead = 512, kSeeds = 3;
+    int n_checked = 0, n_fallbacks = 0, n_on_device = 0, n_from_candidates = 0;
+    // One launch per row length: every (row, rules, seed) a row of the
+    // launch, in a shuffled order (DrawRule::row is not the launch's row),
+    // truncated and untruncated rows side by side.
+    std::map<int, std::vector<size_t>> by_length;
+    for (size_t i = 0; i < rows.size(); i++) by_length[static_cast<int>(rows[i].x.size())].push_back(i);
+    std::mt19937 shuffle_rng(11);
+    for (const auto& [n, members] : by_length) {
       std::vector<float> xs;
-      for (int r = 0; r < kSeeds; r++) xs.insert(xs.end(), row.x.begin(), row.x.end());
-      Dev<float> dx(xs);
-      Dev<cuda::DrawRule> drules(kSeeds);
-      Dev<cuda::DrawResult> dres(kSeeds);
-      Dev<cuda::DrawCand> dcand(static_cast<size_t>(kSeeds) * kCap);
-      Dev<uint8_t> work(cuda::vocab_draw_work_bytes(kSeeds, n));
-      for (const Rules& ru : rules) {
+      for (size_t i : members) xs.insert(xs.end(), rows[i].x.begin(), rows[i].x.end());
+      struct Job {
+        int data_row;  // index into members
+        size_t rules;
+        int seed;
+      };
+      std::vector<Job> jobs;
+      for (int d = 0; d < static_cast<int>(members.size()); d++)
+        for (size_t u = 0; u < std::size(rules); u++)
+          for (int seed = 0; seed < kSeeds; seed++) jobs.push_back({d, u, 100 + seed});
+      std::shuffle(jobs.begin(), jobs.end(), shuffle_rng);
+      const int R = static_cast<int>(jobs.size());
+      std::vector<DeviceDraw> draws(R);
+      std::vector<Sampler> samplers;
+      std::vector<cuda::DrawRule> dr(R);
+      auto params = [&](const Job& j) {
         SamplingParams sp;
-        sp.temperature = ru.t;
-        sp.top_k = ru.k;
-        sp.top_p = ru.p;
-        sp.min_p = ru.min_p;
-        std::vector<DeviceDraw> draws(kSeeds);
-        std::vector<Sampler> samplers;
-        std::vector<cuda::DrawRule> dr(kSeeds);
-        for (int r = 0; r < kSeeds; r++) {
-          sp.seed = 100 + r;
-          samplers.emplace_back(sp, n);
-          QVERIFY(samplers.back().device_drawable());
-          DeviceDraw& d = draws[r];
-          samplers.back().prepare_device_draw(&d);
-          dr[r] = cuda::DrawRule{r, d.untruncated, d.top_k, d.use_min_p, d.top_p, d.log_min_p, d.inv_t, 0.f, d.u};
-        }
-        CU(cudaMemcpy(drules.p, dr.data(), kSeeds * sizeof(cuda::DrawRule), cudaMemcpyHostToDevice));
-        CU(cuda::launch_vocab_draw(dx.p, n, drules.p, kSeeds, dres.p, dcand.p, kCap, work.p, nullptr));
-        const auto res = dres.get();
-        const auto cand = dcand.get();
-        for (int r = 0; r < kSeeds; r++) {
-          const QString where = QString("%1, t=%2 k=%3 p=%4 min-p=%5, seed %6")
-                                    .arg(row.what).arg(ru.t).arg(ru.k).arg(ru.p).arg(ru.min_p).arg(100 + r);
-          sp.seed = 100 + r;
-          Sampler reference(sp, n);
-          std::vector<float> copy = row.x;
-          const int32_t want = reference.sample(copy.data(), {});
-          DeviceDraw& d = draws[r];
-          const cuda::DrawResult& got = res[r];
-          d.token = got.token;
-          d.complete = got.complete != 0;
-          d.max_logit = got.max_logit;
-          d.cutoff = got.cutoff;
-          d.total = got.total;
-          d.n_cand = got.n_cand;
-          d.cand.clear();
-          const float mx = host.max_logit(row.x.data(), n);
-          if (std::isfinite(mx)) QCOMPARE(got.max_logit, mx);
-          if (got.token < 0) {
-            QVERIFY2(std::isfinite(mx), qPrintable(where));
-            QCOMPARE(got.total, host.sum_exp(row.x.data(), n, mx));  // bitwise the host's sum
-            uint32_t at_or_above = 0;
-            for (float v : row.x) at_or_above += v >= got.cutoff;
-            QCOMPARE(got.n_cand, at_or_above);
-            for (uint32_t j = 0; j < std::min<uint32_t>(got.n_cand, kCap); j++) {
-              const cuda::DrawCand& c = cand[static_cast<size_t>(r) * kCap + j];
-              QVERIFY(c.id >= 0 && c.id < n && row.x[c.id] == c.logit && c.logit >= got.cutoff);
-              d.cand.emplace_back(c.logit, c.id);
-            }
-            std::sort(d.cand.begin(), d.cand.end(), [](auto a, auto b) { return a.second < b.second; });
-            QVERIFY2(std::adjacent_find(d.cand.begin(), d.cand.end(),
-                                        [](auto a, auto b) { return a.second == b.second; }) == d.cand.end(),
-                     qPrintable(where + ": a candidate twice"));
-          } else {
-            n_on_device++;
+        sp.temperature = rules[j.rules].t;
+        sp.top_k = rules[j.rules].k;
+        sp.top_p = rules[j.rules].p;
+        sp.min_p = rules[j.rules].min_p;
+        sp.seed = static_cast<uint64_t>(j.seed);
+        return sp;
+      };
+      samplers.reserve(R);
+      for (int r = 0; r < R; r++) {
+        samplers.emplace_back(params(jobs[r]), n);
+        QVERIFY(samplers.back().device_drawable());
+        DeviceDraw& d = draws[r];
+        d.cand.resize(kCap);
+        samplers.back().prepare_device_draw(&d);
+        dr[r] = cuda::DrawRule{jobs[r].data_row, d.untruncated, d.top_k, d.use_min_p, d.top_p, d.log_min_p, d.inv_t, 0.f, d.u};
+      }
+      Dev<float> dx(xs);
+      Dev<cuda::DrawRule> drules(dr);
+      Dev<cuda::DrawResult> dres(R);
+      Dev<cuda::DrawCand> dcand(static_cast<size_t>(R) * kCap);
+      Dev<uint8_t> work(cuda::vocab_draw_work_bytes(R, n));
+      CU(cuda::launch_vocab_draw(dx.p, n, drules.p, R, dres.p, dcand.p, kCap, kHead, work.p, nullptr));
+      const auto res = dres.get();
+      const auto cand = dcand.get();
+      for (int r = 0; r < R; r++) {
+        const Job& job = jobs[r];
+        const Row& row = rows[members[job.data_row]];
+        const Rules& ru = rules[job.rules];
+        const QString where = QString("%1, t=%2 k=%3 p=%4 min-p=%5, seed %6")
+                                  .arg(row.what).arg(ru.t).arg(ru.k).arg(ru.p).arg(ru.min_p).arg(job.seed);
+        Sampler reference(params(job), n);
+        std::vector<float> copy = row.x;
+        const int32_t want = reference.sample(copy.data(), {});
+        DeviceDraw& d = draws[r];
+        const cuda::DrawResult& got = res[r];
+        d.token = got.token;
+        d.complete = got.complete != 0;
+        d.max_logit = got.max_logit;
+        d.cutoff = got.cutoff;
+        d.total = got.total;
+        d.n_cand = got.n_cand;
+        d.n_back = got.token < 0 && got.n_cand <= static_cast<uint32_t>(kCap) ? got.n_cand : 0;
+        const float mx = host.max_logit(row.x.data(), n);
+        if (std::isfinite(mx)) QCOMPARE(got.max_logit, mx);
+        if (got.token < 0) {
+          QVERIFY2(std::isfinite(mx), qPrintable(where));
+          QCOMPARE(got.total, host.sum_exp(row.x.data(), n, mx));  // bitwise the host's sum
+          uint32_t at_or_above = 0;
+          for (float v : row.x) at_or_above += v >= got.cutoff;
+          QCOMPARE(got.n_cand, at_or_above);
+          // (In the order the device wrote them, as the backend passes them on.)
+          for (uint32_t j = 0; j < d.n_back; j++) {
+            const cuda::DrawCand& c = cand[cuda::draw_cand_index(R, kCap, kHead, r, static_cast<int>(j))];
+            QVERIFY(c.id >= 0 && c.id < n && row.x[c.id] == c.logit && c.logit >= got.cutoff);
+            d.cand[j] = {c.logit, c.id};
           }
-          int32_t token = samplers[r].sample_device(d);
-          if (token < 0) {  // (the fallback: the row itself, the same uniform number)
-            n_fallbacks++;
-            if (std::getenv("PHASELAB_TEST_VERBOSE"))
-              qInfo("fallback: %s (%u candidates at or above %g, max %g)", qPrintable(where), got.n_cand, got.cutoff,
-                    got.max_logit);
-            std::vector<float> again = row.x;
-            token = samplers[r].sample(again.data(), {});
-          }
-          QVERIFY2(token == want, qPrintable(where + QString(": device %1, host %2").arg(token).arg(want)));
-          n_checked++;
+          std::vector<std::pair<float, int32_t>> ids(d.cand.begin(), d.cand.begin() + d.n_back);
+          std::sort(ids.begin(), ids.end(), [](auto a, auto b) { return a.second < b.second; });
+          QVERIFY2(std::adjacent_find(ids.begin(), ids.end(), [](auto a, auto b) { return a.second == b.second; }) ==
+                       ids.end(),
+                   qPrintable(where + ": a candidate twice"));
+        } else {
+          n_on_device++;
         }
+        int32_t token = samplers[r].sample_device(d);
+        if (token >= 0 && got.token < 0) n_from_candidates++;
+        if (token < 0) {  // (the fallback: the row itself, the same uniform number)
+          n_fallbacks++;
+          if (std::getenv("PHASELAB_TEST_VERBOSE"))
+            qInfo("fallback: %s (%u candidates at or above %g, max %g)", qPrintable(where), got.n_cand, got.cutoff,
+                  got.max_logit);
+          std::vector<float> again = row.x;
+          token = samplers[r].sample(again.data(), {});
+        }
+        QVERIFY2(token == want, qPrintable(where + QString(": device %1, host %2").arg(token).arg(want)));
+        n_checked++;
       }
     }
-    qInfo("%d draws equal the host's: %d drawn on the device, %d from the row after too many candidates", n_checked,
-          n_on_device, n_fallbacks);
-    QVERIFY(n_on_device > 0 && n_fallbacks > 0);  // (both ways out were taken)
+    qInfo("%d draws equal the host's: %d drawn on the device, %d from its candidates, %d from the row after too many "
+          "candidates", n_checked, n_on_device, n_from_candidates, n_fallbacks);
+    QVERIFY(n_on_device > 0 && n_from_candidates > 0 && n_fallbacks > 0);  // (every way out was taken)
   }
 };
 

@@ -269,8 +269,8 @@ class CudaHostBackend final : public Backend {
         max_batch_(max_batch),
         t_(t),
         dev_(dev),
-        host_pool_(host_threads),
-        device_sampling_(device_sampling) {}
+        device_sampling_(device_sampling),
+        host_pool_(host_threads) {}
   ~CudaHostBackend() override { t_->destroy(dev_); }
 
   std::string name() const override { return "cuda"; }
@@ -317,6 +317,8 @@ class CudaHostBackend final : public Backend {
     for (int i = 0; i < n_chunks; i++)
       if (&chunks[i].kv->pool() != &chunks[0].kv->pool())
         return invalid_argument("the sequences of one batch must share one KV pool");
+      else if (chunks[i].draw && !device_sampling_)
+        return unsupported("cuda backend: made without draws on the device (CudaSwitches::device_sampling)");
     ErrorBuffer err;
     const PoolView pool(chunks[0].kv->pool(), model_->config().n_layer);
     PHASELAB_TRY(err.status(t_->mirror_pool(dev_, &pool.pool, err.text, sizeof err.text)));
@@ -413,7 +415,7 @@ class CudaHostBackend final : public Backend {
   // A draw's rules as the library takes them; its candidates land in d's.
   static PhlCudaDraw* to_abi(DeviceDraw& d, PhlCudaDraw* out) {
     static_assert(sizeof(std::pair<float, int32_t>) == 2 * sizeof(float), "the library writes (float, int32) pairs");
-    d.cand.resize(DeviceDraw::kMaxCandidates);  // (reserved by the engine loop: nothing allocated)
+    if (d.cand.size() < DeviceDraw::kMaxCandidates) d.cand.resize(DeviceDraw::kMaxCandidates);  // (the engine loop's are)
     *out = PhlCudaDraw{d.untruncated ? 1 : 0, d.top_k, d.use_min_p ? 1 : 0, d.top_p, d.log_min_p, d.inv_t, d.u, -1, 0,
                        0.f, 0.f, 0.0, 0u, static_cast<uint32_t>(d.cand.size()), d.cand.data()};
     return out;
@@ -425,7 +427,7 @@ class CudaHostBackend final : public Backend {
     d->cutoff = a.cutoff;
     d->total = a.total;
     d->n_cand = a.n_cand;
-    d->cand.resize(a.token >= 0 ? 0 : std::min(a.n_cand, a.cap));
+    d->n_back = a.token < 0 && a.n_cand <= a.cap ? a.n_cand : 0;
   }
   ThreadPool host_pool_;  // run_host_tasks (the caller is one of its threads)
 };

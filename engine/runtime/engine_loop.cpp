@@ -46,7 +46,7 @@ EngineLoop::EngineLoop(Backend& backend, const Model& model, std::shared_ptr<KvP
   if (backend.has_device_sampling()) {
     device_draws_ = true;
     draws_.resize(opt_.max_seqs);
-    for (DeviceDraw& d : draws_) d.cand.reserve(DeviceDraw::kMaxCandidates);
+    for (DeviceDraw& d : draws_) d.cand.resize(DeviceDraw::kMaxCandidates);
   }
   logits_.resize(static_cast<size_t>(opt_.max_seqs) * n_vocab_);
   argmax_.resize(opt_.max_seqs);
@@ -190,8 +190,14 @@ Status EngineLoop::postprocess() {
   else if (draw_chunks_.size() >= 2)
     backend_.run_host_tasks(static_cast<int>(draw_chunks_.size()),
                             [&](int j) { draw(draw_chunks_[static_cast<size_t>(j)], {}); });
-  for (size_t c = 0; c < chunks_.size(); c++)
-    if (chunks_[c].draw && drawn_[c] < 0) PHASELAB_TRY(backend_.fetch_logits(static_cast<int>(c), chunks_[c].logits));
+  for (size_t c = 0; c < chunks_.size(); c++) {
+    if (!chunks_[c].draw) continue;
+    RequestMetrics& m = chunk_seq_[c]->res.metrics;
+    m.device_draws++;
+    if (drawn_[c] >= 0) continue;
+    m.device_draw_fetches++;
+    PHASELAB_TRY(backend_.fetch_logits(static_cast<int>(c), chunks_[c].logits));
+  }
   for (size_t c = 0; c < chunks_.size(); c++) {
     Sequence& s = *chunk_seq_[c];
     if (chunks_[c].mode == LogitsMode::all)

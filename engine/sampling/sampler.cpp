@@ -297,7 +297,7 @@ void Sampler::prepare_device_draw(DeviceDraw* d) {
   if (!ahead_) ahead_ = uniform();
   d->u = *ahead_;
   d->token = -1;
-  d->n_cand = 0;
+  d->n_cand = d->n_back = 0;
 }
 
 int32_t Sampler::sample_device(const DeviceDraw& d) {
@@ -305,8 +305,8 @@ int32_t Sampler::sample_device(const DeviceDraw& d) {
     uniform();
     return d.token;
   }
-  if (d.n_cand > d.cand.size()) return -1;  // more than came back
-  cand_.assign(d.cand.begin(), d.cand.end());
+  if (d.n_back < d.n_cand || d.n_back > d.cand.size()) return -1;  // not all came back
+  cand_.assign(d.cand.begin(), d.cand.begin() + d.n_back);
   const bool use_k = p_.top_k > 0 && p_.top_k < n_vocab_;
   bool enough = d.complete || (use_k && cand_.size() >= static_cast<size_t>(p_.top_k));
   if (!enough && !use_k && p_.top_p < 1.f) {

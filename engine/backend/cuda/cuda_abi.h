@@ -158,8 +158,9 @@ typedef struct PhlCudaReserve {
 
 /* A sampled draw's passes over the vocabulary on the device
  * (phaselab::DeviceDraw, whose fields these are): the rules in, what came
- * back out; cand: room for cap (logit float, id int32) pairs, of which
- * min(n_cand, cap) are written. */
+ * back out; cand: room for cap (logit float, id int32) pairs, the first
+ * n_cand of them written where n_cand <= cap (else none: the host fetches
+ * the row). */
 typedef struct PhlCudaDraw {
   int32_t untruncated, top_k, use_min_p;
   float top_p, log_min_p, inv_t;

@@ -139,7 +139,7 @@ class CudaDevice {
   // vocabulary (cuda::launch_vocab_draw) queued, in groups of kDrawRows
   // rows; take_draws gives each chunk its results once the stream is done.
   Status queue_draws(const PhlCudaChunk* chunks, int group);
-  void take_draws(const PhlCudaChunk* chunks, int group);
+  Status take_draws(const PhlCudaChunk* chunks, int group);
   Status fetch_logits(int i, float* out);
 
   Status mirror_pool(const PhlCudaPool& pool);
@@ -337,9 +337,14 @@ class CudaDevice {
   // kDrawRows rows at a time, each with kDrawCap candidates' room. Device:
   // the rules, results and candidates, and the kernels' work space;
   // draw_stage_: the pinned host copy of the first three, one after another.
-  static constexpr int kDrawRows = 64, kDrawCap = 4096;
+  // The first draw_head_ candidates of each row come back with the results,
+  // the rest (where a row has more) by a second copy: kDrawHead, or an
+  // eighth of a small vocabulary (so that the test model's rows take the
+  // second copy too).
+  static constexpr int kDrawRows = 64, kDrawCap = 4096, kDrawHead = 512;
   bool use_draws_;
   int draw_rows_ = 0;  // rows per group: min(max_batch, kDrawRows)
+  int draw_head_ = kDrawHead;
   cuda::DrawRule* draw_rules_ = nullptr;
   cuda::DrawResult* draw_res_ = nullptr;
   cuda::DrawCand* draw_cand_ = nullptr;

@@ -68,8 +68,11 @@ struct DeviceDraw {
   float max_logit = 0.f;      // of the row (NaN ignored)
   float cutoff = 0.f;         // cand: every token at or above it
   double total = 0;           // sum exp(logit - max_logit) over the row, as Sampler sums it
-  uint32_t n_cand = 0;        // how many there are (more than kMaxCandidates: cand is not all of them)
-  std::vector<std::pair<float, int32_t>> cand;  // (logit, id), in no particular order
+  uint32_t n_cand = 0;        // how many tokens are at or above cutoff
+  uint32_t n_back = 0;        // how many of them came back: n_cand where it fits in cand, else 0
+  // Room for kMaxCandidates (logit, id) pairs, sized once by the owner; the
+  // first n_back are the candidates, in no particular order.
+  std::vector<std::pair<float, int32_t>> cand;
 };
 
 class Sampler {

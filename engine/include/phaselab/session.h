@@ -78,6 +78,10 @@ struct RequestMetrics {
   // during decode, and generated tokens per pass (1 without speculation).
   int spec_drafted = 0, spec_accepted = 0, target_passes = 0;
   double spec_acceptance = 0, tokens_per_pass = 0;
+  // Sampled tokens whose passes over the vocabulary ran on the device
+  // (Backend::has_device_sampling), and of those, the ones whose logits row
+  // had to be fetched after all (too many candidates).
+  int device_draws = 0, device_draw_fetches = 0;
   StopReason stop_reason = StopReason::running;
 
   // The rates from the counters and the times of the first and the latest
