@@ -151,12 +151,28 @@ __device__ float fold_max(const float* part, int P) {
   return best;
 }
 
+// What each thread block of the three grids starts from: the work space,
+// its span p of the P of row r (the launch's), the rule and the logits row.
+struct DrawBlock {
+  DrawWork w;
+  int P, r, p;
+  DrawRule rule;
+  const float* row;
+};
+__device__ DrawBlock draw_block(const float* x, int n, const DrawRule* rules, void* work) {
+  DrawBlock b;
+  draw_work_layout(gridDim.y, n, static_cast<char*>(work), &b.w);
+  b.P = gridDim.x;
+  b.r = blockIdx.y;
+  b.p = blockIdx.x;
+  b.rule = rules[b.r];
+  b.row = x + static_cast<size_t>(b.rule.row) * n;
+  return b;
+}
+
 __global__ void __launch_bounds__(kDrawThreads) draw_max_kernel(const float* x, int n, const DrawRule* rules, void* work) {
   grid_dependency_sync();
-  DrawWork w;
-  draw_work_layout(gridDim.y, n, static_cast<char*>(work), &w);
-  const int P = gridDim.x, r = blockIdx.y, p = blockIdx.x;
-  const float* row = x + static_cast<size_t>(rules[r].row) * n;
+  const auto [w, P, r, p, rule, row] = draw_block(x, n, rules, work);
   const int end = min(n, (p + 1) * kSpan);
   float best = -INFINITY;
   for (int i = p * kSpan + threadIdx.x; i < end; i += blockDim.x) best = row[i] > best ? row[i] : best;
@@ -203,11 +219,7 @@ __device__ T block_sum(T v, T* smem) {
 
 __global__ void __launch_bounds__(kDrawThreads) draw_sums_kernel(const float* x, int n, const DrawRule* rules, void* work) {
   grid_dependency_sync();
-  DrawWork w;
-  draw_work_layout(gridDim.y, n, static_cast<char*>(work), &w);
-  const int P = gridDim.x, r = blockIdx.y, p = blockIdx.x;
-  const DrawRule rule = rules[r];
-  const float* row = x + static_cast<size_t>(rule.row) * n;
+  const auto [w, P, r, p, rule, row] = draw_block(x, n, rules, work);
   const float mx = fold_max(w.part_max + r * P, P);
   if (!(mx > -INFINITY && mx < INFINITY)) return;  // no finite maximum: the argmax (draw_pick_kernel)
   const bool chain = !rule.untruncated;
@@ -270,11 +282,7 @@ __global__ void __launch_bounds__(kDrawThreads) draw_pick_kernel(const float* x,
                                                                  DrawResult* res, DrawCand* cand, int cap, int head,
                                                                  void* work) {
   grid_dependency_sync();
-  DrawWork w;
-  draw_work_layout(gridDim.y, n, static_cast<char*>(work), &w);
-  const int P = gridDim.x, r = blockIdx.y, p = blockIdx.x;
-  const DrawRule rule = rules[r];
-  const float* row = x + static_cast<size_t>(rule.row) * n;
+  const auto [w, P, r, p, rule, row] = draw_block(x, n, rules, work);
   const float mx = fold_max(w.part_max + r * P, P);
   const int nb = n / kExpBlock;
   const double* sums = w.block_sums + static_cast<size_t>(r) * (nb + 1);
