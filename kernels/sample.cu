@@ -15,17 +15,13 @@ __device__ __forceinline__ void keep_max(float& v, int& i, float v2, int i2) {
   }
 }
 
-// Block-wide argmax over the x[i] of [0, n) that come after (below_v,
-// below_i) in the order "larger value first, then lower index" (pass
-// +inf, -1 for all of them): the k-th call finds the k-th largest.
-__device__ void block_argmax(const float* x, int n, float below_v, int below_i, float* sv, int* si, float* v_out,
-                             int* i_out) {
+// Block-wide argmax over x[0, n): the largest value, the lowest index among
+// equals; NaN never wins (keep_max's comparisons are false), so a row of
+// NaN leaves idx = n.
+__device__ void block_argmax(const float* x, int n, float* sv, int* si, float* v_out, int* i_out) {
   float v = -INFINITY;
   int idx = n;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    const float xi = x[i];
-    if (xi < below_v || (xi == below_v && i > below_i)) keep_max(v, idx, xi, i);
-  }
+  for (int i = threadIdx.x; i < n; i += blockDim.x) keep_max(v, idx, x[i], i);
   for (int o = 16; o > 0; o >>= 1) {
     const float v2 = __shfl_xor_sync(0xffffffffu, v, o);
     const int i2 = __shfl_xor_sync(0xffffffffu, idx, o);
@@ -60,7 +56,7 @@ __global__ void argmax_kernel(const float* x, int n, int* out) {
   __shared__ int si[32];
   __shared__ float bv;
   __shared__ int bi;
-  block_argmax(x + static_cast<size_t>(blockIdx.x) * n, n, INFINITY, -1, sv, si, &bv, &bi);
+  block_argmax(x + static_cast<size_t>(blockIdx.x) * n, n, sv, si, &bv, &bi);
   if (threadIdx.x == 0) out[blockIdx.x] = bi < n ? bi : 0;  // all NaN: token 0, as on the CPU
 }
 

@@ -208,7 +208,7 @@ void Sampler::distribution(float* logits, const std::vector<int32_t>& history,
 // the engine loop's serial draw starts again from it.
 void Sampler::allocate_ahead() {
   if (p_.greedy()) return;
-  const bool truncates = (p_.top_k > 0 && p_.top_k < n_vocab_) || p_.top_p < 1.f || p_.min_p > 0.f;
+  const bool truncates = uses_top_k() || p_.top_p < 1.f || p_.min_p > 0.f;
   if (!truncates)
     scratch_.resize(static_cast<size_t>(n_vocab_));
   else if (n_slices() > 1)
@@ -221,9 +221,7 @@ int32_t Sampler::sample(float* logits, const std::vector<int32_t>& history) {
   apply_penalties(logits, history);
   cand_.clear();
   if (p_.greedy()) return argmax(logits, n_vocab_);
-  if (p_.top_k <= 0 || p_.top_k >= n_vocab_) {
-    if (p_.top_p >= 1.f && p_.min_p <= 0.f) return draw_untruncated(logits);
-  }
+  if (!uses_top_k() && p_.top_p >= 1.f && p_.min_p <= 0.f) return draw_untruncated(logits);
   chain(logits);
   return draw(cand_);
 }
@@ -288,7 +286,7 @@ bool Sampler::device_drawable() const {
 }
 
 void Sampler::prepare_device_draw(DeviceDraw* d) {
-  d->top_k = p_.top_k > 0 && p_.top_k < n_vocab_ ? p_.top_k : 0;
+  d->top_k = uses_top_k() ? p_.top_k : 0;
   d->top_p = p_.top_p < 1.f ? p_.top_p : 1.f;
   d->use_min_p = p_.min_p > 0.f;
   d->log_min_p = d->use_min_p ? std::log(p_.min_p) : 0.f;  // (as chain() computes min-p's threshold)
@@ -307,14 +305,9 @@ int32_t Sampler::sample_device(const DeviceDraw& d) {
   }
   if (d.n_back < d.n_cand || d.n_back > d.cand.size()) return -1;  // not all came back
   cand_.assign(d.cand.begin(), d.cand.begin() + d.n_back);
-  const bool use_k = p_.top_k > 0 && p_.top_k < n_vocab_;
-  bool enough = d.complete || (use_k && cand_.size() >= static_cast<size_t>(p_.top_k));
-  if (!enough && !use_k && p_.top_p < 1.f) {
-    size_t n_massed = 0;
-    double mass = 0;
-    enough = holds_top_p(d.max_logit, d.total, &n_massed, &mass);
-  }
-  if (!enough) {
+  size_t n_massed = 0;
+  double mass = 0;
+  if (!d.complete && !gathered_enough(d.max_logit, d.total, &n_massed, &mass)) {
     cand_.clear();
     return -1;
   }
@@ -353,7 +346,7 @@ int32_t Sampler::draw(const std::vector<std::pair<float, int32_t>>& dist) {
 void Sampler::chain(float* logits) {
   const int n = n_vocab_;
   const float mx = vocab_max(logits);
-  const bool use_k = p_.top_k > 0 && p_.top_k < n;
+  const bool use_k = uses_top_k();
   const bool use_p = p_.top_p < 1.f;
   const bool use_min = p_.min_p > 0.f;
   const float inv_t = 1.f / p_.temperature;
@@ -404,9 +397,7 @@ void Sampler::chain(float* logits) {
     const float cutoff = cutoff_at(delta, &complete);
     if (!(top_p_alone && delta == cutoffs[0])) vocab_gather(logits, cutoff, above);  // (the first: with the sum)
     above = cutoff;
-    if (complete) break;
-    if (use_k && cand_.size() >= static_cast<size_t>(p_.top_k)) break;
-    if (!use_k && use_p && holds_top_p(mx, total, &n_massed, &mass)) break;
+    if (complete || gathered_enough(mx, total, &n_massed, &mass)) break;
   }
   cut(mx, total);
 }
@@ -420,11 +411,16 @@ bool Sampler::holds_top_p(float mx, double total, size_t* n_massed, double* mass
   return *mass >= p_.top_p * total * (1 + 1e-5);
 }
 
+bool Sampler::gathered_enough(float mx, double total, size_t* n_massed, double* mass) const {
+  if (uses_top_k()) return cand_.size() >= static_cast<size_t>(p_.top_k);
+  return p_.top_p < 1.f && holds_top_p(mx, total, n_massed, mass);
+}
+
 // The candidates cut to what the rules keep, largest first, and weighed.
 // Every rule keeps a prefix of them sorted by logit (ByLogit, a total
 // order), so any superset of that prefix gives the same list.
 void Sampler::cut(float mx, double total) {
-  const bool use_k = p_.top_k > 0 && p_.top_k < n_vocab_;
+  const bool use_k = uses_top_k();
   const bool use_p = p_.top_p < 1.f;
   const bool use_min = p_.min_p > 0.f;
   const float min_cutoff = use_min ? mx + std::log(p_.min_p) : -std::numeric_limits<float>::infinity();

@@ -135,6 +135,11 @@ class Sampler {
   void cut(float mx, double total);
   // Whether the gathered cand_ surely holds top-p's share (top-p without top-k).
   bool holds_top_p(float mx, double total, size_t* n_massed, double* mass) const;
+  // Whether the gathered cand_ surely hold what the rules keep: top-k's k,
+  // or else top-p's share (holds_top_p; min-p alone bounds the gathering
+  // itself). chain()'s stop rule, and sample_device()'s test of what came back.
+  bool gathered_enough(float mx, double total, size_t* n_massed, double* mass) const;
+  bool uses_top_k() const { return p_.top_k > 0 && p_.top_k < n_vocab_; }
   int32_t draw_untruncated(const float* logits);  // sample() when no rule truncates
   // The passes over the vocabulary, in slices on tasks_ where set (and the
   // vocabulary is large), else in one pass.
