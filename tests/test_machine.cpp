@@ -181,6 +181,57 @@ class TestMachine : public QObject {
     QVERIFY(p.read_bandwidth > 1e8);
     QVERIFY(p.fp32_flops > 0);
   }
+
+  // Bench's two probes as one: each figure the larger (a probe only
+  // under-reads), a doubtful probe left out, the first's sizes kept.
+  void two_probes_keep_the_better_of_each_figure() {
+    MachinePeaks a, b;
+    a.plausible = b.plausible = true;
+    a.read_bandwidth = 45e9, b.read_bandwidth = 27e9;  // the second at a bad moment
+    a.int8_ops = 466e9, b.int8_ops = 930e9;            // the first at a bad moment
+    a.fp32_flops = 117e9, b.fp32_flops = 233e9;
+    a.llc_read_bandwidth = 86e9, b.llc_read_bandwidth = 182e9;
+    a.runs = b.runs = 5;
+    a.buffer_bytes = 512 * kMiB, b.buffer_bytes = 64 * kMiB;
+    const MachinePeaks p = better_peaks(a, b);
+    QCOMPARE(p.read_bandwidth, 45e9);
+    QCOMPARE(p.int8_ops, 930e9);
+    QCOMPARE(p.fp32_flops, 233e9);
+    QCOMPARE(p.llc_read_bandwidth, 182e9);
+    QCOMPARE(p.runs, 10);
+    QCOMPARE(p.buffer_bytes, 512 * kMiB);
+    QVERIFY(p.plausible);
+    QCOMPARE(better_peaks(b, a).int8_ops, 930e9);  // the order does not matter for the figures
+    QCOMPARE(better_peaks(b, a).read_bandwidth, 45e9);
+
+    MachinePeaks doubtful = b;
+    doubtful.plausible = false;
+    doubtful.read_bandwidth = 900e9;  // a doubtful figure is never taken
+    QCOMPARE(better_peaks(a, doubtful).read_bandwidth, 45e9);
+    QCOMPARE(better_peaks(doubtful, a).read_bandwidth, 45e9);
+    QVERIFY(better_peaks(doubtful, a).plausible);
+    MachinePeaks both = a;
+    both.plausible = false;
+    QVERIFY(!better_peaks(both, doubtful).plausible);
+
+    QVERIFY(peaks_differ(a, b, 0.1));
+    QVERIFY(!peaks_differ(a, a, 0.1));
+    MachinePeaks near = a;
+    near.int8_ops *= 1.05;
+    QVERIFY(!peaks_differ(a, near, 0.1));
+    near.fp32_flops *= 1.2;
+    QVERIFY(peaks_differ(a, near, 0.1));
+  }
+
+  // The placement of bench's two CPUs: the same or not, from two round trips.
+  void a_placement_change_is_told_from_two_round_trips() {
+    QVERIFY(!placement_changed(60, 65));    // one shared cache throughout
+    QVERIFY(!placement_changed(300, 240));  // apart throughout
+    QVERIFY(placement_changed(64, 300));
+    QVERIFY(placement_changed(259, 36));
+    QVERIFY(!placement_changed(-1, 300));  // not measured
+    QVERIFY(!placement_changed(60, -1));
+  }
 };
 
 QTEST_APPLESS_MAIN(TestMachine)

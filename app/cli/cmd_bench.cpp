@@ -340,6 +340,12 @@ struct BenchReport {
   ComputePeak compute;
   bool on_cores = false;                     // a cpu backend with 2+ threads: the round trips were asked for
   double trip_before = -1, trip_after = -1;  // core_round_trip_ns() around the tests
+  MachinePeaks peaks_before, peaks_after;    // the two probes (peaks: the better of them); after: unset when skipped
+
+  // The two probes disagree by more than a tenth in a figure divided by.
+  bool peaks_changed() const {
+    return peaks_after.read_bandwidth > 0 && peaks_differ(peaks_before, peaks_after, 0.1);
+  }
 
   BenchReport(Session& s_, const EngineSetup& setup_, const BenchOptions& o_, const MachinePeaks& peaks_,
               int threads_)
@@ -459,6 +465,8 @@ void BenchReport::print_json() const {
                    {"device_peak_gbps", peak_gbps},
                    {"core_round_trip_ns_before", trip_before},
                    {"core_round_trip_ns_after", trip_after},
+                   {"placement_changed", placement_changed(trip_before, trip_after)},
+                   {"machine_peaks_changed", peaks_changed()},
                    {"decode_bandwidth_fraction", bandwidth_fraction(r)},
                    {"prefill_gops", r.n_prompt > 0 ? ops_per_token * r.mean / 1e9 : 0.0},
                    {"prefill_bound", r.n_prompt > 0 ? (prefill(r).compute ? "compute" : "memory") : ""},
@@ -547,6 +555,11 @@ void BenchReport::print_table() const {
                 backend.c_str(), setup.draft->name().c_str(), setup.spec_k, threads, o.n_gen, spec->spec_tps,
                 spec->plain_tps, spec->spec_tps / spec->plain_tps);
   if (peaks.read_bandwidth > 0) std::printf("\nmachine: %s\n", describe_machine_peaks(peaks).c_str());
+  if (peaks_changed())
+    std::printf("machine probes differ: before the tests read %.1f GB/s, int8 %.0f GOP/s, FP32 %.0f GFLOP/s; after "
+                "%.1f GB/s, %.0f GOP/s, %.0f GFLOP/s (the fractions below divide by the larger of each)\n",
+                peaks_before.read_bandwidth / 1e9, peaks_before.int8_ops / 1e9, peaks_before.fp32_flops / 1e9,
+                peaks_after.read_bandwidth / 1e9, peaks_after.int8_ops / 1e9, peaks_after.fp32_flops / 1e9);
   if (const ModelConfig& c = s.model().config(); c.is_moe())
     std::printf("mixture of experts: %d of %d experts per token, %.3f of %.3f GB of weights read per token\n",
                 c.n_expert_used, c.n_expert, weight_gb, s.model().weight_bytes() / 1e9);
@@ -555,6 +568,8 @@ void BenchReport::print_table() const {
                 "tests, %s after (~50 ns: cores that share a last-level cache; ~300 ns: cores apart, e.g. on two AMD "
                 "CCDs)\n",
                 trip_text(trip_before).c_str(), trip_text(trip_after).c_str());
+  if (placement_changed(trip_before, trip_after))
+    std::printf("placement changed during the tests: the figures above mix two machines; measure again\n");
   if (backend.rfind("cpu-", 0) == 0 && backend != "cpu-reference")
     std::printf("cpu switches: %s (PHASELAB_CPU_REPACK, _HUGEPAGES, _PREFETCH_BYTES, _STREAM_PREFETCH_BYTES, _STREAM_WAYS, _ROW_TILES, _DECODE_ROWS, _ISA)\n", cpu_switches().c_str());
   for (const auto& r : results) {
@@ -635,9 +650,10 @@ int cmd_bench(int argc, char** argv) {
                 "  pp<N>: prefill of N tokens; tg<N>: N single-token decode steps; -p 0 or -n 0 skips a test.\n"
                 "  -d D[,D...]: run each test after D tokens already in the cache (\"tg128 @ d2000\"): attention\n"
                 "  then reads D positions of K/V per layer (a sliding-window layer at most its window).\n"
-                "  On the CPU the machine's peaks are measured first (about a second: read bandwidth with\n"
-                "  every physical core, FP32 and int8 compute) and decode is shown as a fraction of the\n"
-                "  read bandwidth, prefill of the compute peak; --no-peaks skips that.\n"
+                "  On the CPU the machine's peaks are measured before and after the tests (about a second\n"
+                "  each: read bandwidth with every physical core, FP32 and int8 compute), and decode is shown\n"
+                "  as a fraction of the better read bandwidth, prefill of the better compute peak; a note says\n"
+                "  when the two probes, or the CPUs' placement, differ; --no-peaks skips that.\n"
                 "  With --spec lookup|draft: also sg<N>, greedy generation of N tokens on a built-in\n"
                 "  rewrite-the-text prompt with and without speculation (acceptance, speed-up).\n"
                 "  --chat-turns N: TTFT of the N-th turn of a scripted chat, with and without prefix reuse.\n"
@@ -704,7 +720,20 @@ int cmd_bench(int argc, char** argv) {
     chat = *r;
   }
 
-  BenchReport rep(s, *setup, *bo, peaks, n_threads);
+  // The peaks again after the tests: on a VM a vCPU can be taken away for
+  // a second or two, or its placement change (docs/benchmarks.md), and a
+  // probe at such a moment under-reads the machine and inflates every
+  // fraction. The fractions divide by the better of the two probes, and the
+  // report says when they differ. (The peak RSS is the tests', read first.)
+  const double rss_tests = peak_rss_mib();
+  MachinePeaks peaks_after;
+  if (peaks.read_bandwidth > 0) peaks_after = measure_bench_peaks(s.backend().name(), false);
+  const MachinePeaks best = peaks_after.read_bandwidth > 0 ? better_peaks(peaks, peaks_after) : peaks;
+
+  BenchReport rep(s, *setup, *bo, best, n_threads);
+  rep.rss = rss_tests;
+  rep.peaks_before = peaks;
+  rep.peaks_after = peaks_after;
   rep.results = std::move(*results);
   rep.on_cores = on_cores;
   rep.trip_before = trip_before;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -419,6 +420,25 @@ std::string describe_machine_peaks(const MachinePeaks& p) {
   s += buf;
   if (!p.plausible) s += "; doubtful: " + p.note;
   return s;
+}
+
+MachinePeaks better_peaks(const MachinePeaks& first, const MachinePeaks& second) {
+  if (!second.plausible && first.plausible) return first;
+  if (!first.plausible && second.plausible) return second;
+  if (!first.plausible) return first;
+  MachinePeaks p = first;
+  p.read_bandwidth = std::max(first.read_bandwidth, second.read_bandwidth);
+  p.llc_read_bandwidth = std::max(first.llc_read_bandwidth, second.llc_read_bandwidth);
+  p.fp32_flops = std::max(first.fp32_flops, second.fp32_flops);
+  p.int8_ops = std::max(first.int8_ops, second.int8_ops);
+  p.runs = first.runs + second.runs;
+  return p;
+}
+
+bool peaks_differ(const MachinePeaks& a, const MachinePeaks& b, double tolerance) {
+  auto differ = [&](double x, double y) { return std::fabs(x - y) > tolerance * std::max(x, y); };
+  return differ(a.read_bandwidth, b.read_bandwidth) || differ(a.int8_ops, b.int8_ops) ||
+         differ(a.fp32_flops, b.fp32_flops);
 }
 
 MachinePeaks measure_machine_peaks(int threads) {

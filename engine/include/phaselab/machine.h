@@ -94,6 +94,18 @@ MachinePeaks measure_machine_peaks(const MachineProbeOptions& options);
 // bandwidth read, the compute peaks, and "doubtful: <note>" when implausible.
 std::string describe_machine_peaks(const MachinePeaks& p);
 
+// Two probes of the same machine (bench's, before and after its tests) as
+// one: each figure the larger of the two, since a probe only ever
+// under-reads what the machine can do (a VM's vCPU taken away for a while,
+// a neighbour's burst), and a fraction of the limit must not rise because
+// the limit was read at a bad moment. A doubtful probe is left out (both
+// doubtful: the first). Buffer sizes, threads and ISA are the first's.
+MachinePeaks better_peaks(const MachinePeaks& first, const MachinePeaks& second);
+
+// Whether two MachinePeaks differ by more than `tolerance` (relative) in
+// any of the figures bench divides by (memory read, int8, FP32).
+bool peaks_differ(const MachinePeaks& a, const MachinePeaks& b, double tolerance);
+
 // How long a cache line takes between the first two allowed CPUs and back,
 // in nanoseconds (the median of five ThreadPool::round_trip_ns of 64 trips
 // each, on a pool of two pinned to them): about 50 where their cores share
@@ -103,6 +115,14 @@ std::string describe_machine_peaks(const MachinePeaks& p);
 // before and after its tests. Negative where fewer than two CPUs are
 // allowed, pinning is refused, or the second thread did not come.
 double core_round_trip_ns();
+
+// Whether two core_round_trip_ns() figures put the two CPUs in different
+// places (one under kSharedCacheTripNs, the other over): the machine
+// changed between them. False where either was not measured.
+inline constexpr double kSharedCacheTripNs = 150;
+inline bool placement_changed(double trip_a_ns, double trip_b_ns) {
+  return trip_a_ns > 0 && trip_b_ns > 0 && (trip_a_ns < kSharedCacheTripNs) != (trip_b_ns < kSharedCacheTripNs);
+}
 
 // The cache figure applies to weights that fit in the last-level cache.
 inline bool weights_fit_in_llc(const MachinePeaks& p, double weight_bytes) {
