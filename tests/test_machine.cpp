@@ -225,10 +225,17 @@ class TestMachine : public QObject {
 
   // The placement of bench's two CPUs: the same or not, from two round trips.
   void a_placement_change_is_told_from_two_round_trips() {
+    QCOMPARE(core_placement(30), CorePlacement::one_core);
+    QCOMPARE(core_placement(66), CorePlacement::shared_cache);
+    QCOMPARE(core_placement(250), CorePlacement::apart);
+    QCOMPARE(core_placement(-1), CorePlacement::unknown);
     QVERIFY(!placement_changed(60, 65));    // one shared cache throughout
     QVERIFY(!placement_changed(300, 240));  // apart throughout
+    QVERIFY(!placement_changed(29, 38));    // one core's two hardware threads throughout
     QVERIFY(placement_changed(64, 300));
-    QVERIFY(placement_changed(259, 36));
+    QVERIFY(placement_changed(259, 66));
+    QVERIFY(placement_changed(38, 70));     // onto a core of its own
+    QVERIFY(placement_changed(250, 35));
     QVERIFY(!placement_changed(-1, 300));  // not measured
     QVERIFY(!placement_changed(60, -1));
   }

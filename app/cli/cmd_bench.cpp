@@ -565,11 +565,14 @@ void BenchReport::print_table() const {
                 c.n_expert_used, c.n_expert, weight_gb, s.model().weight_bytes() / 1e9);
   if (on_cores)
     std::printf("threads: a cache line between the first two CPUs this process may use and back took %s before the "
-                "tests, %s after (~50 ns: cores that share a last-level cache; ~300 ns: cores apart, e.g. on two AMD "
-                "CCDs)\n",
+                "tests, %s after (~35 ns: two hardware threads of one core; ~50-70 ns: cores that share a last-level "
+                "cache; ~300 ns: cores apart, e.g. on two AMD CCDs)\n",
                 trip_text(trip_before).c_str(), trip_text(trip_after).c_str());
   if (placement_changed(trip_before, trip_after))
     std::printf("placement changed during the tests: the figures above mix two machines; measure again\n");
+  else if (core_placement(trip_before) == CorePlacement::one_core)
+    std::printf("placement: the two CPUs are hardware threads of one core (they share its execution units: compute "
+                "about halves); measure again for two cores\n");
   if (backend.rfind("cpu-", 0) == 0 && backend != "cpu-reference")
     std::printf("cpu switches: %s (PHASELAB_CPU_REPACK, _HUGEPAGES, _PREFETCH_BYTES, _STREAM_PREFETCH_BYTES, _STREAM_WAYS, _ROW_TILES, _DECODE_ROWS, _ISA)\n", cpu_switches().c_str());
   for (const auto& r : results) {

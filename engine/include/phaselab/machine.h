@@ -116,12 +116,25 @@ bool peaks_differ(const MachinePeaks& a, const MachinePeaks& b, double tolerance
 // allowed, pinning is refused, or the second thread did not come.
 double core_round_trip_ns();
 
-// Whether two core_round_trip_ns() figures put the two CPUs in different
-// places (one under kSharedCacheTripNs, the other over): the machine
-// changed between them. False where either was not measured.
+// Where two CPUs are, from core_round_trip_ns(). On the 2-vCPU Zen 4 VMs
+// all three came and went (docs/benchmarks.md): 29-38 ns when both vCPUs
+// were the two hardware threads of one core (the int8 probe then read
+// 469 GOP/s against ~915: one core's execution units), 65-73 ns on two
+// cores of one CCD, 210-300 ns on two CCDs (the read probe 45-52 GB/s
+// against ~31).
+enum class CorePlacement { unknown, one_core, shared_cache, apart };
+inline constexpr double kOneCoreTripNs = 45;
 inline constexpr double kSharedCacheTripNs = 150;
+inline CorePlacement core_placement(double trip_ns) {
+  if (trip_ns <= 0) return CorePlacement::unknown;
+  if (trip_ns < kOneCoreTripNs) return CorePlacement::one_core;
+  return trip_ns < kSharedCacheTripNs ? CorePlacement::shared_cache : CorePlacement::apart;
+}
+// Whether two round trips put the CPUs in different places: the machine
+// changed between them. False where either was not measured.
 inline bool placement_changed(double trip_a_ns, double trip_b_ns) {
-  return trip_a_ns > 0 && trip_b_ns > 0 && (trip_a_ns < kSharedCacheTripNs) != (trip_b_ns < kSharedCacheTripNs);
+  const CorePlacement a = core_placement(trip_a_ns), b = core_placement(trip_b_ns);
+  return a != CorePlacement::unknown && b != CorePlacement::unknown && a != b;
 }
 
 // The cache figure applies to weights that fit in the last-level cache.
