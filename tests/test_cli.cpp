@@ -492,10 +492,8 @@ class TestCli : public QObject {
       QVERIFY2(o["machine_read_gbps"].toDouble() > 1, qPrintable(b.out));
       QVERIFY(o["machine_int8_gops"].toDouble() > 0);
       // The peaks are probed before and after the tests (the better of
-      // each figure is divided by; whether the two differ is said), and
-      // the peak RSS is the tests', not the second probe's 512 MiB buffer.
+      // each figure is divided by; whether the two differ is said).
       QVERIFY2(o["machine_peaks_changed"].isBool() && o["placement_changed"].isBool(), qPrintable(b.out));
-      QVERIFY2(o["peak_rss_mib"].toDouble() > 0 && o["peak_rss_mib"].toDouble() < 400, qPrintable(b.out));
       const bool decode = o["n_gen"].toInt() > 0;
       QVERIFY2((o["decode_bandwidth_fraction"].toDouble() > 0) == decode, qPrintable(b.out));
       QVERIFY2((o["prefill_compute_fraction"].toDouble() > 0) == !decode, qPrintable(b.out));

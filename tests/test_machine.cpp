@@ -214,6 +214,18 @@ class TestMachine : public QObject {
     both.plausible = false;
     QVERIFY(!better_peaks(both, doubtful).plausible);
 
+    // The cache figure stays only where it reads faster than the merged
+    // memory figure (judge_peaks' rule), and the second probe's note is kept.
+    MachinePeaks slow_cache = b;
+    slow_cache.llc_read_bandwidth = 30e9;  // kept beside its own memory (27), under 0.8x the first (45)
+    slow_cache.note = "a note";
+    MachinePeaks no_cache = a;
+    no_cache.llc_read_bandwidth = 0;
+    const MachinePeaks m = better_peaks(no_cache, slow_cache);
+    QCOMPARE(m.read_bandwidth, 45e9);
+    QCOMPARE(m.llc_read_bandwidth, 0.0);
+    QVERIFY2(m.note.find("a note") != std::string::npos, m.note.c_str());
+
     QVERIFY(peaks_differ(a, b, 0.1));
     QVERIFY(!peaks_differ(a, a, 0.1));
     MachinePeaks near = a;
@@ -229,6 +241,10 @@ class TestMachine : public QObject {
     QCOMPARE(core_placement(66), CorePlacement::shared_cache);
     QCOMPARE(core_placement(250), CorePlacement::apart);
     QCOMPARE(core_placement(-1), CorePlacement::unknown);
+    QCOMPARE(core_placement(44), CorePlacement::one_core);  // the thresholds, 45 and 150 ns
+    QCOMPARE(core_placement(46), CorePlacement::shared_cache);
+    QCOMPARE(core_placement(149), CorePlacement::shared_cache);
+    QCOMPARE(core_placement(151), CorePlacement::apart);
     QVERIFY(!placement_changed(60, 65));    // one shared cache throughout
     QVERIFY(!placement_changed(300, 240));  // apart throughout
     QVERIFY(!placement_changed(29, 38));    // one core's two hardware threads throughout

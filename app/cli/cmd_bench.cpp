@@ -340,11 +340,14 @@ struct BenchReport {
   ComputePeak compute;
   bool on_cores = false;                     // a cpu backend with 2+ threads: the round trips were asked for
   double trip_before = -1, trip_after = -1;  // core_round_trip_ns() around the tests
-  MachinePeaks peaks_before, peaks_after;    // the two probes (peaks: the better of them); after: unset when skipped
+  MachinePeaks peaks_before, peaks_after;    // the two probes; after: unset when skipped
+  bool probes_merged = false;                // peaks is better_peaks of the two (else the first)
 
-  // The two probes disagree by more than a tenth in a figure divided by.
+  // The two probes, both plausible, disagree by more than a tenth in a
+  // figure divided by.
   bool peaks_changed() const {
-    return peaks_after.read_bandwidth > 0 && peaks_differ(peaks_before, peaks_after, 0.1);
+    return peaks_after.read_bandwidth > 0 && peaks_before.plausible && peaks_after.plausible &&
+           peaks_differ(peaks_before, peaks_after, 0.1);
   }
 
   BenchReport(Session& s_, const EngineSetup& setup_, const BenchOptions& o_, const MachinePeaks& peaks_,
@@ -557,9 +560,11 @@ void BenchReport::print_table() const {
   if (peaks.read_bandwidth > 0) std::printf("\nmachine: %s\n", describe_machine_peaks(peaks).c_str());
   if (peaks_changed())
     std::printf("machine probes differ: before the tests read %.1f GB/s, int8 %.0f GOP/s, FP32 %.0f GFLOP/s; after "
-                "%.1f GB/s, %.0f GOP/s, %.0f GFLOP/s (the fractions below divide by the larger of each)\n",
+                "%.1f GB/s, %.0f GOP/s, %.0f GFLOP/s (%s)\n",
                 peaks_before.read_bandwidth / 1e9, peaks_before.int8_ops / 1e9, peaks_before.fp32_flops / 1e9,
-                peaks_after.read_bandwidth / 1e9, peaks_after.int8_ops / 1e9, peaks_after.fp32_flops / 1e9);
+                peaks_after.read_bandwidth / 1e9, peaks_after.int8_ops / 1e9, peaks_after.fp32_flops / 1e9,
+                probes_merged ? "the fractions below divide by the larger of each"
+                              : "the CPUs had moved: the fractions below divide by the first");
   if (const ModelConfig& c = s.model().config(); c.is_moe())
     std::printf("mixture of experts: %d of %d experts per token, %.3f of %.3f GB of weights read per token\n",
                 c.n_expert_used, c.n_expert, weight_gb, s.model().weight_bytes() / 1e9);
@@ -570,7 +575,8 @@ void BenchReport::print_table() const {
                 trip_text(trip_before).c_str(), trip_text(trip_after).c_str());
   if (placement_changed(trip_before, trip_after))
     std::printf("placement changed during the tests: the figures above mix two machines; measure again\n");
-  else if (core_placement(trip_before) == CorePlacement::one_core)
+  else if (core_placement(trip_before) == CorePlacement::one_core &&
+           core_placement(trip_after) == CorePlacement::one_core)
     std::printf("placement: the two CPUs are hardware threads of one core (they share its execution units: compute "
                 "about halves); measure again for two cores\n");
   if (backend.rfind("cpu-", 0) == 0 && backend != "cpu-reference")
@@ -698,10 +704,13 @@ int cmd_bench(int argc, char** argv) {
                        std::to_string(s.n_ctx()) + ": pass --ctx-size");
 
   const MachinePeaks peaks = measure_bench_peaks(s.backend().name(), args->has("--no-peaks"));
-  // Where the threads' cores are, before and after (cpu backends, 2+ threads).
+  const bool probed = peaks.read_bandwidth > 0;
+  // Where the threads' cores are, before and after (cpu backends, 2+
+  // threads), and where the probe's were (the probe uses every core).
   const int n_threads = *args->get_int("--threads", default_threads(), 1, 256);
   const bool on_cores = s.backend().name().rfind("cpu", 0) == 0 && n_threads > 1;
-  const double trip_before = on_cores ? core_round_trip_ns() : -1;
+  const double trip_probe = on_cores || probed ? core_round_trip_ns() : -1;
+  const double trip_before = on_cores ? trip_probe : -1;
   auto results = measure_throughput(s, *bo);
   if (!results) return report(results.status());
   const double trip_after = on_cores ? core_round_trip_ns() : -1;
@@ -723,20 +732,28 @@ int cmd_bench(int argc, char** argv) {
     chat = *r;
   }
 
-  // The peaks again after the tests: on a VM a vCPU can be taken away for
-  // a second or two, or its placement change (docs/benchmarks.md), and a
-  // probe at such a moment under-reads the machine and inflates every
-  // fraction. The fractions divide by the better of the two probes, and the
-  // report says when they differ. (The peak RSS is the tests', read first.)
+  // The peaks again after the tests: a probe at a busy moment under-reads
+  // the machine and inflates every fraction. In the same placement of the
+  // CPUs as the first probe (core_placement of a round trip beside each),
+  // the fractions divide by the better of the two; in another placement
+  // (a VM's vCPUs moved: docs/benchmarks.md), by the first, whose placement
+  // the tests started in. The report says when they differ. (The peak RSS
+  // is the tests', read first.)
   const double rss_tests = peak_rss_mib();
   MachinePeaks peaks_after;
-  if (peaks.read_bandwidth > 0) peaks_after = measure_bench_peaks(s.backend().name(), false);
-  const MachinePeaks best = peaks_after.read_bandwidth > 0 ? better_peaks(peaks, peaks_after) : peaks;
+  double trip_probe_after = -1;
+  if (probed) {
+    peaks_after = measure_bench_peaks(s.backend().name(), false);
+    trip_probe_after = core_round_trip_ns();
+  }
+  const bool same_place = core_placement(trip_probe) == core_placement(trip_probe_after);
+  const MachinePeaks best = peaks_after.read_bandwidth > 0 && same_place ? better_peaks(peaks, peaks_after) : peaks;
 
   BenchReport rep(s, *setup, *bo, best, n_threads);
   rep.rss = rss_tests;
   rep.peaks_before = peaks;
   rep.peaks_after = peaks_after;
+  rep.probes_merged = peaks_after.read_bandwidth > 0 && same_place;
   rep.results = std::move(*results);
   rep.on_cores = on_cores;
   rep.trip_before = trip_before;

@@ -432,6 +432,10 @@ MachinePeaks better_peaks(const MachinePeaks& first, const MachinePeaks& second)
   p.fp32_flops = std::max(first.fp32_flops, second.fp32_flops);
   p.int8_ops = std::max(first.int8_ops, second.int8_ops);
   p.runs = first.runs + second.runs;
+  if (!second.note.empty() && second.note != first.note) add_note(&p.note, "after the tests: " + second.note);
+  // judge_peaks' rule on the merged pair: a cache that reads slower than
+  // memory is not a level that holds weights.
+  if (p.llc_read_bandwidth > 0 && p.llc_read_bandwidth < 0.8 * p.read_bandwidth) p.llc_read_bandwidth = 0;
   return p;
 }
 

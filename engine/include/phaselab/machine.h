@@ -94,12 +94,16 @@ MachinePeaks measure_machine_peaks(const MachineProbeOptions& options);
 // bandwidth read, the compute peaks, and "doubtful: <note>" when implausible.
 std::string describe_machine_peaks(const MachinePeaks& p);
 
-// Two probes of the same machine (bench's, before and after its tests) as
-// one: each figure the larger of the two, since a probe only ever
-// under-reads what the machine can do (a VM's vCPU taken away for a while,
-// a neighbour's burst), and a fraction of the limit must not rise because
-// the limit was read at a bad moment. A doubtful probe is left out (both
-// doubtful: the first). Buffer sizes, threads and ISA are the first's.
+// Two probes of the same machine, in the same placement of its CPUs
+// (bench's, before and after its tests), as one: each figure the larger of
+// the two, since on one machine a probe only under-reads what it can do (a
+// neighbour's burst), and a fraction of the limit must not rise because the
+// limit was read at a bad moment. (Across placements that does not hold: a
+// 2-vCPU VM reads half again as much memory bandwidth with its vCPUs on two
+// CCDs as on one, and half the compute on one core's two hardware threads;
+// bench merges only probes whose core_placement agrees.) A doubtful probe
+// is left out (both doubtful: the first). Buffer sizes, threads and ISA are
+// the first's; the cache figure is dropped if it reads slower than memory.
 MachinePeaks better_peaks(const MachinePeaks& first, const MachinePeaks& second);
 
 // Whether two MachinePeaks differ by more than `tolerance` (relative) in
