@@ -3,7 +3,9 @@
 // prefill are shown against. The peaks are timings, so the checks are ranges
 // and agreement between runs, not exact values.
 #include <QTest>
+#include <cstring>
 #include <thread>
+#include <vector>
 
 #include "phaselab/machine.h"
 #include "phaselab/memory.h"
@@ -53,6 +55,25 @@ class TestMachine : public QObject {
   }
 
   // The plausibility rules with injected cache sizes and timings.
+  // The probe counts slice bytes a pass: its loops must read each of them
+  // once, the four-stream loop's ways and tail included.
+  void the_read_probe_reads_every_byte_once() {
+    for (std::size_t n : {std::size_t{128}, std::size_t{384}, std::size_t{4096}, std::size_t{4096 * 3 + 640},
+                          std::size_t{1} << 20}) {
+      std::vector<uint64_t> words(n / 8 + 8);
+      auto* p = reinterpret_cast<uint8_t*>(words.data());
+      p += (64 - reinterpret_cast<uintptr_t>(p) % 64) % 64;  // 64-byte aligned, as the probe's pages
+      uint64_t want = 0;
+      for (std::size_t i = 0; i < n / 8; i++) {
+        const uint64_t v = (i + 1) * 0x9E3779B97F4A7C15ull;  // each word different, so a word read twice or not at all shows
+        std::memcpy(p + 8 * i, &v, 8);
+        want += v;
+      }
+      QCOMPARE(probe_read_sum(p, n, false), want);
+      QCOMPARE(probe_read_sum(p, n, true), want);
+    }
+  }
+
   void judging_injected_timings() {
     auto judge = [](std::size_t llc, uint64_t avail, double best, double median, int runs, double llc_bw = 0) {
       MachinePeaks p;

@@ -90,6 +90,13 @@ void judge_peaks(const BandwidthBuffer& plan, const BandwidthTiming& memory, Mac
 MachinePeaks measure_machine_peaks(int threads = 0);
 MachinePeaks measure_machine_peaks(const MachineProbeOptions& options);
 
+// The memory probe's read of n bytes at p (64-byte aligned, n a multiple
+// of 128), as a sum of its 64-bit words (wrapping): with simd the AVX2 loop
+// in its four streams where the CPU has AVX2, else the portable one. Every
+// byte is read once, so that the bytes the probe counts are the bytes it
+// read (test_machine).
+uint64_t probe_read_sum(const uint8_t* p, std::size_t n, bool simd);
+
 // The peaks in one line, as bench and devices print them: which buffer each
 // bandwidth read, the compute peaks, and "doubtful: <note>" when implausible.
 std::string describe_machine_peaks(const MachinePeaks& p);
