@@ -645,6 +645,10 @@ class TestCli : public QObject {
       QVERIFY(o["tokens_per_s"].toDouble() > 0);
       QVERIFY(o["batched_forward"].toBool());
       if (o["test"].toString().startsWith("tg")) QVERIFY(o["tpot_ms"].toDouble() > 0);
+      // The machine around the sweep, as bench's rows say it (BenchProbes).
+      QVERIFY2(o["placement_changed"].isBool() && o["machine_peaks_changed"].isBool() &&
+                   o["core_round_trip_ns_before"].isDouble() && o["core_round_trip_ns_after"].isDouble(),
+               qPrintable(b.out));
     }
     QCOMPARE(seen, QStringList({"pp16@1", "tg8@1", "pp16@4", "tg8@4"}));
     const Run t = cli({"bench", "-m", stories(), "--batch", "2", "-p", "8", "-n", "4", "--no-peaks"});

@@ -17,6 +17,7 @@
 #include <optional>
 #include <random>
 
+#include "bench_probes.h"
 #include "cli_util.h"
 #include "commands.h"
 #include "engine_setup.h"
@@ -338,21 +339,12 @@ struct BenchReport {
   double machine_gbps = 0;  // the machine's read bandwidth
   double ops_per_token = 0;
   ComputePeak compute;
-  bool on_cores = false;                     // a cpu backend with 2+ threads: the round trips were asked for
-  double trip_before = -1, trip_after = -1;  // core_round_trip_ns() around the tests
-  MachinePeaks peaks_before, peaks_after;    // the two probes; after: unset when skipped
-  bool probes_merged = false;                // peaks is better_peaks of the two (else the first)
+  const BenchProbes& probes;  // the machine around the tests; peaks is its probes.peaks()
 
-  // The two probes, both plausible, disagree by more than a tenth in a
-  // figure divided by.
-  bool peaks_changed() const {
-    return peaks_after.read_bandwidth > 0 && peaks_before.plausible && peaks_after.plausible &&
-           peaks_differ(peaks_before, peaks_after, 0.1);
-  }
-
-  BenchReport(Session& s_, const EngineSetup& setup_, const BenchOptions& o_, const MachinePeaks& peaks_,
+  BenchReport(Session& s_, const EngineSetup& setup_, const BenchOptions& o_, const BenchProbes& probes_,
               int threads_)
-      : s(s_), setup(setup_), o(o_), peaks(peaks_), backend(s_.backend().name()), threads(threads_) {
+      : s(s_), setup(setup_), o(o_), peaks(probes_.peaks()), backend(s_.backend().name()), threads(threads_),
+        probes(probes_) {
     const Model& m = s.model();
     rss = peak_rss_mib();
     size_mib = m.file().file_size() / 1048576.0;
@@ -466,10 +458,6 @@ void BenchReport::print_json() const {
                    {"kv_read_gb_per_token", kv_read_gb(r)},
                    {"decode_gbps", decode_gbps(r)},
                    {"device_peak_gbps", peak_gbps},
-                   {"core_round_trip_ns_before", trip_before},
-                   {"core_round_trip_ns_after", trip_after},
-                   {"placement_changed", placement_changed(trip_before, trip_after)},
-                   {"machine_peaks_changed", peaks_changed()},
                    {"decode_bandwidth_fraction", bandwidth_fraction(r)},
                    {"prefill_gops", r.n_prompt > 0 ? ops_per_token * r.mean / 1e9 : 0.0},
                    {"prefill_bound", r.n_prompt > 0 ? (prefill(r).compute ? "compute" : "memory") : ""},
@@ -488,6 +476,7 @@ void BenchReport::print_json() const {
                    {"machine_peaks_note", peaks.note},
                    {"peak_rss_mib", rss},
                    {"cpu_switches", cpu_switches()}});
+  for (auto& row : arr) probes.add_json(row);  // the pp and tg rows
   if (spec)
     arr.push_back({{"test", "sg" + std::to_string(o.n_gen)},
                    {"n_prompt", 0},
@@ -540,12 +529,6 @@ void BenchReport::print_prefill(const BenchResult& r) const {
   std::printf("\n");
 }
 
-std::string trip_text(double ns) {
-  char b[32];
-  if (ns > 0) std::snprintf(b, sizeof b, "%.0f ns", ns);
-  return ns > 0 ? std::string(b) : std::string("(not measured)");
-}
-
 void BenchReport::print_table() const {
   const Model& m = s.model();
   std::printf("| model | size | type mix | backend | threads | test | t/s |\n");
@@ -558,27 +541,11 @@ void BenchReport::print_table() const {
                 backend.c_str(), setup.draft->name().c_str(), setup.spec_k, threads, o.n_gen, spec->spec_tps,
                 spec->plain_tps, spec->spec_tps / spec->plain_tps);
   if (peaks.read_bandwidth > 0) std::printf("\nmachine: %s\n", describe_machine_peaks(peaks).c_str());
-  if (peaks_changed())
-    std::printf("machine probes differ: before the tests read %.1f GB/s, int8 %.0f GOP/s, FP32 %.0f GFLOP/s; after "
-                "%.1f GB/s, %.0f GOP/s, %.0f GFLOP/s (%s)\n",
-                peaks_before.read_bandwidth / 1e9, peaks_before.int8_ops / 1e9, peaks_before.fp32_flops / 1e9,
-                peaks_after.read_bandwidth / 1e9, peaks_after.int8_ops / 1e9, peaks_after.fp32_flops / 1e9,
-                probes_merged ? "the fractions below divide by the larger of each"
-                              : "the CPUs had moved: the fractions below divide by the first");
+  probes.print_probe_line("the fractions below");
   if (const ModelConfig& c = s.model().config(); c.is_moe())
     std::printf("mixture of experts: %d of %d experts per token, %.3f of %.3f GB of weights read per token\n",
                 c.n_expert_used, c.n_expert, weight_gb, s.model().weight_bytes() / 1e9);
-  if (on_cores)
-    std::printf("threads: a cache line between the first two CPUs this process may use and back took %s before the "
-                "tests, %s after (~35 ns: two hardware threads of one core; ~50-70 ns: cores that share a last-level "
-                "cache; ~300 ns: cores apart, e.g. on two AMD CCDs)\n",
-                trip_text(trip_before).c_str(), trip_text(trip_after).c_str());
-  if (placement_changed(trip_before, trip_after))
-    std::printf("placement changed during the tests: the figures above mix two machines; measure again\n");
-  else if (core_placement(trip_before) == CorePlacement::one_core &&
-           core_placement(trip_after) == CorePlacement::one_core)
-    std::printf("placement: the two CPUs are hardware threads of one core (they share its execution units: compute "
-                "about halves); measure again for two cores\n");
+  probes.print_placement_lines();
   if (backend.rfind("cpu-", 0) == 0 && backend != "cpu-reference")
     std::printf("cpu switches: %s (PHASELAB_CPU_REPACK, _HUGEPAGES, _PREFETCH_BYTES, _STREAM_PREFETCH_BYTES, _STREAM_WAYS, _ROW_TILES, _DECODE_ROWS, _ISA)\n", cpu_switches().c_str());
   for (const auto& r : results) {
@@ -703,17 +670,11 @@ int cmd_bench(int argc, char** argv) {
     return usage_error("the test needs " + std::to_string(need) + " tokens of context but the session has " +
                        std::to_string(s.n_ctx()) + ": pass --ctx-size");
 
-  const MachinePeaks peaks = measure_bench_peaks(s.backend().name(), args->has("--no-peaks"));
-  const bool probed = peaks.read_bandwidth > 0;
-  // Where the threads' cores are, before and after (cpu backends, 2+
-  // threads), and where the probe's were (the probe uses every core).
   const int n_threads = *args->get_int("--threads", default_threads(), 1, 256);
-  const bool on_cores = s.backend().name().rfind("cpu", 0) == 0 && n_threads > 1;
-  const double trip_probe = on_cores || probed ? core_round_trip_ns() : -1;
-  const double trip_before = on_cores ? trip_probe : -1;
+  BenchProbes probes(s.backend().name(), args->has("--no-peaks"), n_threads);
   auto results = measure_throughput(s, *bo);
   if (!results) return report(results.status());
-  const double trip_after = on_cores ? core_round_trip_ns() : -1;
+  probes.tests_done();
   std::optional<SpecResult> spec;
   if (setup->draft != nullptr && bo->n_gen > 0) {
     auto r = measure_speculative(s, *setup, *bo);
@@ -732,32 +693,14 @@ int cmd_bench(int argc, char** argv) {
     chat = *r;
   }
 
-  // The peaks again after the tests: a probe at a busy moment under-reads
-  // the machine and inflates every fraction. In the same placement of the
-  // CPUs as the first probe (core_placement of a round trip beside each),
-  // the fractions divide by the better of the two; in another placement
-  // (a VM's vCPUs moved: docs/benchmarks.md), by the first, whose placement
-  // the tests started in. The report says when they differ. (The peak RSS
-  // is the tests', read first.)
+  // The peaks again after the tests (BenchProbes::probe_again); the peak
+  // RSS is the tests', read first.
   const double rss_tests = peak_rss_mib();
-  MachinePeaks peaks_after;
-  double trip_probe_after = -1;
-  if (probed) {
-    peaks_after = measure_bench_peaks(s.backend().name(), false);
-    trip_probe_after = core_round_trip_ns();
-  }
-  const bool same_place = core_placement(trip_probe) == core_placement(trip_probe_after);
-  const MachinePeaks best = peaks_after.read_bandwidth > 0 && same_place ? better_peaks(peaks, peaks_after) : peaks;
+  probes.probe_again();
 
-  BenchReport rep(s, *setup, *bo, best, n_threads);
+  BenchReport rep(s, *setup, *bo, probes, n_threads);
   rep.rss = rss_tests;
-  rep.peaks_before = peaks;
-  rep.peaks_after = peaks_after;
-  rep.probes_merged = peaks_after.read_bandwidth > 0 && same_place;
   rep.results = std::move(*results);
-  rep.on_cores = on_cores;
-  rep.trip_before = trip_before;
-  rep.trip_after = trip_after;
   rep.spec = spec;
   rep.chat = chat;
   if (args->has("--json")) rep.print_json();

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "bench_probes.h"
 #include "cli_util.h"
 #include "commands.h"
 #include "engine_setup.h"
@@ -38,11 +39,10 @@ int bench_batch_sweep(const Args& args) {
                  name.c_str());
   auto kv_type = cache_type(args);
   if (!kv_type) return report(kv_type.status());
-  const MachinePeaks peaks = measure_bench_peaks(name, args.has("--no-peaks"));
+  // The machine probed before and after the sweep, with the placement of
+  // the CPUs around it, as bench's (bench_probes.h).
+  BenchProbes probes(name, args.has("--no-peaks"), threads);
   const Model& m = *opened->model;
-  const DecodeRoofline roof = decode_roofline(m, name, peaks.read_bandwidth, peaks.int8_ops, peaks.fp32_flops);
-  const double weight_bytes = roof.weight_bytes;
-  const double ridge = roof.ridge_batch;
 
   // A warm-up at the smallest size (page faults, thread start-up).
   if (auto w = bench_batch(backend, m, sizes->front(), std::min(*n_prompt, 16), 2); !w) return report(w.status());
@@ -62,7 +62,13 @@ int bench_batch_sweep(const Args& args) {
     points.push_back(sum);
     std::fprintf(stderr, "phaselab-cli: batch %d: decode %.1f tok/s\n", b, sum.tg_tps);
   }
+  probes.tests_done();
   const double rss = peak_rss_mib();
+  probes.probe_again();  // (after the peak RSS: the probe resets it)
+  const MachinePeaks& peaks = probes.peaks();
+  const DecodeRoofline roof = decode_roofline(m, name, peaks.read_bandwidth, peaks.int8_ops, peaks.fp32_flops);
+  const double weight_bytes = roof.weight_bytes;
+  const double ridge = roof.ridge_batch;
   const double base_tg = points.front().batch == 1 ? points.front().tg_tps : 0;
   if (args.has("--json")) {
     nlohmann::json arr = nlohmann::json::array();
@@ -89,6 +95,7 @@ int bench_batch_sweep(const Args& args) {
                             {"decode_ridge_batch", ridge},
                             {"decode_ops_per_token", roof.ops_per_token},
                             {"peak_rss_mib", rss}};
+        probes.add_json(j);
         if (tg) {
           j["tpot_ms"] = p.tpot_ms;
           j["decode_gbps"] = roof.weights_gbps(p.tpot_ms);
@@ -113,6 +120,8 @@ int bench_batch_sweep(const Args& args) {
                 "tokens/s\n",
                 peaks.read_bandwidth / 1e9, roof.peak().name(), roof.ops_per_s / 1e9, roof.peak().unit(),
                 weight_bytes / 1048576.0, roof.ops_per_token / 1e9, roof.peak().op(), ridge, roof.compute_ceiling_tps());
+  probes.print_probe_line("the machine line and the ridge above");
+  probes.print_placement_lines();
   std::printf("\npeak RSS %.1f MiB\n", rss);
   return kExitOk;
 }
