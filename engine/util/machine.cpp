@@ -44,6 +44,8 @@ constexpr std::size_t kMinLlcForFigure = 4 * kMiB;
 // A cache figure under this share of the memory one is not a level that
 // holds weights (a busy neighbour, a misread size): it is not used.
 constexpr double kMinLlcToMemory = 0.8;
+// Streams a thread reads its slice in (read_avx2).
+constexpr int kProbeReadWays = 4;
 bool llc_figure_usable(double llc, double memory) { return !(llc > 0 && llc < kMinLlcToMemory * memory); }
 // A cache pass reads its buffer this many bytes' worth at least, so that the
 // team's start does not dominate its time.
@@ -137,12 +139,13 @@ uint64_t read_portable(const uint8_t* p, std::size_t n) {
 
 #ifdef PHASELAB_X86
 // The slice read as kReadWays ascending streams, a 128-byte step of each in
-// turn (four independent 32-byte sums): as many misses in flight as the
-// decode of a large matrix keeps (CpuSwitches::stream_ways). One stream a
-// thread under-read a core with its own path to memory: on the Zen 4 VM with
-// its two vCPUs on two CCDs, 46.7-48.7 GB/s against 54.9-56.9 with four
-// (on one CCD 28-33 against 31-36).
-constexpr std::size_t kReadWays = 4;
+// turn (four independent 32-byte sums), for more misses in flight than one
+// stream keeps (as decode's large matrices are read where
+// CpuSwitches::stream_ways is 4). One stream a thread under-read a core with
+// its own path to memory: on the Zen 4 VM with its two vCPUs on two CCDs,
+// 46.7-48.7 GB/s against 54.9-56.9 with four; on one CCD about level
+// (28-33 against 31-36).
+constexpr std::size_t kReadWays = kProbeReadWays;
 __attribute__((target("avx2"))) inline void add_line_pair(const uint8_t* q, __m256i (&acc)[4]) {
   for (int k = 0; k < 4; k++)
     acc[k] = _mm256_add_epi64(acc[k], _mm256_load_si256(reinterpret_cast<const __m256i*>(q + 32 * k)));
@@ -425,7 +428,8 @@ std::string describe_machine_peaks(const MachinePeaks& p) {
   char buf[512];
   std::string s;
   std::snprintf(buf, sizeof buf, "read %.1f GB/s from memory (%d threads, %s of %zu MiB, best of %d", p.read_bandwidth / 1e9,
-                p.threads, p.isa.rfind("avx2", 0) == 0 ? "SIMD reads in four streams a thread" : "reads", p.buffer_bytes / kMiB, p.runs);
+                p.threads, p.isa.rfind("avx2", 0) == 0 ? ("SIMD reads in " + std::to_string(kProbeReadWays) + " streams a thread").c_str() : "reads",
+                p.buffer_bytes / kMiB, p.runs);
   s += buf;
   if (p.llc_bytes > 0 && p.past_cache) s += ", at least 4x the " + mib_text(p.llc_bytes) + " last-level cache";
   s += ")";
