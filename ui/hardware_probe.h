@@ -1,6 +1,7 @@
 // HardwareProbe: the machine's peaks the phase meter divides by, measured by
-// the engine (phaselab/machine.h: all physical cores, SIMD reads, four streams a thread, of a buffer
-// of 4x the last-level cache and at least 512 MiB, best of several passes)
+// the engine (phaselab/machine.h: all physical cores, SIMD reads in four
+// streams a thread of a buffer of 4x the last-level cache and at least 512
+// MiB, best of several passes)
 // and cached in QSettings. A doubtful measurement is kept (to say why) but
 // never divided by: usable() is false and the window measures again.
 #pragma once
@@ -33,6 +34,7 @@ class HardwareProbe {
   // Bumped whenever the method changes: cached peaks of another version are
   // discarded (cached() is invalid) so they are measured again.
   // 3: the buffer is sized from the last-level cache; the cache's own figure.
+  // 4: four streams a thread.
   static constexpr int kVersion = 4;
 
   // Runs the probes (about a second); call off the GUI thread and not while a

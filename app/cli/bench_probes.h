@@ -30,12 +30,6 @@ class BenchProbes {
 
   // What the fractions divide by: the merged probes or the first.
   const MachinePeaks& peaks() const { return best_; }
-  const MachinePeaks& before() const { return before_; }
-  const MachinePeaks& after() const { return after_; }
-  bool merged() const { return merged_; }
-  bool on_cores() const { return on_cores_; }
-  double trip_before() const { return trip_before_; }
-  double trip_after() const { return trip_after_; }
   // Both probes plausible and more than a tenth apart in a figure divided by.
   bool peaks_changed() const;
 

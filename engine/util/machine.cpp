@@ -45,7 +45,7 @@ constexpr std::size_t kMinLlcForFigure = 4 * kMiB;
 // holds weights (a busy neighbour, a misread size): it is not used.
 constexpr double kMinLlcToMemory = 0.8;
 // Streams a thread reads its slice in (read_avx2).
-constexpr int kProbeReadWays = 4;
+constexpr std::size_t kProbeReadWays = 4;
 bool llc_figure_usable(double llc, double memory) { return !(llc > 0 && llc < kMinLlcToMemory * memory); }
 // A cache pass reads its buffer this many bytes' worth at least, so that the
 // team's start does not dominate its time.
@@ -138,24 +138,23 @@ uint64_t read_portable(const uint8_t* p, std::size_t n) {
 }
 
 #ifdef PHASELAB_X86
-// The slice read as kReadWays ascending streams, a 128-byte step of each in
+// The slice read as kProbeReadWays ascending streams, a 128-byte step of each in
 // turn (four independent 32-byte sums), for more misses in flight than one
 // stream keeps (as decode's large matrices are read where
 // CpuSwitches::stream_ways is 4). One stream a thread under-read a core with
 // its own path to memory: on the Zen 4 VM with its two vCPUs on two CCDs,
 // 46.7-48.7 GB/s against 54.9-56.9 with four; on one CCD about level
 // (28-33 against 31-36).
-constexpr std::size_t kReadWays = kProbeReadWays;
 __attribute__((target("avx2"))) inline void add_line_pair(const uint8_t* q, __m256i (&acc)[4]) {
   for (int k = 0; k < 4; k++)
     acc[k] = _mm256_add_epi64(acc[k], _mm256_load_si256(reinterpret_cast<const __m256i*>(q + 32 * k)));
 }
 __attribute__((target("avx2"))) uint64_t read_avx2(const uint8_t* p, std::size_t n) {
   __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
-  const std::size_t per = n / kReadWays / 128 * 128;  // each way's bytes; the tail below
+  const std::size_t per = n / kProbeReadWays / 128 * 128;  // each way's bytes; the tail below
   for (std::size_t i = 0; i < per; i += 128)
-    for (std::size_t w = 0; w < kReadWays; w++) add_line_pair(p + w * per + i, acc);
-  for (std::size_t i = kReadWays * per; i + 128 <= n; i += 128) add_line_pair(p + i, acc);
+    for (std::size_t w = 0; w < kProbeReadWays; w++) add_line_pair(p + w * per + i, acc);
+  for (std::size_t i = kProbeReadWays * per; i + 128 <= n; i += 128) add_line_pair(p + i, acc);
   const __m256i s = _mm256_add_epi64(_mm256_add_epi64(acc[0], acc[1]), _mm256_add_epi64(acc[2], acc[3]));
   // The lanes as unsigned numbers: their sum wraps, which it may (only its
   // existence matters), where a signed sum would be undefined (UBSan).
@@ -163,6 +162,17 @@ __attribute__((target("avx2"))) uint64_t read_avx2(const uint8_t* p, std::size_t
          static_cast<uint64_t>(_mm256_extract_epi64(s, 2)) + static_cast<uint64_t>(_mm256_extract_epi64(s, 3));
 }
 #endif
+
+// The probe's read: the AVX2 loop where avx2 (the caller has checked the
+// CPU has it), else the portable one.
+uint64_t read_slice(const uint8_t* p, std::size_t n, bool avx2) {
+#ifdef PHASELAB_X86
+  if (avx2) return read_avx2(p, n);
+#else
+  (void)avx2;
+#endif
+  return read_portable(p, n);
+}
 
 volatile uint64_t g_read_sink = 0;
 
@@ -192,12 +202,7 @@ BandwidthTiming probe_bandwidth(int threads, const std::vector<int>& cpus, std::
       const double sec = run_team(threads, cpus, [&](int t) {
         const uint8_t* p = buf + t * slice;
         for (int rep = 0; rep < repeats; rep++) {
-#ifdef PHASELAB_X86
-          sums[t * 8] += avx2 ? read_avx2(p, slice) : read_portable(p, slice);
-#else
-          (void)avx2;
-          sums[t * 8] += read_portable(p, slice);
-#endif
+          sums[t * 8] += read_slice(p, slice, avx2);
         }
       });
       if (sec > 0) samples.push_back(static_cast<double>(bytes) * repeats / sec);
@@ -418,10 +423,9 @@ void judge_peaks(const BandwidthBuffer& plan, const BandwidthTiming& memory, Mac
 uint64_t probe_read_sum(const uint8_t* p, std::size_t n, bool simd) {
 #ifdef PHASELAB_X86
   __builtin_cpu_init();
-  if (simd && __builtin_cpu_supports("avx2")) return read_avx2(p, n);
+  simd = simd && __builtin_cpu_supports("avx2");
 #endif
-  (void)simd;
-  return read_portable(p, n);
+  return read_slice(p, n, simd);
 }
 
 std::string describe_machine_peaks(const MachinePeaks& p) {

@@ -91,10 +91,10 @@ MachinePeaks measure_machine_peaks(int threads = 0);
 MachinePeaks measure_machine_peaks(const MachineProbeOptions& options);
 
 // The memory probe's read of n bytes at p (32-byte aligned, n a multiple
-// of 128: a remainder is not read), as a sum of its 64-bit words (wrapping): with simd the AVX2 loop
-// in its four streams where the CPU has AVX2, else the portable one. Every
-// byte is read once, so that the bytes the probe counts are the bytes it
-// read (test_machine).
+// of 128: a remainder is not read), as a sum of its 64-bit words
+// (wrapping): with simd the AVX2 loop in its four streams where the CPU has
+// AVX2, else the portable one. Every byte is read once, so that the bytes
+// the probe counts are the bytes it read (test_machine).
 uint64_t probe_read_sum(const uint8_t* p, std::size_t n, bool simd);
 
 // The peaks in one line, as bench and devices print them: which buffer each
@@ -108,8 +108,8 @@ std::string describe_machine_peaks(const MachinePeaks& p);
 // limit was read at a bad moment. (Across placements that does not hold: a
 // 2-vCPU VM reads half again as much memory bandwidth with its vCPUs on two
 // CCDs as on one, and half the compute on one core's two hardware threads;
-// bench and bench --batch merge only probes whose core_placement agrees.) A doubtful probe
-// is left out (both doubtful: the first). Buffer sizes, threads and ISA are
+// bench and bench --batch merge only probes whose core_placement agrees.)
+// A doubtful probe is left out (both doubtful: the first). Buffer sizes, threads and ISA are
 // the first's; the cache figure is dropped if it reads slower than memory.
 MachinePeaks better_peaks(const MachinePeaks& first, const MachinePeaks& second);
 
