@@ -15,7 +15,7 @@ using namespace phaselab;
 namespace {
 
 constexpr const char* kSwitchVars[] = {"PHASELAB_CPU_ISA",         "PHASELAB_CPU_REPACK",    "PHASELAB_CPU_HUGEPAGES",
-                                       "PHASELAB_CPU_PREFETCH_BYTES", "PHASELAB_CPU_STREAM_PREFETCH_BYTES", "PHASELAB_CPU_STREAM_WAYS", "PHASELAB_CPU_ROW_TILES", "PHASELAB_CPU_DECODE_ROWS", "PHASELAB_CUDA_GRAPHS",
+                                       "PHASELAB_CPU_PREFETCH_BYTES", "PHASELAB_CPU_PREFETCH_L2", "PHASELAB_CPU_STREAM_PREFETCH_BYTES", "PHASELAB_CPU_STREAM_WAYS", "PHASELAB_CPU_ROW_TILES", "PHASELAB_CPU_DECODE_ROWS", "PHASELAB_CUDA_GRAPHS",
                                        "PHASELAB_CUDA_ATTN_TILED", "PHASELAB_CUDA_GEMM_MIN", "PHASELAB_CUDA_PROFILE",
                                        "PHASELAB_CUDA_Q8", "PHASELAB_CUDA_BF16_WEIGHTS", "PHASELAB_CUDA_LIB"};
 
@@ -41,6 +41,8 @@ class TestBackendFactory : public QObject {
     QCOMPARE(o.cpu.decode_prefetch_bytes, cpu.decode_prefetch_bytes);
     QCOMPARE(o.cpu.stream_prefetch_bytes, cpu.stream_prefetch_bytes);
     QCOMPARE(cpu.decode_prefetch_bytes, default_decode_prefetch_bytes());
+    QCOMPARE(o.cpu.decode_prefetch_l2, cpu.decode_prefetch_l2);
+    QCOMPARE(cpu.decode_prefetch_l2, default_decode_prefetch_l2());
     QCOMPARE(cpu.stream_prefetch_bytes, default_stream_prefetch_bytes());
     QVERIFY(cpu.decode_prefetch_bytes > 0 && cpu.decode_prefetch_bytes <= kMaxPrefetchBytes);
     QVERIFY(cpu.stream_prefetch_bytes >= 0 && cpu.stream_prefetch_bytes <= kMaxPrefetchBytes);
@@ -65,6 +67,7 @@ class TestBackendFactory : public QObject {
     setenv("PHASELAB_CPU_REPACK", "0", 1);
     setenv("PHASELAB_CPU_HUGEPAGES", "0", 1);  // on by default
     setenv("PHASELAB_CPU_PREFETCH_BYTES", "9000", 1);
+    setenv("PHASELAB_CPU_PREFETCH_L2", default_decode_prefetch_l2() ? "0" : "1", 1);  // the other state
     setenv("PHASELAB_CPU_STREAM_PREFETCH_BYTES", "99999999", 1);  // past the cap: the cap
     setenv("PHASELAB_CPU_STREAM_WAYS", "64", 1);                  // the same
     setenv("PHASELAB_CPU_ROW_TILES", "0", 1);
@@ -81,6 +84,7 @@ class TestBackendFactory : public QObject {
     QVERIFY(!o.cpu.repack);
     QVERIFY(!o.cpu.huge_pages);
     QCOMPARE(o.cpu.decode_prefetch_bytes, 9000);
+    QCOMPARE(o.cpu.decode_prefetch_l2, !default_decode_prefetch_l2());
     QCOMPARE(o.cpu.stream_prefetch_bytes, kMaxPrefetchBytes);
     QCOMPARE(o.cpu.stream_ways, kMaxStreamWays);
     QVERIFY(!o.cpu.row_tiles);
@@ -166,7 +170,7 @@ class TestBackendFactory : public QObject {
 
   // The decode path's switches change where the weights live and what is
   // prefetched, never the arithmetic: decoded logits are bitwise equal with
-  // huge pages on or off, any prefetch distance and decode rows on or off
+  // huge pages on or off, any prefetch distance and hint, and decode rows on or off
   // (kDecodeRows rows a kernel call; a tiny qwen2, whose Q4_K
   // matrices are repacked; a small Qwen3 MoE, whose Q4_K experts are
   // repacked into one buffer per layer's tensor and decoded by matvec_many:
@@ -210,26 +214,33 @@ class TestBackendFactory : public QObject {
     CpuSwitches base;
     base.huge_pages = false;
     base.decode_prefetch_bytes = 0;
+    base.decode_prefetch_l2 = false;
     base.stream_prefetch_bytes = 0;
     base.decode_rows = false;
     const auto want = decode(base);
     struct Variant {
       bool huge;
       int ahead;
+      bool l2;
       bool rows;
     };
     // (3 threads: chunk ends that are not the matrices' or the experts' ends.)
-    for (const Variant v : {Variant{true, 0, false}, Variant{false, 4096, true}, Variant{true, 65536, true},
-                            Variant{false, 8192, true}}) {
+    for (const Variant v : {Variant{true, 0, false, false}, Variant{false, 4096, false, true},
+                            Variant{true, 65536, true, true}, Variant{false, 8192, true, true}}) {
       CpuSwitches sw = base;
       sw.huge_pages = v.huge;
       sw.decode_prefetch_bytes = v.ahead;
+      sw.decode_prefetch_l2 = v.l2;
       sw.stream_prefetch_bytes = v.ahead / 2;
       sw.decode_rows = v.rows;
       const auto got = decode(sw, v.ahead == 65536 ? 3 : 2);
       QVERIFY(got.size() == want.size());
       QVERIFY2(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0,
-               qPrintable(QString("huge pages %1, prefetch %2, decode rows %3").arg(v.huge).arg(v.ahead).arg(v.rows)));
+               qPrintable(QString("huge pages %1, prefetch %2 (into L2 %3), decode rows %4")
+                              .arg(v.huge)
+                              .arg(v.ahead)
+                              .arg(v.l2)
+                              .arg(v.rows)));
     }
     // The switches that may change between passes (apply_cpu_switches, as
     // bench --ab alternates them), changed before every token: the same logits.
@@ -243,6 +254,7 @@ class TestBackendFactory : public QObject {
       CpuSwitches sw = base;
       sw.decode_rows = i % 2 == 1;
       sw.decode_prefetch_bytes = i % 3 == 0 ? 0 : 8192;
+      sw.decode_prefetch_l2 = i % 4 >= 2;
       sw.stream_prefetch_bytes = i % 3 == 1 ? 0 : 4096;
       QVERIFY((*b)->apply_cpu_switches(sw));
       const int n = i < tokens.size() ? 1 : static_cast<int>(i - tokens.size()) + 2;  // then passes of 2 and 3

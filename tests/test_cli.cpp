@@ -573,8 +573,14 @@ class TestCli : public QObject {
     const QString a = QString("prefetch %1").arg(phaselab::default_decode_prefetch_bytes());
     QVERIFY2(t.out.contains("A/B tg8: prefetch 16384 / " + a + " = ") && t.out.contains("alternating token by token"),
              qPrintable(t.out));
-    QVERIFY2(t.out.contains("decode prefetch " + QString::number(phaselab::default_decode_prefetch_bytes()) + " bytes ahead"),
+    const QString hint = phaselab::default_decode_prefetch_l2() ? "into L2" : "non-temporal";
+    QVERIFY2(t.out.contains("decode prefetch " + QString::number(phaselab::default_decode_prefetch_bytes()) +
+                            " bytes ahead " + hint),
              qPrintable(t.out));
+    env.remove("PHASELAB_CPU_PREFETCH_L2");
+    const Run h = cli({"bench", "-m", stories(), "-p", "0", "-n", "8", "-r", "2", "--no-peaks", "--ab", "prefetch-l2"}, {}, env);
+    QCOMPARE(h.code, 0);
+    QVERIFY2(h.out.contains("A/B tg8: prefetch into L2 / prefetch non-temporal = "), qPrintable(h.out));
     env.remove("PHASELAB_CPU_STREAM_PREFETCH_BYTES");
     const Run s = cli({"bench", "-m", stories(), "-p", "0", "-n", "8", "-r", "2", "--no-peaks", "--ab", "stream-prefetch=2048"}, {}, env);
     QCOMPARE(s.code, 0);

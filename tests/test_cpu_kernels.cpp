@@ -375,9 +375,11 @@ class TestCpuKernels : public QObject {
       for (int t = 0; t < kTokens; t++) {
         float rows[kDecodeRows + 1];
         rows[kDecodeRows] = -7.f;
-        // Prefetching (the rows ahead: here the same buffer's start, up to its end) changes nothing.
-        const size_t ahead = t == 1 ? rb : 0;
-        f.dot1_rows(stored.data(), rb, &g[t * gs], &a[t * nb], n, rows, ahead, stored.data() + stored.size());
+        // Prefetching (the rows ahead: here the same buffer's start, up to
+        // its end), non-temporal or into L2, changes nothing.
+        const size_t ahead = t >= 1 ? rb : 0;
+        const PrefetchHint hint = t == 2 ? PrefetchHint::t1 : PrefetchHint::nta;
+        f.dot1_rows(stored.data(), rb, &g[t * gs], &a[t * nb], n, rows, ahead, stored.data() + stored.size(), hint);
         QCOMPARE(rows[kDecodeRows], -7.f);  // nothing past the rows
         for (int r = 0; r < kDecodeRows; r++) {
           float v;

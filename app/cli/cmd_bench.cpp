@@ -62,7 +62,7 @@ struct AbSpec {
   std::string label_a, label_b;
 };
 
-// "decode-rows", "row-tiles" (each off against on), "prefetch=BYTES" or
+// "decode-rows", "row-tiles", "prefetch-l2" (each off against on), "prefetch=BYTES" or
 // "stream-prefetch=BYTES" (the distance in effect against BYTES),
 // "stream-ways=N" (the ways in effect against N), from the switches sw in
 // effect.
@@ -75,6 +75,9 @@ Result<AbSpec> parse_ab(const std::string& text, const CpuSwitches& sw) {
   } else if (text == "row-tiles") {
     ab.a.row_tiles = false, ab.b.row_tiles = true;
     ab.label_a = "row tiles off", ab.label_b = "row tiles on";
+  } else if (text == "prefetch-l2") {
+    ab.a.decode_prefetch_l2 = false, ab.b.decode_prefetch_l2 = true;
+    ab.label_a = "prefetch non-temporal", ab.label_b = "prefetch into L2";
   } else if (text.rfind("prefetch=", 0) == 0 || text.rfind("stream-prefetch=", 0) == 0) {
     const bool stream = text[0] == 's';
     const std::string v = text.substr(text.find('=') + 1);
@@ -97,7 +100,7 @@ Result<AbSpec> parse_ab(const std::string& text, const CpuSwitches& sw) {
     ab.label_b = "stream ways " + std::to_string(*ways);
   } else {
     return invalid_argument("'" + text +
-                            "' is not a switch to alternate: decode-rows, row-tiles, prefetch=BYTES, "
+                            "' is not a switch to alternate: decode-rows, row-tiles, prefetch-l2, prefetch=BYTES, "
                             "stream-prefetch=BYTES or stream-ways=N");
   }
   return ab;
@@ -401,8 +404,9 @@ struct BenchReport {
     return prefill_load(run, compute, read_peak_bytes_per_s());
   }
 
-  // Where --ab's two states run the same code: decode rows and row tiles
-  // are AVX-512 kernels of repacked weights.
+  // Where --ab's two states run the same code: decode rows (and so their
+  // prefetch hint, prefetch-l2) and row tiles are AVX-512 kernels of
+  // repacked weights.
   std::string ab_note() const {
     const CpuSwitches sw = backend_options_from_environment().cpu;
     const bool kernels = backend == "cpu-avx512-vnni" && sw.repack;
@@ -419,7 +423,8 @@ struct BenchReport {
   std::string cpu_switches() const {
     const CpuSwitches sw = backend_options_from_environment().cpu;
     return "repack " + std::string(sw.repack ? "on" : "off") + ", huge pages " + (sw.huge_pages ? "on" : "off") +
-           ", decode prefetch " + std::to_string(sw.decode_prefetch_bytes) + " bytes ahead" +
+           ", decode prefetch " + std::to_string(sw.decode_prefetch_bytes) + " bytes ahead " +
+           (sw.decode_prefetch_l2 ? "into L2" : "non-temporal") +
            " (over 16 MiB: " + std::to_string(sw.stream_prefetch_bytes) + ", in " + std::to_string(sw.stream_ways) +
            (sw.stream_ways == 1 ? " way)" : " ways)") +
            ", row tiles " + (sw.row_tiles ? "on" : "off") + ", decode rows " + (sw.decode_rows ? "on" : "off") +
@@ -547,7 +552,7 @@ void BenchReport::print_table() const {
                 c.n_expert_used, c.n_expert, weight_gb, s.model().weight_bytes() / 1e9);
   probes.print_placement_lines();
   if (backend.rfind("cpu-", 0) == 0 && backend != "cpu-reference")
-    std::printf("cpu switches: %s (PHASELAB_CPU_REPACK, _HUGEPAGES, _PREFETCH_BYTES, _STREAM_PREFETCH_BYTES, _STREAM_WAYS, _ROW_TILES, _DECODE_ROWS, _ISA)\n", cpu_switches().c_str());
+    std::printf("cpu switches: %s (PHASELAB_CPU_REPACK, _HUGEPAGES, _PREFETCH_BYTES, _PREFETCH_L2, _STREAM_PREFETCH_BYTES, _STREAM_WAYS, _ROW_TILES, _DECODE_ROWS, _ISA)\n", cpu_switches().c_str());
   for (const auto& r : results) {
     if (r.n_prompt > 0 && compute.ops_per_s > 0) print_prefill(r);
     if (r.n_gen > 0) {
@@ -638,9 +643,10 @@ int cmd_bench(int argc, char** argv) {
                 "  --batch 1,2,4,8,16,32: for each batch size B, B sequences of -p tokens (default 128) prefilled\n"
                 "  together, then -n decode steps (default 32) for all B at once: aggregate tokens/s, each\n"
                 "  sequence's TPOT, and the batch where decode turns compute-bound (-r defaults to 1).\n"
-                "  --ab decode-rows|row-tiles|prefetch=BYTES|stream-prefetch=BYTES|stream-ways=N: each test with\n"
-                "  that CPU switch in two states (off and on; the distance in effect and BYTES: prefetch for\n"
-                "  decode's matrices, stream-prefetch for those over 16 MiB, such as the output matrix; the\n"
+                "  --ab decode-rows|row-tiles|prefetch-l2|prefetch=BYTES|stream-prefetch=BYTES|stream-ways=N: each\n"
+                "  test with that CPU switch in two states (off and on; prefetch-l2: decode's prefetches\n"
+                "  non-temporal, then into L2; the distance in effect and BYTES: prefetch for decode's\n"
+                "  matrices, stream-prefetch for those over 16 MiB, such as the output matrix; the\n"
                 "  ways in effect and N: each thread's share of those read as N streams), alternating in\n"
                 "  the same minutes (tg token by token, pp run by run): both states' tokens/s and their ratio,\n"
                 "  run by run. For choosing a switch on a machine whose speed drifts between runs.\n%s",

@@ -45,8 +45,19 @@ AmdCore amd_core() {
 }  // namespace
 
 int default_decode_prefetch_bytes() {
-  static const int bytes = amd_core().family_19h ? 4096 : 8192;
+  static const int bytes = [] {
+    const AmdCore core = amd_core();
+    return core.family_19h && !core.avx512 ? 4096 : 8192;
+  }();
   return bytes;
+}
+
+bool default_decode_prefetch_l2() {
+  static const bool l2 = [] {
+    const AmdCore core = amd_core();
+    return core.family_19h && core.avx512;
+  }();
+  return l2;
 }
 
 int default_stream_prefetch_bytes() {
@@ -76,6 +87,7 @@ BackendOptions backend_options_from_environment() {
   o.cpu.decode_rows = env_flag("PHASELAB_CPU_DECODE_ROWS", o.cpu.decode_rows);
   if (const char* v = env("PHASELAB_CPU_PREFETCH_BYTES"); v && std::atoi(v) >= 0)
     o.cpu.decode_prefetch_bytes = std::min(std::atoi(v), kMaxPrefetchBytes);
+  o.cpu.decode_prefetch_l2 = env_flag("PHASELAB_CPU_PREFETCH_L2", o.cpu.decode_prefetch_l2);
   if (const char* v = env("PHASELAB_CPU_STREAM_PREFETCH_BYTES"); v && std::atoi(v) >= 0)
     o.cpu.stream_prefetch_bytes = std::min(std::atoi(v), kMaxPrefetchBytes);
   if (const char* v = env("PHASELAB_CPU_STREAM_WAYS"); v && std::atoi(v) >= 1)

@@ -41,6 +41,7 @@ class CpuBackend final : public Backend {
              const CpuSwitches& sw)
       : model_(std::move(model)), c_(model_->config()), w_(model_->weights()), pool_(n_threads), max_batch_(max_batch),
         k_fast_(kernels), repack_(sw.repack), huge_pages_(sw.huge_pages), decode_prefetch_bytes_(sw.decode_prefetch_bytes),
+        decode_prefetch_hint_(sw.decode_prefetch_l2 ? cpu::PrefetchHint::t1 : cpu::PrefetchHint::nta),
         stream_prefetch_bytes_(sw.stream_prefetch_bytes), stream_ways_(std::clamp(sw.stream_ways, 1, kMaxStreamWays)),
         row_tiles_(sw.row_tiles), decode_rows_(sw.decode_rows) {}
 
@@ -61,6 +62,7 @@ class CpuBackend final : public Backend {
     decode_rows_ = sw.decode_rows;
     row_tiles_ = sw.row_tiles;
     decode_prefetch_bytes_ = std::clamp(sw.decode_prefetch_bytes, 0, kMaxPrefetchBytes);
+    decode_prefetch_hint_ = sw.decode_prefetch_l2 ? cpu::PrefetchHint::t1 : cpu::PrefetchHint::nta;
     stream_prefetch_bytes_ = std::clamp(sw.stream_prefetch_bytes, 0, kMaxPrefetchBytes);
     stream_ways_ = std::clamp(sw.stream_ways, 1, kMaxStreamWays);
     return true;
@@ -350,6 +352,7 @@ class CpuBackend final : public Backend {
   bool repack_;                                  // repack the matrices at load (fast path)
   bool huge_pages_;                              // ... into 2 MiB pages (CpuSwitches::huge_pages)
   int decode_prefetch_bytes_;                    // CpuSwitches::decode_prefetch_bytes
+  cpu::PrefetchHint decode_prefetch_hint_;       // CpuSwitches::decode_prefetch_l2
   int stream_prefetch_bytes_;                    // CpuSwitches::stream_prefetch_bytes
   int stream_ways_;                              // CpuSwitches::stream_ways
   bool row_tiles_;                               // CpuSwitches::row_tiles

@@ -263,14 +263,18 @@ using DotR8Fn = void (*)(const uint8_t* w_row, const ActGroup* g, int64_t g_stri
 // equal to the one-row kernels.
 using DotR8RowsFn = void (*)(const uint8_t* w_row0, size_t row_bytes, const ActGroup* g, int64_t g_stride,
                              const ActQ8* a, int64_t a_stride, int64_t n, float* out);
+// Where a decode rows kernel asks for the rows ahead (CpuSwitches::
+// decode_prefetch_l2): prefetchnta, or prefetcht1 (on a Zen 4 core into L2,
+// not L1).
+enum class PrefetchHint : uint8_t { nta, t1 };
 // Decode rows: kDecodeRows rows (row r at w_row0 + r * row_bytes, read as
 // stored, as the one-token kernel reads them) times one token: out[r],
 // bitwise the one-token kernel's. ahead > 0: the stretch ahead bytes past
-// the rows (not past end) is prefetched in address order, a share before
-// each group (or super-block) of the call, so that the requests are spread
-// over the call.
+// the rows (not past end) is prefetched in address order with hint, a
+// share before each group (or super-block) of the call, so that the
+// requests are spread over the call.
 using DotRowsPfFn = void (*)(const uint8_t* w_row0, size_t row_bytes, const ActGroup* g, const ActQ8* a, int64_t n,
-                             float* out, size_t ahead, const uint8_t* end);
+                             float* out, size_t ahead, const uint8_t* end, PrefetchHint hint);
 // The same on paired activations: token pair p's groups at pairs + p *
 // p_stride (tokens 2p and 2p + 1), its plain blocks still at a + j *
 // a_stride; written straight into the product's (token, row) layout: out[j *

@@ -537,8 +537,10 @@ void CpuBackend::repacked_tiles(const Repacked& rp, const uint8_t* trows, size_t
       for (; r + cpu::kDecodeRows <= r1; r += cpu::kDecodeRows) {
         const uint8_t* row = rp.rows + r * row_bytes;
         for (int t = t0; t < t1; t++) {
-          rp.f.dot1_rows(row, row_bytes, &act_g_[t * gs], &act_[t * nb], n_in, vr, t == t0 ? pf : 0, end);
-          if (precise) rp.f.dot1_rows(row, row_bytes, &act_lo_g_[t * gs], &act_lo_[t * nb], n_in, lor, 0, end);
+          rp.f.dot1_rows(row, row_bytes, &act_g_[t * gs], &act_[t * nb], n_in, vr, t == t0 ? pf : 0, end,
+                         decode_prefetch_hint_);
+          if (precise)
+            rp.f.dot1_rows(row, row_bytes, &act_lo_g_[t * gs], &act_lo_[t * nb], n_in, lor, 0, end, decode_prefetch_hint_);
           for (int i = 0; i < cpu::kDecodeRows; i++) out[t * n_out + r + i] = precise ? vr[i] + lor[i] : vr[i];
         }
       }
@@ -616,7 +618,8 @@ void CpuBackend::matvec_many(MatvecJob* jobs, int n_jobs, const float* const* in
         const size_t rb = jb.rp->f.row_bytes;
         const uint8_t* row = jb.rp->rows + r * rb;
         const size_t pf = static_cast<size_t>(decode_prefetch_rows(rb)) * rb;  // as in repacked_tiles
-        jb.rp->f.dot1_rows(row, rb, &many_act_g_[jb.input * gs], act, n_in, &jb.out[r], pf, jb.rp->rows + W.n_out * rb);
+        jb.rp->f.dot1_rows(row, rb, &many_act_g_[jb.input * gs], act, n_in, &jb.out[r], pf, jb.rp->rows + W.n_out * rb,
+                           decode_prefetch_hint_);
         g += cpu::kDecodeRows - 1;
       } else if (jb.rp) {
         const size_t rb = jb.rp->f.row_bytes;

@@ -230,10 +230,20 @@ Status import_kv(Backend& backend, KvCache& kv, const KvBlob& blob, int chunk_to
 constexpr int kMaxPrefetchBytes = 1 << 20;
 // The decode prefetch distance measured best on this kind of core (bench
 // --ab prefetch=BYTES, Gemma 3 270M tg128, docs/benchmarks.md): 4096 bytes
-// on AMD family 19h (Zen 3 and Zen 4: 1.03-1.06x the tg of 8192 on Zen 4;
-// on Zen 3 about 2.7 KiB was best), 8192 elsewhere (Zen 5: 4096 measured
-// 0.958x; no Intel figure yet).
+// on Zen 3 (AMD family 19h without AVX-512; about 2.7 KiB was best), 8192
+// elsewhere: on Zen 4 (family 19h with AVX-512) with the prefetches into
+// L2 (default_decode_prefetch_l2; 4096 had been best non-temporal there),
+// on Zen 5 (4096 measured 0.958x); no Intel figure yet.
 int default_decode_prefetch_bytes();
+// Whether the decode rows kernels' prefetches of the rows ahead go into L2
+// (prefetcht1) rather than non-temporal (prefetchnta), measured best on
+// this kind of core (bench --ab prefetch-l2, docs/benchmarks.md): on Zen 4,
+// whose cores decode Gemma 3 270M's 640-wide Q5_0 rows near their compute
+// limit (a core's kernel reads 30 GB/s from L2, 21-22 GB/s from memory
+// non-temporal, 25-27 into L2), into L2 at 8192 bytes measured 1.00-1.05x
+// Gemma 3 270M's tg128 and 1.13-1.19x the Qwen3-30B-A3B twin's tg32;
+// elsewhere non-temporal (not yet measured).
+bool default_decode_prefetch_l2();
 // The same for the matrices past 16 MiB, which a decode step streams from
 // memory one row a call with the hardware's stream prefetcher at work (a
 // small model's output matrix): 0 on Zen 4 (AMD family 19h with AVX-512),
@@ -274,6 +284,12 @@ struct CpuSwitches {
   // rows, Gemma 3 270M tg128 on AMD Zen 5, see docs/benchmarks.md. The
   // best distance depends on the core: default_decode_prefetch_bytes().
   int decode_prefetch_bytes = default_decode_prefetch_bytes();  // at most kMaxPrefetchBytes
+  // Those prefetches into L2 (prefetcht1) rather than non-temporal
+  // (prefetchnta) where the decode rows kernels (AVX-512) issue them:
+  // default_decode_prefetch_l2() (PHASELAB_CPU_PREFETCH_L2). The one-row
+  // path and the matrices past 16 MiB (stream_prefetch_bytes) keep
+  // prefetchnta.
+  bool decode_prefetch_l2 = default_decode_prefetch_l2();
   // The distance for a matrix over 16 MiB in single-token decode (a small
   // model's output matrix; a large model's feed-forward matrices too, where
   // it is not yet measured), default_stream_prefetch_bytes()
