@@ -568,6 +568,7 @@ class TestCli : public QObject {
     QCOMPARE(states, (QStringList{"decode rows off", "decode rows on", "decode rows off", "decode rows on"}));
     QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
     env.remove("PHASELAB_CPU_PREFETCH_BYTES");  // state a: this CPU's default distance
+    env.remove("PHASELAB_CPU_PREFETCH_L2");     // and hint (the switches line)
     const Run t = cli({"bench", "-m", stories(), "-p", "0", "-n", "8", "-r", "2", "--no-peaks", "--ab", "prefetch=16384"}, {}, env);
     QCOMPARE(t.code, 0);
     const QString a = QString("prefetch %1").arg(phaselab::default_decode_prefetch_bytes());
@@ -577,7 +578,6 @@ class TestCli : public QObject {
     QVERIFY2(t.out.contains("decode prefetch " + QString::number(phaselab::default_decode_prefetch_bytes()) +
                             " bytes ahead " + hint),
              qPrintable(t.out));
-    env.remove("PHASELAB_CPU_PREFETCH_L2");
     const Run h = cli({"bench", "-m", stories(), "-p", "0", "-n", "8", "-r", "2", "--no-peaks", "--ab", "prefetch-l2"}, {}, env);
     QCOMPARE(h.code, 0);
     QVERIFY2(h.out.contains("A/B tg8: prefetch into L2 / prefetch non-temporal = "), qPrintable(h.out));

@@ -404,13 +404,14 @@ struct BenchReport {
     return prefill_load(run, compute, read_peak_bytes_per_s());
   }
 
-  // Where --ab's two states run the same code: decode rows (and so their
-  // prefetch hint, prefetch-l2) and row tiles are AVX-512 kernels of
-  // repacked weights.
+  // Where --ab's two states run the same code: decode rows and row tiles
+  // are AVX-512 kernels of repacked weights (the prefetch switches act on
+  // every decode path of repacked weights).
   std::string ab_note() const {
     const CpuSwitches sw = backend_options_from_environment().cpu;
     const bool kernels = backend == "cpu-avx512-vnni" && sw.repack;
     if (o.ab->a.decode_prefetch_bytes == o.ab->b.decode_prefetch_bytes &&
+        o.ab->a.decode_prefetch_l2 == o.ab->b.decode_prefetch_l2 &&
         o.ab->a.stream_prefetch_bytes == o.ab->b.stream_prefetch_bytes && o.ab->a.stream_ways == o.ab->b.stream_ways &&
         !kernels)
       return "; NOTE: this backend's kernels have no decode rows or row tiles (AVX-512 kernels of repacked weights): "

@@ -45,8 +45,12 @@ constexpr int kPrefetchRows = 8;
 constexpr int kPrefetchMaxTokens = 32;
 // The largest matrix whose decode takes kDecodeRows rows a call (below).
 constexpr size_t kDecodeRowsMaxBytes = size_t{16} << 20;
-void prefetch_rows(const uint8_t* p, size_t n, const uint8_t* end) {
-  for (size_t i = 0; i < n && p + i < end; i += 64) __builtin_prefetch(p + i, 0, 0);
+// (hint: decode's, CpuSwitches::decode_prefetch_l2; elsewhere non-temporal.)
+void prefetch_rows(const uint8_t* p, size_t n, const uint8_t* end, cpu::PrefetchHint hint = cpu::PrefetchHint::nta) {
+  if (hint == cpu::PrefetchHint::t1)
+    for (size_t i = 0; i < n && p + i < end; i += 64) __builtin_prefetch(p + i, 0, 2);  // prefetcht1
+  else
+    for (size_t i = 0; i < n && p + i < end; i += 64) __builtin_prefetch(p + i, 0, 0);  // prefetchnta
 }
 // Prefill reads each row pair for a whole tile of tokens (3 calls of 8 for
 // 24 tokens), then jumps to the next pair, which came from L2 or L3 as the
@@ -422,9 +426,10 @@ int64_t CpuBackend::row_tiles(const Repacked& rp, int64_t n_in, int64_t n_out, f
   const size_t tile_stored = cpu::kRowTile * rb;
   // The lines of the tile after next, a share before each call: all at
   // once, the prefetches outran the core's miss buffers and stalled it.
-  // Offsets in bytes from rp.rows, up to the chunk's end. Non-temporal, as
-  // decode's (prefetch_rows): into L2 (_MM_HINT_T1) measured 1-8% slower
-  // in 3 of 4 alternating rounds on Zen 5; not measured on Intel.
+  // Offsets in bytes from rp.rows, up to the chunk's end. Non-temporal:
+  // into L2 (_MM_HINT_T1) measured 1-8% slower in 3 of 4 alternating rounds
+  // on Zen 5 (decode's rows go into L2 on Zen 4, decode_prefetch_l2; this
+  // is not measured there, nor on Intel).
   const size_t share = (tile_stored / 64 / ((T + kTokensPerCall - 1) / kTokensPerCall) + 1) * 64;
   const size_t chunk_end = static_cast<size_t>(r1) * rb;
   int64_t r = r0;
@@ -515,9 +520,12 @@ void CpuBackend::repacked_tiles(const Repacked& rp, const uint8_t* trows, size_t
     const bool stream = static_cast<size_t>(n_out) * row_bytes > kDecodeRowsMaxBytes;
     const int64_t ahead = t1 - t0 != 1 ? 0 : stream ? stream_prefetch_rows(row_bytes) : decode_prefetch_rows(row_bytes);
     const uint8_t* end = rp.rows + r1 * row_bytes;
+    // Decode's prefetches into L2 where that is the switch's state
+    // (decode_prefetch_l2); a streamed matrix's non-temporal.
+    const cpu::PrefetchHint hint = stream ? cpu::PrefetchHint::nta : decode_prefetch_hint_;
     // A lone token: the rows before the prefetch distance asked for at once,
     // so that the stream starts full rather than with demand misses.
-    if (ahead > 0) prefetch_rows(rp.rows + r * row_bytes, ahead * row_bytes, end);
+    if (ahead > 0) prefetch_rows(rp.rows + r * row_bytes, ahead * row_bytes, end, hint);
     // Decode (fewer than 4 tokens): kDecodeRows rows a call, token by token
     // (the rows stay in L1 for the next token); one call's rows overlap
     // their chains and share one tree of sums. A lone token's prefetch goes
@@ -537,10 +545,8 @@ void CpuBackend::repacked_tiles(const Repacked& rp, const uint8_t* trows, size_t
       for (; r + cpu::kDecodeRows <= r1; r += cpu::kDecodeRows) {
         const uint8_t* row = rp.rows + r * row_bytes;
         for (int t = t0; t < t1; t++) {
-          rp.f.dot1_rows(row, row_bytes, &act_g_[t * gs], &act_[t * nb], n_in, vr, t == t0 ? pf : 0, end,
-                         decode_prefetch_hint_);
-          if (precise)
-            rp.f.dot1_rows(row, row_bytes, &act_lo_g_[t * gs], &act_lo_[t * nb], n_in, lor, 0, end, decode_prefetch_hint_);
+          rp.f.dot1_rows(row, row_bytes, &act_g_[t * gs], &act_[t * nb], n_in, vr, t == t0 ? pf : 0, end, hint);
+          if (precise) rp.f.dot1_rows(row, row_bytes, &act_lo_g_[t * gs], &act_lo_[t * nb], n_in, lor, 0, end, hint);
           for (int i = 0; i < cpu::kDecodeRows; i++) out[t * n_out + r + i] = precise ? vr[i] + lor[i] : vr[i];
         }
       }
@@ -548,7 +554,7 @@ void CpuBackend::repacked_tiles(const Repacked& rp, const uint8_t* trows, size_t
     // Row i with every token: dot4 four tokens at a time, then dot1.
     auto one_row = [&](int64_t i) {
       const uint8_t* row = rp.rows + i * row_bytes;
-      if (ahead > 0) prefetch_rows(row + ahead * row_bytes, row_bytes, end);
+      if (ahead > 0) prefetch_rows(row + ahead * row_bytes, row_bytes, end, hint);
       int t = t0;
       const uint8_t* trow = trows + (i - tr0) * tb;  // (dot4's; dot1 reads the stored row)
       if (each && t1 - t0 >= 4) trow = unpack_rows(rp.f, row, 1, n_in, each);
@@ -625,12 +631,12 @@ void CpuBackend::matvec_many(MatvecJob* jobs, int n_jobs, const float* const* in
         const size_t rb = jb.rp->f.row_bytes;
         const uint8_t* row = jb.rp->rows + r * rb;
         if (const int64_t ahead = decode_prefetch_rows(rb); ahead > 0)  // as a lone token's matmul does
-          prefetch_rows(row + ahead * rb, rb, jb.rp->rows + W.n_out * rb);
+          prefetch_rows(row + ahead * rb, rb, jb.rp->rows + W.n_out * rb, decode_prefetch_hint_);
         jb.rp->f.dot1(row, &many_act_g_[jb.input * gs], 0, act, 0, n_in, v);
         jb.out[r] = v[0];
       } else if (cpu::uses_q8_activations(W.type)) {
         if (const int64_t ahead = decode_prefetch_rows(W.row_bytes); ahead > 0)  // (MXFP4 experts: the file's layout)
-          prefetch_rows(W.row(r) + ahead * W.row_bytes, W.row_bytes, W.row(W.n_out));
+          prefetch_rows(W.row(r) + ahead * W.row_bytes, W.row_bytes, W.row(W.n_out), decode_prefetch_hint_);
         jb.out[r] = k_fast_->dot_q8[static_cast<int>(W.type)](W.row(r), act, n_in);
       } else {
         jb.out[r] = k_fast_->dot_f32[static_cast<int>(W.type)](W.row(r), inputs[jb.input], n_in);

@@ -150,7 +150,8 @@ class Backend {
     return unsupported(name() + " backend: its logits are already on the host");
   }
   // The CPU switches that may change between passes (decode_rows,
-  // row_tiles, decode_prefetch_bytes; the others are fixed at load), for
+  // row_tiles, decode_prefetch_bytes, decode_prefetch_l2,
+  // stream_prefetch_bytes, stream_ways; the others are fixed at load), for
   // measurements that alternate them (measure_ab, bench --ab). None changes
   // a result (the kernels are bitwise equal). False where the backend has
   // no such switches.
@@ -235,14 +236,17 @@ constexpr int kMaxPrefetchBytes = 1 << 20;
 // L2 (default_decode_prefetch_l2; 4096 had been best non-temporal there),
 // on Zen 5 (4096 measured 0.958x); no Intel figure yet.
 int default_decode_prefetch_bytes();
-// Whether the decode rows kernels' prefetches of the rows ahead go into L2
+// Whether single-token decode's prefetches of the rows ahead go into L2
 // (prefetcht1) rather than non-temporal (prefetchnta), measured best on
 // this kind of core (bench --ab prefetch-l2, docs/benchmarks.md): on Zen 4,
 // whose cores decode Gemma 3 270M's 640-wide Q5_0 rows near their compute
-// limit (a core's kernel reads 30 GB/s from L2, 21-22 GB/s from memory
-// non-temporal, 25-27 into L2), into L2 at 8192 bytes measured 1.00-1.05x
-// Gemma 3 270M's tg128 and 1.13-1.19x the Qwen3-30B-A3B twin's tg32;
-// elsewhere non-temporal (not yet measured).
+// limit (a core's decode rows kernel reads 29-31 GB/s from L2; from memory
+// 20-23 GB/s non-temporal, 24.5-26.4 into L2 at 8192 bytes), into L2
+// measured 1.01-1.05x Gemma 3 270M's tg128 and 1.13-1.19x the
+// Qwen3-30B-A3B twin's tg32 against non-temporal at the same 8192 bytes,
+// and 1.04-1.06x Gemma's against the distance before, non-temporal at 4096
+// (PHASELAB_CPU_PREFETCH_L2=0 PHASELAB_CPU_PREFETCH_BYTES=4096 restores
+// that); elsewhere non-temporal (not yet measured).
 bool default_decode_prefetch_l2();
 // The same for the matrices past 16 MiB, which a decode step streams from
 // memory one row a call with the hardware's stream prefetcher at work (a
@@ -285,10 +289,9 @@ struct CpuSwitches {
   // best distance depends on the core: default_decode_prefetch_bytes().
   int decode_prefetch_bytes = default_decode_prefetch_bytes();  // at most kMaxPrefetchBytes
   // Those prefetches into L2 (prefetcht1) rather than non-temporal
-  // (prefetchnta) where the decode rows kernels (AVX-512) issue them:
-  // default_decode_prefetch_l2() (PHASELAB_CPU_PREFETCH_L2). The one-row
-  // path and the matrices past 16 MiB (stream_prefetch_bytes) keep
-  // prefetchnta.
+  // (prefetchnta), in the decode rows kernels (PrefetchHint) and the one-row
+  // path alike: default_decode_prefetch_l2() (PHASELAB_CPU_PREFETCH_L2). The
+  // matrices past 16 MiB (stream_prefetch_bytes) keep prefetchnta.
   bool decode_prefetch_l2 = default_decode_prefetch_l2();
   // The distance for a matrix over 16 MiB in single-token decode (a small
   // model's output matrix; a large model's feed-forward matrices too, where
