@@ -267,6 +267,9 @@ using DotR8RowsFn = void (*)(const uint8_t* w_row0, size_t row_bytes, const ActG
 // decode_prefetch_l2): prefetchnta, or prefetcht1 (on a Zen 4 core into L2,
 // not L1).
 enum class PrefetchHint : uint8_t { nta, t1 };
+// The hint as __builtin_prefetch's locality (a constant there: one
+// instance per hint): prefetcht1 is 2, prefetchnta 0.
+constexpr int prefetch_locality(PrefetchHint h) { return h == PrefetchHint::t1 ? 2 : 0; }
 // Decode rows: kDecodeRows rows (row r at w_row0 + r * row_bytes, read as
 // stored, as the one-token kernel reads them) times one token: out[r],
 // bitwise the one-token kernel's. ahead > 0: the stretch ahead bytes past

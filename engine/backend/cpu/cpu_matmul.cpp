@@ -46,11 +46,15 @@ constexpr int kPrefetchMaxTokens = 32;
 // The largest matrix whose decode takes kDecodeRows rows a call (below).
 constexpr size_t kDecodeRowsMaxBytes = size_t{16} << 20;
 // (hint: decode's, CpuSwitches::decode_prefetch_l2; elsewhere non-temporal.)
+template <cpu::PrefetchHint H>
+void prefetch_rows_as(const uint8_t* p, size_t n, const uint8_t* end) {
+  for (size_t i = 0; i < n && p + i < end; i += 64) __builtin_prefetch(p + i, 0, cpu::prefetch_locality(H));
+}
 void prefetch_rows(const uint8_t* p, size_t n, const uint8_t* end, cpu::PrefetchHint hint = cpu::PrefetchHint::nta) {
   if (hint == cpu::PrefetchHint::t1)
-    for (size_t i = 0; i < n && p + i < end; i += 64) __builtin_prefetch(p + i, 0, 2);  // prefetcht1
+    prefetch_rows_as<cpu::PrefetchHint::t1>(p, n, end);
   else
-    for (size_t i = 0; i < n && p + i < end; i += 64) __builtin_prefetch(p + i, 0, 0);  // prefetchnta
+    prefetch_rows_as<cpu::PrefetchHint::nta>(p, n, end);
 }
 // Prefill reads each row pair for a whole tile of tokens (3 calls of 8 for
 // 24 tokens), then jumps to the next pair, which came from L2 or L3 as the
