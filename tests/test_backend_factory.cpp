@@ -1,6 +1,7 @@
 // make_backend and its options: the environment's switches, the kinds, the
 // CUDA-to-CPU fallback (decided there for every front end).
 #include <QtTest>
+#include <array>
 #include <cstdlib>
 #include <cstring>
 
@@ -15,7 +16,7 @@ using namespace phaselab;
 namespace {
 
 constexpr const char* kSwitchVars[] = {"PHASELAB_CPU_ISA",         "PHASELAB_CPU_REPACK",    "PHASELAB_CPU_HUGEPAGES",
-                                       "PHASELAB_CPU_PREFETCH_BYTES", "PHASELAB_CPU_PREFETCH_L2", "PHASELAB_CPU_STREAM_PREFETCH_BYTES", "PHASELAB_CPU_STREAM_WAYS", "PHASELAB_CPU_ROW_TILES", "PHASELAB_CPU_DECODE_ROWS", "PHASELAB_CUDA_GRAPHS",
+                                       "PHASELAB_CPU_PREFETCH_BYTES", "PHASELAB_CPU_PREFETCH_L2", "PHASELAB_CPU_STREAM_PREFETCH_BYTES", "PHASELAB_CPU_STREAM_WAYS", "PHASELAB_CPU_STREAM_CHUNKS", "PHASELAB_CPU_ROW_TILES", "PHASELAB_CPU_DECODE_ROWS", "PHASELAB_CUDA_GRAPHS",
                                        "PHASELAB_CUDA_ATTN_TILED", "PHASELAB_CUDA_GEMM_MIN", "PHASELAB_CUDA_PROFILE",
                                        "PHASELAB_CUDA_Q8", "PHASELAB_CUDA_BF16_WEIGHTS", "PHASELAB_CUDA_LIB"};
 
@@ -49,6 +50,8 @@ class TestBackendFactory : public QObject {
     QCOMPARE(o.cpu.stream_ways, cpu.stream_ways);
     QCOMPARE(cpu.stream_ways, default_stream_ways());
     QVERIFY(cpu.stream_ways >= 1 && cpu.stream_ways <= kMaxStreamWays);
+    QCOMPARE(o.cpu.stream_chunks, cpu.stream_chunks);
+    QCOMPARE(cpu.stream_chunks, 8);
     QCOMPARE(o.cpu.row_tiles, cpu.row_tiles);
     QVERIFY(cpu.row_tiles);  // on by default
     QCOMPARE(o.cpu.decode_rows, cpu.decode_rows);
@@ -70,6 +73,7 @@ class TestBackendFactory : public QObject {
     setenv("PHASELAB_CPU_PREFETCH_L2", default_decode_prefetch_l2() ? "0" : "1", 1);  // the other state
     setenv("PHASELAB_CPU_STREAM_PREFETCH_BYTES", "99999999", 1);  // past the cap: the cap
     setenv("PHASELAB_CPU_STREAM_WAYS", "64", 1);                  // the same
+    setenv("PHASELAB_CPU_STREAM_CHUNKS", "1000", 1);              // the same
     setenv("PHASELAB_CPU_ROW_TILES", "0", 1);
     setenv("PHASELAB_CPU_DECODE_ROWS", "0", 1);
     setenv("PHASELAB_CUDA_GRAPHS", "0", 1);
@@ -87,6 +91,7 @@ class TestBackendFactory : public QObject {
     QCOMPARE(o.cpu.decode_prefetch_l2, !default_decode_prefetch_l2());
     QCOMPARE(o.cpu.stream_prefetch_bytes, kMaxPrefetchBytes);
     QCOMPARE(o.cpu.stream_ways, kMaxStreamWays);
+    QCOMPARE(o.cpu.stream_chunks, kMaxStreamChunks);
     QVERIFY(!o.cpu.row_tiles);
     QVERIFY(!o.cpu.decode_rows);
     QVERIFY(!o.cuda.graphs);
@@ -106,10 +111,12 @@ class TestBackendFactory : public QObject {
     setenv("PHASELAB_CPU_PREFETCH_BYTES", "-1", 1);
     setenv("PHASELAB_CPU_STREAM_PREFETCH_BYTES", "-5", 1);
     setenv("PHASELAB_CPU_STREAM_WAYS", "0", 1);
+    setenv("PHASELAB_CPU_STREAM_CHUNKS", "-2", 1);
     setenv("PHASELAB_CPU_PREFETCH_L2", "off", 1);  // not "0": on
     const BackendOptions o = backend_options_from_environment();
     QVERIFY(o.cpu.decode_prefetch_l2);
     QCOMPARE(o.cpu.stream_ways, CpuSwitches{}.stream_ways);
+    QCOMPARE(o.cpu.stream_chunks, CpuSwitches{}.stream_chunks);
     QCOMPARE(o.cpu.decode_prefetch_bytes, CpuSwitches{}.decode_prefetch_bytes);
     QCOMPARE(o.cpu.stream_prefetch_bytes, CpuSwitches{}.stream_prefetch_bytes);
     QVERIFY(o.cpu.repack);
@@ -272,9 +279,11 @@ class TestBackendFactory : public QObject {
   // needs the default model) read by each thread in 1 to 8 ways, fixed or
   // changed before every decoded token, with 2 and 3 threads (shares of
   // 131072 rows, and of 87384, 87384 and 87376: 3 and 5 ways leave rows
-  // over for the one-row loop): bitwise the logits of one way. (The output
-  // matrix is not a refined product: the ways' precise branch is not run.)
-  void stream_ways_leave_the_logits_bitwise_equal() {
+  // over for the one-row loop), in 1 to 64 chunks a thread (claimed in
+  // turn, so which thread reads which rows varies): bitwise the logits of
+  // one way and one chunk a thread. (The output matrix is not a refined
+  // product: the ways' precise branch is not run.)
+  void stream_ways_and_chunks_leave_the_logits_bitwise_equal() {
     const std::string path = testing::default_model_path();
     if (path.empty()) {
       if (std::getenv("CI")) QFAIL("default model missing: scripts/fetch-model.sh should have fetched it");
@@ -285,9 +294,10 @@ class TestBackendFactory : public QObject {
     std::shared_ptr<const Model> m(*model);
     const std::vector<int32_t> tokens = {2, 2063, 10779, 78113, 236769, 236749};
     const int nv = m->config().n_vocab;
-    auto decode = [&](int threads, int fixed_ways) {
+    auto decode = [&](int threads, int fixed_ways, int chunks) {
       CpuSwitches sw;
       sw.stream_ways = fixed_ways > 0 ? fixed_ways : 1;
+      sw.stream_chunks = chunks > 0 ? chunks : 1;
       auto b = make_cpu_backend(m, threads, 8, false, sw);
       if (!b) qFatal("%s", b.status().message().c_str());
       auto kv = KvCache::create(m->config(), 64);
@@ -298,19 +308,27 @@ class TestBackendFactory : public QObject {
           sw.stream_ways = i == 4 ? 8 : i == 5 ? 5 : static_cast<int>(i) + 1;
           if (!(*b)->apply_cpu_switches(sw)) qFatal("apply_cpu_switches refused");
         }
+        if (chunks == 0) {  // (1, 8, 3, 64, 2, 7)
+          sw.stream_chunks = std::array{1, 8, 3, 64, 2, 7}[i % 6];
+          if (!(*b)->apply_cpu_switches(sw)) qFatal("apply_cpu_switches refused");
+        }
         if (Status st = (*b)->forward(&tokens[i], 1, **kv, row.data(), LogitsMode::last); !st)
           qFatal("forward: %s", st.message().c_str());
         all.insert(all.end(), row.begin(), row.end());
       }
       return all;
     };
-    const auto want = decode(2, 1);
-    for (const auto& [threads, ways] :
-         {std::pair{2, 4}, std::pair{3, 4}, std::pair{2, 3}, std::pair{3, 5}, std::pair{2, 0}, std::pair{3, 0}}) {
-      const auto got = decode(threads, ways);
+    const auto want = decode(2, 1, 1);
+    struct Case {
+      int threads, ways, chunks;  // 0: changed before every token
+    };
+    for (const Case& c : {Case{2, 4, 1}, Case{3, 4, 1}, Case{2, 3, 1}, Case{3, 5, 1}, Case{2, 0, 1}, Case{3, 0, 1},
+                          Case{2, 4, 8}, Case{3, 3, 8}, Case{2, 1, 64}, Case{2, 4, 0}, Case{3, 0, 0}}) {
+      const auto got = decode(c.threads, c.ways, c.chunks);
       QVERIFY(got.size() == want.size());
+      const auto state = [](int v) { return v == 0 ? QString("changing") : QString::number(v); };
       QVERIFY2(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0,
-               qPrintable(QString("%1 threads, ways %2").arg(threads).arg(ways == 0 ? "changing" : QString::number(ways))));
+               qPrintable(QString("%1 threads, ways %2, chunks %3").arg(c.threads).arg(state(c.ways)).arg(state(c.chunks))));
     }
   }
 

@@ -588,9 +588,16 @@ class TestCli : public QObject {
     QVERIFY2(s.out.contains("A/B tg8: stream prefetch 2048 / " + sa + " = "), qPrintable(s.out));
     const QString ways = QString::number(phaselab::default_stream_ways());
     QVERIFY2(s.out.contains("(over 16 MiB: " + QString::number(phaselab::default_stream_prefetch_bytes()) + ", in " +
-                            ways + (ways == "1" ? " way)" : " ways)")),
+                            ways + (ways == "1" ? " way, " : " ways, ") + "8 chunks a thread)"),
              qPrintable(s.out));
     env.remove("PHASELAB_CPU_STREAM_WAYS");
+    env.remove("PHASELAB_CPU_STREAM_CHUNKS");
+    const Run c = cli({"bench", "-m", stories(), "-p", "0", "-n", "8", "-r", "2", "--no-peaks", "--ab", "stream-chunks=1"}, {}, env);
+    QCOMPARE(c.code, 0);
+    QVERIFY2(c.out.contains("A/B tg8: stream chunks 1 / stream chunks 8 = "), qPrintable(c.out));
+    expect_bad_input(cli({"bench", "-m", stories(), "--ab", "stream-chunks=0"}));
+    expect_bad_input(cli({"bench", "-m", stories(), "--ab", "stream-chunks=65"}));
+    expect_bad_input(cli({"bench", "-m", stories(), "--ab", "stream-chunks=many"}));
     const Run w = cli({"bench", "-m", stories(), "-p", "0", "-n", "8", "-r", "2", "--no-peaks", "--ab", "stream-ways=3"}, {}, env);
     QCOMPARE(w.code, 0);
     QVERIFY2(w.out.contains("A/B tg8: stream ways 3 / stream ways " + ways + " = "), qPrintable(w.out));

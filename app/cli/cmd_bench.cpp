@@ -64,8 +64,8 @@ struct AbSpec {
 
 // "decode-rows", "row-tiles", "prefetch-l2" (each off against on), "prefetch=BYTES" or
 // "stream-prefetch=BYTES" (the distance in effect against BYTES),
-// "stream-ways=N" (the ways in effect against N), from the switches sw in
-// effect.
+// "stream-ways=N" (the ways in effect against N), "stream-chunks=N" (the
+// chunks a thread in effect against N), from the switches sw in effect.
 Result<AbSpec> parse_ab(const std::string& text, const CpuSwitches& sw) {
   AbSpec ab;
   ab.a = ab.b = sw;
@@ -98,10 +98,19 @@ Result<AbSpec> parse_ab(const std::string& text, const CpuSwitches& sw) {
     ab.label_a = "stream ways " + std::to_string(sw.stream_ways);
     ab.b.stream_ways = *ways;
     ab.label_b = "stream ways " + std::to_string(*ways);
+  } else if (text.rfind("stream-chunks=", 0) == 0) {
+    const std::string v = text.substr(text.find('=') + 1);
+    const std::optional<int> chunks = int_in(v, 1, kMaxStreamChunks);
+    if (!chunks)
+      return invalid_argument("'" + v + "' is not a number of chunks a thread (1 to " +
+                              std::to_string(kMaxStreamChunks) + "; e.g. --ab stream-chunks=1)");
+    ab.label_a = "stream chunks " + std::to_string(sw.stream_chunks);
+    ab.b.stream_chunks = *chunks;
+    ab.label_b = "stream chunks " + std::to_string(*chunks);
   } else {
     return invalid_argument("'" + text +
                             "' is not a switch to alternate: decode-rows, row-tiles, prefetch-l2, prefetch=BYTES, "
-                            "stream-prefetch=BYTES or stream-ways=N");
+                            "stream-prefetch=BYTES, stream-ways=N or stream-chunks=N");
   }
   return ab;
 }
@@ -413,7 +422,7 @@ struct BenchReport {
     if (o.ab->a.decode_prefetch_bytes == o.ab->b.decode_prefetch_bytes &&
         o.ab->a.decode_prefetch_l2 == o.ab->b.decode_prefetch_l2 &&
         o.ab->a.stream_prefetch_bytes == o.ab->b.stream_prefetch_bytes && o.ab->a.stream_ways == o.ab->b.stream_ways &&
-        !kernels)
+        o.ab->a.stream_chunks == o.ab->b.stream_chunks && !kernels)
       return "; NOTE: this backend's kernels have no decode rows or row tiles (AVX-512 kernels of repacked weights): "
              "both states ran the same code";
     return "";
@@ -427,7 +436,8 @@ struct BenchReport {
            ", decode prefetch " + std::to_string(sw.decode_prefetch_bytes) + " bytes ahead " +
            (sw.decode_prefetch_l2 ? "into L2" : "non-temporal") +
            " (over 16 MiB: " + std::to_string(sw.stream_prefetch_bytes) + ", in " + std::to_string(sw.stream_ways) +
-           (sw.stream_ways == 1 ? " way)" : " ways)") +
+           (sw.stream_ways == 1 ? " way, " : " ways, ") + std::to_string(sw.stream_chunks) +
+           (sw.stream_chunks == 1 ? " chunk a thread)" : " chunks a thread)") +
            ", row tiles " + (sw.row_tiles ? "on" : "off") + ", decode rows " + (sw.decode_rows ? "on" : "off") +
            (sw.isa_cap.empty() ? "" : ", ISA cap " + sw.isa_cap);
   }
@@ -553,7 +563,7 @@ void BenchReport::print_table() const {
                 c.n_expert_used, c.n_expert, weight_gb, s.model().weight_bytes() / 1e9);
   probes.print_placement_lines();
   if (backend.rfind("cpu-", 0) == 0 && backend != "cpu-reference")
-    std::printf("cpu switches: %s (PHASELAB_CPU_REPACK, _HUGEPAGES, _PREFETCH_BYTES, _PREFETCH_L2, _STREAM_PREFETCH_BYTES, _STREAM_WAYS, _ROW_TILES, _DECODE_ROWS, _ISA)\n", cpu_switches().c_str());
+    std::printf("cpu switches: %s (PHASELAB_CPU_REPACK, _HUGEPAGES, _PREFETCH_BYTES, _PREFETCH_L2, _STREAM_PREFETCH_BYTES, _STREAM_WAYS, _STREAM_CHUNKS, _ROW_TILES, _DECODE_ROWS, _ISA)\n", cpu_switches().c_str());
   for (const auto& r : results) {
     if (r.n_prompt > 0 && compute.ops_per_s > 0) print_prefill(r);
     if (r.n_gen > 0) {
@@ -644,11 +654,12 @@ int cmd_bench(int argc, char** argv) {
                 "  --batch 1,2,4,8,16,32: for each batch size B, B sequences of -p tokens (default 128) prefilled\n"
                 "  together, then -n decode steps (default 32) for all B at once: aggregate tokens/s, each\n"
                 "  sequence's TPOT, and the batch where decode turns compute-bound (-r defaults to 1).\n"
-                "  --ab decode-rows|row-tiles|prefetch-l2|prefetch=BYTES|stream-prefetch=BYTES|stream-ways=N: each\n"
-                "  test with that CPU switch in two states (off and on; prefetch-l2: decode's prefetches\n"
-                "  non-temporal, then into L2; the distance in effect and BYTES: prefetch for decode's\n"
-                "  matrices, stream-prefetch for those over 16 MiB, such as the output matrix; the\n"
-                "  ways in effect and N: each thread's share of those read as N streams), alternating in\n"
+                "  --ab decode-rows|row-tiles|prefetch-l2|prefetch=BYTES|stream-prefetch=BYTES|stream-ways=N|\n"
+                "  stream-chunks=N: each test with that CPU switch in two states (off and on; prefetch-l2:\n"
+                "  decode's prefetches non-temporal, then into L2; the distance in effect and BYTES: prefetch\n"
+                "  for decode's matrices, stream-prefetch for those over 16 MiB, such as the output matrix;\n"
+                "  the ways in effect and N: each thread's share of those read as N streams; the chunks in\n"
+                "  effect and N: those split into N chunks a thread, claimed in turn), alternating in\n"
                 "  the same minutes (tg token by token, pp run by run): both states' tokens/s and their ratio,\n"
                 "  run by run. For choosing a switch on a machine whose speed drifts between runs.\n%s",
                 kEngineHelp);

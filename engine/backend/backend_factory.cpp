@@ -92,6 +92,8 @@ BackendOptions backend_options_from_environment() {
     o.cpu.stream_prefetch_bytes = std::min(std::atoi(v), kMaxPrefetchBytes);
   if (const char* v = env("PHASELAB_CPU_STREAM_WAYS"); v && std::atoi(v) >= 1)
     o.cpu.stream_ways = std::min(std::atoi(v), kMaxStreamWays);
+  if (const char* v = env("PHASELAB_CPU_STREAM_CHUNKS"); v && std::atoi(v) >= 1)
+    o.cpu.stream_chunks = std::min(std::atoi(v), kMaxStreamChunks);
   o.cuda.graphs = env_flag("PHASELAB_CUDA_GRAPHS", o.cuda.graphs);
   o.cuda.device_sampling = env_flag("PHASELAB_CUDA_SAMPLING", o.cuda.device_sampling);
   o.cuda.tiled_attention = env_flag("PHASELAB_CUDA_ATTN_TILED", o.cuda.tiled_attention);

@@ -43,6 +43,7 @@ class CpuBackend final : public Backend {
         k_fast_(kernels), repack_(sw.repack), huge_pages_(sw.huge_pages), decode_prefetch_bytes_(sw.decode_prefetch_bytes),
         decode_prefetch_hint_(sw.decode_prefetch_l2 ? cpu::PrefetchHint::t1 : cpu::PrefetchHint::nta),
         stream_prefetch_bytes_(sw.stream_prefetch_bytes), stream_ways_(std::clamp(sw.stream_ways, 1, kMaxStreamWays)),
+        stream_chunks_(std::clamp(sw.stream_chunks, 1, kMaxStreamChunks)),
         row_tiles_(sw.row_tiles), decode_rows_(sw.decode_rows) {}
 
   // Allocates the work buffers (and repacks the weights): once.
@@ -65,6 +66,7 @@ class CpuBackend final : public Backend {
     decode_prefetch_hint_ = sw.decode_prefetch_l2 ? cpu::PrefetchHint::t1 : cpu::PrefetchHint::nta;
     stream_prefetch_bytes_ = std::clamp(sw.stream_prefetch_bytes, 0, kMaxPrefetchBytes);
     stream_ways_ = std::clamp(sw.stream_ways, 1, kMaxStreamWays);
+    stream_chunks_ = std::clamp(sw.stream_chunks, 1, kMaxStreamChunks);
     return true;
   }
   void run_host_tasks(int n, const std::function<void(int)>& fn) override {
@@ -355,6 +357,7 @@ class CpuBackend final : public Backend {
   cpu::PrefetchHint decode_prefetch_hint_;       // CpuSwitches::decode_prefetch_l2
   int stream_prefetch_bytes_;                    // CpuSwitches::stream_prefetch_bytes
   int stream_ways_;                              // CpuSwitches::stream_ways
+  int stream_chunks_;                            // CpuSwitches::stream_chunks
   bool row_tiles_;                               // CpuSwitches::row_tiles
   bool decode_rows_;                             // CpuSwitches::decode_rows
   // Rows of row_bytes in decode_prefetch_bytes_ (rounded up; 0: none).

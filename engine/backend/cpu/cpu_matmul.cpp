@@ -317,10 +317,13 @@ void CpuBackend::matmul_repacked(const WeightView& W, const Repacked& rp, const 
   // All row tiles: no groups or pairs to build (a parallel pass fewer).
   const bool tiles = row_tiled(rp, T, W.n_out);
   prepare_repacked(in, T, W.n_in, precise, pairs_kernel(rp, T) != nullptr, !tiles);
+  // A decode step's matrix past kDecodeRowsMaxBytes (streamed, below) in
+  // stream_chunks_ chunks a thread (CpuSwitches::stream_chunks).
+  const bool stream = static_cast<size_t>(W.n_out) * rp.f.row_bytes > kDecodeRowsMaxBytes;
   for_rows(
       W.n_out,
       [&](int64_t r0, int64_t r1, int thread) { repacked_rows(rp, W.n_in, W.n_out, out, T, precise, r0, r1, thread); },
-      tiles ? cpu::kRowTile : T < 4 ? cpu::kDecodeRows : 1, chunks_per_thread(T));
+      tiles ? cpu::kRowTile : T < 4 ? cpu::kDecodeRows : 1, T < 4 && stream ? stream_chunks_ : chunks_per_thread(T));
 }
 
 // Several products of one input in one parallel dispatch: the rows of all

@@ -151,7 +151,8 @@ class Backend {
   }
   // The CPU switches that may change between passes (decode_rows,
   // row_tiles, decode_prefetch_bytes, decode_prefetch_l2,
-  // stream_prefetch_bytes, stream_ways; the others are fixed at load), for
+  // stream_prefetch_bytes, stream_ways, stream_chunks; the others are
+  // fixed at load), for
   // measurements that alternate them (measure_ab, bench --ab). None changes
   // a result (the kernels are bitwise equal). False where the backend has
   // no such switches.
@@ -267,6 +268,8 @@ constexpr int kMaxStreamWays = 8;
 // four ways measured 1.04-1.09x one and with them on one CCD 0.99-1.01x;
 // 1 elsewhere (not yet measured).
 int default_stream_ways();
+// The most chunks a thread may get of such a matrix (CpuSwitches::stream_chunks).
+constexpr int kMaxStreamChunks = 64;
 struct CpuSwitches {
   std::string isa_cap;  // "" the best the CPU supports; "portable" | "avx2" | "avx-vnni" caps it (PHASELAB_CPU_ISA)
   bool repack = true;   // repack matrices at load (PHASELAB_CPU_REPACK=0 keeps the file's layout)
@@ -305,6 +308,16 @@ struct CpuSwitches {
   // stream_prefetch_bytes set, each way prefetches that far ahead (W times
   // the distance in flight).
   int stream_ways = default_stream_ways();
+  // A decode step's such matrix split into this many chunks per thread
+  // (PHASELAB_CPU_STREAM_CHUNKS, 1 to kMaxStreamChunks; decode's other
+  // products take one a thread), claimed one at a time: a thread that
+  // finishes first takes more of the rows, rather than waiting for the
+  // other. With one chunk a thread, one thread waited on the other's half
+  // of Gemma 3 270M's output matrix (on the Zen 4 VM the second half read
+  // 2-26% slower, whichever thread read it); bench --ab stream-chunks=1
+  // measured 0.94-0.99x of 8 on one CCD, 16 and 32 level with 8
+  // (docs/benchmarks.md). Repacked weights only.
+  int stream_chunks = 8;
   // Prefill's Q5_0 and Q8_0 products as row tiles (16 rows interleaved, 4
   // tokens a call; cpu_kernels.h kRowTile) where the kernels have them
   // (AVX-512); off: the paired 2-row x 8-token kernels (PHASELAB_CPU_ROW_TILES=0).
