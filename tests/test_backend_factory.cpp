@@ -111,7 +111,7 @@ class TestBackendFactory : public QObject {
     setenv("PHASELAB_CPU_PREFETCH_BYTES", "-1", 1);
     setenv("PHASELAB_CPU_STREAM_PREFETCH_BYTES", "-5", 1);
     setenv("PHASELAB_CPU_STREAM_WAYS", "0", 1);
-    setenv("PHASELAB_CPU_STREAM_CHUNKS", "-2", 1);
+    setenv("PHASELAB_CPU_STREAM_CHUNKS", "0", 1);
     setenv("PHASELAB_CPU_PREFETCH_L2", "off", 1);  // not "0": on
     const BackendOptions o = backend_options_from_environment();
     QVERIFY(o.cpu.decode_prefetch_l2);

@@ -582,16 +582,17 @@ class TestCli : public QObject {
     QCOMPARE(h.code, 0);
     QVERIFY2(h.out.contains("A/B tg8: prefetch into L2 / prefetch non-temporal = "), qPrintable(h.out));
     env.remove("PHASELAB_CPU_STREAM_PREFETCH_BYTES");
+    env.remove("PHASELAB_CPU_STREAM_WAYS");    // the switches line checked below
+    env.remove("PHASELAB_CPU_STREAM_CHUNKS");  // (and state a of the runs after)
     const Run s = cli({"bench", "-m", stories(), "-p", "0", "-n", "8", "-r", "2", "--no-peaks", "--ab", "stream-prefetch=2048"}, {}, env);
     QCOMPARE(s.code, 0);
     const QString sa = QString("stream prefetch %1").arg(phaselab::default_stream_prefetch_bytes());
     QVERIFY2(s.out.contains("A/B tg8: stream prefetch 2048 / " + sa + " = "), qPrintable(s.out));
     const QString ways = QString::number(phaselab::default_stream_ways());
     QVERIFY2(s.out.contains("(over 16 MiB: " + QString::number(phaselab::default_stream_prefetch_bytes()) + ", in " +
-                            ways + (ways == "1" ? " way, " : " ways, ") + "8 chunks a thread)"),
+                            ways + (ways == "1" ? " way, " : " ways, ") + "8 chunks a thread)") &&
+                 s.out.contains("_STREAM_WAYS, _STREAM_CHUNKS, _ROW_TILES"),
              qPrintable(s.out));
-    env.remove("PHASELAB_CPU_STREAM_WAYS");
-    env.remove("PHASELAB_CPU_STREAM_CHUNKS");
     const Run c = cli({"bench", "-m", stories(), "-p", "0", "-n", "8", "-r", "2", "--no-peaks", "--ab", "stream-chunks=1"}, {}, env);
     QCOMPARE(c.code, 0);
     QVERIFY2(c.out.contains("A/B tg8: stream chunks 1 / stream chunks 8 = "), qPrintable(c.out));

@@ -414,8 +414,8 @@ struct BenchReport {
   }
 
   // Where --ab's two states run the same code: decode rows and row tiles
-  // are AVX-512 kernels of repacked weights (the prefetch switches act on
-  // every decode path of repacked weights).
+  // are AVX-512 kernels of repacked weights (the prefetch and stream
+  // switches act on every decode path of repacked weights).
   std::string ab_note() const {
     const CpuSwitches sw = backend_options_from_environment().cpu;
     const bool kernels = backend == "cpu-avx512-vnni" && sw.repack;

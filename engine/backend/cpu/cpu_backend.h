@@ -177,6 +177,14 @@ class CpuBackend final : public Backend {
   // 270M's layers -1% to -7% per token on Zen 5); for more tokens two, so
   // that a thread the OS has not scheduled leaves little behind.
   static int chunks_per_thread(int T) { return T < 4 ? 1 : 2; }
+  // The same for a product whose matrix streams from memory (stream: over
+  // kDecodeRowsMaxBytes, cpu_matmul.cpp): for fewer than 4 tokens (a decode
+  // step; a prompt's last-token logits) stream_chunks_ a thread
+  // (CpuSwitches::stream_chunks), claimed in turn so that the threads
+  // finish together; one thread reads them in one.
+  int chunks_per_thread(int T, bool stream) const {
+    return T < 4 && stream && pool_.size() > 1 ? stream_chunks_ : chunks_per_thread(T);
+  }
   // Splits rows [0, n) into chunks claimed by the pool's threads:
   // body(r0, r1, thread), per_thread chunks per thread (chunks_per_thread).
   // Chunks start at multiples of align.

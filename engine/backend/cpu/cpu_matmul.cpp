@@ -43,13 +43,15 @@ int token_tile(int64_t tok_bytes, int unit = 4) {
 // next row pair only (prefetch_rows_l1).
 constexpr int kPrefetchRows = 8;
 constexpr int kPrefetchMaxTokens = 32;
-// The largest matrix whose decode takes kDecodeRows rows a call (below).
+// The largest matrix whose decode takes kDecodeRows rows a call (below);
+// a larger one streams from memory (CpuSwitches::stream_*).
 constexpr size_t kDecodeRowsMaxBytes = size_t{16} << 20;
-// (hint: decode's, CpuSwitches::decode_prefetch_l2; elsewhere non-temporal.)
+bool streamed(int64_t n_out, size_t row_bytes) { return static_cast<size_t>(n_out) * row_bytes > kDecodeRowsMaxBytes; }
 template <cpu::PrefetchHint H>
 void prefetch_rows_as(const uint8_t* p, size_t n, const uint8_t* end) {
   for (size_t i = 0; i < n && p + i < end; i += 64) __builtin_prefetch(p + i, 0, cpu::prefetch_locality(H));
 }
+// (hint: decode's, CpuSwitches::decode_prefetch_l2; elsewhere non-temporal.)
 void prefetch_rows(const uint8_t* p, size_t n, const uint8_t* end, cpu::PrefetchHint hint = cpu::PrefetchHint::nta) {
   if (hint == cpu::PrefetchHint::t1)
     prefetch_rows_as<cpu::PrefetchHint::t1>(p, n, end);
@@ -317,13 +319,10 @@ void CpuBackend::matmul_repacked(const WeightView& W, const Repacked& rp, const 
   // All row tiles: no groups or pairs to build (a parallel pass fewer).
   const bool tiles = row_tiled(rp, T, W.n_out);
   prepare_repacked(in, T, W.n_in, precise, pairs_kernel(rp, T) != nullptr, !tiles);
-  // A decode step's matrix past kDecodeRowsMaxBytes (streamed, below) in
-  // stream_chunks_ chunks a thread (CpuSwitches::stream_chunks).
-  const bool stream = static_cast<size_t>(W.n_out) * rp.f.row_bytes > kDecodeRowsMaxBytes;
   for_rows(
       W.n_out,
       [&](int64_t r0, int64_t r1, int thread) { repacked_rows(rp, W.n_in, W.n_out, out, T, precise, r0, r1, thread); },
-      tiles ? cpu::kRowTile : T < 4 ? cpu::kDecodeRows : 1, T < 4 && stream ? stream_chunks_ : chunks_per_thread(T));
+      tiles ? cpu::kRowTile : T < 4 ? cpu::kDecodeRows : 1, chunks_per_thread(T, streamed(W.n_out, rp.f.row_bytes)));
 }
 
 // Several products of one input in one parallel dispatch: the rows of all
@@ -334,7 +333,7 @@ void CpuBackend::matmul_repacked(const WeightView& W, const Repacked& rp, const 
 void CpuBackend::matmul_jobs(const MatmulJob* jobs, int n_jobs, const float* in, int T, bool same_input) {
   const Repacked* rps[kMaxMatmulJobs];
   bool fuse = k_fast_ != nullptr && n_jobs <= kMaxMatmulJobs;
-  bool precise = false, pairs = false, tiles = true;
+  bool precise = false, pairs = false, tiles = true, stream = false;
   for (int j = 0; fuse && j < n_jobs; j++) {
     const auto it = repacked_.find(jobs[j].W->data);
     fuse = it != repacked_.end() && jobs[j].W->n_in == jobs[0].W->n_in;
@@ -343,6 +342,7 @@ void CpuBackend::matmul_jobs(const MatmulJob* jobs, int n_jobs, const float* in,
     precise = precise || jobs[j].precise;
     pairs = pairs || pairs_kernel(*rps[j], T) != nullptr;
     tiles = tiles && row_tiled(*rps[j], T, jobs[j].W->n_out);
+    stream = stream || streamed(jobs[j].W->n_out, rps[j]->f.row_bytes);  // (then every job's rows in its chunks)
   }
   if (!fuse) {
     for (int j = 0; j < n_jobs; j++) matmul(*jobs[j].W, in, jobs[j].out, T, same_input || j > 0, jobs[j].precise);
@@ -360,7 +360,7 @@ void CpuBackend::matmul_jobs(const MatmulJob* jobs, int n_jobs, const float* in,
     total += jobs[j].W->n_out * (jobs[j].precise ? 2 : 1);
   }
   first[n_jobs] = total;
-  const int64_t n_chunks = std::clamp<int64_t>(total / 16, 1, chunks_per_thread(T) * pool_.size());
+  const int64_t n_chunks = std::clamp<int64_t>(total / 16, 1, chunks_per_thread(T, stream) * pool_.size());
   const int64_t per = (total + n_chunks - 1) / n_chunks;
   pool_.for_chunks(static_cast<int>(n_chunks), [&](int c, int thread) {
     const int64_t u0 = c * per, u1 = std::min(total, u0 + per);
@@ -524,7 +524,7 @@ void CpuBackend::repacked_tiles(const Repacked& rp, const uint8_t* trows, size_t
       }
     // A matrix past kDecodeRowsMaxBytes (the output matrix) streams from
     // memory at its own distance (CpuSwitches::stream_prefetch_bytes).
-    const bool stream = static_cast<size_t>(n_out) * row_bytes > kDecodeRowsMaxBytes;
+    const bool stream = streamed(n_out, row_bytes);
     const int64_t ahead = t1 - t0 != 1 ? 0 : stream ? stream_prefetch_rows(row_bytes) : decode_prefetch_rows(row_bytes);
     const uint8_t* end = rp.rows + r1 * row_bytes;
     // Decode's prefetches into L2 where that is the switch's state
@@ -576,7 +576,7 @@ void CpuBackend::repacked_tiles(const Repacked& rp, const uint8_t* trows, size_t
         out[t * n_out + i] = precise ? v4[0] + lo4[0] : v4[0];
       }
     };
-    // A lone token's share of a streamed matrix in stream_ways_ ascending
+    // A lone token's chunk of a streamed matrix in stream_ways_ ascending
     // streams a row of each in turn (CpuSwitches::stream_ways): one stream
     // a core left memory bandwidth unused where each core has its own path
     // to memory (Zen 4 vCPUs on two CCDs: four ways 1.04-1.09x one, on one

@@ -261,7 +261,7 @@ bool default_decode_prefetch_l2();
 int default_stream_prefetch_bytes();
 // The most ways a decode step's thread reads such a matrix in (CpuSwitches::stream_ways).
 constexpr int kMaxStreamWays = 8;
-// How many ways a thread reads its share of such a matrix in, measured best
+// How many ways a thread reads each chunk of such a matrix in, measured best
 // on this kind of core (bench --ab stream-ways=N, Gemma 3 270M tg128,
 // docs/benchmarks.md): 4 on Zen 4 (AMD family 19h with AVX-512), where with
 // the VM's two vCPUs on different CCDs (more memory bandwidth for each)
@@ -301,22 +301,26 @@ struct CpuSwitches {
   // it is not yet measured), default_stream_prefetch_bytes()
   // (PHASELAB_CPU_STREAM_PREFETCH_BYTES; 0: none). Repacked weights only.
   int stream_prefetch_bytes = default_stream_prefetch_bytes();  // at most kMaxPrefetchBytes
-  // A decode step's share of such a matrix read by each thread as this many
-  // ascending streams, a row of each in turn (PHASELAB_CPU_STREAM_WAYS, 1 to
+  // Each chunk (stream_chunks) of such a matrix in a decode step read by
+  // its thread as this many ascending streams, a row of each in turn (PHASELAB_CPU_STREAM_WAYS, 1 to
   // kMaxStreamWays; 1: one stream): more misses in flight than the
   // hardware prefetcher keeps for one stream. default_stream_ways(). With
   // stream_prefetch_bytes set, each way prefetches that far ahead (W times
   // the distance in flight).
   int stream_ways = default_stream_ways();
-  // A decode step's such matrix split into this many chunks per thread
+  // Such a matrix in a product of fewer than 4 tokens (a decode step; a
+  // prompt's last-token logits) split into this many chunks per thread
   // (PHASELAB_CPU_STREAM_CHUNKS, 1 to kMaxStreamChunks; decode's other
-  // products take one a thread), claimed one at a time: a thread that
+  // products take one a thread; where a fused product holds such a
+  // matrix, all of its matrices), claimed one at a time: a thread that
   // finishes first takes more of the rows, rather than waiting for the
   // other. With one chunk a thread, one thread waited on the other's half
   // of Gemma 3 270M's output matrix (on the Zen 4 VM the second half read
   // 2-26% slower, whichever thread read it); bench --ab stream-chunks=1
-  // measured 0.94-0.99x of 8 on one CCD, 16 and 32 level with 8
-  // (docs/benchmarks.md). Repacked weights only.
+  // measured 0.94-0.99x of 8 on one CCD, 4 0.994, 16 0.996-1.020, 32
+  // 1.000 (docs/benchmarks.md). Measured on Zen 4 only; the balance it
+  // buys is any machine's. Repacked weights only (the file's layout keeps
+  // two chunks a thread).
   int stream_chunks = 8;
   // Prefill's Q5_0 and Q8_0 products as row tiles (16 rows interleaved, 4
   // tokens a call; cpu_kernels.h kRowTile) where the kernels have them
