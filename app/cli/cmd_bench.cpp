@@ -658,8 +658,8 @@ int cmd_bench(int argc, char** argv) {
                 "  stream-chunks=N: each test with that CPU switch in two states (off and on; prefetch-l2:\n"
                 "  decode's prefetches non-temporal, then into L2; the distance in effect and BYTES: prefetch\n"
                 "  for decode's matrices, stream-prefetch for those over 16 MiB, such as the output matrix;\n"
-                "  the ways in effect and N: each thread's share of those read as N streams; the chunks in\n"
-                "  effect and N: those split into N chunks a thread, claimed in turn), alternating in\n"
+                "  the ways in effect and N: each of a thread's chunks of those read as N streams; the\n"
+                "  chunks in effect and N: those split into N chunks a thread, claimed in turn), alternating in\n"
                 "  the same minutes (tg token by token, pp run by run): both states' tokens/s and their ratio,\n"
                 "  run by run. For choosing a switch on a machine whose speed drifts between runs.\n%s",
                 kEngineHelp);
