@@ -387,7 +387,25 @@ class TestCpuKernels : public QObject {
           QVERIFY2(std::memcmp(&v, &rows[r], sizeof(float)) == 0,
                    qPrintable(QString("%1 row %2 token %3: %4 vs %5").arg(k->isa).arg(r).arg(t).arg(v).arg(rows[r])));
         }
+        // The refined decode rows: tokens t and t + 1 (stored one after the
+        // other, as a token's activations and their residual are), each
+        // sum bitwise dot1's.
+        if (!f.dot1_rows2 || t + 1 >= kTokens) continue;
+        float two[2 * kDecodeRows + 1];
+        two[2 * kDecodeRows] = -7.f;
+        f.dot1_rows2(stored.data(), rb, &g[t * gs], &a[t * nb], n, two, ahead, stored.data() + stored.size(), hint);
+        QCOMPARE(two[2 * kDecodeRows], -7.f);
+        for (int r = 0; r < kDecodeRows; r++)
+          for (int j = 0; j < 2; j++) {
+            float v;
+            f.dot1(stored.data() + r * rb, &g[(t + j) * gs], 0, &a[(t + j) * nb], 0, n, &v);
+            QVERIFY2(std::memcmp(&v, &two[r * 2 + j], sizeof(float)) == 0,
+                     qPrintable(QString("%1 refined rows, row %2 token %3: %4 vs %5")
+                                    .arg(k->isa).arg(r).arg(t + j).arg(v).arg(two[r * 2 + j])));
+          }
       }
+      const bool grouped = tt == TensorType::Q5_0 || tt == TensorType::Q8_0 || tt == TensorType::Q4_0 || tt == TensorType::MXFP4;
+      QVERIFY2(!avx512 || !grouped || !f.repack || f.dot1_rows2, "the AVX-512 kernels have refined decode rows for the 32-value formats");
     }
     if (checked == 0) {
       for (const Kernels* k : simd_kernels())

@@ -68,6 +68,8 @@ Status CpuBackend::init() {
       if (k_fast_->dot_q4_k_r8_x1 && repack_) {
         act_g_.resize(static_cast<size_t>(B) * (max_in / 256 + 1));
         act_lo_g_.resize(static_cast<size_t>(B) * (max_in / 256 + 1));
+        act2_.resize(static_cast<size_t>(2) * (max_in / 32));
+        act2_g_.resize(static_cast<size_t>(2) * (max_in / 256 + 1));
         act_p_.resize(static_cast<size_t>(B / 2) * (max_in / 256 + 1));
         act_lo_p_.resize(static_cast<size_t>(B / 2) * (max_in / 256 + 1));
         repack_weights();

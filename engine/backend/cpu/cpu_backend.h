@@ -384,6 +384,12 @@ class CpuBackend final : public Backend {
   std::deque<WeightBuffer> repack_buffers_;                 // the memory repacked_ points into
   std::vector<cpu::ActGroup> act_g_, act_lo_g_;  // (T, groups) of act_ and act_lo_ for repacked rows
   const float* groups_of_ = nullptr;             // which input act_g_ holds
+  // A lone token's act_ and act_lo_ one after the other (2, n_in / 32), and
+  // its act_g_ and act_lo_g_ (2, groups), for the refined decode rows
+  // (RepackedFormat::dot1_rows2); act2_of_: which input they hold.
+  std::vector<cpu::ActQ8> act2_;
+  std::vector<cpu::ActGroup> act2_g_;
+  const float* act2_of_ = nullptr;
   const float* lo_groups_of_ = nullptr;
   std::vector<cpu::ActPair> act_p_, act_lo_p_;   // (T / 2, groups) of act_g_ and act_lo_g_ in pairs of tokens
   const float* pairs_of_ = nullptr;              // which input act_p_ holds

@@ -278,6 +278,12 @@ constexpr int prefetch_locality(PrefetchHint h) { return h == PrefetchHint::t1 ?
 // requests are spread over the call.
 using DotRowsPfFn = void (*)(const uint8_t* w_row0, size_t row_bytes, const ActGroup* g, const ActQ8* a, int64_t n,
                              float* out, size_t ahead, const uint8_t* end, PrefetchHint hint);
+// Refined decode rows (a DotRowsPfFn too): the same rows times two
+// activation rows, a token's and its residual's (matmul_fast's precise
+// products), stored one after the other: groups at g and g +
+// act_groups(n / 32) (at least 1), blocks at a and a + n / 32. out[r * 2 +
+// j], each bitwise the decode rows kernel's: the weights' quants are loaded
+// and unpacked once for both.
 // The same on paired activations: token pair p's groups at pairs + p *
 // p_stride (tokens 2p and 2p + 1), its plain blocks still at a + j *
 // a_stride; written straight into the product's (token, row) layout: out[j *
@@ -343,6 +349,7 @@ struct Kernels {
   DotR8Fn dot_grouped_x4[kTypeSlots] = {};
   // Decode rows (DotRowsPfFn; null: the kernel set has none).
   DotRowsPfFn dot_grouped_x1_rows[kTypeSlots] = {};
+  DotRowsPfFn dot_grouped_x1_rows2[kTypeSlots] = {};  // refined decode rows (null: none)
   DotRowsPfFn dot_q4_k_r8_x1_rows = nullptr;
   DotRowsPfFn dot_q5_k_r8_x1_rows = nullptr;
   DotRowsPfFn dot_q6_k_r8_x1_rows = nullptr;
@@ -363,6 +370,7 @@ struct Kernels {
   // unpack_q5_0_packed gives.
   DotR8Fn dot_q5_0_packed_x1 = nullptr;
   DotRowsPfFn dot_q5_0_packed_x1_rows = nullptr;  // decode rows of packed rows
+  DotRowsPfFn dot_q5_0_packed_x1_rows2 = nullptr;  // refined decode rows of packed rows
   UnpackRowFn unpack_q5_0_packed = nullptr;
   // The same for Q5_K and Q6_K (repack_q5_k_packed_row,
   // repack_q6_k_packed_row; null: stored as bytes).
@@ -412,6 +420,8 @@ struct RepackedFormat {
   // Decode rows (DotRowsPfFn: kDecodeRows rows x one token, reading the
   // stored rows as dot1 does); null: dot1 row by row.
   DotRowsPfFn dot1_rows = nullptr;
+  // Refined decode rows (two activation rows; see DotRowsPfFn); null: dot1_rows twice.
+  DotRowsPfFn dot1_rows2 = nullptr;
 };
 RepackedFormat repacked_format(const Kernels& k, TensorType t, int64_t n);
 

@@ -155,7 +155,7 @@ void CpuBackend::quantize_input(const float* in, int T, int64_t n_in, bool preci
   });
   act_of_ = in;
   lo_of_ = precise ? in : nullptr;
-  groups_of_ = lo_groups_of_ = pairs_of_ = lo_pairs_of_ = nullptr;
+  groups_of_ = lo_groups_of_ = pairs_of_ = lo_pairs_of_ = act2_of_ = nullptr;
 }
 
 // Every layer's matrices and the output matrix rewritten for the grouped
@@ -278,7 +278,10 @@ void CpuBackend::prepare_repacked(const float* in, int T, int64_t n_in, bool pre
   if (!groups_needed) return;
   const bool groups = groups_of_ != in, lo_groups = precise && lo_groups_of_ != in;
   const bool pair = pairs && pairs_of_ != in, lo_pair = pairs && precise && lo_pairs_of_ != in;
-  if (!groups && !lo_groups && !pair && !lo_pair) return;
+  // A lone token's refined products: both activation rows side by side for
+  // the refined decode rows (a copy of a few KiB).
+  const bool two = precise && T == 1 && !act2_.empty() && (groups || lo_groups || act2_of_ != in);
+  if (!groups && !lo_groups && !pair && !lo_pair && !two) return;
   const auto build = [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; p++) {
       const int64_t t0 = 2 * p, t1 = std::min<int64_t>(T, t0 + 2);
@@ -296,6 +299,13 @@ void CpuBackend::prepare_repacked(const float* in, int T, int64_t n_in, bool pre
   else build(0, n_pairs);
   groups_of_ = in;
   if (precise) lo_groups_of_ = in;
+  if (two) {
+    std::copy_n(act_.data(), nb, act2_.data());
+    std::copy_n(act_lo_.data(), nb, act2_.data() + nb);
+    std::copy_n(act_g_.data(), gs, act2_g_.data());
+    std::copy_n(act_lo_g_.data(), gs, act2_g_.data() + gs);
+    act2_of_ = in;
+  }
   if (pairs) pairs_of_ = in;
   if (pairs && precise) lo_pairs_of_ = in;
 }
@@ -548,7 +558,14 @@ void CpuBackend::repacked_tiles(const Repacked& rp, const uint8_t* trows, size_t
     // stream to the hardware prefetcher).
     if (t1 - t0 < 4 && rp.f.dot1_rows && decode_rows_ && !stream) {
       const size_t pf = static_cast<size_t>(ahead) * row_bytes;
-      float vr[cpu::kDecodeRows], lor[cpu::kDecodeRows];
+      float vr[cpu::kDecodeRows], lor[cpu::kDecodeRows], v2[2 * cpu::kDecodeRows];
+      // A lone token's refined rows: one call for the token and its
+      // residual (their sums bitwise the two calls', added alike).
+      const bool two = precise && T == 1 && rp.f.dot1_rows2 && act2_of_ != nullptr;
+      for (; two && r + cpu::kDecodeRows <= r1; r += cpu::kDecodeRows) {
+        rp.f.dot1_rows2(rp.rows + r * row_bytes, row_bytes, act2_g_.data(), act2_.data(), n_in, v2, pf, end, hint);
+        for (int i = 0; i < cpu::kDecodeRows; i++) out[r + i] = v2[2 * i] + v2[2 * i + 1];
+      }
       for (; r + cpu::kDecodeRows <= r1; r += cpu::kDecodeRows) {
         const uint8_t* row = rp.rows + r * row_bytes;
         for (int t = t0; t < t1; t++) {
@@ -607,7 +624,7 @@ void CpuBackend::matvec_many(MatvecJob* jobs, int n_jobs, const float* const* in
     k_fast_->quantize_act(inputs[i], &many_act_[i * nb], n_in);
     cpu::group_act(&many_act_[i * nb], &many_act_g_[i * gs], nb);
   }
-  act_of_ = lo_of_ = groups_of_ = lo_groups_of_ = pairs_of_ = lo_pairs_of_ = nullptr;  // act_ is not this input's
+  act_of_ = lo_of_ = groups_of_ = lo_groups_of_ = pairs_of_ = lo_pairs_of_ = act2_of_ = nullptr;  // act_ is not this input's
   int64_t total = 0;
   for (int j = 0; j < n_jobs; j++) {
     MatvecJob& jb = jobs[j];

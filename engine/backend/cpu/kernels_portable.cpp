@@ -677,6 +677,7 @@ RepackedFormat repacked_format(const Kernels& k, TensorType t, int64_t n) {
              k.dot_grouped_tile[ti], k.dot_grouped_tile4[ti], k.dot_grouped_tile_pairs[ti], k.unpack_q5_0_packed,
              grouped_row_bytes(t, n)};
         f.dot1_rows = k.dot_q5_0_packed_x1_rows;
+        f.dot1_rows2 = k.dot_q5_0_packed_x1_rows2;
         break;
       }
       f = {t == TensorType::Q5_0   ? repack_q5_0_u8_row
@@ -686,6 +687,7 @@ RepackedFormat repacked_format(const Kernels& k, TensorType t, int64_t n) {
            grouped_row_bytes(t, n), k.dot_grouped_x1[ti], k.dot_grouped_x4[ti], k.dot_grouped_tile[ti], k.dot_grouped_tile4[ti],
            k.dot_grouped_tile_pairs[ti]};
       f.dot1_rows = k.dot_grouped_x1_rows[ti];
+      f.dot1_rows2 = k.dot_grouped_x1_rows2[ti];
       break;
     case TensorType::Q4_K:
       f = {repack_q4_k_compact_row, super_blocks * kGroupBytesQ4_KC, k.dot_q4_k_r8_x1, k.dot_q4_k_r8_x4, k.dot_q4_k_r8_tile,
