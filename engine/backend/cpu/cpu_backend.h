@@ -238,7 +238,10 @@ class CpuBackend final : public Backend {
   void quantize_input(const float* in, int T, int64_t n_in, bool precise);
   void repack_weights();
   static void release_pages(const uint8_t* p, size_t n);
-  void prepare_repacked(const float* in, int T, int64_t n_in, bool precise, bool pairs, bool groups = true);
+  // rows2: a refined product will run on the refined decode rows
+  // (RepackedFormat::dot1_rows2): a lone token's act2_ and act2_g_ are filled.
+  void prepare_repacked(const float* in, int T, int64_t n_in, bool precise, bool pairs, bool groups = true,
+                        bool rows2 = false);
   // Whether rp's product with T tokens goes to the row tiles
   // (RepackedFormat::dot_row_tile, prefill-sized passes), its last rows
   // short of a tile to the other kernels.
@@ -384,13 +387,13 @@ class CpuBackend final : public Backend {
   std::deque<WeightBuffer> repack_buffers_;                 // the memory repacked_ points into
   std::vector<cpu::ActGroup> act_g_, act_lo_g_;  // (T, groups) of act_ and act_lo_ for repacked rows
   const float* groups_of_ = nullptr;             // which input act_g_ holds
+  const float* lo_groups_of_ = nullptr;
   // A lone token's act_ and act_lo_ one after the other (2, n_in / 32), and
   // its act_g_ and act_lo_g_ (2, groups), for the refined decode rows
   // (RepackedFormat::dot1_rows2); act2_of_: which input they hold.
   std::vector<cpu::ActQ8> act2_;
   std::vector<cpu::ActGroup> act2_g_;
   const float* act2_of_ = nullptr;
-  const float* lo_groups_of_ = nullptr;
   std::vector<cpu::ActPair> act_p_, act_lo_p_;   // (T / 2, groups) of act_g_ and act_lo_g_ in pairs of tokens
   const float* pairs_of_ = nullptr;              // which input act_p_ holds
   const float* lo_pairs_of_ = nullptr;

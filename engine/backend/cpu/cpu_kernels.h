@@ -101,7 +101,7 @@ void repack_q5_0_u8_row(const uint8_t* src, uint8_t* dst, int64_t n);
 // its byte j] = 176 bytes; a half group [4 fp16 scales | u0 | u1 << 4 | 2 x
 // 8 bytes of fifth bits] = 88 bytes; the last blocks as in the file. Decode
 // is bound by the bytes it reads: Gemma 3 270M reads 24 MB less per token
-// than with byte quants, and its one-token kernel unpacks in registers (a
+// than with byte quants, and its decode kernels unpack in registers (a
 // load of each mask word and a masked add per 64 bytes). Passes of 4 tokens
 // or more unpack rows into the byte layout (Kernels::unpack_q5_0_packed,
 // bitwise unpack_q5_0_packed_row's bytes) for the tile kernels.
@@ -284,11 +284,12 @@ using DotRowsPfFn = void (*)(const uint8_t* w_row0, size_t row_bytes, const ActG
 // act_groups(n / 32) (at least 1), blocks at a and a + n / 32. out[r * 2 +
 // j], each bitwise the decode rows kernel's: the weights' quants are loaded
 // and unpacked once for both.
-// The same on paired activations: token pair p's groups at pairs + p *
-// p_stride (tokens 2p and 2p + 1), its plain blocks still at a + j *
-// a_stride; written straight into the product's (token, row) layout: out[j *
-// out_stride + r] = the sum (add: out[j * out_stride + r] + the sum), each
-// sum bitwise the one-row kernels'.
+
+// The tile kernels (DotR8RowsFn) on paired activations: token pair p's
+// groups at pairs + p * p_stride (tokens 2p and 2p + 1), its plain blocks
+// still at a + j * a_stride; written straight into the product's (token,
+// row) layout: out[j * out_stride + r] = the sum (add: out[j * out_stride +
+// r] + the sum), each sum bitwise the one-row kernels'.
 using DotPairsFn = void (*)(const uint8_t* w_row0, size_t row_bytes, const ActPair* pairs, int64_t p_stride,
                             const ActQ8* a, int64_t a_stride, int64_t n, float* out, int64_t out_stride, bool add);
 // Row tiles (AVX-512, prefill): kRowTile rows of a 32-value format in the
@@ -366,8 +367,8 @@ struct Kernels {
   // (null: the kernel set has none; dot_grouped_tile then).
   DotPairsFn dot_grouped_tile_pairs[kTypeSlots] = {};
   // Q5_0 stored packed (repack_q5_0_packed_row; null: stored as bytes):
-  // its one-token kernel reads the packed rows, the others the bytes that
-  // unpack_q5_0_packed gives.
+  // its decode kernels (one token; the refined rows' two) read the packed
+  // rows, the others the bytes that unpack_q5_0_packed gives.
   DotR8Fn dot_q5_0_packed_x1 = nullptr;
   DotRowsPfFn dot_q5_0_packed_x1_rows = nullptr;  // decode rows of packed rows
   DotRowsPfFn dot_q5_0_packed_x1_rows2 = nullptr;  // refined decode rows of packed rows

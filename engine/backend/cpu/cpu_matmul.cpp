@@ -272,15 +272,16 @@ void CpuBackend::release_pages(const uint8_t* p, size_t n) {
 // hold it. The groups and pairs are built on the pool for a prefill batch,
 // two tokens at a time (on one thread they had taken 2% of pp512's samples
 // while the other thread waited).
-void CpuBackend::prepare_repacked(const float* in, int T, int64_t n_in, bool precise, bool pairs, bool groups_needed) {
+void CpuBackend::prepare_repacked(const float* in, int T, int64_t n_in, bool precise, bool pairs, bool groups_needed,
+                                  bool rows2) {
   const int64_t nb = n_in / 32, gs = std::max<int64_t>(cpu::act_groups(nb), 1);
   quantize_input(in, T, n_in, precise);
   if (!groups_needed) return;
   const bool groups = groups_of_ != in, lo_groups = precise && lo_groups_of_ != in;
   const bool pair = pairs && pairs_of_ != in, lo_pair = pairs && precise && lo_pairs_of_ != in;
-  // A lone token's refined products: both activation rows side by side for
-  // the refined decode rows (a copy of a few KiB).
-  const bool two = precise && T == 1 && !act2_.empty() && (groups || lo_groups || act2_of_ != in);
+  // A lone token's refined products on the refined decode rows: both
+  // activation rows side by side (a copy of a few KiB).
+  const bool two = rows2 && precise && T == 1 && !act2_.empty() && (groups || lo_groups || act2_of_ != in);
   if (!groups && !lo_groups && !pair && !lo_pair && !two) return;
   const auto build = [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; p++) {
@@ -328,7 +329,7 @@ void CpuBackend::matmul_repacked(const WeightView& W, const Repacked& rp, const 
                                  bool precise) {
   // All row tiles: no groups or pairs to build (a parallel pass fewer).
   const bool tiles = row_tiled(rp, T, W.n_out);
-  prepare_repacked(in, T, W.n_in, precise, pairs_kernel(rp, T) != nullptr, !tiles);
+  prepare_repacked(in, T, W.n_in, precise, pairs_kernel(rp, T) != nullptr, !tiles, rp.f.dot1_rows2 != nullptr);
   for_rows(
       W.n_out,
       [&](int64_t r0, int64_t r1, int thread) { repacked_rows(rp, W.n_in, W.n_out, out, T, precise, r0, r1, thread); },
@@ -343,13 +344,14 @@ void CpuBackend::matmul_repacked(const WeightView& W, const Repacked& rp, const 
 void CpuBackend::matmul_jobs(const MatmulJob* jobs, int n_jobs, const float* in, int T, bool same_input) {
   const Repacked* rps[kMaxMatmulJobs];
   bool fuse = k_fast_ != nullptr && n_jobs <= kMaxMatmulJobs;
-  bool precise = false, pairs = false, tiles = true, stream = false;
+  bool precise = false, pairs = false, tiles = true, stream = false, rows2 = false;
   for (int j = 0; fuse && j < n_jobs; j++) {
     const auto it = repacked_.find(jobs[j].W->data);
     fuse = it != repacked_.end() && jobs[j].W->n_in == jobs[0].W->n_in;
     if (!fuse) break;
     rps[j] = &it->second;
     precise = precise || jobs[j].precise;
+    rows2 = rows2 || (jobs[j].precise && rps[j]->f.dot1_rows2);
     pairs = pairs || pairs_kernel(*rps[j], T) != nullptr;
     tiles = tiles && row_tiled(*rps[j], T, jobs[j].W->n_out);
     stream = stream || streamed(jobs[j].W->n_out, rps[j]->f.row_bytes);  // (then every job's rows in its chunks)
@@ -361,7 +363,7 @@ void CpuBackend::matmul_jobs(const MatmulJob* jobs, int n_jobs, const float* in,
   if (!same_input) act_of_ = lo_of_ = nullptr;
   const int64_t n_in = jobs[0].W->n_in;
   // All row tiles (their rows split at multiples of kRowTile): no groups or pairs to build.
-  prepare_repacked(in, T, n_in, precise, pairs, !tiles);
+  prepare_repacked(in, T, n_in, precise, pairs, !tiles, rows2);
   const int64_t align = tiles ? cpu::kRowTile : T < 4 ? cpu::kDecodeRows : 2;  // (decode: whole decode-row calls)
   // Cost units: a row is 1, a refined row 2; rows start at multiples of align.
   int64_t first[kMaxMatmulJobs + 1], total = 0;
@@ -544,6 +546,7 @@ void CpuBackend::repacked_tiles(const Repacked& rp, const uint8_t* trows, size_t
     // so that the stream starts full rather than with demand misses.
     if (ahead > 0) prefetch_rows(rp.rows + r * row_bytes, ahead * row_bytes, end, hint);
     // Decode (fewer than 4 tokens): kDecodeRows rows a call, token by token
+    // (a lone token's refined rows: one call for it and its residual)
     // (the rows stay in L1 for the next token); one call's rows overlap
     // their chains and share one tree of sums. A lone token's prefetch goes
     // into the call, a share at each group (DotRowsPfFn): the four rows'
@@ -560,8 +563,9 @@ void CpuBackend::repacked_tiles(const Repacked& rp, const uint8_t* trows, size_t
       const size_t pf = static_cast<size_t>(ahead) * row_bytes;
       float vr[cpu::kDecodeRows], lor[cpu::kDecodeRows], v2[2 * cpu::kDecodeRows];
       // A lone token's refined rows: one call for the token and its
-      // residual (their sums bitwise the two calls', added alike).
-      const bool two = precise && T == 1 && rp.f.dot1_rows2 && act2_of_ != nullptr;
+      // residual (act2_: prepare_repacked's copy of this input's act_ and
+      // act_lo_), their sums bitwise the two calls', added alike.
+      const bool two = precise && T == 1 && rp.f.dot1_rows2 && act2_of_ != nullptr && act2_of_ == act_of_;
       for (; two && r + cpu::kDecodeRows <= r1; r += cpu::kDecodeRows) {
         rp.f.dot1_rows2(rp.rows + r * row_bytes, row_bytes, act2_g_.data(), act2_.data(), n_in, v2, pf, end, hint);
         for (int i = 0; i < cpu::kDecodeRows; i++) out[r + i] = v2[2 * i] + v2[2 * i + 1];
