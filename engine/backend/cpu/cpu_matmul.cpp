@@ -546,8 +546,8 @@ void CpuBackend::repacked_tiles(const Repacked& rp, const uint8_t* trows, size_t
     // so that the stream starts full rather than with demand misses.
     if (ahead > 0) prefetch_rows(rp.rows + r * row_bytes, ahead * row_bytes, end, hint);
     // Decode (fewer than 4 tokens): kDecodeRows rows a call, token by token
-    // (a lone token's refined rows: one call for it and its residual)
-    // (the rows stay in L1 for the next token); one call's rows overlap
+    // (the rows stay in L1 for the next token; a lone token's refined rows:
+    // one call for it and its residual); one call's rows overlap
     // their chains and share one tree of sums. A lone token's prefetch goes
     // into the call, a share at each group (DotRowsPfFn): the four rows'
     // lines asked for around the call, in bursts, had outrun the core's
