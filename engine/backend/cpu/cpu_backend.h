@@ -31,6 +31,9 @@
 
 namespace phaselab {
 
+// Whether the CPU takes PREFETCHW (cpu_matmul.cpp).
+bool cpu_has_prefetchw();
+
 class CpuBackend final : public Backend {
  public:
   static constexpr int kMaxGroup = 64;  // query heads per KV head
@@ -370,6 +373,7 @@ class CpuBackend final : public Backend {
   int stream_ways_;                              // CpuSwitches::stream_ways
   int stream_chunks_;                            // CpuSwitches::stream_chunks
   bool row_tiles_;                               // CpuSwitches::row_tiles
+  const bool prefetch_w_ = cpu_has_prefetchw();  // prefill's output lines asked for writing (cpu_matmul.cpp)
   bool decode_rows_;                             // CpuSwitches::decode_rows
   // Rows of row_bytes in decode_prefetch_bytes_ (rounded up; 0: none).
   int64_t decode_prefetch_rows(size_t row_bytes) const {
