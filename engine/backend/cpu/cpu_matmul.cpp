@@ -403,25 +403,36 @@ void CpuBackend::matmul_jobs(const MatmulJob* jobs, int n_jobs, const float* in,
   // All row tiles (their rows split at multiples of kRowTile): no groups or pairs to build.
   prepare_repacked(in, T, n_in, precise, pairs, !tiles, rows2);
   const int64_t align = tiles ? cpu::kRowTile : T < 4 ? cpu::kDecodeRows : 2;  // (decode: whole decode-row calls)
-  // Cost units: a row is 1, a refined row 2; rows start at multiples of align.
-  int64_t first[kMaxMatmulJobs + 1], total = 0;
+  // Cost units of a row (rows start at multiples of align). Prefill's dot
+  // products set its pace: a row is 1, a refined row 2. Decode streams the
+  // weights from memory: a row costs its stored bytes, a refined row's read
+  // once (Gemma 3 270M's Q, K and V: 704 of Q's 1024 refined Q5_0 rows went
+  // to one thread, 310 KB, and Q's other 320, K's refined rows and V's
+  // Q8_0 rows to the other, 427 KB, which took 27-34 us against the
+  // first's 21-26. Split by bytes, the dispatch took 0.93-0.99x the time,
+  // mean 0.95, tokens alternating in one process on the Zen 4 VM, on one
+  // CCD and two; refined rows weighted 1.5x bytes: mean 0.97).
+  const bool by_bytes = T < 4;
+  int64_t first[kMaxMatmulJobs + 1], cost[kMaxMatmulJobs], total = 0, n_rows = 0;
   for (int j = 0; j < n_jobs; j++) {
     first[j] = total;
-    total += jobs[j].W->n_out * (jobs[j].precise ? 2 : 1);
+    cost[j] = by_bytes ? static_cast<int64_t>(rps[j]->f.row_bytes) : jobs[j].precise ? 2 : 1;
+    total += jobs[j].W->n_out * cost[j];
+    n_rows += jobs[j].W->n_out * (jobs[j].precise ? 2 : 1);
   }
   first[n_jobs] = total;
-  const int64_t n_chunks = std::clamp<int64_t>(total / 16, 1, chunks_per_thread(T, stream) * pool_.size());
+  const int64_t n_chunks = std::clamp<int64_t>(n_rows / 16, 1, chunks_per_thread(T, stream) * pool_.size());
   const int64_t per = (total + n_chunks - 1) / n_chunks;
   pool_.for_chunks(static_cast<int>(n_chunks), [&](int c, int thread) {
     const int64_t u0 = c * per, u1 = std::min(total, u0 + per);
     for (int j = 0; j < n_jobs; j++) {
       const int64_t a = std::max(u0, first[j]), b = std::min(u1, first[j + 1]);
       if (a >= b) continue;
-      const int64_t cost = jobs[j].precise ? 2 : 1, n_out = jobs[j].W->n_out;
+      const int64_t n_out = jobs[j].W->n_out;
       // The unit range as rows, rounded to a multiple of align so that row
       // pairs (or row tiles) stay whole.
       const auto row_at = [&](int64_t u) {
-        return u >= first[j + 1] ? n_out : std::min(n_out, ((u - first[j]) / cost + align / 2) / align * align);
+        return u >= first[j + 1] ? n_out : std::min(n_out, ((u - first[j]) / cost[j] + align / 2) / align * align);
       };
       const int64_t r0 = row_at(a), r1 = row_at(b);
       if (r0 < r1) repacked_rows(*rps[j], n_in, n_out, jobs[j].out, T, jobs[j].precise, r0, r1, thread);
