@@ -409,7 +409,7 @@ void CpuBackend::matmul_jobs(const MatmulJob* jobs, int n_jobs, const float* in,
   // once (Gemma 3 270M's Q, K and V: 704 of Q's 1024 refined Q5_0 rows went
   // to one thread, 310 KB, and Q's other 320, K's refined rows and V's
   // Q8_0 rows to the other, 427 KB, which took 27-34 us against the
-  // first's 21-26. Split by bytes, the dispatch took 0.93-0.99x the time,
+  // first's 21-26. Split by bytes, the dispatch took 0.93-0.98x the time,
   // mean 0.95, tokens alternating in one process on the Zen 4 VM, on one
   // CCD and two; refined rows weighted 1.5x bytes: mean 0.97).
   const bool by_bytes = T < 4;
