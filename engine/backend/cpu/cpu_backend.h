@@ -31,7 +31,8 @@
 
 namespace phaselab {
 
-// Whether the CPU takes PREFETCHW (cpu_matmul.cpp).
+// Whether prefill's products may ask for lines for writing (cpu_matmul.cpp):
+// on x86 whether CPUID has PREFETCHW; elsewhere true (a write hint).
 bool cpu_has_prefetchw();
 
 class CpuBackend final : public Backend {

@@ -107,7 +107,7 @@ const uint8_t* unpack_rows(const cpu::RepackedFormat& f, const uint8_t* row, int
 
 bool cpu_has_prefetchw() {
 #if defined(__x86_64__) || defined(__i386__)
-  unsigned a = 0, b = 0, c = 0, d = 0;  // CPUID 0x80000001: ECX bit 8 (PRFCHW; AMD since K6, Intel since Broadwell)
+  unsigned a = 0, b = 0, c = 0, d = 0;  // CPUID 0x80000001: ECX bit 8 (PRFCHW; AMD since K10, Intel since Broadwell)
   return __get_cpuid(0x80000001, &a, &b, &c, &d) && (c >> 8 & 1u);
 #else
   return true;  // (__builtin_prefetch for writing: PRFM PSTL1KEEP on Arm)
@@ -375,8 +375,7 @@ void CpuBackend::matmul_repacked(const WeightView& W, const Repacked& rp, const 
 }
 
 // Several products of one input in one parallel dispatch: the rows of all
-// of them split into the pool's chunks by cost (a refined row counts
-// twice), so that a layer's Q, K and V (and its gate and up) take one
+// of them split into the pool's chunks by cost (below), so that a layer's Q, K and V (and its gate and up) take one
 // barrier instead of three (two). Each row is computed as matmul() computes
 // it, so the results are bitwise the same.
 void CpuBackend::matmul_jobs(const MatmulJob* jobs, int n_jobs, const float* in, int T, bool same_input) {
@@ -403,25 +402,27 @@ void CpuBackend::matmul_jobs(const MatmulJob* jobs, int n_jobs, const float* in,
   // All row tiles (their rows split at multiples of kRowTile): no groups or pairs to build.
   prepare_repacked(in, T, n_in, precise, pairs, !tiles, rows2);
   const int64_t align = tiles ? cpu::kRowTile : T < 4 ? cpu::kDecodeRows : 2;  // (decode: whole decode-row calls)
-  // Cost units of a row (rows start at multiples of align). Prefill's dot
-  // products set its pace: a row is 1, a refined row 2. Decode streams the
-  // weights from memory: a row costs its stored bytes, a refined row's read
-  // once (Gemma 3 270M's Q, K and V: 704 of Q's 1024 refined Q5_0 rows went
+  // Cost units of a row (rows start at multiples of align). For 4 tokens
+  // or more the dot products set the pace: a row is 1, a refined row 2.
+  // Decode (fewer than 4 tokens) streams the weights from memory: a row
+  // costs its stored bytes, a refined row's read once (measured for one
+  // token; Gemma 3 270M's Q, K and V: 704 of Q's 1024 refined Q5_0 rows went
   // to one thread, 310 KB, and Q's other 320, K's refined rows and V's
   // Q8_0 rows to the other, 427 KB, which took 27-34 us against the
   // first's 21-26. Split by bytes, the dispatch took 0.93-0.98x the time,
   // mean 0.95, tokens alternating in one process on the Zen 4 VM, on one
   // CCD and two; refined rows weighted 1.5x bytes: mean 0.97).
   const bool by_bytes = T < 4;
-  int64_t first[kMaxMatmulJobs + 1], cost[kMaxMatmulJobs], total = 0, n_rows = 0;
+  // n_units: the rows in the 1-or-2 units, which size the chunks as before.
+  int64_t first[kMaxMatmulJobs + 1], cost[kMaxMatmulJobs], total = 0, n_units = 0;
   for (int j = 0; j < n_jobs; j++) {
     first[j] = total;
     cost[j] = by_bytes ? static_cast<int64_t>(rps[j]->f.row_bytes) : jobs[j].precise ? 2 : 1;
     total += jobs[j].W->n_out * cost[j];
-    n_rows += jobs[j].W->n_out * (jobs[j].precise ? 2 : 1);
+    n_units += jobs[j].W->n_out * (jobs[j].precise ? 2 : 1);
   }
   first[n_jobs] = total;
-  const int64_t n_chunks = std::clamp<int64_t>(n_rows / 16, 1, chunks_per_thread(T, stream) * pool_.size());
+  const int64_t n_chunks = std::clamp<int64_t>(n_units / 16, 1, chunks_per_thread(T, stream) * pool_.size());
   const int64_t per = (total + n_chunks - 1) / n_chunks;
   pool_.for_chunks(static_cast<int>(n_chunks), [&](int c, int thread) {
     const int64_t u0 = c * per, u1 = std::min(total, u0 + per);
