@@ -375,9 +375,10 @@ void CpuBackend::matmul_repacked(const WeightView& W, const Repacked& rp, const 
 }
 
 // Several products of one input in one parallel dispatch: the rows of all
-// of them split into the pool's chunks by cost (below), so that a layer's Q, K and V (and its gate and up) take one
-// barrier instead of three (two). Each row is computed as matmul() computes
-// it, so the results are bitwise the same.
+// of them split into the pool's chunks by cost (below), so that a layer's
+// Q, K and V (and its gate and up) take one barrier instead of three (two).
+// Each row is computed as matmul() computes it, so the results are bitwise
+// the same.
 void CpuBackend::matmul_jobs(const MatmulJob* jobs, int n_jobs, const float* in, int T, bool same_input) {
   const Repacked* rps[kMaxMatmulJobs];
   bool fuse = k_fast_ != nullptr && n_jobs <= kMaxMatmulJobs;
