@@ -224,27 +224,30 @@ void CpuBackend::attention_block(int il, int T, int n_ctx_max) {
   });
 }
 
-void CpuBackend::gate_rows(float* h, const float* h2, int rows, int width, Activation act) {
+void CpuBackend::gate_rows(const float* gate, float* up, int rows, int width, Activation act) {
   if (act == Activation::swiglu_oai) {  // (the same scalar code on both paths)
     per_token(rows, [&](int t) {
-      float* g = &h[static_cast<size_t>(t) * width];
-      const float* u = &h2[static_cast<size_t>(t) * width];
-      for (int i = 0; i < width; i++) g[i] = ref::swiglu_oai(g[i], u[i]);
+      const float* g = &gate[static_cast<size_t>(t) * width];
+      float* u = &up[static_cast<size_t>(t) * width];
+      for (int i = 0; i < width; i++) u[i] = ref::swiglu_oai(g[i], u[i]);
     });
     return;
   }
   if (k_fast_) {
     // Row by row: a vector kernel's tail is computed differently, and a
     // token's result must not depend on where it sits in the batch.
-    const auto gate = act == Activation::gelu_tanh ? k_fast_->gelu_mul : k_fast_->silu_mul;
-    per_token(rows, [&](int t) { gate(&h[static_cast<size_t>(t) * width], &h2[static_cast<size_t>(t) * width], width); });
+    const auto fn = act == Activation::gelu_tanh ? k_fast_->gelu_mul : k_fast_->silu_mul;
+    per_token(rows, [&](int t) {
+      const size_t o = static_cast<size_t>(t) * width;
+      fn(&gate[o], &up[o], &up[o], width);
+    });
     return;
   }
   const size_t n = static_cast<size_t>(rows) * width;
   if (act == Activation::gelu_tanh)
-    for (size_t i = 0; i < n; i++) h[i] = ref::gelu_tanh(h[i]) * h2[i];
+    for (size_t i = 0; i < n; i++) up[i] = ref::gelu_tanh(gate[i]) * up[i];
   else
-    for (size_t i = 0; i < n; i++) h[i] = ref::silu(h[i]) * h2[i];
+    for (size_t i = 0; i < n; i++) up[i] = ref::silu(gate[i]) * up[i];
 }
 
 void CpuBackend::ffn_block(int il, int T) {
@@ -252,16 +255,16 @@ void CpuBackend::ffn_block(int il, int T) {
   const int D = c_.n_embd;
   const MatmulJob gate_up[] = {{&L.w_gate, hb_.data()}, {&L.w_up, hb2_.data()}};  // (T, n_ff) each
   matmul_jobs(gate_up, 2, xb_.data(), T, false);
-  gate_rows(hb_.data(), hb2_.data(), T, c_.n_ff, c_.act);
+  gate_rows(hb_.data(), hb2_.data(), T, c_.n_ff, c_.act);  // -> hb2_ (why there: gate_rows)
   if (ffn_sq_) {  // FFN pruning's measurement: sum of h^2 per neuron
     double* sq = ffn_sq_ + static_cast<size_t>(il) * c_.n_ff;
     for (int t = 0; t < T; t++)
       for (int j = 0; j < c_.n_ff; j++) {
-        const double h = hb_[static_cast<size_t>(t) * c_.n_ff + j];
+        const double h = hb2_[static_cast<size_t>(t) * c_.n_ff + j];
         sq[j] += h * h;
       }
   }
-  matmul(L.w_down, hb_.data(), xb2_.data(), T);  // (T, n_embd)
+  matmul(L.w_down, hb2_.data(), xb2_.data(), T);  // (T, n_embd)
   per_token(T, [&](int t) {
     if (c_.post_norms) rmsnorm(&xb2_[t * D], &xb2_[t * D], L.post_ffw_norm.data(), D);
     ref::add(&x_[t * D], &xb2_[t * D], D);
@@ -335,7 +338,7 @@ void CpuBackend::moe_block(int il, int T) {
     }
     gate_rows(moe_h_.data(), moe_h2_.data(), K, F, c_.expert_act);
     for (int j = 0; j < K; j++) {
-      moe_inputs_[j] = &moe_h_[static_cast<size_t>(j) * F];
+      moe_inputs_[j] = &moe_h2_[static_cast<size_t>(j) * F];
       moe_jobs_[j] = {&L.down_exps[sel[j]], j, &moe_slot_[static_cast<size_t>(j) * D]};
     }
     matvec_many(moe_jobs_.data(), K, moe_inputs_.data(), K);
@@ -352,7 +355,7 @@ void CpuBackend::moe_block(int il, int T) {
     add_expert_bias(L.gate_exps_b, e, moe_h_.data(), n, F);
     add_expert_bias(L.up_exps_b, e, moe_h2_.data(), n, F);
     gate_rows(moe_h_.data(), moe_h2_.data(), n, F, c_.expert_act);
-    matmul(L.down_exps[e], moe_h_.data(), moe_y_.data(), n);  // (n, n_embd)
+    matmul(L.down_exps[e], moe_h2_.data(), moe_y_.data(), n);  // (n, n_embd)
     add_expert_bias(L.down_exps_b, e, moe_y_.data(), n, D);
     for (int i = 0; i < n; i++) std::copy_n(&moe_y_[static_cast<size_t>(i) * D], D, &moe_slot_[static_cast<size_t>(rows[i]) * D]);
   }
