@@ -238,8 +238,9 @@ class CpuBackend final : public Backend {
     void* map_ = nullptr;
     size_t map_n_ = 0;
   };
-  // A matrix's repacked rows: n_out rows of f.row_bytes at rows, in one of
-  // repack_buffers_ (a layer's experts share one, one after another).
+  // A matrix's repacked rows: n_out rows of f.row_bytes at rows, in
+  // repack_buffers_ (one buffer for all of a model's matrices, one after
+  // another: repack_weights).
   struct Repacked {
     const uint8_t* rows = nullptr;
     cpu::RepackedFormat f;
