@@ -265,12 +265,16 @@ class CpuBackend final : public Backend {
   // at multiples of it), which read act_ alone.
   bool row_tiled(const Repacked& rp, int T, int64_t n_out) const;
   cpu::DotPairsFn pairs_kernel(const Repacked& rp, int T) const;
+  // pf_end (decode): where the rows' stream ends for the prefetch, past r1
+  // where the chunk goes on into the next matrix in memory (matmul_jobs);
+  // null: at row r1.
   void repacked_rows(const Repacked& rp, int64_t n_in, int64_t n_out, float* out, int T, bool precise, int64_t r0,
-                     int64_t r1, int thread);
+                     int64_t r1, int thread, const uint8_t* pf_end = nullptr);
   int64_t row_tiles(const Repacked& rp, int64_t n_in, int64_t n_out, float* out, int T, bool precise, int64_t r0,
                     int64_t r1, int thread);
   void repacked_tiles(const Repacked& rp, const uint8_t* trows, size_t tb, int64_t tr0, uint8_t* each, int64_t n_in,
-                      int64_t n_out, float* out, int T, bool precise, int64_t r0, int64_t r1);
+                      int64_t n_out, float* out, int T, bool precise, int64_t r0, int64_t r1,
+                      const uint8_t* pf_end = nullptr);
   // out_j = W_j · in for products of one input, in one parallel dispatch
   // (the fast path's repacked matrices; otherwise one matmul() each).
   struct MatmulJob {

@@ -447,6 +447,12 @@ void CpuBackend::matmul_jobs(const MatmulJob* jobs, int n_jobs, const float* in,
   const int64_t per = (total + n_chunks - 1) / n_chunks;
   pool_.for_chunks(static_cast<int>(n_chunks), [&](int c, int thread) {
     const int64_t u0 = c * per, u1 = std::min(total, u0 + per);
+    struct Part {
+      int j;
+      int64_t r0, r1;
+      const uint8_t* pf_end;
+    } parts[kMaxMatmulJobs];
+    int n_parts = 0;
     for (int j = 0; j < n_jobs; j++) {
       const int64_t a = std::max(u0, first[j]), b = std::min(u1, first[j + 1]);
       if (a >= b) continue;
@@ -457,7 +463,23 @@ void CpuBackend::matmul_jobs(const MatmulJob* jobs, int n_jobs, const float* in,
         return u >= first[j + 1] ? n_out : std::min(n_out, ((u - first[j]) / cost[j] + align / 2) / align * align);
       };
       const int64_t r0 = row_at(a), r1 = row_at(b);
-      if (r0 < r1) repacked_rows(*rps[j], n_in, n_out, jobs[j].out, T, jobs[j].precise, r0, r1, thread);
+      if (r0 < r1) parts[n_parts++] = {j, r0, r1, nullptr};
+    }
+    // Decode: where the next part's rows follow this part's in memory
+    // (repack_weights puts a layer's matrices one after another, on the
+    // next cache line), the prefetch runs on into them as one stream
+    // rather than stopping at each matrix's end and starting cold.
+    for (int k = n_parts - 2; k >= 0 && T < 4; k--) {
+      const Part &p = parts[k], &q = parts[k + 1];
+      const Repacked &a = *rps[p.j], &b = *rps[q.j];
+      const uint8_t* end = a.rows + p.r1 * a.f.row_bytes;
+      const uint8_t* next = b.rows + q.r0 * b.f.row_bytes;
+      if (next >= end && next - end < 64) parts[k].pf_end = q.pf_end ? q.pf_end : b.rows + q.r1 * b.f.row_bytes;
+    }
+    for (int k = 0; k < n_parts; k++) {
+      const Part& p = parts[k];
+      repacked_rows(*rps[p.j], n_in, jobs[p.j].W->n_out, jobs[p.j].out, T, jobs[p.j].precise, p.r0, p.r1, thread,
+                    p.pf_end);
     }
   });
 }
@@ -470,13 +492,13 @@ void CpuBackend::matmul_jobs(const MatmulJob* jobs, int n_jobs, const float* in,
 // other kernels: once per row and product, a small cost beside the row's
 // dot products with every token.
 void CpuBackend::repacked_rows(const Repacked& rp, int64_t n_in, int64_t n_out, float* out, int T, bool precise,
-                               int64_t r0, int64_t r1, int thread) {
+                               int64_t r0, int64_t r1, int thread, const uint8_t* pf_end) {
   if (takes_row_tiles(rp, T)) {
     r0 = row_tiles(rp, n_in, n_out, out, T, precise, r0, r1, thread);
     if (r0 == r1) return;
   }
   if (!rp.f.unpack || T < 4)
-    return repacked_tiles(rp, rp.rows, rp.f.row_bytes, 0, nullptr, n_in, n_out, out, T, precise, r0, r1);
+    return repacked_tiles(rp, rp.rows, rp.f.row_bytes, 0, nullptr, n_in, n_out, out, T, precise, r0, r1, pf_end);
   const size_t ub = rp.f.unpacked_row_bytes;
   std::vector<uint8_t>& buf = unpack_buf_[thread];
   uint8_t* scratch = buf.data() + (64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64;
@@ -547,7 +569,8 @@ int64_t CpuBackend::row_tiles(const Repacked& rp, int64_t n_in, int64_t n_out, f
 // read once per tile of tokens (token_tile) and used for every token of the
 // tile while it is in L1.
 void CpuBackend::repacked_tiles(const Repacked& rp, const uint8_t* trows, size_t tb, int64_t tr0, uint8_t* each,
-                                int64_t n_in, int64_t n_out, float* out, int T, bool precise, int64_t r0, int64_t r1) {
+                                int64_t n_in, int64_t n_out, float* out, int T, bool precise, int64_t r0, int64_t r1,
+                                const uint8_t* pf_end) {
   const int64_t nb = n_in / 32, gs = std::max<int64_t>(cpu::act_groups(nb), 1);
   const cpu::DotR8Fn dot1 = rp.f.dot1, dot4 = rp.f.dot4;
   const cpu::DotR8RowsFn dot_tile = rp.f.dot_tile, dot_tile4 = rp.f.dot_tile4;
@@ -615,7 +638,7 @@ void CpuBackend::repacked_tiles(const Repacked& rp, const uint8_t* trows, size_t
     // memory at its own distance (CpuSwitches::stream_prefetch_bytes).
     const bool stream = streamed(n_out, row_bytes);
     const int64_t ahead = t1 - t0 != 1 ? 0 : stream ? stream_prefetch_rows(row_bytes) : decode_prefetch_rows(row_bytes);
-    const uint8_t* end = rp.rows + r1 * row_bytes;
+    const uint8_t* end = pf_end ? pf_end : rp.rows + r1 * row_bytes;  // (bounds the prefetches only)
     // Decode's prefetches into L2 where that is the switch's state
     // (decode_prefetch_l2); a streamed matrix's non-temporal.
     const cpu::PrefetchHint hint = stream ? cpu::PrefetchHint::nta : decode_prefetch_hint_;
