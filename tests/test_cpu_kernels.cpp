@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/ref_ops.h"
 #include "phaselab/quant.h"
 #include "test_util.h"
 
@@ -722,6 +723,33 @@ class TestCpuKernels : public QObject {
         else
           QVERIFY2(std::memcmp(first.data(), out.data(), n * sizeof(float)) == 0, k->isa);
       }
+    }
+  }
+
+  // out = act(g) * u for both gates in every set, against ref_ops, with out
+  // a buffer of its own, the up rows (the engine's gated FFN writes there)
+  // and the gate rows: the same values each way.
+  void gated_activations_write_their_output() {
+    std::vector<const Kernels*> sets = simd_kernels();
+    sets.insert(sets.begin(), &portable_kernels());
+    for (int n : {2048, 37, 8, 1}) {
+      const auto g = randn(n, 60 + n, 2.f), u = randn(n, 70 + n);
+      for (const Kernels* k : sets)
+        for (const bool gelu : {true, false}) {
+          const auto fn = gelu ? k->gelu_mul : k->silu_mul;
+          QVERIFY(fn);
+          std::vector<float> out(n, -7.f), into_u(u), into_g(g);
+          fn(g.data(), u.data(), out.data(), n);
+          fn(g.data(), into_u.data(), into_u.data(), n);
+          fn(into_g.data(), u.data(), into_g.data(), n);
+          for (int i = 0; i < n; i++) {
+            const double want = (gelu ? ref::gelu_tanh(g[i]) : ref::silu(g[i])) * static_cast<double>(u[i]);
+            QVERIFY2(std::fabs(out[i] - want) <= 1e-5 * (1 + std::fabs(want)),
+                     qPrintable(QString("%1 %2 n=%3 i=%4").arg(k->isa).arg(gelu ? "gelu" : "silu").arg(n).arg(i)));
+            QCOMPARE(into_u[i], out[i]);
+            QCOMPARE(into_g[i], out[i]);
+          }
+        }
     }
   }
 
