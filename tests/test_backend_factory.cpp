@@ -182,9 +182,9 @@ class TestBackendFactory : public QObject {
   // huge pages on or off, any prefetch distance and hint, and decode rows on or off
   // (kDecodeRows rows a kernel call; a tiny qwen2, whose Q4_K
   // matrices are repacked; a small Qwen3 MoE, whose Q4_K experts are
-  // repacked into one buffer per layer's tensor and decoded by matvec_many:
-  // 64 experts of 256 x 256 make each such buffer 2.4 MB, past the 2 MiB
-  // from which huge pages are asked for, so the two runs differ in that.
+  // repacked, each layer's tensor one stretch, and decoded by matvec_many.
+  // All repacked matrices share one buffer, past the 2 MiB from which huge
+  // pages are asked for in both models, so the two runs differ in that.
   // Whether the kernel grants them depends on the machine's THP setting).
   void decode_switches_leave_the_logits_bitwise_equal_data() {
     QTest::addColumn<QString>("arch");

@@ -152,16 +152,18 @@ class CpuBackend final : public Backend {
     for (int i = 0; i < n; i++) ref::add(rows + static_cast<size_t>(i) * width, &b[static_cast<size_t>(e) * width], width);
   }
   // up = act(gate) * up over rows of width values (a gated FFN's hidden).
-  // The result goes into the up rows, not the gate rows: the fused gate/up
-  // dispatch (matmul_jobs) gives the pool's other threads its later rows,
-  // the up matrix's (all of them with two threads), and the calling thread
-  // runs this step of a decode step. Lines another thread wrote and this
-  // one only read stay shared in both cores' caches, and the writer's next
-  // store to each must first take them back; where this thread writes them,
-  // the writer's next store misses, and misses are fetched ahead. Gemma 3
-  // 270M, Zen 4 vCPUs on two CCDs: the gate/up dispatch 0.80-0.88x its time
-  // with the result in the gate rows (tokens alternating in one process;
-  // on one CCD 0.98-1.01x).
+  // The result goes into the up rows, not the gate rows: in the fused
+  // gate/up dispatch (matmul_jobs) the calling thread usually claims the
+  // first chunk, so the pool's other threads mostly write the later rows,
+  // the up matrix's (with two threads and a gate and up of one format, the
+  // whole up matrix), and the calling thread runs this step of a decode
+  // step. Lines another thread wrote and this one only read stay shared in
+  // both cores' caches, and the writer's next store to each must first
+  // take them back; where this thread writes them, the writer's next store
+  // misses, and misses are fetched ahead. Gemma 3 270M, Zen 4 vCPUs on two
+  // CCDs: the gate/up dispatch 0.83-0.85x the time it took with the result
+  // in the gate rows (tokens alternating in one process; one CCD
+  // 0.99-1.01x).
   void gate_rows(const float* gate, float* up, int rows, int width, Activation act);
   // The rows that want logits through the output matrix, into the chunks'
   // logits (and argmax).
@@ -265,7 +267,7 @@ class CpuBackend final : public Backend {
   // at multiples of it), which read act_ alone.
   bool row_tiled(const Repacked& rp, int T, int64_t n_out) const;
   cpu::DotPairsFn pairs_kernel(const Repacked& rp, int T) const;
-  // pf_end (decode): where the rows' stream ends for the prefetch, past r1
+  // pf_end (a lone token): where the rows' stream ends for the prefetch, past r1
   // where the chunk goes on into the next matrix in memory (matmul_jobs);
   // null: at row r1.
   void repacked_rows(const Repacked& rp, int64_t n_in, int64_t n_out, float* out, int T, bool precise, int64_t r0,

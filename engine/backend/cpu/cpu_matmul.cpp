@@ -246,8 +246,10 @@ void CpuBackend::repack_weights() {
   // file's pages, 8000 random tokens had brought 160 MiB of it back).
   add(&w_.output, 1);
   if (plan.empty()) return;
+  // (Where the OS refuses the mapping, every matrix stays in the file's
+  // layout, read by the kernels that take it, rather than some repacked.)
   WeightBuffer& buf = repack_buffers_.emplace_back();
-  if (!buf.allocate(total, huge_pages_)) {  // the file's layout then
+  if (!buf.allocate(total, huge_pages_)) {
     repack_buffers_.pop_back();
     return;
   }
@@ -465,11 +467,12 @@ void CpuBackend::matmul_jobs(const MatmulJob* jobs, int n_jobs, const float* in,
       const int64_t r0 = row_at(a), r1 = row_at(b);
       if (r0 < r1) parts[n_parts++] = {j, r0, r1, nullptr};
     }
-    // Decode: where the next part's rows follow this part's in memory
-    // (repack_weights puts a layer's matrices one after another, on the
-    // next cache line), the prefetch runs on into them as one stream
-    // rather than stopping at each matrix's end and starting cold.
-    for (int k = n_parts - 2; k >= 0 && T < 4; k--) {
+    // A lone token (the decode rows' prefetch): where the next part's rows
+    // follow this part's in memory (repack_weights puts a layer's matrices
+    // one after another, on the next cache line), the prefetch runs on into
+    // them as one stream rather than stopping at each matrix's end and
+    // starting cold.
+    for (int k = n_parts - 2; k >= 0 && T == 1; k--) {
       const Part &p = parts[k], &q = parts[k + 1];
       const Repacked &a = *rps[p.j], &b = *rps[q.j];
       const uint8_t* end = a.rows + p.r1 * a.f.row_bytes;
