@@ -726,10 +726,9 @@ class TestCpuKernels : public QObject {
     }
   }
 
-  // out = act(g) * u for both gates in every set, against ref_ops, with out
-  // a buffer of its own, the up rows (the engine's gated FFN writes there)
-  // and the gate rows: the same values each way.
-  void gated_activations_write_their_output() {
+  // u = act(g) * u for both gates in every set, against ref_ops (the
+  // engine's gated FFN writes its result into the up rows).
+  void gated_activations_write_the_up_rows() {
     std::vector<const Kernels*> sets = simd_kernels();
     sets.insert(sets.begin(), &portable_kernels());
     for (int n : {2048, 37, 8, 1}) {
@@ -738,16 +737,12 @@ class TestCpuKernels : public QObject {
         for (const bool gelu : {true, false}) {
           const auto fn = gelu ? k->gelu_mul : k->silu_mul;
           QVERIFY(fn);
-          std::vector<float> out(n, -7.f), into_u(u), into_g(g);
-          fn(g.data(), u.data(), out.data(), n);
-          fn(g.data(), into_u.data(), into_u.data(), n);
-          fn(into_g.data(), u.data(), into_g.data(), n);
+          std::vector<float> out(u);
+          fn(g.data(), out.data(), n);
           for (int i = 0; i < n; i++) {
             const double want = (gelu ? ref::gelu_tanh(g[i]) : ref::silu(g[i])) * static_cast<double>(u[i]);
             QVERIFY2(std::fabs(out[i] - want) <= 1e-5 * (1 + std::fabs(want)),
                      qPrintable(QString("%1 %2 n=%3 i=%4").arg(k->isa).arg(gelu ? "gelu" : "silu").arg(n).arg(i)));
-            QCOMPARE(into_u[i], out[i]);
-            QCOMPARE(into_g[i], out[i]);
           }
         }
     }

@@ -237,10 +237,7 @@ void CpuBackend::gate_rows(const float* gate, float* up, int rows, int width, Ac
     // Row by row: a vector kernel's tail is computed differently, and a
     // token's result must not depend on where it sits in the batch.
     const auto fn = act == Activation::gelu_tanh ? k_fast_->gelu_mul : k_fast_->silu_mul;
-    per_token(rows, [&](int t) {
-      const size_t o = static_cast<size_t>(t) * width;
-      fn(&gate[o], &up[o], &up[o], width);
-    });
+    per_token(rows, [&](int t) { fn(&gate[static_cast<size_t>(t) * width], &up[static_cast<size_t>(t) * width], width); });
     return;
   }
   const size_t n = static_cast<size_t>(rows) * width;

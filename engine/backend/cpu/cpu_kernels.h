@@ -33,8 +33,7 @@ using DotF32Fn = float (*)(const uint8_t* w_row, const float* x, int64_t n);
 using QuantizeActFn = void (*)(const float* x, ActQ8* out, int64_t n);
 using DotF32F32Fn = float (*)(const float* a, const float* b, int64_t n);
 using AxpyFn = void (*)(float* y, float a, const float* x, int64_t n);  // y += a * x
-// out = act(g) * u, value by value (out may be g or u)
-using GatedActFn = void (*)(const float* g, const float* u, float* out, int64_t n);
+using GatedActFn = void (*)(const float* g, float* u, int64_t n);  // u = act(g) * u
 using ExpSumFn = float (*)(float* x, int64_t n, float mx);  // x = exp(x - mx); returns the sum
 // out = x / sqrt(mean(x^2) + eps) * w (out may alias x): ref::rmsnorm, with
 // its sum of squares in kRmsLanes double lanes (value i in lane i %

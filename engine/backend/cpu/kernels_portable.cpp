@@ -195,16 +195,16 @@ void axpy(float* y, float a, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
 }
 
-void gelu_mul(const float* g, const float* u, float* out, int64_t n) {
+void gelu_mul(const float* g, float* u, int64_t n) {
   constexpr float kSqrt2OverPi = 0.7978845608028654f;
   for (int64_t i = 0; i < n; i++) {
     const float x = g[i];
-    out[i] = 0.5f * x * (1.f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x))) * u[i];
+    u[i] = 0.5f * x * (1.f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x))) * u[i];
   }
 }
 
-void silu_mul(const float* g, const float* u, float* out, int64_t n) {
-  for (int64_t i = 0; i < n; i++) out[i] = g[i] / (1.f + std::exp(-g[i])) * u[i];
+void silu_mul(const float* g, float* u, int64_t n) {
+  for (int64_t i = 0; i < n; i++) u[i] = g[i] / (1.f + std::exp(-g[i])) * u[i];
 }
 
 float exp_sum(float* x, int64_t n, float mx) {
