@@ -157,6 +157,31 @@ class TestBackendFactory : public QObject {
     QVERIFY(!make_backend(testing::shared_stories(), o).is_ok());
   }
 
+  // The CPU's default pass: the longest of 512, 256, 128 tokens whose
+  // pass stays within kCpuPassOps, else 64 (a cancel waits for the pass
+  // under way); CUDA's is 512 whatever the model.
+  void the_default_pass_shortens_as_the_model_grows() {
+    QCOMPARE(default_cpu_max_batch(0), 512);
+    QCOMPARE(default_cpu_max_batch(kCpuPassOps / 512), 512);
+    QCOMPARE(default_cpu_max_batch(kCpuPassOps / 512 * 1.01), 256);
+    QCOMPARE(default_cpu_max_batch(kCpuPassOps / 256), 256);
+    QCOMPARE(default_cpu_max_batch(kCpuPassOps / 128), 128);
+    QCOMPARE(default_cpu_max_batch(kCpuPassOps / 128 * 1.01), 64);
+    QCOMPARE(default_cpu_max_batch(14e9), 64);  // a 7B model's 2 x 7G
+    QCOMPARE(default_max_batch(BackendKind::cpu, *testing::shared_stories()), 512);
+    QCOMPARE(default_max_batch(BackendKind::cpu), 64);
+    QCOMPARE(default_max_batch(BackendKind::cuda, *testing::shared_stories()), 512);
+    const std::string path = testing::default_model_path();
+    if (path.empty()) {
+      if (std::getenv("CI")) QFAIL("default model missing: scripts/fetch-model.sh should have fetched it");
+      QSKIP("default model not fetched (run scripts/fetch-model.sh)");
+    }
+    auto model = Model::load(path);
+    QVERIFY2(model.is_ok(), model.status().message().c_str());
+    // Gemma 3 270M: ~0.2 G operations a prompt token (its blocks' 100M weights).
+    QCOMPARE(default_max_batch(BackendKind::cpu, **model), 512);
+  }
+
   void every_kind_has_one_name_that_parses_back() {
     QCOMPARE(backend_kinds().size(), std::size(kBackendKinds));
     for (size_t i = 0; i < std::size(kBackendKinds); i++) {

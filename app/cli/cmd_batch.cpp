@@ -240,6 +240,7 @@ Result<std::unique_ptr<Scheduler>> make_scheduler(const Args& args, int parallel
   if (!path) return invalid_argument("no model given: pass -m MODEL.gguf (scripts/fetch-model.sh gets the default one)");
   auto model = Model::load(*path);
   if (!model) return model.status();
+  set_model_batch(args, **model, std::max(64, parallel), &*bo);
   SchedulerOptions so;
   so.n_ctx = ctx;
   so.kv_positions = kv_size;

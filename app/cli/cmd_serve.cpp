@@ -96,6 +96,7 @@ int cmd_serve(int argc, char** argv) {
   if (!model_path) return usage_error("no model given: pass -m MODEL.gguf (scripts/fetch-model.sh gets the default one)");
   auto model = Model::load(*model_path);
   if (!model) return report(model.status());
+  set_model_batch(*args, **model, std::max(64, *parallel), &*bo);
   SchedulerOptions sched_opt;
   sched_opt.n_ctx = *ctx;
   sched_opt.max_seqs = *parallel;

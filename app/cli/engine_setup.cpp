@@ -24,7 +24,9 @@ const char* const kEngineHelp =
     "  -m, --model PATH         GGUF model file\n"
     "  -t, --threads N          CPU threads (default: one per physical core)\n"
     "  -c, --ctx-size N         context size in tokens (default: the model's, at most 4096)\n"
-    "  -b, --batch-size N       prefill batch (default 64; 512 with --backend cuda)\n"
+    "  -b, --batch-size N       tokens per forward pass at most (default on the CPU: 512 for models\n"
+    "                           under ~0.3B parameters in their blocks, down to 64 from ~1B on;\n"
+    "                           512 with --backend cuda)\n"
     "      --backend NAME       cpu (fast, default), cpu-portable (no SIMD), cpu-reference (the oracle),\n"
     "                           cuda (NVIDIA GPU; falls back to the CPU with the reason when unavailable)\n"
     "      --spec MODE          speculative decoding: none (default), lookup (n-grams of the context),\n"
@@ -65,6 +67,10 @@ Result<BackendOptions> backend_options_from_args(const Args& args, int default_m
   return bo;
 }
 
+void set_model_batch(const Args& args, const Model& model, int command_default, BackendOptions* bo) {
+  if (!args.has("--batch-size")) bo->max_batch = std::max(command_default, phaselab::default_max_batch(bo->kind, model));
+}
+
 Result<ModelAndBackend> open_model_and_backend(const Args& args, int default_max_batch) {
   const auto path = args.get("--model");
   if (!path) return invalid_argument("no model given: pass -m MODEL.gguf (scripts/fetch-model.sh gets the default one)");
@@ -72,6 +78,7 @@ Result<ModelAndBackend> open_model_and_backend(const Args& args, int default_max
   if (!bo) return bo.status();
   auto model = Model::load(*path);
   if (!model) return model.status();
+  set_model_batch(args, **model, default_max_batch, &*bo);
   auto b = make_backend(*model, *bo);
   if (!b) return b.status();
   // The reason is shown and the CPU does the work.

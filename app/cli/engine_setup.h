@@ -18,8 +18,8 @@ struct EngineSetup {
   int spec_k = 4;
 };
 
-// The model (--model) and its backend (--backend, --threads, --batch-size,
-// default_max_batch when absent); a CUDA fallback's reason goes to stderr.
+// The model (--model) and its backend (--backend, --threads, --batch-size;
+// set_model_batch when absent); a CUDA fallback's reason goes to stderr.
 struct ModelAndBackend {
   std::shared_ptr<Model> model;
   std::unique_ptr<Backend> backend;
@@ -29,6 +29,9 @@ Result<ModelAndBackend> open_model_and_backend(const Args& args, int default_max
 // The backend options alone (--backend, --threads, --batch-size): for
 // create_scheduler, which makes the backends a scheduling policy needs.
 Result<BackendOptions> backend_options_from_args(const Args& args, int default_max_batch = 64);
+// Once the model is loaded, without --batch-size: the larger of the
+// command's default and the backend's for this model (default_max_batch).
+void set_model_batch(const Args& args, const Model& model, int command_default, BackendOptions* bo);
 
 // Reads --model, --threads, --ctx-size, --backend, --batch-size, and the
 // speculative options --spec none|lookup|draft, --draft MODEL, --spec-k K.

@@ -11,6 +11,7 @@
 
 #include "phaselab/backend.h"
 #include "phaselab/machine.h"
+#include "phaselab/metrics.h"
 
 namespace phaselab {
 
@@ -77,6 +78,16 @@ int default_stream_ways() {
 }
 
 int default_max_batch(BackendKind kind) { return kind == BackendKind::cuda ? 512 : 64; }
+
+int default_cpu_max_batch(double prefill_ops_per_token) {
+  for (int tokens = 512; tokens > 64; tokens /= 2)
+    if (tokens * prefill_ops_per_token <= kCpuPassOps) return tokens;
+  return 64;
+}
+
+int default_max_batch(BackendKind kind, const Model& model) {
+  return kind == BackendKind::cuda ? default_max_batch(kind) : default_cpu_max_batch(prefill_ops_per_token(model));
+}
 
 BackendOptions backend_options_from_environment() {
   BackendOptions o;
