@@ -99,7 +99,7 @@ if [[ -n "$MODEL" && -f "$MODEL" ]]; then
     PHASELAB_CUDA_GRAPHS=0 timeout 30 "$BIN/phaselab-cli" bench -m "$MODEL" --backend cuda -p 0 -n 128 -r 3 2>&1
     echo "## prefill without cuBLAS (PHASELAB_CUDA_GEMM_MIN=100000)"
     PHASELAB_CUDA_GEMM_MIN=100000 timeout 30 "$BIN/phaselab-cli" bench -m "$MODEL" --backend cuda -p 512 -n 0 -r 3 2>&1
-    echo "## prefill in passes of 64 tokens rather than 512 (-b 64, the CPU's default)"
+    echo "## prefill in passes of 64 tokens rather than 512 (-b 64, the CPU backend's passes for models from ~1B parameters on)"
     timeout 30 "$BIN/phaselab-cli" bench -m "$MODEL" --backend cuda -p 512 -n 0 -r 3 -b 64 2>&1
     echo "## prefill attention without query tiles (PHASELAB_CUDA_ATTN_TILED=0)"
     PHASELAB_CUDA_ATTN_TILED=0 timeout 30 "$BIN/phaselab-cli" bench -m "$MODEL" --backend cuda -p 512 -n 0 -r 3 2>&1

@@ -38,7 +38,8 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-// Rows per pass the estimate assumes: what the CLI and the window prefill with.
+// Rows per pass the estimate assumes: the most the CLI and the window prefill
+// with (default_max_batch: 512, fewer for larger models on the CPU).
 constexpr int kPassTokens = 512;
 constexpr int kMaxRedirects = 5;
 constexpr size_t kMaxFiles = 10000;            // GGUF files listed per repository
