@@ -69,7 +69,11 @@ Status runSweep(const SweepJob& job, const std::atomic<bool>& cancel, const Swee
   sink.stage(BatchSweepPanel::tr("Loading the model…"), 0);
   auto model = Model::load(job.model);
   if (!model) return model.status();
-  auto be = make_backend(*model, job.backend);
+  // Passes as `bench --batch` takes them: the backend's default for this
+  // model, or more where a decode pass takes a token of every sequence.
+  BackendOptions bo = job.backend;
+  bo.max_batch = std::max(job.backend.max_batch, default_max_batch(bo.kind, **model));
+  auto be = make_backend(*model, bo);
   if (!be) return be.status();
   Backend& backend = *be->backend;
   const Model& m = **model;
