@@ -157,9 +157,9 @@ class TestBackendFactory : public QObject {
     QVERIFY(!make_backend(testing::shared_stories(), o).is_ok());
   }
 
-  // The CPU's default pass: the longest of 512, 256, 128 tokens whose
-  // pass stays within kCpuPassOps, else 64 (a cancel waits for the pass
-  // under way); CUDA's is 512 whatever the model.
+  // The fast CPU backend's default pass: the longest of 512, 256, 128
+  // tokens whose pass stays within kCpuPassOps, else 64 (a cancel waits for
+  // the pass under way); CUDA's is 512 whatever the model.
   void the_default_pass_shortens_as_the_model_grows() {
     QCOMPARE(default_cpu_max_batch(0), 512);
     QCOMPARE(default_cpu_max_batch(kCpuPassOps / 512), 512);
@@ -171,6 +171,9 @@ class TestBackendFactory : public QObject {
     QCOMPARE(default_max_batch(BackendKind::cpu, *testing::shared_stories()), 512);
     QCOMPARE(default_max_batch(BackendKind::cpu), 64);
     QCOMPARE(default_max_batch(BackendKind::cuda, *testing::shared_stories()), 512);
+    // The portable and reference backends, many times slower, keep 64.
+    QCOMPARE(default_max_batch(BackendKind::cpu_portable, *testing::shared_stories()), 64);
+    QCOMPARE(default_max_batch(BackendKind::cpu_reference, *testing::shared_stories()), 64);
     const std::string path = testing::default_model_path();
     if (path.empty()) {
       if (std::getenv("CI")) QFAIL("default model missing: scripts/fetch-model.sh should have fetched it");

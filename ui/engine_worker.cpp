@@ -622,7 +622,7 @@ DraftSource* EngineWorker::draftSource(const GenerationSettings& settings) {
   // The draft runs on the fast CPU backend whatever the chat's.
   BackendOptions dbo = backend_options_from_environment();
   dbo.n_threads = defaultThreads();
-  dbo.max_batch = 64;
+  dbo.max_batch = default_max_batch(dbo.kind, **dm);
   auto db = make_backend(*dm, dbo);
   if (!db) {
     emit errorOccurred(QString::fromStdString(db.status().message()));

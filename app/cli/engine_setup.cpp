@@ -24,9 +24,10 @@ const char* const kEngineHelp =
     "  -m, --model PATH         GGUF model file\n"
     "  -t, --threads N          CPU threads (default: one per physical core)\n"
     "  -c, --ctx-size N         context size in tokens (default: the model's, at most 4096)\n"
-    "  -b, --batch-size N       tokens per forward pass at most (default on the CPU: 512 for models\n"
-    "                           under ~0.3B parameters in their blocks, down to 64 from ~1B on;\n"
-    "                           512 with --backend cuda)\n"
+    "  -b, --batch-size N       tokens per forward pass at most (default with --backend cpu: 512 for\n"
+    "                           up to 125M parameters in the model's blocks, 256 up to 250M, 128\n"
+    "                           up to 500M, 64 above; 64 for cpu-portable and cpu-reference; 512\n"
+    "                           with --backend cuda)\n"
     "      --backend NAME       cpu (fast, default), cpu-portable (no SIMD), cpu-reference (the oracle),\n"
     "                           cuda (NVIDIA GPU; falls back to the CPU with the reason when unavailable)\n"
     "      --spec MODE          speculative decoding: none (default), lookup (n-grams of the context),\n"
@@ -109,7 +110,7 @@ Result<EngineSetup> open_session(const Args& args, int default_ctx, bool chat) {
   if (!mode) return invalid_argument("--spec must be none, lookup, draft or self (got '" + spec + "')");
   if (args.has("--spec-skip") && *mode != SpeculativeMode::self_draft)
     return invalid_argument("--spec-skip is for --spec self (the layers the model's own draft leaves out)");
-  auto k = args.get_int("--spec-k", 4, 1, 32);
+  auto k = args.get_int("--spec-k", 4, 1, kMaxSpecK);
   if (!k) return k.status();
   s.spec_k = *k;
   if (*mode == SpeculativeMode::prompt_lookup) {

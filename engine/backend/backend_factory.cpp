@@ -86,7 +86,7 @@ int default_cpu_max_batch(double prefill_ops_per_token) {
 }
 
 int default_max_batch(BackendKind kind, const Model& model) {
-  return kind == BackendKind::cuda ? default_max_batch(kind) : default_cpu_max_batch(prefill_ops_per_token(model));
+  return kind == BackendKind::cpu ? default_cpu_max_batch(prefill_ops_per_token(model)) : default_max_batch(kind);
 }
 
 BackendOptions backend_options_from_environment() {

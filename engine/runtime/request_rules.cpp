@@ -40,11 +40,14 @@ MemoryNeed engine_memory_need(const ModelConfig& c, uint64_t weight_bytes, uint6
   MemoryNeed need;
   need.weights = weight_bytes;
   need.kv = kv_bytes;
-  // A pass's activations (hidden states, FFN, attention scratch, logits) for
-  // max_batch rows, and one logits row per sequence for sampling.
-  need.work = static_cast<uint64_t>(max_batch) *
-                  (static_cast<uint64_t>(c.n_vocab) + 4ull * c.n_ff + 8ull * c.n_embd) * sizeof(float) +
-              static_cast<uint64_t>(max_seqs) * c.n_vocab * sizeof(float);
+  // A pass's activations (hidden states, FFN, attention scratch) for
+  // max_batch rows; the logits of the rows that want them, a sequence's
+  // last row or a verified draft's k + 1 (kMaxSpecK + 1 at most; perplexity
+  // holds its own); and one logits row per sequence for sampling.
+  const uint64_t logit_rows =
+      std::min<uint64_t>(static_cast<uint64_t>(max_batch), static_cast<uint64_t>(max_seqs) * (kMaxSpecK + 1));
+  need.work = static_cast<uint64_t>(max_batch) * (4ull * c.n_ff + 8ull * c.n_embd) * sizeof(float) +
+              (logit_rows + static_cast<uint64_t>(max_seqs)) * c.n_vocab * sizeof(float);
   return need;
 }
 

@@ -441,14 +441,15 @@ struct BackendChoice {
 // launches whatever its size (Gemma 3 270M pp512 on an H200: 84279 tok/s in
 // one pass of 512 against 18581 in passes of 64; docs/benchmarks.md).
 int default_max_batch(BackendKind kind);
-// The same once the model is known. On the CPU every pass reads all the
-// blocks' weights again, so longer passes prefill faster (Gemma 3 270M
-// pp512 on the 2-vCPU Zen 4 VM, two CCDs: 1264-1308 tok/s in passes of 64,
-// 1424-1438 in one of 512); but a cancel waits for the pass under way to
-// end. So: the largest of 512, 256, 128 tokens whose pass is at most
-// kCpuPassOps of the blocks' matrices (prefill_ops_per_token), else 64:
-// 512 for Gemma 3 270M (0.2 G operations a token), 64 from about 1B
-// parameters on, where a pass of 64 is already that long.
+// The same once the model is known. On the fast CPU backend every pass
+// reads all the blocks' weights again, so longer passes prefill faster
+// (Gemma 3 270M pp512 on the 2-vCPU Zen 4 VM, two CCDs: 1264-1308 tok/s in
+// passes of 64, 1424-1438 in one of 512); but a cancel waits for the pass
+// under way to end. So: the largest of 512, 256, 128 tokens whose pass is
+// at most kCpuPassOps of the blocks' matrices (prefill_ops_per_token), else
+// 64. By the blocks' parameters: 512 up to 125M (Gemma 3 270M has ~100M:
+// 0.2 G operations a token), 256 up to 250M, 128 up to 500M, 64 above. The
+// portable and reference backends, many times slower, keep 64.
 int default_max_batch(BackendKind kind, const Model& model);
 inline constexpr double kCpuPassOps = 128e9;  // ~0.4 s of prefill on two Zen 4 cores (~300 G int8 operations/s)
 // That rule for the CPU, from a prompt token's operations.

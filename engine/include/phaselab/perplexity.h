@@ -144,6 +144,7 @@ struct KlStats {
 struct PerplexityOptions {
   int n_ctx = 512;     // tokens per chunk (the session's context must hold them)
   int n_batch = 0;     // tokens per forward pass; 0: the backend's max_batch()
+                       // (on the CPU: at most the rows whose logits fit in 64 MiB, 64 at least)
   int n_chunks = -1;   // chunks to run; -1: all the text holds (with kl_base: all the base holds)
   // Reference run: fill *save_base (top_k tokens per position).
   KlBase* save_base = nullptr;

@@ -17,6 +17,9 @@
 
 namespace phaselab {
 
+// The most tokens a draft proposes per target pass (--spec-k's limit).
+inline constexpr int kMaxSpecK = 32;
+
 struct GenerateOptions {
   int n_predict = 256;             // token limit of the answer
   SamplingParams sampling;
@@ -25,7 +28,7 @@ struct GenerateOptions {
   bool ignore_eos = false;         // benchmarks: run to n_predict
   bool prefix_cache = true;        // reuse cached blocks of earlier requests (else prefill everything)
   DraftSource* draft = nullptr;    // speculative decoding (needs the KV cache); null: off
-  int spec_k = 4;                  // tokens drafted per target pass
+  int spec_k = 4;                  // tokens drafted per target pass (the CLI's --spec-k: at most kMaxSpecK)
   // A chat reply's <think> block (Qwen3, DeepSeek-R1) is its reasoning
   // (GenerateResult::reasoning), not its text. false: the <think> block
   // stays in the text, tags included (raw completions, a notebook). A
