@@ -137,18 +137,18 @@ class TestEngine : public QObject {
 
   // The work memory counts a pass's activations for every row but logits
   // only for the rows that want them (a sequence's last, a verified
-  // draft's kMaxSpecK + 1 at most) plus a row per sequence to sample: with
-  // Gemma 3's 262144-entry vocabulary, 512 rows of logits would be 512 MiB
-  // no pass of a session holds.
+  // draft's kMaxSpecK + 1 at most), plus 3 rows per sequence to sample:
+  // with Gemma 3's 262144-entry vocabulary, 512 rows of logits would be
+  // 512 MiB no pass of a session holds.
   void the_work_memory_counts_the_logits_rows_a_pass_can_want() {
     ModelConfig c;
     c.n_vocab = 262144, c.n_ff = 2048, c.n_embd = 640;
     const uint64_t row = 4ull * c.n_vocab, act = 4ull * (4 * c.n_ff + 8 * c.n_embd);
-    QCOMPARE(engine_memory_need(c, 0, 0, 512, 1).work, 512 * act + (kMaxSpecK + 1 + 1) * row);
-    QCOMPARE(engine_memory_need(c, 0, 0, 64, 1).work, 64 * act + (kMaxSpecK + 1 + 1) * row);
-    QCOMPARE(engine_memory_need(c, 0, 0, 16, 1).work, 16 * act + (16 + 1) * row);  // no more rows than the pass
-    QCOMPARE(engine_memory_need(c, 0, 0, 512, 8).work, 512 * act + (264 + 8) * row);
-    QCOMPARE(engine_memory_need(c, 0, 0, 512, 32).work, 512 * act + (512 + 32) * row);
+    QCOMPARE(engine_memory_need(c, 0, 0, 512, 1).work, 512 * act + (kMaxSpecK + 1 + 3) * row);
+    QCOMPARE(engine_memory_need(c, 0, 0, 64, 1).work, 64 * act + (kMaxSpecK + 1 + 3) * row);
+    QCOMPARE(engine_memory_need(c, 0, 0, 16, 1).work, 16 * act + (16 + 3) * row);  // no more rows than the pass
+    QCOMPARE(engine_memory_need(c, 0, 0, 512, 8).work, 512 * act + (264 + 24) * row);
+    QCOMPARE(engine_memory_need(c, 0, 0, 512, 32).work, 512 * act + (512 + 96) * row);
   }
 
   // Loading and unloading a model many times leaks nothing.

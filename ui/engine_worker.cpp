@@ -389,7 +389,7 @@ GenerateOptions generateOptions(const GenerationSettings& settings) {
   opt.sampling.repeat_penalty = settings.repeatPenalty;
   opt.sampling.seed = settings.seed != 0 ? settings.seed : std::random_device{}();
   opt.prefix_cache = settings.prefixCache;
-  opt.spec_k = std::clamp(settings.specK, 1, 32);
+  opt.spec_k = std::clamp(settings.specK, 1, kMaxSpecK);
   return opt;
 }
 

@@ -50,6 +50,8 @@ void print_help() {
       "                               [--save-logits FILE [--top-k 32]] [--kl-base FILE]\n"
       "  Perplexity as llama-perplexity computes it: the text tokenized once, cut into chunks of\n"
       "  -c tokens, each run from an empty cache with BOS first, the second half of each scored.\n"
+      "  Every row's logits are held, so without -b a pass on the CPU takes the tokens whose\n"
+      "  logits fit in 64 MiB (at least 64; 64 for a 262144-entry vocabulary).\n"
       "  -f, --file PATH          the text (default: the bundled eval-en.txt)\n"
       "      --chunks N           run only the first N chunks (default: all)\n"
       "      --save-logits FILE   keep this run's top-k log-probs at every scored position (a KL base)\n"
@@ -187,6 +189,7 @@ int cmd_perplexity(int argc, char** argv) {
   PerplexityOptions po;
   po.n_ctx = *n_ctx;
   po.n_chunks = *chunks;
+  if (args->has("--batch-size")) po.n_batch = session.backend().max_batch();  // (as given)
   po.kl_base = base ? &*base : nullptr;
   KlBase saved;
   const auto save_path = args->get("--save-logits");

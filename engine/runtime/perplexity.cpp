@@ -1,5 +1,6 @@
 // Perplexity and KL divergence (conventions and file format: perplexity.h).
 #include "phaselab/perplexity.h"
+#include "phaselab/memory.h"
 #include "phaselab/stats.h"
 
 #include <algorithm>
@@ -437,6 +438,12 @@ Result<PerplexityResult> run_perplexity(Session& session, const std::vector<int3
   const int nb = opt.n_batch > 0 ? std::min(opt.n_batch, backend.max_batch()) : default_ppl_batch(backend, n_vocab);
   const cpu::Kernels& kern = cpu::best_kernels();
 
+  // Every row's logits are held: refused with the numbers where they do not fit.
+  const uint64_t logits_bytes = static_cast<uint64_t>(nb) * static_cast<uint64_t>(n_vocab) * sizeof(float);
+  if (const uint64_t available = available_memory_bytes(); available > 0 && logits_bytes > available)
+    return out_of_memory("perplexity holds the logits of every row of a pass: " + std::to_string(logits_bytes >> 20) +
+                         " MiB in passes of " + std::to_string(nb) + " tokens, and " + std::to_string(available >> 20) +
+                         " MiB are available: lower -b");
   std::vector<float> logits(static_cast<size_t>(nb) * n_vocab);  // (nb, n_vocab)
   std::vector<float> scratch(n_vocab);                            // (n_vocab)
   std::vector<int32_t> chunk(n_ctx);                              // (n_ctx)

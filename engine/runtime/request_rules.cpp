@@ -43,11 +43,13 @@ MemoryNeed engine_memory_need(const ModelConfig& c, uint64_t weight_bytes, uint6
   // A pass's activations (hidden states, FFN, attention scratch) for
   // max_batch rows; the logits of the rows that want them, a sequence's
   // last row or a verified draft's k + 1 (kMaxSpecK + 1 at most; perplexity
-  // holds its own); and one logits row per sequence for sampling.
+  // checks its own); and per sequence kSamplingRows vocabulary-long rows
+  // for sampling (its logits, the sampler's (logit, id) candidates).
+  constexpr uint64_t kSamplingRows = 3;
   const uint64_t logit_rows =
       std::min<uint64_t>(static_cast<uint64_t>(max_batch), static_cast<uint64_t>(max_seqs) * (kMaxSpecK + 1));
   need.work = static_cast<uint64_t>(max_batch) * (4ull * c.n_ff + 8ull * c.n_embd) * sizeof(float) +
-              (logit_rows + static_cast<uint64_t>(max_seqs)) * c.n_vocab * sizeof(float);
+              (logit_rows + kSamplingRows * static_cast<uint64_t>(max_seqs)) * c.n_vocab * sizeof(float);
   return need;
 }
 

@@ -217,7 +217,7 @@ bool EngineLoop::add_verify_chunk(Sequence& s, int* budget) {
   // How many tokens a verification may add: the answer's, the context's and
   // the pass's room.
   const int room = std::min({s.options.n_predict - m.n_generated, opt_.n_ctx - static_cast<int>(s.tokens.size()) - 1,
-                             *budget - 1, s.options.spec_k});
+                             *budget - 1, std::min(s.options.spec_k, kMaxSpecK)});
   if (room <= 0) return false;
   const Status st = source->drafts_on_target()
                         ? source->propose_on_target(backend_, *s.kv, s.tokens, room, s.options.sampling, &s.draft)
