@@ -135,6 +135,22 @@ class TestEngine : public QObject {
     QVERIFY(resident_memory_bytes() < rss_before + (64ull << 20));  // nothing big was touched
   }
 
+  // check_memory names the parts a need has and, where given, the caller's
+  // hint (perplexity's logits: "lower -b"); the engine's hint otherwise.
+  void a_refusal_names_its_parts_and_the_callers_hint() {
+    MemoryNeed logits;
+    logits.work = 3ull << 20;
+    const Status st = check_memory(logits, 2ull << 20, "lower -b");
+    QCOMPARE(st.code(), StatusCode::out_of_memory);
+    QCOMPARE(st.message(), std::string("this needs about 3 MiB of memory (work buffers 3) and 2 MiB are available: lower -b"));
+    QVERIFY(check_memory(logits, 3ull << 20, "lower -b"));
+    QVERIFY(check_memory(logits, 0, "lower -b"));  // unknown: ok
+    MemoryNeed engine{1ull << 20, 4ull << 20, 1ull << 20};
+    QCOMPARE(check_memory(engine, 5ull << 20).message(),
+             std::string("this needs about 6 MiB of memory (weights 1, KV cache 4, work buffers 1) and 5 MiB are "
+                         "available: lower the context size (-c)"));
+  }
+
   // The work memory counts a pass's activations for every row but logits
   // only for the rows that want them (a sequence's last, a verified
   // draft's kMaxSpecK + 1 at most), plus 3 rows per sequence to sample:

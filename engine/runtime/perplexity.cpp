@@ -439,11 +439,10 @@ Result<PerplexityResult> run_perplexity(Session& session, const std::vector<int3
   const cpu::Kernels& kern = cpu::best_kernels();
 
   // Every row's logits are held: refused with the numbers where they do not fit.
-  const uint64_t logits_bytes = static_cast<uint64_t>(nb) * static_cast<uint64_t>(n_vocab) * sizeof(float);
-  if (const uint64_t available = available_memory_bytes(); available > 0 && logits_bytes > available)
-    return out_of_memory("perplexity holds the logits of every row of a pass: " + std::to_string(logits_bytes >> 20) +
-                         " MiB in passes of " + std::to_string(nb) + " tokens, and " + std::to_string(available >> 20) +
-                         " MiB are available: lower -b");
+  MemoryNeed logits_need;
+  logits_need.work = static_cast<uint64_t>(nb) * static_cast<uint64_t>(n_vocab) * sizeof(float);
+  PHASELAB_TRY(check_memory(logits_need, available_memory_bytes(), "lower -b")
+                   .with_context("perplexity's logits of " + std::to_string(nb) + "-token passes"));
   std::vector<float> logits(static_cast<size_t>(nb) * n_vocab);  // (nb, n_vocab)
   std::vector<float> scratch(n_vocab);                            // (n_vocab)
   std::vector<int32_t> chunk(n_ctx);                              // (n_ctx)

@@ -45,13 +45,17 @@ bool reset_peak_resident_memory() {
   return std::fclose(f) == 0 && ok;
 }
 
-Status check_memory(const MemoryNeed& need, uint64_t available) {
+Status check_memory(const MemoryNeed& need, uint64_t available, std::string_view hint) {
   if (available == 0 || need.total() <= available) return Status::ok();
   auto mib = [](uint64_t b) { return std::to_string((b + (1 << 20) - 1) >> 20); };
-  std::string hint = need.kv > need.weights ? "lower the context size (-c)" : "use a smaller model or a smaller context size (-c)";
-  return out_of_memory("this needs about " + mib(need.total()) + " MiB of memory (weights " + mib(need.weights) +
-                       ", KV cache " + mib(need.kv) + ", work buffers " + mib(need.work) + ") and " + mib(available) +
-                       " MiB are available: " + hint);
+  std::string parts;  // the parts the need has
+  for (const auto& [name, bytes] : {std::pair{"weights ", need.weights}, {"KV cache ", need.kv}, {"work buffers ", need.work}})
+    if (bytes > 0) parts += (parts.empty() ? "" : ", ") + std::string(name) + mib(bytes);
+  std::string what(hint);
+  if (what.empty())
+    what = need.kv > need.weights ? "lower the context size (-c)" : "use a smaller model or a smaller context size (-c)";
+  return out_of_memory("this needs about " + mib(need.total()) + " MiB of memory (" + parts + ") and " + mib(available) +
+                       " MiB are available: " + what);
 }
 
 }  // namespace phaselab

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "phaselab/status.h"
 
@@ -34,8 +35,10 @@ struct MemoryNeed {
   uint64_t total() const { return weights + kv + work; }
 };
 
-// out_of_memory with the numbers and what to do when `need` exceeds
-// `available` (available 0 = unknown: ok).
-Status check_memory(const MemoryNeed& need, uint64_t available);
+// out_of_memory with the numbers (the parts `need` has) and what to do
+// when `need` exceeds `available` (available 0 = unknown: ok); hint, where
+// given, says what to do instead of the engine's (a smaller model or
+// context).
+Status check_memory(const MemoryNeed& need, uint64_t available, std::string_view hint = {});
 
 }  // namespace phaselab
