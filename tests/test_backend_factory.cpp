@@ -153,8 +153,52 @@ class TestBackendFactory : public QObject {
     QVERIFY2(c.is_ok(), c.status().message().c_str());
     QCOMPARE(c->backend->name(), std::string("cpu-portable"));
     QVERIFY(!c->fallback_reason.empty());
+    QCOMPARE(c->backend->max_batch(), 8);  // no fallback_max_batch: the passes asked for
+    o.fallback_max_batch = 16;
+    auto d = make_backend(testing::shared_stories(), o);
+    QVERIFY2(d.is_ok(), d.status().message().c_str());
+    QCOMPARE(d->backend->max_batch(), 16);  // the CPU's own
     o.fallback = false;  // a comparison: no substitute
     QVERIFY(!make_backend(testing::shared_stories(), o).is_ok());
+  }
+
+  // A front end's defaults: CUDA's 512 and, for its CPU fallback, the CPU's
+  // rule, both at least the command's floor; later floors raise both.
+  void cuda_defaults_give_the_cpu_fallback_the_cpus_passes() {
+    BackendOptions o;
+    o.kind = BackendKind::cuda;
+    set_default_passes(&o, 14e9);  // a 7B model's 2 x 7G operations a token
+    QCOMPARE(o.max_batch, 512);
+    QCOMPARE(o.fallback_max_batch, 64);
+    set_default_passes(&o, 14e9, 100);
+    QCOMPARE(o.max_batch, 512);
+    QCOMPARE(o.fallback_max_batch, 100);
+    set_default_passes(&o, 0, 1);
+    QCOMPARE(o.fallback_max_batch, 512);
+    set_default_passes(&o, 14e9);
+    raise_passes(&o, 256);  // a policy's chunks of 256 tokens
+    QCOMPARE(o.max_batch, 512);
+    QCOMPARE(o.fallback_max_batch, 256);
+    raise_passes(&o, 1024);
+    QCOMPARE(o.max_batch, 1024);
+    QCOMPARE(o.fallback_max_batch, 1024);
+    // The CPU kinds have no fallback: their own passes, and none set.
+    o.kind = BackendKind::cpu;
+    set_default_passes(&o, 14e9, 8);
+    QCOMPARE(o.max_batch, 64);
+    QCOMPARE(o.fallback_max_batch, 0);
+    set_default_passes(&o, 0);
+    QCOMPARE(o.max_batch, 512);
+    raise_passes(&o, 600);
+    QCOMPARE(o.max_batch, 600);
+    QCOMPARE(o.fallback_max_batch, 0);
+    o.kind = BackendKind::cpu_portable;
+    set_default_passes(&o, 0, 100);
+    QCOMPARE(o.max_batch, 100);
+    QCOMPARE(o.fallback_max_batch, 0);
+    o.kind = BackendKind::cpu_reference;
+    set_default_passes(&o, *testing::shared_stories());
+    QCOMPARE(o.max_batch, 64);
   }
 
   // The fast CPU backend's default pass: the longest of 512, 256, 128

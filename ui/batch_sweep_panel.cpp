@@ -72,7 +72,7 @@ Status runSweep(const SweepJob& job, const std::atomic<bool>& cancel, const Swee
   // Passes as `bench --batch` takes them: the backend's default for this
   // model, or more where a decode pass takes a token of every sequence.
   BackendOptions bo = job.backend;
-  bo.max_batch = std::max(job.backend.max_batch, default_max_batch(bo.kind, **model));
+  set_default_passes(&bo, **model, job.backend.max_batch);
   auto be = make_backend(*model, bo);
   if (!be) return be.status();
   Backend& backend = *be->backend;

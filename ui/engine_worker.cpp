@@ -96,7 +96,7 @@ Result<EngineWorker::Built> EngineWorker::build(const QString& path, const Engin
   BackendOptions bo = backend_options_from_environment();
   bo.kind = *kind;
   bo.n_threads = b.threads;
-  bo.max_batch = default_max_batch(*kind, *b.model);
+  set_default_passes(&bo, *b.model);
   auto backend = make_backend(b.model, bo);
   if (!backend) return backend.status();
   b.fallbackReason = backend->fallback_reason;
@@ -322,7 +322,7 @@ void EngineWorker::startServerImpl(int port) {
   BackendOptions bo = backend_options_from_environment();
   bo.kind = *kind;
   bo.n_threads = m_threads;
-  bo.max_batch = default_max_batch(*kind, *m_model);
+  set_default_passes(&bo, *m_model, kServeMaxSeqs);
   auto backend = make_backend(m_model, bo);
   if (!backend) {
     emit serverFailed(QString::fromStdString(backend.status().message()));
@@ -622,7 +622,7 @@ DraftSource* EngineWorker::draftSource(const GenerationSettings& settings) {
   // The draft runs on the fast CPU backend whatever the chat's.
   BackendOptions dbo = backend_options_from_environment();
   dbo.n_threads = defaultThreads();
-  dbo.max_batch = default_max_batch(dbo.kind, **dm);
+  set_default_passes(&dbo, **dm);
   auto db = make_backend(*dm, dbo);
   if (!db) {
     emit errorOccurred(QString::fromStdString(db.status().message()));

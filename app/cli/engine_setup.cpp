@@ -69,7 +69,7 @@ Result<BackendOptions> backend_options_from_args(const Args& args, int default_m
 }
 
 void set_model_batch(const Args& args, const Model& model, int command_default, BackendOptions* bo) {
-  if (!args.has("--batch-size")) bo->max_batch = std::max(command_default, phaselab::default_max_batch(bo->kind, model));
+  if (!args.has("--batch-size")) phaselab::set_default_passes(bo, model, command_default);
 }
 
 Result<ModelAndBackend> open_model_and_backend(const Args& args, int default_max_batch) {

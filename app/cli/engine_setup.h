@@ -30,7 +30,8 @@ Result<ModelAndBackend> open_model_and_backend(const Args& args, int default_max
 // create_scheduler, which makes the backends a scheduling policy needs.
 Result<BackendOptions> backend_options_from_args(const Args& args, int default_max_batch = 64);
 // Once the model is loaded, without --batch-size: the larger of the
-// command's default and the backend's for this model (default_max_batch).
+// command's default and the backend's for this model (set_default_passes:
+// with --backend cuda, the CPU fallback's by the CPU's rule).
 void set_model_batch(const Args& args, const Model& model, int command_default, BackendOptions* bo);
 
 // Reads --model, --threads, --ctx-size, --backend, --batch-size, and the

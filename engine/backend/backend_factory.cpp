@@ -89,6 +89,21 @@ int default_max_batch(BackendKind kind, const Model& model) {
   return kind == BackendKind::cpu ? default_cpu_max_batch(prefill_ops_per_token(model)) : default_max_batch(kind);
 }
 
+void set_default_passes(BackendOptions* bo, double prefill_ops_per_token, int at_least) {
+  const int cpu = std::max(at_least, default_cpu_max_batch(prefill_ops_per_token));
+  bo->max_batch = bo->kind == BackendKind::cpu ? cpu : std::max(at_least, default_max_batch(bo->kind));
+  bo->fallback_max_batch = bo->kind == BackendKind::cuda ? cpu : 0;
+}
+
+void raise_passes(BackendOptions* bo, int tokens) {
+  bo->max_batch = std::max(bo->max_batch, tokens);
+  if (bo->fallback_max_batch > 0) bo->fallback_max_batch = std::max(bo->fallback_max_batch, tokens);
+}
+
+void set_default_passes(BackendOptions* bo, const Model& model, int at_least) {
+  set_default_passes(bo, prefill_ops_per_token(model), at_least);
+}
+
 BackendOptions backend_options_from_environment() {
   BackendOptions o;
   if (const char* v = env("PHASELAB_CPU_ISA")) o.cpu.isa_cap = v;
@@ -155,7 +170,8 @@ Result<BackendChoice> make_backend(std::shared_ptr<const Model> model, const Bac
       b = make_cuda_backend(model, opt.max_batch, opt.cuda, opt.n_threads);
       if (!b && opt.fallback) {
         c.fallback_reason = b.status().message();
-        b = make_cpu_backend(std::move(model), threads, opt.max_batch, false, opt.cpu);
+        b = make_cpu_backend(std::move(model), threads, opt.fallback_max_batch > 0 ? opt.fallback_max_batch : opt.max_batch,
+                             false, opt.cpu);
       }
       break;
     case BackendKind::cpu_reference:

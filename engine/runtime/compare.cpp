@@ -37,7 +37,7 @@ Result<std::unique_ptr<Backend>> open_backend(const std::string& kind, std::shar
   BackendOptions bo = backend_options_from_environment();
   bo.kind = *k;
   bo.n_threads = threads;
-  bo.max_batch = default_max_batch(*k, *model);  // bench's passes
+  set_default_passes(&bo, *model);  // bench's passes
   bo.fallback = false;  // a comparison names what it measured: no silent substitute
   auto c = make_backend(std::move(model), bo);
   if (!c) return c.status();

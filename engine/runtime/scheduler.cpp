@@ -403,7 +403,7 @@ Result<std::unique_ptr<Scheduler>> create_scheduler(std::shared_ptr<const Model>
                                                     const SchedulerOptions& opt, std::string* fallback_reason) {
   if (!model) return invalid_argument("a scheduler needs a model");
   const SchedulePolicy& p = opt.policy;
-  if (p.kind == SchedulePolicy::Kind::chunked) bo.max_batch = std::max(bo.max_batch, p.chunk_tokens);
+  if (p.kind == SchedulePolicy::Kind::chunked) raise_passes(&bo, p.chunk_tokens);
   auto make = [&](int threads) -> Result<std::unique_ptr<Backend>> {
     bo.n_threads = threads;
     auto b = make_backend(model, bo);

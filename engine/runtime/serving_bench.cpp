@@ -165,7 +165,7 @@ Result<ServingRow> run_serving_in_process(const InProcessTarget& target, const S
                             " positions but the context is " + std::to_string(target.n_ctx) + ": raise --ctx-size");
   SchedulerOptions so = scheduler_options(target, run);
   BackendOptions bo = target.backend;
-  bo.max_batch = std::max(bo.max_batch, so.max_seqs);  // one decode pass takes a token of every sequence
+  raise_passes(&bo, so.max_seqs);  // one decode pass takes a token of every sequence
   auto sched = create_scheduler(target.model, bo, so);
   if (!sched) return sched.status().with_context(run.policy.name());
   InProcessDriver driver(**sched, run, prompts, progress);

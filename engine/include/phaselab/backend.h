@@ -425,6 +425,7 @@ struct BackendOptions {
   int n_threads = 0;         // CPU threads; <= 0: default_thread_count()
   int max_batch = 64;        // tokens per forward pass at most
   bool fallback = true;      // cuda unavailable: use the fast CPU backend (and say why) instead of failing
+  int fallback_max_batch = 0;  // that CPU backend's passes; <= 0: max_batch (set_default_passes)
   CpuSwitches cpu;           // the CPU backends' switches
   CudaSwitches cuda;         // the CUDA backend's switches
 };
@@ -454,6 +455,19 @@ int default_max_batch(BackendKind kind, const Model& model);
 inline constexpr double kCpuPassOps = 128e9;  // ~0.4 s of prefill on two Zen 4 cores (~300 G int8 operations/s)
 // That rule for the CPU, from a prompt token's operations.
 int default_cpu_max_batch(double prefill_ops_per_token);
+// The passes of a front end whose user named none: bo->max_batch the
+// default of bo->kind for this model, and where CUDA is asked for, the CPU
+// fallback's passes (fallback_max_batch) by the CPU's rule, so that a model
+// of billions of parameters does not prefill on the CPU in CUDA's passes of
+// 512 tokens (a pass of seconds that a cancel waits for). Both at least
+// at_least tokens: a command's own floor, such as a decode pass that takes
+// a token of each of its sequences.
+void set_default_passes(BackendOptions* bo, const Model& model, int at_least = 1);
+// The same from a prompt token's operations (prefill_ops_per_token).
+void set_default_passes(BackendOptions* bo, double prefill_ops_per_token, int at_least = 1);
+// A floor set later (a scheduling policy's chunk, a decode pass's
+// sequences): max_batch and, where set, fallback_max_batch at least tokens.
+void raise_passes(BackendOptions* bo, int tokens);
 // The names of the kinds (kBackendKinds' order), for help texts and menus.
 const std::vector<std::string>& backend_kinds();
 Result<BackendChoice> make_backend(std::shared_ptr<const Model> model, const BackendOptions& opt);
