@@ -2,7 +2,7 @@
 # One command for a CPU that has not been measured yet (an Intel Xeon above
 # all): the figures issue 34's targets ask for, and every CPU switch of the
 # decode and prefill paths in its two states, so that the defaults for that
-# kind of CPU can be chosen by measurement. About 5 minutes on 2 cores with
+# kind of CPU can be chosen by measurement. About 4 minutes on 2 cores with
 # the default model (more with a llama-bench to alternate with). Results go
 # to $OUT (or build/cpu-check/) as text files; summary.md gathers them.
 #
@@ -28,6 +28,9 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUTDIR="${OUT:-$ROOT/build/cpu-check}"
 CLI="${PHASELAB_CLI:-$ROOT/build/app/phaselab-cli}"
 LLAMA="${PHASELAB_REFERENCE_LLAMA_BENCH:-}"
+if [[ -n "$LLAMA" ]]; then
+  LLAMA="$(command -v "$LLAMA")" || { echo "cpu-check: no llama-bench at $PHASELAB_REFERENCE_LLAMA_BENCH" >&2; exit 2; }
+fi
 QUICK="${CPU_CHECK_QUICK:-0}"
 mkdir -p "$OUTDIR"
 [[ -x "$CLI" ]] || { echo "cpu-check: no phaselab-cli at $CLI: build first (scripts/build.sh) or set PHASELAB_CLI" >&2; exit 2; }
@@ -54,7 +57,8 @@ keep() { grep -E "^\| |^machine:|^pp|^tg|^sg|^A/B|^threads:|error" | sed 's/ (~3
   echo "commit: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
   echo "model: $MODEL"
   echo "threads: $THREADS"
-  lscpu | grep -E "^(Model name|Vendor ID|CPU family|Model|Stepping|CPU\(s\)|Thread|Core|Socket|L1d|L2|L3|NUMA node\(s\)|Hypervisor)"
+  lscpu 2>/dev/null | grep -E "^(Model name|Vendor ID|CPU family|Model|Stepping|CPU\(s\)|Thread|Core|Socket|L1d|L2|L3|NUMA node\(s\)|Hypervisor)" \
+    || echo "Model name: $(grep -m1 '^model name' /proc/cpuinfo | sed 's/^model name[[:space:]]*: *//') (no lscpu)"
   echo "flags: $(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -x -E 'avx2|avx512f|avx512_vnni|avx_vnni|avx512_bf16|amx_tile|amx_int8' | tr '\n' ' ')"
   echo "transparent huge pages: $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null || echo unknown)"
   echo "kernel: $(uname -r)"
@@ -66,13 +70,16 @@ cat "$OUTDIR/machine.txt"
 #    limits, and a long prompt.
 series="$OUTDIR/series.txt"
 : > "$series"
+: > "$OUTDIR/llama.txt"
 for r in $(seq 1 "$ROUNDS"); do
   echo "=== round $r $(date +%T)" >> "$series"
   if [[ -n "$LLAMA" ]]; then
-    timeout 300 "$LLAMA" -m "$MODEL" -p "$PP" -n "$TG" -d "$DEPTHS" -r "$REPS" -t "$THREADS" 2>&1 | grep -E "^\|" >> "$series"
-    timeout 300 "$LLAMA" -m "$MODEL" -p "$LONG" -n 0 -r "$REPS" -t "$THREADS" 2>&1 | grep -E "pp$LONG" >> "$series"
+    timeout 300 "$LLAMA" -m "$MODEL" -p "$PP" -n "$TG" -d "$DEPTHS" -r "$REPS" -t "$THREADS" 2>&1 | grep -E "^\|" \
+      | tee -a "$OUTDIR/llama.txt" >> "$series"
+    timeout 300 "$LLAMA" -m "$MODEL" -p "$LONG" -n 0 -r "$REPS" -t "$THREADS" 2>&1 | grep -E "pp$LONG" \
+      | tee -a "$OUTDIR/llama.txt" >> "$series"
   fi
-  timeout 300 "${B[@]}" "${CTX[@]}" -p "$PP" -n "$TG" -d "$DEPTHS" -r "$REPS" 2>&1 | keep >> "$series"
+  timeout 300 "${B[@]}" ${CTX[@]+"${CTX[@]}"} -p "$PP" -n "$TG" -d "$DEPTHS" -r "$REPS" 2>&1 | keep >> "$series"
   timeout 300 "${B[@]}" -p "$LONG" -n 0 -r "$REPS" --no-peaks 2>&1 | keep >> "$series"
 done
 cat "$series"
@@ -84,15 +91,15 @@ DECODE_SWITCHES=(decode-rows prefetch-l2 prefetch=4096 prefetch=16384 stream-pre
                  stream-ways=1 stream-ways=4 stream-chunks=1 stream-chunks=8)
 for s in "${DECODE_SWITCHES[@]}"; do
   echo "=== --ab $s" >> "$switches"
-  timeout 120 "${B[@]}" "${CTX[@]}" -p 0 -n "$TG" -r "$REPS" --no-peaks --ab "$s" 2>&1 | keep | grep -E "^A/B|^threads:|error" >> "$switches"
+  timeout 120 "${B[@]}" ${CTX[@]+"${CTX[@]}"} -p 0 -n "$TG" -r "$REPS" --no-peaks --ab "$s" 2>&1 | keep | grep -E "^A/B|^threads:|error" >> "$switches"
 done
 echo "=== --ab row-tiles" >> "$switches"
-timeout 120 "${B[@]}" "${CTX[@]}" -p "$PP" -n 0 -r "$REPS" --no-peaks --ab row-tiles 2>&1 | keep | grep -E "^A/B|^threads:|error" >> "$switches"
+timeout 120 "${B[@]}" ${CTX[@]+"${CTX[@]}"} -p "$PP" -n 0 -r "$REPS" --no-peaks --ab row-tiles 2>&1 | keep | grep -E "^A/B|^threads:|error" >> "$switches"
 # Huge pages for the repacked weights: whole processes, alternating.
 for r in $(seq 1 "$REPS"); do
   for hp in 0 1; do
     echo "=== PHASELAB_CPU_HUGEPAGES=$hp, run $r" >> "$switches"
-    PHASELAB_CPU_HUGEPAGES=$hp timeout 120 "${B[@]}" "${CTX[@]}" -p 0 -n "$TG" -r 1 --no-peaks 2>&1 \
+    PHASELAB_CPU_HUGEPAGES=$hp timeout 120 "${B[@]}" ${CTX[@]+"${CTX[@]}"} -p 0 -n "$TG" -r 1 --no-peaks 2>&1 \
       | keep | grep -E "^\| .*tg$TG|^threads:|error" >> "$switches"
   done
 done
@@ -102,13 +109,14 @@ cat "$switches"
 other="$OUTDIR/batch-sampled.txt"
 : > "$other"
 LLAMA_BATCHED="${LLAMA:+$(dirname "$LLAMA")/llama-batched-bench}"
+[[ -n "$LLAMA_BATCHED" && ! -x "$LLAMA_BATCHED" ]] && echo "(no llama-batched-bench beside $LLAMA: batched decode without llama.cpp's)" >> "$other"
 if [[ -n "$LLAMA_BATCHED" && -x "$LLAMA_BATCHED" ]]; then
   timeout 300 "$LLAMA_BATCHED" -m "$MODEL" -c 8192 -b 2048 -ub 512 -npp "$BPP" -ntg "$BTG" -npl "$BATCH" -t "$THREADS" 2>&1 \
     | grep -E "^\|" >> "$other"
 fi
 timeout 300 "${B[@]}" --batch "$BATCH" -p "$BPP" -n "$BTG" --no-peaks 2>&1 | keep >> "$other"
 for r in $(seq 1 "$REPS"); do
-  timeout 120 "${B[@]}" "${CTX[@]}" -p 0 -n "$TG" -r "$REPS" --no-peaks --sampled 2>&1 | keep | grep -E "greedy|t=1|^threads:|error" >> "$other"
+  timeout 120 "${B[@]}" ${CTX[@]+"${CTX[@]}"} -p 0 -n "$TG" -r "$REPS" --no-peaks --sampled 2>&1 | keep | grep -E "greedy|t=1|^threads:|error" >> "$other"
 done
 cat "$other"
 
@@ -119,11 +127,23 @@ grep -q "| pp$PP |" "$series" || missing+=("pp$PP")
 grep -q "^tg$TG: .* of the machine's read bandwidth" "$series" || missing+=("tg$TG's fraction of the read bandwidth")
 grep -q "| pp$LONG |" "$series" || missing+=("pp$LONG")
 for s in "${DECODE_SWITCHES[@]}" row-tiles; do
-  grep -A3 -x -F -e "=== --ab $s" "$switches" | grep -q "^A/B" || missing+=("--ab $s")
+  # (the A/B line within the switch's own section)
+  awk -v h="=== --ab $s" '$0 == h { f = 1; next } /^===/ { f = 0 } f && /^A\/B/ { ok = 1 } END { exit !ok }' "$switches" \
+    || missing+=("--ab $s")
 done
 [[ $(grep -c "| tg$TG |" "$switches") -eq $((2 * REPS)) ]] || missing+=("huge pages on and off")
-grep -q "| ${BATCH##*,} |" "$other" || missing+=("--batch $BATCH")
-[[ $(grep -c "t=1" "$other") -ge "$REPS" ]] || missing+=("--sampled")
+# (bench --batch's rows: model | backend | threads | batch | pp | tg ...; the largest batch's)
+awk -F'|' -v b="${BATCH##*,}" '$3 ~ /cpu/ && $5 + 0 == b && $7 ~ /[0-9]/ { ok = 1 } END { exit !ok }' "$other" \
+  || missing+=("--batch $BATCH")
+[[ $(grep -c "| tg$TG t=1" "$other") -eq "$REPS" && $(grep -c "| tg$TG greedy" "$other") -eq "$REPS" ]] || missing+=("--sampled")
+if [[ -n "$LLAMA" ]]; then
+  for t in "pp$PP" "tg$TG" "pp$LONG"; do
+    [[ $(grep -c -E "\| +$t \|" "$OUTDIR/llama.txt") -eq "$ROUNDS" ]] || missing+=("llama-bench's $t")
+  done
+  if [[ -x "$LLAMA_BATCHED" ]]; then
+    grep -q -E "^\| +$BPP \| +$BTG \| +${BATCH##*,} \|" "$other" || missing+=("llama-batched-bench's batch ${BATCH##*,}")
+  fi
+fi
 {
   echo "# cpu-check: $(grep -m1 '^Model name' "$OUTDIR/machine.txt" | sed 's/Model name: *//'), $(date -u +%F)"
   echo
