@@ -3,7 +3,7 @@
 # all): the figures issue 34's targets ask for, and every CPU switch of the
 # decode and prefill paths in its two states, so that the defaults for that
 # kind of CPU can be chosen by measurement. About 4 minutes on 2 cores with
-# the default model (more with a llama-bench to alternate with). Results go
+# the default model and a llama-bench to alternate with (less without). Results go
 # to $OUT (or build/cpu-check/) as text files; summary.md gathers them.
 #
 #   scripts/cpu-check.sh [MODEL]      (default: the default model, fetched)
