@@ -17,12 +17,12 @@
 #
 # Each switch is measured by `bench --ab`, which alternates its two states
 # inside one process (token by token, or run by run for prefill), so that a
-# machine whose speed drifts still compares them fairly; huge pages, a
-# load-time choice, alternate whole processes. Every figure comes with the
-# placement line (a cache line's round trip between the first two CPUs:
-# ~300 ns where they sit on two AMD CCDs). The script checks that every
-# step printed its figures and exits 1, naming those missing, where one
-# did not.
+# machine whose speed drifts still compares them fairly; huge pages and
+# the kernels' instruction set, load-time choices, alternate whole
+# processes. Every figure comes with the placement line (a cache line's
+# round trip between the first two CPUs: ~300 ns where they sit on two AMD
+# CCDs). The script checks that every step printed its figures and exits
+# 1, naming those missing, where one did not.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUTDIR="${OUT:-$ROOT/build/cpu-check}"
@@ -104,6 +104,22 @@ for r in $(seq 1 "$REPS"); do
   done
 done
 cat "$switches"
+# The kernels' instruction set: the best this CPU has against the lower
+# ones it also runs (PHASELAB_CPU_ISA caps the choice at load): where
+# AVX-512 lowers a core's clock, the 256-bit kernels can be the faster.
+isa="$OUTDIR/isa.txt"
+: > "$isa"
+ISAS=(best avx2)
+grep -m1 '^flags' /proc/cpuinfo | grep -q -w avx_vnni && ISAS+=(avx-vnni)
+for r in $(seq 1 "$REPS"); do
+  for i in "${ISAS[@]}"; do
+    if [[ "$i" == best ]]; then echo "=== the best kernels (no PHASELAB_CPU_ISA), run $r"; else echo "=== PHASELAB_CPU_ISA=$i, run $r"; fi >> "$isa"
+    if [[ "$i" == best ]]; then cap=(); else cap=(env "PHASELAB_CPU_ISA=$i"); fi
+    ${cap[@]+"${cap[@]}"} timeout 120 "${B[@]}" ${CTX[@]+"${CTX[@]}"} -p "$PP" -n "$TG" -r 1 --no-peaks 2>&1 \
+      | keep | grep -E "^\| .*(pp$PP|tg$TG) \||^threads:|error" >> "$isa"
+  done
+done
+cat "$isa"
 
 # 3. Batched decode (against llama-batched-bench where given) and sampled decode.
 other="$OUTDIR/batch-sampled.txt"
@@ -132,6 +148,8 @@ for s in "${DECODE_SWITCHES[@]}" row-tiles; do
     || missing+=("--ab $s")
 done
 [[ $(grep -c "| tg$TG |" "$switches") -eq $((2 * REPS)) ]] || missing+=("huge pages on and off")
+[[ $(grep -c "| tg$TG |" "$isa") -eq $((${#ISAS[@]} * REPS)) && $(grep -c "| pp$PP |" "$isa") -eq $((${#ISAS[@]} * REPS)) ]] \
+  || missing+=("the instruction sets ${ISAS[*]}")
 # (bench --batch's rows: model | backend | threads | batch | pp | tg ...; the largest batch's)
 awk -F'|' -v b="${BATCH##*,}" '$3 ~ /cpu/ && $5 + 0 == b && $7 ~ /[0-9]/ { ok = 1 } END { exit !ok }' "$other" \
   || missing+=("--batch $BATCH")
@@ -160,6 +178,11 @@ fi
   echo '```'
   grep -E "^===|^A/B|^\| .*tg$TG \||^threads:" "$switches" \
     | sed 's/^threads: a cache line between the first two CPUs this process may use and back took /placement: a round trip of /'
+  echo '```'
+  echo
+  echo "## The kernels' instruction set, alternating processes (isa.txt; the backend column names it)"
+  echo '```'
+  grep -E "^===|^\| " "$isa"
   echo '```'
   echo
   echo "## Batched and sampled decode (batch-sampled.txt)"
