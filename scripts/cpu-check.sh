@@ -39,8 +39,12 @@ if [[ -z "$MODEL" ]]; then
   MODEL="$("$ROOT/scripts/fetch-model.sh")" || { echo "cpu-check: no model: pass one, or let scripts/fetch-model.sh fetch the default" >&2; exit 2; }
 fi
 [[ -f "$MODEL" ]] || { echo "cpu-check: no such model: $MODEL" >&2; exit 2; }
-THREADS="${THREADS:-$(lscpu -p=core,socket 2>/dev/null | grep -v '^#' | sort -u | wc -l)}"
-[[ "$THREADS" -ge 1 ]] 2>/dev/null || THREADS=$(nproc)
+if [[ -n "${THREADS:-}" ]]; then
+  [[ "$THREADS" =~ ^[1-9][0-9]*$ ]] || { echo "cpu-check: THREADS must be a positive number (got '$THREADS')" >&2; exit 2; }
+else  # one per physical core, as bench's default; nproc where lscpu is missing
+  THREADS=$(lscpu -p=core,socket 2>/dev/null | grep -v '^#' | sort -u | wc -l)
+  [[ "$THREADS" -ge 1 ]] || THREADS=$(nproc)
+fi
 
 if [[ "$QUICK" == 1 ]]; then
   PP=32; TG=8; DEPTHS=0,32; REPS=1; LONG=64; ROUNDS=1; BATCH=1,2; BPP=16; BTG=4; CTX=(-c 256)
@@ -113,8 +117,12 @@ ISAS=(best avx2)
 grep -m1 '^flags' /proc/cpuinfo | grep -q -w avx_vnni && ISAS+=(avx-vnni)
 for r in $(seq 1 "$REPS"); do
   for i in "${ISAS[@]}"; do
-    if [[ "$i" == best ]]; then echo "=== the best kernels (no PHASELAB_CPU_ISA), run $r"; else echo "=== PHASELAB_CPU_ISA=$i, run $r"; fi >> "$isa"
-    if [[ "$i" == best ]]; then cap=(); else cap=(env "PHASELAB_CPU_ISA=$i"); fi
+    if [[ "$i" == best ]]; then
+      label="the best kernels (no PHASELAB_CPU_ISA)" cap=()
+    else
+      label="PHASELAB_CPU_ISA=$i" cap=(env "PHASELAB_CPU_ISA=$i")
+    fi
+    echo "=== $label, run $r" >> "$isa"
     ${cap[@]+"${cap[@]}"} timeout 120 "${B[@]}" ${CTX[@]+"${CTX[@]}"} -p "$PP" -n "$TG" -r 1 --no-peaks 2>&1 \
       | keep | grep -E "^\| .*(pp$PP|tg$TG) \||^threads:|error" >> "$isa"
   done

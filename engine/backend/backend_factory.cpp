@@ -85,14 +85,23 @@ int default_cpu_max_batch(double prefill_ops_per_token) {
   return 64;
 }
 
+namespace {
+
+// default_max_batch(kind, model) from a prompt token's operations.
+int default_passes(BackendKind kind, double prefill_ops_per_token) {
+  return kind == BackendKind::cpu ? default_cpu_max_batch(prefill_ops_per_token) : default_max_batch(kind);
+}
+
+}  // namespace
+
 int default_max_batch(BackendKind kind, const Model& model) {
-  return kind == BackendKind::cpu ? default_cpu_max_batch(prefill_ops_per_token(model)) : default_max_batch(kind);
+  return default_passes(kind, prefill_ops_per_token(model));
 }
 
 void set_default_passes(BackendOptions* bo, double prefill_ops_per_token, int at_least) {
-  const int cpu = std::max(at_least, default_cpu_max_batch(prefill_ops_per_token));
-  bo->max_batch = bo->kind == BackendKind::cpu ? cpu : std::max(at_least, default_max_batch(bo->kind));
-  bo->fallback_max_batch = bo->kind == BackendKind::cuda ? cpu : 0;
+  bo->max_batch = std::max(at_least, default_passes(bo->kind, prefill_ops_per_token));
+  bo->fallback_max_batch =
+      bo->kind == BackendKind::cuda ? std::max(at_least, default_passes(BackendKind::cpu, prefill_ops_per_token)) : 0;
 }
 
 void raise_passes(BackendOptions* bo, int tokens) {
